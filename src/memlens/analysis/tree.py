@@ -1,0 +1,112 @@
+"""Call-stack trees: bytes aggregated at every level, root (outermost frame) first.
+
+Built from distinct stacks, never from individual allocations: sizes are first summed per
+stack id with numpy, then each distinct stack is walked once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from memlens.snapshot.frames import NOISE, PYTHON, short_cpp_name
+from memlens.snapshot.model import DeviceTrace, Snapshot
+
+ROOT_LABEL = "all"
+
+
+@dataclass
+class StackNode:
+    frame_id: int  # -1 for the root and for "<no stack>"
+    label: str
+    bytes: int = 0
+    count: int = 0
+    children: dict[int, StackNode] = field(default_factory=dict)
+
+    def sorted_children(self) -> list[StackNode]:
+        return sorted(self.children.values(), key=lambda c: (-c.bytes, c.label))
+
+    def to_dict(self, snap: Snapshot | None = None, max_depth: int | None = None) -> dict[str, Any]:
+        out: dict[str, Any] = {"label": self.label, "bytes": self.bytes, "count": self.count}
+        if snap is not None and self.frame_id >= 0:
+            f = snap.frames
+            out["frame"] = {
+                "filename": snap.strings[f.filename[self.frame_id]],
+                "line": int(f.line[self.frame_id]),
+                "name": snap.strings[f.name[self.frame_id]],
+                "kind": ("python", "cpp", "noise")[int(f.kind[self.frame_id])],
+            }
+        if max_depth is None or max_depth > 0:
+            nd = None if max_depth is None else max_depth - 1
+            out["children"] = [c.to_dict(snap, nd) for c in self.sorted_children()]
+        return out
+
+
+def frame_short_label(snap: Snapshot, frame_id: int) -> str:
+    f = snap.frames
+    filename = snap.strings[f.filename[frame_id]]
+    base = filename.rsplit("/", 1)[-1]
+    name = snap.strings[f.name[frame_id]]
+    if f.kind[frame_id] != PYTHON:
+        name = short_cpp_name(name)
+        return name if base in ("", "??") else f"{name} ({base})"
+    return f"{name} ({base}:{int(f.line[frame_id])})"
+
+
+def build_stack_tree(
+    snap: Snapshot,
+    stack_ids: np.ndarray,
+    sizes: np.ndarray,
+    *,
+    python_only: bool = False,
+    hide_noise: bool = True,
+) -> StackNode:
+    """Tree of the given allocations (their stack ids and sizes), outermost frame at the top.
+
+    python_only drops C++ frames (most users want the Python view first); hide_noise drops
+    the unwinder/interpreter frames PyTorch's viewer hides too.
+    """
+    stack_ids = np.asarray(stack_ids)
+    sizes = np.asarray(sizes, dtype=np.int64)
+    root = StackNode(-1, ROOT_LABEL)
+    if len(stack_ids) == 0:
+        return root
+    shifted = stack_ids.astype(np.int64) + 1  # -1 (no stack) -> bucket 0
+    uniq, inv = np.unique(shifted, return_inverse=True)
+    per_bytes = np.zeros(len(uniq), dtype=np.int64)
+    np.add.at(per_bytes, inv, sizes)
+    per_count = np.bincount(inv, minlength=len(uniq))
+    kind = snap.frames.kind
+    label_cache: dict[int, str] = {}
+    for k, s1 in enumerate(uniq.tolist()):
+        b, c = int(per_bytes[k]), int(per_count[k])
+        root.bytes += b
+        root.count += c
+        node = root
+        frames = snap.stacks.frames_of(s1 - 1)[::-1]  # outermost first
+        for fid in frames.tolist():
+            kd = kind[fid]
+            if (hide_noise and kd == NOISE) or (python_only and kd != PYTHON):
+                continue
+            child = node.children.get(fid)
+            if child is None:
+                lab = label_cache.get(fid)
+                if lab is None:
+                    lab = label_cache[fid] = frame_short_label(snap, fid)
+                child = node.children[fid] = StackNode(fid, lab)
+            child.bytes += b
+            child.count += c
+            node = child
+        if node is root:  # no frames survived: keep the bytes visible under a named leaf
+            child = node.children.setdefault(-1, StackNode(-1, "<no stack recorded>"))
+            child.bytes += b
+            child.count += c
+    return root
+
+
+def live_tree(dev: DeviceTrace, event: int, **kw: Any) -> StackNode:
+    """The tree of what is live right after `event`."""
+    rows = dev.live_at(event)
+    return build_stack_tree(dev.snapshot, dev.alloc_stack[rows], dev.alloc_size[rows], **kw)

@@ -1,0 +1,79 @@
+"""Options shared by the subcommands, so every command spells them the same way."""
+
+from __future__ import annotations
+
+import json
+import sys
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+from memlens.snapshot.model import Snapshot
+
+F = Callable[..., Any]
+
+
+def snapshot_argument(f: F) -> F:
+    return click.argument("snapshot", type=click.Path(dir_okay=False))(f)
+
+
+def device_option(f: F) -> F:
+    return click.option(
+        "--device", "-d", type=int, default=None,
+        help="Device ordinal (default: every device; for single-device views, the longest trace).",
+    )(f)  # fmt: skip
+
+
+def json_option(f: F) -> F:
+    return click.option("--json", "as_json", is_flag=True, help="Print one JSON object (schema: docs/json-schema.md).")(f)
+
+
+def no_cache_option(f: F) -> F:
+    return click.option("--no-cache", is_flag=True, help="Do not read or write the column cache (MEMLENS_CACHE_DIR).")(f)
+
+
+def hide_option(f: F) -> F:
+    return click.option(
+        "--hide", multiple=True, metavar="REGEX",
+        help="Filename pattern to skip when naming the call site (repeatable). "
+        "Replaces the default (torch internals, stdlib). --hide '' shows every frame.",
+    )(f)  # fmt: skip
+
+
+def hide_patterns(hide: tuple[str, ...]) -> list[str] | None:
+    """None keeps the defaults; --hide '' alone means hide nothing."""
+    if not hide:
+        return None
+    return [h for h in hide if h]
+
+
+def open_snapshot(path: str, no_cache: bool = False) -> Snapshot:
+    """Load for the CLI: snapshot warnings go to stderr, once each, without Python's noise."""
+    from memlens.snapshot.loader import SnapshotWarning, load
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", SnapshotWarning)
+        snap = load(path, cache=not no_cache)
+    for w in caught:
+        if issubclass(w.category, SnapshotWarning):
+            click.echo(f"memlens: warning: {w.message}", err=True)
+    return snap
+
+
+def emit_json(obj: Any) -> None:
+    json.dump(obj, sys.stdout, indent=2, default=_json_default)
+    sys.stdout.write("\n")
+
+
+def _json_default(o: Any) -> Any:
+    import numpy as np
+
+    if isinstance(o, np.integer):
+        return int(o)
+    if isinstance(o, np.floating):
+        return float(o)
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    raise TypeError(f"not JSON serializable: {type(o).__name__}")

@@ -1,0 +1,6 @@
+"""Capture real CUDA memory snapshots: `memlens.record`, `memlens.stage`, `memlens.step`,
+`memlens.dump_on_oom` and the harness behind `memlens run`.
+
+Every call into torch goes through a small backend object (`memlens.record.backend`), so the
+control flow here is tested on machines without a GPU; torch is imported only when used.
+"""

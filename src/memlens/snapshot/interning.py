@@ -1,0 +1,123 @@
+"""Interning of strings, frames and stacks while reading the raw structure.
+
+PyTorch shares one dict per distinct frame and one list per distinct traceback, and the
+pickle memo keeps that sharing, so we first look objects up by identity (one dict probe
+per event) and only fall back to content for objects we have not seen (e.g. JSON input,
+where every event has its own copies).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+
+from memlens.snapshot.frames import classify_frame
+
+
+class StringTable:
+    def __init__(self) -> None:
+        self.strings: list[str] = []
+        self._ids: dict[str, int] = {}
+
+    def __call__(self, s: Any) -> int:
+        if not isinstance(s, str):
+            s = json.dumps(s, sort_keys=True, default=str) if isinstance(s, (dict, list)) else str(s)
+        i = self._ids.get(s)
+        if i is None:
+            i = self._ids[s] = len(self.strings)
+            self.strings.append(s)
+        return i
+
+
+class FrameTable:
+    def __init__(self, strings: StringTable) -> None:
+        self._strings = strings
+        self._by_obj: dict[int, int] = {}
+        self._by_key: dict[tuple[int, int, int], int] = {}
+        self._keep: list[Any] = []  # keeps id()s valid for objects we created ourselves
+        self.filename: list[int] = []
+        self.line: list[int] = []
+        self.name: list[int] = []
+        self.kind: list[int] = []
+
+    def frame_id(self, fr: Any) -> int:
+        i = self._by_obj.get(id(fr))
+        if i is not None:
+            return i
+        if isinstance(fr, dict):
+            filename = fr.get("filename", "??")
+            name = fr.get("name", "??")
+            line = fr.get("line", 0)
+        else:  # a bare string frame (seen in hand-made files): keep it as the name
+            filename, name, line = "??", fr, 0
+        try:
+            line = int(line)
+        except (TypeError, ValueError):
+            line = 0
+        if not -(2**63) <= line < 2**63:
+            line = -1  # garbage from the C++ symbolizer (seen in real files): not a line
+        key = (self._strings(filename), line, self._strings(name))
+        i = self._by_key.get(key)
+        if i is None:
+            i = self._by_key[key] = len(self.line)
+            self.filename.append(key[0])
+            self.line.append(line)
+            self.name.append(key[2])
+            self.kind.append(classify_frame(str(filename), str(name)))
+        self._by_obj[id(fr)] = i
+        self._keep.append(fr)
+        return i
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        return {
+            "filename": np.asarray(self.filename, dtype=np.int32),
+            "line": np.asarray(self.line, dtype=np.int64),
+            "name": np.asarray(self.name, dtype=np.int32),
+            "kind": np.asarray(self.kind, dtype=np.uint8),
+        }
+
+
+class StackTable:
+    def __init__(self, frames: FrameTable) -> None:
+        self._frames = frames
+        self._by_obj: dict[int, int] = {}
+        self._by_key: dict[tuple[int, ...], int] = {}
+        self._keep: list[Any] = []
+        self.offsets: list[int] = [0]
+        self.frame_ids: list[int] = []
+
+    def stack_id(self, frames: Any) -> int:
+        """Stack id of a frames list (innermost first); -1 for a missing or empty one."""
+        i = self._by_obj.get(id(frames))
+        if i is not None:
+            return i
+        if not frames or not isinstance(frames, (list, tuple)):
+            i = -1
+        else:
+            fid = self._frames.frame_id
+            key = tuple(fid(f) for f in frames)
+            i = self._by_key.get(key)
+            if i is None:
+                i = self._by_key[key] = len(self.offsets) - 1
+                self.frame_ids.extend(key)
+                self.offsets.append(len(self.frame_ids))
+        self._by_obj[id(frames)] = i
+        self._keep.append(frames)
+        return i
+
+    def stack_ids(self, frame_lists: list[Any]) -> np.ndarray:
+        by_obj = self._by_obj
+        sid = self.stack_id
+        out = [by_obj.get(id(f)) for f in frame_lists]
+        for k, v in enumerate(out):
+            if v is None:
+                out[k] = sid(frame_lists[k])
+        return np.asarray(out, dtype=np.int32)
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        return {
+            "offsets": np.asarray(self.offsets, dtype=np.int64),
+            "frame_ids": np.asarray(self.frame_ids, dtype=np.int32),
+        }

@@ -1,0 +1,92 @@
+"""`memlens.load`: the one way into a snapshot."""
+
+from __future__ import annotations
+
+import gc
+import os
+import warnings
+from pathlib import Path
+from typing import Any
+
+from memlens.errors import CacheError, SnapshotError
+from memlens.snapshot import cache as column_cache
+from memlens.snapshot.builder import build_snapshot
+from memlens.snapshot.model import Snapshot
+from memlens.snapshot.reader import normalize_top_level, read_source
+
+
+class SnapshotWarning(UserWarning):
+    """Something in the snapshot was unusual but loading went on (each kind warned once)."""
+
+
+class _WarnOnce:
+    def __init__(self, source: str, emit: bool) -> None:
+        self.source = source
+        self.emit = emit
+        self.seen: set[str] = set()
+        self.messages: list[str] = []
+
+    def __call__(self, key: str, message: str) -> None:
+        if key in self.seen:
+            return
+        self.seen.add(key)
+        self.messages.append(message)
+        if self.emit:
+            warnings.warn(f"{self.source}: {message}", SnapshotWarning, stacklevel=4)
+
+
+def load(
+    source: Any,
+    *,
+    cache: bool = True,
+    warn: bool = True,
+) -> Snapshot:
+    """Load a memory snapshot safely into the columnar model.
+
+    `source` is a path (.pickle/.pkl, gzip-compressed or not, or .json), bytes, the dict
+    from `torch.cuda.memory._snapshot()`, or the segment list of
+    `torch.cuda.memory_snapshot()`. Pickles are read with an unpickler that builds plain
+    data only: nothing in the file can run. Files are cached as memory-mapped columns
+    (see MEMLENS_CACHE_DIR); `cache=False` skips the cache.
+
+    Raises SnapshotError (UnsafePickleError for a pickle that tries to import anything).
+    """
+    is_path = isinstance(source, (str, os.PathLike))
+    use_cache = cache and is_path and Path(source).is_file() and os.environ.get("MEMLENS_NO_CACHE") != "1"
+    name = str(source) if is_path else "<in-memory snapshot>"
+    if use_cache:
+        try:
+            hit = column_cache.load(source)
+        except CacheError as exc:
+            warnings.warn(f"{name}: cache entry unusable ({exc}); rebuilding it", SnapshotWarning, stacklevel=2)
+            column_cache.clear(source)
+            hit = None
+        if hit is not None:
+            return hit
+
+    sink = _WarnOnce(name, warn)
+    # Unpickling creates millions of small objects; the cyclic GC would rescan them over
+    # and over while they are being built. None of them form cycles we need collected.
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        raw, name = read_source(source)
+        top = normalize_top_level(raw, name, sink)
+        snap = build_snapshot(top, name, sink)
+        del raw, top
+    except SnapshotError:
+        raise
+    except RecursionError:
+        raise SnapshotError(f"{name}: structure nested too deeply to be a snapshot") from None
+    except MemoryError:
+        raise SnapshotError(f"{name}: not enough memory to read it") from None
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+    snap.warnings = sink.messages
+    if use_cache:
+        try:
+            column_cache.save(snap, source)
+        except OSError as exc:
+            warnings.warn(f"could not write the column cache ({exc}); continuing without it", SnapshotWarning, stacklevel=2)
+    return snap

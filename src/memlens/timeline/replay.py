@@ -1,0 +1,248 @@
+"""Replay a device's trace into allocation lifetimes and memory curves, in columns.
+
+Semantics (docs/concepts.md has the long form; they match PyTorch's MemoryViz
+`process_alloc_data`, so the active curve equals its "Active Memory Timeline" total):
+
+* an allocation lives from its `alloc` to its `free_completed`; between `free_requested`
+  and `free_completed` it still holds memory;
+* a free whose address has no open allocation is an allocation made before recording
+  began, alive from the start, with the free's size and stack;
+* an `active_allocated` block of the final segments with no open allocation at the end
+  was alive for the whole window ("ghost");
+* an `alloc` at an address that is already open leaves the earlier allocation alive to
+  the end (MemoryViz does the same; the trace must have lost a free) — flagged OVERWRITTEN;
+* if a trace has `free_requested` but no `free_completed` at all (skip_actions), the
+  requests are taken as the frees.
+
+Pairing is done without a Python loop: the alloc/free events are stably sorted by
+address, so each free's partner is simply its predecessor in the sorted order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from memlens.snapshot.actions import Action
+from memlens.snapshot.model import (
+    GHOST,
+    LIVE_AT_END,
+    OVERWRITTEN,
+    PENDING_FREE,
+    PREEXISTING,
+    DeviceTrace,
+    Snapshot,
+)
+
+
+def _last_true_index(mask: np.ndarray) -> np.ndarray:
+    """For each position, the index of the last True at or before it (-1 if none)."""
+    idx = np.where(mask, np.arange(len(mask)), -1)
+    return np.maximum.accumulate(idx) if len(idx) else idx
+
+
+def _next_true_index(mask: np.ndarray) -> np.ndarray:
+    """For each position, the index of the first True at or after it (len if none)."""
+    n = len(mask)
+    idx = np.where(mask, np.arange(n), n)
+    return np.minimum.accumulate(idx[::-1])[::-1] if n else idx
+
+
+def replay_device(
+    snap: Snapshot, device: int, ev: dict[str, np.ndarray], warn: Callable[[str, str], None]
+) -> DeviceTrace:
+    action, addr, size = ev["action"], ev["addr"], ev["size"]
+    n = len(action)
+    is_alloc = action == Action.ALLOC
+    has_completed = bool(np.any(action == Action.FREE_COMPLETED))
+    frees_from_requested = not has_completed and bool(np.any(action == Action.FREE_REQUESTED))
+    free_code = Action.FREE_REQUESTED if frees_from_requested else Action.FREE_COMPLETED
+    is_free = action == free_code
+    is_request = (action == Action.FREE_REQUESTED) & ~is_free
+
+    # --- pair allocs and frees: sort (alloc|free|request) events by address, stably ----
+    idx = np.flatnonzero(is_alloc | is_free | is_request)
+    order = np.argsort(addr[idx], kind="stable")
+    sidx = idx[order]  # event indices, grouped by address, in trace order within a group
+    saddr = addr[sidx]
+    s_alloc = is_alloc[sidx]
+    s_free = is_free[sidx]
+    m = len(sidx)
+    group_start = np.ones(m, dtype=bool)
+    if m:
+        group_start[1:] = saddr[1:] != saddr[:-1]
+    group_id = np.cumsum(group_start) - 1
+
+    anchor = s_alloc | s_free  # requests do not open or close anything
+    prev_anchor = np.full(m, -1, dtype=np.int64)
+    if m:
+        prev_anchor[1:] = _last_true_index(anchor)[:-1]
+    prev_ok = (prev_anchor >= 0) & (group_id[np.maximum(prev_anchor, 0)] == group_id)
+    matched_free = s_free & prev_ok & s_alloc[np.maximum(prev_anchor, 0)]
+    orphan_free = s_free & ~matched_free
+    next_anchor = np.full(m, m, dtype=np.int64)
+    if m:
+        next_anchor[:-1] = _next_true_index(anchor)[1:]
+    next_ok = (next_anchor < m) & (group_id[np.minimum(next_anchor, m - 1)] == group_id)
+    overwritten = s_alloc & next_ok & s_alloc[np.minimum(next_anchor, m - 1)]
+
+    # --- allocation rows: pre-existing (orphan frees) first, then allocs in trace order ---
+    orphan_pos = np.flatnonzero(orphan_free)
+    alloc_pos = np.flatnonzero(s_alloc)
+    alloc_pos = alloc_pos[np.argsort(sidx[alloc_pos], kind="stable")]
+    orphan_pos = orphan_pos[np.argsort(sidx[orphan_pos], kind="stable")]
+    n_orphan, n_alloc = len(orphan_pos), len(alloc_pos)
+    row_of_pos = np.full(m, -1, dtype=np.int64)
+    row_of_pos[orphan_pos] = np.arange(n_orphan)
+    row_of_pos[alloc_pos] = n_orphan + np.arange(n_alloc)
+    # a matched free belongs to its alloc's row; a request to the row of the alloc before it,
+    # or (orphans) of the free after it
+    mf = np.flatnonzero(matched_free)
+    row_of_pos[mf] = row_of_pos[prev_anchor[mf]]
+    req = np.flatnonzero(~anchor)
+    if len(req):
+        pa = prev_anchor[req]
+        before = (pa >= 0) & prev_ok[req] & s_alloc[np.maximum(pa, 0)]
+        # the open allocation is the previous alloc only if no free came in between
+        row_of_pos[req[before]] = row_of_pos[pa[before]]
+        na = next_anchor[req]
+        after = ~before & next_ok[req] & orphan_free[np.minimum(na, m - 1)]
+        row_of_pos[req[after]] = row_of_pos[na[after]]
+
+    # version: number of frees at this address before the allocation began
+    free_cum = np.cumsum(s_free) - s_free  # frees strictly before, global
+    group_first = np.flatnonzero(group_start)
+    free_before_group = free_cum[group_first][group_id] if m else free_cum
+    frees_before = free_cum - free_before_group
+    # an orphan's own free is its version boundary: count frees before it; allocs likewise
+    n_rows_trace = n_orphan + n_alloc
+    row_alloc_event = np.full(n_rows_trace, -1, dtype=np.int64)
+    row_alloc_event[n_orphan:] = sidx[alloc_pos]
+    row_free_event = np.full(n_rows_trace, n, dtype=np.int64)
+    row_free_event[:n_orphan] = sidx[orphan_pos]
+    row_free_event[row_of_pos[mf]] = sidx[mf]
+    row_req_event = np.full(n_rows_trace, -1, dtype=np.int64)
+    if len(req):
+        r = row_of_pos[req]
+        ok = r >= 0
+        # the first request wins (stable order), so write in reverse
+        rr, ev_req = r[ok][::-1], sidx[req[ok]][::-1]
+        row_req_event[rr] = ev_req
+    row_version = np.zeros(n_rows_trace, dtype=np.int32)
+    row_version[:n_orphan] = frees_before[orphan_pos]
+    row_version[n_orphan:] = frees_before[alloc_pos]
+    src_pos = np.concatenate([orphan_pos, alloc_pos])
+    src_event = sidx[src_pos]
+    row_addr = addr[src_event]
+    row_size = size[src_event]
+    row_stack = ev["stack"][src_event]
+    row_stream = ev["stream"][src_event]
+    row_flags = np.zeros(n_rows_trace, dtype=np.uint8)
+    row_flags[:n_orphan] |= PREEXISTING
+    row_flags[n_orphan:][overwritten[alloc_pos]] |= OVERWRITTEN
+
+    # per-event version and row
+    version = np.full(n, -1, dtype=np.int32)
+    alloc_row = np.full(n, -1, dtype=np.int32)
+    has_row = row_of_pos >= 0
+    alloc_row[sidx[has_row]] = row_of_pos[has_row]
+    version[sidx[has_row]] = row_version[row_of_pos[has_row]]
+
+    # --- ghosts: active_allocated blocks of the final state with no open allocation -------
+    seg = snap.segments
+    seg_rows = seg.of_device(device)
+    live_end = row_free_event == n
+    open_addrs = np.unique(row_addr[live_end])
+    if len(seg_rows):
+        blk = np.concatenate(
+            [np.arange(seg.block_offsets[s], seg.block_offsets[s + 1]) for s in seg_rows]
+        ).astype(np.int64)
+    else:
+        blk = np.zeros(0, dtype=np.int64)
+    active_blk = blk[seg.block_state[blk] == 1] if len(blk) else blk
+    ghost_blk = active_blk[~np.isin(seg.block_address[active_blk], open_addrs)]
+    n_ghost = len(ghost_blk)
+    if n_ghost:
+        ghost_addr = seg.block_address[ghost_blk]
+        # a ghost's version: how many allocations at its address ended inside the trace
+        ended = row_addr[~live_end]
+        ghost_version = np.searchsorted(np.sort(ended), ghost_addr, side="right") - np.searchsorted(
+            np.sort(ended), ghost_addr, side="left"
+        )
+        seg_of_blk = np.searchsorted(seg.block_offsets, ghost_blk, side="right") - 1
+    row_alloc_event = np.concatenate([np.full(n_ghost, -1, np.int64), row_alloc_event])
+    row_free_event = np.concatenate([np.full(n_ghost, n, np.int64), row_free_event])
+    row_req_event = np.concatenate([np.full(n_ghost, -1, np.int64), row_req_event])
+    row_addr = np.concatenate([seg.block_address[ghost_blk] if n_ghost else np.zeros(0, np.uint64), row_addr])
+    row_version = np.concatenate([ghost_version.astype(np.int32) if n_ghost else np.zeros(0, np.int32), row_version])
+    row_size = np.concatenate([seg.block_requested_size[ghost_blk] if n_ghost else np.zeros(0, np.int64), row_size])
+    row_stack = np.concatenate([seg.block_stack[ghost_blk] if n_ghost else np.zeros(0, np.int32), row_stack])
+    row_stream = np.concatenate([seg.stream[seg_of_blk] if n_ghost else np.zeros(0, np.int32), row_stream])
+    row_flags = np.concatenate([np.full(n_ghost, PREEXISTING | GHOST, np.uint8), row_flags])
+    alloc_row[alloc_row >= 0] += n_ghost
+    row_flags[row_free_event == n] |= LIVE_AT_END
+    row_flags[(row_free_event == n) & (row_req_event >= 0)] |= PENDING_FREE
+
+    # --- active curve ----------------------------------------------------------------------
+    delta = np.zeros(n + 1, dtype=np.int64)
+    np.add.at(delta, row_alloc_event[row_alloc_event >= 0], row_size[row_alloc_event >= 0])
+    freed = row_free_event < n
+    np.subtract.at(delta, row_free_event[freed], row_size[freed])
+    baseline = int(row_size[row_alloc_event < 0].sum())
+    active_after = baseline + np.cumsum(delta[:n])
+
+    # --- reserved curve, anchored on the final segments so truncation does not matter ----
+    sign = np.zeros(n, dtype=np.int64)
+    sign[(action == Action.SEGMENT_ALLOC) | (action == Action.SEGMENT_MAP)] = 1
+    sign[(action == Action.SEGMENT_FREE) | (action == Action.SEGMENT_UNMAP)] = -1
+    seg_cum = np.cumsum(sign * size)
+    total_change = int(seg_cum[-1]) if n else 0
+    if len(seg_rows):
+        end_reserved = int(seg.total_size[seg_rows].sum())
+        reserved_start = end_reserved - total_change
+    else:
+        # No final state to anchor on: start as low as the events allow without going negative.
+        reserved_start = max(0, -int(seg_cum.min())) if n else 0
+    reserved_after = reserved_start + seg_cum
+
+    n_over = int(np.count_nonzero(row_flags & OVERWRITTEN))
+    if n_over:
+        warn(
+            f"overwritten:{device}",
+            f"device {device}: {n_over} allocations were made at an address still in use "
+            "(a free is missing from the trace); the earlier ones are kept alive to the end, "
+            "as PyTorch's viewer does",
+        )
+    if frees_from_requested:
+        warn(f"requested-only:{device}", f"device {device}: no free_completed in the trace; free_requested taken as the free")
+
+    return DeviceTrace(
+        device=device,
+        snapshot=snap,
+        action=action,
+        addr=addr,
+        size=size,
+        stream=ev["stream"],
+        time_us=ev["time_us"],
+        stack=ev["stack"],
+        compile_context=ev["compile_context"],
+        user_metadata=ev["user_metadata"],
+        forward_stack=ev["forward_stack"],
+        version=version,
+        alloc_row=alloc_row,
+        alloc_event=row_alloc_event,
+        free_requested_event=row_req_event,
+        free_event=row_free_event,
+        alloc_addr=row_addr.astype(np.uint64),
+        alloc_version=row_version.astype(np.int32),
+        alloc_size=row_size.astype(np.int64),
+        alloc_stack=row_stack.astype(np.int32),
+        alloc_stream=row_stream.astype(np.int32),
+        alloc_flags=row_flags,
+        active_after=active_after.astype(np.int64),
+        reserved_after=reserved_after.astype(np.int64),
+        baseline_bytes=baseline,
+        reserved_start_bytes=int(reserved_start),
+        frees_from_requested=frees_from_requested,
+    )

@@ -1,0 +1,42 @@
+"""Shared fixtures. Real snapshots are read from ../shared/snapshots beside the repository
+(never copied into it); tests that need them skip cleanly when that folder is absent."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+SHARED_SNAPSHOTS = Path(
+    os.environ.get("MEMLENS_SHARED_SNAPSHOTS", REPO_ROOT.parent / "shared" / "snapshots")
+)
+
+
+def real_snapshot_names() -> list[str]:
+    if not SHARED_SNAPSHOTS.is_dir():
+        return []
+    return sorted(p.name for p in SHARED_SNAPSHOTS.glob("*.pickle"))
+
+
+@pytest.fixture(scope="session")
+def shared_snapshots_dir() -> Path:
+    if not SHARED_SNAPSHOTS.is_dir():
+        pytest.skip("../shared/snapshots is absent")
+    return SHARED_SNAPSHOTS
+
+
+@pytest.fixture(scope="session")
+def expected_figures(shared_snapshots_dir: Path) -> dict:
+    path = shared_snapshots_dir / "expected.json"
+    if not path.exists():
+        pytest.skip("../shared/snapshots/expected.json is absent")
+    return json.loads(path.read_text())
+
+
+@pytest.fixture(autouse=True)
+def _isolated_cache(tmp_path_factory, monkeypatch):
+    """Every test gets its own column cache so tests never see each other's files."""
+    monkeypatch.setenv("MEMLENS_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
