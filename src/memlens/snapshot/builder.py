@@ -8,6 +8,7 @@ object per event after it returns.
 from __future__ import annotations
 
 import itertools
+from operator import itemgetter
 from collections.abc import Callable
 from typing import Any
 
@@ -81,9 +82,27 @@ def _int_column(values: list[Any], dtype: Any, what: str, device: int) -> np.nda
         ) from None
 
 
+def _column(trace: list[dict[str, Any]], key: str, default: Any) -> list[Any]:
+    """One field of every entry; itemgetter runs in C, .get only when some entry lacks it."""
+    try:
+        return list(map(itemgetter(key), trace))
+    except KeyError:
+        return [e.get(key, default) for e in trace]
+
+
+def _coded(values: list[Any], code_of: Callable[[Any], int], dtype: Any) -> np.ndarray:
+    """Map a column with few distinct values through `code_of`, calling it once per value."""
+    try:
+        distinct = set(values)
+    except TypeError:  # unhashable values (dict metadata): map them one by one
+        return np.asarray([code_of(v) for v in values], dtype=dtype)
+    table = {v: code_of(v) for v in distinct}
+    return np.fromiter(map(table.__getitem__, values), dtype=dtype, count=len(values))
+
+
 def _build_events(trace: list[Any], device: int, ctx: _Context) -> dict[str, np.ndarray]:
     n = len(trace)
-    if n and not all(isinstance(e, dict) for e in trace):
+    if n and set(map(type, trace)) != {dict}:
         bad = next(e for e in trace if not isinstance(e, dict))
         raise SnapshotError(f"device {device}: trace entry is a {type(bad).__name__}, expected a dict")
     keys = set(itertools.chain.from_iterable(trace))
@@ -93,49 +112,34 @@ def _build_events(trace: list[Any], device: int, ctx: _Context) -> dict[str, np.
     if n and "action" not in keys:
         raise SnapshotError(f"device {device}: trace entries have no 'action' field")
 
-    codes = ctx.action_codes
-    actions = [e.get("action") for e in trace]
-    if any(a not in codes for a in set(actions)):
-        for a in set(actions):
-            ctx.action_code(a)
-    action = np.asarray([codes[a] for a in actions], dtype=np.uint8)
-    del actions
-
-    addr = _int_column([e.get("addr", 0) for e in trace], np.uint64, "addr", device)
-    size = _int_column([e.get("size", 0) for e in trace], np.int64, "size", device)
-    oom_rows = np.flatnonzero(action == Action.OOM)
-    for r in oom_rows:  # the allocator stores free device bytes where addr would be
+    action = _coded(_column(trace, "action", None), ctx.action_code, np.uint8)
+    addr = _int_column(_column(trace, "addr", 0), np.uint64, "addr", device)
+    size = _int_column(_column(trace, "size", 0), np.int64, "size", device)
+    for r in np.flatnonzero(action == Action.OOM):  # free device bytes are stored where addr would be
         addr[r] = int(trace[r].get("device_free", trace[r].get("addr", 0)) or 0)
-    sid = ctx.stream_id
-    stream = np.asarray([sid(e.get("stream", 0)) for e in trace], dtype=np.int32)
+    stream = _coded(_column(trace, "stream", 0), ctx.stream_id, np.int32)
     if "time_us" in keys:
-        time_us = _int_column([e.get("time_us", -1) for e in trace], np.int64, "time_us", device)
+        time_us = _int_column(_column(trace, "time_us", -1), np.int64, "time_us", device)
     else:
         time_us = np.full(n, -1, dtype=np.int64)
-
     if "cpp_frames" in keys:  # legacy 1.13/2.0 entries: Python frames, then C++ frames
-        frame_lists = [_legacy_frames(e) for e in trace]
+        stack = ctx.stacks.stack_ids([_legacy_frames(e) for e in trace])
     else:
-        frame_lists = [e.get("frames") for e in trace]
-    stack = ctx.stacks.stack_ids(frame_lists)
-    del frame_lists
+        stack = ctx.stacks.stack_ids(_column(trace, "frames", None))
 
     def optional_strings(key: str, empty: Any) -> np.ndarray:
         if key not in keys:
             return np.full(n, -1, dtype=np.int32)
-        st = ctx.strings
-        memo: dict[Any, int] = {}
-        out = np.full(n, -1, dtype=np.int32)
-        for k, e in enumerate(trace):
-            v = e.get(key)
+
+        def code(v: Any) -> int:
             if v is None or v == empty or v == "":
-                continue
-            hv = v if isinstance(v, (str, int, float)) else repr(v)
-            i = memo.get(hv)
-            if i is None:
-                i = memo[hv] = st("".join(v) if key == "forward_frames" and isinstance(v, list) else v)
-            out[k] = i
-        return out
+                return -1
+            return ctx.strings("".join(v) if key == "forward_frames" and isinstance(v, list) else v)
+
+        values = _column(trace, key, None)
+        if key == "forward_frames":  # lists: intern by object identity like stacks
+            return _coded([tuple(v) if isinstance(v, list) else v for v in values], lambda t: code(list(t) if isinstance(t, tuple) else t), np.int32)
+        return _coded(values, code, np.int32)
 
     return {
         "action": action,

@@ -108,13 +108,19 @@ class StackTable:
         return i
 
     def stack_ids(self, frame_lists: list[Any]) -> np.ndarray:
-        by_obj = self._by_obj
-        sid = self.stack_id
-        out = [by_obj.get(id(f)) for f in frame_lists]
-        for k, v in enumerate(out):
-            if v is None:
-                out[k] = sid(frame_lists[k])
-        return np.asarray(out, dtype=np.int32)
+        """Stack ids for a column of frame lists, interning each distinct list object once.
+
+        PyTorch's pickles share one list per distinct traceback, so the ids of a million
+        events take only a few thousand distinct values: find those with numpy, intern
+        them, and scatter back.
+        """
+        n = len(frame_lists)
+        if n == 0:
+            return np.zeros(0, dtype=np.int32)
+        obj_ids = np.fromiter(map(id, frame_lists), dtype=np.uint64, count=n)
+        uniq, first, inverse = np.unique(obj_ids, return_index=True, return_inverse=True)
+        table = np.fromiter((self.stack_id(frame_lists[i]) for i in first.tolist()), dtype=np.int32, count=len(uniq))
+        return table[inverse.reshape(-1)]
 
     def arrays(self) -> dict[str, np.ndarray]:
         return {

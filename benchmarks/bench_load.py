@@ -1,0 +1,147 @@
+"""Benchmark the snapshot engine: cold load vs pickle.load, cached reopen, queries.
+
+    python benchmarks/bench_load.py                 # 10k, 100k, 1M events
+    python benchmarks/bench_load.py --sizes 10000 100000 1000000 5000000
+
+Snapshots are generated (memlens.snapshot.generate) into benchmarks/data/ once and reused.
+Every load is timed in a fresh process so peak RSS (ru_maxrss) belongs to that load alone.
+Prints a Markdown table; --write updates the engine section of docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+DATA = HERE / "data"
+
+PICKLE_LOAD = r"""
+import pickle, resource, sys, time, gc, json
+t = time.perf_counter()
+with open(sys.argv[1], "rb") as f:
+    obj = pickle.load(f)
+dt = time.perf_counter() - t
+print(json.dumps({"seconds": dt, "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+"""
+
+MEMLENS_LOAD = r"""
+import resource, sys, time, json
+t0 = time.perf_counter()
+import memlens
+load = memlens.load  # imports the reader modules (numpy, ...) outside the timed region
+t = time.perf_counter()
+snap = load(sys.argv[1], cache=sys.argv[2] == "cache")
+d = snap.device(0)
+_ = d.peak_active_bytes
+dt = time.perf_counter() - t
+print(json.dumps({"seconds": dt, "import_s": t - t0, "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                  "events": d.n_events, "from_cache": snap.from_cache}))
+"""
+
+QUERIES = r"""
+import json, sys, time, random
+import numpy as np
+import memlens
+from memlens.analysis.sites import top_sites
+from memlens.analysis.tree import live_tree
+snap = memlens.load(sys.argv[1])
+d = snap.device(0)
+rng = random.Random(0)
+events = [rng.randrange(d.n_events) for _ in range(200)]
+def per_call(fn, xs):
+    t = time.perf_counter()
+    for x in xs: fn(x)
+    return (time.perf_counter() - t) / len(xs)
+out = {}
+t = time.perf_counter(); p = d.peak_active_bytes; i = d.peak_event_index; out["peak_s"] = time.perf_counter() - t
+out["active_at_s"] = per_call(d.active_at, events)
+out["live_at_s"] = per_call(d.live_at, events[:50])
+out["top_sites_at_peak_s"] = per_call(lambda e: top_sites(d, d.live_at(e), limit=10), [i] * 5)
+out["live_tree_at_peak_s"] = per_call(lambda e: live_tree(d, e), [i] * 5)
+print(json.dumps(out))
+"""
+
+
+def run(code: str, *args: str, env: dict | None = None) -> dict:
+    r = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=env)
+    if r.returncode:
+        raise SystemExit(r.stderr)
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def ensure_snapshot(events: int) -> Path:
+    DATA.mkdir(parents=True, exist_ok=True)
+    path = DATA / f"gen_{events}.pickle"
+    if not path.exists():
+        from memlens.snapshot.generate import generate_snapshot
+
+        t = time.perf_counter()
+        generate_snapshot(path, events=events, layers=24, seed=1)
+        print(f"  generated {path.name} in {time.perf_counter() - t:.1f} s", file=sys.stderr)
+    return path
+
+
+def bench(events: int, repeat: int) -> dict:
+    path = ensure_snapshot(events)
+    cache_dir = tempfile.mkdtemp(prefix="memlens-bench-cache-")
+    env = {**os.environ, "MEMLENS_CACHE_DIR": cache_dir}
+    best = lambda rows, k: min(r[k] for r in rows)  # noqa: E731
+    pk = [run(PICKLE_LOAD, str(path)) for _ in range(repeat)]
+    cold = [run(MEMLENS_LOAD, str(path), "nocache", env=env) for _ in range(repeat)]
+    run(MEMLENS_LOAD, str(path), "cache", env=env)  # writes the cache
+    warm = [run(MEMLENS_LOAD, str(path), "cache", env=env) for _ in range(repeat)]
+    assert all(w["from_cache"] for w in warm)
+    q = run(QUERIES, str(path), env=env)
+    return {
+        "events": cold[0]["events"],
+        "file_mb": path.stat().st_size / 2**20,
+        "pickle_s": best(pk, "seconds"),
+        "pickle_rss_mb": best(pk, "rss_mb"),
+        "cold_s": best(cold, "seconds"),
+        "cold_rss_mb": best(cold, "rss_mb"),
+        "warm_s": best(warm, "seconds"),
+        "warm_rss_mb": best(warm, "rss_mb"),
+        **q,
+    }
+
+
+def table(rows: list[dict]) -> str:
+    head = (
+        "| events | file | pickle.load | memlens cold | ratio | pickle RSS | memlens RSS | ratio | cached reopen "
+        "| peak | memory at event | live set at event | top sites at peak | live tree at peak |\n"
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n"
+    )
+    lines = []
+    for r in rows:
+        lines.append(
+            f"| {r['events']:,} | {r['file_mb']:.1f} MB | {r['pickle_s']:.2f} s | {r['cold_s']:.2f} s | "
+            f"{r['cold_s'] / r['pickle_s']:.2f}x | {r['pickle_rss_mb']:.0f} MB | {r['cold_rss_mb']:.0f} MB | "
+            f"{r['cold_rss_mb'] / r['pickle_rss_mb']:.2f}x | {r['warm_s'] * 1000:.0f} ms | {r['peak_s'] * 1000:.2f} ms | "
+            f"{r['active_at_s'] * 1e6:.1f} µs | {r['live_at_s'] * 1000:.1f} ms | {r['top_sites_at_peak_s'] * 1000:.1f} ms | "
+            f"{r['live_tree_at_peak_s'] * 1000:.1f} ms |"
+        )
+    return head + "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
+    ap.add_argument("--repeat", type=int, default=2)
+    ap.add_argument("--json", action="store_true")
+    a = ap.parse_args()
+    rows = []
+    for n in a.sizes:
+        print(f"benchmarking {n:,} events...", file=sys.stderr)
+        rows.append(bench(n, a.repeat))
+    print(json.dumps(rows, indent=1) if a.json else table(rows))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,148 @@
+"""HTML building blocks for the report: escaping, tables, the JSON data island, the page.
+
+Every string that may come from the user's program (frame names, file names, annotation
+names, metadata, rule names) goes through `esc` here, or into the JSON data island, which
+the page's script reads with JSON.parse and inserts with textContent only.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+from collections.abc import Iterable, Sequence
+from functools import cache
+from importlib import resources
+from typing import Any
+
+from memlens.units import format_bytes
+
+
+def esc(value: Any) -> str:
+    """HTML-escape anything (quotes too, so the result is safe inside attributes)."""
+    return html.escape(str(value), quote=True)
+
+
+def fmt_bytes(n: Any) -> str:
+    return esc(format_bytes(int(n))) if n is not None else "&ndash;"
+
+
+def fmt_delta(n: Any) -> str:
+    """Signed byte change: '+1.00 MiB', '-512 B', '0 B'."""
+    if n is None:
+        return "&ndash;"
+    n = int(n)
+    cls = "up" if n > 0 else "down" if n < 0 else "same"
+    text = ("+" if n > 0 else "") + format_bytes(n)
+    return f'<span class="{cls}">{esc(text)}</span>'
+
+
+def fmt_int(n: Any) -> str:
+    return "&ndash;" if n is None else f"{int(n):,}"
+
+
+def note(text: str, cls: str = "note") -> str:
+    return f'<p class="{cls}">{esc(text)}</p>'
+
+
+class Cell:
+    """A table cell whose HTML is already safe (built with esc/fmt_*); `num` right-aligns."""
+
+    __slots__ = ("html", "num")
+
+    def __init__(self, html_text: str, num: bool = False) -> None:
+        self.html = html_text
+        self.num = num
+
+
+def num(html_text: str) -> Cell:
+    return Cell(html_text, num=True)
+
+
+def table(
+    headers: Sequence[str],
+    rows: Iterable[Sequence[Any]],
+    *,
+    cls: str = "",
+    numeric: Sequence[int] = (),
+    empty: str = "nothing to show",
+) -> str:
+    """A table; plain values are escaped, Cell values are trusted HTML from this package."""
+    numeric_cols = set(numeric)
+    head = "".join(
+        f'<th class="num">{esc(h)}</th>' if i in numeric_cols else f"<th>{esc(h)}</th>"
+        for i, h in enumerate(headers)
+    )
+    body = []
+    for row in rows:
+        cells = []
+        for i, v in enumerate(row):
+            if isinstance(v, Cell):
+                klass = ' class="num"' if v.num or i in numeric_cols else ""
+                cells.append(f"<td{klass}>{v.html}</td>")
+            else:
+                klass = ' class="num"' if i in numeric_cols else ""
+                cells.append(f"<td{klass}>{esc('' if v is None else v)}</td>")
+        body.append("<tr>" + "".join(cells) + "</tr>")
+    if not body:
+        return note(empty)
+    return (
+        f'<div class="tablewrap"><table class="{esc(cls)}"><thead><tr>{head}</tr></thead>'
+        f"<tbody>{''.join(body)}</tbody></table></div>"
+    )
+
+
+def figures(items: Sequence[tuple[str, str, str]]) -> str:
+    """Headline figures: (label, value html, sub-line text)."""
+    cards = "".join(
+        f'<div class="fig"><div class="fig-label">{esc(label)}</div>'
+        f'<div class="fig-value">{value}</div><div class="fig-sub">{esc(sub)}</div></div>'
+        for label, value, sub in items
+    )
+    return f'<div class="figures">{cards}</div>'
+
+
+def json_island(element_id: str, data: Any) -> str:
+    """JSON in a non-executed script element. `</` is escaped so no string can close it."""
+    text = json.dumps(data, separators=(",", ":"), ensure_ascii=False, default=_json_default)
+    text = text.replace("</", "<\\/").replace("<!--", "<\\!--")
+    # U+2028/2029 are valid in JSON but some parsers treat them as line ends
+    text = text.replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
+    return f'<script type="application/json" id="{esc(element_id)}">{text}</script>'
+
+
+def _json_default(o: Any) -> Any:
+    import numpy as np
+
+    if isinstance(o, np.integer):
+        return int(o)
+    if isinstance(o, np.floating):
+        return float(o)
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    raise TypeError(f"not JSON serializable: {type(o).__name__}")
+
+
+@cache
+def asset(name: str) -> str:
+    """A file from templates/ (CSS, JS, page skeleton), read once."""
+    return resources.files("memlens.views.report").joinpath("templates", name).read_text("utf-8")
+
+
+def render_page(*, title: str, header_html: str, nav: Sequence[tuple[str, str]], body_html: str, data: dict[str, Any]) -> str:
+    """The whole self-contained document: inline CSS, inline JS, one JSON data island."""
+    nav_html = "".join(f'<a href="#{esc(sid)}">{esc(label)}</a>' for sid, label in nav)
+    parts = {
+        "TITLE": esc(title),
+        "CSS": asset("report.css"),
+        "HEADER": header_html,
+        "NAV": nav_html,
+        "BODY": body_html,
+        "DATA": json_island("memlens-data", data),
+        "JS": asset("report.js"),
+    }
+    # One pass over the skeleton only: a "{{JS}}" inside a user's frame name is never expanded
+    return _PLACEHOLDER.sub(lambda m: parts[m.group(1)], asset("report.html"))
+
+
+_PLACEHOLDER = re.compile(r"\{\{([A-Z]+)\}\}")

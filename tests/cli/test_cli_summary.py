@@ -1,0 +1,77 @@
+"""`memlens summary` and `memlens generate` as a user runs them."""
+
+from __future__ import annotations
+
+import json
+import pickle
+import subprocess
+import sys
+
+import pytest
+from click.testing import CliRunner
+
+from memlens.cli.main import cli
+from snapshot_builders import hand_snapshot
+
+
+def run(*args: str):
+    return CliRunner().invoke(cli, list(args), catch_exceptions=False)
+
+
+@pytest.fixture
+def hand_file(tmp_path):
+    p = tmp_path / "hand.pickle"
+    p.write_bytes(pickle.dumps(hand_snapshot(), protocol=4))
+    return p
+
+
+def test_summary_json_schema_and_values(hand_file):
+    r = run("summary", str(hand_file), "--json")
+    assert r.exit_code == 0
+    out = json.loads(r.output)
+    assert out["schema"] == 1
+    (d,) = out["devices"]
+    assert {k: d[k] for k in ("device", "trace_entries", "baseline_bytes", "peak_active_bytes", "peak_event_index", "end_active_bytes", "peak_reserved_bytes")} == {
+        "device": 0, "trace_entries": 10, "baseline_bytes": 1050, "peak_active_bytes": 1510,
+        "peak_event_index": 8, "end_active_bytes": 1310, "peak_reserved_bytes": 2 * 1024 * 1024,
+    }  # fmt: skip
+    assert d["starts_mid_run"] is True and d["preexisting_freed_in_trace"] == 1
+    assert d["preexisting_alive_throughout"] == 1
+    assert d["live_at_peak"] == 4
+    # at the peak: G (1000, frames=[user]), A2 (300), B (200), D (10) - all but G in train_step
+    assert [(s["site"], s["bytes"], s["count"]) for s in d["top_sites"]] == [
+        ("train_step (/home/u/train.py:10)", 1510, 4),
+    ]
+    assert d["time_start_us"] == 1000 and d["time_end_us"] == 1009
+
+
+def test_summary_text(hand_file):
+    r = run("summary", str(hand_file))
+    assert r.exit_code == 0
+    assert "peak active      1.47 KiB  at event 8" in r.output
+    assert "1 allocations predate the trace" in r.output
+
+
+def test_summary_device_option_and_unknown_device(hand_file):
+    assert run("summary", str(hand_file), "--device", "0", "--json").exit_code == 0
+    r = subprocess.run([sys.executable, "-m", "memlens", "summary", str(hand_file), "--device", "4"], capture_output=True, text=True)
+    assert r.returncode == 2 and "device 4 is not in this snapshot" in r.stderr
+
+
+def test_generate_then_summary_real_process(tmp_path):
+    out = tmp_path / "gen.pickle"
+    r = subprocess.run([sys.executable, "-m", "memlens", "generate", str(out), "--events", "3000", "--devices", "2", "--truncate", "100"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    r = subprocess.run([sys.executable, "-m", "memlens", "summary", str(out), "--json"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    s = json.loads(r.stdout)
+    assert [d["device"] for d in s["devices"]] == [0, 1]
+    assert all(d["truncated"] and d["starts_mid_run"] for d in s["devices"])
+    assert all(d["top_sites"] for d in s["devices"])
+
+
+def test_help_lists_commands():
+    r = run("--help")
+    assert r.exit_code == 0
+    for name in ("summary", "generate"):
+        assert name in r.output

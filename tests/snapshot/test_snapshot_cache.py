@@ -1,0 +1,92 @@
+"""The on-disk column cache: hit, miss on change, rebuild on damage, env and opt-out."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import time
+
+import numpy as np
+import pytest
+
+import memlens
+from memlens.snapshot import cache as column_cache
+from memlens.snapshot.loader import SnapshotWarning
+from snapshot_builders import hand_snapshot
+
+
+@pytest.fixture
+def snap_file(tmp_path):
+    p = tmp_path / "s.pickle"
+    p.write_bytes(pickle.dumps(hand_snapshot(), protocol=4))
+    return p
+
+
+def _same(a, b):
+    da, db = a.device(0), b.device(0)
+    for name in ("action", "addr", "size", "stack", "alloc_event", "free_event", "alloc_size", "active_after", "reserved_after"):
+        assert np.array_equal(getattr(da, name), getattr(db, name)), name
+    assert da.baseline_bytes == db.baseline_bytes
+    assert a.strings == b.strings and a.streams == b.streams
+
+
+def test_second_open_is_memory_mapped_from_cache(snap_file, tmp_path):
+    first = memlens.load(snap_file)
+    assert not first.from_cache
+    entries = list(column_cache.cache_root().iterdir())
+    assert len(entries) == 1 and str(entries[0]).startswith(os.environ["MEMLENS_CACHE_DIR"])
+    second = memlens.load(snap_file)
+    assert second.from_cache
+    assert isinstance(second.device(0).active_after, np.memmap)
+    _same(first, second)
+    assert second.device(0).peak_active_bytes == 1510
+
+
+def test_changed_file_misses(snap_file):
+    memlens.load(snap_file)
+    raw = hand_snapshot()
+    raw["device_traces"][0] = raw["device_traces"][0][:5]
+    time.sleep(0.01)
+    snap_file.write_bytes(pickle.dumps(raw, protocol=4))
+    again = memlens.load(snap_file)
+    assert not again.from_cache
+    assert again.device(0).n_events == 5
+
+
+def test_corrupt_cache_is_rebuilt_with_a_warning(snap_file):
+    memlens.load(snap_file)
+    entry, _ = column_cache.entry_dir(snap_file)
+    victim = entry / "d0.active_after.npy"
+    victim.write_bytes(victim.read_bytes()[:20])
+    with pytest.warns(SnapshotWarning, match="rebuilding"):
+        again = memlens.load(snap_file)
+    assert not again.from_cache
+    assert again.device(0).active_after.tolist()[-1] == 1310
+    assert memlens.load(snap_file).from_cache
+
+
+def test_stale_format_is_rebuilt(snap_file):
+    memlens.load(snap_file)
+    entry, _ = column_cache.entry_dir(snap_file)
+    meta = entry / "meta.json"
+    text = meta.read_text()
+    meta.write_text(text.replace(f'"format": {column_cache.CACHE_FORMAT}', '"format": -1', 1))
+    with pytest.warns(SnapshotWarning, match="stale"):
+        assert not memlens.load(snap_file).from_cache
+
+
+def test_no_cache_writes_nothing(snap_file):
+    memlens.load(snap_file, cache=False)
+    root = column_cache.cache_root()
+    assert not root.exists() or not any(root.iterdir())
+
+
+def test_cli_no_cache_flag(snap_file):
+    from click.testing import CliRunner
+
+    from memlens.cli.main import cli
+
+    r = CliRunner().invoke(cli, ["summary", str(snap_file), "--no-cache", "--json"])
+    assert r.exit_code == 0, r.output
+    root = column_cache.cache_root()
+    assert not root.exists() or not any(root.iterdir())

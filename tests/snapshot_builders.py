@@ -1,0 +1,65 @@
+"""Tiny helpers to hand-build snapshots in PyTorch's format inside tests."""
+
+from __future__ import annotations
+
+from typing import Any
+
+MiB = 1024 * 1024
+
+FRAME_USER = {"filename": "/home/u/train.py", "line": 10, "name": "train_step"}
+FRAME_TORCH = {"filename": "/usr/lib/python3.11/site-packages/torch/nn/functional.py", "line": 2380, "name": "linear"}
+STACK = [FRAME_TORCH, FRAME_USER]
+
+
+def ev(action: str, addr: int, size: int, t: int = 0, stream: int = 0, frames: list | None = None, **extra: Any) -> dict:
+    e = {"action": action, "addr": addr, "size": size, "stream": stream, "time_us": 1000 + t, "frames": STACK if frames is None else frames}
+    e.update(extra)
+    return e
+
+
+def block(addr: int, size: int, requested: int, state: str, frames: list | None = None) -> dict:
+    return {"address": addr, "size": size, "requested_size": requested, "state": state, "frames": frames or []}
+
+
+def segment(addr: int, blocks: list[dict], device: int = 0, stream: int = 0, **extra: Any) -> dict:
+    total = sum(b["size"] for b in blocks)
+    seg = {
+        "device": device, "address": addr, "total_size": total,
+        "allocated_size": sum(b["size"] for b in blocks if b["state"] == "active_allocated"),
+        "active_size": sum(b["size"] for b in blocks if b["state"] != "inactive"),
+        "requested_size": sum(b["requested_size"] for b in blocks if b["state"] != "inactive"),
+        "stream": stream, "segment_type": "small", "segment_pool_id": (0, 0),
+        "is_expandable": False, "frames": [], "blocks": blocks,
+    }  # fmt: skip
+    seg.update(extra)
+    return seg
+
+
+def hand_snapshot() -> dict:
+    """The worked example of docs/concepts.md (every figure there is checked in tests).
+
+    S = 0x10000 segment of 2 MiB; A reused at 0x10000; B, C (orphan), D, G (ghost).
+    """
+    S, A, B, C, D, G = 0x10000, 0x10000, 0x10400, 0x10800, 0x10C00, 0x11000
+    trace = [
+        ev("segment_alloc", S, 2 * MiB, 0),  # 0
+        ev("alloc", A, 100, 1),  # 1
+        ev("alloc", B, 200, 2),  # 2
+        ev("free_requested", A, 100, 3),  # 3
+        ev("free_completed", A, 100, 4),  # 4
+        ev("free_completed", C, 50, 5),  # 5  orphan: allocated before recording
+        ev("alloc", A, 300, 6),  # 6  A again: version 1
+        ev("free_requested", B, 200, 7),  # 7
+        ev("alloc", D, 10, 8),  # 8
+        ev("free_completed", B, 200, 9),  # 9  completed late (another stream used B)
+    ]
+    blocks = [
+        block(A, 512, 300, "active_allocated", STACK),
+        block(A + 512, 512, 512, "inactive"),
+        block(B, 1024, 1024, "inactive"),
+        block(C, 1024, 1024, "inactive"),
+        block(D, 1024, 10, "active_allocated", STACK),
+        block(G, 1024, 1000, "active_allocated", [FRAME_USER]),
+        block(G + 1024, 2 * MiB - 5120, 2 * MiB - 5120, "inactive"),
+    ]
+    return {"segments": [segment(S, blocks)], "device_traces": [trace]}
