@@ -25,10 +25,10 @@ _LAZY: dict[str, tuple[str, str]] = {
     "DeviceTrace": ("memlens.snapshot.model", "DeviceTrace"),
     "generate_snapshot": ("memlens.snapshot.generate", "generate_snapshot"),
     # recording (torch needed only when called)
-    "record": ("memlens.record.capture", "record"),
-    "stage": ("memlens.record.markers", "stage"),
-    "step": ("memlens.record.markers", "step"),
-    "dump_on_oom": ("memlens.record.oom", "dump_on_oom"),
+    "record": ("memlens.capture.capture", "record"),
+    "stage": ("memlens.capture.markers", "stage"),
+    "step": ("memlens.capture.markers", "step"),
+    "dump_on_oom": ("memlens.capture.oom", "dump_on_oom"),
     # simulation without a GPU
     "simulate": ("memlens.simulate.api", "simulate"),
     # tensor inspector

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import Any, TypeVar
 
-from memlens.record.errors import RecordError
+from memlens.capture.errors import RecordError
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from memlens.record.errors import NoCudaError, RecordError
+from memlens.capture.errors import NoCudaError, RecordError
 
 BACKEND_ENV = "MEMLENS_RECORD_BACKEND"
 
@@ -93,8 +93,17 @@ class TorchCudaBackend:
         return bool(torch.cuda.is_available())
 
     def history_enabled(self) -> bool | None:
-        probe = getattr(self._torch()._C, "_cuda_isHistoryEnabled", None)
-        return None if probe is None else bool(probe())
+        torch = self._torch()
+        probe = getattr(torch._C, "_cuda_isHistoryEnabled", None)
+        # Both probes read the caching allocator's per-device state, which exists only once
+        # CUDA is initialized (recording would initialize it anyway).
+        torch.cuda.init()
+        if probe is not None:
+            return bool(probe())
+        # Older builds: recorded events prove history is on (switching it off clears them);
+        # no events proves nothing.
+        traces = torch.cuda.memory._snapshot().get("device_traces", [])
+        return True if any(traces) else None
 
     def start(self, settings: RecordSettings) -> None:
         self._torch().cuda.memory._record_memory_history(
@@ -135,6 +144,12 @@ def set_backend(backend: Backend | None) -> Backend | None:
     return previous
 
 
+def _reset_for_tests() -> None:
+    global _override
+    _override = None
+    _from_env.clear()
+
+
 def _load_from_spec(spec: str) -> Backend:
     module_name, _, attr = spec.partition(":")
     if not module_name or not attr:
@@ -143,7 +158,8 @@ def _load_from_spec(spec: str) -> Backend:
         target = getattr(importlib.import_module(module_name), attr)
     except (ImportError, AttributeError) as exc:
         raise RecordError(f"{BACKEND_ENV}={spec!r} cannot be loaded: {exc}") from exc
-    return target() if callable(target) and not hasattr(target, "snapshot") else target
+    # A class or a factory is called once; an object with the backend methods is used as is.
+    return target() if isinstance(target, type) or not hasattr(target, "snapshot") else target
 
 
 def get_backend() -> Backend:

@@ -9,8 +9,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from memlens.record.backend import Backend
-from memlens.record.errors import RecordError, UnwritablePathError
+from memlens.capture.backend import Backend
+from memlens.capture.errors import RecordError, UnwritablePathError
 
 log = logging.getLogger("memlens.record")
 

@@ -10,10 +10,15 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
 
-from memlens.record import session
-from memlens.record.backend import DEFAULT_MAX_ENTRIES, RecordSettings, get_backend
-from memlens.record.errors import RecordError
-from memlens.record.output import dump_snapshot, prepare_output, write_report_beside
+from memlens.capture import session
+from memlens.capture.backend import (
+    DEFAULT_MAX_ENTRIES,
+    RecordSettings,
+    get_backend,
+    require_available,
+)
+from memlens.capture.errors import RecordError
+from memlens.capture.output import dump_snapshot, prepare_output, write_report_beside
 
 log = logging.getLogger("memlens.record")
 
@@ -56,6 +61,7 @@ class Recording:
             )
         backend = get_backend()
         # Every check happens before recording starts, so a bad path costs nothing.
+        require_available(backend)
         prepare_output(self.path)
         self._token = session.begin(self.settings, backend)
         return self
@@ -134,9 +140,9 @@ def record(
             that fails is a warning; the snapshot is kept.
 
     Raises:
-        memlens.record.errors.NoCudaError: no CUDA device (use `memlens simulate`).
-        memlens.record.errors.RecordingActiveError: other code is already recording CUDA
+        memlens.capture.errors.NoCudaError: no CUDA device (use `memlens simulate`).
+        memlens.capture.errors.RecordingActiveError: other code is already recording CUDA
             memory history (memlens could not restore it afterwards).
-        memlens.record.errors.UnwritablePathError: `path` cannot be written.
+        memlens.capture.errors.UnwritablePathError: `path` cannot be written.
     """
     return Recording(path, max_entries=max_entries, stacks=stacks, context=context, report=report)

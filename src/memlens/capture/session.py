@@ -13,8 +13,8 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 
-from memlens.record.backend import Backend, RecordSettings, require_available
-from memlens.record.errors import RecordingActiveError
+from memlens.capture.backend import Backend, RecordSettings, require_available
+from memlens.capture.errors import RecordingActiveError
 
 ACTIVE_ELSEWHERE_MESSAGE = (
     "CUDA memory history is already being recorded by code outside memlens "

@@ -16,15 +16,15 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from memlens.record import session
-from memlens.record.backend import (
+from memlens.capture import session
+from memlens.capture.backend import (
     DEFAULT_MAX_ENTRIES,
     Backend,
     RecordSettings,
     get_backend,
     require_available,
 )
-from memlens.record.output import dump_snapshot, prepare_output
+from memlens.capture.output import dump_snapshot, prepare_output
 
 log = logging.getLogger("memlens.record")
 
@@ -143,10 +143,10 @@ def dump_on_oom(
     allocator's segments. No HTML report is written here: run `memlens report PATH`.
     """
     backend = get_backend()
+    require_available(backend)
     folder = Path(directory).expanduser()
     # Prove the folder is writable now, not in the middle of an OOM.
     prepare_output(folder / _oom_filename(1))
-    require_available(backend)
     token = None
     if record and session.active_settings(backend) is None and not backend.history_enabled():
         token = session.begin(RecordSettings(max_entries, stacks, context), backend)

@@ -1,6 +1,11 @@
 """Capture real CUDA memory snapshots: `memlens.record`, `memlens.stage`, `memlens.step`,
 `memlens.dump_on_oom` and the harness behind `memlens run`.
 
-Every call into torch goes through a small backend object (`memlens.record.backend`), so the
+    with memlens.record("out/step.pickle"):      # see memlens.capture.capture.record
+        train_step()
+
+Every call into torch goes through a small backend object (`memlens.capture.backend`), so the
 control flow here is tested on machines without a GPU; torch is imported only when used.
 """
+
+from __future__ import annotations

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Install everything memlens and its test suite need on a fresh Debian machine with
+# Python 3.11 and pip (no venv needed). Safe to run again: it skips what is there.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need_apt=()
+command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
+command -v tmux >/dev/null 2>&1 || need_apt+=(tmux)
+command -v ffmpeg >/dev/null 2>&1 || need_apt+=(ffmpeg)
+if [ "${#need_apt[@]}" -gt 0 ] && [ "${MEMLENS_SKIP_APT:-0}" != "1" ]; then
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}" >/dev/null
+fi
+
+PIP="python3 -m pip install -q --disable-pip-version-check"
+# torch is optional for memlens itself (record/simulate/inspect only). The pinned CPU
+# build comes from a local file on these machines; never let pip pick a CUDA build.
+python3 -c "import torch" 2>/dev/null || $PIP "torch==2.13.0"
+$PIP -e ".[dev]"
