@@ -7,18 +7,43 @@ from typing import Any
 MiB = 1024 * 1024
 
 FRAME_USER = {"filename": "/home/u/train.py", "line": 10, "name": "train_step"}
-FRAME_TORCH = {"filename": "/usr/lib/python3.11/site-packages/torch/nn/functional.py", "line": 2380, "name": "linear"}
+FRAME_TORCH = {
+    "filename": "/usr/lib/python3.11/site-packages/torch/nn/functional.py",
+    "line": 2380,
+    "name": "linear",
+}
 STACK = [FRAME_TORCH, FRAME_USER]
 
 
-def ev(action: str, addr: int, size: int, t: int = 0, stream: int = 0, frames: list | None = None, **extra: Any) -> dict:
-    e = {"action": action, "addr": addr, "size": size, "stream": stream, "time_us": 1000 + t, "frames": STACK if frames is None else frames}
+def ev(
+    action: str,
+    addr: int,
+    size: int,
+    t: int = 0,
+    stream: int = 0,
+    frames: list | None = None,
+    **extra: Any,
+) -> dict:
+    e = {
+        "action": action,
+        "addr": addr,
+        "size": size,
+        "stream": stream,
+        "time_us": 1000 + t,
+        "frames": STACK if frames is None else frames,
+    }
     e.update(extra)
     return e
 
 
 def block(addr: int, size: int, requested: int, state: str, frames: list | None = None) -> dict:
-    return {"address": addr, "size": size, "requested_size": requested, "state": state, "frames": frames or []}
+    return {
+        "address": addr,
+        "size": size,
+        "requested_size": requested,
+        "state": state,
+        "frames": frames or [],
+    }
 
 
 def segment(addr: int, blocks: list[dict], device: int = 0, stream: int = 0, **extra: Any) -> dict:

@@ -54,15 +54,39 @@ def test_summary_text(hand_file):
 
 def test_summary_device_option_and_unknown_device(hand_file):
     assert run("summary", str(hand_file), "--device", "0", "--json").exit_code == 0
-    r = subprocess.run([sys.executable, "-m", "memlens", "summary", str(hand_file), "--device", "4"], capture_output=True, text=True)
+    r = subprocess.run(
+        [sys.executable, "-m", "memlens", "summary", str(hand_file), "--device", "4"],
+        capture_output=True,
+        text=True,
+    )
     assert r.returncode == 2 and "device 4 is not in this snapshot" in r.stderr
 
 
 def test_generate_then_summary_real_process(tmp_path):
     out = tmp_path / "gen.pickle"
-    r = subprocess.run([sys.executable, "-m", "memlens", "generate", str(out), "--events", "3000", "--devices", "2", "--truncate", "100"], capture_output=True, text=True)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "memlens",
+            "generate",
+            str(out),
+            "--events",
+            "3000",
+            "--devices",
+            "2",
+            "--truncate",
+            "100",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert r.returncode == 0, r.stderr
-    r = subprocess.run([sys.executable, "-m", "memlens", "summary", str(out), "--json"], capture_output=True, text=True)
+    r = subprocess.run(
+        [sys.executable, "-m", "memlens", "summary", str(out), "--json"],
+        capture_output=True,
+        text=True,
+    )
     assert r.returncode == 0, r.stderr
     s = json.loads(r.stdout)
     assert [d["device"] for d in s["devices"]] == [0, 1]

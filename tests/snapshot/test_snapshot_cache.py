@@ -24,7 +24,17 @@ def snap_file(tmp_path):
 
 def _same(a, b):
     da, db = a.device(0), b.device(0)
-    for name in ("action", "addr", "size", "stack", "alloc_event", "free_event", "alloc_size", "active_after", "reserved_after"):
+    for name in (
+        "action",
+        "addr",
+        "size",
+        "stack",
+        "alloc_event",
+        "free_event",
+        "alloc_size",
+        "active_after",
+        "reserved_after",
+    ):
         assert np.array_equal(getattr(da, name), getattr(db, name)), name
     assert da.baseline_bytes == db.baseline_bytes
     assert a.strings == b.strings and a.streams == b.streams
@@ -90,3 +100,17 @@ def test_cli_no_cache_flag(snap_file):
     assert r.exit_code == 0, r.output
     root = column_cache.cache_root()
     assert not root.exists() or not any(root.iterdir())
+
+
+def test_cache_keeps_a_bounded_number_of_entries(tmp_path, monkeypatch):
+    monkeypatch.setattr(column_cache, "MAX_ENTRIES", 3)
+    paths = []
+    for k in range(5):
+        p = tmp_path / f"s{k}.pickle"
+        p.write_bytes(pickle.dumps(hand_snapshot(), protocol=4))
+        memlens.load(p)
+        paths.append(p)
+        time.sleep(0.01)
+    assert len([d for d in column_cache.cache_root().iterdir() if d.is_dir()]) == 3
+    assert memlens.load(paths[-1]).from_cache
+    assert not memlens.load(paths[0]).from_cache

@@ -79,8 +79,14 @@ def test_legacy_cpp_frames_on_entries():
 
 def test_new_fields_compile_context_metadata_forward_frames_oom():
     trace = [
-        ev("alloc", 0x10, 8, compile_context="Torch-Compiled Region: 0/0", user_metadata="step=1",
-           forward_frames=["  File a.py, line 1\n", "    x = f()\n"]),  # fmt: skip
+        ev(
+            "alloc",
+            0x10,
+            8,
+            compile_context="Torch-Compiled Region: 0/0",
+            user_metadata="step=1",
+            forward_frames=["  File a.py, line 1\n", "    x = f()\n"],
+        ),  # fmt: skip
         ev("alloc", 0x20, 8, compile_context="N/A", user_metadata=""),
         ev("alloc", 0x30, 8, user_metadata={"phase": "fwd"}),
         {"action": "oom", "device_free": 12345, "size": 4 * MiB, "stream": 0, "time_us": 9},
@@ -116,10 +122,23 @@ def test_unknown_action_and_fields_warn_once_and_keep_going():
 
 
 def test_several_devices_streams_and_private_pools():
-    s0 = segment(0x1000, [block(0x1000, 512, 100, "active_allocated", STACK), block(0x1200, 1536, 1536, "inactive")])
-    s1 = segment(0x9000, [block(0x9000, 2048, 2048, "inactive")], device=1, stream=0xABC, segment_pool_id=(1, 7))
+    s0 = segment(
+        0x1000,
+        [block(0x1000, 512, 100, "active_allocated", STACK), block(0x1200, 1536, 1536, "inactive")],
+    )
+    s1 = segment(
+        0x9000,
+        [block(0x9000, 2048, 2048, "inactive")],
+        device=1,
+        stream=0xABC,
+        segment_pool_id=(1, 7),
+    )
     t0 = [ev("alloc", 0x1000, 100)]
-    t1 = [ev("segment_alloc", 0x9000, 2048, stream=0xABC), ev("alloc", 0x9000, 64, stream=0xABC), ev("free_completed", 0x9000, 64, stream=0xABC)]
+    t1 = [
+        ev("segment_alloc", 0x9000, 2048, stream=0xABC),
+        ev("alloc", 0x9000, 64, stream=0xABC),
+        ev("free_completed", 0x9000, 64, stream=0xABC),
+    ]
     snap = memlens.load({"segments": [s0, s1], "device_traces": [t0, t1]})
     assert snap.devices == [0, 1]
     assert snap.default_device == 1

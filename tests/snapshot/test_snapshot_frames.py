@@ -8,10 +8,22 @@ from memlens.snapshot.frames import CPP, NOISE, PYTHON, classify_frame, short_cp
 from snapshot_builders import ev
 
 UNWIND = {"filename": "??", "line": 0, "name": "torch::unwind::unwind()"}
-ALLOC = {"filename": "CUDACachingAllocator.cpp", "line": 0, "name": "c10::cuda::CUDACachingAllocator::Native::DeviceCachingAllocator::malloc(signed char, unsigned long, CUstream_st*)"}
-NODE = {"filename": "??", "line": 0, "name": "torch::autograd::generated::MmBackward0::apply(std::vector<at::Tensor, std::allocator<at::Tensor> >&&)"}
+ALLOC = {
+    "filename": "CUDACachingAllocator.cpp",
+    "line": 0,
+    "name": "c10::cuda::CUDACachingAllocator::Native::DeviceCachingAllocator::malloc(signed char, unsigned long, CUstream_st*)",
+}
+NODE = {
+    "filename": "??",
+    "line": 0,
+    "name": "torch::autograd::generated::MmBackward0::apply(std::vector<at::Tensor, std::allocator<at::Tensor> >&&)",
+}
 EVAL = {"filename": "ceval.c", "line": 0, "name": "_PyEval_EvalFrameDefault"}
-TORCH_PY = {"filename": "/opt/venv/lib/python3.11/site-packages/torch/nn/modules/linear.py", "line": 125, "name": "forward"}
+TORCH_PY = {
+    "filename": "/opt/venv/lib/python3.11/site-packages/torch/nn/modules/linear.py",
+    "line": 125,
+    "name": "forward",
+}
 STDLIB = {"filename": "/usr/lib/python3.11/contextlib.py", "line": 81, "name": "inner"}
 USER = {"filename": "/home/me/model.py", "line": 42, "name": "block"}
 
@@ -27,11 +39,16 @@ def test_classify():
 def test_short_cpp_name():
     assert short_cpp_name(NODE["name"]) == "torch::autograd::generated::MmBackward0::apply"
     assert short_cpp_name("void at::f<int(long)>(int)") == "void at::f<int(long)>"
-    assert short_cpp_name("torch::cuda::(anonymous namespace)::gather_with_cpp()") == "torch::cuda::(anonymous namespace)::gather_with_cpp"
+    assert (
+        short_cpp_name("torch::cuda::(anonymous namespace)::gather_with_cpp()")
+        == "torch::cuda::(anonymous namespace)::gather_with_cpp"
+    )
 
 
 def _snap(*stacks):
-    trace = [ev("alloc", 0x100 * (k + 1), 100 * (k + 1), frames=list(s)) for k, s in enumerate(stacks)]
+    trace = [
+        ev("alloc", 0x100 * (k + 1), 100 * (k + 1), frames=list(s)) for k, s in enumerate(stacks)
+    ]
     return memlens.load({"segments": [], "device_traces": [trace]})
 
 
@@ -48,15 +65,31 @@ def test_first_user_frame_tiers_and_hide_patterns():
     sites = {s["bytes"]: s["site"] for s in top_sites(d, rows, limit=None)}
     assert sites[100] == "block (/home/me/model.py:42)"
     assert sites[200] == "torch::autograd::generated::MmBackward0::apply"
-    assert sites[300] == "forward (/opt/venv/lib/python3.11/site-packages/torch/nn/modules/linear.py:125)"
-    assert sites[400].startswith("c10::cuda::CUDACachingAllocator::Native::DeviceCachingAllocator::malloc (CUDACachingAllocator.cpp)")
+    assert (
+        sites[300]
+        == "forward (/opt/venv/lib/python3.11/site-packages/torch/nn/modules/linear.py:125)"
+    )
+    assert sites[400].startswith(
+        "c10::cuda::CUDACachingAllocator::Native::DeviceCachingAllocator::malloc (CUDACachingAllocator.cpp)"
+    )
     assert sites[500] == "<no stack recorded>"
     # hide nothing: the innermost Python frame wins, even torch's (rows 100 and 300 merge)
     shown = {s["site"]: s["bytes"] for s in top_sites(d, rows, limit=None, hide_patterns=[])}
-    assert shown["forward (/opt/venv/lib/python3.11/site-packages/torch/nn/modules/linear.py:125)"] == 400
+    assert (
+        shown["forward (/opt/venv/lib/python3.11/site-packages/torch/nn/modules/linear.py:125)"]
+        == 400
+    )
     # custom patterns that hide the user's file too: fall back to any Python frame
-    custom = {s["site"]: s["bytes"] for s in top_sites(d, rows, limit=None, hide_patterns=["model\\.py$", "torch", "contextlib"])}
-    assert custom["forward (/opt/venv/lib/python3.11/site-packages/torch/nn/modules/linear.py:125)"] == 400
+    custom = {
+        s["site"]: s["bytes"]
+        for s in top_sites(
+            d, rows, limit=None, hide_patterns=["model\\.py$", "torch", "contextlib"]
+        )
+    }
+    assert (
+        custom["forward (/opt/venv/lib/python3.11/site-packages/torch/nn/modules/linear.py:125)"]
+        == 400
+    )
     assert frame_label(snap, -1) == "<no stack recorded>"
 
 

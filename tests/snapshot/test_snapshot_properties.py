@@ -21,7 +21,19 @@ def random_traces(draw):
     n = draw(st.integers(0, 60))
     trace = []
     for _ in range(n):
-        kind = draw(st.sampled_from(["alloc", "alloc", "free_requested", "free_completed", "free_completed", "segment_alloc", "snapshot"]))
+        kind = draw(
+            st.sampled_from(
+                [
+                    "alloc",
+                    "alloc",
+                    "free_requested",
+                    "free_completed",
+                    "free_completed",
+                    "segment_alloc",
+                    "snapshot",
+                ]
+            )
+        )
         addr = draw(st.sampled_from(ADDRS))
         size = draw(st.integers(1, 5000))
         trace.append(ev(kind, addr, size))
@@ -45,7 +57,9 @@ def _naive_live(trace, end_event):
                 orphan.append([e["addr"], e["size"], -1, i])
     rows = orphan + live
     return sorted(
-        (a, s) for a, s, start, stop in rows if start <= end_event and (stop is None or stop > end_event)
+        (a, s)
+        for a, s, start, stop in rows
+        if start <= end_event and (stop is None or stop > end_event)
     )
 
 
@@ -79,7 +93,15 @@ def test_vectorized_replay_equals_naive(trace):
     seed=st.integers(0, 10),
 )
 def test_generated_snapshots_keep_the_invariant(events, devices, truncate, expandable, oom, seed):
-    raw = generate_trace_dict(events=events, devices=devices, layers=3, truncate=truncate, expandable=expandable, oom=oom, seed=seed)
+    raw = generate_trace_dict(
+        events=events,
+        devices=devices,
+        layers=3,
+        truncate=truncate,
+        expandable=expandable,
+        oom=oom,
+        seed=seed,
+    )
     snap = memlens.load(raw)
     assert snap.devices == list(range(devices))
     for dev_id in snap.devices:
@@ -88,7 +110,9 @@ def test_generated_snapshots_keep_the_invariant(events, devices, truncate, expan
         assert d.active_after.tolist() == ref["active_after"]
         seg = snap.segments
         rows = seg.of_device(dev_id)
-        blk = np.concatenate([np.arange(seg.block_offsets[r], seg.block_offsets[r + 1]) for r in rows])
+        blk = np.concatenate(
+            [np.arange(seg.block_offsets[r], seg.block_offsets[r + 1]) for r in rows]
+        )
         active = blk[seg.block_state[blk] == 1]
         live = d.live_at(d.n_events - 1)
         assert sorted(zip(d.alloc_addr[live].tolist(), d.alloc_size[live].tolist())) == sorted(

@@ -57,9 +57,16 @@ def test_end_of_replay_matches_final_segments(loaded, name):
         d = snap.device(dev_id)
         seg = snap.segments
         rows = seg.of_device(dev_id)
-        blk = np.concatenate([np.arange(seg.block_offsets[r], seg.block_offsets[r + 1]) for r in rows])
+        blk = np.concatenate(
+            [np.arange(seg.block_offsets[r], seg.block_offsets[r + 1]) for r in rows]
+        )
         state = seg.block_state[blk]
-        want = sorted(zip(seg.block_address[blk][state > 0].tolist(), seg.block_requested_size[blk][state > 0].tolist()))
+        want = sorted(
+            zip(
+                seg.block_address[blk][state > 0].tolist(),
+                seg.block_requested_size[blk][state > 0].tolist(),
+            )
+        )
         live = d.live_at(d.n_events - 1)
         got = sorted(zip(d.alloc_addr[live].tolist(), d.alloc_size[live].tolist()))
         assert got == want

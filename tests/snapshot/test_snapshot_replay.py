@@ -7,8 +7,7 @@ import pytest
 
 import memlens
 from memlens.snapshot.model import GHOST, LIVE_AT_END, PREEXISTING
-
-from snapshot_builders import STACK, MiB, ev, hand_snapshot, segment, block
+from snapshot_builders import STACK, MiB, block, ev, hand_snapshot, segment
 
 
 @pytest.fixture
@@ -81,7 +80,9 @@ def test_event_at_time(dev):
 def test_alloc_over_open_address_keeps_earlier_alive_like_memoryviz():
     snap = {
         "segments": [],
-        "device_traces": [[ev("alloc", 0x100, 10), ev("alloc", 0x100, 20), ev("free_completed", 0x100, 20)]],
+        "device_traces": [
+            [ev("alloc", 0x100, 10), ev("alloc", 0x100, 20), ev("free_completed", 0x100, 20)]
+        ],
     }
     with pytest.warns(memlens.snapshot.loader.SnapshotWarning, match="still in use"):
         d = memlens.load(snap).device(0)
@@ -89,7 +90,10 @@ def test_alloc_over_open_address_keeps_earlier_alive_like_memoryviz():
 
 
 def test_free_requested_only_traces_use_requests_as_frees():
-    snap = {"segments": [], "device_traces": [[ev("alloc", 0x100, 10), ev("free_requested", 0x100, 10)]]}
+    snap = {
+        "segments": [],
+        "device_traces": [[ev("alloc", 0x100, 10), ev("free_requested", 0x100, 10)]],
+    }
     with pytest.warns(memlens.snapshot.loader.SnapshotWarning, match="free_requested taken"):
         d = memlens.load(snap).device(0)
     assert d.active_after.tolist() == [10, 0]
@@ -99,7 +103,9 @@ def test_free_requested_only_traces_use_requests_as_frees():
 def test_no_segments_reserved_starts_at_zero_or_lowest_valid():
     snap = {
         "segments": [],
-        "device_traces": [[ev("segment_free", 0x1000, 2 * MiB), ev("segment_alloc", 0x1000, 4 * MiB)]],
+        "device_traces": [
+            [ev("segment_free", 0x1000, 2 * MiB), ev("segment_alloc", 0x1000, 4 * MiB)]
+        ],
     }
     d = memlens.load(snap).device(0)
     assert d.reserved_start_bytes == 2 * MiB
@@ -107,7 +113,12 @@ def test_no_segments_reserved_starts_at_zero_or_lowest_valid():
 
 
 def test_expandable_segments_map_unmap_reserved():
-    seg = segment(0x1000, [block(0x1000, 20 * MiB, 20 * MiB, "inactive")], segment_type="large", is_expandable=True)
+    seg = segment(
+        0x1000,
+        [block(0x1000, 20 * MiB, 20 * MiB, "inactive")],
+        segment_type="large",
+        is_expandable=True,
+    )
     trace = [
         ev("segment_map", 0x1000, 20 * MiB),
         ev("segment_map", 0x1000 + 20 * MiB, 20 * MiB),
@@ -121,8 +132,19 @@ def test_expandable_segments_map_unmap_reserved():
 
 
 def test_pending_free_block_in_final_state_is_not_a_ghost():
-    seg = segment(0x1000, [block(0x1000, 512, 100, "active_pending_free", STACK), block(0x1200, 512, 512, "inactive")])
-    trace = [ev("alloc", 0x1000, 100), ev("free_requested", 0x1000, 100), ev("alloc", 0x1200, 7), ev("free_completed", 0x1200, 7)]
+    seg = segment(
+        0x1000,
+        [
+            block(0x1000, 512, 100, "active_pending_free", STACK),
+            block(0x1200, 512, 512, "inactive"),
+        ],
+    )
+    trace = [
+        ev("alloc", 0x1000, 100),
+        ev("free_requested", 0x1000, 100),
+        ev("alloc", 0x1200, 7),
+        ev("free_completed", 0x1200, 7),
+    ]
     d = memlens.load({"segments": [seg], "device_traces": [trace]}).device(0)
     assert d.end_active_bytes == 100
     assert d.alloc_flags[0] & LIVE_AT_END

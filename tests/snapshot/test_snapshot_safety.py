@@ -119,7 +119,10 @@ def test_missing_file_and_directory(tmp_path):
         ({"model": "resnet"}, "neither 'segments' nor 'device_traces'"),
         ("hello", "holds a str"),
         ({"segments": [], "device_traces": [[{"addr": 1}]]}, "no 'action' field"),
-        ({"segments": [], "device_traces": [[{"action": "alloc", "addr": "x", "size": 1}]]}, "non-integer"),
+        (
+            {"segments": [], "device_traces": [[{"action": "alloc", "addr": "x", "size": 1}]]},
+            "non-integer",
+        ),
         ({"segments": [], "device_traces": {"0": []}}, "should be a list"),
         ({"segments": 5}, "should be a list"),
         ({"segments": [], "device_traces": [[7]]}, "expected a dict"),
@@ -147,13 +150,21 @@ def test_empty_trace_is_fine():
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "memlens", *args], capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "memlens", *args], capture_output=True, text=True, timeout=60
+    )
 
 
 def test_cli_prints_one_line_and_exits_2_for_bad_input(tmp_path):
     marker = tmp_path / "pwned"
-    evil = _write(tmp_path, "evil.pickle", pickle.dumps({"x": _RunsCommand(str(marker))}, protocol=4))
-    for path in (evil, _write(tmp_path, "noise.pickle", os.urandom(300)), _write(tmp_path, "e.pickle", b"")):
+    evil = _write(
+        tmp_path, "evil.pickle", pickle.dumps({"x": _RunsCommand(str(marker))}, protocol=4)
+    )
+    for path in (
+        evil,
+        _write(tmp_path, "noise.pickle", os.urandom(300)),
+        _write(tmp_path, "e.pickle", b""),
+    ):
         r = _cli("summary", str(path))
         assert r.returncode == 2, r.stderr
         assert r.stderr.startswith("memlens: error: ")

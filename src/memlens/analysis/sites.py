@@ -45,7 +45,9 @@ def frame_dict(snap: Snapshot, frame_id: int) -> dict[str, Any]:
     }
 
 
-def site_of_allocations(dev: DeviceTrace, rows: np.ndarray, hide_patterns: Sequence[str] | None = None) -> np.ndarray:
+def site_of_allocations(
+    dev: DeviceTrace, rows: np.ndarray, hide_patterns: Sequence[str] | None = None
+) -> np.ndarray:
     """First user frame id of each allocation row (-1 where no stack)."""
     ufs = user_frame_of_stacks(dev.snapshot, hide_patterns)
     stacks = dev.alloc_stack[rows]

@@ -27,11 +27,20 @@ def device_option(f: F) -> F:
 
 
 def json_option(f: F) -> F:
-    return click.option("--json", "as_json", is_flag=True, help="Print one JSON object (schema: docs/json-schema.md).")(f)
+    return click.option(
+        "--json",
+        "as_json",
+        is_flag=True,
+        help="Print one JSON object (schema: docs/json-schema.md).",
+    )(f)
 
 
 def no_cache_option(f: F) -> F:
-    return click.option("--no-cache", is_flag=True, help="Do not read or write the column cache (MEMLENS_CACHE_DIR).")(f)
+    return click.option(
+        "--no-cache",
+        is_flag=True,
+        help="Do not read or write the column cache (MEMLENS_CACHE_DIR).",
+    )(f)
 
 
 def hide_option(f: F) -> F:

@@ -23,7 +23,14 @@ from memlens.cli.options import (
 @no_cache_option
 @hide_option
 @click.option("--top", type=int, default=10, show_default=True, help="How many call sites to list.")
-def command(snapshot: str, device: int | None, as_json: bool, no_cache: bool, hide: tuple[str, ...], top: int) -> None:
+def command(
+    snapshot: str,
+    device: int | None,
+    as_json: bool,
+    no_cache: bool,
+    hide: tuple[str, ...],
+    top: int,
+) -> None:
     """Devices, time span, baseline, peak (active and reserved), end state and top sites."""
     from memlens.views.text.summary import render_summary, summarize
 

@@ -8,8 +8,8 @@ object per event after it returns.
 from __future__ import annotations
 
 import itertools
-from operator import itemgetter
 from collections.abc import Callable
+from operator import itemgetter
 from typing import Any
 
 import numpy as np
@@ -29,7 +29,16 @@ KNOWN_SEGMENT_FIELDS = {
     "device", "address", "total_size", "allocated_size", "active_size", "requested_size",
     "stream", "segment_type", "segment_pool_id", "is_expandable", "frames", "blocks",
 }  # fmt: skip
-KNOWN_BLOCK_FIELDS = {"address", "size", "requested_size", "state", "frames", "history", "real_size", "cpp_frames"}
+KNOWN_BLOCK_FIELDS = {
+    "address",
+    "size",
+    "requested_size",
+    "state",
+    "frames",
+    "history",
+    "real_size",
+    "cpp_frames",
+}
 
 Warn = Callable[[str, str], None]
 
@@ -68,7 +77,10 @@ class _Context:
                 raise SnapshotError("more than 200 distinct unknown trace actions: not a snapshot")
             self.action_names.append(str(name))
             self.action_codes[name] = code
-            self.warn(f"action:{name}", f"unknown trace action {name!r} kept going past (ignored by the replay)")
+            self.warn(
+                f"action:{name}",
+                f"unknown trace action {name!r} kept going past (ignored by the replay)",
+            )
         return code
 
 
@@ -104,18 +116,24 @@ def _build_events(trace: list[Any], device: int, ctx: _Context) -> dict[str, np.
     n = len(trace)
     if n and set(map(type, trace)) != {dict}:
         bad = next(e for e in trace if not isinstance(e, dict))
-        raise SnapshotError(f"device {device}: trace entry is a {type(bad).__name__}, expected a dict")
+        raise SnapshotError(
+            f"device {device}: trace entry is a {type(bad).__name__}, expected a dict"
+        )
     keys = set(itertools.chain.from_iterable(trace))
     unknown = sorted(str(k) for k in keys - KNOWN_ENTRY_FIELDS)
     if unknown:
-        ctx.warn("entry-fields", f"unknown trace-entry fields kept going past: {', '.join(unknown)}")
+        ctx.warn(
+            "entry-fields", f"unknown trace-entry fields kept going past: {', '.join(unknown)}"
+        )
     if n and "action" not in keys:
         raise SnapshotError(f"device {device}: trace entries have no 'action' field")
 
     action = _coded(_column(trace, "action", None), ctx.action_code, np.uint8)
     addr = _int_column(_column(trace, "addr", 0), np.uint64, "addr", device)
     size = _int_column(_column(trace, "size", 0), np.int64, "size", device)
-    for r in np.flatnonzero(action == Action.OOM):  # free device bytes are stored where addr would be
+    for r in np.flatnonzero(
+        action == Action.OOM
+    ):  # free device bytes are stored where addr would be
         addr[r] = int(trace[r].get("device_free", trace[r].get("addr", 0)) or 0)
     stream = _coded(_column(trace, "stream", 0), ctx.stream_id, np.int32)
     if "time_us" in keys:
@@ -138,7 +156,11 @@ def _build_events(trace: list[Any], device: int, ctx: _Context) -> dict[str, np.
 
         values = _column(trace, key, None)
         if key == "forward_frames":  # lists: intern by object identity like stacks
-            return _coded([tuple(v) if isinstance(v, list) else v for v in values], lambda t: code(list(t) if isinstance(t, tuple) else t), np.int32)
+            return _coded(
+                [tuple(v) if isinstance(v, list) else v for v in values],
+                lambda t: code(list(t) if isinstance(t, tuple) else t),
+                np.int32,
+            )
         return _coded(values, code, np.int32)
 
     return {
@@ -163,7 +185,9 @@ def _build_segments(raw_segments: list[Any], ctx: _Context) -> Segments:
     cols: dict[str, list[Any]] = {k: [] for k in (
         "device", "address", "total_size", "allocated_size", "active_size", "requested_size",
         "stream", "is_large", "pool_id0", "pool_id1", "is_expandable", "stack")}  # fmt: skip
-    bcols: dict[str, list[Any]] = {k: [] for k in ("address", "size", "requested_size", "state", "stack")}
+    bcols: dict[str, list[Any]] = {
+        k: [] for k in ("address", "size", "requested_size", "state", "stack")
+    }
     offsets = [0]
     unknown_seg: set[str] = set()
     unknown_blk: set[str] = set()
@@ -221,9 +245,15 @@ def _build_segments(raw_segments: list[Any], ctx: _Context) -> Segments:
         cols["active_size"].append(int(seg.get("active_size", active_sum)))
         cols["requested_size"].append(int(seg.get("requested_size", req_sum)))
     if unknown_seg:
-        ctx.warn("segment-fields", f"unknown segment fields kept going past: {', '.join(sorted(unknown_seg))}")
+        ctx.warn(
+            "segment-fields",
+            f"unknown segment fields kept going past: {', '.join(sorted(unknown_seg))}",
+        )
     if unknown_blk:
-        ctx.warn("block-fields", f"unknown block fields kept going past: {', '.join(sorted(unknown_blk))}")
+        ctx.warn(
+            "block-fields",
+            f"unknown block fields kept going past: {', '.join(sorted(unknown_blk))}",
+        )
     return Segments(
         device=np.asarray(cols["device"], dtype=np.int32),
         address=np.asarray(cols["address"], dtype=np.uint64),
@@ -260,7 +290,9 @@ def _build_annotations(raw: Any, ctx: _Context) -> Annotations:
             devices.append(int(a.get("device", 0) or 0))
             times.append(int(a.get("time_us", -1)))
         except (TypeError, ValueError):
-            raise SnapshotError("an external annotation has a non-integer device or time_us") from None
+            raise SnapshotError(
+                "an external annotation has a non-integer device or time_us"
+            ) from None
     return Annotations(
         name=np.asarray(names, dtype=np.int32),
         stage=np.asarray(stages, dtype=np.int8),
@@ -278,7 +310,9 @@ def build_snapshot(top: dict[str, Any], source: str, warn: Warn) -> Snapshot:
         if trace is None:
             trace = []
         if not isinstance(trace, list):
-            raise SnapshotError(f"device_traces[{device}] is a {type(trace).__name__}, expected a list")
+            raise SnapshotError(
+                f"device_traces[{device}] is a {type(trace).__name__}, expected a list"
+            )
         events_per_device[device] = _build_events(trace, device, ctx)
     segments = _build_segments(top["segments"], ctx)
     annotations = _build_annotations(top.get("external_annotations"), ctx)
@@ -286,10 +320,18 @@ def build_snapshot(top: dict[str, Any], source: str, warn: Warn) -> Snapshot:
     if not isinstance(settings, dict):
         settings = {}
     notes = []
-    if any("history" in b for s in top["segments"] if isinstance(s, dict) for b in (s.get("blocks") or []) if isinstance(b, dict)):
+    if any(
+        "history" in b
+        for s in top["segments"]
+        if isinstance(s, dict)
+        for b in (s.get("blocks") or [])
+        if isinstance(b, dict)
+    ):
         notes.append("legacy block history (PyTorch 1.13/2.0 layout)")
     if not traces_raw:
-        notes.append("no device_traces: segments only (torch.cuda.memory_snapshot() list or history not recorded)")
+        notes.append(
+            "no device_traces: segments only (torch.cuda.memory_snapshot() list or history not recorded)"
+        )
 
     snap = Snapshot(
         source=source,

@@ -24,6 +24,8 @@ from memlens.snapshot.model import Annotations, DeviceTrace, Frames, Segments, S
 
 # Bump whenever the columns or their meaning change.
 CACHE_FORMAT = 3
+# Keep at most this many entries; the least recently written go first.
+MAX_ENTRIES = int(os.environ.get("MEMLENS_CACHE_MAX_ENTRIES", "32"))
 
 _DEVICE_SCALARS = ("baseline_bytes", "reserved_start_bytes", "frees_from_requested")
 _DEVICE_ARRAYS = [
@@ -107,7 +109,18 @@ def save(snap: Snapshot, path: str | os.PathLike) -> Path:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    _prune(root, keep=target)
     return target
+
+
+def _prune(root: Path, keep: Path) -> None:
+    entries = [p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".") and p != keep]
+    excess = len(entries) + 1 - MAX_ENTRIES
+    if excess <= 0:
+        return
+    entries.sort(key=lambda p: p.stat().st_mtime)
+    for p in entries[:excess]:
+        shutil.rmtree(p, ignore_errors=True)
 
 
 def load(path: str | os.PathLike, *, mmap: bool = True) -> Snapshot | None:

@@ -61,18 +61,24 @@ def classify_frame(filename: str, name: str) -> int:
     return CPP
 
 
-def hidden_filename_mask(strings: Sequence[str], filename_ids: np.ndarray, patterns: Sequence[str]) -> np.ndarray:
+def hidden_filename_mask(
+    strings: Sequence[str], filename_ids: np.ndarray, patterns: Sequence[str]
+) -> np.ndarray:
     """Per frame: True if its filename matches one of `patterns`."""
     if not patterns or len(filename_ids) == 0:
         return np.zeros(len(filename_ids), dtype=bool)
     rx = re.compile("|".join(f"(?:{p})" for p in patterns))
     uniq = np.unique(filename_ids)
     hidden_ids = {int(u) for u in uniq if rx.search(strings[u])}
-    return np.fromiter((int(f) in hidden_ids for f in filename_ids), dtype=bool, count=len(filename_ids))
+    return np.fromiter(
+        (int(f) in hidden_ids for f in filename_ids), dtype=bool, count=len(filename_ids)
+    )
 
 
 AUTOGRAD_NODE = re.compile(r"autograd::generated::\w+::apply|Backward\d*::apply")
-ALLOCATOR_NAME = re.compile(r"^(c10::|at::cuda::getNewWorkspace|at::detail::empty|at::empty|at::native::empty)")
+ALLOCATOR_NAME = re.compile(
+    r"^(c10::|at::cuda::getNewWorkspace|at::detail::empty|at::empty|at::native::empty)"
+)
 
 
 def _name_mask(snapshot, rx: re.Pattern[str]) -> np.ndarray:

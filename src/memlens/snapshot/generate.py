@@ -110,12 +110,16 @@ class _Allocator:
         size = segment_size_for(rounded)
         if self.expandable and not small:
             size = (rounded + EXPANDABLE_GRANULE - 1) // EXPANDABLE_GRANULE * EXPANDABLE_GRANULE
-        seg = _Segment(self.next_va, size, small, stream, frames, expandable=self.expandable and not small)
+        seg = _Segment(
+            self.next_va, size, small, stream, frames, expandable=self.expandable and not small
+        )
         self.next_va += size + 2 * MB  # keep segments apart so nothing looks contiguous
         blk = _Block(seg.addr, size, seg)
         seg.head = blk
         self.segments.append(seg)
-        self._event("segment_map" if seg.expandable else "segment_alloc", seg.addr, size, stream, frames)
+        self._event(
+            "segment_map" if seg.expandable else "segment_alloc", seg.addr, size, stream, frames
+        )
         return blk
 
     def malloc(self, nbytes: int, stream: int, frames: list) -> int:
@@ -292,16 +296,22 @@ def generate_trace_dict(
                     (USER, 30, "train_step"),
                     (USER, 55, "<module>"),
                 )
-                tmp_stack = fr.stack((MODEL, 60 + layer, "forward"), (USER, 30, "train_step"), (USER, 55, "<module>"))
+                tmp_stack = fr.stack(
+                    (MODEL, 60 + layer, "forward"), (USER, 30, "train_step"), (USER, 55, "<module>")
+                )
                 acts.append(alloc.malloc(batch_tokens * hidden * 4, main_stream, act_stack))
-                tmp = alloc.malloc(rng.choice((512, 4096, batch_tokens * 4, batch_tokens * hidden * 2)), main_stream, tmp_stack)
+                tmp = alloc.malloc(
+                    rng.choice((512, 4096, batch_tokens * 4, batch_tokens * hidden * 2)),
+                    main_stream,
+                    tmp_stack,
+                )
                 alloc.free(tmp, tmp_stack)
             annotate("forward", "END")
             annotate("backward", "START")
             for layer in reversed(range(layers)):
                 bw_stack = fr.stack(
                     *CPP_NOISE,
-                    ("??", 0, f"torch::autograd::generated::MmBackward0::apply(std::vector<at::Tensor, std::allocator<at::Tensor> >&&)"),
+                    ("??", 0, "torch::autograd::generated::MmBackward0::apply(std::vector<at::Tensor, std::allocator<at::Tensor> >&&)"),
                     ("??", 0, "torch::autograd::Engine::thread_main(std::shared_ptr<torch::autograd::GraphTask> const&)"),
                 )  # fmt: skip
                 g_tmp = alloc.malloc(batch_tokens * hidden * 4, main_stream, bw_stack)
@@ -319,9 +329,17 @@ def generate_trace_dict(
                     alloc.free(g_tmp, bw_stack)
             annotate("backward", "END")
             annotate("Optimizer.step#AdamW.step", "START")
-            opt_stack = fr.stack((f"{TORCH}/optim/adamw.py", 480, "_single_tensor_adamw"), (USER, 34, "train_step"), (USER, 55, "<module>"))
-            state_stack = fr.stack((f"{TORCH}/optim/adamw.py", 170, "_init_group"), (USER, 34, "train_step"), (USER, 55, "<module>"))
-            for k, (_, _, nbytes, _) in enumerate(params):
+            opt_stack = fr.stack(
+                (f"{TORCH}/optim/adamw.py", 480, "_single_tensor_adamw"),
+                (USER, 34, "train_step"),
+                (USER, 55, "<module>"),
+            )
+            state_stack = fr.stack(
+                (f"{TORCH}/optim/adamw.py", 170, "_init_group"),
+                (USER, 34, "train_step"),
+                (USER, 55, "<module>"),
+            )
+            for _, _, nbytes, _ in params:
                 if step == 0:
                     opt_state.append(alloc.malloc(nbytes, main_stream, state_stack))
                     opt_state.append(alloc.malloc(nbytes, main_stream, state_stack))
@@ -329,7 +347,11 @@ def generate_trace_dict(
                 alloc.free(tmp, opt_stack)
             annotate("Optimizer.step#AdamW.step", "END")
             annotate("Optimizer.zero_grad#AdamW.zero_grad", "START")
-            zg_stack = fr.stack((f"{TORCH}/optim/optimizer.py", 990, "zero_grad"), (USER, 36, "train_step"), (USER, 55, "<module>"))
+            zg_stack = fr.stack(
+                (f"{TORCH}/optim/optimizer.py", 990, "zero_grad"),
+                (USER, 36, "train_step"),
+                (USER, 55, "<module>"),
+            )
             for k in list(grads):
                 alloc.free(grads.pop(k), zg_stack)
             annotate("Optimizer.zero_grad#AdamW.zero_grad", "END")
@@ -370,7 +392,9 @@ def generate_trace_dict(
     }
 
 
-def generate_snapshot(path: str | Path | None = None, *, protocol: int = 4, **options: Any) -> dict[str, Any]:
+def generate_snapshot(
+    path: str | Path | None = None, *, protocol: int = 4, **options: Any
+) -> dict[str, Any]:
     """Generate a snapshot dict (options: see generate_trace_dict) and write it to `path`.
 
     Pickle protocol 4 by default, the one PyTorch's own viewer reads.

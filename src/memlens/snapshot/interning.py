@@ -23,7 +23,11 @@ class StringTable:
 
     def __call__(self, s: Any) -> int:
         if not isinstance(s, str):
-            s = json.dumps(s, sort_keys=True, default=str) if isinstance(s, (dict, list)) else str(s)
+            s = (
+                json.dumps(s, sort_keys=True, default=str)
+                if isinstance(s, (dict, list))
+                else str(s)
+            )
         i = self._ids.get(s)
         if i is None:
             i = self._ids[s] = len(self.strings)
@@ -119,7 +123,9 @@ class StackTable:
             return np.zeros(0, dtype=np.int32)
         obj_ids = np.fromiter(map(id, frame_lists), dtype=np.uint64, count=n)
         uniq, first, inverse = np.unique(obj_ids, return_index=True, return_inverse=True)
-        table = np.fromiter((self.stack_id(frame_lists[i]) for i in first.tolist()), dtype=np.int32, count=len(uniq))
+        table = np.fromiter(
+            (self.stack_id(frame_lists[i]) for i in first.tolist()), dtype=np.int32, count=len(uniq)
+        )
         return table[inverse.reshape(-1)]
 
     def arrays(self) -> dict[str, np.ndarray]:

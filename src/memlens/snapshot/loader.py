@@ -52,13 +52,19 @@ def load(
     Raises SnapshotError (UnsafePickleError for a pickle that tries to import anything).
     """
     is_path = isinstance(source, (str, os.PathLike))
-    use_cache = cache and is_path and Path(source).is_file() and os.environ.get("MEMLENS_NO_CACHE") != "1"
+    use_cache = (
+        cache and is_path and Path(source).is_file() and os.environ.get("MEMLENS_NO_CACHE") != "1"
+    )
     name = str(source) if is_path else "<in-memory snapshot>"
     if use_cache:
         try:
             hit = column_cache.load(source)
         except CacheError as exc:
-            warnings.warn(f"{name}: cache entry unusable ({exc}); rebuilding it", SnapshotWarning, stacklevel=2)
+            warnings.warn(
+                f"{name}: cache entry unusable ({exc}); rebuilding it",
+                SnapshotWarning,
+                stacklevel=2,
+            )
             column_cache.clear(source)
             hit = None
         if hit is not None:
@@ -88,5 +94,9 @@ def load(
         try:
             column_cache.save(snap, source)
         except OSError as exc:
-            warnings.warn(f"could not write the column cache ({exc}); continuing without it", SnapshotWarning, stacklevel=2)
+            warnings.warn(
+                f"could not write the column cache ({exc}); continuing without it",
+                SnapshotWarning,
+                stacklevel=2,
+            )
     return snap

@@ -82,7 +82,9 @@ def _read_json(fh: io.BufferedIOBase, name: str) -> Any:
 def normalize_top_level(raw: Any, name: str, warn) -> dict[str, Any]:
     """Check the outer shape and return a dict with at least segments and device_traces."""
     if isinstance(raw, list):
-        if raw and not all(isinstance(s, dict) and ("blocks" in s or "total_size" in s) for s in raw):
+        if raw and not all(
+            isinstance(s, dict) and ("blocks" in s or "total_size" in s) for s in raw
+        ):
             raise SnapshotError(
                 f"{name} holds a list that is not a list of allocator segments, "
                 "so it is not a memory snapshot"
@@ -104,7 +106,9 @@ def normalize_top_level(raw: Any, name: str, warn) -> dict[str, Any]:
         out["device_traces"] = out.get("traces") or []
     out.setdefault("segments", [])
     if not isinstance(out["segments"], list):
-        raise SnapshotError(f"{name}: 'segments' should be a list, found {type(out['segments']).__name__}")
+        raise SnapshotError(
+            f"{name}: 'segments' should be a list, found {type(out['segments']).__name__}"
+        )
     if not isinstance(out["device_traces"], list):
         raise SnapshotError(
             f"{name}: 'device_traces' should be a list of per-device lists, "

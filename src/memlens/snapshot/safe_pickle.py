@@ -38,10 +38,23 @@ def load_plain_pickle(stream: IO[bytes], *, what: str = "file") -> Any:
     except UnsafePickleError:
         raise
     except EOFError:
-        raise SnapshotError(f"{what} is truncated: the pickle ends before its STOP opcode") from None
-    except (pickle.UnpicklingError, ValueError, KeyError, IndexError, TypeError,
-            AttributeError, OverflowError, UnicodeDecodeError, MemoryError) as exc:
-        raise SnapshotError(f"{what} is not a readable pickle ({type(exc).__name__}: {exc})") from None
+        raise SnapshotError(
+            f"{what} is truncated: the pickle ends before its STOP opcode"
+        ) from None
+    except (
+        pickle.UnpicklingError,
+        ValueError,
+        KeyError,
+        IndexError,
+        TypeError,
+        AttributeError,
+        OverflowError,
+        UnicodeDecodeError,
+        MemoryError,
+    ) as exc:
+        raise SnapshotError(
+            f"{what} is not a readable pickle ({type(exc).__name__}: {exc})"
+        ) from None
 
 
 def loads_plain_pickle(data: bytes, *, what: str = "data") -> Any:

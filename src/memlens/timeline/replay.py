@@ -174,11 +174,21 @@ def replay_device(
     row_alloc_event = np.concatenate([np.full(n_ghost, -1, np.int64), row_alloc_event])
     row_free_event = np.concatenate([np.full(n_ghost, n, np.int64), row_free_event])
     row_req_event = np.concatenate([np.full(n_ghost, -1, np.int64), row_req_event])
-    row_addr = np.concatenate([seg.block_address[ghost_blk] if n_ghost else np.zeros(0, np.uint64), row_addr])
-    row_version = np.concatenate([ghost_version.astype(np.int32) if n_ghost else np.zeros(0, np.int32), row_version])
-    row_size = np.concatenate([seg.block_requested_size[ghost_blk] if n_ghost else np.zeros(0, np.int64), row_size])
-    row_stack = np.concatenate([seg.block_stack[ghost_blk] if n_ghost else np.zeros(0, np.int32), row_stack])
-    row_stream = np.concatenate([seg.stream[seg_of_blk] if n_ghost else np.zeros(0, np.int32), row_stream])
+    row_addr = np.concatenate(
+        [seg.block_address[ghost_blk] if n_ghost else np.zeros(0, np.uint64), row_addr]
+    )
+    row_version = np.concatenate(
+        [ghost_version.astype(np.int32) if n_ghost else np.zeros(0, np.int32), row_version]
+    )
+    row_size = np.concatenate(
+        [seg.block_requested_size[ghost_blk] if n_ghost else np.zeros(0, np.int64), row_size]
+    )
+    row_stack = np.concatenate(
+        [seg.block_stack[ghost_blk] if n_ghost else np.zeros(0, np.int32), row_stack]
+    )
+    row_stream = np.concatenate(
+        [seg.stream[seg_of_blk] if n_ghost else np.zeros(0, np.int32), row_stream]
+    )
     row_flags = np.concatenate([np.full(n_ghost, PREEXISTING | GHOST, np.uint8), row_flags])
     alloc_row[alloc_row >= 0] += n_ghost
     row_flags[row_free_event == n] |= LIVE_AT_END
@@ -215,7 +225,10 @@ def replay_device(
             "as PyTorch's viewer does",
         )
     if frees_from_requested:
-        warn(f"requested-only:{device}", f"device {device}: no free_completed in the trace; free_requested taken as the free")
+        warn(
+            f"requested-only:{device}",
+            f"device {device}: no free_completed in the trace; free_requested taken as the free",
+        )
 
     return DeviceTrace(
         device=device,

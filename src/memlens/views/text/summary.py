@@ -48,7 +48,9 @@ def _action_counts(snap: Snapshot, dev: DeviceTrace) -> dict[str, int]:
     return {snap.action_name(int(c)): int(k) for c, k in zip(codes, counts)}
 
 
-def device_summary(dev: DeviceTrace, *, top: int = 10, hide_patterns: Sequence[str] | None = None) -> dict[str, Any]:
+def device_summary(
+    dev: DeviceTrace, *, top: int = 10, hide_patterns: Sequence[str] | None = None
+) -> dict[str, Any]:
     snap = dev.snapshot
     n = dev.n_events
     has_time = n > 0 and bool(dev.time_us[0] >= 0)
@@ -102,7 +104,9 @@ def summarize(
     return {
         "schema": SUMMARY_SCHEMA_VERSION,
         "source": snap.source,
-        "devices": [device_summary(snap.device(d), top=top, hide_patterns=hide_patterns) for d in devices],
+        "devices": [
+            device_summary(snap.device(d), top=top, hide_patterns=hide_patterns) for d in devices
+        ],
         "annotations": len(snap.annotations),
         "allocator_settings": notable_settings(snap.allocator_settings),
         "format_notes": list(snap.format_notes),
@@ -116,7 +120,9 @@ def render_summary(snap: Snapshot, summary: dict[str, Any] | None = None) -> str
     lines = [f"memlens summary of {s['source']}"]
     for d in s["devices"]:
         lines.append("")
-        lines.append(f"device {d['device']}: {d['trace_entries']:,} trace entries, {d['allocations']:,} allocations")
+        lines.append(
+            f"device {d['device']}: {d['trace_entries']:,} trace entries, {d['allocations']:,} allocations"
+        )
         if d["duration_s"] is not None:
             lines.append(f"  time span        {d['duration_s']:.3f} s")
         mid = []
@@ -128,8 +134,14 @@ def render_summary(snap: Snapshot, summary: dict[str, Any] | None = None) -> str
             mid.append(f"{d['preexisting_alive_throughout']:,} blocks alive throughout")
         if mid:
             lines.append("  window           " + "; ".join(mid))
-        lines.append(f"  baseline         {format_bytes(d['baseline_bytes'])}  (alive before the first event)")
-        when = f"event {d['peak_event_index']:,}" if d["peak_event_index"] >= 0 else "before the first event"
+        lines.append(
+            f"  baseline         {format_bytes(d['baseline_bytes'])}  (alive before the first event)"
+        )
+        when = (
+            f"event {d['peak_event_index']:,}"
+            if d["peak_event_index"] >= 0
+            else "before the first event"
+        )
         lines.append(f"  peak active      {format_bytes(d['peak_active_bytes'])}  at {when}")
         lines.append(f"  end active       {format_bytes(d['end_active_bytes'])}")
         lines.append(
@@ -141,10 +153,15 @@ def render_summary(snap: Snapshot, summary: dict[str, Any] | None = None) -> str
         if d["top_sites"]:
             lines.append(f"  top call sites alive at the peak ({d['live_at_peak']:,} allocations):")
             for site in d["top_sites"]:
-                lines.append(f"    {format_bytes(site['bytes']):>12}  {site['count']:>6,}x  {site['site']}")
+                lines.append(
+                    f"    {format_bytes(site['bytes']):>12}  {site['count']:>6,}x  {site['site']}"
+                )
     if s["allocator_settings"]:
         lines.append("")
-        lines.append("allocator settings: " + ", ".join(f"{k}={v}" for k, v in s["allocator_settings"].items()))
+        lines.append(
+            "allocator settings: "
+            + ", ".join(f"{k}={v}" for k, v in s["allocator_settings"].items())
+        )
     for note in s["format_notes"]:
         lines.append(f"note: {note}")
     for w in s["warnings"]:
