@@ -102,6 +102,14 @@ def _column(trace: list[dict[str, Any]], key: str, default: Any) -> list[Any]:
         return [e.get(key, default) for e in trace]
 
 
+def _int_field(trace: list[dict[str, Any]], key: str, default: int, dtype: Any, device: int) -> np.ndarray:
+    """An integer field straight into numpy (no intermediate list) when every entry has it."""
+    try:
+        return np.fromiter(map(itemgetter(key), trace), dtype=dtype, count=len(trace))
+    except (KeyError, TypeError, ValueError, OverflowError):
+        return _int_column([e.get(key, default) for e in trace], dtype, key, device)
+
+
 def _coded(values: list[Any], code_of: Callable[[Any], int], dtype: Any) -> np.ndarray:
     """Map a column with few distinct values through `code_of`, calling it once per value."""
     try:
@@ -129,15 +137,15 @@ def _build_events(trace: list[Any], device: int, ctx: _Context) -> dict[str, np.
         raise SnapshotError(f"device {device}: trace entries have no 'action' field")
 
     action = _coded(_column(trace, "action", None), ctx.action_code, np.uint8)
-    addr = _int_column(_column(trace, "addr", 0), np.uint64, "addr", device)
-    size = _int_column(_column(trace, "size", 0), np.int64, "size", device)
+    addr = _int_field(trace, "addr", 0, np.uint64, device)
+    size = _int_field(trace, "size", 0, np.int64, device)
     for r in np.flatnonzero(
         action == Action.OOM
     ):  # free device bytes are stored where addr would be
         addr[r] = int(trace[r].get("device_free", trace[r].get("addr", 0)) or 0)
     stream = _coded(_column(trace, "stream", 0), ctx.stream_id, np.int32)
     if "time_us" in keys:
-        time_us = _int_column(_column(trace, "time_us", -1), np.int64, "time_us", device)
+        time_us = _int_field(trace, "time_us", -1, np.int64, device)
     else:
         time_us = np.full(n, -1, dtype=np.int64)
     if "cpp_frames" in keys:  # legacy 1.13/2.0 entries: Python frames, then C++ frames
