@@ -30,7 +30,7 @@ _LAZY: dict[str, tuple[str, str]] = {
     "step": ("memlens.capture.markers", "step"),
     "dump_on_oom": ("memlens.capture.oom", "dump_on_oom"),
     # simulation without a GPU
-    "simulate": ("memlens.simulate.api", "simulate"),
+    "simulate": ("memlens.simulation.api", "simulate"),
     # tensor inspector
     "inspect": ("memlens.inspect.api", "inspect"),
 }

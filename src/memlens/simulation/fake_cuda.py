@@ -1,0 +1,191 @@
+"""Patches that let unmodified CUDA code run on fake tensors in a CPU-only PyTorch.
+
+How it works (checked on torch 2.13 CPU):
+- `FakeTensorMode` builds tensors whose Python `.device` is `cuda:0` without touching a GPU.
+- But a CPU-only build has no CUDA device guard, so autograd (which asks the guard for the
+  tensor's stream) aborts the process. We therefore build fake CUDA tensors with CPU
+  *dispatch keys* and make the C++ `device()` query (`prim.device`) answer `cpu`, while the
+  Python `.device`, `.is_cuda` and FakeTensorMode's own device checks still say `cuda:0`.
+  Autograd, optimizers and `nn.Module.to` then run as on CPU.
+- Consequence: CUDA autocast would not apply to CPU-keyed tensors, so entering
+  `torch.autocast("cuda", dtype)` also enables CPU autocast with the same dtype (its cast
+  lists are close to, not identical with, CUDA's; see docs/simulation.md).
+- `Tensor.to`/`.cuda` go straight to `aten._to_copy` because their Python bindings would
+  initialise CUDA. `torch.utils.swap_tensors` (used by `Module.to` on fake parameters)
+  fails on the fake-tensor converter's memo weakrefs, which we drop first.
+Every patch is undone by `Patches.restore()`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+
+CPU = torch.device("cpu")
+CUDA0 = torch.device("cuda", 0)
+_PRIM_DEVICE = torch.ops.prim.device.default
+
+
+class Patches:
+    """Remembers every attribute it replaces so that restore() puts them all back."""
+
+    def __init__(self) -> None:
+        self._saved: list[tuple[Any, str, Any]] = []
+
+    _ABSENT = object()  # the attribute was inherited, not set on the owner itself
+
+    def set(self, owner: Any, name: str, value: Any) -> None:
+        self._saved.append((owner, name, vars(owner).get(name, self._ABSENT)))
+        setattr(owner, name, value)
+
+    def append(self, items: list, value: Any) -> None:
+        items.append(value)
+        self._saved.append((items, None, value))
+
+    def restore(self) -> None:
+        while self._saved:
+            owner, name, value = self._saved.pop()
+            if name is None:
+                owner.remove(value)
+            elif value is self._ABSENT:
+                delattr(owner, name)
+            else:
+                setattr(owner, name, value)
+
+
+def _cpu_keys_make_subclass(original: Callable) -> Callable:
+    def _make_subclass(cls, data, requires_grad=False, **kwargs):
+        device = kwargs.get("device_for_backend_keys")
+        if cls is FakeTensor and device is not None and device.type == "cuda":
+            kwargs["device_for_backend_keys"] = CPU
+        return original(cls, data, requires_grad, **kwargs)
+
+    return _make_subclass
+
+
+def _cpu_prim_device(original: Callable, *, is_class: bool) -> Any:
+    def dispatch(self_or_cls, func, types, args=(), kwargs=None):
+        out = original(self_or_cls, func, types, args, kwargs)
+        if func is _PRIM_DEVICE and out.type == "cuda":
+            return CPU
+        return out
+
+    return classmethod(dispatch) if is_class else dispatch
+
+
+def _target_device(device: Any) -> torch.device:
+    if device is None:
+        return CUDA0
+    if isinstance(device, int):
+        return torch.device("cuda", device)
+    return torch.device(device)
+
+
+def make_to(original_to: Callable) -> Callable:
+    def to(self, *args, **kwargs):
+        copy = kwargs.pop("copy", False)
+        device, dtype, non_blocking, memory_format = torch._C._nn._parse_to(*args, **kwargs)
+        if (device is None or device.type != "cuda") and self.device.type != "cuda":
+            return original_to(self, *args, copy=copy, **kwargs)
+        device = self.device if device is None else device
+        if device.type == "cuda" and device.index is None:
+            device = CUDA0
+        dtype = dtype or self.dtype
+        keep_format = memory_format in (None, torch.preserve_format)
+        if device == self.device and dtype == self.dtype and not copy and keep_format:
+            return self
+        return torch.ops.aten._to_copy.default(
+            self,
+            dtype=dtype,
+            device=device,
+            non_blocking=bool(non_blocking),
+            memory_format=memory_format,
+        )
+
+    return to
+
+
+def install(patches: Patches, cuda_api: dict[str, Callable]) -> None:
+    """Install the tensor-level patches and the torch.cuda functions in `cuda_api`."""
+    patches.set(
+        torch.Tensor,
+        "_make_subclass",
+        staticmethod(_cpu_keys_make_subclass(torch.Tensor._make_subclass)),
+    )
+    patches.set(
+        FakeTensor,
+        "__torch_dispatch__",
+        _cpu_prim_device(FakeTensor.__torch_dispatch__.__func__, is_class=True),
+    )
+    patches.set(
+        FakeTensorMode,
+        "__torch_dispatch__",
+        _cpu_prim_device(FakeTensorMode.__torch_dispatch__, is_class=False),
+    )
+    # `.is_cuda` reads the C++ keys, which are CPU ones here; answer from the fake device.
+    patches.set(FakeTensor, "is_cuda", property(lambda self: self.fake_device.type == "cuda"))
+    to = make_to(torch.Tensor.to)
+    patches.set(torch.Tensor, "to", to)
+
+    def cuda(self, device=None, non_blocking=False, memory_format=torch.preserve_format):
+        return to(
+            self, _target_device(device), non_blocking=non_blocking, memory_format=memory_format
+        )
+
+    patches.set(torch.Tensor, "cuda", cuda)
+    # Pinned host memory and cross-stream bookkeeping have no meaning without a device.
+    patches.set(torch.Tensor, "pin_memory", lambda self, device=None: self)
+    patches.set(torch.Tensor, "is_pinned", lambda self, device=None: False)
+    patches.set(torch.Tensor, "record_stream", lambda self, stream: None)
+    original_swap = torch.utils.swap_tensors
+
+    def swap_tensors(t1, t2):
+        for t in (t1, t2):
+            if isinstance(t, FakeTensor):
+                memo = t.fake_mode.fake_tensor_converter.tensor_memo
+                for key in [k for k, v in list(memo.items()) if v is t]:
+                    del memo[key]
+        return original_swap(t1, t2)
+
+    patches.set(torch.utils, "swap_tensors", swap_tensors)
+    # Rejection sampling asks `mask.any()`, a value fake tensors do not have; values do
+    # not matter here, so truncated-normal init leaves the tensor as it is.
+    patches.set(torch.nn.init, "trunc_normal_", lambda tensor, *args, **kwargs: tensor)
+    _install_autocast(patches)
+    # Optimizers pick their foreach (multi-tensor) path only for plain tensor types; on a
+    # GPU that is the default path, with its own temporaries, so fakes must take it too.
+    import torch.optim.optimizer as optimizer_module
+    import torch.utils._foreach_utils as foreach_utils
+
+    patches.append(optimizer_module._foreach_supported_types, FakeTensor)
+    patches.append(foreach_utils._foreach_supported_types, FakeTensor)
+    for name, fn in cuda_api.items():
+        module_name, _, attr = name.rpartition(".")
+        module = torch.cuda if module_name == "" else getattr(torch.cuda, module_name)
+        patches.set(module, attr, fn)
+
+
+def _install_autocast(patches: Patches) -> None:
+    cls = torch.amp.autocast_mode.autocast
+    enter, exit_ = cls.__enter__, cls.__exit__
+
+    def __enter__(self):
+        result = enter(self)
+        if self.device == "cuda":
+            self._memlens_cpu = (torch.is_autocast_enabled("cpu"), torch.get_autocast_dtype("cpu"))
+            torch.set_autocast_enabled("cpu", self._enabled)
+            torch.set_autocast_dtype("cpu", self.fast_dtype)
+        return result
+
+    def __exit__(self, *exc):
+        saved = getattr(self, "_memlens_cpu", None)
+        if saved is not None:
+            torch.set_autocast_enabled("cpu", saved[0])
+            torch.set_autocast_dtype("cpu", saved[1])
+        return exit_(self, *exc)
+
+    patches.set(cls, "__enter__", __enter__)
+    patches.set(cls, "__exit__", __exit__)

@@ -1,0 +1,81 @@
+"""Python stacks for trace entries, innermost first, as PyTorch records them.
+
+Frames inside memlens.simulate and inside torch's fake-tensor / dispatch machinery are
+dropped: on a GPU those layers do not exist, so keeping them would only add noise.
+Identical frames and stacks are shared objects, as in PyTorch's own snapshots.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import weakref
+from typing import Any
+
+import torch
+
+_TORCH_DIR = os.path.dirname(torch.__file__)
+_HIDDEN_PREFIXES = tuple(
+    os.path.join(_TORCH_DIR, p)
+    for p in (
+        "_subclasses",
+        "utils/_python_dispatch.py",
+        "_ops.py",
+        "_compile.py",
+        "_dynamo",
+        "utils/_stats.py",
+        "_decomp",
+        "_prims",
+        "_refs",
+        "_meta_registrations.py",
+        "_library",
+        "utils/_pytree.py",
+    )
+)
+_OWN_DIR = os.path.dirname(os.path.abspath(__file__))
+_WEAKREF_FILE = weakref.__file__  # weakref.finalize.__call__ runs our free callback
+
+
+class FrameCollector:
+    def __init__(self, enabled: bool = True, max_depth: int = 64):
+        self.enabled = enabled
+        self.max_depth = max_depth
+        self._frames: dict[tuple[Any, int], dict[str, Any]] = {}
+        self._stacks: dict[tuple[int, ...], list[dict[str, Any]]] = {}
+        self._hidden: dict[str, bool] = {}
+
+    def _is_hidden(self, filename: str) -> bool:
+        hidden = self._hidden.get(filename)
+        if hidden is None:
+            hidden = (
+                filename.startswith(_HIDDEN_PREFIXES)
+                or filename.startswith(_OWN_DIR)
+                or filename == _WEAKREF_FILE
+            )
+            self._hidden[filename] = hidden
+        return hidden
+
+    def collect(self) -> list[dict[str, Any]]:
+        if not self.enabled:
+            return []
+        frame = sys._getframe(1)
+        out = []
+        while frame is not None and len(out) < self.max_depth:
+            code = frame.f_code
+            if not self._is_hidden(code.co_filename):
+                key = (code, frame.f_lineno)
+                entry = self._frames.get(key)
+                if entry is None:
+                    entry = {
+                        "filename": code.co_filename,
+                        "line": frame.f_lineno,
+                        "name": code.co_name,
+                    }
+                    self._frames[key] = entry
+                out.append(entry)
+            frame = frame.f_back
+        stack_key = tuple(id(f) for f in out)
+        shared = self._stacks.get(stack_key)
+        if shared is None:
+            self._stacks[stack_key] = shared = out
+        return shared

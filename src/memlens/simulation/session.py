@@ -1,0 +1,250 @@
+"""A simulation session: fake CUDA tensors whose storages live in a modelled allocator.
+
+Storage lifetimes: a TorchDispatchMode above FakeTensorMode looks at every op's outputs;
+a CUDA storage it has not seen (keyed by its StorageImpl address, `_cdata`) is a new
+allocation. PyTorch keeps one Python object per live storage (PyObject preservation), so
+`weakref.finalize` on `untyped_storage()` fires exactly when the StorageImpl dies: that is
+the free. Views share their base's storage and are not allocations, as on a GPU.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import pickle
+import threading
+import time
+import weakref
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.utils._pytree import tree_flatten
+
+from memlens.errors import MemlensError
+from memlens.simulation import cuda_stubs, fake_cuda
+from memlens.simulation.allocator import AllocatorSettings, CachingAllocator, SimulatedOOM
+from memlens.simulation.frames import FrameCollector
+from memlens.simulation.tracker import Tracker, is_cuda
+
+
+class Simulation:
+    """Runs user code with simulated CUDA memory; see memlens.simulation.api.simulate."""
+
+    def __init__(
+        self,
+        output: str | Path | None = None,
+        *,
+        device_memory: int | None = None,
+        settings: AllocatorSettings | None = None,
+        alloc_conf: str = "",
+        stacks: str | None = "python",
+        cublas_workspace: int = 32 * 2**20,
+        max_entries: int | None = None,
+    ):
+        if stacks not in (None, "python", "all"):
+            raise MemlensError(f"stacks must be 'python', 'all' or None, not {stacks!r}")
+        self.output = Path(output) if output is not None else None
+        self.alloc_conf = alloc_conf
+        self.allocator = CachingAllocator(device_memory, settings)
+        self.frames = FrameCollector(enabled=stacks is not None)
+        self.cublas_workspace = cublas_workspace
+        self.max_entries = max_entries  # like the recorder's ring buffer: keep the newest
+        self.annotations: list[dict[str, Any]] = []
+        self._live: dict[int, int] = {}  # StorageImpl address -> block address
+        self._workspaces: dict[str, int] = {}
+        self._trace_start = 0
+        self._trace_stop: int | None = None
+        self._recording = True
+        self._patches = fake_cuda.Patches()
+        self._fake_mode: FakeTensorMode | None = None
+        self._tracker: Tracker | None = None
+        self._thread = threading.get_ident()
+        self.snapshot: dict[str, Any] | None = None
+
+    # ------------------------------------------------------------ context manager
+    def __enter__(self) -> Simulation:
+        fake_cuda.install(self._patches, self._cuda_api())
+        self._patch_record_function()
+        self._fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
+        self._tracker = Tracker(self)
+        # torch.tensor(data, device="cuda") must build on CPU and move inside the fake
+        # mode (FakeTensorMode does this itself only when CUDA reports unavailable).
+        self._lift_cpu_only = torch._C._only_lift_cpu_tensors()
+        torch._C._set_only_lift_cpu_tensors(True)
+        try:
+            self._fake_mode.__enter__()
+            self._tracker.__enter__()
+        except BaseException:
+            torch._C._set_only_lift_cpu_tensors(self._lift_cpu_only)
+            self._patches.restore()
+            raise
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        try:
+            self._tracker.__exit__(exc_type, exc, tb)
+            self._fake_mode.__exit__(exc_type, exc, tb)
+        finally:
+            torch._C._set_only_lift_cpu_tensors(self._lift_cpu_only)
+            self._patches.restore()
+            self.snapshot = self.build_snapshot()
+            if self.output is not None:
+                self.write(self.output)
+
+    # ------------------------------------------------------------ tracking
+    def _track_outputs(self, out: Any) -> None:
+        for t in tree_flatten(out)[0]:
+            if not is_cuda(t):
+                continue
+            storage = t.untyped_storage()
+            key = storage._cdata
+            if key in self._live:
+                continue
+            nbytes = storage.nbytes()
+            if nbytes == 0:
+                continue  # the real allocator hands out no block for empty tensors
+            self._live[key] = self._malloc(nbytes)
+            weakref.finalize(storage, self._on_storage_freed, key)
+
+    def _malloc(self, nbytes: int) -> int:
+        try:
+            return self.allocator.malloc(nbytes, 0, self.frames.collect())
+        except SimulatedOOM as oom:
+            raise torch.OutOfMemoryError(self._oom_message(oom)) from None
+
+    def _oom_message(self, oom: SimulatedOOM) -> str:
+        mib = 2**20
+        total = self.allocator.device_memory or 0
+        return (
+            f"CUDA out of memory (simulated by memlens). Tried to allocate "
+            f"{oom.size / mib:.2f} MiB. GPU 0 has a total capacity of {total / 2**30:.2f} GiB "
+            f"of which {oom.device_free / mib:.2f} MiB is free. "
+            f"{oom.allocated / mib:.2f} MiB is allocated by PyTorch, and "
+            f"{(oom.reserved - oom.allocated) / mib:.2f} MiB is reserved by PyTorch but "
+            f"unallocated."
+        )
+
+    def _on_storage_freed(self, key: int) -> None:
+        address = self._live.pop(key, None)
+        if address is not None:
+            self.allocator.free(address, self.frames.collect())
+
+    def _ensure_workspace(self) -> None:
+        # cuBLAS keeps one workspace per handle; forward and backward run on different
+        # threads on a GPU, so they get one each.
+        kind = "backward" if torch._C._current_autograd_node() is not None else "forward"
+        if kind not in self._workspaces and self.cublas_workspace > 0:
+            self._workspaces[kind] = self._malloc(self.cublas_workspace)
+
+    def empty_cache(self) -> None:
+        frames = self.frames.collect()
+        # torch.cuda.empty_cache also drops the cuBLAS workspaces before releasing memory.
+        for address in self._workspaces.values():
+            self.allocator.free(address, frames)
+        self._workspaces.clear()
+        self.allocator.empty_cache(frames)
+
+    # ------------------------------------------------------------ torch.cuda answers
+    def _cuda_api(self) -> dict[str, Any]:
+        alloc = self.allocator
+
+        def reset_peak(device=None):
+            alloc.peak_allocated, alloc.peak_reserved = alloc.allocated, alloc.reserved
+
+        def record_history(enabled="all", *args, **kwargs):
+            if enabled is None or enabled is False:
+                self._recording = False
+                self._trace_stop = len(alloc.trace)
+            else:
+                self._recording = True
+                self._trace_start, self._trace_stop = len(alloc.trace), None
+                self.annotations.clear()
+
+        def dump_snapshot(filename="dump_snapshot.pickle", *args, **kwargs):
+            self.write(filename)
+
+        total = alloc.device_memory or 80 * 2**30
+        return {
+            "is_available": lambda: True,
+            "device_count": lambda: 1,
+            "current_device": lambda: 0,
+            "set_device": lambda device: None,
+            "is_initialized": lambda: True,
+            "_lazy_init": lambda: None,
+            "init": lambda: None,
+            "synchronize": lambda device=None: None,
+            "is_bf16_supported": lambda including_emulation=True: True,
+            "get_device_name": lambda device=None: "memlens simulated GPU",
+            "get_device_capability": lambda device=None: (9, 0),
+            "get_device_properties": lambda device=None: cuda_stubs.DeviceProperties(total),
+            "Event": cuda_stubs.Event,
+            "Stream": cuda_stubs.Stream,
+            "current_stream": lambda device=None: cuda_stubs.Stream(),
+            "default_stream": lambda device=None: cuda_stubs.Stream(),
+            "stream": lambda stream=None: contextlib.nullcontext(stream),
+            "empty_cache": self.empty_cache,
+            "memory.empty_cache": self.empty_cache,
+            "memory_allocated": lambda device=None: alloc.allocated,
+            "max_memory_allocated": lambda device=None: alloc.peak_allocated,
+            "memory_reserved": lambda device=None: alloc.reserved,
+            "max_memory_reserved": lambda device=None: alloc.peak_reserved,
+            "reset_peak_memory_stats": reset_peak,
+            "reset_max_memory_allocated": reset_peak,
+            "mem_get_info": lambda device=None: (total - alloc.reserved, total),
+            "memory.memory_allocated": lambda device=None: alloc.allocated,
+            "memory.max_memory_allocated": lambda device=None: alloc.peak_allocated,
+            "memory.memory_reserved": lambda device=None: alloc.reserved,
+            "memory.max_memory_reserved": lambda device=None: alloc.peak_reserved,
+            "memory.reset_peak_memory_stats": reset_peak,
+            "memory._record_memory_history": record_history,
+            "memory._dump_snapshot": dump_snapshot,
+            "memory._snapshot": lambda device=None, **kw: self.build_snapshot(),
+        }
+
+    def _patch_record_function(self) -> None:
+        # record_function ranges become external_annotations, as PyTorch's RecordFunction
+        # callback writes them while history is recorded.
+        cls = torch.autograd.profiler.record_function
+        enter, exit_ = cls.__enter__, cls.__exit__
+        sim = self
+
+        def __enter__(rf):
+            sim._annotate(rf.name, "START")
+            return enter(rf)
+
+        def __exit__(rf, *exc):
+            result = exit_(rf, *exc)
+            sim._annotate(rf.name, "END")
+            return result
+
+        self._patches.set(cls, "__enter__", __enter__)
+        self._patches.set(cls, "__exit__", __exit__)
+
+    def _annotate(self, name: str, stage: str) -> None:
+        if self._recording and threading.get_ident() == self._thread:
+            self.annotations.append(
+                {"name": name, "stage": stage, "device": 0, "time_us": int(time.time() * 1e6)}
+            )
+
+    # ------------------------------------------------------------ output
+    def build_snapshot(self) -> dict[str, Any]:
+        trace = self.allocator.trace[self._trace_start : self._trace_stop]
+        if self.max_entries is not None and len(trace) > self.max_entries:
+            trace = trace[len(trace) - self.max_entries :]
+        return {
+            "segments": self.allocator.segments_snapshot(0),
+            "device_traces": [trace],
+            "allocator_settings": self.allocator.settings.as_snapshot_dict(self.alloc_conf),
+            "external_annotations": list(self.annotations),
+        }
+
+    def write(self, path: str | Path) -> Path:
+        path = Path(path)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with open(path, "wb") as f:
+                pickle.dump(self.build_snapshot(), f, protocol=4)
+        except OSError as err:
+            raise MemlensError(f"cannot write the snapshot to {path}: {err.strerror}") from None
+        return path

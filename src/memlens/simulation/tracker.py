@@ -1,0 +1,101 @@
+"""The dispatch mode that turns fake CUDA tensors' storages into allocator calls.
+
+It sits above FakeTensorMode and sees every aten op: new CUDA storages among the outputs
+go to the Simulation (`_track_outputs`), random ops are made to work without a CUDA
+generator, `.item()` answers zero, and the first GEMM of a thread reserves cuBLAS's
+workspace.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch._subclasses.fake_tensor import FakeTensor
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten, tree_map
+
+from memlens.simulation import fake_cuda
+
+if TYPE_CHECKING:
+    from memlens.simulation.session import Simulation
+
+_SEEDED = torch.Tag.nondeterministic_seeded
+_aten = torch.ops.aten
+# Ops that run a cuBLAS GEMM: the first one on a thread makes cuBLAS allocate its
+# workspace through the caching allocator, which then stays until empty_cache.
+_GEMM_OPS = {
+    _aten.mm.default,
+    _aten.bmm.default,
+    _aten.addmm.default,
+    _aten.baddbmm.default,
+    _aten.addbmm.default,
+    _aten.addmv.default,
+    _aten.mv.default,
+}
+
+
+def is_cuda(t: Any) -> bool:
+    return isinstance(t, FakeTensor) and t.fake_device.type == "cuda"
+
+
+class Tracker(TorchDispatchMode):
+    def __init__(self, sim: Simulation):
+        super().__init__()
+        self.sim = sim
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if "device" in kwargs and torch._C._current_autograd_node() is not None:
+            # Backward formulas build tensors from a CUDA tensor's options(), whose C++
+            # device reads `cpu` here (see fake_cuda); on a GPU they land on the GPU.
+            device = kwargs["device"]
+            if device is None or torch.device(device).type == "cpu":
+                kwargs = {**kwargs, "device": fake_cuda.CUDA0}
+        if func is _aten._local_scalar_dense.default and self._touches_cuda(args, kwargs):
+            # `.item()` on a fake CUDA tensor (printing a loss): there is no value, so
+            # answer a zero of the right type rather than stop the run.
+            dtype = args[0].dtype
+            if dtype.is_floating_point:
+                return 0.0
+            return False if dtype == torch.bool else 0
+        if _SEEDED in func.tags and self._touches_cuda(args, kwargs):
+            out = self._random(func, args, kwargs)
+        else:
+            out = func(*args, **kwargs)
+        self.sim._track_outputs(out)
+        if func in _GEMM_OPS and self._touches_cuda(args, kwargs):
+            self.sim._ensure_workspace()
+        return out
+
+    @staticmethod
+    def _touches_cuda(args, kwargs) -> bool:
+        device = kwargs.get("device")
+        if device is not None and torch.device(device).type == "cuda":
+            return True
+        return any(is_cuda(a) for a in tree_flatten((args, kwargs))[0])
+
+    @staticmethod
+    def _random(func, args, kwargs):
+        # A CPU-only build has no CUDA generator. Values do not matter, so in-place random
+        # fills return their input and the rest run on CPU fakes and are re-made on CUDA.
+        if func._schema.is_mutable and args and is_cuda(args[0]):
+            return args[0]
+
+        def to_cpu(x):
+            if is_cuda(x):
+                return torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device="cpu")
+            return x
+
+        cpu_kwargs = dict(kwargs)
+        if "device" in cpu_kwargs:
+            cpu_kwargs["device"] = torch.device("cpu")
+        out = func(*tree_map(to_cpu, args), **tree_map(to_cpu, cpu_kwargs))
+        return tree_map(
+            lambda x: (
+                torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device="cuda")
+                if isinstance(x, torch.Tensor)
+                else x
+            ),
+            out,
+        )
