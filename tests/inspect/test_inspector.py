@@ -64,7 +64,8 @@ def run_and_compare(model, tmp_path, *, every=2, steps=7, **kw):
     names = [n for n, _ in select_modules(model, None)]
     ref = Reference(model, names, every)
     out = tmp_path / "run"
-    with memlens.inspect(model, every=every, out=out, render="none", **kw) as ins:
+    track = ("output", "grad_output", "param", "grad")
+    with memlens.inspect(model, every=every, out=out, render="none", track=track, **kw) as ins:
         for _ in range(steps):
             x, y = batch_for(model, gen=gen)
             out_t = model(x)
@@ -167,7 +168,8 @@ def test_inplace_after_hooked_module_is_safe_by_default(tmp_path):
     """TinyCNN does `out += y` on bn2's output: full backward hooks would make torch raise."""
     m = TinyCNN()
     opt = torch.optim.SGD(m.parameters(), lr=0.01)
-    with memlens.inspect(m, every=1, out=tmp_path / "r", render="none") as ins:
+    with memlens.inspect(m, every=1, out=tmp_path / "r", render="none",
+                         track=("output", "grad_output")) as ins:
         for _ in range(2):
             train_step(m, opt, batch_for(m))
             ins.step()

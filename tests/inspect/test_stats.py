@@ -13,7 +13,7 @@ F = torch.nn.functional
 
 from memlens.inspect import stats as S  # noqa: E402
 from inspect_helpers import direct  # noqa: E402
-from memlens.inspect.reduce import prepare  # noqa: E402
+from memlens.inspect.reduce import prepare, reduce_packed  # noqa: E402
 
 BINS = 32
 
@@ -27,6 +27,9 @@ def direct_hist(t, bins=BINS):
 
 
 def via(t, *, raw: bool, chunk=1 << 22, size=8):
+    if raw == "torch":  # the reduction used on accelerators, run here on the CPU
+        packed, nchunks, heat = reduce_packed(t, bins=BINS, heatmap_size=size, chunk_numel=chunk)
+        return S.unpack_reduced(packed.numpy(), nchunks, BINS, heat)
     p = prepare(t, bins=BINS, heatmap_size=size, raw_max_numel=(1 << 30) if raw else 0, chunk_numel=chunk)
     payload = p.payload()
     if payload[0] == "raw":
@@ -53,7 +56,7 @@ CASES = {
 }
 
 
-@pytest.mark.parametrize("raw", [True, False], ids=["raw", "reduced"])
+@pytest.mark.parametrize("raw", [True, False, "torch"], ids=["raw", "reduced", "torch"])
 @pytest.mark.parametrize("name", list(CASES))
 def test_stats_match_direct(name, raw):
     t = CASES[name](torch.Generator().manual_seed(1))
@@ -68,7 +71,7 @@ def test_stats_match_direct(name, raw):
     assert got["hist"].sum() == t.numel()
 
 
-@pytest.mark.parametrize("raw", [True, False], ids=["raw", "reduced"])
+@pytest.mark.parametrize("raw", [True, False, "torch"], ids=["raw", "reduced", "torch"])
 def test_nan_inf_are_counted_and_excluded(raw):
     t = torch.randn(20, 30, generator=torch.Generator().manual_seed(2))
     t[0, :3] = float("nan")
@@ -82,7 +85,7 @@ def test_nan_inf_are_counted_and_excluded(raw):
     assert got["hist"].sum() == t.numel() - 5
 
 
-@pytest.mark.parametrize("raw", [True, False], ids=["raw", "reduced"])
+@pytest.mark.parametrize("raw", [True, False, "torch"], ids=["raw", "reduced", "torch"])
 def test_all_nan(raw):
     t = torch.full((10, 10), float("nan"))
     got = via(t, raw=raw)
@@ -91,7 +94,7 @@ def test_all_nan(raw):
     assert got["hist"].sum() == 0
 
 
-@pytest.mark.parametrize("raw", [True, False], ids=["raw", "reduced"])
+@pytest.mark.parametrize("raw", [True, False, "torch"], ids=["raw", "reduced", "torch"])
 @pytest.mark.parametrize("shape", [(37, 53), (5, 6), (2, 3, 30, 20), (100, 3)])
 def test_heatmap_is_adaptive_avg_pool_of_leading_slice(shape, raw):
     t = torch.randn(*shape, generator=torch.Generator().manual_seed(3))
@@ -124,3 +127,14 @@ def test_combine_of_chunks_equals_whole():
     split = S.combine(parts)
     for k in S.STAT_NAMES:
         assert split[k] == pytest.approx(whole[k], rel=1e-12)
+
+
+def test_histogram_of_a_strided_subset_keeps_the_total():
+    a = np.random.default_rng(4).normal(size=300_001).astype(np.float32)
+    packed, n, heat = S.reduce_array(a, bins=BINS, heatmap_size=0, hist_max_numel=1 << 12)
+    got = S.unpack_reduced(packed, n, BINS, heat)
+    exact = S.summarize_array(a, bins=BINS, heatmap_size=0)
+    assert got["hist"].sum() == a.size
+    assert np.abs(got["hist"] - exact["hist"]).sum() < 0.1 * a.size  # same shape
+    for k in S.STAT_NAMES:  # everything else stays exact
+        assert got[k] == pytest.approx(exact[k], rel=1e-12)

@@ -47,8 +47,8 @@ from memlens.inspect import store
 from memlens.inspect.select import label, owned_parameters, select_modules
 
 KINDS = ("output", "input", "grad_output", "grad_input", "param", "grad")
-DEFAULT_TRACK = ("output", "grad_output", "param", "grad")
-RAW_MAX_NUMEL = {"cpu": 1 << 20}
+DEFAULT_TRACK = ("output", "param", "grad")
+RAW_MAX_NUMEL = {"cpu": 1 << 12}
 RAW_MAX_NUMEL_DEVICE = 1 << 16
 MAX_PENDING = 1024
 _OUR_FILES = ("meta.json", "activation_bytes.jsonl", "annotations.json", "alerts.jsonl", "dashboard.html")
@@ -68,6 +68,7 @@ def inspect(
     bins: int = 64,
     heatmap_size: int = 64,
     raw_max_numel: int | None = None,
+    hist_max_numel: int | None = 1 << 16,
     chunk_numel: int = 1 << 22,
     queue_size: int = 1024,
     max_queue_bytes: int = 256 << 20,
@@ -77,6 +78,7 @@ def inspect(
     live_every_s: float = 60.0,
     render: str = "all",
     close_timeout: float = 120.0,
+    nice: int = 10,
 ) -> Inspector:
     """Start inspecting ``model``; returns an :class:`Inspector` (also a context manager).
 
@@ -85,8 +87,11 @@ def inspect(
     - ``every``: sample one step in ``every`` (steps 0, every, 2*every, ...); None for no
       step-count limit. ``max_per_second``: sample at most that many steps per second.
     - ``track``: any of "output", "input", "grad_output", "grad_input", "param", "grad"
-      (parameter gradients), or "all". Default: outputs, their gradients, parameters and
-      parameter gradients.
+      (parameter gradients), or "all". Default: outputs, parameters and parameter
+      gradients ("grad_output" doubles the activation data to reduce; add it when needed).
+    - ``hist_max_numel``: CPU tensors larger than this get their histogram from an evenly
+      strided subset of about this many elements (all other statistics stay exact); None
+      for exact histograms everywhere. Tensors on an accelerator are always exact.
     - ``backward``: "tensor" (default) takes gradients with tensor hooks on the module's
       outputs and inputs, which is safe with in-place operations after the module; "full"
       uses ``register_full_backward_hook`` (the module's own grad_input/grad_output), which
@@ -94,15 +99,17 @@ def inspect(
     - ``step_on``: "auto" (each forward call of ``model`` is a step until ``step()`` is first
       called, then only ``step()``), "call" (only ``step()``) or "forward".
     - ``out``: the run directory (earlier inspector files in it are replaced).
+    - ``nice``: added to the background process's niceness (POSIX), so it gets the CPU
+      time training leaves over; 0 to leave it alone.
     - ``render``: what the background process renders when the run ends: "all" (dashboard,
       PNG plots, videos), "dashboard" or "none". ``memlens inspect-report`` rebuilds any of it.
     """
     return Inspector(
         model, layers, every=every, max_per_second=max_per_second, out=out, track=track,
         backward=backward, step_on=step_on, bins=bins, heatmap_size=heatmap_size,
-        raw_max_numel=raw_max_numel, chunk_numel=chunk_numel, queue_size=queue_size,
+        raw_max_numel=raw_max_numel, hist_max_numel=hist_max_numel, chunk_numel=chunk_numel, queue_size=queue_size,
         max_queue_bytes=max_queue_bytes, alerts=alerts, video_format=video_format, fps=fps,
-        live_every_s=live_every_s, render=render, close_timeout=close_timeout,
+        live_every_s=live_every_s, render=render, close_timeout=close_timeout, nice=nice,
     )
 
 
@@ -168,7 +175,9 @@ class Inspector:
 
     def __init__(self, model, layers=None, *, every, max_per_second, out, track, backward,
                  step_on, bins, heatmap_size, raw_max_numel, chunk_numel, queue_size,
-                 max_queue_bytes, alerts, video_format, fps, live_every_s, render, close_timeout):
+                 hist_max_numel=1 << 16,
+                 max_queue_bytes, alerts, video_format, fps, live_every_s, render, close_timeout,
+                 nice=10):
         import multiprocessing as mp
 
         import torch
@@ -204,6 +213,7 @@ class Inspector:
         self.step_on = step_on
         self.bins, self.heatmap_size = int(bins), int(heatmap_size)
         self.raw_max_numel, self.chunk_numel = raw_max_numel, int(chunk_numel)
+        self.hist_max_numel = hist_max_numel
         self.max_queue_bytes = int(max_queue_bytes)
         self.close_timeout = float(close_timeout)
         self.render_mode = render
@@ -244,7 +254,7 @@ class Inspector:
         cfg = {
             "out": str(self.out), "bins": self.bins, "heatmap_size": self.heatmap_size,
             "alerts": alert_cfg.__dict__, "video_format": video_format, "fps": int(fps),
-            "live_every_s": float(live_every_s),
+            "live_every_s": float(live_every_s), "nice": int(nice),
         }
         ctx = mp.get_context("spawn")
         self._q = ctx.Queue(maxsize=int(queue_size))
@@ -466,7 +476,8 @@ class Inspector:
             if raw_max is None:
                 raw_max = RAW_MAX_NUMEL.get(t.device.type, RAW_MAX_NUMEL_DEVICE)
             pending = prepare(t, bins=self.bins, heatmap_size=self.heatmap_size,
-                              raw_max_numel=raw_max, chunk_numel=self.chunk_numel)
+                              raw_max_numel=raw_max, chunk_numel=self.chunk_numel,
+                              hist_max_numel=self.hist_max_numel)
             meta = {
                 "step": self.step_index,
                 "time": time.time(),

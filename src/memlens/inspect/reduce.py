@@ -149,15 +149,30 @@ def reduce_packed(
 
 
 def prepare(
-    t: torch.Tensor, *, bins: int, heatmap_size: int, raw_max_numel: int, chunk_numel: int
+    t: torch.Tensor,
+    *,
+    bins: int,
+    heatmap_size: int,
+    raw_max_numel: int,
+    chunk_numel: int,
+    hist_max_numel: int | None = None,
 ) -> Pending:
-    """Start moving one tensor's sample to the CPU (raw copy or device reduction)."""
+    """Start moving one tensor's sample to the CPU (raw copy or reduction where it lives)."""
     with torch.no_grad():
         x = t.detach()
         if x.numel() <= raw_max_numel:
             if x.dtype in _NUMPY_UNSAFE:
                 x = x.float()
             return _to_cpu(x, "raw")
+        if x.device.type == "cpu" and x.dtype not in _NUMPY_UNSAFE and not x.is_conj():
+            # On the CPU numpy reduces a read-only view of the tensor, single pass per
+            # statistic: cheaper than torch's reductions and than shipping the data.
+            from memlens.inspect.stats import reduce_array
+
+            packed, nchunks, heat = reduce_array(
+                x.numpy(), bins=bins, heatmap_size=heatmap_size, hist_max_numel=hist_max_numel
+            )
+            return Pending("packed", torch.from_numpy(packed), None, nchunks=nchunks, heat=heat)
         guard = (
             torch.autocast(x.device.type, enabled=False)
             if x.device.type in ("cuda", "cpu")

@@ -154,13 +154,95 @@ def heatmap(a: np.ndarray, size: int) -> np.ndarray | None:
     return adaptive_avg_pool(src, oh, ow)
 
 
-def summarize_array(a: np.ndarray, *, bins: int, heatmap_size: int) -> dict:
-    """Everything stored for one sample, computed from the full array (the raw path)."""
+def _finite_partials(x: np.ndarray) -> np.ndarray:
+    """The partial row of an all-finite flat array, with as few passes as possible."""
+    n = x.size
+    total = float(np.add.reduce(x, dtype=np.float64))
+    sumsq = float(np.einsum("i,i->", x, x, dtype=np.float64))
+    mean = total / n
+    m2 = sumsq - total * mean
+    if not m2 >= 1e-3 * sumsq:  # large mean: cancellation; take the centred sum instead
+        d = x.astype(np.float64) - mean
+        m2 = float(np.einsum("i,i->", d, d))
+    lo, hi = float(x.min()), float(x.max())
+    zeros = int(np.count_nonzero(x == 0))
+    return np.array([[n, n, mean, m2, lo, hi, zeros, 0, 0, sumsq]], dtype=np.float64)
+
+
+def _finite_histogram(x: np.ndarray, lo: float, hi: float, bins: int) -> np.ndarray:
+    if not hi > lo:
+        counts = np.zeros(bins, dtype=np.int64)
+        counts[0] = x.size
+        return counts
+    buf = x.astype(np.float64)
+    buf -= lo
+    buf *= bins / (hi - lo)
+    np.floor(buf, out=buf)
+    np.minimum(buf, bins - 1, out=buf)
+    return np.bincount(buf.astype(np.intp), minlength=bins).astype(np.int64)
+
+
+def reduce_array(
+    a: np.ndarray, *, bins: int, heatmap_size: int, hist_max_numel: int | None = None
+) -> tuple[np.ndarray, int, tuple[int, int] | None]:
+    """The packed vector of ``reduce.reduce_packed``, computed with numpy (read-only on ``a``).
+
+    With ``hist_max_numel``, the histogram of a larger array is counted over an evenly
+    strided subset of about that many elements and scaled to the full count (the range is
+    still the exact min and max); every other statistic is exact.
+    """
+    a = np.asarray(a)
+    flat = a.reshape(-1)
+    kind = flat.dtype.kind
+    if kind == "f" and flat.dtype.itemsize < 4:
+        flat = flat.astype(np.float32)
+    elif kind != "f":
+        flat = flat.astype(np.float64)
     with np.errstate(invalid="ignore", over="ignore"):
-        stats = combine(partials_from_array(a))
-        counts, lo, hi = histogram(a, bins)
+        # NaN or Inf anywhere makes the sum or the sum of squares non-finite (squares of
+        # float32 cannot overflow float64), so the all-finite fast path needs no extra pass.
+        part = _finite_partials(flat) if flat.size else partials_from_array(flat)
+        finite = bool(np.isfinite(part[0, 2]) and np.isfinite(part[0, 9]))
+        if not finite:
+            part = partials_from_array(flat)
+        lo, hi = part[0, 4], part[0, 5]
+        sub = flat
+        if hist_max_numel and flat.size > hist_max_numel:
+            sub = flat[:: -(-flat.size // hist_max_numel)]
+        if finite:
+            counts = _finite_histogram(sub, lo, hi, bins).astype(np.float64)
+        elif hi >= lo:
+            counts = _histogram_in(sub[np.isfinite(sub)], lo, hi, bins).astype(np.float64)
+        else:
+            counts = np.zeros(bins)
+        if sub is not flat and counts.sum() > 0:
+            counts = _scale_counts(counts, part[0, 1])
         hm = heatmap(a, heatmap_size) if heatmap_size > 0 else None
-    return {**stats, "hist": counts, "hist_lo": lo, "hist_hi": hi, "heatmap": hm}
+    heat = None if hm is None else hm.shape
+    parts = [part.reshape(-1), counts, np.array([lo, hi], dtype=np.float64)]
+    if hm is not None:
+        parts.append(hm.reshape(-1).astype(np.float64))
+    return np.concatenate(parts), 1, heat
+
+
+def _histogram_in(x: np.ndarray, lo: float, hi: float, bins: int) -> np.ndarray:
+    return _finite_histogram(x, lo, hi, bins) if x.size else np.zeros(bins, dtype=np.int64)
+
+
+def _scale_counts(counts: np.ndarray, total: float) -> np.ndarray:
+    """Scale subset counts to ``total`` elements, in whole numbers that add up exactly."""
+    exact = counts * (total / counts.sum())
+    out = np.floor(exact)
+    short = int(round(total - out.sum()))
+    if short > 0:
+        out[np.argsort(out - exact)[:short]] += 1
+    return out
+
+
+def summarize_array(a: np.ndarray, *, bins: int, heatmap_size: int) -> dict:
+    """Everything stored for one sample, computed exactly from the full array (the raw path)."""
+    packed, nchunks, heat = reduce_array(a, bins=bins, heatmap_size=heatmap_size)
+    return unpack_reduced(packed, nchunks, bins, heat)
 
 
 def unpack_reduced(packed: np.ndarray, nchunks: int, bins: int, heat: tuple[int, int] | None) -> dict:

@@ -182,6 +182,11 @@ def _watchdog(parent, done: threading.Event) -> None:
 def worker_main(q, inflight, cfg: dict) -> None:
     """Entry point of the background process."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    nice = int(cfg.get("nice", 0))
+    if nice and hasattr(os, "nice"):
+        # Training comes first: this process gets the CPU time training leaves over.
+        with contextlib.suppress(OSError):
+            os.nice(nice)
     # Keep no write end of the queue's pipe here: if the parent dies in the middle of
     # sending a message, reading the rest then ends in EOFError instead of waiting forever.
     writer = getattr(q, "_writer", None)
