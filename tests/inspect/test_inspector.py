@@ -11,8 +11,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-import memlens  # noqa: E402
 from inspect_helpers import TinyCNN, TinyMLP, TinyTransformer, batch_for, direct, train_step  # noqa: E402
+
+import memlens  # noqa: E402
 from memlens.errors import MemlensError  # noqa: E402
 from memlens.inspect import stats as S  # noqa: E402
 from memlens.inspect.select import label, leaf_modules, select_modules  # noqa: E402
@@ -189,10 +190,10 @@ def test_full_backward_hooks(tmp_path):
 
 def test_counts_forward_calls_without_step(tmp_path):
     m = TinyMLP()
-    with memlens.inspect(m, every=3, out=tmp_path / "r", render="none", track="output") as ins:
-        with torch.no_grad():
-            for _ in range(7):
-                m(torch.randn(2, 12))
+    with memlens.inspect(m, every=3, out=tmp_path / "r", render="none", track="output") as ins, \
+            torch.no_grad():
+        for _ in range(7):
+            m(torch.randn(2, 12))
     assert ins.last_forward_step == 6
     assert load_run(tmp_path / "r").tensors["fc1:output"].steps.tolist() == [0, 3, 6]
 

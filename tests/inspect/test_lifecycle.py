@@ -19,6 +19,7 @@ import pytest
 pytest.importorskip("torch")
 
 from inspect_helpers import check_html, check_run_files, decode_video  # noqa: E402
+
 from memlens.inspect.store import load_run  # noqa: E402
 
 pytestmark = [pytest.mark.torch, pytest.mark.slow]

@@ -13,8 +13,16 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from inspect_helpers import (  # noqa: E402
+    TinyTransformer,
+    batch_for,
+    check_html,
+    check_run_files,
+    decode_video,
+    train_step,
+)
+
 import memlens  # noqa: E402
-from inspect_helpers import TinyTransformer, batch_for, check_html, check_run_files, decode_video, train_step  # noqa: E402
 from memlens.cli.main import main as cli_main  # noqa: E402
 from memlens.inspect import render  # noqa: E402
 from memlens.inspect.store import load_run  # noqa: E402

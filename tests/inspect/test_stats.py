@@ -11,8 +11,9 @@ import pytest
 torch = pytest.importorskip("torch")
 F = torch.nn.functional
 
-from memlens.inspect import stats as S  # noqa: E402
 from inspect_helpers import direct  # noqa: E402
+
+from memlens.inspect import stats as S  # noqa: E402
 from memlens.inspect.reduce import prepare, reduce_packed  # noqa: E402
 
 BINS = 32

@@ -68,7 +68,7 @@ def inspect(
     bins: int = 64,
     heatmap_size: int = 64,
     raw_max_numel: int | None = None,
-    hist_max_numel: int | None = 1 << 16,
+    hist_max_numel: int | None = 1 << 14,
     chunk_numel: int = 1 << 22,
     queue_size: int = 1024,
     max_queue_bytes: int = 256 << 20,
@@ -175,7 +175,7 @@ class Inspector:
 
     def __init__(self, model, layers=None, *, every, max_per_second, out, track, backward,
                  step_on, bins, heatmap_size, raw_max_numel, chunk_numel, queue_size,
-                 hist_max_numel=1 << 16,
+                 hist_max_numel=1 << 14,
                  max_queue_bytes, alerts, video_format, fps, live_every_s, render, close_timeout,
                  nice=10):
         import multiprocessing as mp
@@ -555,10 +555,8 @@ class Inspector:
         }
         try:
             if self._proc.is_alive():
-                try:
+                with contextlib.suppress(queue.Full):
                     self._q.put(("stop", status, info, self.render_mode), timeout=10)
-                except queue.Full:
-                    pass
                 self._proc.join(self.close_timeout)
                 clean = not self._proc.is_alive() and self._proc.exitcode == 0
                 if self._proc.is_alive():

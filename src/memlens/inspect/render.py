@@ -177,7 +177,7 @@ def svg_chart(
             pts = [f"{px(a):.1f},{py(b):.1f}" for a, b in zip(x[ok], hi[ok], strict=True)]
             pts += [f"{px(a):.1f},{py(b):.1f}" for a, b in zip(x[ok][::-1], lo[ok][::-1], strict=True)]
             out.append(f'<polygon points="{" ".join(pts)}" class="band"/>')
-    for name, v, color in ys:
+    for _name, v, color in ys:
         tv = tr(v)
         seg: list[str] = []
         segs: list[list[str]] = []

@@ -68,11 +68,9 @@ def append_lines(path: Path, objs: Iterable[dict]) -> None:
 
 def read_jsonl(path: Path) -> Iterator[dict]:
     """Lines of a JSONL file; a torn or corrupt line (from a hard kill) is skipped."""
-    try:
-        fh = open(path, encoding="utf-8")
-    except FileNotFoundError:
+    if not path.exists():
         return
-    with fh:
+    with open(path, encoding="utf-8") as fh:
         for line in fh:
             if not line.endswith("\n"):
                 break
