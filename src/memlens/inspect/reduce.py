@@ -103,7 +103,7 @@ def reduce_packed(
         rows.append(
             torch.stack(
                 [
-                    torch.tensor(float(c.numel()), dtype=acc, device=x.device),
+                    torch.full((), float(c.numel()), dtype=acc, device=x.device),  # no copy
                     nf,
                     mean,
                     (d * d).sum(),

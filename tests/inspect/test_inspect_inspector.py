@@ -182,10 +182,11 @@ def test_full_backward_hooks(tmp_path):
     opt = torch.optim.SGD(m.parameters(), lr=0.01)
     with memlens.inspect(m, every=1, out=tmp_path / "r", render="none", backward="full",
                          track=("grad_output", "grad_input")) as ins:
-        train_step(m, opt, batch_for(m))
+        x, y = batch_for(m)
+        train_step(m, opt, (x.requires_grad_(), y))
         ins.step()
     keys = set(load_run(tmp_path / "r").tensors)
-    assert {"fc2:grad_output.0", "fc2:grad_input.0", "act:grad_input.0"} <= keys
+    assert {"fc2:grad_output.0", "fc2:grad_input.0", "act:grad_input.0", "fc1:grad_input.0"} <= keys
 
 
 def test_counts_forward_calls_without_step(tmp_path):
