@@ -15,8 +15,8 @@ How it stays out of the way of training:
 - What leaves a hook is detached and on its way to the CPU at once: small tensors copied,
   large ones reduced on their device first (``reduce.py``). On CUDA the copy is asynchronous
   into pinned memory; nothing waits for the GPU and no GPU tensor is kept.
-- Samples go to a background process through a bounded queue with a byte budget; when it is
-  full the sample is dropped and counted, never waited for.
+- Samples go to a background process, one message per sampled step, through a bounded queue
+  with a byte budget; when it is full the samples are dropped and counted, never waited for.
 - Any error in the inspector is caught, reported once, and never reaches the training loop.
 """
 
@@ -242,6 +242,8 @@ class Inspector:
         self._step_time_us: int | None = None
         self._handles: list = []
         self._pending: collections.deque = collections.deque()
+        self._outbox: list = []
+        self._outbox_bytes = 0
         self._lock = threading.RLock()
         # counters
         self.samples_sent = 0
@@ -357,9 +359,9 @@ class Inspector:
             self._error(exc)
         self.sampled = False
         self._remove()
+        self._pump()  # also sends the step's samples
         if self._act_bytes:
             self._send(("bytes", self.step_index, self._step_time_us, dict(self._act_bytes)), 0)
-        self._pump()
 
     # -- hooks ----------------------------------------------------------------------------
     def _install(self) -> None:
@@ -500,23 +502,41 @@ class Inspector:
                 pending.wait()
             self._pending.popleft()
             self._send(("sample", key, module, kind, meta, pending.payload()), pending.nbytes)
+        if not self.sampled:
+            self._flush_outbox()
 
     def _send(self, msg: tuple, nbytes: int) -> None:
-        if nbytes and self._inflight.value + nbytes > self.max_queue_bytes:
+        """Samples wait in the outbox and leave as one message per sampled step."""
+        if msg[0] != "sample":
+            self._put(msg, 0, 0)
+            return
+        if self._inflight.value + self._outbox_bytes + nbytes > self.max_queue_bytes:
             self.samples_dropped += 1
             return
+        self._outbox.append(msg)
+        self._outbox_bytes += nbytes
+        if len(self._outbox) >= MAX_PENDING:
+            self._flush_outbox()
+
+    def _flush_outbox(self) -> None:
+        if not self._outbox:
+            return
+        batch, nbytes = self._outbox, self._outbox_bytes
+        self._outbox, self._outbox_bytes = [], 0
+        self._put(("batch", batch), nbytes, len(batch))
+
+    def _put(self, msg: tuple, nbytes: int, samples: int) -> None:
         try:
             self._q.put_nowait(msg)
         except queue.Full:
-            self.samples_dropped += 1
+            self.samples_dropped += samples
             return
         except (ValueError, OSError, AssertionError):  # queue closed
             return
         if nbytes:
             with self._inflight.get_lock():
                 self._inflight.value += nbytes
-        if msg[0] == "sample":
-            self.samples_sent += 1
+        self.samples_sent += samples
 
     def _warn_once(self, tag: str, text: str) -> None:
         if tag not in self._warned:

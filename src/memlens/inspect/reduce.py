@@ -16,6 +16,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -83,6 +84,16 @@ def _to_cpu(x: torch.Tensor, kind: str, **extra) -> Pending:
     return Pending(kind, x.to("cpu"), None, **extra)
 
 
+def _pool(x: torch.Tensor, heat: tuple[int, int]) -> torch.Tensor:
+    """The heatmap: x[0, ..., 0, :, :] average-pooled to ``heat`` (see stats.py)."""
+    src = x[(0,) * (x.dim() - 2)]
+    if src.dtype not in (torch.float32, torch.float64):
+        src = src.float()
+    if tuple(src.shape) == heat:
+        return src
+    return F.adaptive_avg_pool2d(src[None, None], heat)[0, 0]
+
+
 def reduce_packed(
     x: torch.Tensor, *, bins: int, heatmap_size: int, chunk_numel: int
 ) -> tuple[torch.Tensor, int, tuple[int, int] | None]:
@@ -137,14 +148,7 @@ def reduce_packed(
     parts = [part.reshape(-1), hist, torch.stack([lo, hi])]
     heat = heatmap_shape(tuple(x.shape), heatmap_size) if heatmap_size > 0 else None
     if heat is not None:
-        src = x[(0,) * (x.dim() - 2)]
-        if src.dtype not in (torch.float32, torch.float64):
-            src = src.float()
-        if tuple(src.shape) == heat:
-            pooled = src
-        else:
-            pooled = F.adaptive_avg_pool2d(src[None, None], heat)[0, 0]
-        parts.append(pooled.reshape(-1).to(acc))
+        parts.append(_pool(x, heat).reshape(-1).to(acc))
     return torch.cat(parts), len(rows), heat
 
 
@@ -167,11 +171,16 @@ def prepare(
         if x.device.type == "cpu" and x.dtype not in _NUMPY_UNSAFE and not x.is_conj():
             # On the CPU numpy reduces a read-only view of the tensor, single pass per
             # statistic: cheaper than torch's reductions and than shipping the data.
+            # The heatmap is pooled with torch (faster here than numpy's prefix sums).
             from memlens.inspect.stats import reduce_array
 
-            packed, nchunks, heat = reduce_array(
-                x.numpy(), bins=bins, heatmap_size=heatmap_size, hist_max_numel=hist_max_numel
+            packed, nchunks, _ = reduce_array(
+                x.numpy(), bins=bins, heatmap_size=0, hist_max_numel=hist_max_numel
             )
+            heat = heatmap_shape(tuple(x.shape), heatmap_size) if heatmap_size > 0 else None
+            if heat is not None:
+                pooled = _pool(x, heat).reshape(-1).double().numpy()
+                packed = np.concatenate([packed, pooled])
             return Pending("packed", torch.from_numpy(packed), None, nchunks=nchunks, heat=heat)
         guard = (
             torch.autocast(x.device.type, enabled=False)

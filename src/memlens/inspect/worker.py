@@ -212,11 +212,13 @@ def worker_main(q, inflight, cfg: dict) -> None:
             if msg[0] == "stop":
                 status, info, render = msg[1], msg[2], msg[3]
                 break
-            nbytes = msg[-1][1].nbytes if msg[0] == "sample" else 0
+            msgs = msg[1] if msg[0] == "batch" else [msg]
+            nbytes = sum(m[-1][1].nbytes for m in msgs if m[0] == "sample")
             if nbytes:
                 with inflight.get_lock():
                     inflight.value -= nbytes
-            w.handle(msg)
+            for m in msgs:
+                w.handle(m)
             w.tick()
     finally:
         w.flush(final=True)
