@@ -3,13 +3,15 @@
     python benchmarks/bench_inspect.py                 # both models, prints a Markdown table
     python benchmarks/bench_inspect.py --steps 200 --rounds 5 --out docs/benchmarks-inspect.md
 
-For each model, rounds alternate a block of plain training steps with a block of the same
-steps with ``memlens.inspect(model)`` attached (default settings: every leaf module, outputs,
+For each model, each round runs a block of plain training steps and a block of the same
+steps with ``memlens.inspect(model)`` attached (which goes first alternates between rounds) (default settings: every leaf module, outputs,
 their gradients, parameters and parameter gradients, every 20th step). The overhead is the
 mean step time with the inspector over the mean without, blocks paired round by round, the
-median over rounds reported. On a shared machine other processes' bursts swamp means, so a
-second, median-based figure is given: (median step without sampling − median plain step +
-(median sampled step − median plain step) / every) / median plain step. Inspector start-up and close (rendering) are outside the timed
+median over rounds reported. On a shared machine other processes' bursts swamp means, so
+median-based figures are given too: "idle" = (median unsampled step with the inspector −
+median plain step) / median plain step; "sampled extra" = median sampled step − median
+unsampled step of the same block; "overhead, medians" = idle + sampled extra / (every ×
+median plain step). Inspector start-up and close (rendering) are outside the timed
 loop; the background process runs during it, on the same machine, as it would for a user.
 """
 
@@ -95,31 +97,45 @@ def timed(step, n: int, ins=None) -> list[float]:
     return times
 
 
+def inspected(model, step, steps: int, every: int, out: Path):
+    ins = memlens.inspect(model, every=every, out=out, render="none")
+    time.sleep(1.0)  # let the background process start (outside the timed loop)
+    times = timed(step, steps, ins)
+    ins.close()
+    return times, ins
+
+
 def bench(name: str, steps: int, rounds: int, every: int) -> dict:
     model, step = make(name)
     timed(step, 20)  # warm-up
-    ratios, base_means, ins_means = [], [], []
-    sampled_costs, robust = [], []
+    ratios, base_means, ins_means, base_medians = [], [], [], []
+    sampled_costs, robust, idle = [], [], []
     dropped = sent = 0
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(rounds):
-            base = timed(step, steps)
-            ins = memlens.inspect(model, every=every, out=Path(tmp) / f"{name}{r}", render="none")
-            time.sleep(1.0)  # let the background process start (outside the timed loop)
-            with_ins = timed(step, steps, ins)
-            ins.close()
+            # Alternate which block goes first: the second block of a pair runs measurably
+            # slower or faster on a busy machine, whatever it contains.
+            if r % 2:
+                with_ins, ins = inspected(model, step, steps, every, Path(tmp) / f"{name}{r}")
+                base = timed(step, steps)
+            else:
+                base = timed(step, steps)
+                with_ins, ins = inspected(model, step, steps, every, Path(tmp) / f"{name}{r}")
             dropped += ins.samples_dropped
             sent += ins.samples_sent
             b, w = statistics.fmean(base), statistics.fmean(with_ins)
             base_means.append(b)
+            base_medians.append(statistics.median(base))
             ins_means.append(w)
             ratios.append(w / b - 1)
             sampled = [t for i, t in enumerate(with_ins) if i % every == 0]
             unsampled = [t for i, t in enumerate(with_ins) if i % every]
-            mb = statistics.median(base)
-            sampled_costs.append(statistics.median(sampled) - mb)
-            # Robust to other processes' bursts: medians, the sampled steps' extra spread out.
-            robust.append((statistics.median(unsampled) - mb + (statistics.median(sampled) - mb) / every) / mb)
+            mb, mu = statistics.median(base), statistics.median(unsampled)
+            # Robust to other processes' bursts: a sampled step against the unsampled steps
+            # of the same block, and the unsampled steps against the plain block.
+            sampled_costs.append(statistics.median(sampled) - mu)
+            idle.append((mu - mb) / mb)
+            robust.append((mu - mb + (statistics.median(sampled) - mu) / every) / mb)
     return {
         "model": name,
         "params": sum(p.numel() for p in model.parameters()),
@@ -129,6 +145,8 @@ def bench(name: str, steps: int, rounds: int, every: int) -> dict:
         "overhead": statistics.median(ratios),
         "overhead_all": ratios,
         "robust": statistics.median(robust),
+        "idle": statistics.median(idle),
+        "plain_median_ms": 1e3 * statistics.median(base_medians),
         "sampled_extra_ms": 1e3 * statistics.median(sampled_costs),
         "sent": sent,
         "dropped": dropped,
@@ -147,15 +165,15 @@ def table(results: list[dict], steps: int, rounds: int, every: int) -> str:
         f"torch {torch.__version__} (CPU, {torch.get_num_threads()} threads). "
         f"{rounds} rounds of {steps} steps with and {steps} without, every={every}.",
         "",
-        "| model | parameters | hooked modules | step without | step with | overhead, means | each round | overhead, medians | extra on a sampled step | samples sent / dropped |",
-        "|---|---:|---:|---:|---:|---:|---|---:|---:|---:|",
+        "| model | parameters | hooked modules | step without (mean / median) | step with (mean) | overhead, means | each round | idle | extra on a sampled step | overhead, medians | samples sent / dropped |",
+        "|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|",
     ]
     for r in results:
         each = ", ".join(f"{100 * x:+.1f}%" for x in r["overhead_all"])
         lines.append(
-            f"| {r['model']} | {r['params']:,} | {r['modules']} | {r['base_ms']:.2f} ms | {r['ins_ms']:.2f} ms "
-            f"| {100 * r['overhead']:+.1f}% | {each} | **{100 * r['robust']:+.1f}%** "
-            f"| {r['sampled_extra_ms']:.1f} ms | {r['sent']} / {r['dropped']} |"
+            f"| {r['model']} | {r['params']:,} | {r['modules']} | {r['base_ms']:.2f} / {r['plain_median_ms']:.2f} ms "
+            f"| {r['ins_ms']:.2f} ms | {100 * r['overhead']:+.1f}% | {each} | {100 * r['idle']:+.1f}% "
+            f"| {r['sampled_extra_ms']:.1f} ms | **{100 * r['robust']:+.1f}%** | {r['sent']} / {r['dropped']} |"
         )
     return "\n".join(lines)
 
