@@ -188,3 +188,23 @@ def test_meta_of_interrupted_run_is_valid_json(tmp_path):
     finish(proc, lines)
     meta = json.loads((out / "meta.json").read_text())
     assert meta["last_step"] >= 3 and meta["samples_sent"] == meta["samples_written"]
+
+
+def test_ctrl_c_while_the_worker_is_still_starting(tmp_path):
+    """A Ctrl-C that reaches the process group while the background process is still
+    importing must not kill it: it finishes the run's files like any other."""
+    proc, out = start(tmp_path, "sigint-plain")
+    lines: list[str] = []
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        lines.append(line)
+        if not line or line.startswith("WORKER"):
+            break
+    os.killpg(proc.pid, signal.SIGINT)
+    finish(proc, lines)
+    assert_no_orphans(proc.pid)
+    check_run_files(out)
+    meta = json.loads((out / "meta.json").read_text())
+    assert meta["status"] == "interrupted"
+    assert "samples_written" in meta  # written by the background process, so it survived

@@ -32,6 +32,7 @@ import os
 import platform
 import queue
 import shutil
+import signal
 import sys
 import threading
 import time
@@ -153,6 +154,21 @@ def _spawn_without_main():
             sys.modules["__main__"] = real
 
 
+@contextlib.contextmanager
+def _sigint_ignored():
+    """Ignore SIGINT while the child is started: it inherits the disposition through exec, so
+    a Ctrl-C that reaches the process group while it is still importing cannot kill it."""
+    try:
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    except ValueError:  # not the main thread: nothing to change
+        previous = None
+    try:
+        yield
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
+
+
 def _close_at_exit(ref: weakref.ref) -> None:
     ins = ref()
     if ins is None or ins.closed:
@@ -263,7 +279,7 @@ class Inspector:
         self._inflight = ctx.Value("q", 0)
         self._proc = ctx.Process(target=worker_main, args=(self._q, self._inflight, cfg),
                                  name="memlens-inspect", daemon=True)
-        with _spawn_without_main():
+        with _spawn_without_main(), _sigint_ignored():
             self._proc.start()
         self._root_handle = model.register_forward_pre_hook(self._on_root_forward)
         self._atexit = functools.partial(_close_at_exit, weakref.ref(self))
