@@ -387,9 +387,8 @@ def write_dashboard(run: Run) -> Path:
 
 # -- PNG plots (matplotlib, Agg) --------------------------------------------------------------
 def write_plots(run: Run) -> list[Path]:
-    import matplotlib
-
-    matplotlib.use("Agg", force=True)
+    # A bare Figure renders with Agg on savefig and never touches pyplot or the user's
+    # backend (this also runs inside notebooks, through memlens.inspect.render_run).
     from matplotlib.figure import Figure
 
     out_dir = run.path / "plots"
@@ -407,19 +406,19 @@ def write_plots(run: Run) -> list[Path]:
         ax.plot(x, st["mean"], label="mean")
         ax.plot(x, st["min"], label="min", lw=0.8)
         ax.plot(x, st["max"], label="max", lw=0.8)
-        ax.set_title("value statistics", fontsize=9)
+        ax.set_title("value statistics", fontsize=9, y=1.0)
         ax.legend(fontsize=7)
         ax = axs[0, 1]
         ax.plot(x, st["norm"], color=COLORS["norm"])
         if np.isfinite(st["norm"]).any() and np.nanmin(st["norm"]) > 0:
             ax.set_yscale("log")
-        ax.set_title("L2 norm", fontsize=9)
+        ax.set_title("L2 norm", fontsize=9, y=1.0)
         ax = axs[1, 0]
         img, lo, hi, cols = hist_over_time(s)
         if img.size:
             c = x[cols]
             ax.imshow(img, aspect="auto", cmap="magma", extent=(c[0], c[-1] + (c[-1] == c[0]), lo, hi))
-        ax.set_title("histogram over steps", fontsize=9)
+        ax.set_title("histogram over steps", fontsize=9, y=1.0)
         ax = axs[1, 1]
         heats = s.heatmaps() if s.has_heatmaps else []
         if heats:
@@ -427,15 +426,18 @@ def write_plots(run: Run) -> list[Path]:
             vmin, vmax, cmap = heat_scale([hm])
             im = ax.imshow(hm, cmap=cmap, vmin=vmin, vmax=vmax, interpolation="nearest", aspect="auto")
             fig.colorbar(im, ax=ax)
-            ax.set_title(f"heatmap at step {step}", fontsize=9)
+            ax.set_title(f"heatmap at step {step}", fontsize=9, y=1.0)
         else:
             ax.plot(x, st["frac_zeros"], label="fraction zero")
             ax.plot(x, st["nan"], label="NaN")
             ax.plot(x, st["inf"], label="Inf")
             ax.legend(fontsize=7)
-            ax.set_title("zeros, NaN, Inf", fontsize=9)
-        for a in axs.flat:
+            ax.set_title("zeros, NaN, Inf", fontsize=9, y=1.0)
+        for a in axs.flat:  # (explicit title y and few ticks: layout is most of the time)
             a.tick_params(labelsize=7)
+            if a.get_yscale() == "linear":
+                a.locator_params(axis="y", nbins=4)
+            a.locator_params(axis="x", nbins=5)
         fig.suptitle(key, fontsize=10)
         path = out_dir / f"{s.dir.name}.png"
         tmp = path.with_name(f".{path.name}.tmp.png")
