@@ -223,3 +223,15 @@ def test_colorize_and_histogram_image():
     rgb = render.colorize(a, -1, 1, "RdBu_r")
     assert rgb.shape == (2, 2, 3) and (rgb[1, 0] == 0).all()
     assert render.fmt_bytes(3 * 1024**2) == "3.0 MiB"
+
+
+def test_reading_and_rendering_never_import_torch(tmp_path):
+    """The background process and `memlens inspect-report` work without torch."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; import memlens.inspect.worker, memlens.inspect.render, "
+        "memlens.cli.inspect_report; assert 'torch' not in sys.modules, 'torch imported'"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
