@@ -39,11 +39,19 @@ class SmallCNN(nn.Module):
         super().__init__()
         c = 32
         self.features = nn.Sequential(
-            nn.Conv2d(3, c, 3, padding=1), nn.BatchNorm2d(c), nn.ReLU(inplace=True),
-            nn.Conv2d(c, c, 3, padding=1), nn.BatchNorm2d(c), nn.ReLU(inplace=True),
+            nn.Conv2d(3, c, 3, padding=1),
+            nn.BatchNorm2d(c),
+            nn.ReLU(inplace=True),
+            nn.Conv2d(c, c, 3, padding=1),
+            nn.BatchNorm2d(c),
+            nn.ReLU(inplace=True),
             nn.MaxPool2d(2),
-            nn.Conv2d(c, 2 * c, 3, padding=1), nn.BatchNorm2d(2 * c), nn.ReLU(inplace=True),
-            nn.Conv2d(2 * c, 2 * c, 3, padding=1), nn.BatchNorm2d(2 * c), nn.ReLU(inplace=True),
+            nn.Conv2d(c, 2 * c, 3, padding=1),
+            nn.BatchNorm2d(2 * c),
+            nn.ReLU(inplace=True),
+            nn.Conv2d(2 * c, 2 * c, 3, padding=1),
+            nn.BatchNorm2d(2 * c),
+            nn.ReLU(inplace=True),
             nn.AdaptiveAvgPool2d(1),
         )
         self.head = nn.Linear(2 * c, classes)
@@ -53,7 +61,9 @@ class SmallCNN(nn.Module):
 
 
 class SmallTransformer(nn.Module):
-    def __init__(self, vocab: int = 1000, d: int = 128, heads: int = 4, layers: int = 2, seq: int = 64):
+    def __init__(
+        self, vocab: int = 1000, d: int = 128, heads: int = 4, layers: int = 2, seq: int = 64
+    ):
         super().__init__()
         self.embed = nn.Embedding(vocab, d)
         self.pos = nn.Parameter(torch.zeros(seq, d))
@@ -180,7 +190,9 @@ def table(results: list[dict], steps: int, rounds: int, every: int) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--models", nargs="+", default=["cnn", "transformer"], choices=["cnn", "transformer"])
+    ap.add_argument(
+        "--models", nargs="+", default=["cnn", "transformer"], choices=["cnn", "transformer"]
+    )
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--every", type=int, default=20)

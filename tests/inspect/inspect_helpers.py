@@ -40,11 +40,15 @@ class TinyCNN(nn.Module):
 
 
 class TinyTransformer(nn.Module):
-    def __init__(self, vocab: int = 50, d: int = 32, heads: int = 4, layers: int = 2, seq: int = 16):
+    def __init__(
+        self, vocab: int = 50, d: int = 32, heads: int = 4, layers: int = 2, seq: int = 16
+    ):
         super().__init__()
         self.embed = nn.Embedding(vocab, d)
         self.pos = nn.Parameter(torch.zeros(seq, d))
-        layer = nn.TransformerEncoderLayer(d, heads, dim_feedforward=64, dropout=0.0, batch_first=True)
+        layer = nn.TransformerEncoderLayer(
+            d, heads, dim_feedforward=64, dropout=0.0, batch_first=True
+        )
         self.encoder = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
         self.head = nn.Linear(d, vocab)
 
@@ -113,7 +117,9 @@ def decode_video(path) -> list:
     assert ffmpeg, "an MP4 was written but nothing here can decode it"
     probe = subprocess.run(
         [ffmpeg, "-v", "error", "-i", str(path), "-f", "rawvideo", "-pix_fmt", "rgb24", "-"],
-        capture_output=True, check=True, timeout=120,
+        capture_output=True,
+        check=True,
+        timeout=120,
     )
     assert probe.stderr == b"", probe.stderr.decode(errors="replace")
     from memlens.inspect.render import FRAME_H, FRAME_W
@@ -127,8 +133,28 @@ def check_html(text: str) -> dict:
     """Parse a page; tags balanced, nothing loaded from elsewhere. Returns tag counts."""
     from html.parser import HTMLParser
 
-    void = {"meta", "img", "input", "br", "hr", "link", "source", "wbr", "col", "area", "base",
-            "embed", "param", "track", "circle", "rect", "polyline", "polygon", "line", "path"}
+    void = {
+        "meta",
+        "img",
+        "input",
+        "br",
+        "hr",
+        "link",
+        "source",
+        "wbr",
+        "col",
+        "area",
+        "base",
+        "embed",
+        "param",
+        "track",
+        "circle",
+        "rect",
+        "polyline",
+        "polygon",
+        "line",
+        "path",
+    }
     counts: dict[str, int] = {}
     stack: list[str] = []
 

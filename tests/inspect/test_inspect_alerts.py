@@ -55,8 +55,9 @@ def test_nan_alert_once_with_module_and_step(tmp_path, capfd):
     m = Faulty()
     m.nan_from = 4
     out = tmp_path / "r"
-    with memlens.inspect(m, every=2, out=out, render="none",
-                         track=("output", "grad_output", "param", "grad")) as ins:
+    with memlens.inspect(
+        m, every=2, out=out, render="none", track=("output", "grad_output", "param", "grad")
+    ) as ins:
         train(m, ins, 10)
     err = capfd.readouterr().err
     # The NaN is made after fc1, so it first shows in act's output; it then spreads.

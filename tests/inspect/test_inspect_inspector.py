@@ -140,7 +140,9 @@ def test_layer_selection(tmp_path):
     m = TinyTransformer()
     assert [n for n, _ in select_modules(m, "encoder.layers.0")] == ["encoder.layers.0"]
     assert [n for n, _ in select_modules(m, "encoder.layers.*.linear1")] == [
-        "encoder.layers.0.linear1", "encoder.layers.1.linear1"]
+        "encoder.layers.0.linear1",
+        "encoder.layers.1.linear1",
+    ]
     assert {type(x) for _, x in select_modules(m, torch.nn.LayerNorm)} == {torch.nn.LayerNorm}
     assert [n for n, _ in select_modules(m, lambda n, mod: n == "head")] == ["head"]
     with pytest.raises(MemlensError, match="did you mean"):
@@ -152,8 +154,9 @@ def test_layer_selection(tmp_path):
 def test_selected_block_owns_its_parameters(tmp_path):
     m = TinyTransformer()
     opt = torch.optim.SGD(m.parameters(), lr=0.01)
-    with memlens.inspect(m, layers=["encoder.layers.0"], every=1, out=tmp_path / "r",
-                         render="none", track="all") as ins:
+    with memlens.inspect(
+        m, layers=["encoder.layers.0"], every=1, out=tmp_path / "r", render="none", track="all"
+    ) as ins:
         train_step(m, opt, batch_for(m))
         ins.step()
     run = load_run(tmp_path / "r")
@@ -169,8 +172,9 @@ def test_inplace_after_hooked_module_is_safe_by_default(tmp_path):
     """TinyCNN does `out += y` on bn2's output: full backward hooks would make torch raise."""
     m = TinyCNN()
     opt = torch.optim.SGD(m.parameters(), lr=0.01)
-    with memlens.inspect(m, every=1, out=tmp_path / "r", render="none",
-                         track=("output", "grad_output")) as ins:
+    with memlens.inspect(
+        m, every=1, out=tmp_path / "r", render="none", track=("output", "grad_output")
+    ) as ins:
         for _ in range(2):
             train_step(m, opt, batch_for(m))
             ins.step()
@@ -180,8 +184,14 @@ def test_inplace_after_hooked_module_is_safe_by_default(tmp_path):
 def test_full_backward_hooks(tmp_path):
     m = TinyMLP()
     opt = torch.optim.SGD(m.parameters(), lr=0.01)
-    with memlens.inspect(m, every=1, out=tmp_path / "r", render="none", backward="full",
-                         track=("grad_output", "grad_input")) as ins:
+    with memlens.inspect(
+        m,
+        every=1,
+        out=tmp_path / "r",
+        render="none",
+        backward="full",
+        track=("grad_output", "grad_input"),
+    ) as ins:
         x, y = batch_for(m)
         train_step(m, opt, (x.requires_grad_(), y))
         ins.step()
@@ -191,8 +201,10 @@ def test_full_backward_hooks(tmp_path):
 
 def test_counts_forward_calls_without_step(tmp_path):
     m = TinyMLP()
-    with memlens.inspect(m, every=3, out=tmp_path / "r", render="none", track="output") as ins, \
-            torch.no_grad():
+    with (
+        memlens.inspect(m, every=3, out=tmp_path / "r", render="none", track="output") as ins,
+        torch.no_grad(),
+    ):
         for _ in range(7):
             m(torch.randn(2, 12))
     assert ins.last_forward_step == 6
@@ -201,8 +213,9 @@ def test_counts_forward_calls_without_step(tmp_path):
 
 def test_max_per_second(tmp_path):
     m = TinyMLP()
-    with memlens.inspect(m, every=None, max_per_second=2, out=tmp_path / "r", render="none",
-                         track="output") as ins:
+    with memlens.inspect(
+        m, every=None, max_per_second=2, out=tmp_path / "r", render="none", track="output"
+    ) as ins:
         t0 = time.monotonic()
         while time.monotonic() - t0 < 1.2:
             with torch.no_grad():
@@ -217,8 +230,9 @@ def test_full_queue_drops_and_never_blocks(tmp_path):
     m = TinyMLP(d_in=256, hidden=512)
     opt = torch.optim.SGD(m.parameters(), lr=0.01)
     # A byte budget smaller than one sample: everything is dropped, and counted.
-    with memlens.inspect(m, every=1, out=tmp_path / "r", render="none",
-                         max_queue_bytes=1000) as ins:
+    with memlens.inspect(
+        m, every=1, out=tmp_path / "r", render="none", max_queue_bytes=1000
+    ) as ins:
         for _ in range(3):
             train_step(m, opt, (torch.randn(64, 256), torch.randint(0, 3, (64,))))
             ins.step()

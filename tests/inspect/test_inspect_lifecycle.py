@@ -85,7 +85,10 @@ def start(tmp_path: Path, mode: str) -> tuple[subprocess.Popen, Path]:
     env["PYTHONPATH"] = os.pathsep.join([str(SRC), str(HERE), env.get("PYTHONPATH", "")])
     proc = subprocess.Popen(
         [sys.executable, str(script), mode, str(out)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
         start_new_session=True,  # its own process group: a Ctrl-C to it reaches only it
     )
     return proc, out

@@ -46,8 +46,13 @@ def run_dir(tmp_path_factory) -> Path:
     torch.manual_seed(0)
     m = TinyTransformer(layers=1)
     opt = torch.optim.SGD(m.parameters(), lr=0.05)
-    with memlens.inspect(m, layers=["encoder.layers.0.linear1", "encoder.layers.0.self_attn", "head"],
-                         every=1, out=out, render="none") as ins:
+    with memlens.inspect(
+        m,
+        layers=["encoder.layers.0.linear1", "encoder.layers.0.self_attn", "head"],
+        every=1,
+        out=out,
+        render="none",
+    ) as ins:
         for _ in range(STEPS):
             train_step(m, opt, batch_for(m))
             ins.step()
@@ -141,8 +146,13 @@ def test_dashboard_renders_in_chromium(gif_run, tmp_path):
     with sync_api.sync_playwright() as p:
         browser = p.chromium.launch(
             executable_path=str(CHROMIUM),
-            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                  "--disable-component-update", "--no-first-run"],
+            args=[
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--no-first-run",
+            ],
         )
         try:
             page = browser.new_page(viewport={"width": 1300, "height": 900})

@@ -31,7 +31,9 @@ def via(t, *, raw: bool, chunk=1 << 22, size=8):
     if raw == "torch":  # the reduction used on accelerators, run here on the CPU
         packed, nchunks, heat = reduce_packed(t, bins=BINS, heatmap_size=size, chunk_numel=chunk)
         return S.unpack_reduced(packed.numpy(), nchunks, BINS, heat)
-    p = prepare(t, bins=BINS, heatmap_size=size, raw_max_numel=(1 << 30) if raw else 0, chunk_numel=chunk)
+    p = prepare(
+        t, bins=BINS, heatmap_size=size, raw_max_numel=(1 << 30) if raw else 0, chunk_numel=chunk
+    )
     payload = p.payload()
     if payload[0] == "raw":
         return S.summarize_array(payload[1], bins=BINS, heatmap_size=size)

@@ -15,12 +15,12 @@ import pytest
 import record_fixtures
 from record_fake_backend import FakeBackend, read_snapshot_file
 
-from memlens.cli.main import main
-from memlens.cli.run import _default_output, summary_text
 from memlens.capture import backend as backend_mod
 from memlens.capture.backend import RecordSettings
 from memlens.capture.errors import RecordError
 from memlens.capture.runner import RunOptions, run_script
+from memlens.cli.main import main
+from memlens.cli.run import _default_output, summary_text
 
 _clean = pytest.fixture(autouse=True)(record_fixtures.clean_capture_state)
 fake = pytest.fixture(record_fixtures.fake_backend)

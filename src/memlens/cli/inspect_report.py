@@ -10,11 +10,19 @@ import click
 
 @click.command("inspect-report")
 @click.argument("run_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
-@click.option("--videos/--no-videos", default=True, show_default=True, help="Write one video per tensor.")
-@click.option("--plots/--no-plots", default=True, show_default=True, help="Write one PNG plot per tensor.")
 @click.option(
-    "--format", "video_format", type=click.Choice(["auto", "mp4", "gif"]), default="auto",
-    show_default=True, help="Video format; auto is MP4 when an encoder is available, else GIF.",
+    "--videos/--no-videos", default=True, show_default=True, help="Write one video per tensor."
+)
+@click.option(
+    "--plots/--no-plots", default=True, show_default=True, help="Write one PNG plot per tensor."
+)
+@click.option(
+    "--format",
+    "video_format",
+    type=click.Choice(["auto", "mp4", "gif"]),
+    default="auto",
+    show_default=True,
+    help="Video format; auto is MP4 when an encoder is available, else GIF.",
 )
 @click.option("--fps", type=click.IntRange(1, 60), default=8, show_default=True)
 def command(run_dir: Path, videos: bool, plots: bool, video_format: str, fps: int) -> None:

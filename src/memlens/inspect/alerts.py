@@ -68,7 +68,9 @@ class AlertChecker:
             self._baseline[key] = base = norm
         if math.isfinite(norm) and s["nan"] == 0 and s["inf"] == 0:
             if c.explode_ratio is not None and base and norm > c.explode_ratio * base:
-                found.append(("exploding", f"norm {norm:.3g} is {norm / base:.3g}x its first value"))
+                found.append(
+                    ("exploding", f"norm {norm:.3g} is {norm / base:.3g}x its first value")
+                )
             elif c.explode_rms is not None and rms > c.explode_rms:
                 found.append(("exploding", f"norm {norm:.3g} (rms {rms:.3g})"))
             if kind in GRAD_KINDS:
@@ -76,7 +78,10 @@ class AlertChecker:
                     found.append(("vanishing", f"gradient norm {norm:.3g} (rms {rms:.3g})"))
                 elif c.vanish_ratio is not None and base and norm < c.vanish_ratio * base:
                     found.append(
-                        ("vanishing", f"gradient norm {norm:.3g} is {norm / base:.3g}x its first value")
+                        (
+                            "vanishing",
+                            f"gradient norm {norm:.3g} is {norm / base:.3g}x its first value",
+                        )
                     )
         if (
             kind == "output"
@@ -91,14 +96,26 @@ class AlertChecker:
                 continue
             self._fired.add((key, rule))
             out.append(
-                {"rule": rule, "key": key, "module": module, "kind": kind, "step": step, "detail": detail}
+                {
+                    "rule": rule,
+                    "key": key,
+                    "module": module,
+                    "kind": kind,
+                    "step": step,
+                    "detail": detail,
+                }
             )
         return out
 
 
 def format_alert(a: dict) -> str:
-    names = {"nan": "NaN", "inf": "Inf", "exploding": "exploding norm",
-             "vanishing": "vanishing gradient", "dead": "dead activations"}
+    names = {
+        "nan": "NaN",
+        "inf": "Inf",
+        "exploding": "exploding norm",
+        "vanishing": "vanishing gradient",
+        "dead": "dead activations",
+    }
     return (
         f"memlens inspect: alert: {names.get(a['rule'], a['rule'])} in module "
         f"'{a['module'] or '(root)'}' ({a['key']}) at step {a['step']}: {a['detail']}"

@@ -52,7 +52,13 @@ DEFAULT_TRACK = ("output", "param", "grad")
 RAW_MAX_NUMEL = {"cpu": 1 << 12}
 RAW_MAX_NUMEL_DEVICE = 1 << 16
 MAX_PENDING = 1024
-_OUR_FILES = ("meta.json", "activation_bytes.jsonl", "annotations.json", "alerts.jsonl", "dashboard.html")
+_OUR_FILES = (
+    "meta.json",
+    "activation_bytes.jsonl",
+    "annotations.json",
+    "alerts.jsonl",
+    "dashboard.html",
+)
 _OUR_DIRS = ("tensors", "plots", "videos")
 
 
@@ -106,15 +112,34 @@ def inspect(
       PNG plots, videos), "dashboard" or "none". ``memlens inspect-report`` rebuilds any of it.
     """
     return Inspector(
-        model, layers, every=every, max_per_second=max_per_second, out=out, track=track,
-        backward=backward, step_on=step_on, bins=bins, heatmap_size=heatmap_size,
-        raw_max_numel=raw_max_numel, hist_max_numel=hist_max_numel, chunk_numel=chunk_numel, queue_size=queue_size,
-        max_queue_bytes=max_queue_bytes, alerts=alerts, video_format=video_format, fps=fps,
-        live_every_s=live_every_s, render=render, close_timeout=close_timeout, nice=nice,
+        model,
+        layers,
+        every=every,
+        max_per_second=max_per_second,
+        out=out,
+        track=track,
+        backward=backward,
+        step_on=step_on,
+        bins=bins,
+        heatmap_size=heatmap_size,
+        raw_max_numel=raw_max_numel,
+        hist_max_numel=hist_max_numel,
+        chunk_numel=chunk_numel,
+        queue_size=queue_size,
+        max_queue_bytes=max_queue_bytes,
+        alerts=alerts,
+        video_format=video_format,
+        fps=fps,
+        live_every_s=live_every_s,
+        render=render,
+        close_timeout=close_timeout,
+        nice=nice,
     )
 
 
-def _tensors_in(obj: Any, prefix: str = "", depth: int = 0, limit: int = 16) -> list[tuple[str, Any]]:
+def _tensors_in(
+    obj: Any, prefix: str = "", depth: int = 0, limit: int = 16
+) -> list[tuple[str, Any]]:
     """(suffix, tensor) for the tensors in a module's output: tensors, tuples, lists, dicts."""
     import torch
 
@@ -189,11 +214,32 @@ class Inspector:
     """A running inspection. Call :meth:`step` once per training step and :meth:`close` at the
     end (or use it as a context manager; it is also closed at interpreter exit)."""
 
-    def __init__(self, model, layers=None, *, every, max_per_second, out, track, backward,
-                 step_on, bins, heatmap_size, raw_max_numel, chunk_numel, queue_size,
-                 hist_max_numel=1 << 14,
-                 max_queue_bytes, alerts, video_format, fps, live_every_s, render, close_timeout,
-                 nice=10):
+    def __init__(
+        self,
+        model,
+        layers=None,
+        *,
+        every,
+        max_per_second,
+        out,
+        track,
+        backward,
+        step_on,
+        bins,
+        heatmap_size,
+        raw_max_numel,
+        chunk_numel,
+        queue_size,
+        hist_max_numel=1 << 14,
+        max_queue_bytes,
+        alerts,
+        video_format,
+        fps,
+        live_every_s,
+        render,
+        close_timeout,
+        nice=10,
+    ):
         import multiprocessing as mp
 
         import torch
@@ -210,7 +256,9 @@ class Inspector:
         kinds = KINDS if track == "all" else (track,) if isinstance(track, str) else tuple(track)
         bad = [k for k in kinds if k not in KINDS]
         if bad:
-            raise MemlensError(f"track: unknown kind(s) {bad}; choose from {', '.join(KINDS)} or 'all'")
+            raise MemlensError(
+                f"track: unknown kind(s) {bad}; choose from {', '.join(KINDS)} or 'all'"
+            )
         if backward not in ("tensor", "full"):
             raise MemlensError("backward must be 'tensor' or 'full'")
         if step_on not in ("auto", "call", "forward"):
@@ -270,15 +318,24 @@ class Inspector:
 
         self._prepare_dir(model)
         cfg = {
-            "out": str(self.out), "bins": self.bins, "heatmap_size": self.heatmap_size,
-            "alerts": alert_cfg.__dict__, "video_format": video_format, "fps": int(fps),
-            "live_every_s": float(live_every_s), "nice": int(nice),
+            "out": str(self.out),
+            "bins": self.bins,
+            "heatmap_size": self.heatmap_size,
+            "alerts": alert_cfg.__dict__,
+            "video_format": video_format,
+            "fps": int(fps),
+            "live_every_s": float(live_every_s),
+            "nice": int(nice),
         }
         ctx = mp.get_context("spawn")
         self._q = ctx.Queue(maxsize=int(queue_size))
         self._inflight = ctx.Value("q", 0)
-        self._proc = ctx.Process(target=worker_main, args=(self._q, self._inflight, cfg),
-                                 name="memlens-inspect", daemon=True)
+        self._proc = ctx.Process(
+            target=worker_main,
+            args=(self._q, self._inflight, cfg),
+            name="memlens-inspect",
+            daemon=True,
+        )
         with _spawn_without_main(), _sigint_ignored():
             self._proc.start()
         self._root_handle = model.register_forward_pre_hook(self._on_root_forward)
@@ -348,7 +405,10 @@ class Inspector:
         if self.every is not None and self.step_index % self.every:
             return
         now = time.monotonic()
-        if self.max_per_second is not None and now - self._last_sample_t < 1.0 / self.max_per_second:
+        if (
+            self.max_per_second is not None
+            and now - self._last_sample_t < 1.0 / self.max_per_second
+        ):
             return
         if not self._proc.is_alive():
             self._warn_once("dead", "memlens inspect: the background process is gone; not sampling")
@@ -389,7 +449,9 @@ class Inspector:
         if "grad" in self.track:
             for pname, owner, p in self._params:
                 if p.requires_grad and hasattr(p, "register_post_accumulate_grad_hook"):
-                    self._handles.append(p.register_post_accumulate_grad_hook(self._grad_hook(pname, owner)))
+                    self._handles.append(
+                        p.register_post_accumulate_grad_hook(self._grad_hook(pname, owner))
+                    )
 
     def _remove(self) -> None:
         for h in self._handles:
@@ -421,7 +483,9 @@ class Inspector:
                         if "input" in track:
                             self._capture(f"{lab}:input{suffix}", lab, "input", t)
                         if "grad_input" in track and self.backward == "tensor":
-                            self._grad_tensor_hook(f"{lab}:grad_input{suffix}", lab, "grad_input", t)
+                            self._grad_tensor_hook(
+                                f"{lab}:grad_input{suffix}", lab, "grad_input", t
+                            )
                 if "param" in track:
                     for pname, p in self._params_by_module.get(name, ()):
                         self._capture(f"{pname}:param", lab, "param", p)
@@ -493,9 +557,14 @@ class Inspector:
             raw_max = self.raw_max_numel
             if raw_max is None:
                 raw_max = RAW_MAX_NUMEL.get(t.device.type, RAW_MAX_NUMEL_DEVICE)
-            pending = prepare(t, bins=self.bins, heatmap_size=self.heatmap_size,
-                              raw_max_numel=raw_max, chunk_numel=self.chunk_numel,
-                              hist_max_numel=self.hist_max_numel)
+            pending = prepare(
+                t,
+                bins=self.bins,
+                heatmap_size=self.heatmap_size,
+                raw_max_numel=raw_max,
+                chunk_numel=self.chunk_numel,
+                hist_max_numel=self.hist_max_numel,
+            )
             meta = {
                 "step": self.step_index,
                 "time": time.time(),
@@ -562,7 +631,8 @@ class Inspector:
     def _error(self, exc: BaseException) -> None:
         self.capture_errors += 1
         self._warn_once(
-            "capture", f"memlens inspect: a capture failed and was skipped ({type(exc).__name__}: {exc})"
+            "capture",
+            f"memlens inspect: a capture failed and was skipped ({type(exc).__name__}: {exc})",
         )
 
     # -- end ------------------------------------------------------------------------------
@@ -600,7 +670,8 @@ class Inspector:
                         f"memlens inspect: the background process did not finish in "
                         f"{self.close_timeout:.0f}s; stopping it (statistics are saved; "
                         f"`memlens inspect-report {self.out}` rebuilds the pages and videos)",
-                        file=sys.stderr, flush=True,
+                        file=sys.stderr,
+                        flush=True,
                     )
         finally:
             # Reached on a second Ctrl-C too: the child never outlives this call.
@@ -619,8 +690,10 @@ class Inspector:
         where = self.out / "dashboard.html"
         print(
             f"memlens inspect: {self.samples_sent} samples sent, {self.samples_dropped} dropped, "
-            f"last step {self.last_forward_step}" + (f" -> {where}" if where.exists() else f" -> {self.out}"),
-            file=sys.stderr, flush=True,
+            f"last step {self.last_forward_step}"
+            + (f" -> {where}" if where.exists() else f" -> {self.out}"),
+            file=sys.stderr,
+            flush=True,
         )
 
     def _mark_unfinished(self, status: str, info: dict) -> None:
@@ -656,5 +729,7 @@ class Inspector:
                 warnings.warn("memlens inspector was never closed", ResourceWarning, stacklevel=1)
 
     def __repr__(self) -> str:
-        return (f"<Inspector {len(self.modules)} modules, step {self.step_index}, "
-                f"{self.samples_sent} sent, {self.samples_dropped} dropped, out={str(self.out)!r}>")
+        return (
+            f"<Inspector {len(self.modules)} modules, step {self.step_index}, "
+            f"{self.samples_sent} sent, {self.samples_dropped} dropped, out={str(self.out)!r}>"
+        )

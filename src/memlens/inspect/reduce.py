@@ -22,9 +22,11 @@ import torch.nn.functional as F
 
 from memlens.inspect.stats import heatmap_shape
 
-_NUMPY_UNSAFE = {torch.bfloat16, torch.float8_e4m3fn, torch.float8_e5m2} if hasattr(
-    torch, "float8_e4m3fn"
-) else {torch.bfloat16}
+_NUMPY_UNSAFE = (
+    {torch.bfloat16, torch.float8_e4m3fn, torch.float8_e5m2}
+    if hasattr(torch, "float8_e4m3fn")
+    else {torch.bfloat16}
+)
 
 
 @dataclass
@@ -192,4 +194,3 @@ def prepare(
                 x, bins=bins, heatmap_size=heatmap_size, chunk_numel=chunk_numel
             )
         return _to_cpu(packed, "packed", nchunks=nchunks, heat=heat)
-

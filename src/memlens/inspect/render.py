@@ -33,8 +33,15 @@ HEADER_H, HEAT_H = 24, 256
 MAX_FRAMES = 300
 MAX_POINTS = 400
 MAX_COLUMNS = 400
-COLORS = {"mean": "#1f77b4", "min": "#2ca02c", "max": "#d62728", "norm": "#9467bd",
-          "frac_zeros": "#7f7f7f", "nan": "#e377c2", "inf": "#ff7f0e"}
+COLORS = {
+    "mean": "#1f77b4",
+    "min": "#2ca02c",
+    "max": "#d62728",
+    "norm": "#9467bd",
+    "frac_zeros": "#7f7f7f",
+    "nan": "#e377c2",
+    "inf": "#ff7f0e",
+}
 
 
 # -- colour and images ------------------------------------------------------------------------
@@ -54,7 +61,9 @@ def colorize(a: np.ndarray, vmin: float, vmax: float, cmap: str) -> np.ndarray:
     """uint8 RGB image of a 2-D array; non-finite cells are drawn black."""
     a = np.asarray(a, dtype=np.float64)
     span = vmax - vmin if vmax > vmin else 1.0
-    idx = np.clip((np.nan_to_num(a, nan=vmin, posinf=vmax, neginf=vmin) - vmin) / span * 255, 0, 255)
+    idx = np.clip(
+        (np.nan_to_num(a, nan=vmin, posinf=vmax, neginf=vmin) - vmin) / span * 255, 0, 255
+    )
     rgb = lut(cmap)[idx.astype(np.uint8)]
     rgb[~np.isfinite(a)] = 0
     return rgb
@@ -84,7 +93,9 @@ def data_uri(rgb: np.ndarray) -> str:
 
 
 def pick(n: int, limit: int) -> np.ndarray:
-    return np.arange(n) if n <= limit else np.unique(np.linspace(0, n - 1, limit).round().astype(int))
+    return (
+        np.arange(n) if n <= limit else np.unique(np.linspace(0, n - 1, limit).round().astype(int))
+    )
 
 
 def hist_over_time(s: TensorSeries, rows: int = 64) -> tuple[np.ndarray, float, float, np.ndarray]:
@@ -130,7 +141,10 @@ def svg_chart(
     x = np.asarray(x, dtype=np.float64)[idx]
     ys = [(name, np.asarray(v, dtype=np.float64)[idx], c) for name, v, c in series]
     if band is not None:
-        band = (np.asarray(band[0], dtype=np.float64)[idx], np.asarray(band[1], dtype=np.float64)[idx])
+        band = (
+            np.asarray(band[0], dtype=np.float64)[idx],
+            np.asarray(band[1], dtype=np.float64)[idx],
+        )
 
     def tr(v: np.ndarray) -> np.ndarray:
         if not log:
@@ -175,7 +189,9 @@ def svg_chart(
         ok = np.isfinite(lo) & np.isfinite(hi)
         if ok.any():
             pts = [f"{px(a):.1f},{py(b):.1f}" for a, b in zip(x[ok], hi[ok], strict=True)]
-            pts += [f"{px(a):.1f},{py(b):.1f}" for a, b in zip(x[ok][::-1], lo[ok][::-1], strict=True)]
+            pts += [
+                f"{px(a):.1f},{py(b):.1f}" for a, b in zip(x[ok][::-1], lo[ok][::-1], strict=True)
+            ]
             out.append(f'<polygon points="{" ".join(pts)}" class="band"/>')
     for _name, v, color in ys:
         tv = tr(v)
@@ -194,10 +210,14 @@ def svg_chart(
                 cx, cy = sg[0].split(",")
                 out.append(f'<circle cx="{cx}" cy="{cy}" r="2" fill="{color}"/>')
             else:
-                out.append(f'<polyline points="{" ".join(sg)}" fill="none" stroke="{color}" stroke-width="1.5"/>')
+                out.append(
+                    f'<polyline points="{" ".join(sg)}" fill="none" stroke="{color}" stroke-width="1.5"/>'
+                )
     lx = pad_l + 4
     for name, _, color in ys:
-        out.append(f'<text x="{lx}" y="{pad_t + 10}" class="lg" fill="{color}">{html.escape(name)}</text>')
+        out.append(
+            f'<text x="{lx}" y="{pad_t + 10}" class="lg" fill="{color}">{html.escape(name)}</text>'
+        )
         lx += 7 * len(name) + 10
     out.append("</svg>")
     return "".join(out)
@@ -289,17 +309,27 @@ def _card(root: Path, s: TensorSeries) -> str:
         '<div class="row">',
         svg_chart(
             x,
-            [("mean", st["mean"], COLORS["mean"]), ("min", st["min"], COLORS["min"]),
-             ("max", st["max"], COLORS["max"])],
+            [
+                ("mean", st["mean"], COLORS["mean"]),
+                ("min", st["min"], COLORS["min"]),
+                ("max", st["max"], COLORS["max"]),
+            ],
             title="mean ± std, min, max",
             band=(st["mean"] - st["std"], st["mean"] + st["std"]),
         ),
-        svg_chart(x, [("norm", st["norm"], COLORS["norm"])], title="L2 norm (log)",
-                  log=bool(np.nanmin(st["norm"]) > 0) if np.isfinite(st["norm"]).any() else False),
         svg_chart(
             x,
-            [("zeros", st["frac_zeros"], COLORS["frac_zeros"]), ("NaN", st["nan"], COLORS["nan"]),
-             ("Inf", st["inf"], COLORS["inf"])],
+            [("norm", st["norm"], COLORS["norm"])],
+            title="L2 norm (log)",
+            log=bool(np.nanmin(st["norm"]) > 0) if np.isfinite(st["norm"]).any() else False,
+        ),
+        svg_chart(
+            x,
+            [
+                ("zeros", st["frac_zeros"], COLORS["frac_zeros"]),
+                ("NaN", st["nan"], COLORS["nan"]),
+                ("Inf", st["inf"], COLORS["inf"]),
+            ],
             title="fraction zero; NaN, Inf counts",
         ),
     ]
@@ -347,12 +377,14 @@ def dashboard_html(run: Run) -> str:
         '<section id="alerts"><h2>Alerts</h2>',
     ]
     if run.alerts:
-        body.append("<table><tr><th>step</th><th>alert</th><th>module</th><th>tensor</th><th>detail</th></tr>")
+        body.append(
+            "<table><tr><th>step</th><th>alert</th><th>module</th><th>tensor</th><th>detail</th></tr>"
+        )
         for a in run.alerts:
             body.append(
                 f'<tr class="alert"><td class="n">{a.get("step")}</td><td>{html.escape(str(a.get("rule")))}</td>'
                 f'<td>{html.escape(str(a.get("module")))}</td><td><a href="#t-{html.escape(store.tensor_dir_name(str(a.get("key"))))}">'
-                f'{html.escape(str(a.get("key")))}</a></td><td>{html.escape(str(a.get("detail")))}</td></tr>'
+                f"{html.escape(str(a.get('key')))}</a></td><td>{html.escape(str(a.get('detail')))}</td></tr>"
             )
         body.append("</table>")
     else:
@@ -364,8 +396,17 @@ def dashboard_html(run: Run) -> str:
         items = sorted(last.get("modules", {}).items(), key=lambda kv: -kv[1])[:40]
         body.append(svg_bars(items, title=f"bytes of module outputs at step {last.get('step')}"))
         steps = np.array([r["step"] for r in run.activation_bytes], dtype=np.float64)
-        totals = np.array([sum(r.get("modules", {}).values()) for r in run.activation_bytes], dtype=np.float64)
-        body.append(svg_chart(steps, [("total", totals, "#1f77b4")], title="total activation bytes per sampled step", width=640))
+        totals = np.array(
+            [sum(r.get("modules", {}).values()) for r in run.activation_bytes], dtype=np.float64
+        )
+        body.append(
+            svg_chart(
+                steps,
+                [("total", totals, "#1f77b4")],
+                title="total activation bytes per sampled step",
+                width=640,
+            )
+        )
         body.append("<p>Also in <code>annotations.json</code> for memlens memory views.</p>")
     else:
         body.append("<p>No module outputs recorded.</p>")
@@ -417,14 +458,18 @@ def write_plots(run: Run) -> list[Path]:
         img, lo, hi, cols = hist_over_time(s)
         if img.size:
             c = x[cols]
-            ax.imshow(img, aspect="auto", cmap="magma", extent=(c[0], c[-1] + (c[-1] == c[0]), lo, hi))
+            ax.imshow(
+                img, aspect="auto", cmap="magma", extent=(c[0], c[-1] + (c[-1] == c[0]), lo, hi)
+            )
         ax.set_title("histogram over steps", fontsize=9, y=1.0)
         ax = axs[1, 1]
         heats = s.heatmaps() if s.has_heatmaps else []
         if heats:
             step, hm = heats[-1]
             vmin, vmax, cmap = heat_scale([hm])
-            im = ax.imshow(hm, cmap=cmap, vmin=vmin, vmax=vmax, interpolation="nearest", aspect="auto")
+            im = ax.imshow(
+                hm, cmap=cmap, vmin=vmin, vmax=vmax, interpolation="nearest", aspect="auto"
+            )
             fig.colorbar(im, ax=ax)
             ax.set_title(f"heatmap at step {step}", fontsize=9, y=1.0)
         else:
@@ -452,7 +497,9 @@ def _text(draw, xy, text, fill=(20, 20, 20)) -> None:
     draw.text(xy, text, fill=fill)
 
 
-def _hist_panel(draw, counts: np.ndarray, lo: float, hi: float, box: tuple[int, int, int, int]) -> None:
+def _hist_panel(
+    draw, counts: np.ndarray, lo: float, hi: float, box: tuple[int, int, int, int]
+) -> None:
     x0, y0, x1, y1 = box
     draw.rectangle(box, outline=(200, 200, 200))
     total = counts.max() if counts.size else 0
@@ -463,7 +510,10 @@ def _hist_panel(draw, counts: np.ndarray, lo: float, hi: float, box: tuple[int, 
             if c <= 0:
                 continue
             h = (y1 - y0 - 14) * math.sqrt(c / total)
-            draw.rectangle((x0 + 1 + i * w, y1 - 12 - h, x0 + 1 + (i + 1) * w - 1, y1 - 12), fill=(31, 119, 180))
+            draw.rectangle(
+                (x0 + 1 + i * w, y1 - 12 - h, x0 + 1 + (i + 1) * w - 1, y1 - 12),
+                fill=(31, 119, 180),
+            )
     _text(draw, (x0 + 2, y1 - 11), _fmt(lo))
     _text(draw, (x1 - 6 * len(_fmt(hi)) - 2, y1 - 11), _fmt(hi))
 
@@ -510,12 +560,34 @@ def mp4_encoder() -> str | None:
 def _write_mp4(frame_iter: Iterator[np.ndarray], tmp: Path, fps: int, encoder: str) -> None:
     if encoder == "ffmpeg":
         cmd = [
-            shutil.which("ffmpeg") or "ffmpeg", "-y", "-loglevel", "error", "-f", "rawvideo",
-            "-pix_fmt", "rgb24", "-s", f"{FRAME_W}x{FRAME_H}", "-r", str(fps), "-i", "-",
-            "-c:v", "libx264", "-pix_fmt", "yuv420p", "-movflags", "+faststart", "-f", "mp4", str(tmp),
+            shutil.which("ffmpeg") or "ffmpeg",
+            "-y",
+            "-loglevel",
+            "error",
+            "-f",
+            "rawvideo",
+            "-pix_fmt",
+            "rgb24",
+            "-s",
+            f"{FRAME_W}x{FRAME_H}",
+            "-r",
+            str(fps),
+            "-i",
+            "-",
+            "-c:v",
+            "libx264",
+            "-pix_fmt",
+            "yuv420p",
+            "-movflags",
+            "+faststart",
+            "-f",
+            "mp4",
+            str(tmp),
         ]
         # A session of its own: Ctrl-C in the terminal must not kill the encoder mid-file.
-        proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+        proc = subprocess.Popen(
+            cmd, stdin=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True
+        )
         try:
             for f in frame_iter:
                 proc.stdin.write(np.ascontiguousarray(f).tobytes())
@@ -531,7 +603,9 @@ def _write_mp4(frame_iter: Iterator[np.ndarray], tmp: Path, fps: int, encoder: s
     import imageio.v3 as iio
 
     plugin = "pyav" if encoder == "pyav" else "FFMPEG"
-    kwargs = {"codec": "libx264", "fps": fps} if plugin == "pyav" else {"fps": fps, "codec": "libx264"}
+    kwargs = (
+        {"codec": "libx264", "fps": fps} if plugin == "pyav" else {"fps": fps, "codec": "libx264"}
+    )
     with iio.imopen(tmp, "w", plugin=plugin, extension=".mp4") as out:
         if plugin == "pyav":
             out.init_video_stream("libx264", fps=fps)
@@ -544,13 +618,19 @@ def _write_mp4(frame_iter: Iterator[np.ndarray], tmp: Path, fps: int, encoder: s
 def _write_gif(frame_iter: Iterator[np.ndarray], tmp: Path, fps: int) -> None:
     from PIL import Image
 
-    imgs = [Image.fromarray(f).quantize(colors=255, method=Image.Quantize.MEDIANCUT) for f in frame_iter]
+    imgs = [
+        Image.fromarray(f).quantize(colors=255, method=Image.Quantize.MEDIANCUT) for f in frame_iter
+    ]
     if not imgs:
         raise ValueError("no frames")
-    imgs[0].save(tmp, format="GIF", save_all=True, append_images=imgs[1:], duration=int(1000 / fps), loop=0)
+    imgs[0].save(
+        tmp, format="GIF", save_all=True, append_images=imgs[1:], duration=int(1000 / fps), loop=0
+    )
 
 
-def write_video(s: TensorSeries, out_dir: Path, *, video_format: str = "auto", fps: int = 8) -> Path:
+def write_video(
+    s: TensorSeries, out_dir: Path, *, video_format: str = "auto", fps: int = 8
+) -> Path:
     """Write one tensor's video; MP4 when an encoder is available (or asked for), else GIF."""
     out_dir.mkdir(exist_ok=True)
     encoder = mp4_encoder() if video_format in ("auto", "mp4") else None
@@ -608,8 +688,11 @@ def render_run(
         result["plots"] = write_plots(run)
     if videos:
         for key in sorted(run.tensors):
-            result["videos"].append(write_video(run.tensors[key], run.path / "videos",
-                                                video_format=video_format, fps=fps))
+            result["videos"].append(
+                write_video(
+                    run.tensors[key], run.path / "videos", video_format=video_format, fps=fps
+                )
+            )
     if plots or videos:  # again, now with links to the files just made
         result["dashboard"] = write_dashboard(run)
     result["seconds"] = time.monotonic() - t0

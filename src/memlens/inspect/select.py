@@ -44,7 +44,9 @@ def leaf_modules(named: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
     return out
 
 
-def select_modules(model, layers: str | type | Callable | Iterable | None = None) -> list[tuple[str, Any]]:
+def select_modules(
+    model, layers: str | type | Callable | Iterable | None = None
+) -> list[tuple[str, Any]]:
     """Modules to hook, in model order.
 
     ``layers`` is None (every leaf module: one with no children; an ``nn.MultiheadAttention``

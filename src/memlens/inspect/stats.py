@@ -70,8 +70,14 @@ def combine(partials: np.ndarray) -> dict[str, float]:
     frac_zeros = float(p[:, 6].sum() / count) if count else math.nan
     if total <= 0:
         return {
-            "mean": math.nan, "std": math.nan, "min": math.nan, "max": math.nan, "norm": 0.0,
-            "frac_zeros": frac_zeros, "nan": nan, "inf": inf,
+            "mean": math.nan,
+            "std": math.nan,
+            "min": math.nan,
+            "max": math.nan,
+            "norm": 0.0,
+            "frac_zeros": frac_zeros,
+            "nan": nan,
+            "inf": inf,
         }
     has = n > 0
     means = p[has, 2]
@@ -135,7 +141,11 @@ def adaptive_avg_pool(a: np.ndarray, out_h: int, out_w: int) -> np.ndarray:
     rs, re = _bounds(h, out_h)
     cs, ce = _bounds(w, out_w)
     if h % out_h == 0 and w % out_w == 0:  # equal windows: a reshape and one mean
-        return x.reshape(out_h, h // out_h, out_w, w // out_w).mean(axis=(1, 3), dtype=np.float64).astype(np.float32)
+        return (
+            x.reshape(out_h, h // out_h, out_w, w // out_w)
+            .mean(axis=(1, 3), dtype=np.float64)
+            .astype(np.float32)
+        )
     if np.isfinite(x).all():
         # Separable prefix sums: rows first (the only pass over the whole slice), then
         # columns of the out_h x w row sums.
@@ -255,7 +265,9 @@ def summarize_array(a: np.ndarray, *, bins: int, heatmap_size: int) -> dict:
     return unpack_reduced(packed, nchunks, bins, heat)
 
 
-def unpack_reduced(packed: np.ndarray, nchunks: int, bins: int, heat: tuple[int, int] | None) -> dict:
+def unpack_reduced(
+    packed: np.ndarray, nchunks: int, bins: int, heat: tuple[int, int] | None
+) -> dict:
     """Everything stored for one sample, from the vector the device reduction shipped."""
     packed = np.asarray(packed, dtype=np.float64)
     k = nchunks * N_PARTIAL

@@ -102,7 +102,9 @@ def _column(trace: list[dict[str, Any]], key: str, default: Any) -> list[Any]:
         return [e.get(key, default) for e in trace]
 
 
-def _int_field(trace: list[dict[str, Any]], key: str, default: int, dtype: Any, device: int) -> np.ndarray:
+def _int_field(
+    trace: list[dict[str, Any]], key: str, default: int, dtype: Any, device: int
+) -> np.ndarray:
     """An integer field straight into numpy (no intermediate list) when every entry has it."""
     try:
         return np.fromiter(map(itemgetter(key), trace), dtype=dtype, count=len(trace))
