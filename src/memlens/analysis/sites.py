@@ -87,3 +87,48 @@ def top_sites(
         }
         for k in order
     ]
+
+
+def net_sites(
+    dev: DeviceTrace,
+    plus_rows: np.ndarray,
+    minus_rows: np.ndarray,
+    *,
+    limit: int | None = 10,
+    hide_patterns: Sequence[str] | None = None,
+    positive_only: bool = True,
+) -> list[dict[str, Any]]:
+    """Net bytes per first user frame: sizes of `plus_rows` minus sizes of `minus_rows`
+    (e.g. allocated inside a window and still alive, minus freed there but made before).
+    Largest net first; with positive_only, sites that did not grow are left out.
+    Each row: top_sites fields with "bytes" = net, plus "added_bytes", "removed_bytes"."""
+    plus_rows = np.asarray(plus_rows, dtype=np.int64)
+    minus_rows = np.asarray(minus_rows, dtype=np.int64)
+    if len(plus_rows) + len(minus_rows) == 0:
+        return []
+    rows = np.concatenate([plus_rows, minus_rows])
+    site = site_of_allocations(dev, rows, hide_patterns)
+    size = dev.alloc_size[rows].astype(np.float64)
+    sign = np.concatenate([np.ones(len(plus_rows)), -np.ones(len(minus_rows))])
+    uniq, inv = np.unique(site, return_inverse=True)
+    added = np.bincount(inv, weights=size * (sign > 0), minlength=len(uniq)).astype(np.int64)
+    removed = np.bincount(inv, weights=size * (sign < 0), minlength=len(uniq)).astype(np.int64)
+    count = np.bincount(inv[: len(plus_rows)], minlength=len(uniq))
+    net = added - removed
+    order = np.lexsort((uniq, -net))
+    if positive_only:
+        order = order[net[order] > 0]
+    if limit is not None:
+        order = order[:limit]
+    snap = dev.snapshot
+    return [
+        {
+            "site": frame_label(snap, int(uniq[k])),
+            **frame_dict(snap, int(uniq[k])),
+            "bytes": int(net[k]),
+            "count": int(count[k]),
+            "added_bytes": int(added[k]),
+            "removed_bytes": int(removed[k]),
+        }
+        for k in order
+    ]

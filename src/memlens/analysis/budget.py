@@ -1,0 +1,98 @@
+"""Budgets for CI (`memlens check`): peak active and reserved limits, growth against a
+baseline snapshot."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from memlens.errors import MemlensError
+from memlens.snapshot.model import DeviceTrace
+from memlens.units import format_bytes, parse_bytes
+
+
+def parse_growth(text: str) -> tuple[float | None, int | None]:
+    """'5%' -> (0.05, None); '0.05' -> (0.05, None); '512MiB' -> (None, 536870912)."""
+    t = str(text).strip()
+    m = re.fullmatch(r"\+?([0-9]*\.?[0-9]+)\s*%", t)
+    if m:
+        return float(m.group(1)) / 100.0, None
+    try:
+        v = float(t)
+    except ValueError:
+        return None, parse_bytes(t.lstrip("+"))
+    if v < 0:
+        raise MemlensError(f"--max-growth must not be negative: {text!r}")
+    return v, None
+
+
+def check_budgets(
+    dev: DeviceTrace,
+    *,
+    max_peak: int | None = None,
+    max_reserved: int | None = None,
+    baseline: DeviceTrace | None = None,
+    max_growth: float | None = None,
+    max_growth_bytes: int | None = None,
+) -> dict[str, Any]:
+    """Returns {"ok": bool, "device", "source", "peak_active_bytes", "peak_reserved_bytes",
+    "checks": [{"name" ("max_peak"|"max_reserved"|"max_growth"), "ok", "value", "limit",
+    "message"}], "violations": [message...]}.
+
+    max_growth is a fraction (0.05 = 5%) of the baseline's peak active bytes;
+    max_growth_bytes an absolute allowance; with both, the larger allowance applies.
+    Growth needs `baseline`; a baseline without a growth limit allows no growth at all.
+    """
+    checks: list[dict[str, Any]] = []
+    peak, reserved = dev.peak_active_bytes, dev.peak_reserved_bytes
+    where = f"device {dev.device}"
+
+    def add(name: str, value: int, limit: int, what: str) -> None:
+        ok = value <= limit
+        msg = (
+            f"{where}: {what} {format_bytes(value)} ({value:,} bytes) "
+            + ("is within" if ok else "exceeds")
+            + f" the budget of {format_bytes(limit)} ({limit:,} bytes)"
+        )
+        if not ok:
+            msg += f" by {format_bytes(value - limit)}"
+        checks.append({"name": name, "ok": ok, "value": value, "limit": limit, "message": msg})
+
+    if max_peak is not None:
+        add("max_peak", peak, int(max_peak), "peak active memory")
+    if max_reserved is not None:
+        add("max_reserved", reserved, int(max_reserved), "peak reserved memory")
+    if baseline is not None:
+        base = baseline.peak_active_bytes
+        allowed = 0
+        if max_growth is not None:
+            allowed = max(allowed, int(base * max_growth))
+        if max_growth_bytes is not None:
+            allowed = max(allowed, int(max_growth_bytes))
+        growth = peak - base
+        limit = base + allowed
+        ok = peak <= limit
+        pct = f"{100.0 * growth / base:+.2f}%" if base else "n/a"
+        msg = (
+            f"{where}: peak active memory {format_bytes(peak)} vs baseline {format_bytes(base)}: "
+            f"{'+' if growth >= 0 else ''}{format_bytes(growth)} ({pct}); "
+            + ("within" if ok else "exceeds")
+            + f" the allowed growth of {format_bytes(allowed)}"
+            + (f" ({100 * max_growth:g}%)" if max_growth is not None else "")
+        )
+        checks.append(
+            {"name": "max_growth", "ok": ok, "value": peak, "limit": limit, "message": msg,
+             "baseline_bytes": base, "growth_bytes": growth}
+        )  # fmt: skip
+    elif max_growth is not None or max_growth_bytes is not None:
+        raise MemlensError("--max-growth needs --baseline OLD.pickle")
+    violations = [c["message"] for c in checks if not c["ok"]]
+    return {
+        "ok": not violations,
+        "device": dev.device,
+        "source": dev.snapshot.source,
+        "peak_active_bytes": peak,
+        "peak_reserved_bytes": reserved,
+        "checks": checks,
+        "violations": violations,
+    }

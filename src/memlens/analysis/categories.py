@@ -1,0 +1,216 @@
+"""Categories of memory: parameter, gradient, optimizer_state, activation, temporary,
+autograd (internals), other — inferred from allocation stacks and lifetimes.
+
+Rules, first match wins (docs/analyses.md has the long form; the regexes are below):
+  0. user overrides: (category, regex) pairs matched over the allocation's frames;
+  1. gradient: allocated under autograd's AccumulateGrad;
+  2. optimizer_state: allocated under an optimizer step (torch/optim frames) and alive at
+     the end of the trace; other optimizer allocations are temporary;
+  3. gradient: allocated in backward (autograd engine / a Backward node) and alive at the
+     end, or freed under the optimizer (zero_grad);
+  4. autograd: allocated in backward and freed (intermediate gradients, engine buffers);
+  5. parameter: alive for the whole window (before the first event to after the last), or
+     made during module construction / .to() / init and alive at the end;
+  6. activation: allocated outside backward, freed after a backward event that follows
+     its allocation (saved for backward);
+  7. temporary: allocated and freed inside the trace, none of the above;
+  8. other: everything else (inputs, outputs, state still alive at the end, ...).
+Also: memory by compile context (torch.compile regions).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from memlens.analysis.curves import group_curves
+from memlens.analysis.events import event_info
+from memlens.analysis.matching import rows_matching, stack_matches
+from memlens.analysis.sites import top_sites
+from memlens.errors import MemlensError
+from memlens.snapshot.model import LIVE_AT_END, PREEXISTING, DeviceTrace
+
+CATEGORIES: tuple[str, ...] = (
+    "parameter",
+    "gradient",
+    "optimizer_state",
+    "activation",
+    "temporary",
+    "autograd",
+    "other",
+)
+(PARAMETER, GRADIENT, OPTIMIZER_STATE, ACTIVATION, TEMPORARY, AUTOGRAD, OTHER) = range(7)
+
+# Frame patterns (searched in "filename:line:name").
+ACCUMULATE_GRAD = r"AccumulateGrad|accumulate_grad"
+BACKWARD = (
+    r"torch::autograd::Engine::|autograd::generated::|Backward\d*::apply|"
+    r"CopyBackwards|CopySlices|[/\\]torch[/\\]autograd[/\\].*:(backward|_engine_run_backward)$"
+)
+OPTIMIZER = r"[/\\]torch[/\\]optim[/\\]|Optimizer\.step|zero_grad"
+CONSTRUCTION = (
+    r"[/\\]torch[/\\]nn[/\\]modules[/\\]module\.py:\d+:(_apply|to|cuda|load_state_dict)$|"
+    r"[/\\]torch[/\\]nn[/\\]init\.py|:reset_parameters$|[/\\]torch[/\\]nn[/\\]parameter\.py"
+)
+
+
+def categorize(
+    dev: DeviceTrace, *, overrides: Sequence[tuple[str, str]] | None = None
+) -> tuple[np.ndarray, list[str]]:
+    """(category index of every allocation row, category names). Names are CATEGORIES
+    followed by any new names the overrides introduce."""
+    snap = dev.snapshot
+    names = list(CATEGORIES)
+    n = dev.n_events
+    stacks = dev.alloc_stack
+    cat = np.full(dev.n_allocations, -1, dtype=np.int64)
+
+    def assign(mask: np.ndarray, c: int) -> None:
+        cat[(cat < 0) & mask] = c
+
+    for cname, pattern in overrides or ():
+        try:
+            rx = re.compile(pattern)
+        except re.error as exc:
+            raise MemlensError(
+                f"category override {cname!r}: bad regex {pattern!r}: {exc}"
+            ) from None
+        if cname not in names:
+            names.append(cname)
+        assign(rows_matching(stack_matches(snap, rx), stacks), names.index(cname))
+
+    alive_end = (dev.alloc_flags & LIVE_AT_END) != 0
+    freed = dev.free_event < n
+    in_bw_stack = stack_matches(snap, BACKWARD)
+    in_opt_stack = stack_matches(snap, OPTIMIZER)
+    bw = rows_matching(in_bw_stack, stacks)
+    opt = rows_matching(in_opt_stack, stacks)
+    assign(rows_matching(stack_matches(snap, ACCUMULATE_GRAD), stacks), GRADIENT)
+    assign(opt & alive_end, OPTIMIZER_STATE)
+    assign(opt & ~bw, TEMPORARY)
+    # who freed it: the stack of the free event (free-site stack with context='all')
+    free_stack = np.full(dev.n_allocations, -1, dtype=np.int64)
+    free_stack[freed] = dev.stack[dev.free_event[freed]]
+    freed_by_opt = rows_matching(in_opt_stack, free_stack)
+    assign(bw & (alive_end | freed_by_opt), GRADIENT)
+    assign(bw, AUTOGRAD)
+    pre = (dev.alloc_flags & PREEXISTING) != 0
+    assign(pre & alive_end, PARAMETER)
+    assign(rows_matching(stack_matches(snap, CONSTRUCTION), stacks) & alive_end, PARAMETER)
+    # activation: a backward event happens between its alloc and its free
+    ev_bw = rows_matching(in_bw_stack, dev.stack.astype(np.int64))
+    next_bw = _next_true(ev_bw)  # next_bw[i] = first backward event at or after i
+    after = np.minimum(np.maximum(dev.alloc_event + 1, 0), n)
+    nb = np.concatenate([next_bw, [n]])[after]
+    assign(freed & ~pre & (nb < dev.free_event), ACTIVATION)
+    assign(freed & ~pre, TEMPORARY)
+    assign(np.ones(len(cat), dtype=bool), OTHER)
+    return cat, names
+
+
+def _next_true(mask: np.ndarray) -> np.ndarray:
+    n = len(mask)
+    idx = np.where(mask, np.arange(n), n)
+    return np.minimum.accumulate(idx[::-1])[::-1] if n else idx
+
+
+def categories(
+    dev: DeviceTrace,
+    *,
+    event: int | None = None,
+    overrides: Sequence[tuple[str, str]] | None = None,
+    points: int = 400,
+    hide_patterns: Sequence[str] | None = None,
+    top: int = 3,
+) -> dict[str, Any]:
+    """Bytes per category at `event` (default: the peak) and over time.
+
+    Returns {"device", "event", "time_us", "action", "active_bytes", "reserved_bytes",
+    "categories": [{"name", "bytes" (live at the event), "count", "peak_bytes",
+    "peak_event", "allocated_bytes" (total allocated in the trace), "allocated_count",
+    "top_sites" (at the event)}], "curve": {"event": [...], "bytes": {name: [...]}}}.
+    Categories are listed in CATEGORIES order (then override names), empty ones included.
+    """
+    event = dev.peak_event_index if event is None else int(event)
+    cat, names = categorize(dev, overrides=overrides)
+    k = len(names)
+    rows = dev.live_at(event)
+    live_b = np.bincount(cat[rows], weights=dev.alloc_size[rows], minlength=k).astype(np.int64)
+    live_c = np.bincount(cat[rows], minlength=k)
+    made = dev.alloc_event >= 0
+    all_b = np.bincount(cat[made], weights=dev.alloc_size[made], minlength=k).astype(np.int64)
+    all_c = np.bincount(cat[made], minlength=k)
+    curves = group_curves(dev, cat, k, points=points, must=(max(event, 0),))
+    out_cats = []
+    for g, name in enumerate(names):
+        mine = rows[cat[rows] == g]
+        out_cats.append(
+            {
+                "name": name,
+                "bytes": int(live_b[g]),
+                "count": int(live_c[g]),
+                "peak_bytes": curves["peak_bytes"][g],
+                "peak_event": curves["peak_event"][g],
+                "allocated_bytes": int(all_b[g]),
+                "allocated_count": int(all_c[g]),
+                "top_sites": top_sites(dev, mine, limit=top, hide_patterns=hide_patterns)
+                if top
+                else [],
+            }
+        )
+    return {
+        "device": dev.device,
+        **event_info(dev, event),
+        "categories": out_cats,
+        "curve": {"event": curves["event"], "bytes": dict(zip(names, curves["bytes"]))},
+    }
+
+
+def by_compile_context(dev: DeviceTrace, *, event: int | None = None) -> dict[str, Any]:
+    """Bytes per compile context at `event` (default: the peak) and allocated over the
+    trace. Allocations made before the trace have no context ("<before trace>"); "N/A"
+    is outside any compiled region (or compile_context was not recorded).
+
+    Returns {"device", "event", "has_context" (any event recorded one), "contexts":
+    [{"context", "bytes", "count", "allocated_bytes", "allocated_count"}]} (largest
+    bytes at the event first, then allocated).
+    """
+    snap = dev.snapshot
+    event = dev.peak_event_index if event is None else int(event)
+    ctx = np.full(dev.n_allocations, -2, dtype=np.int64)
+    made = dev.alloc_event >= 0
+    ctx[made] = dev.compile_context[dev.alloc_event[made]]
+    uniq, inv = np.unique(ctx, return_inverse=True)
+    rows = dev.live_at(event)
+    live_b = np.bincount(inv[rows], weights=dev.alloc_size[rows], minlength=len(uniq))
+    live_c = np.bincount(inv[rows], minlength=len(uniq))
+    all_b = np.bincount(inv[made], weights=dev.alloc_size[made], minlength=len(uniq))
+    all_c = np.bincount(inv[made], minlength=len(uniq))
+
+    def label(c: int) -> str:
+        if c == -2:
+            return "<before trace>"
+        if c == -1:
+            return "N/A"
+        return snap.strings[c]
+
+    items = [
+        {
+            "context": label(int(c)),
+            "bytes": int(live_b[j]),
+            "count": int(live_c[j]),
+            "allocated_bytes": int(all_b[j]),
+            "allocated_count": int(all_c[j]),
+        }
+        for j, c in enumerate(uniq.tolist())
+    ]
+    items.sort(key=lambda d: (-d["bytes"], -d["allocated_bytes"], d["context"]))
+    return {
+        "device": dev.device,
+        "event": event,
+        "has_context": bool(np.any(dev.compile_context >= 0)),
+        "contexts": items,
+    }

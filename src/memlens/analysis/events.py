@@ -1,0 +1,112 @@
+"""Small shared helpers: naming an event (index, time) and picking sample points.
+
+Convention used by every analysis: an event index `i` means "right after event i";
+-1 means "before the first event" (the baseline).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from memlens.snapshot.model import DeviceTrace
+
+
+def has_time(dev: DeviceTrace) -> bool:
+    return dev.n_events > 0 and bool(dev.time_us[0] >= 0)
+
+
+def time_of(dev: DeviceTrace, event: int) -> int | None:
+    """time_us of `event`, or None (before the first event, or an untimed trace)."""
+    if event < 0 or event >= dev.n_events or not has_time(dev):
+        return None
+    t = int(dev.time_us[event])
+    return t if t >= 0 else None
+
+
+def event_info(dev: DeviceTrace, event: int) -> dict[str, Any]:
+    """The JSON description of a point in the trace: index, time, action, memory there."""
+    return {
+        "event": int(event),
+        "time_us": time_of(dev, event),
+        "action": dev.action_name(event) if 0 <= event < dev.n_events else None,
+        "active_bytes": dev.active_at(event),
+        "reserved_bytes": dev.reserved_at(event),
+    }
+
+
+def sample_events(n_events: int, points: int, must: list[int] | tuple[int, ...] = ()) -> np.ndarray:
+    """At most about `points` event indices spread evenly over 0..n_events-1, always
+    including the last event and every index in `must` (e.g. the peak), sorted, unique."""
+    if n_events <= 0:
+        return np.zeros(0, dtype=np.int64)
+    points = max(2, int(points))
+    if n_events <= points:
+        base = np.arange(n_events, dtype=np.int64)
+    else:
+        base = np.linspace(0, n_events - 1, points).round().astype(np.int64)
+    extra = np.asarray([m for m in must if 0 <= m < n_events], dtype=np.int64)
+    return np.unique(np.concatenate([base, extra]))
+
+
+def _cached(dev: DeviceTrace, key: str, make: Any) -> Any:
+    # DeviceTrace is a plain dataclass: memoize derived indexes on the instance
+    cache: dict = dev.__dict__.setdefault("_analysis_cache", {})
+    if key not in cache:
+        cache[key] = make()
+    return cache[key]
+
+
+def _sorted_rows(dev: DeviceTrace, which: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Rows ordered by their alloc (or free) event, the sorted events, and the prefix sums
+    of their sizes in that order (cached: every window query is then two searchsorted)."""
+
+    def make() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        ev = dev.alloc_event if which == "alloc" else dev.free_event
+        order = np.argsort(ev, kind="stable")
+        cum = np.concatenate([np.zeros(1, np.int64), np.cumsum(dev.alloc_size[order])])
+        return order, ev[order], cum
+
+    return _cached(dev, f"by_{which}", make)
+
+
+def rows_allocated_in(dev: DeviceTrace, after: int, upto: int) -> np.ndarray:
+    """Allocation rows whose alloc event is in (after, upto], in event order."""
+    order, keys, _ = _sorted_rows(dev, "alloc")
+    lo, hi = np.searchsorted(keys, [after, upto], side="right")
+    return order[lo:hi]
+
+
+def rows_freed_in(dev: DeviceTrace, after: int, upto: int) -> np.ndarray:
+    """Allocation rows whose free event is in (after, upto], in event order."""
+    order, keys, _ = _sorted_rows(dev, "free")
+    lo, hi = np.searchsorted(keys, [after, upto], side="right")
+    return order[lo:hi]
+
+
+def window_sums(
+    dev: DeviceTrace, which: str, after: np.ndarray, upto: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Bytes and counts allocated ("alloc") or freed ("free") by the events in
+    (after, upto], for many windows at once. Rows made before the trace (alloc event -1)
+    and never freed (free event n_events) fall outside every window of real events."""
+    _, keys, cum = _sorted_rows(dev, which)
+    a = np.asarray(after, dtype=np.int64)
+    u = np.maximum(np.asarray(upto, dtype=np.int64), a)
+    lo = np.searchsorted(keys, a, side="right")
+    hi = np.searchsorted(keys, u, side="right")
+    return cum[hi] - cum[lo], hi - lo
+
+
+def window_max(values: np.ndarray, start: np.ndarray, stop: np.ndarray) -> np.ndarray:
+    """max(values[start:stop]) per window (stop > start required), vectorized with
+    reduceat on interleaved bounds (a sentinel keeps stop == len valid)."""
+    start = np.asarray(start, dtype=np.int64)
+    stop = np.asarray(stop, dtype=np.int64)
+    if len(start) == 0:
+        return np.zeros(0, dtype=values.dtype)
+    padded = np.concatenate([values, values[-1:]])
+    idx = np.empty(2 * len(start), dtype=np.int64)
+    idx[0::2], idx[1::2] = start, stop
+    return np.maximum.reduceat(padded, idx)[0::2]

@@ -1,0 +1,56 @@
+"""OOM events: for each `oom` trace entry, the request, the free memory the driver
+reported (dev.addr holds device_free for oom entries), what was live, fragmentation at that
+moment and the top sites."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from memlens.analysis.allocator_state import state_at
+from memlens.analysis.events import time_of
+from memlens.analysis.sites import frame_label, top_sites, user_frame_of_stacks
+from memlens.snapshot.actions import Action
+from memlens.snapshot.model import DeviceTrace
+
+
+def oom_report(
+    dev: DeviceTrace, *, top: int = 10, hide_patterns: Sequence[str] | None = None
+) -> dict[str, Any]:
+    """Returns {"device", "count", "ooms": [{"event", "time_us", "requested_bytes" (the
+    rounded size that failed), "device_free_bytes" (cudaMemGetInfo free, from the entry),
+    "active_bytes", "reserved_bytes", "reserved_unused_bytes" (reserved - active: cached
+    but not usable for this request), "free_in_segments_bytes", "largest_free_bytes",
+    "fits_in_a_free_block" (bool), "n_segments", "live_count", "top_sites" (live at the
+    OOM), "site" (where the failing request was made, if its stack was recorded)}]}.
+    The state is right before the OOM entry (the failed request allocated nothing).
+    """
+    events = np.flatnonzero(dev.action == Action.OOM)
+    ufs = user_frame_of_stacks(dev.snapshot, hide_patterns)
+    ooms = []
+    for e in events.tolist():
+        st = state_at(dev, e, blocks=False)
+        rows = dev.live_at(e)
+        req = int(dev.size[e])
+        sid = int(dev.stack[e])
+        ooms.append(
+            {
+                "event": e,
+                "time_us": time_of(dev, e),
+                "requested_bytes": req,
+                "device_free_bytes": int(dev.addr[e]),
+                "active_bytes": st["active_bytes"],
+                "reserved_bytes": st["reserved_bytes"],
+                "reserved_unused_bytes": st["reserved_bytes"] - st["active_bytes"],
+                "free_in_segments_bytes": st["free_bytes"],
+                "largest_free_bytes": st["largest_free_bytes"],
+                "fits_in_a_free_block": st["largest_free_bytes"] >= req,
+                "n_segments": st["n_segments"],
+                "live_count": int(len(rows)),
+                "top_sites": top_sites(dev, rows, limit=top, hide_patterns=hide_patterns),
+                "site": frame_label(dev.snapshot, int(ufs[sid])) if sid >= 0 else None,
+            }
+        )
+    return {"device": dev.device, "count": len(ooms), "ooms": ooms}

@@ -1,0 +1,325 @@
+"""What is live at the peak, or at any point of the trace: totals, call-stack tree, sites.
+
+    peak(dev)                          # at the peak of active memory
+    live_set(dev, event)               # right after any event (-1: before the first)
+    memory_at_allocation(dev, addr, version, when="alloc"|"free")
+    resolve_event(dev, event=|time_us=|addr=, version=, when=)
+
+"At an allocation" follows Mosaic's convention: `when="alloc"` is right after the alloc
+event (the allocation is included), `when="free"` right after the free that returns its
+memory (free_completed, so the allocation is no longer included). Versions count the
+allocations made earlier at the same address (MemoryViz's `b'<addr>_<version>'`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from memlens.analysis.events import event_info, has_time
+from memlens.analysis.sites import frame_label, site_of_allocations, top_sites
+from memlens.analysis.tree import StackNode, build_stack_tree
+from memlens.errors import MemlensError
+from memlens.snapshot.frames import PYTHON
+from memlens.snapshot.model import GHOST, PREEXISTING, DeviceTrace
+
+
+def live_set(
+    dev: DeviceTrace,
+    event: int,
+    *,
+    top: int = 20,
+    hide_patterns: Sequence[str] | None = None,
+    tree: bool = True,
+    python_only: bool = True,
+    tree_depth: int | None = None,
+    tree_min_share: float = 0.001,
+    largest: int = 10,
+) -> dict[str, Any]:
+    """Everything live right after `event` (-1: before the first event).
+
+    Returns {"device", "event", "time_us", "action", "active_bytes", "reserved_bytes",
+    "live_count", "by_site": [top_sites rows], "tree": {label, bytes, count, frame?,
+    children}|None, "largest": [allocation rows]}. The tree is outermost frame first with
+    byte totals at every level; nodes under `tree_min_share` of the total are merged into
+    one "<other>" child per level, and `tree_depth` limits depth (None: full depth).
+    python_only (default) keeps Python frames only; stacks with no Python frame at all
+    (backward, C++ threads) go under one "<no Python frames: C++ / backward>" node with a
+    child per site (e.g. the autograd node).
+    """
+    event = _check(dev, event)
+    rows = dev.live_at(event)
+    out = {"device": dev.device, **event_info(dev, event), "live_count": int(len(rows))}
+    out["by_site"] = top_sites(dev, rows, limit=top, hide_patterns=hide_patterns)
+    out["tree"] = (
+        tree_dict(
+            dev,
+            rows,
+            python_only=python_only,
+            max_depth=tree_depth,
+            min_share=tree_min_share,
+        )
+        if tree
+        else None
+    )
+    out["largest"] = allocation_rows(dev, _largest(dev, rows, largest), hide_patterns)
+    return out
+
+
+def peak(dev: DeviceTrace, **kw: Any) -> dict[str, Any]:
+    """live_set at the peak of active memory (first event reaching it; -1 = the baseline).
+
+    Adds "peak_active_bytes" and "peak_reserved_bytes" (the reserved peak may be
+    elsewhere: "peak_reserved_event"). Keyword arguments as live_set.
+    """
+    out = live_set(dev, dev.peak_event_index, **kw)
+    out["peak_active_bytes"] = dev.peak_active_bytes
+    out["peak_reserved_bytes"] = dev.peak_reserved_bytes
+    out["peak_reserved_event"] = dev.peak_reserved_event_index
+    return out
+
+
+def find_allocation(dev: DeviceTrace, addr: int, version: int | None = None) -> int:
+    """The allocation row at `addr` with `version`; without a version the address must
+    have exactly one allocation in the window. MemlensError otherwise."""
+    rows = np.flatnonzero(dev.alloc_addr == np.uint64(addr))
+    if len(rows) == 0:
+        raise MemlensError(f"no allocation at address {addr:#x} on device {dev.device}")
+    versions = sorted({int(v) for v in dev.alloc_version[rows]})
+    if version is None:
+        if len(rows) > 1:
+            raise MemlensError(
+                f"address {addr:#x} has {len(rows)} allocations (versions "
+                f"{_ranges(versions)}); pass a version (--version V or ADDR_V)"
+            )
+        return int(rows[0])
+    hit = rows[dev.alloc_version[rows] == version]
+    if len(hit) == 0:
+        raise MemlensError(
+            f"address {addr:#x} has no version {version} (versions: {_ranges(versions)})"
+        )
+    return int(hit[0])
+
+
+def parse_address(text: str) -> tuple[int, int | None]:
+    """'0x7f00', '7f00', '0x7f00_3', "b'7f00_3'" -> (address, version or None)."""
+    t = text.strip()
+    if t.startswith(("b'", 'b"')) and t.endswith(("'", '"')):
+        t = t[2:-1]
+    elif t.startswith("b") and not t.startswith("0x"):
+        t = t[1:]
+    ver: int | None = None
+    if "_" in t:
+        t, v = t.rsplit("_", 1)
+        try:
+            ver = int(v)
+        except ValueError:
+            raise MemlensError(
+                f"not an address: {text!r} (examples: 0x7f3a00, 0x7f3a00_2)"
+            ) from None
+    try:
+        return int(t, 16), ver
+    except ValueError:
+        raise MemlensError(f"not an address: {text!r} (examples: 0x7f3a00, 0x7f3a00_2)") from None
+
+
+def allocation_event(dev: DeviceTrace, row: int, when: str = "alloc") -> int:
+    """The event index for "at the allocation" (alloc) or "at its free" (free)."""
+    if when == "alloc":
+        return int(dev.alloc_event[row])
+    if when == "free":
+        ev = int(dev.free_event[row])
+        if ev >= dev.n_events:
+            raise MemlensError(
+                f"allocation {int(dev.alloc_addr[row]):#x}_{int(dev.alloc_version[row])} "
+                "is never freed inside the trace"
+            )
+        return ev
+    raise MemlensError(f"--when must be alloc or free, not {when!r}")
+
+
+def resolve_event(
+    dev: DeviceTrace,
+    *,
+    event: int | None = None,
+    time_us: int | None = None,
+    addr: int | None = None,
+    version: int | None = None,
+    when: str = "alloc",
+) -> int:
+    """Turn exactly one of event / time_us / addr(+version, when) into an event index.
+
+    time_us picks the last event at or before that time (-1 if before the first).
+    Negative event indices count from the end (-1 is NOT "last": it means before the
+    first event, as everywhere in memlens; use n_events-1 for the last).
+    """
+    given = sum(x is not None for x in (event, time_us, addr))
+    if given != 1:
+        raise MemlensError("give exactly one of an event index, a time (µs) or an address")
+    if event is not None:
+        return _check(dev, event)
+    if time_us is not None:
+        if not has_time(dev):
+            raise MemlensError("this trace has no timestamps (time_us); use an event index")
+        return dev.event_at_time(int(time_us))
+    return allocation_event(dev, find_allocation(dev, int(addr), version), when)
+
+
+def memory_at_allocation(
+    dev: DeviceTrace,
+    addr: int,
+    version: int | None = None,
+    when: str = "alloc",
+    **kw: Any,
+) -> dict[str, Any]:
+    """live_set at an allocation's alloc (or free) event, plus "allocation": the row."""
+    row = find_allocation(dev, addr, version)
+    ev = allocation_event(dev, row, when)
+    out = live_set(dev, ev, **kw)
+    out["when"] = when
+    out["allocation"] = allocation_rows(dev, np.asarray([row]), kw.get("hide_patterns"))[0]
+    return out
+
+
+def allocation_rows(
+    dev: DeviceTrace, rows: np.ndarray, hide_patterns: Sequence[str] | None = None
+) -> list[dict[str, Any]]:
+    """Allocation rows as JSON dicts (address hex, version, size, events, flags, site)."""
+    rows = np.asarray(rows, dtype=np.int64)
+    if len(rows) == 0:
+        return []
+    site = site_of_allocations(dev, rows, hide_patterns)
+    snap = dev.snapshot
+    out = []
+    n = dev.n_events
+    for r, s in zip(rows.tolist(), site.tolist()):
+        flags = int(dev.alloc_flags[r])
+        fe = int(dev.free_event[r])
+        out.append(
+            {
+                "row": r,
+                "address": f"{int(dev.alloc_addr[r]):#x}",
+                "version": int(dev.alloc_version[r]),
+                "bytes": int(dev.alloc_size[r]),
+                "alloc_event": int(dev.alloc_event[r]),
+                "free_requested_event": int(dev.free_requested_event[r]),
+                "free_event": fe if fe < n else None,
+                "preexisting": bool(flags & PREEXISTING),
+                "ghost": bool(flags & GHOST),
+                "stream": int(snap.streams[int(dev.alloc_stream[r])])
+                if 0 <= int(dev.alloc_stream[r]) < len(snap.streams)
+                else None,
+                "site": frame_label(snap, s),
+            }
+        )
+    return out
+
+
+def tree_dict(
+    dev: DeviceTrace,
+    rows: np.ndarray,
+    *,
+    python_only: bool = False,
+    max_depth: int | None = None,
+    min_share: float = 0.0,
+) -> dict[str, Any]:
+    """The call-stack tree of allocation `rows` as a dict, pruned (see live_set)."""
+    snap = dev.snapshot
+    stacks = dev.alloc_stack[rows]
+    if not python_only:
+        root = build_stack_tree(snap, stacks, dev.alloc_size[rows])
+    else:
+        # Backward allocations have no Python frames at all: rather than lumping them with
+        # "no stack", group them under one node by their site (the autograd node).
+        py = stack_has_python(snap)
+        no_py = (stacks >= 0) & ~py[np.maximum(stacks, 0)]
+        root = build_stack_tree(
+            snap, stacks[~no_py], dev.alloc_size[rows][~no_py], python_only=True
+        )
+        if no_py.any():
+            _add_cpp_group(dev, root, rows[no_py])
+    return prune_tree(root, dev, max_depth=max_depth, min_bytes=int(root.bytes * min_share))
+
+
+NO_PYTHON_LABEL = "<no Python frames: C++ / backward>"
+
+
+def stack_has_python(snap: Any) -> np.ndarray:
+    """Per stack id: does it hold at least one Python frame? (cached on the snapshot)"""
+    cache: dict = snap.__dict__.setdefault("_analysis_cache", {})
+    if "has_python" not in cache:
+        st = snap.stacks
+        n = len(st)
+        is_py = (snap.frames.kind[st.frame_ids] == PYTHON).astype(np.int64)
+        cum = np.concatenate([[0], np.cumsum(is_py)])
+        cache["has_python"] = (
+            (cum[st.offsets[1:]] - cum[st.offsets[:-1]]) > 0 if n else np.zeros(0, bool)
+        )
+    return cache["has_python"]
+
+
+def _add_cpp_group(dev: DeviceTrace, root: StackNode, rows: np.ndarray) -> None:
+    site = site_of_allocations(dev, rows)
+    sizes = dev.alloc_size[rows]
+    group = StackNode(-1, NO_PYTHON_LABEL)
+    for fid in np.unique(site).tolist():
+        m = site == fid
+        b, c = int(sizes[m].sum()), int(m.sum())
+        group.children[fid] = StackNode(fid, frame_label(dev.snapshot, fid), b, c)
+        group.bytes += b
+        group.count += c
+    root.children[-2] = group
+    root.bytes += group.bytes
+    root.count += group.count
+
+
+def prune_tree(
+    root: StackNode, dev: DeviceTrace, *, max_depth: int | None = None, min_bytes: int = 0
+) -> dict[str, Any]:
+    """StackNode -> dict; children under `min_bytes` are merged into one "<other>" node."""
+
+    def walk(node: StackNode, depth: int) -> dict[str, Any]:
+        d = node.to_dict(dev.snapshot, max_depth=0)
+        d.pop("children", None)
+        if max_depth is not None and depth >= max_depth:
+            d["children"] = []
+            return d
+        kids, other_b, other_c = [], 0, 0
+        for c in node.sorted_children():
+            if c.bytes >= min_bytes and (c.bytes > 0 or min_bytes == 0):
+                kids.append(walk(c, depth + 1))
+            else:
+                other_b += c.bytes
+                other_c += c.count
+        if other_c:
+            kids.append({"label": "<other>", "bytes": other_b, "count": other_c, "children": []})
+        d["children"] = kids
+        return d
+
+    return walk(root, 0)
+
+
+def _largest(dev: DeviceTrace, rows: np.ndarray, k: int) -> np.ndarray:
+    if k <= 0 or len(rows) == 0:
+        return rows[:0]
+    sizes = dev.alloc_size[rows]
+    order = np.lexsort((rows, -sizes))[:k]
+    return rows[order]
+
+
+def _check(dev: DeviceTrace, event: int) -> int:
+    event = int(event)
+    if event < -1 or event >= dev.n_events:
+        raise MemlensError(
+            f"event {event} is outside this trace (events 0..{dev.n_events - 1}, "
+            "or -1 for before the first)"
+        )
+    return event
+
+
+def _ranges(vs: list[int]) -> str:
+    if len(vs) > 6:
+        return f"{vs[0]}..{vs[-1]}"
+    return ", ".join(map(str, vs))

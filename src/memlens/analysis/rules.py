@@ -1,0 +1,175 @@
+"""Custom rules: names mapped to regular expressions over frames; first match wins.
+
+File format (JSON or YAML):
+    {"rules": [{"name": "attention", "pattern": "attn|attention"}, ...]}
+or the short form, a mapping in file order:
+    {"attention": "attn|attention", "mlp": "mlp|ffn"}
+A pattern is searched (re.search) in each frame's "filename:line:name" text; an allocation
+takes the first rule (in file order) matching any frame of its stack, else "other".
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from memlens.analysis.curves import group_curves
+from memlens.analysis.events import event_info
+from memlens.analysis.matching import frame_texts
+from memlens.errors import MemlensError
+from memlens.snapshot.model import DeviceTrace, Snapshot
+
+OTHER = "other"
+
+
+@dataclass(frozen=True)
+class Rule:
+    name: str
+    pattern: str
+    description: str = ""
+
+
+def parse_rules(data: Any) -> list[Rule]:
+    """Rules from an already-parsed JSON/YAML object (either form above). MemlensError on
+    a bad shape or an invalid regex. A rule named "other" is refused (it is the rest)."""
+    if isinstance(data, dict) and "rules" in data and isinstance(data["rules"], list):
+        items = []
+        for i, r in enumerate(data["rules"]):
+            if not isinstance(r, dict) or "name" not in r or "pattern" not in r:
+                raise MemlensError(f"rule {i + 1}: each rule needs a name and a pattern")
+            items.append((str(r["name"]), r["pattern"], str(r.get("description", ""))))
+    elif isinstance(data, dict):
+        items = [(str(k), v, "") for k, v in data.items()]
+    else:
+        raise MemlensError(
+            'a rules file holds {"rules": [{"name": ..., "pattern": ...}]} or {name: pattern}'
+        )
+    rules, seen = [], set()
+    for name, pattern, desc in items:
+        if not isinstance(pattern, str) or not pattern:
+            raise MemlensError(f"rule {name!r}: the pattern must be a non-empty string")
+        if name == OTHER:
+            raise MemlensError(f'rule name "{OTHER}" is reserved for what no rule matches')
+        if name in seen:
+            raise MemlensError(f"rule {name!r} appears twice")
+        seen.add(name)
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise MemlensError(
+                f"rule {name!r}: bad regular expression {pattern!r}: {exc}"
+            ) from None
+        rules.append(Rule(name, pattern, desc))
+    if not rules:
+        raise MemlensError("the rules file has no rules")
+    return rules
+
+
+def load_rules(path: str) -> list[Rule]:
+    """Read a .json / .yaml / .yml rules file (YAML needs PyYAML: memlens[rules])."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise MemlensError(f"cannot read rules file {path}: {exc.strerror or exc}") from None
+    if p.suffix.lower() in (".yaml", ".yml"):
+        try:
+            import yaml
+        except ImportError:
+            raise MemlensError("YAML rules need PyYAML: pip install 'memlens[rules]'") from None
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise MemlensError(f"{path}: not valid YAML: {str(exc).splitlines()[0]}") from None
+    else:
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise MemlensError(f"{path}: not valid JSON: {exc}") from None
+    return parse_rules(data)
+
+
+def rule_of_stacks(snap: Snapshot, rules: list[Rule]) -> np.ndarray:
+    """Per stack id: index of the first matching rule, or len(rules) for "other"."""
+    texts = frame_texts(snap)
+    k = len(rules)
+    # per frame: the first rule that matches it (k: none)
+    first = np.full(len(texts), k, dtype=np.int64)
+    for j in range(k - 1, -1, -1):
+        rx = re.compile(rules[j].pattern)
+        hit = np.fromiter((rx.search(t) is not None for t in texts), dtype=bool, count=len(texts))
+        first[hit] = j
+    st = snap.stacks
+    if len(st) == 0:
+        return np.zeros(0, dtype=np.int64)
+    per = first[st.frame_ids]
+    # min over each stack's frames; empty stacks (none here: -1 marks "no frames") get k
+    padded = np.concatenate([per, [k]])
+    starts = st.offsets[:-1]
+    out = np.minimum.reduceat(padded, np.minimum(starts, len(per)))
+    empty = st.offsets[1:] == starts
+    out[empty] = k
+    return out.astype(np.int64)
+
+
+def rule_of_allocations(dev: DeviceTrace, rules: list[Rule]) -> np.ndarray:
+    """Rule index per allocation row (len(rules) = "other", also for rows with no stack)."""
+    per_stack = rule_of_stacks(dev.snapshot, rules)
+    out = np.full(dev.n_allocations, len(rules), dtype=np.int64)
+    has = dev.alloc_stack >= 0
+    out[has] = per_stack[dev.alloc_stack[has]]
+    return out
+
+
+def rules_analysis(
+    dev: DeviceTrace,
+    rules: list[Rule],
+    *,
+    event: int | None = None,
+    points: int = 400,
+) -> dict[str, Any]:
+    """Memory per rule at `event` (default: the peak) and over time.
+
+    Returns {"device", "event", "time_us", "action", "active_bytes", "reserved_bytes",
+    "rules": [{"name", "pattern", "description", "bytes", "count", "peak_bytes",
+    "peak_event", "allocated_bytes", "allocated_count"}] (file order, "other" last,
+    pattern None), "curve": {"event": [...], "bytes": {name: [...]}}}.
+    """
+    event = dev.peak_event_index if event is None else int(event)
+    g = rule_of_allocations(dev, rules)
+    k = len(rules) + 1
+    rows = dev.live_at(event)
+    live_b = np.bincount(g[rows], weights=dev.alloc_size[rows], minlength=k).astype(np.int64)
+    live_c = np.bincount(g[rows], minlength=k)
+    made = dev.alloc_event >= 0
+    all_b = np.bincount(g[made], weights=dev.alloc_size[made], minlength=k).astype(np.int64)
+    all_c = np.bincount(g[made], minlength=k)
+    curves = group_curves(dev, g, k, points=points, must=(max(event, 0),))
+    names = [r.name for r in rules] + [OTHER]
+    out = []
+    for j, name in enumerate(names):
+        r = rules[j] if j < len(rules) else None
+        out.append(
+            {
+                "name": name,
+                "pattern": r.pattern if r else None,
+                "description": r.description if r else "",
+                "bytes": int(live_b[j]),
+                "count": int(live_c[j]),
+                "peak_bytes": curves["peak_bytes"][j],
+                "peak_event": curves["peak_event"][j],
+                "allocated_bytes": int(all_b[j]),
+                "allocated_count": int(all_c[j]),
+            }
+        )
+    return {
+        "device": dev.device,
+        **event_info(dev, event),
+        "rules": out,
+        "curve": {"event": curves["event"], "bytes": dict(zip(names, curves["bytes"]))},
+    }

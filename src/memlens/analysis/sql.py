@@ -1,0 +1,192 @@
+"""SQL over the columnar model with DuckDB (memlens[sql]).
+
+The numpy columns are wrapped as Arrow arrays (zero-copy for numeric columns of a
+single-device snapshot; several devices are concatenated once) and registered as DuckDB
+views, so DuckDB scans them in place. Tables (docs/sql.md has every column):
+
+    events, allocations, frames, stacks (stack_id, depth, frame_id), segments, blocks,
+    annotations, strings, stack_frames (stacks joined with frames, for convenience)
+
+Action names, frame kinds, block states and annotation stages are dictionary-encoded
+strings (no per-row Python objects).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from memlens.errors import MemlensError
+from memlens.snapshot.actions import BLOCK_STATE_NAMES, KNOWN_ACTIONS
+from memlens.snapshot.model import (
+    GHOST,
+    LIVE_AT_END,
+    OVERWRITTEN,
+    PENDING_FREE,
+    PREEXISTING,
+    Snapshot,
+)
+
+TABLES = ("events", "allocations", "frames", "stacks", "stack_frames", "segments", "blocks",
+          "annotations", "strings")  # fmt: skip
+
+
+def _libs() -> tuple[Any, Any]:
+    try:
+        import duckdb
+        import pyarrow as pa
+    except ImportError:
+        raise MemlensError("SQL needs DuckDB and PyArrow: pip install 'memlens[sql]'") from None
+    return duckdb, pa
+
+
+def _dict(pa: Any, codes: np.ndarray, names: list[str]) -> Any:
+    return pa.DictionaryArray.from_arrays(pa.array(codes.astype(np.int32)), pa.array(names))
+
+
+def _nullable(pa: Any, values: np.ndarray, null_below: int = 0) -> Any:
+    return pa.array(values, mask=values < null_below)
+
+
+def _cat(parts: list[np.ndarray], dtype: Any) -> np.ndarray:
+    if len(parts) == 1:
+        return parts[0]  # one device: no copy
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=dtype)
+
+
+def arrow_tables(snap: Snapshot) -> dict[str, Any]:
+    """The snapshot's tables as pyarrow Tables (what `connect` registers)."""
+    _, pa = _libs()
+    devs = [snap.traces[d] for d in sorted(snap.traces)]
+    streams = np.asarray(snap.streams, dtype=np.int64)
+    action_names = [""] * (16 + len(snap.action_names))
+    for k, v in KNOWN_ACTIONS.items():
+        action_names[v] = k
+    for i, nme in enumerate(snap.action_names):
+        action_names[16 + i] = nme
+    action_names = [a or f"action_{i}" for i, a in enumerate(action_names)]
+
+    def col(attr: str, dtype: Any = np.int64) -> np.ndarray:
+        return _cat([getattr(d, attr) for d in devs], dtype)
+
+    n_ev = [d.n_events for d in devs]
+    n_al = [d.n_allocations for d in devs]
+    ev_device = _cat([np.full(n, d.device, np.int32) for n, d in zip(n_ev, devs)], np.int32)
+    ev_idx = _cat([np.arange(n, dtype=np.int64) for n in n_ev], np.int64)
+    events = pa.table({
+        "device": ev_device, "idx": ev_idx,
+        "action": _dict(pa, col("action", np.uint8), action_names),
+        "addr": col("addr", np.uint64), "size": col("size"),
+        "stream": streams[col("stream", np.int32)] if len(streams) else col("stream", np.int32),
+        "time_us": _nullable(pa, col("time_us")),
+        "stack_id": _nullable(pa, col("stack", np.int32)),
+        "compile_context_id": _nullable(pa, col("compile_context", np.int32)),
+        "user_metadata_id": _nullable(pa, col("user_metadata", np.int32)),
+        "forward_stack_id": _nullable(pa, col("forward_stack", np.int32)),
+        "version": _nullable(pa, col("version", np.int32)),
+        "alloc_row": _nullable(pa, col("alloc_row", np.int32)),
+        "active_after": col("active_after"), "reserved_after": col("reserved_after"),
+    })  # fmt: skip
+    flags = col("alloc_flags", np.uint8)
+    n_per = _cat([np.full(k, d.n_events, np.int64) for k, d in zip(n_al, devs)], np.int64)
+    free_ev = col("free_event")
+    allocations = pa.table({
+        "device": _cat([np.full(k, d.device, np.int32) for k, d in zip(n_al, devs)], np.int32),
+        "row": _cat([np.arange(k, dtype=np.int64) for k in n_al], np.int64),
+        "alloc_event": _nullable(pa, col("alloc_event")),
+        "free_requested_event": _nullable(pa, col("free_requested_event")),
+        "free_event": pa.array(free_ev, mask=free_ev >= n_per),
+        "addr": col("alloc_addr", np.uint64), "version": col("alloc_version", np.int32),
+        "size": col("alloc_size"), "stack_id": _nullable(pa, col("alloc_stack", np.int32)),
+        "stream": streams[col("alloc_stream", np.int32)] if len(streams) else col("alloc_stream", np.int32),
+        "flags": flags,
+        "preexisting": (flags & PREEXISTING) != 0, "ghost": (flags & GHOST) != 0,
+        "live_at_end": (flags & LIVE_AT_END) != 0, "pending_free": (flags & PENDING_FREE) != 0,
+        "overwritten": (flags & OVERWRITTEN) != 0,
+    })  # fmt: skip
+    f = snap.frames
+    frames = pa.table({
+        "frame_id": np.arange(len(f), dtype=np.int32),
+        "filename_id": f.filename, "line": f.line, "name_id": f.name,
+        "kind": _dict(pa, f.kind, ["python", "cpp", "noise"]),
+    })  # fmt: skip
+    st = snap.stacks
+    counts = np.diff(st.offsets)
+    sid = np.repeat(np.arange(len(st), dtype=np.int32), counts)
+    depth = np.arange(len(st.frame_ids), dtype=np.int64) - np.repeat(st.offsets[:-1], counts)
+    stacks = pa.table({"stack_id": sid, "depth": depth.astype(np.int32), "frame_id": st.frame_ids})
+    sg = snap.segments
+    segments = pa.table({
+        "segment_id": np.arange(len(sg), dtype=np.int32), "device": sg.device,
+        "address": sg.address, "total_size": sg.total_size, "allocated_size": sg.allocated_size,
+        "active_size": sg.active_size, "requested_size": sg.requested_size,
+        "stream": streams[sg.stream] if len(streams) else sg.stream,
+        "segment_type": _dict(pa, (~sg.is_large).astype(np.int32), ["large", "small"]),
+        "pool_id0": sg.pool_id0, "pool_id1": sg.pool_id1, "is_expandable": sg.is_expandable,
+        "stack_id": _nullable(pa, sg.stack),
+    })  # fmt: skip
+    blocks = pa.table({
+        "block_id": np.arange(len(sg.block_address), dtype=np.int64),
+        "segment_id": sg.block_segment.astype(np.int32),
+        "address": sg.block_address, "size": sg.block_size,
+        "requested_size": sg.block_requested_size,
+        "state": _dict(pa, sg.block_state, list(BLOCK_STATE_NAMES)),
+        "stack_id": _nullable(pa, sg.block_stack),
+    })  # fmt: skip
+    an = snap.annotations
+    annotations = pa.table({
+        "idx": np.arange(len(an), dtype=np.int64), "name_id": an.name,
+        "stage": _dict(pa, np.where(an.stage < 0, 2, an.stage), ["START", "END", "OTHER"]),
+        "device": an.device, "time_us": an.time_us,
+    })  # fmt: skip
+    strings = pa.table({"id": np.arange(len(snap.strings), dtype=np.int32),
+                        "value": pa.array(snap.strings, type=pa.string())})  # fmt: skip
+    return {"events": events, "allocations": allocations, "_frames": frames, "stacks": stacks,
+            "segments": segments, "blocks": blocks, "_annotations": annotations,
+            "strings": strings}  # fmt: skip
+
+
+def connect(snap: Snapshot) -> Any:
+    """A DuckDB connection with the snapshot's tables registered (needs memlens[sql])."""
+    duckdb, _ = _libs()
+    con = duckdb.connect(":memory:")
+    for name, table in arrow_tables(snap).items():
+        con.register(name, table)
+    # names resolved from the string table, so users never join `strings` by hand
+    con.execute(
+        "CREATE VIEW frames AS SELECT f.frame_id, fs.value AS filename, f.line, ns.value AS name, "
+        "f.kind FROM _frames f JOIN strings fs ON fs.id = f.filename_id "
+        "JOIN strings ns ON ns.id = f.name_id"
+    )
+    con.execute(
+        "CREATE VIEW annotations AS SELECT a.idx, s.value AS name, a.stage, a.device, a.time_us "
+        "FROM _annotations a JOIN strings s ON s.id = a.name_id ORDER BY a.idx"
+    )
+    con.execute(
+        "CREATE VIEW stack_frames AS SELECT s.stack_id, s.depth, f.* EXCLUDE (frame_id), "
+        "s.frame_id FROM stacks s JOIN frames f USING (frame_id)"
+    )
+    return con
+
+
+def query(snap: Snapshot, sql: str, *, limit: int | None = None) -> dict[str, Any]:
+    """Run `sql`: {"columns": [...], "types": [...], "rows": [[...], ...], "truncated":
+    bool}. MemlensError (one line) on a SQL error."""
+    duckdb, _ = _libs()
+    con = connect(snap)
+    try:
+        cur = con.execute(sql)
+        if cur.description is None:
+            return {"columns": [], "types": [], "rows": [], "truncated": False}
+        rows = cur.fetchmany(limit + 1) if limit is not None else cur.fetchall()
+    except duckdb.Error as exc:
+        raise MemlensError("SQL: " + " ".join(str(exc).split())) from None
+    truncated = limit is not None and len(rows) > limit
+    rows = rows[:limit] if truncated else rows
+    return {
+        "columns": [d[0] for d in cur.description],
+        "types": [str(d[1]) for d in cur.description],
+        "rows": [list(r) for r in rows],
+        "truncated": truncated,
+    }

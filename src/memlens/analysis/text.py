@@ -1,0 +1,119 @@
+"""Plain-text rendering of analysis results for the CLI (the JSON is the result itself).
+
+Kept here, next to the analyses, so every command prints sites, trees and tables the
+same way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from memlens.units import format_bytes
+
+
+def fmt_delta(n: int) -> str:
+    return ("+" if n > 0 else "") + format_bytes(n)
+
+
+def sites_lines(sites: Sequence[dict[str, Any]], indent: str = "  ") -> list[str]:
+    return [
+        f"{indent}{format_bytes(s['bytes']):>12}  {s['count']:>7,}x  {s['site']}" for s in sites
+    ]
+
+
+def tree_lines(
+    tree: dict[str, Any] | None, *, max_lines: int = 60, indent: str = "  "
+) -> list[str]:
+    """An indented tree (outermost frame first), largest child first, bytes at every level."""
+    if not tree:
+        return []
+    out: list[str] = []
+
+    def walk(node: dict[str, Any], depth: int) -> None:
+        if len(out) >= max_lines:
+            return
+        out.append(
+            f"{indent}{format_bytes(node['bytes']):>12}  {'  ' * depth}{node['label']}"
+            f"  ({node['count']:,})"
+        )
+        kids = node.get("children") or []
+        # a single child continues the same chain: no extra indent wasted on it
+        for c in kids:
+            walk(c, depth + 1)
+
+    walk(tree, 0)
+    if len(out) >= max_lines:
+        out.append(f"{indent}... (truncated; use --json for the whole tree)")
+    return out
+
+
+def table_lines(
+    headers: Sequence[str], rows: Sequence[Sequence[Any]], indent: str = "  "
+) -> list[str]:
+    """A simple left/right aligned text table (numbers right-aligned)."""
+    cells = [[str(h) for h in headers]] + [[str(c) for c in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+
+    def numeric(i: int) -> bool:
+        return all(_looks_numeric(r[i]) for r in cells[1:]) and len(cells) > 1
+
+    right = [numeric(i) for i in range(len(headers))]
+    lines = []
+    for r in cells:
+        lines.append(
+            indent
+            + "  ".join(
+                r[i].rjust(widths[i]) if right[i] else r[i].ljust(widths[i])
+                for i in range(len(headers))
+            ).rstrip()
+        )
+    return lines
+
+
+def _looks_numeric(s: str) -> bool:
+    t = s.replace(",", "").replace("+", "").replace("-", "").replace("%", "").strip()
+    t = t.split(" ")[0]
+    try:
+        float(t)
+        return True
+    except ValueError:
+        return t in ("", "None")
+
+
+def when_text(event: int) -> str:
+    return "before the first event" if event < 0 else f"after event {event:,}"
+
+
+def live_set_lines(r: dict[str, Any], title: str) -> list[str]:
+    lines = [
+        f"{title}: {format_bytes(r['active_bytes'])} active, "
+        f"{format_bytes(r['reserved_bytes'])} reserved, {when_text(r['event'])}"
+        + (f" (time_us {r['time_us']})" if r.get("time_us") is not None else "")
+        + (f", {r['action']}" if r.get("action") else ""),
+        f"{r['live_count']:,} live allocations",
+    ]
+    if r.get("by_site"):
+        lines.append("")
+        lines.append("by first user frame:")
+        lines += sites_lines(r["by_site"])
+    if r.get("tree"):
+        lines.append("")
+        lines.append("by call stack (outermost first):")
+        lines += tree_lines(r["tree"])
+    if r.get("largest"):
+        lines.append("")
+        lines.append("largest live allocations:")
+        for a in r["largest"]:
+            lines.append(
+                f"  {format_bytes(a['bytes']):>12}  {a['address']}_{a['version']}  "
+                f"alloc event {a['alloc_event']}  {a['site']}"
+            )
+    return lines
+
+
+def elide(items: list[Any], head: int, tail: int = 0) -> tuple[list[Any], int]:
+    """(items to show, how many were left out): the first `head` and last `tail`."""
+    if len(items) <= head + tail:
+        return list(items), 0
+    return list(items[:head]) + (list(items[-tail:]) if tail else []), len(items) - head - tail

@@ -1,0 +1,79 @@
+"""`memlens categories SNAP`: parameter, gradient, optimizer state, activation,
+temporary, autograd internals, other — at the peak and over time; by compile context."""
+
+from __future__ import annotations
+
+import click
+
+from memlens.cli.options import (
+    device_option,
+    emit_json,
+    hide_option,
+    hide_patterns,
+    json_option,
+    no_cache_option,
+    open_snapshot,
+    snapshot_argument,
+)
+
+
+@click.command("categories")
+@snapshot_argument
+@click.option("--event", "-e", type=int, default=None, help="At this event instead of the peak.")
+@click.option("--override", "overrides", multiple=True, metavar="CATEGORY=REGEX",
+              help="Put allocations whose frames match REGEX in CATEGORY first (repeatable, in order).")  # fmt: skip
+@click.option("--rules", "rules_path", type=click.Path(dir_okay=False), default=None,
+              help="A rules file (see `memlens rules`) whose rules are used as overrides.")  # fmt: skip
+@click.option(
+    "--points", type=int, default=400, show_default=True, help="Samples of the curve in --json."
+)
+@device_option
+@json_option
+@no_cache_option
+@hide_option
+def command(snapshot: str, event: int | None, overrides: tuple[str, ...], rules_path: str | None,
+            points: int, device: int | None, as_json: bool, no_cache: bool,
+            hide: tuple[str, ...]) -> None:  # fmt: skip
+    """Memory by category (inferred from stacks and lifetimes; rules in docs/analyses.md)."""
+    from memlens.analysis.categories import by_compile_context, categories
+    from memlens.analysis.text import sites_lines, table_lines, when_text
+    from memlens.errors import MemlensError
+    from memlens.units import format_bytes as fb
+
+    pairs: list[tuple[str, str]] = []
+    if rules_path:
+        from memlens.analysis.rules import load_rules
+
+        pairs += [(r.name, r.pattern) for r in load_rules(rules_path)]
+    for o in overrides:
+        if "=" not in o:
+            raise MemlensError(f"--override wants CATEGORY=REGEX, got {o!r}")
+        k, v = o.split("=", 1)
+        pairs.append((k.strip(), v))
+    dev = open_snapshot(snapshot, no_cache).device(device)
+    result = categories(dev, event=event, overrides=pairs, points=points,
+                        hide_patterns=hide_patterns(hide))  # fmt: skip
+    result["compile_contexts"] = by_compile_context(dev, event=result["event"])
+    if as_json:
+        emit_json(result)
+        return
+    lines = [
+        f"device {dev.device}: {fb(result['active_bytes'])} active {when_text(result['event'])}"
+    ]
+    lines += table_lines(
+        ["category", "at event", "count", "own peak", "allocated in trace"],
+        [[c["name"], fb(c["bytes"]), f"{c['count']:,}", fb(c["peak_bytes"]), fb(c["allocated_bytes"])]
+         for c in result["categories"]],
+    )  # fmt: skip
+    for c in result["categories"]:
+        if c["top_sites"]:
+            lines.append("")
+            lines.append(f"{c['name']}:")
+            lines += sites_lines(c["top_sites"])
+    cc = result["compile_contexts"]
+    if cc["has_context"]:
+        lines.append("")
+        lines.append("by compile context:")
+        lines += table_lines(["context", "at event", "allocated in trace"],
+                             [[x["context"], fb(x["bytes"]), fb(x["allocated_bytes"])] for x in cc["contexts"]])  # fmt: skip
+    click.echo("\n".join(lines))

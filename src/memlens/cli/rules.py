@@ -1,0 +1,56 @@
+"""`memlens rules SNAP RULES.(json|yaml)`: memory per custom rule (regexes over frames,
+first match wins), at the peak and over time."""
+
+from __future__ import annotations
+
+import click
+
+from memlens.cli.options import (
+    device_option,
+    emit_json,
+    json_option,
+    no_cache_option,
+    open_snapshot,
+    snapshot_argument,
+)
+
+
+@click.command("rules")
+@snapshot_argument
+@click.argument("rules_file", type=click.Path(dir_okay=False))
+@click.option("--event", "-e", type=int, default=None, help="At this event instead of the peak.")
+@click.option(
+    "--points", type=int, default=400, show_default=True, help="Samples of the curve in --json."
+)
+@device_option
+@json_option
+@no_cache_option
+def command(snapshot: str, rules_file: str, event: int | None, points: int, device: int | None,
+            as_json: bool, no_cache: bool) -> None:  # fmt: skip
+    """Memory per rule. RULES_FILE maps names to regexes searched in each frame's
+    "filename:line:name"; an allocation takes the first rule matching any of its frames.
+
+    \b
+    {"rules": [{"name": "attention", "pattern": "attn|attention"},
+               {"name": "mlp", "pattern": "mlp|ffn"}]}
+    or simply {"attention": "attn|attention", "mlp": "mlp|ffn"} (YAML works too).
+    """
+    from memlens.analysis.rules import load_rules, rules_analysis
+    from memlens.analysis.text import table_lines, when_text
+    from memlens.units import format_bytes as fb
+
+    rules = load_rules(rules_file)
+    dev = open_snapshot(snapshot, no_cache).device(device)
+    result = rules_analysis(dev, rules, event=event, points=points)
+    if as_json:
+        emit_json(result)
+        return
+    lines = [
+        f"device {dev.device}: {fb(result['active_bytes'])} active {when_text(result['event'])}"
+    ]
+    lines += table_lines(
+        ["rule", "at event", "count", "own peak", "allocated in trace"],
+        [[r["name"], fb(r["bytes"]), f"{r['count']:,}", fb(r["peak_bytes"]), fb(r["allocated_bytes"])]
+         for r in result["rules"]],
+    )  # fmt: skip
+    click.echo("\n".join(lines))

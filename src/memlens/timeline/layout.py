@@ -1,0 +1,453 @@
+"""Level-of-detail layout of the Active Memory Timeline, one viewport at a time.
+
+The picture is PyTorch MemoryViz's stacked chart: every live allocation is a band, stacked
+in allocation order, so when one is freed everything above it slides down. Instead of
+building polygons for the whole trace (O(frees x live-above) geometry), a viewport is
+sampled at pixel-column resolution:
+
+* the visible x range is cut into `width` columns; each column covers a half-open range
+  of events [bnd[c], bnd[c+1]) (event order or wall time);
+* a column shows the state right after its *sample* event: the event of maximum active
+  memory inside it (so the peak is never hidden), or, for a column without events, the
+  last event before it;
+* an allocation at least one pixel tall (size >= bytes per pixel) is "big" and drawn as
+  its own band, at the offset given by stacking the live big allocations in allocation
+  order; everything smaller is summed into one aggregate band on top, so the stack height
+  of every column equals the active bytes at its sample exactly (nothing is dropped);
+* the reserved line is the maximum reserved bytes over the column's events.
+
+Cost per viewport: O(width x log n) for the range maxima (a pyramid of argmax indices)
+plus O(candidates + pairs log pairs), where candidates are big allocations alive in the
+viewport and pairs are (band, column) cells, at most width x height. Never O(events).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from memlens.snapshot.model import DeviceTrace
+
+MAX_WIDTH = 8192
+MAX_HEIGHT = 8192
+
+
+class RangeArgmax:
+    """Leftmost argmax of `values` over many half-open ranges, O(log n) per range.
+
+    Level k holds, for each aligned block of 2**k values, the index of its maximum; a range
+    is decomposed bottom-up like a segment-tree query, vectorized over all ranges.
+    """
+
+    def __init__(self, values: np.ndarray) -> None:
+        self.values = values
+        # carry the block maxima along so each level compares two strided views (no gather)
+        idx = np.arange(len(values), dtype=np.int64)
+        vals = np.asarray(values)
+        self.levels: list[np.ndarray] = [idx]
+        while len(idx) > 1:
+            if len(idx) % 2:
+                idx = np.concatenate([idx, idx[-1:]])  # a duplicate never changes a max
+                vals = np.concatenate([vals, vals[-1:]])
+            right = vals[1::2] > vals[0::2]  # ties keep the left (leftmost argmax)
+            idx = np.where(right, idx[1::2], idx[0::2])
+            vals = np.where(right, vals[1::2], vals[0::2])
+            self.levels.append(idx)
+
+    def query(self, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+        """Index of the (leftmost) maximum of values[lo[i]:hi[i]]; -1 where the range is empty."""
+        lo = np.asarray(lo, dtype=np.int64).copy()
+        hi = np.asarray(hi, dtype=np.int64).copy()
+        best = np.full(len(lo), -1, dtype=np.int64)
+        if len(self.values) == 0:
+            return best
+        vals = self.values
+
+        def take(mask: np.ndarray, cand: np.ndarray) -> None:
+            cur = best[mask]
+            cv = vals[cand]
+            better = (
+                (cur < 0)
+                | (cv > vals[np.maximum(cur, 0)])
+                | ((cv == vals[np.maximum(cur, 0)]) & (cand < cur))
+            )
+            sel = np.flatnonzero(mask)[better]
+            best[sel] = cand[better]
+
+        for level in self.levels:
+            live = lo < hi
+            if not live.any():
+                break
+            m = live & (lo & 1 == 1)
+            if m.any():
+                take(m, level[lo[m]])
+                lo[m] += 1
+            m = (lo < hi) & (hi & 1 == 1)
+            if m.any():
+                hi[m] -= 1
+                take(m, level[hi[m]])
+            lo >>= 1
+            hi >>= 1
+        return best
+
+
+class LiveIndex:
+    """Rows alive right after an event, in O(live + checkpoint spacing) instead of O(rows).
+
+    Rows are in allocation order, so their alloc_event never decreases; every `step` events
+    the rows alive at that checkpoint are stored (CSR). step is chosen so that the stored
+    entries stay around twice the number of events.
+    """
+
+    def __init__(self, dev: DeviceTrace) -> None:
+        n = dev.n_events
+        a = dev.alloc_event.astype(np.int64)
+        f = dev.free_event.astype(np.int64)
+        self.alloc_event, self.free_event = a, f
+        lifetime = int(np.sum(f - np.maximum(a, 0))) if len(a) else 0
+        self.step = step = max(256, -(-lifetime // max(2 * n, 1)))
+        n_ck = n // step + 1 if n else 0
+        self.n_ck = n_ck
+        k_lo = -((-a) // step)  # first checkpoint k with k*step >= alloc_event
+        k_hi = np.minimum((f - 1) // step, n_ck - 1)
+        count = np.maximum(k_hi - k_lo + 1, 0)
+        total = int(count.sum())
+        rows = np.repeat(np.arange(len(a), dtype=np.int64), count)
+        first = np.repeat(k_lo, count)
+        starts = np.repeat(np.cumsum(count) - count, count)
+        k = first + (np.arange(total, dtype=np.int64) - starts)
+        # stable: rows stay in allocation order per checkpoint (radix sort on small ints)
+        kt = np.uint16 if n_ck <= 1 << 16 else np.int32
+        order = np.argsort(k.astype(kt), kind="stable")
+        self.rows = rows[order].astype(np.int32)
+        self.offsets = np.zeros(n_ck + 1, dtype=np.int64)
+        np.cumsum(np.bincount(k, minlength=n_ck), out=self.offsets[1:])
+
+    def live_at(self, event: int) -> np.ndarray:
+        a, f = self.alloc_event, self.free_event
+        if event < 0 or self.n_ck == 0:
+            hi = int(np.searchsorted(a, event, side="right"))
+            r = np.arange(hi, dtype=np.int64)
+            return r[f[r] > event]
+        k = min(event // self.step, self.n_ck - 1)
+        cp = k * self.step
+        base = self.rows[self.offsets[k] : self.offsets[k + 1]].astype(np.int64)
+        base = base[f[base] > event]
+        lo = int(np.searchsorted(a, cp, side="right"))
+        hi = int(np.searchsorted(a, event, side="right"))
+        new = np.arange(lo, hi, dtype=np.int64)
+        new = new[f[new] > event]
+        return np.concatenate([base, new])
+
+
+@dataclass
+class View:
+    """One viewport, sampled at pixel-column resolution (all byte figures exact)."""
+
+    bounds: np.ndarray  # int64 [width+1]: column c covers events [bounds[c], bounds[c+1])
+    sample: np.ndarray  # int64 [width]: event whose state the column shows (-1 = before all)
+    active: np.ndarray  # int64 [width]: active bytes at the sample (= stack height)
+    reserved: np.ndarray  # int64 [width]: max reserved bytes over the column
+    ymax: int
+    bytes_per_px: float
+    band_rows: np.ndarray  # int64 [K] allocation rows drawn individually, in stacking order
+    band_c0: np.ndarray  # int64 [K] first column of each band
+    band_c1: np.ndarray  # int64 [K] one past its last column
+    band_offsets: np.ndarray  # int64 [sum(c1-c0)], band-major: bottom of band k at column c
+    small_offset: np.ndarray  # int64 [width]: bottom of the aggregate band (= sum of big)
+    small_bytes: np.ndarray  # int64 [width]: height of the aggregate band
+    small_count: np.ndarray  # int64 [width]: allocations it stands for
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "bounds": self.bounds.tolist(),
+            "sample": self.sample.tolist(),
+            "active": self.active.tolist(),
+            "reserved": self.reserved.tolist(),
+            "ymax": int(self.ymax),
+            "bytes_per_px": float(self.bytes_per_px),
+            "bands": {
+                "row": self.band_rows.tolist(),
+                "c0": self.band_c0.tolist(),
+                "c1": self.band_c1.tolist(),
+                **self.offset_runs(),
+            },
+            "small": {
+                "offset": self.small_offset.tolist(),
+                "bytes": self.small_bytes.tolist(),
+                "count": self.small_count.tolist(),
+            },
+        }
+
+    def offset_runs(self) -> dict[str, list[int]]:
+        """Band offsets run-length encoded: band k's runs are run_start[k]:run_start[k+1],
+        run i starting at column run_col[i] with offset run_off[i] (it lasts until the next
+        run of the band or the band's end). Zoomed in, most bands are flat for many columns."""
+        lengths = self.band_c1 - self.band_c0
+        n = len(self.band_offsets)
+        first = np.zeros(n, dtype=bool)
+        starts = np.cumsum(lengths) - lengths
+        first[starts[lengths > 0]] = True
+        change = first.copy()
+        if n:
+            change[1:] |= self.band_offsets[1:] != self.band_offsets[:-1]
+        band_of = np.repeat(np.arange(len(lengths)), lengths)
+        cells = np.flatnonzero(change)
+        col = self.band_c0[band_of[cells]] + (cells - starts[band_of[cells]])
+        run_start = np.zeros(len(lengths) + 1, dtype=np.int64)
+        np.cumsum(np.bincount(band_of[cells], minlength=len(lengths)), out=run_start[1:])
+        return {
+            "run_start": run_start.tolist(),
+            "run_col": col.tolist(),
+            "run_off": self.band_offsets[cells].tolist(),
+        }
+
+
+class DeviceLayout:
+    """Per-device indexes for fast viewports (built lazily, kept for the server's life)."""
+
+    def __init__(self, dev: DeviceTrace) -> None:
+        self.dev = dev
+        self.n = dev.n_events
+        self._cache: dict[str, Any] = {}
+        self._lock = threading.RLock()  # builders may need other indexes
+
+    # ---- lazily built indexes ----------------------------------------------------------
+    def _cached(self, name: str, build: Callable[[], Any]) -> Any:
+        # the server warms the indexes in a background thread; a request that needs one
+        # meanwhile waits for it instead of building it a second time
+        value = self._cache.get(name)
+        if value is None:
+            with self._lock:
+                value = self._cache.get(name)
+                if value is None:
+                    value = self._cache[name] = build()
+        return value
+
+    @property
+    def active_max(self) -> RangeArgmax:
+        return self._cached("active_max", lambda: RangeArgmax(np.asarray(self.dev.active_after)))
+
+    @property
+    def reserved_max(self) -> RangeArgmax:
+        return self._cached(
+            "reserved_max", lambda: RangeArgmax(np.asarray(self.dev.reserved_after))
+        )
+
+    @property
+    def by_size(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Rows by size, largest first (ties in row order), with -size, alloc and free event
+        in that order: contiguous copies, so the size route never gathers at random."""
+
+        def build() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+            d = self.dev
+            order = np.argsort(-np.asarray(d.alloc_size), kind="stable")
+            return (
+                order,
+                -np.asarray(d.alloc_size)[order],
+                np.asarray(d.alloc_event)[order],
+                np.asarray(d.free_event)[order],
+            )
+
+        return self._cached("by_size", build)
+
+    @property
+    def live_index(self) -> LiveIndex:
+        return self._cached("live_index", lambda: LiveIndex(self.dev))
+
+    @property
+    def live_count(self) -> np.ndarray:
+        """Number of live allocations after each event."""
+
+        def build() -> np.ndarray:
+            d = self.dev
+            n = self.n
+            born = np.bincount(d.alloc_event[d.alloc_event >= 0], minlength=n + 1)
+            died = np.bincount(d.free_event[d.free_event < n], minlength=n + 1)
+            return self.base_count + np.cumsum(born[:n] - died[:n])
+
+        return self._cached("live_count", build)
+
+    @property
+    def base_count(self) -> int:
+        """Allocations alive before the first event (they come first in row order)."""
+        return self._cached(
+            "base_count", lambda: int(np.searchsorted(self.dev.alloc_event, -1, side="right"))
+        )
+
+    def warm(self) -> None:
+        """Build every index now (the server does this in the background after startup)."""
+        _ = self.active_max, self.reserved_max, self.live_count, self.live_index, self.by_size
+
+    # ---- x axis ------------------------------------------------------------------------------
+    def event_bounds(self, e0: float, e1: float, width: int) -> np.ndarray:
+        """Column boundaries for the event range [e0, e1) (fractional events allowed)."""
+        x = e0 + (e1 - e0) * np.arange(width + 1, dtype=np.float64) / width
+        return np.clip(np.ceil(x - 1e-9), 0, self.n).astype(np.int64)
+
+    def time_bounds(self, t0: float, t1: float, width: int) -> np.ndarray:
+        """Column boundaries for the wall-time range [t0, t1) in microseconds."""
+        t = t0 + (t1 - t0) * np.arange(width + 1, dtype=np.float64) / width
+        mono = self.dev.monotonic_time_us
+        return np.searchsorted(mono, np.ceil(t - 1e-9).astype(np.int64), side="left").astype(
+            np.int64
+        )
+
+    # ---- the viewport ------------------------------------------------------------------------
+    def curve_at(self, events: np.ndarray, curve: np.ndarray, before: int) -> np.ndarray:
+        out = np.full(len(events), before, dtype=np.int64)
+        ok = events >= 0
+        out[ok] = curve[events[ok]]
+        return out
+
+    def view(
+        self,
+        bounds: np.ndarray,
+        height: int,
+        *,
+        ymax: int | None = None,
+        ymin: int = 0,
+        detail: bool = True,
+    ) -> View:
+        """The viewport whose columns are `bounds`, `height` pixels showing bytes
+        [ymin, ymax] (ymax None: fit the visible maximum). An allocation is drawn on its own
+        when it is at least (ymax - ymin) / height bytes."""
+        dev = self.dev
+        bounds = np.asarray(bounds, dtype=np.int64)
+        width = len(bounds) - 1
+        lo, hi = bounds[:-1], bounds[1:]
+        empty = lo >= hi
+        if self.n:
+            amax = self.active_max.query(lo, hi)
+            rmax = self.reserved_max.query(lo, hi)
+        else:
+            amax = rmax = np.full(width, -1, dtype=np.int64)
+        sample = np.where(empty, lo - 1, amax)
+        rsample = np.where(empty, lo - 1, rmax)
+        active = self.curve_at(sample, dev.active_after, dev.baseline_bytes)
+        reserved = self.curve_at(rsample, dev.reserved_after, dev.reserved_start_bytes)
+        if width and bounds[0] == 0 and self.n:
+            # the first column also holds the state before the first event (the baseline
+            # can be the peak when a trace starts mid-run and memory only goes down)
+            if dev.baseline_bytes > active[0]:
+                sample[0], active[0] = -1, dev.baseline_bytes
+            reserved[0] = max(int(reserved[0]), dev.reserved_start_bytes)
+        if ymax is None:
+            top = max(int(active.max(initial=0)), int(reserved.max(initial=0)))
+            ymax = max(top, 1)
+        ymin = max(int(ymin), 0)
+        ymax = max(int(ymax), ymin + 1)
+        height = max(int(height), 1)
+        bpp = (ymax - ymin) / height
+        zeros = np.zeros(width, dtype=np.int64)
+        e = np.zeros(0, dtype=np.int64)
+        if not detail or width == 0:
+            count = self.curve_at(sample, self.live_count, self.base_count) if self.n else zeros
+            return View(bounds, sample, active, reserved, ymax, bpp, e, e, e, e, zeros,
+                        active.copy(), count)  # fmt: skip
+        rows = self._candidates(sample, bpp)
+        a = dev.alloc_event[rows].astype(np.int64)
+        f = dev.free_event[rows].astype(np.int64)
+        # sample is non-decreasing, so each allocation is live on one contiguous column run
+        c0 = np.searchsorted(sample, a, side="left")
+        c1 = np.searchsorted(sample, f, side="left")
+        keep = c0 < c1
+        rows, c0, c1 = rows[keep], c0[keep], c1[keep]
+        sizes = dev.alloc_size[rows].astype(np.int64)
+        lengths = c1 - c0
+        n_pairs = int(lengths.sum())
+        rank = np.repeat(np.arange(len(rows), dtype=np.int64), lengths)
+        starts = np.cumsum(lengths) - lengths
+        col = np.repeat(c0, lengths) + (
+            np.arange(n_pairs, dtype=np.int64) - np.repeat(starts, lengths)
+        )
+        psize = sizes[rank]
+        # stack per column in allocation order: sort cells by (column, row rank)
+        order = np.argsort(col * max(len(rows), 1) + rank, kind="stable")
+        s_size = psize[order]
+        s_col = col[order]
+        csum = np.cumsum(s_size)
+        before = np.zeros(width + 1, dtype=np.int64)
+        before[1:] = np.cumsum(np.bincount(s_col, weights=s_size, minlength=width).astype(np.int64))
+        offsets_sorted = csum - s_size - before[s_col]
+        offsets = np.empty(n_pairs, dtype=np.int64)
+        offsets[order] = offsets_sorted
+        big_sum = np.diff(before)
+        big_count = np.bincount(col, minlength=width).astype(np.int64)
+        live = self.curve_at(sample, self.live_count, self.base_count) if self.n else zeros
+        return View(
+            bounds=bounds,
+            sample=sample,
+            active=active,
+            reserved=reserved,
+            ymax=ymax,
+            bytes_per_px=bpp,
+            band_rows=rows.astype(np.int64),
+            band_c0=c0.astype(np.int64),
+            band_c1=c1.astype(np.int64),
+            band_offsets=offsets,
+            small_offset=big_sum,
+            small_bytes=active - big_sum,
+            small_count=live - big_count,
+        )
+
+    def _candidates(self, sample: np.ndarray, bpp: float) -> np.ndarray:
+        """Rows at least `bpp` bytes alive at some sample event (a superset), in row order.
+
+        Two routes, whichever touches fewer rows: the big rows by size (few when only a
+        handful of allocations reach a pixel), or the rows alive at each sample taken from
+        the checkpoint index (bounded by columns x live allocations).
+        """
+        s_first, s_last = int(sample[0]), int(sample[-1])
+        min_size = int(np.ceil(bpp))
+        by_size, neg_sizes, a_by_size, f_by_size = self.by_size
+        n_big = int(np.searchsorted(neg_sizes, -min_size, side="right"))
+        li = self.live_index
+        uniq = np.unique(sample)
+        pos = uniq[uniq >= 0]
+        k = np.minimum(pos // li.step, max(li.n_ck - 1, 0))
+        uk = np.unique(k)
+        ck_len = li.offsets[uk + 1] - li.offsets[uk] if li.n_ck else np.zeros(0, np.int64)
+        a = self.dev.alloc_event
+        # rows allocated after each checkpoint, up to the last sample it serves
+        last = pos[np.r_[np.flatnonzero(np.diff(k)), len(k) - 1]] if len(k) else pos
+        r_lo = np.searchsorted(a, uk * li.step, side="right")
+        r_hi = np.searchsorted(a, last, side="right")
+        r_len = np.maximum(r_hi - r_lo, 0)
+        n_before = self.base_count if s_first < 0 else 0
+        cost_c = int(ck_len.sum()) + int(r_len.sum()) + n_before
+        if n_big <= cost_c:
+            sel = (a_by_size[:n_big] <= s_last) & (f_by_size[:n_big] > s_first)
+            return np.sort(by_size[:n_big][sel])
+        parts = [np.arange(n_before, dtype=np.int64)]
+        if len(uk):
+            parts.append(_gather_ranges(li.offsets[uk], ck_len, li.rows).astype(np.int64))
+            parts.append(_gather_ranges(r_lo, r_len))
+        rows = np.concatenate(parts)
+        rows = rows[self.dev.alloc_size[rows] >= min_size]
+        return np.unique(rows)
+
+
+def _gather_ranges(
+    starts: np.ndarray, lengths: np.ndarray, source: np.ndarray | None = None
+) -> np.ndarray:
+    """Concatenation of source[s:s+l] for each (s, l) (or of the ranges themselves)."""
+    lengths = np.asarray(lengths, dtype=np.int64)
+    total = int(lengths.sum())
+    first = np.cumsum(lengths) - lengths
+    idx = np.repeat(np.asarray(starts, dtype=np.int64) - first, lengths) + np.arange(
+        total, dtype=np.int64
+    )
+    return idx if source is None else source[idx]
+
+
+def time_range(dev: DeviceTrace) -> tuple[int, int] | None:
+    """(first, last) time_us of a trace, None without timestamps."""
+    if dev.n_events == 0 or dev.time_us[0] < 0:
+        return None
+    mono = dev.monotonic_time_us
+    return int(mono[0]), int(mono[-1])

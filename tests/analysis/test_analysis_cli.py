@@ -1,0 +1,141 @@
+"""Every analysis command, as text and as --json, on a hand-built snapshot (and on a real
+one); the JSON keys are the documented schema (docs/json-schema.md)."""
+
+from __future__ import annotations
+
+import json
+import pickle
+
+import pytest
+from analysis_snapshots import BIG_SIZE, training_snapshot
+
+from memlens.cli.main import main
+
+
+@pytest.fixture(scope="module")
+def snap_file(tmp_path_factory):
+    d = tmp_path_factory.mktemp("cli")
+    p = d / "train.pickle"
+    p.write_bytes(pickle.dumps(training_snapshot(), protocol=4))
+    b = d / "train2.pickle"
+    b.write_bytes(pickle.dumps(training_snapshot(2_000_000), protocol=4))
+    r = d / "rules.json"
+    r.write_text(json.dumps({"model": r"model\.py"}))
+    return str(p), str(b), str(r)
+
+
+def run(capsys, args: list[str]) -> tuple[int, str, str]:
+    code = 0
+    try:
+        main(args)
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+# command args (after the snapshot) -> keys its --json must have
+CASES = {
+    "peak": (
+        [],
+        {"device", "event", "active_bytes", "by_site", "tree", "largest", "peak_active_bytes"},
+    ),
+    "at": (
+        ["--addr", "0x100400_1", "--when", "free"],
+        {"event", "active_bytes", "allocation", "when"},
+    ),
+    "stages": ([], {"device", "stages", "repeated", "notes", "has_time"}),
+    "categories": ([], {"categories", "curve", "compile_contexts", "event"}),
+    "leaks": ([], {"device", "groups", "notes"}),
+    "anomalies": ([], {"late_frees", "large_temporaries", "reserved_gaps", "thresholds"}),
+    "fragmentation": ([], {"curve", "max_gap_bytes", "at_peak", "end"}),
+    "oom": ([], {"source", "devices"}),
+    "ranks": ([], {"ranks", "imbalance", "sites"}),
+}
+
+
+@pytest.mark.parametrize("cmd", sorted(CASES))
+def test_command_text_and_json(snap_file, capsys, cmd):
+    path = snap_file[0]
+    extra, keys = CASES[cmd]
+    code, out, err = run(capsys, [cmd, path, *extra])
+    assert code == 0, err
+    assert out.strip()
+    code, out, err = run(capsys, [cmd, path, *extra, "--json"])
+    assert code == 0, err
+    data = json.loads(out)
+    assert keys <= set(data)
+
+
+def test_peak_and_at_values(snap_file, capsys):
+    path = snap_file[0]
+    data = json.loads(run(capsys, ["peak", path, "--json"])[1])
+    assert data["active_bytes"] == 1610 + BIG_SIZE and data["event"] == 11
+    data = json.loads(run(capsys, ["peak", path, "--event", "-1", "--json"])[1])
+    assert data["active_bytes"] == 1000
+    data = json.loads(run(capsys, ["at", path, "--time-us", "1125", "--json"])[1])
+    assert data["event"] == 11
+    assert (
+        json.loads(run(capsys, ["at", path, "--addr", "0x100400", "--version", "1", "--json"])[1])[
+            "event"
+        ]
+        == 9
+    )
+    code, _, err = run(capsys, ["at", path, "--addr", "0x100400"])
+    assert code == 2 and "pass a version" in err
+    code, _, err = run(capsys, ["at", path])
+    assert code == 2 and "exactly one" in err
+
+
+def test_rules_diff_fragmentation_event(snap_file, capsys):
+    path, path2, rules = snap_file
+    data = json.loads(run(capsys, ["rules", path, rules, "--json"])[1])
+    assert {r["name"]: r["bytes"] for r in data["rules"]}["model"] == BIG_SIZE + 110
+    data = json.loads(run(capsys, ["diff", path, path2, "--json"])[1])
+    assert data["figures"][0]["change"] == 500_000 and data["stages"]
+    code, out, _ = run(capsys, ["diff", path, path2])
+    assert code == 0 and "only in" not in out and "+488.28 KiB" in out
+    data = json.loads(run(capsys, ["fragmentation", path, "--event", "11", "--json"])[1])
+    assert data["n_segments"] == 2 and len(data["segments"]) == 2
+    code, out, _ = run(capsys, ["categories", path, "--override", "mine=model\\.py"])
+    assert code == 0 and "mine" in out
+    code, _, err = run(capsys, ["categories", path, "--override", "nonsense"])
+    assert code == 2
+
+
+def test_sql_cli(snap_file, capsys):
+    path = snap_file[0]
+    code, out, _ = run(capsys, ["sql", path, "select count(*) as n from events"])
+    assert code == 0 and "22" in out
+    code, out, _ = run(capsys, ["sql", path, "--tables"])
+    assert code == 0 and "allocations" in out
+    code, _, err = run(capsys, ["sql", path, "select nope"])
+    assert code == 2 and "SQL" in err
+
+
+def test_real_cli_commands(shared_snapshots_dir, capsys):
+    p = str(shared_snapshots_dir / "cs336_memory_ctx128_fullstep.pickle")
+    for cmd in ("peak", "stages", "categories", "leaks", "anomalies", "fragmentation", "oom"):
+        code, out, err = run(capsys, [cmd, p, "--json"])
+        assert code == 0, (cmd, err)
+        json.loads(out)
+
+
+@pytest.mark.parametrize("shape", ["bare_segments", "empty_trace"])
+def test_commands_on_traceless_snapshots(tmp_path, capsys, shape):
+    """A bare segment list (old format) or an empty trace: everything still answers."""
+    from analysis_snapshots import training_segments
+
+    data = training_segments() if shape == "bare_segments" else {
+        "segments": training_segments(), "device_traces": [[]]}  # fmt: skip
+    p = tmp_path / "s.pickle"
+    p.write_bytes(pickle.dumps(data, protocol=4))
+    for cmd in (*sorted(CASES), "sql"):
+        extra = ["select count(*) from allocations"] if cmd == "sql" else []
+        if cmd == "at":
+            extra = ["--event", "-1"]
+        code, out, err = run(capsys, [cmd, str(p), *extra, "--json"])
+        assert code == 0, (cmd, err)
+        json.loads(out)
+    data = json.loads(run(capsys, ["peak", str(p), "--json"])[1])
+    assert data["event"] == -1 and data["active_bytes"] == 1525 and data["live_count"] == 6

@@ -1,0 +1,128 @@
+"""Peak and "memory at": exact live sets, sites, trees and allocation lookups."""
+
+from __future__ import annotations
+
+import pytest
+from analysis_snapshots import BIG_SIZE, A, G, training_snapshot
+
+import memlens
+from memlens.analysis.peak import (
+    NO_PYTHON_LABEL,
+    live_set,
+    memory_at_allocation,
+    parse_address,
+    peak,
+    resolve_event,
+)
+from memlens.errors import MemlensError
+
+
+@pytest.fixture(scope="module")
+def dev():
+    return memlens.load(training_snapshot()).device(0)
+
+
+def test_peak_totals_and_sites(dev):
+    r = peak(dev)
+    assert r["event"] == 11
+    assert r["active_bytes"] == r["peak_active_bytes"] == 1000 + 200 + 10 + 300 + 100 + BIG_SIZE
+    assert r["reserved_bytes"] == 3 * 1024 * 1024
+    assert r["peak_reserved_bytes"] == 3 * 1024 * 1024 and r["peak_reserved_event"] == 10
+    assert r["live_count"] == 6
+    sites = {s["site"]: (s["bytes"], s["count"]) for s in r["by_site"]}
+    assert sites == {
+        "forward (/home/u/model.py:20)": (100 + BIG_SIZE + 10, 3),
+        "<no stack recorded>": (1000, 1),
+        "train (/home/u/train.py:50)": (300, 1),
+        "torch::autograd::generated::MmBackward0::apply": (200, 1),
+    }
+    assert [a["bytes"] for a in r["largest"]] == [BIG_SIZE, 1000, 300, 200, 100, 10]
+    assert r["largest"][0]["address"] == "0x200000" and r["largest"][0]["alloc_event"] == 11
+
+
+def test_peak_tree_python_view_has_totals_at_every_level(dev):
+    t = peak(dev, tree_min_share=0)["tree"]
+    assert t["bytes"] == dev.peak_active_bytes and t["count"] == 6
+    kids = {c["label"]: c for c in t["children"]}
+    train = kids["train (train.py:50)"]
+    assert train["bytes"] == 100 + BIG_SIZE + 10 + 300 and train["count"] == 4
+    assert {c["label"]: c["bytes"] for c in train["children"]} == {
+        "forward (model.py:20)": 100 + BIG_SIZE + 10,
+        "_init_group (adam.py:100)": 300,
+    }
+    # backward allocations have no Python frame: grouped by their autograd node
+    bw = kids[NO_PYTHON_LABEL]
+    assert bw["bytes"] == 200
+    assert [c["label"] for c in bw["children"]] == [
+        "torch::autograd::generated::MmBackward0::apply"
+    ]
+    assert kids["<no stack recorded>"]["bytes"] == 1000
+
+
+def test_tree_all_frames_and_pruning(dev):
+    t = peak(dev, python_only=False, tree_min_share=0)["tree"]
+    labels = [c["label"] for c in t["children"]]
+    assert "torch::autograd::Engine::evaluate_function (??)" not in labels  # '??' file dropped
+    assert any("Engine::evaluate_function" in lab for lab in labels)
+    pruned = peak(dev, tree_min_share=0.5)["tree"]
+    # everything under half the total is merged into one <other> node per level
+    assert [c["label"] for c in pruned["children"]] == ["train (train.py:50)", "<other>"]
+    assert pruned["children"][1]["bytes"] == 1200 and pruned["children"][1]["count"] == 2
+    assert peak(dev, tree_depth=1)["tree"]["children"][0]["children"] == []
+
+
+def test_live_set_before_first_event_is_the_baseline(dev):
+    r = live_set(dev, -1)
+    assert (r["active_bytes"], r["live_count"], r["time_us"], r["action"]) == (1000, 1, None, None)
+    assert r["by_site"][0]["site"] == "<no stack recorded>"
+
+
+def test_memory_at_allocation_alloc_and_free(dev):
+    r = memory_at_allocation(dev, A, 1, "alloc")
+    assert r["event"] == 9 and r["active_bytes"] == 1610 and r["live_count"] == 5
+    assert r["allocation"]["bytes"] == 100 and r["allocation"]["free_event"] == 18
+    r = memory_at_allocation(dev, A, 1, "free")
+    assert r["event"] == 18 and r["active_bytes"] == 1510 and r["live_count"] == 4
+    r = memory_at_allocation(dev, A, 0, "free")
+    assert r["event"] == 6 and r["active_bytes"] == 1200
+
+
+def test_allocation_errors(dev):
+    with pytest.raises(MemlensError, match="2 allocations"):
+        memory_at_allocation(dev, A)
+    with pytest.raises(MemlensError, match="never freed"):
+        memory_at_allocation(dev, G, when="free")
+    with pytest.raises(MemlensError, match="no allocation"):
+        memory_at_allocation(dev, 0xDEAD)
+    with pytest.raises(MemlensError, match="no version 7"):
+        memory_at_allocation(dev, A, 7)
+
+
+def test_resolve_event(dev):
+    assert resolve_event(dev, event=5) == 5
+    assert resolve_event(dev, time_us=1125) == 11  # last event at or before the time
+    assert resolve_event(dev, time_us=999) == -1
+    assert resolve_event(dev, addr=A, version=1, when="free") == 18
+    with pytest.raises(MemlensError):
+        resolve_event(dev, event=22)
+    with pytest.raises(MemlensError):
+        resolve_event(dev, event=1, time_us=3)
+
+
+def test_parse_address():
+    assert parse_address("0x100400") == (0x100400, None)
+    assert parse_address("0x100400_1") == (0x100400, 1)
+    assert parse_address("b'100400_2'") == (0x100400, 2)
+    with pytest.raises(MemlensError):
+        parse_address("zz")
+
+
+def test_real_peak_matches_expected(shared_snapshots_dir, expected_figures):
+    for name, exp in expected_figures.items():
+        dev = memlens.load(shared_snapshots_dir / name).device(exp["device"])
+        r = peak(dev, top=5)
+        assert r["event"] == exp["peak_event_index"]
+        assert r["active_bytes"] == exp["peak_active_bytes"]
+        assert r["tree"]["bytes"] == exp["peak_active_bytes"]
+        # the python view of the tree loses no bytes
+        assert sum(c["bytes"] for c in r["tree"]["children"]) == exp["peak_active_bytes"]
