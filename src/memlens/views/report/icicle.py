@@ -1,65 +1,48 @@
-"""The live call-stack tree at the peak, pruned for the icicle graph.
+"""The live call-stack tree at the peak, for the icicle graph.
 
-Nodes below a fraction of the total (0.1% by default) are merged into one "other" node per
-parent, so the embedded tree stays small however many distinct stacks the trace has.
+The tree and its pruning come from memlens.analysis.peak (nodes under 0.1% of the total
+merged into one "<other>" node per parent); here it is only re-keyed compactly for the
+page, so the embedded tree stays small however many distinct stacks the trace has.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from memlens.analysis.tree import StackNode, live_tree
-from memlens.snapshot.model import DeviceTrace, Snapshot
+from memlens.snapshot.model import DeviceTrace
 
-MIN_FRACTION = 0.001
+MIN_SHARE = 0.001
 MAX_DEPTH = 160
+OTHER_LABEL = "<other>"
 
 
-def compact_tree(
-    root: StackNode,
-    snap: Snapshot,
-    *,
-    min_fraction: float = MIN_FRACTION,
-    max_depth: int = MAX_DEPTH,
-) -> dict[str, Any]:
-    """{"n": label, "b": bytes, "c": count, "f": "file:line" (optional), "k": [children]}.
-
-    Children under `min_fraction` of the root's bytes are folded into "other (N nodes)";
-    beyond `max_depth` levels the subtree is folded into its top node.
-    """
-    threshold = max(1, int(root.bytes * min_fraction))
-    frames = snap.frames
-
-    def walk(node: StackNode, depth: int) -> dict[str, Any]:
-        out: dict[str, Any] = {"n": node.label, "b": int(node.bytes), "c": int(node.count)}
-        if node.frame_id >= 0:
-            fid = node.frame_id
-            out["f"] = f"{snap.strings[frames.filename[fid]]}:{int(frames.line[fid])}"
-        if depth >= max_depth or not node.children:
-            return out
-        kids, other_b, other_c, other_n = [], 0, 0, 0
-        for child in node.sorted_children():
-            if child.bytes >= threshold:
-                kids.append(walk(child, depth + 1))
-            else:
-                other_b += child.bytes
-                other_c += child.count
-                other_n += 1
-        if other_n:
-            label = "other (1 small node)" if other_n == 1 else f"other ({other_n} small nodes)"
-            kids.append({"n": label, "b": int(other_b), "c": int(other_c), "o": 1})
-        out["k"] = kids
-        return out
-
-    return walk(root, 0)
+def compact(node: dict[str, Any]) -> dict[str, Any]:
+    """{label, bytes, count, frame?, children} -> {"n", "b", "c", "f"?: "file:line", "k"?,
+    "o": 1 for the merged small nodes}."""
+    out: dict[str, Any] = {"n": node["label"], "b": int(node["bytes"]), "c": int(node["count"])}
+    frame = node.get("frame")
+    if frame:
+        out["f"] = f"{frame['filename']}:{frame['line']}"
+    if node["label"] == OTHER_LABEL and "frame" not in node:
+        out["o"] = 1
+    kids = node.get("children") or []
+    if kids:
+        out["k"] = [compact(k) for k in kids]
+    return out
 
 
 def peak_trees(dev: DeviceTrace, event: int | None = None) -> dict[str, Any]:
     """Both views of the tree at `event` (default: the peak): Python frames only, and all."""
+    from memlens.analysis.peak import tree_dict
+
     event = dev.peak_event_index if event is None else event
-    snap = dev.snapshot
+    rows = dev.live_at(event)
     return {
         "event": int(event),
-        "python": compact_tree(live_tree(dev, event, python_only=True), snap),
-        "all": compact_tree(live_tree(dev, event, python_only=False), snap),
+        **{
+            view: compact(
+                tree_dict(dev, rows, python_only=py, max_depth=MAX_DEPTH, min_share=MIN_SHARE)
+            )
+            for view, py in (("python", True), ("all", False))
+        },
     }

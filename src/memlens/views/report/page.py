@@ -23,6 +23,11 @@ def esc(value: Any) -> str:
     return html.escape(str(value), quote=True)
 
 
+def bytes_text(n: Any) -> str:
+    """Plain text (for note(), which escapes): '1.50 GiB', '-' for None."""
+    return format_bytes(int(n)) if n is not None else "-"
+
+
 def fmt_bytes(n: Any) -> str:
     return esc(format_bytes(int(n))) if n is not None else "&ndash;"
 
@@ -129,10 +134,20 @@ def asset(name: str) -> str:
     return resources.files("memlens.views.report").joinpath("templates", name).read_text("utf-8")
 
 
-def render_page(*, title: str, header_html: str, nav: Sequence[tuple[str, str]], body_html: str, data: dict[str, Any]) -> str:
+def render_page(
+    *,
+    title: str,
+    header_html: str,
+    nav: Sequence[tuple[str, str]],
+    body_html: str,
+    data: dict[str, Any],
+) -> str:
     """The whole self-contained document: inline CSS, inline JS, one JSON data island."""
     nav_html = "".join(f'<a href="#{esc(sid)}">{esc(label)}</a>' for sid, label in nav)
+    from memlens import __version__
+
     parts = {
+        "VERSION": esc(__version__),
         "TITLE": esc(title),
         "CSS": asset("report.css"),
         "HEADER": header_html,

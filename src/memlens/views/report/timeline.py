@@ -80,8 +80,8 @@ def downsample(dev: DeviceTrace, bins: int = DEFAULT_BINS) -> Curves:
 
 
 @dataclass
-class Band:
-    """A shaded range of events behind the curves (a stage), with its hover text."""
+class StageBand:
+    """A shaded range of events behind the curves (an annotated stage), with its name."""
 
     first: int
     last: int
@@ -135,55 +135,97 @@ def _step_path(scale: Scale, start: np.ndarray, values: np.ndarray, n_events: in
     return "".join(parts)
 
 
-def timeline_svg(curves: Curves, bands: list[Band] | None = None) -> str:
-    """The timeline as inline SVG (works with scripts off; the page script adds hovering)."""
-    top = float(max(int(curves.reserved_max.max(initial=0)), int(curves.active_max.max(initial=0)), 1))
+def make_scale(curves: Curves) -> Scale:
+    """Y up to a round step above the highest curve, x over every event."""
+    top = float(
+        max(int(curves.reserved_max.max(initial=0)), int(curves.active_max.max(initial=0)), 1)
+    )
     step = nice_byte_step(top * 1.05)
-    y_max = max(top * 1.05, step)
-    scale = Scale(curves.n_events, y_max)
+    scale = Scale(curves.n_events, max(top * 1.05, step))
+    v = 0
+    while v <= scale.y_max:
+        scale.ticks.append(v)
+        v += step
+    return scale
+
+
+def _step_line(scale: Scale, start: np.ndarray, values: np.ndarray, n_events: int) -> str:
+    """The same steps as _step_path, as an open line (for the min curve over the bands)."""
+    if len(values) == 0:
+        return ""
+    xs = [scale.x(float(s)) for s in start.tolist()] + [scale.x(float(n_events))]
+    ys = [scale.y(float(v)) for v in values.tolist()]
+    return f"M{xs[0]:.1f} {ys[0]:.1f}" + "".join(
+        f"V{yv:.1f}H{xs[k + 1]:.1f}" for k, yv in enumerate(ys)
+    )
+
+
+def timeline_svg(
+    curves: Curves,
+    stages: list[StageBand] | None = None,
+    *,
+    svg_id: str = "timeline-svg",
+    scale: Scale | None = None,
+    allocation_bands: str = "",
+) -> str:
+    """The timeline as inline SVG (works with scripts off; the page script adds hovering).
+
+    Layers, bottom to top: stage bands, grid, reserved, active (max per column), the
+    allocation bands (already-rendered SVG, see bands.py), active min as a line, the peak.
+    """
+    scale = scale or make_scale(curves)
+    n = curves.n_events
     out = [
-        f'<svg class="timeline" id="timeline-svg" viewBox="0 0 {WIDTH} {HEIGHT}" '
+        f'<svg class="timeline" id="{esc(svg_id)}" viewBox="0 0 {WIDTH} {HEIGHT}" '
         f'role="img" aria-label="memory over events" xmlns="http://www.w3.org/2000/svg">'
     ]
-    for b in bands or []:
+    for b in stages or []:
         x0, x1 = scale.x(b.first), scale.x(b.last + 1)
         h = PLOT_H / 12
+        w = max(x1 - x0, 0.5)
         out.append(
-            f'<rect class="stage-band d{b.depth % 4}" x="{x0:.1f}" y="{TOP:.1f}" width="{max(x1 - x0, 0.5):.1f}" '
-            f'height="{PLOT_H:.1f}"><title>{esc(b.label)}</title></rect>'
-            f'<rect class="stage-tick d{b.depth % 4}" x="{x0:.1f}" y="{TOP + b.depth % 4 * h:.1f}" '
-            f'width="{max(x1 - x0, 0.5):.1f}" height="{h:.1f}"><title>{esc(b.label)}</title></rect>'
+            f'<rect class="stage-band d{b.depth % 4}" x="{x0:.1f}" y="{TOP:.1f}" width="{w:.1f}" height="{PLOT_H:.1f}"/>'
+            f'<rect class="stage-tick d{b.depth % 4}" x="{x0:.1f}" y="{TOP + b.depth % 4 * h:.1f}" width="{w:.1f}" height="{h:.1f}"/>'
         )
-    # grid and y labels
-    v = 0
-    while v <= y_max:
+    for v in scale.ticks:
         y = scale.y(v)
-        out.append(f'<line class="grid" x1="{LEFT}" x2="{WIDTH - RIGHT}" y1="{y:.1f}" y2="{y:.1f}"/>')
-        out.append(f'<text class="ylab" x="{LEFT - 6}" y="{y + 4:.1f}">{esc(format_bytes(v, 1))}</text>')
-        v += step
-    xstep = nice_count_step(max(curves.n_events, 1))
-    e = 0
-    while e <= curves.n_events:
+        out.append(
+            f'<line class="grid" x1="{LEFT}" x2="{WIDTH - RIGHT}" y1="{y:.1f}" y2="{y:.1f}"/>'
+        )
+        out.append(
+            f'<text class="ylab" x="{LEFT - 6}" y="{y + 4:.1f}">{esc(format_bytes(v, 1))}</text>'
+        )
+    xstep = nice_count_step(max(n, 1))
+    for e in range(0, n + 1, xstep):
         x = scale.x(e)
-        out.append(f'<line class="xtick" x1="{x:.1f}" x2="{x:.1f}" y1="{TOP + PLOT_H:.1f}" y2="{TOP + PLOT_H + 4:.1f}"/>')
-        out.append(f'<text class="xlab" x="{x:.1f}" y="{HEIGHT - 8}">{e:,}</text>')
-        e += xstep
-    n = curves.n_events
-    out.append(f'<path class="reserved-max" d="{_step_path(scale, curves.start, curves.reserved_max, n)}"/>')
-    out.append(f'<path class="active-max" d="{_step_path(scale, curves.start, curves.active_max, n)}"/>')
-    out.append(f'<path class="active-min" d="{_step_path(scale, curves.start, curves.active_min, n)}"/>')
+        out.append(
+            f'<line class="xtick" x1="{x:.1f}" x2="{x:.1f}" y1="{TOP + PLOT_H:.1f}" y2="{TOP + PLOT_H + 4:.1f}"/>'
+        )
+        # the last label would be cut by the right edge: anchor it at its end instead
+        anchor = ' style="text-anchor:end"' if x > WIDTH - RIGHT - 20 else ""
+        out.append(f'<text class="xlab" x="{x:.1f}" y="{HEIGHT - 8}"{anchor}>{e:,}</text>')
+    out.append(
+        f'<path class="reserved-max" d="{_step_path(scale, curves.start, curves.reserved_max, n)}"/>'
+    )
+    out.append(
+        f'<path class="active-max" d="{_step_path(scale, curves.start, curves.active_max, n)}"/>'
+    )
+    # the hit area sits under the allocation bands so they can be hovered themselves
+    out.append(
+        f'<rect class="timeline-hit" x="{LEFT}" y="{TOP}" width="{PLOT_W}" height="{PLOT_H}" fill="transparent"/>'
+    )
+    out.append(allocation_bands)
+    out.append(
+        f'<path class="active-min" d="{_step_line(scale, curves.start, curves.active_min, n)}"/>'
+    )
     if curves.peak_event >= 0:
         x = scale.x(curves.peak_event + 0.5)
-        out.append(
-            f'<line class="peak" x1="{x:.1f}" x2="{x:.1f}" y1="{TOP}" y2="{TOP + PLOT_H}">'
-            f"<title>peak {esc(format_bytes(curves.peak_bytes))} after event {curves.peak_event:,}</title></line>"
-        )
+        out.append(f'<line class="peak" x1="{x:.1f}" x2="{x:.1f}" y1="{TOP}" y2="{TOP + PLOT_H}"/>')
     out.append(
-        f'<line id="timeline-cursor" class="cursor" x1="0" x2="0" y1="{TOP}" y2="{TOP + PLOT_H}" visibility="hidden"/>'
-        f'<rect id="timeline-hit" x="{LEFT}" y="{TOP}" width="{PLOT_W}" height="{PLOT_H}" fill="transparent"/>'
+        f'<line class="cursor" x1="0" x2="0" y1="{TOP}" y2="{TOP + PLOT_H}" visibility="hidden"/>'
     )
     out.append("</svg>")
     return "".join(out)
 
 
-GEOMETRY = {"width": WIDTH, "left": LEFT, "plotW": PLOT_W}
+GEOMETRY = {"width": WIDTH, "left": LEFT, "plotW": PLOT_W, "top": TOP, "plotH": PLOT_H}

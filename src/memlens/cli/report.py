@@ -1,0 +1,72 @@
+"""`memlens report SNAP [SNAP2] -o report.html`: one self-contained HTML file to share."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import click
+
+from memlens.cli.options import (
+    device_option,
+    hide_option,
+    hide_patterns,
+    no_cache_option,
+    open_snapshot,
+    snapshot_argument,
+)
+from memlens.errors import MemlensError
+
+
+@click.command("report")
+@snapshot_argument
+@click.argument("snapshot2", required=False, type=click.Path(dir_okay=False))
+@click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
+              help="HTML file to write (default: SNAPSHOT with .html).")  # fmt: skip
+@device_option
+@click.option("--rules", "rules", type=click.Path(dir_okay=False), default=None,
+              help="JSON or YAML file of custom rules (name: regex over frames) to add a rules section.")  # fmt: skip
+@hide_option
+@no_cache_option
+def command(
+    snapshot: str,
+    snapshot2: str | None,
+    output: str | None,
+    device: int | None,
+    rules: str | None,
+    hide: tuple[str, ...],
+    no_cache: bool,
+) -> None:
+    """Write a shareable HTML report: timeline, icicle of the peak, stages, categories,
+    rules, leaks, OOMs, allocator settings, and the diff when SNAPSHOT2 is given.
+
+    The file is self-contained (inline CSS, JS and SVG) and loads nothing from the network.
+    """
+    from memlens.views.report.build import build_report, default_output
+
+    if rules is not None and not Path(rules).is_file():
+        raise MemlensError(f"rules file not found: {rules}")
+    out = Path(output) if output else default_output(snapshot)
+    if out.resolve() == Path(snapshot).resolve() or (
+        snapshot2 and out.resolve() == Path(snapshot2).resolve()
+    ):
+        raise MemlensError(f"refusing to overwrite the snapshot {out} with the report; pass -o")
+    t0 = time.perf_counter()
+    snap = open_snapshot(snapshot, no_cache)
+    snap2 = open_snapshot(snapshot2, no_cache) if snapshot2 else None
+    text, problems = build_report(
+        snap,
+        snap2,
+        device=device,
+        rules_path=rules,
+        hide_patterns=hide_patterns(hide),
+        names=(snapshot, snapshot2),
+    )
+    try:
+        out.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise MemlensError(f"cannot write {out}: {exc.strerror or exc}") from None
+    for p in problems:
+        click.echo(f"memlens: warning: report section {p}", err=True)
+    size = len(text.encode("utf-8"))
+    click.echo(f"wrote {out} ({size / 1e6:.2f} MB in {time.perf_counter() - t0:.1f} s)")

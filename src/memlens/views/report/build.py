@@ -1,0 +1,139 @@
+"""Assemble the report: run each section under a guard, then render one HTML document."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from memlens.snapshot.model import Snapshot
+from memlens.views.report import analyses as A
+from memlens.views.report import sections as S
+from memlens.views.report.context import ReportContext, guarded
+from memlens.views.report.page import esc, render_page
+
+SectionFn = Callable[[ReportContext], "str | None"]
+
+
+@dataclass
+class Section:
+    id: str
+    title: str
+    fn: SectionFn
+    # built only when this returns True (e.g. the diff needs a second snapshot)
+    when: Callable[[ReportContext], bool] = lambda ctx: True
+
+
+SECTIONS: list[Section] = [
+    Section("overview", "Overview", S.overview),
+    # with two snapshots the comparison is what the reader came for: right after A's figures
+    Section("diff", "Diff: A vs B", S.diff_section, S.has_second),
+    Section("devices", "Devices", S.devices_section, S.has_several_devices),
+    Section("timeline", "Timeline", S.timeline_section),
+    Section("peak", "At the peak", S.peak_section),
+    Section("stages", "Stages", A.stages_section),
+    Section("categories", "Categories", A.categories_section),
+    Section("rules", "Rules", A.rules_section, A.has_rules),
+    Section("leaks", "Leaks and growth", A.leaks_section),
+    Section("oom", "Out of memory", A.oom_section, A.has_oom),
+    Section("anomalies", "Anomalies", A.anomalies_section),
+    Section("allocator", "Allocator state", A.allocator_state_section),
+    Section("settings", "Allocator settings", S.settings_section),
+]
+
+
+def _wanted(section: Section, ctx: ReportContext) -> bool:
+    try:
+        return bool(section.when(ctx))
+    except Exception as exc:  # a broken predicate leaves its section out, and is reported
+        ctx.problems.append(f"{section.title}: {type(exc).__name__}: {exc}")
+        return False
+
+
+def run_section(section: Section, ctx: ReportContext) -> str | None:
+    """The section's HTML; a note instead when it is unavailable or fails (never raises)."""
+    return guarded(ctx, section.title, section.fn)
+
+
+def build_report(
+    snap: Snapshot,
+    snap2: Snapshot | None = None,
+    *,
+    device: int | None = None,
+    rules_path: str | None = None,
+    hide_patterns: Sequence[str] | None = None,
+    names: tuple[str, str | None] | None = None,
+) -> tuple[str, list[str]]:
+    """The report as one HTML string, and the problems met (sections that failed).
+
+    `names` are how A and B are called in the page (default: their Snapshot.source).
+    """
+    dev = snap.device(device)
+    dev2 = None
+    if snap2 is not None:
+        dev2 = snap2.device(device if device is not None and device in snap2.traces else None)
+    a_name = names[0] if names and names[0] else snap.source
+    b_name = names[1] if names and names[1] else (snap2.source if snap2 is not None else "")
+    ctx = ReportContext(snap, dev, hide_patterns, rules_path, snap2, dev2, names=(a_name, b_name))
+    parts, nav = [], []
+    for section in SECTIONS:
+        if not _wanted(section, ctx):
+            continue
+        body = run_section(section, ctx)
+        if body is None:
+            continue
+        nav.append((section.id, section.title))
+        parts.append(
+            f'<section id="{esc(section.id)}"><h2>{esc(section.title)}</h2>{body}</section>'
+        )
+    title = f"memlens report: {Path(a_name).name}" + (
+        f" vs {Path(b_name).name}" if snap2 is not None else ""
+    )
+    header = f'<h1>{esc(title)}</h1><div class="source">{esc(a_name)} &middot; device {dev.device}'
+    if dev2 is not None:
+        header += f" &nbsp;|&nbsp; B: {esc(b_name)} &middot; device {dev2.device}"
+    header += "</div>"
+    html_text = render_page(
+        title=title, header_html=header, nav=nav, body_html="".join(parts), data=ctx.data
+    )
+    return html_text, ctx.problems
+
+
+def write_report(
+    snapshot_path: str | Path,
+    html_path: str | Path | None = None,
+    *,
+    device: int | None = None,
+    snapshot2: str | Path | None = None,
+    rules_path: str | Path | None = None,
+    hide_patterns: Sequence[str] | None = None,
+    cache: bool = True,
+) -> Path:
+    """Write the self-contained HTML report of `snapshot_path` (and the diff against
+    `snapshot2` when given) to `html_path` (default: the snapshot's path with .html).
+
+    Returns the path written. Sections that cannot be built show a short note instead.
+    """
+    from memlens.snapshot.loader import load
+
+    snapshot_path = Path(snapshot_path)
+    out = Path(html_path) if html_path is not None else default_output(snapshot_path)
+    snap = load(str(snapshot_path), cache=cache)
+    snap2 = load(str(snapshot2), cache=cache) if snapshot2 is not None else None
+    text, _ = build_report(
+        snap,
+        snap2,
+        device=device,
+        rules_path=str(rules_path) if rules_path else None,
+        hide_patterns=hide_patterns,
+    )
+    out.write_text(text, encoding="utf-8")
+    return out
+
+
+def default_output(snapshot_path: str | Path) -> Path:
+    """SNAP.pickle -> SNAP.html (beside the snapshot); a .gz suffix is dropped too."""
+    p = Path(snapshot_path)
+    if p.suffix == ".gz":
+        p = p.with_suffix("")
+    return p.with_suffix(".html")

@@ -1,0 +1,72 @@
+"""Reports of the real snapshots in ../shared/snapshots, and of a generated 1M-event one:
+figures agree with the published ones, every file stays small and builds fast."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+
+import pytest
+
+import memlens
+from conftest import real_snapshot_names
+from memlens.units import format_bytes
+from memlens.views.report import build_report
+
+NAMES = real_snapshot_names()
+ISLAND = re.compile(r'<script type="application/json" id="memlens-data">(.*?)</script>', re.S)
+MAX_BYTES = 2_000_000
+
+
+def figures_of(text: str) -> dict:
+    return json.loads(ISLAND.search(text).group(1))
+
+
+@pytest.mark.skipif(not NAMES, reason="../shared/snapshots is absent")
+@pytest.mark.parametrize("name", NAMES)
+def test_real_report(shared_snapshots_dir, expected_figures, name):
+    exp = expected_figures[name]
+    snap = memlens.load(shared_snapshots_dir / name)
+    t0 = time.perf_counter()
+    text, problems = build_report(snap, device=exp["device"])
+    elapsed = time.perf_counter() - t0
+    assert problems == []
+    assert len(text.encode()) < MAX_BYTES
+    assert elapsed < 10
+    data = figures_of(text)
+    (tl,) = data["timelines"]
+    c = tl["curves"]
+    assert c["n"] == exp["trace_entries"]
+    # the curves are after each event; the state before the first may be the peak
+    assert max([*c["amax"], exp["baseline_bytes"]]) == exp["peak_active_bytes"]
+    assert max([*c["rmax"], exp["reserved_start_bytes"]]) == exp["peak_reserved_bytes"]
+    assert c["peak"] == exp["peak_event_index"]
+    if exp["peak_event_index"] >= 0:
+        # the icicle's root is everything live at the peak: exactly the peak figure
+        assert data["trees"]["peak"]["all"]["b"] == exp["peak_active_bytes"]
+        assert data["trees"]["peak"]["python"]["b"] == exp["peak_active_bytes"]
+    overview = text.split('<section id="overview">')[1].split("</section>")[0]
+    assert format_bytes(exp["peak_active_bytes"]) in overview
+    assert format_bytes(exp["peak_reserved_bytes"]) in overview
+    # no section is missing its analysis (sections may still say a snapshot lacks the data)
+    assert "is not available in this version of memlens" not in text
+    assert "this section failed" not in text
+
+
+@pytest.mark.slow
+def test_million_event_report_is_small_and_fast():
+    from memlens.snapshot.generate import generate_trace_dict
+
+    snap = memlens.load(generate_trace_dict(events=1_000_000, oom=True), cache=False)
+    dev = snap.device()
+    assert dev.n_events >= 1_000_000
+    t0 = time.perf_counter()
+    text, problems = build_report(snap)
+    elapsed = time.perf_counter() - t0
+    assert problems == []
+    assert len(text.encode()) < MAX_BYTES
+    assert elapsed < 20
+    c = figures_of(text)["timelines"][0]["curves"]
+    assert len(c["start"]) == 1000
+    assert max(c["amax"]) == dev.peak_active_bytes
