@@ -1,0 +1,218 @@
+"""Benchmark `memlens view` at 100k, 1M and 5M events.
+
+Measures, per size:
+* command -> first complete paint, cold (empty column cache) and warm (cache filled):
+  `memlens view FILE --no-browser` is started, a running headless Chromium opens the URL
+  and the clock stops when the page has drawn its first viewport (body[data-ready]);
+* server time per viewport (DeviceLayout.view + JSON, in process) and end to end over HTTP;
+* in the browser: request -> drawn per viewport while panning, frame time while dragging
+  (requestAnimationFrame intervals), JS heap (CDP Performance.getMetrics).
+
+Usage: python benchmarks/bench_view.py [--sizes 100000,1000000,5000000] [--out FILE.md]
+Snapshots are generated into benchmarks/data/ (git-ignored) when missing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+DATA = HERE / "data"
+CHROMIUM = "/usr/bin/chromium"
+ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+        "--disable-component-update", "--disable-sync"]  # fmt: skip
+WIDTH, HEIGHT = 1400, 900
+
+
+def snapshot_file(n: int) -> Path:
+    path = DATA / f"gen_{n}.pickle"
+    if not path.exists():
+        from memlens.snapshot.generate import generate_snapshot
+
+        print(f"generating {path} ...", file=sys.stderr)
+        generate_snapshot(path, events=n)
+    return path
+
+
+def pct(xs: list[float], q: float) -> float:
+    return float(np.percentile(xs, q)) if xs else float("nan")
+
+
+def start_server(path: Path, cache_dir: str) -> tuple[subprocess.Popen, str, float]:
+    env = dict(os.environ, MEMLENS_CACHE_DIR=cache_dir)
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "memlens", "view", str(path), "--no-browser", "--port", "0"],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env,
+    )  # fmt: skip
+    line = proc.stdout.readline()
+    url = line.split(" at ", 1)[1].split()[0]
+    return proc, url, t0
+
+
+def first_paint(browser, path: Path, cache_dir: str) -> tuple[float, float]:
+    """(seconds from command to first complete paint, seconds until the URL was printed)."""
+    proc, url, t0 = start_server(path, cache_dir)
+    t_url = time.perf_counter() - t0
+    try:
+        page = browser.new_page(viewport={"width": WIDTH, "height": HEIGHT})
+        page.goto(url)
+        page.wait_for_selector("body[data-ready='1']", timeout=300_000)
+        t = time.perf_counter() - t0
+        page.close()
+        return t, t_url
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def server_viewports(path: Path, n_views: int = 40) -> dict[str, float]:
+    """In-process layout + JSON time of random viewports (indexes warm)."""
+    import memlens
+    from memlens.views.web.data import ViewerData
+
+    snap = memlens.load(path)
+    data = ViewerData([snap])
+    t = time.perf_counter()
+    data.warm()
+    warm_s = time.perf_counter() - t
+    dev = snap.device()
+    n = dev.n_events
+    rng = np.random.default_rng(0)
+    times, bands = [], []
+    for i in range(n_views):
+        span = n if i == 0 else n * 10 ** rng.uniform(-4, 0)
+        e0 = rng.uniform(0, n - span)
+        t = time.perf_counter()
+        v = data.view(0, dev.device, width=1300, height=420, e0=e0, e1=e0 + span)
+        json.dumps(v, separators=(",", ":"))
+        times.append((time.perf_counter() - t) * 1000)
+        bands.append(len(v["bands"]["row"]))
+    return {
+        "index_build_s": warm_s,
+        "view_ms_p50": pct(times, 50),
+        "view_ms_p95": pct(times, 95),
+        "view_ms_max": max(times),
+        "full_view_ms": times[0],
+        "bands_max": max(bands),
+    }
+
+
+PAN_JS = """async () => {
+  const frames = []; let last = performance.now(), run = true;
+  const tick = (t) => { frames.push(t - last); last = t; if (run) requestAnimationFrame(tick); };
+  requestAnimationFrame(tick);
+  window.__stopPan = () => { run = false; return frames.slice(2); };
+}"""
+
+
+def browser_session(browser, path: Path, cache_dir: str) -> dict[str, float]:
+    """Pan and zoom in a real page: per-viewport latency, frame times, JS heap."""
+    proc, url, _ = start_server(path, cache_dir)
+    try:
+        page = browser.new_page(viewport={"width": WIDTH, "height": HEIGHT})
+        cdp = page.context.new_cdp_session(page)
+        cdp.send("Performance.enable")
+        page.goto(url)
+        page.wait_for_selector("body[data-ready='1']", timeout=300_000)
+        box = page.locator("canvas.main").bounding_box()
+        cx, cy = box["x"] + box["width"] / 2, box["y"] + box["height"] / 2
+        page.mouse.move(cx, cy)
+        for _ in range(6):  # zoom to ~1% of the trace, then pan across it
+            page.mouse.wheel(0, -500)
+            time.sleep(0.15)
+        time.sleep(0.5)
+        page.evaluate("() => { window.memlens.panes[0].timings.length = 0; }")
+        page.evaluate(PAN_JS)
+        page.mouse.down()
+        for i in range(120):
+            page.mouse.move(cx - (i % 60) * 8 + (300 if i >= 60 else 0), cy)
+            time.sleep(1 / 60)
+        page.mouse.up()
+        time.sleep(0.8)
+        frames = page.evaluate("() => window.__stopPan()")
+        timings = page.evaluate("() => window.memlens.panes[0].timings")
+        # zoom back out to everything, the heaviest view
+        page.keyboard.press("0")
+        time.sleep(1.0)
+        metrics = {m["name"]: m["value"] for m in cdp.send("Performance.getMetrics")["metrics"]}
+        page.close()
+        return {
+            "frame_ms_p50": pct(frames, 50),
+            "frame_ms_p95": pct(frames, 95),
+            "viewport_e2e_ms_p50": pct(timings, 50),
+            "viewport_e2e_ms_p95": pct(timings, 95),
+            "viewports_while_panning": len(timings),
+            "js_heap_mb": metrics.get("JSHeapUsedSize", float("nan")) / 2**20,
+            "js_heap_total_mb": metrics.get("JSHeapTotalSize", float("nan")) / 2**20,
+        }
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--sizes", default="100000,1000000,5000000")
+    ap.add_argument("--out", default=None, help="write a markdown table here")
+    args = ap.parse_args()
+    from playwright.sync_api import sync_playwright
+
+    rows = []
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        for n in [int(x) for x in args.sizes.split(",")]:
+            path = snapshot_file(n)
+            with tempfile.TemporaryDirectory(prefix="memlens-bench-cache-") as cache:
+                cold, cold_url = first_paint(browser, path, cache)
+                warm, warm_url = first_paint(browser, path, cache)
+                os.environ["MEMLENS_CACHE_DIR"] = cache
+                server = server_viewports(path)
+                session = browser_session(browser, path, cache)
+            row = {"events": n, "file_mb": path.stat().st_size / 2**20, "cold_paint_s": cold,
+                   "cold_url_s": cold_url, "warm_paint_s": warm, "warm_url_s": warm_url,
+                   **server, **session}  # fmt: skip
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+        browser.close()
+    if args.out:
+        write_markdown(rows, Path(args.out))
+
+
+def write_markdown(rows: list[dict], out: Path) -> None:
+    cols = [
+        ("events", "events", "{:,}"), ("file_mb", "pickle MiB", "{:.0f}"),
+        ("cold_paint_s", "first paint cold (s)", "{:.2f}"), ("warm_paint_s", "first paint warm (s)", "{:.2f}"),
+        ("view_ms_p50", "server view p50 (ms)", "{:.1f}"), ("view_ms_p95", "server view p95 (ms)", "{:.1f}"),
+        ("full_view_ms", "server full view (ms)", "{:.1f}"),
+        ("viewport_e2e_ms_p50", "viewport e2e p50 (ms)", "{:.1f}"),
+        ("viewport_e2e_ms_p95", "viewport e2e p95 (ms)", "{:.1f}"),
+        ("frame_ms_p50", "pan frame p50 (ms)", "{:.1f}"), ("frame_ms_p95", "pan frame p95 (ms)", "{:.1f}"),
+        ("js_heap_mb", "JS heap (MiB)", "{:.1f}"), ("index_build_s", "index build (s)", "{:.2f}"),
+    ]  # fmt: skip
+    lines = [
+        f"Machine: {platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, "
+        "headless Chromium (Debian), software rendering.",
+        "",
+        "| " + " | ".join(c[1] for c in cols) + " |",
+        "|" + "---|" * len(cols),
+    ]
+    for r in rows:
+        lines.append("| " + " | ".join(fmt.format(r[k]) for k, _, fmt in cols) + " |")
+    out.write_text("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    main()

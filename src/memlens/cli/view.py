@@ -1,0 +1,105 @@
+"""`memlens view SNAP [SNAP2]`: the browser viewer on a local server."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import webbrowser
+
+import click
+
+from memlens.cli.options import no_cache_option, open_snapshot
+from memlens.errors import MemlensError
+
+
+def bind_socket(host: str, port: int) -> socket.socket:
+    """Bind first, so port 0 resolves to a real port before the URL is printed."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise MemlensError(f"cannot listen on {host}:{port} ({exc.strerror or exc})") from None
+    sock.listen(128)
+    sock.set_inheritable(True)
+    return sock
+
+
+def url_for(host: str, port: int, device: int | None) -> str:
+    shown = "127.0.0.1" if host in ("0.0.0.0", "") else ("[::1]" if host == "::" else host)
+    if ":" in shown and not shown.startswith("["):
+        shown = f"[{shown}]"
+    query = f"?device={device}" if device is not None else ""
+    return f"http://{shown}:{port}/{query}"
+
+
+@click.command("view")
+@click.argument("snapshots", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@click.option(
+    "--port",
+    "-p",
+    type=int,
+    default=0,
+    show_default=True,
+    help="Port to listen on (0 picks a free one).",
+)
+@click.option(
+    "--host",
+    default="127.0.0.1",
+    show_default=True,
+    help="Address to listen on. Keep loopback and use SSH port forwarding to reach it "
+    "remotely; 0.0.0.0 exposes the snapshot to your network.",
+)
+@click.option("--no-browser", is_flag=True, help="Do not open a browser; just print the URL.")
+@click.option(
+    "--device",
+    "-d",
+    type=int,
+    default=None,
+    help="Device shown first (default: the longest trace).",
+)
+@no_cache_option
+def command(
+    snapshots: tuple[str, ...],
+    port: int,
+    host: str,
+    no_browser: bool,
+    device: int | None,
+    no_cache: bool,
+) -> None:
+    """Open the interactive timeline of SNAPSHOT in the browser (two snapshots: compare).
+
+    Zoom with the wheel, pan by dragging, hover an allocation for its call site, click it for
+    its stack, click the time axis strip for what is live at that moment. Press ? for keys.
+    """  # fmt: skip
+    if len(snapshots) > 2:
+        raise MemlensError("view takes one snapshot, or two to compare")
+    import uvicorn
+
+    from memlens.views.web.data import ViewerData
+    from memlens.views.web.server import create_app
+
+    snaps = [open_snapshot(p, no_cache) for p in snapshots]
+    if device is not None:
+        for s in snaps:
+            s.device(device)  # fails early, with the list of devices
+    data = ViewerData(snaps, list(snapshots))
+    sock = bind_socket(host, port)
+    real_port = sock.getsockname()[1]
+    url = url_for(host, real_port, device)
+    app = create_app(data, host=host)
+    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off")
+    server = uvicorn.Server(config)
+    threading.Thread(target=data.warm, name="memlens-warm", daemon=True).start()
+    click.echo(f"memlens view: serving {', '.join(snapshots)} at {url}  (Ctrl+C to stop)")
+    if host not in ("127.0.0.1", "localhost", "::1"):
+        click.echo("memlens: warning: listening beyond loopback; anyone who can reach this "
+                   "port can read the snapshot", err=True)  # fmt: skip
+    if not no_browser:
+        threading.Timer(0.3, lambda: webbrowser.open(url)).start()
+    try:
+        server.run(sockets=[sock])
+    finally:
+        sock.close()

@@ -1,0 +1,387 @@
+"""What the viewer's API returns, as plain dicts (JSON-ready), independent of the web server.
+
+Every user-supplied string (frame names, filenames, metadata, annotation names) leaves
+here as JSON data; the page inserts it with textContent only.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import numpy as np
+
+from memlens.analysis.sites import frame_label, site_of_allocations, top_sites
+from memlens.analysis.tree import live_tree
+from memlens.errors import MemlensError
+from memlens.snapshot.model import (
+    GHOST,
+    LIVE_AT_END,
+    OVERWRITTEN,
+    PENDING_FREE,
+    PREEXISTING,
+    DeviceTrace,
+    Snapshot,
+)
+from memlens.timeline.layout import MAX_HEIGHT, MAX_WIDTH, DeviceLayout, time_range
+from memlens.views.text.summary import device_summary
+
+FLAG_NAMES = {
+    PREEXISTING: "preexisting",
+    GHOST: "ghost",
+    LIVE_AT_END: "live_at_end",
+    PENDING_FREE: "pending_free",
+    OVERWRITTEN: "overwritten",
+}
+KIND_NAMES = ("python", "cpp", "noise")
+MAX_ANNOTATIONS = 200_000
+
+
+class ViewerData:
+    """The snapshots being viewed and their per-device layout indexes."""
+
+    def __init__(self, snapshots: list[Snapshot], names: list[str] | None = None) -> None:
+        if not snapshots:
+            raise MemlensError("nothing to view")
+        self.snapshots = snapshots
+        self.names = names or [s.source for s in snapshots]
+        self._layouts: dict[tuple[int, int], DeviceLayout] = {}
+        self._lock = threading.Lock()
+        self._annotations: dict[tuple[int, int], dict[str, Any]] = {}
+        self._meta: dict[str, Any] | None = None
+        self._summaries: dict[tuple[int, int], dict[str, Any]] = {}
+        self._meta_lock = threading.Lock()  # computed once, by whoever asks first
+        self._ann_lock = threading.Lock()
+
+    # ---- lookups -------------------------------------------------------------------------
+    def snap(self, s: int) -> Snapshot:
+        if not 0 <= s < len(self.snapshots):
+            raise MemlensError(f"no snapshot {s}")
+        return self.snapshots[s]
+
+    def dev(self, s: int, device: int) -> DeviceTrace:
+        return self.snap(s).device(device)
+
+    def layout(self, s: int, device: int) -> DeviceLayout:
+        key = (s, device)
+        with self._lock:
+            lay = self._layouts.get(key)
+            if lay is None:
+                lay = self._layouts[key] = DeviceLayout(self.dev(s, device))
+        return lay
+
+    def warm(self) -> None:
+        """Build what the first paint needs (a background thread after startup): the device
+        list and the layout indexes of the device shown first, then the other devices.
+        Summaries and stage spans are left to the page, which asks after its first paint."""
+        self.meta()
+        keys = [(s, d) for s, snap in enumerate(self.snapshots) for d in snap.traces]
+        keys.sort(key=lambda k: k[1] != self.snapshots[k[0]].default_device)
+        for s, d in keys:
+            self.layout(s, d).warm()
+
+    # ---- /api/meta -------------------------------------------------------------------------
+    def meta(self) -> dict[str, Any]:
+        with self._meta_lock:
+            if self._meta is None:
+                self._meta = self._build_meta()
+        return self._meta
+
+    def _build_meta(self) -> dict[str, Any]:
+        out = []
+        for s, snap in enumerate(self.snapshots):
+            devices = []
+            for d in snap.devices:
+                if d not in snap.traces:
+                    continue
+                dev = snap.traces[d]
+                tr = time_range(dev)
+                pk = dev.peak_event_index
+                devices.append(
+                    {
+                        "device": d,
+                        "n_events": dev.n_events,
+                        "n_allocations": dev.n_allocations,
+                        "time_range": list(tr) if tr else None,
+                        # what the chart needs; the header's figures come from /summary
+                        "peak": {
+                            "peak_event_index": pk,
+                            "peak_time_us": int(dev.time_us[pk]) if tr and pk >= 0 else None,
+                            "peak_active_bytes": dev.peak_active_bytes,
+                            "peak_reserved_bytes": dev.peak_reserved_bytes,
+                        },
+                    }
+                )
+            out.append(
+                {
+                    "index": s,
+                    "name": self.names[s],
+                    "default_device": snap.default_device,
+                    "devices": devices,
+                    "warnings": list(snap.warnings),
+                }
+            )
+        return {"snapshots": out}
+
+    # ---- /api/d/{device}/summary ------------------------------------------------------------
+    def summary(self, s: int, device: int) -> dict[str, Any]:
+        """`memlens summary` figures of one device (asked for after the first paint)."""
+        key = (s, device)
+        with self._meta_lock:
+            if key not in self._summaries:
+                self._summaries[key] = device_summary(self.dev(s, device), top=10)
+        return self._summaries[key]
+
+    # ---- /api/d/{device}/view ----------------------------------------------------------------
+    def view(
+        self,
+        s: int,
+        device: int,
+        *,
+        width: int,
+        height: int,
+        e0: float | None = None,
+        e1: float | None = None,
+        t0: float | None = None,
+        t1: float | None = None,
+        ymax: int | None = None,
+        ymin: int | None = None,
+        detail: bool = True,
+    ) -> dict[str, Any]:
+        width = int(min(max(width, 1), MAX_WIDTH))
+        height = int(min(max(height, 1), MAX_HEIGHT))
+        lay = self.layout(s, device)
+        dev = lay.dev
+        if t0 is not None and t1 is not None:
+            if time_range(dev) is None:
+                raise MemlensError("this trace has no timestamps; use the event axis")
+            if not t1 > t0:
+                raise MemlensError("t1 must be greater than t0")
+            bounds = lay.time_bounds(t0, t1, width)
+            x = {"mode": "time", "t0": t0, "t1": t1}
+        else:
+            e0 = 0.0 if e0 is None else float(e0)
+            e1 = float(max(dev.n_events, 1)) if e1 is None else float(e1)
+            if not e1 > e0:
+                raise MemlensError("e1 must be greater than e0")
+            bounds = lay.event_bounds(e0, e1, width)
+            x = {"mode": "event", "e0": e0, "e1": e1}
+        ymin = int(ymin or 0)
+        if ymax is not None and not ymax > ymin >= 0:
+            raise MemlensError("need 0 <= ymin < ymax")
+        v = lay.view(bounds, height, ymax=ymax, ymin=ymin, detail=detail)
+        out = v.to_json()
+        out["ymin"] = ymin
+        out["x"] = x
+        if time_range(dev) is not None:
+            # time of each column boundary: lets the page switch axes keeping the range
+            mono = dev.monotonic_time_us
+            out["times"] = mono[np.clip(bounds, 0, dev.n_events - 1)].tolist()
+        out["width"], out["height"] = width, height
+        rows = v.band_rows
+        site = site_of_allocations(dev, rows)
+        uniq, inv = np.unique(site, return_inverse=True)
+        snap = dev.snapshot
+        out["bands"]["size"] = dev.alloc_size[rows].tolist()
+        out["bands"]["site"] = inv.tolist()
+        out["bands"]["flags"] = dev.alloc_flags[rows].tolist()
+        out["sites"] = [frame_label(snap, int(u)) for u in uniq]
+        out["site_ids"] = uniq.tolist()  # frame ids: stable colour keys across views
+        return out
+
+    # ---- /api/d/{device}/alloc/{row} -----------------------------------------------------------
+    def allocation(self, s: int, device: int, row: int) -> dict[str, Any]:
+        dev = self.dev(s, device)
+        if not 0 <= row < dev.n_allocations:
+            raise MemlensError(f"no allocation row {row}")
+        snap = dev.snapshot
+        flags = int(dev.alloc_flags[row])
+        ae, fe, fr = (
+            int(dev.alloc_event[row]),
+            int(dev.free_event[row]),
+            int(dev.free_requested_event[row]),
+        )
+        # context fields live on the alloc event; a pre-existing allocation only has its free
+        ctx_event = ae if ae >= 0 else (fe if fe < dev.n_events else -1)
+        addr = int(dev.alloc_addr[row])
+        sid = int(dev.alloc_stack[row])
+
+        def event_info(e: int) -> dict[str, Any] | None:
+            if e < 0 or e >= dev.n_events:
+                return None
+            t = int(dev.time_us[e])
+            return {"event": e, "time_us": t if t >= 0 else None}
+
+        def string_at(col: np.ndarray) -> str | None:
+            if ctx_event < 0:
+                return None
+            sidx = int(col[ctx_event])
+            return snap.string(sidx) if sidx >= 0 else None
+
+        free_stack = None
+        if fr >= 0 and int(dev.stack[fr]) not in (-1, sid):
+            free_stack = self._frames(snap, int(dev.stack[fr]))
+        return {
+            "row": row,
+            "size": int(dev.alloc_size[row]),
+            "address": f"0x{addr:x}",
+            "version": int(dev.alloc_version[row]),
+            "alloc": event_info(ae),
+            "free_requested": event_info(fr),
+            "free": event_info(fe),
+            "stream": f"0x{int(snap.streams[int(dev.alloc_stream[row])]):x}",
+            "pool": self._pool_of(snap, device, addr),
+            "compile_context": string_at(dev.compile_context),
+            "user_metadata": string_at(dev.user_metadata),
+            "forward_frames": string_at(dev.forward_stack),
+            "flags": [name for bit, name in FLAG_NAMES.items() if flags & bit],
+            "stack_from_free": bool(flags & PREEXISTING) and not bool(flags & GHOST),
+            "frames": self._frames(snap, sid),
+            "free_frames": free_stack,
+        }
+
+    @staticmethod
+    def _frames(snap: Snapshot, sid: int) -> list[dict[str, Any]]:
+        f = snap.frames
+        return [
+            {
+                "filename": snap.strings[f.filename[i]],
+                "line": int(f.line[i]),
+                "name": snap.strings[f.name[i]],
+                "kind": KIND_NAMES[int(f.kind[i])],
+            }
+            for i in snap.stacks.frames_of(sid).tolist()
+        ]
+
+    @staticmethod
+    def _pool_of(snap: Snapshot, device: int, addr: int) -> list[int] | None:
+        """Pool id of the final segment holding addr (None if that segment is gone)."""
+        seg = snap.segments
+        rows = seg.of_device(device)
+        if not len(rows):
+            return None
+        order = rows[np.argsort(seg.address[rows])]
+        k = int(np.searchsorted(seg.address[order], np.uint64(addr), side="right")) - 1
+        if k < 0:
+            return None
+        r = order[k]
+        if addr >= int(seg.address[r]) + int(seg.total_size[r]):
+            return None
+        return [int(seg.pool_id0[r]), int(seg.pool_id1[r])]
+
+    # ---- /api/d/{device}/live ----------------------------------------------------------------
+    def live(self, s: int, device: int, event: int, python_only: bool = True) -> dict[str, Any]:
+        dev = self.dev(s, device)
+        event = int(min(max(event, -1), dev.n_events - 1))
+        tree = live_tree(dev, event, python_only=python_only)
+        t = int(dev.time_us[event]) if event >= 0 and dev.time_us[event] >= 0 else None
+        return {
+            "event": event,
+            "time_us": t,
+            "active": dev.active_at(event),
+            "reserved": dev.reserved_at(event),
+            "tree": tree.to_dict(dev.snapshot),
+        }
+
+    # ---- /api/d/{device}/annotations ---------------------------------------------------------------
+    def annotations(self, s: int, device: int) -> dict[str, Any]:
+        key = (s, device)
+        with self._ann_lock:
+            if key not in self._annotations:
+                self._annotations[key] = self._build_annotations(self.dev(s, device))
+        return self._annotations[key]
+
+    @staticmethod
+    def _build_annotations(dev: DeviceTrace) -> dict[str, Any]:
+        """START/END pairs matched per name (innermost open START first), nested by depth."""
+        snap = dev.snapshot
+        ann = snap.annotations
+        if not len(ann) or time_range(dev) is None:
+            return {"spans": [], "truncated": False}
+        sel = np.flatnonzero(ann.device == dev.device)
+        if not len(sel):
+            # annotations record the current device; with one device, keep them all
+            sel = np.arange(len(ann)) if len(snap.traces) == 1 else sel
+        sel = sel[np.argsort(ann.time_us[sel], kind="stable")]
+        open_: dict[int, list[int]] = {}
+        spans: list[tuple[int, int, int]] = []  # (name id, start us, end us)
+        t_first, t_last = time_range(dev)
+        for i in sel.tolist():
+            name, stage, t = int(ann.name[i]), int(ann.stage[i]), int(ann.time_us[i])
+            if stage == 0:
+                open_.setdefault(name, []).append(t)
+            elif stage == 1:
+                starts = open_.get(name)
+                # an END without START began before the ring buffer window
+                spans.append((name, starts.pop() if starts else min(t_first, t), t))
+        for name, starts in open_.items():
+            for t in starts:  # START without END: still running at the end
+                spans.append((name, t, max(t_last, t)))
+        spans.sort(key=lambda x: (x[1], -x[2]))
+        truncated = len(spans) > MAX_ANNOTATIONS
+        spans = spans[:MAX_ANNOTATIONS]
+        # depth: how many enclosing spans are still open at the start (stack of end times)
+        out = []
+        stack: list[int] = []
+        mono = dev.monotonic_time_us
+        for name, t0, t1 in spans:
+            while stack and stack[-1] <= t0:
+                stack.pop()
+            depth = len(stack)
+            stack.append(t1)
+            out.append(
+                {
+                    "name": snap.string(name),
+                    "t0": t0,
+                    "t1": t1,
+                    # events inside [t0, t1]: first at/after the start .. last at/before the end
+                    "e0": int(np.searchsorted(mono, t0, side="left")),
+                    "e1": int(np.searchsorted(mono, t1, side="right")),
+                    "depth": depth,
+                }
+            )
+        return {"spans": out, "truncated": truncated}
+
+    # ---- /api/compare ---------------------------------------------------------------------------
+    def compare(self, devices: list[int | None], limit: int = 50) -> dict[str, Any]:
+        if len(self.snapshots) < 2:
+            raise MemlensError("compare needs two snapshots")
+        peaks = []
+        tables: list[dict[str, dict[str, Any]]] = []
+        for s in (0, 1):
+            snap = self.snapshots[s]
+            d = devices[s] if devices[s] is not None else snap.default_device
+            dev = snap.device(d)
+            rows = dev.live_at(dev.peak_event_index)
+            sites = top_sites(dev, rows, limit=None)
+            tables.append({x["site"]: x for x in sites})
+            peaks.append(
+                {
+                    "device": d,
+                    "peak_bytes": dev.peak_active_bytes,
+                    "peak_event": dev.peak_event_index,
+                    "peak_reserved_bytes": dev.peak_reserved_bytes,
+                }
+            )
+        keys = set(tables[0]) | set(tables[1])
+        rows_out = []
+        for k in keys:
+            a, b = tables[0].get(k), tables[1].get(k)
+            ba, bb = (a["bytes"] if a else 0), (b["bytes"] if b else 0)
+            rows_out.append(
+                {
+                    "site": k,
+                    "a_bytes": ba,
+                    "b_bytes": bb,
+                    "a_count": a["count"] if a else 0,
+                    "b_count": b["count"] if b else 0,
+                    "diff": bb - ba,
+                }
+            )
+        rows_out.sort(key=lambda r: (-abs(r["diff"]), -max(r["a_bytes"], r["b_bytes"]), r["site"]))
+        return {
+            "names": self.names[:2],
+            "peaks": peaks,
+            "sites": rows_out[:limit],
+            "n_sites": len(rows_out),
+        }

@@ -1,0 +1,178 @@
+"""The viewer's HTTP server: a starlette app serving the page, its assets and a JSON API.
+
+Loopback only by default; a Host-header allow-list stops DNS-rebinding pages from reading
+the API, and a strict Content-Security-Policy keeps the page to its own scripts.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.datastructures import MutableHeaders
+from starlette.middleware import Middleware
+from starlette.middleware.trustedhost import TrustedHostMiddleware
+from starlette.requests import Request
+from starlette.responses import FileResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from memlens.errors import MemlensError
+from memlens.views.web.data import ViewerData
+
+STATIC = Path(__file__).parent / "static"
+CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+)
+LOOPBACK_NAMES = ["127.0.0.1", "localhost", "::1", "[::1]"]
+
+
+class JSON(Response):
+    media_type = "application/json"
+
+    def render(self, content: Any) -> bytes:
+        return json.dumps(content, separators=(",", ":"), allow_nan=False).encode()
+
+
+def _int(req: Request, name: str, default: int | None = None) -> int | None:
+    v = req.query_params.get(name)
+    if v is None or v == "":
+        return default
+    try:
+        return int(float(v))
+    except ValueError:
+        raise MemlensError(f"{name} must be a number") from None
+
+
+def _float(req: Request, name: str) -> float | None:
+    v = req.query_params.get(name)
+    if v is None or v == "":
+        return None
+    try:
+        out = float(v)
+    except ValueError:
+        raise MemlensError(f"{name} must be a number") from None
+    if out != out or out in (float("inf"), float("-inf")):
+        raise MemlensError(f"{name} must be finite")
+    return out
+
+
+def _snap(req: Request) -> int:
+    return _int(req, "snap", 0) or 0
+
+
+def create_app(data: ViewerData, host: str = "127.0.0.1") -> Starlette:
+    """The viewer app for `data`. `host` is the bind address (it decides allowed Hosts)."""
+
+    def api(fn):  # noqa: ANN001, ANN202 - tiny decorator
+        async def endpoint(req: Request) -> Response:
+            try:
+                return JSON(fn(req))
+            except (MemlensError, IndexError, KeyError) as exc:
+                msg = exc.args[0] if exc.args else str(exc)
+                return JSON({"error": str(msg)}, status_code=400)
+
+        return endpoint
+
+    def device(req: Request) -> int:
+        try:
+            return int(req.path_params["device"])
+        except ValueError:
+            raise MemlensError("device must be an integer") from None
+
+    def meta(req: Request) -> Any:
+        return data.meta()
+
+    def view(req: Request) -> Any:
+        return data.view(
+            _snap(req),
+            device(req),
+            width=_int(req, "width", 1000) or 1,
+            height=_int(req, "height", 400) or 1,
+            e0=_float(req, "e0"),
+            e1=_float(req, "e1"),
+            t0=_float(req, "t0"),
+            t1=_float(req, "t1"),
+            ymax=_int(req, "ymax"),
+            ymin=_int(req, "ymin"),
+            detail=req.query_params.get("detail", "1") != "0",
+        )
+
+    def alloc(req: Request) -> Any:
+        return data.allocation(_snap(req), device(req), int(req.path_params["row"]))
+
+    def live(req: Request) -> Any:
+        return data.live(
+            _snap(req),
+            device(req),
+            _int(req, "event", -1),
+            python_only=req.query_params.get("python_only", "1") != "0",
+        )
+
+    def summary(req: Request) -> Any:
+        return data.summary(_snap(req), device(req))
+
+    def annotations(req: Request) -> Any:
+        return data.annotations(_snap(req), device(req))
+
+    def compare(req: Request) -> Any:
+        return data.compare([_int(req, "d0"), _int(req, "d1")])
+
+    async def index(req: Request) -> Response:
+        return FileResponse(STATIC / "index.html")
+
+    routes = [
+        Route("/", index),
+        Route("/api/meta", api(meta)),
+        Route("/api/d/{device}/view", api(view)),
+        Route("/api/d/{device}/alloc/{row:int}", api(alloc)),
+        Route("/api/d/{device}/live", api(live)),
+        Route("/api/d/{device}/annotations", api(annotations)),
+        Route("/api/d/{device}/summary", api(summary)),
+        Route("/api/compare", api(compare)),
+        Mount("/static", StaticFiles(directory=STATIC), name="static"),
+    ]
+    allowed = ["*"] if host in ("0.0.0.0", "::", "") else sorted({*LOOPBACK_NAMES, host})
+    app = Starlette(
+        routes=routes,
+        middleware=[
+            Middleware(SecurityHeaders),
+            Middleware(TrustedHostMiddleware, allowed_hosts=allowed),
+        ],
+    )
+    app.state.data = data
+    return app
+
+
+class SecurityHeaders:
+    """Pure ASGI middleware: security headers on every response, CSP on the page."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        page = scope["path"] == "/" or scope["path"].endswith(".html")
+
+        async def send_with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = MutableHeaders(scope=message)
+                headers["X-Content-Type-Options"] = "nosniff"
+                headers["Referrer-Policy"] = "no-referrer"
+                headers["Cache-Control"] = "no-store"
+                if page:
+                    for k, v in _page_headers().items():
+                        headers[k] = v
+            await send(message)
+
+        await self.app(scope, receive, send_with_headers)
+
+
+def _page_headers() -> dict[str, str]:
+    return {"Content-Security-Policy": CSP, "X-Frame-Options": "DENY"}

@@ -1,0 +1,82 @@
+"""Hand-built snapshots and a live server for the viewer tests."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+EVIL = "<img src=x onerror=alert(1)>"
+USER = {"filename": "/home/u/train.py", "line": 10, "name": "train_step"}
+CPP = {"filename": "/pytorch/c10/cuda/CUDACachingAllocator.cpp", "line": 1, "name": "c10::malloc"}
+EVIL_FRAME = {"filename": f"/home/u/{EVIL}.py", "line": 7, "name": EVIL}
+
+
+def ev(action: str, addr: int, size: int, i: int, frames: list | None = None, **extra: Any) -> dict:
+    e = {"action": action, "addr": addr, "size": size, "stream": 0, "time_us": 1000 + 10 * i,
+         "frames": [USER] if frames is None else frames}  # fmt: skip
+    e.update(extra)
+    return e
+
+
+def small_snapshot(evil: bool = False) -> dict:
+    """Seven events, four allocations A(100) B(10) C(300) D(50); reserved 1000 after event 0.
+
+    active after each event: 0, 100, 110, 410, 400, 300, 350.
+    """
+    A, B, C, D = 0x1000, 0x2000, 0x3000, 0x4000
+    c_frames = [EVIL_FRAME, CPP, USER] if evil else [CPP, USER]
+    trace = [
+        ev("segment_alloc", 0x1000, 1000, 0),
+        ev("alloc", A, 100, 1),
+        ev("alloc", B, 10, 2),
+        ev(
+            "alloc",
+            C,
+            300,
+            3,
+            c_frames,
+            compile_context="Torch-Compiled Region: 0/0",
+            user_metadata=EVIL if evil else "step=1",
+        ),  # fmt: skip
+        ev("free_completed", B, 10, 4),
+        ev("free_completed", A, 100, 5),
+        ev("alloc", D, 50, 6),
+    ]
+    ann = [
+        {"name": "fwd", "stage": "START", "device": 0, "time_us": 1005},
+        {"name": "inner", "stage": "START", "device": 0, "time_us": 1010},
+        {"name": "inner", "stage": "END", "device": 0, "time_us": 1020},
+        {"name": "fwd", "stage": "END", "device": 0, "time_us": 1035},
+        {"name": EVIL if evil else "orphan", "stage": "END", "device": 0, "time_us": 1050},
+        {"name": "open", "stage": "START", "device": 0, "time_us": 1055},
+    ]
+    return {"segments": [], "device_traces": [trace], "external_annotations": ann}
+
+
+@contextmanager
+def serving(data: Any) -> Iterator[str]:
+    """Run the viewer app for `data` on a free loopback port in a thread; yield its URL."""
+    import uvicorn
+
+    from memlens.cli.view import bind_socket
+    from memlens.views.web.server import create_app
+
+    sock = bind_socket("127.0.0.1", 0)
+    port = sock.getsockname()[1]
+    server = uvicorn.Server(
+        uvicorn.Config(create_app(data), log_level="warning", access_log=False, lifespan="off")
+    )
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started and time.monotonic() < deadline:
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{port}/"
+    finally:
+        server.should_exit = True
+        thread.join(5)
+        sock.close()
