@@ -1,0 +1,40 @@
+"""`memlens tui SNAP [SNAP2]`: the terminal UI (Textual), for nodes reached over SSH."""
+
+from __future__ import annotations
+
+import os
+
+import click
+
+from memlens.cli.options import device_option, no_cache_option, open_snapshot
+from memlens.errors import MemlensError
+
+
+@click.command("tui")
+@click.argument("snapshot", type=click.Path(dir_okay=False))
+@click.argument("snapshot2", type=click.Path(dir_okay=False), required=False)
+@device_option
+@no_cache_option
+def command(snapshot: str, snapshot2: str | None, device: int | None, no_cache: bool) -> None:
+    """Explore a snapshot in the terminal: timeline, live call-stack tree, allocations.
+
+    With SNAPSHOT2, compare: both timelines share one cursor and Enter shows the diff tree
+    of call sites (B - A). Press ? inside for every key.
+    """
+    from memlens.views.tui.app import Session, TuiApp
+
+    sessions = []
+    for path in (snapshot, snapshot2):
+        if path is None:
+            continue
+        if not os.path.isfile(path):
+            raise MemlensError(f"no such snapshot file: {path}")
+        snap = open_snapshot(path, no_cache)
+        dev = snap.device(device)
+        if dev.n_events == 0:
+            raise MemlensError(
+                f"{path}: device {dev.device} has no trace events "
+                "(record with torch.cuda.memory._record_memory_history())"
+            )
+        sessions.append(Session.of(os.path.basename(path), dev))
+    TuiApp(sessions, freeze_gc=True).run()

@@ -1,0 +1,1 @@
+"""`memlens tui`: the terminal UI (Textual). Entry point: memlens.views.tui.app.TuiApp."""

@@ -1,0 +1,174 @@
+"""Building blocks shared by the screens: the session, the line-drawing widget, the
+key-table screen and the plain text screens (allocation, help)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Self
+
+from rich.segment import Segment
+from rich.text import Text
+from textual import events
+from textual.app import ComposeResult
+from textual.geometry import Region
+from textual.screen import Screen
+from textual.strip import Strip
+from textual.widget import Widget
+from textual.widgets import Static
+
+from memlens.snapshot.model import DeviceTrace
+from memlens.views.tui import keys
+from memlens.views.tui.chart import Timeline
+from memlens.views.tui.describe import describe_allocation
+
+CSS = """
+Lines { height: 1fr; text-wrap: nowrap; text-overflow: ellipsis; }
+.line, .title, .hint { height: 1; text-wrap: nowrap; text-overflow: ellipsis; }
+.title { text-style: bold; }
+.hint { color: $text-muted; }
+"""
+
+
+@dataclass
+class Session:
+    """One opened snapshot device: its name on screen, its trace and its timeline."""
+
+    name: str
+    dev: DeviceTrace
+    timeline: Timeline
+
+    @classmethod
+    def of(cls, name: str, dev: DeviceTrace) -> Session:
+        return cls(name, dev, Timeline.of_device(dev))
+
+
+def one_line(text: str) -> Text:
+    """A status/title line: cut with an ellipsis rather than wrapped onto a hidden line."""
+    return Text(text, no_wrap=True, overflow="ellipsis")
+
+
+class Lines(Widget):
+    """Draws the rows its provider returns for the widget's current size.
+
+    Rows go straight to strips (the Line API) instead of through Textual's content
+    pipeline, which re-wraps rich text and cost tens of milliseconds a frame for a chart.
+    """
+
+    _strips: list[Strip] | None = None
+
+    def __init__(
+        self,
+        provider: Callable[[int, int], list[Text]],
+        click: Callable[[int, int], None] | None = None,
+        **kw,
+    ) -> None:
+        super().__init__(**kw)
+        self.provider = provider
+        self.click = click
+
+    def render(self) -> Text:
+        """All rows as one Text (what tests read; drawing goes through render_line)."""
+        return Text("\n", no_wrap=True).join(self.provider(self.size.width, self.size.height))
+
+    def refresh(self, *regions: Region, **kw) -> Self:
+        self._strips = None
+        return super().refresh(*regions, **kw)
+
+    def render_line(self, y: int) -> Strip:
+        width, height = self.size
+        base = self.visual_style.rich_style
+        if self._strips is None or len(self._strips) != height:
+            console = self.app.console
+            self._strips = []
+            for text in self.provider(width, height)[:height]:
+                segments = Segment.apply_style(text.render(console, end=""), base)
+                self._strips.append(Strip(list(segments)).crop_extend(0, width, base))
+            while len(self._strips) < height:
+                self._strips.append(Strip.blank(width, base))
+        return self._strips[y] if 0 <= y < len(self._strips) else Strip.blank(width, base)
+
+    def on_resize(self, event: events.Resize) -> None:
+        self._strips = None
+
+    def on_click(self, event: events.Click) -> None:
+        if self.click is not None:
+            self.click(event.x, event.y)
+
+
+class KeyScreen(Screen, inherit_bindings=False):
+    """A screen whose keys come from one table of keys.py; each action is a do_* method."""
+
+    TABLE: tuple[keys.Key, ...] = ()
+
+    def on_key(self, event: events.Key) -> None:
+        if self.intercept(event):
+            event.stop()
+            return
+        action = keys.lookup(self.TABLE, event.key, event.character)
+        if action is None:
+            return
+        event.stop()
+        name, _, arg = action.partition("(")
+        args = [int(arg.rstrip(")"))] if arg else []
+        getattr(self, f"do_{name}")(*args)
+        if self.is_current:  # not after the action pushed or popped a screen
+            self.redraw()
+
+    def intercept(self, event: events.Key) -> bool:
+        """Give a screen the key first (search typing); True when it used it."""
+        return False
+
+    def redraw(self) -> None:
+        for w in self.query(Lines):
+            w.refresh()
+
+    def do_help(self) -> None:
+        self.app.push_screen(HelpScreen())
+
+    def do_close(self) -> None:
+        self.app.pop_screen()
+
+
+class TextScreen(KeyScreen):
+    """Scrollable lines of text."""
+
+    TABLE = keys.TEXT
+
+    def __init__(self, lines: list[str]) -> None:
+        super().__init__()
+        self.text_lines = lines
+        self.offset_ = 0
+
+    def compose(self) -> ComposeResult:
+        yield Lines(self._provide, id="text")
+        yield Static(one_line("↑↓ scroll  ? help  q back"), classes="hint")
+
+    def _provide(self, width: int, height: int) -> list[Text]:
+        self.offset_ = max(0, min(self.offset_, len(self.text_lines) - height))
+        shown = self.text_lines[self.offset_ : self.offset_ + height]
+        return [Text(s, no_wrap=True, overflow="ellipsis") for s in shown]
+
+    def do_scroll(self, n: int) -> None:
+        self.offset_ = max(0, self.offset_ + n)
+
+
+class AllocationScreen(TextScreen):
+    def __init__(self, dev: DeviceTrace, row: int) -> None:
+        super().__init__(describe_allocation(dev, row))
+
+
+class HelpScreen(TextScreen):
+    """Every key; arrows scroll, any other key closes."""
+
+    def __init__(self) -> None:
+        super().__init__(keys.help_lines())
+
+    def on_key(self, event: events.Key) -> None:
+        event.stop()
+        action = keys.lookup(keys.TEXT[:4], event.key, event.character)
+        if action is None:
+            self.app.pop_screen()
+            return
+        self.do_scroll(int(action.partition("(")[2].rstrip(")")))
+        self.redraw()

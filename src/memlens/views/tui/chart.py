@@ -1,0 +1,325 @@
+"""The timeline chart: memory over events as columns of bars, without Textual.
+
+Each column is a bucket of `bucket` consecutive events and shows the *maximum* active and
+reserved bytes inside it, so a one-event peak is never averaged away. The maxima are
+computed once per bucket size over the whole trace (np.maximum.reduceat) and cached, so
+moving, panning and redrawing only slice arrays; a keypress never rescans all events.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from functools import cached_property
+
+import numpy as np
+from rich.style import Style
+from rich.text import Text
+
+from memlens.snapshot.model import DeviceTrace
+from memlens.units import format_bytes
+
+EIGHTHS = " ▁▂▃▄▅▆▇█"
+RESERVED_GLYPH = "░"  # reserved-but-not-active memory, stacked above the active bar
+CURSOR_GLYPH = "▲"
+MARKER_GLYPH = "◆"
+AXIS_WIDTH = 11  # y-axis labels ("1023.99 MiB") plus a separator
+MIN_WIDTH, MIN_HEIGHT = 30, 3  # below this the chart says so instead of drawing
+_MAX_CACHED_LEVELS = 12
+
+ACTIVE = Style(color="cyan")
+ACTIVE_CURSOR = Style(color="black", bgcolor="yellow")
+RESERVED = Style(color="magenta", dim=True)
+RESERVED_CURSOR = Style(color="magenta", bgcolor="yellow")
+EMPTY_CURSOR = Style(bgcolor="grey30")
+AXIS = Style(dim=True)
+MARKER = Style(color="green", bold=True)
+CURSOR_MARK = Style(color="yellow", bold=True)
+_GLYPHS = np.array(list(EIGHTHS + RESERVED_GLYPH))
+# by cell kind: empty, active, reserved; then the same three on the cursor's column
+_STYLES = (Style.null(), ACTIVE, RESERVED, EMPTY_CURSOR, ACTIVE_CURSOR, RESERVED_CURSOR)
+
+
+@dataclass(frozen=True)
+class Marker:
+    """A stage annotation (record_function START/END) placed on the event axis."""
+
+    event: int
+    name: str
+    start: bool
+
+
+@dataclass
+class Timeline:
+    """One device's curves, with bucket maxima cached per zoom level."""
+
+    active: np.ndarray  # int64 bytes after each event
+    reserved: np.ndarray
+    markers: list[Marker] = field(default_factory=list)
+    _levels: dict[int, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def of_device(cls, dev: DeviceTrace) -> Timeline:
+        return cls(
+            np.asarray(dev.active_after, dtype=np.int64),
+            np.asarray(dev.reserved_after, dtype=np.int64),
+            stage_markers(dev),
+        )
+
+    @property
+    def n_events(self) -> int:
+        return len(self.active)
+
+    @cached_property
+    def top(self) -> int:
+        """Highest value either curve reaches (the default top of the y axis)."""
+        if self.n_events == 0:
+            return 0
+        return int(max(self.active.max(), self.reserved.max()))
+
+    @cached_property
+    def start_marker_events(self) -> np.ndarray:
+        """Sorted events of the START markers (drawn on the axis row)."""
+        return np.array([m.event for m in self.markers if m.start], dtype=np.int64)
+
+    @cached_property
+    def _stages(self) -> tuple[np.ndarray, list[str]]:
+        """Per marker: the innermost stage open right after it (replayed once)."""
+        open_: list[str] = []
+        after: list[str] = []
+        for m in self.markers:
+            if m.start:
+                open_.append(m.name)
+            elif m.name in open_:  # close the innermost stage of that name
+                del open_[len(open_) - 1 - open_[::-1].index(m.name)]
+            after.append(open_[-1] if open_ else "")
+        return np.array([m.event for m in self.markers], dtype=np.int64), after
+
+    def stage_at(self, event: int) -> str:
+        """Name of the innermost stage open at `event` ('' when none)."""
+        events, after = self._stages
+        k = int(np.searchsorted(events, event, side="right")) - 1
+        return after[k] if k >= 0 else ""
+
+    def columns(self, bucket: int) -> tuple[np.ndarray, np.ndarray]:
+        """Per column of `bucket` events: (max active, max reserved), over the whole trace."""
+        hit = self._levels.get(bucket)
+        if hit is None:
+            if bucket == 1:
+                hit = (self.active, self.reserved)
+            else:
+                starts = np.arange(0, self.n_events, bucket)
+                hit = (
+                    np.maximum.reduceat(self.active, starts),
+                    np.maximum.reduceat(self.reserved, starts),
+                )
+            if len(self._levels) >= _MAX_CACHED_LEVELS:
+                self._levels.pop(next(iter(self._levels)))
+            self._levels[bucket] = hit
+        return hit
+
+    def peak_in(self, first: int, last: int) -> int:
+        """Event of the highest active value in [first, last] (first one on ties)."""
+        last = min(last, self.n_events - 1)
+        if first > last:
+            return last
+        return first + int(np.argmax(self.active[first : last + 1]))
+
+
+def stage_markers(dev: DeviceTrace) -> list[Marker]:
+    """Annotations of this device placed at the last event at or before their time."""
+    snap = dev.snapshot
+    ann = snap.annotations
+    if len(ann) == 0 or dev.n_events == 0 or dev.time_us[0] < 0:
+        return []
+    mine = np.flatnonzero(ann.device == dev.device)
+    if len(mine) == 0:  # some writers leave device at 0 for every annotation
+        mine = np.arange(len(ann))
+    events = np.searchsorted(dev.monotonic_time_us, ann.time_us[mine], side="right") - 1
+    out = [
+        Marker(max(int(e), 0), snap.string(int(ann.name[k])), int(ann.stage[k]) != 1)
+        for k, e in zip(mine.tolist(), events.tolist())
+    ]
+    return sorted(out, key=lambda m: m.event)
+
+
+@dataclass
+class Viewport:
+    """Where the user looks: zoom (events per column), first column, cursor event, y floor.
+
+    Shared by both timelines in compare mode, so one cursor moves both.
+    """
+
+    n_events: int
+    width: int = 80  # chart columns available
+    bucket: int = 1
+    start: int = 0  # first visible column (in columns of `bucket` events)
+    cursor: int = 0  # the event the detail view opens at
+    floor: int = 0  # bytes at the bottom of the y axis
+
+    def __post_init__(self) -> None:
+        self.bucket = self.fit_bucket
+        self._clamp()
+
+    # ---- geometry --------------------------------------------------------------------
+    @property
+    def fit_bucket(self) -> int:
+        """Smallest bucket that shows the whole trace in the available width."""
+        return max(1, math.ceil(self.n_events / max(self.width, 1)))
+
+    @property
+    def n_columns(self) -> int:
+        return max(1, math.ceil(self.n_events / self.bucket))
+
+    @property
+    def cursor_column(self) -> int:
+        return self.cursor // self.bucket
+
+    def column_events(self, column: int) -> tuple[int, int]:
+        """First and last event of a column."""
+        first = column * self.bucket
+        return first, min(first + self.bucket, self.n_events) - 1
+
+    def resize(self, width: int) -> None:
+        self.width = max(width, 1)
+        self.bucket = min(self.bucket, self.fit_bucket)
+        self._clamp()
+
+    def _clamp(self) -> None:
+        self.cursor = min(max(self.cursor, 0), max(self.n_events - 1, 0))
+        col = self.cursor_column
+        self.start = min(self.start, col)
+        self.start = max(self.start, col - self.width + 1)
+        self.start = min(self.start, max(self.n_columns - self.width, 0))
+        self.start = max(self.start, 0)
+
+    # ---- moves -----------------------------------------------------------------------
+    def goto_event(self, event: int) -> None:
+        """Put the cursor on an event, centring it if it is off screen."""
+        self.cursor = event
+        col = self.cursor_column
+        if not self.start <= col < self.start + self.width:
+            self.start = col - self.width // 2
+        self._clamp()
+
+    def goto_column(self, column: int, timeline: Timeline | None = None) -> None:
+        """Cursor to a column, on its highest event (what the bar shows)."""
+        column = min(max(column, 0), self.n_columns - 1)
+        first, last = self.column_events(column)
+        self.cursor = timeline.peak_in(first, last) if timeline is not None else first
+        if column < self.start:
+            self.start = column
+        elif column >= self.start + self.width:
+            self.start = column - self.width + 1
+        self._clamp()
+
+    def step(self, columns: int, timeline: Timeline | None = None) -> None:
+        self.goto_column(self.cursor_column + columns, timeline)
+
+    def pan(self, columns: int, timeline: Timeline | None = None) -> None:
+        """Scroll the view; the cursor keeps its place on screen."""
+        offset = self.cursor_column - self.start
+        self.start = min(max(self.start + columns, 0), max(self.n_columns - self.width, 0))
+        self.goto_column(self.start + offset, timeline)
+
+    def zoom(self, factor: float) -> None:
+        """factor < 1 zooms in (fewer events per column); the cursor stays where it is on screen."""
+        offset = self.cursor_column - self.start
+        new = int(self.bucket * factor) if factor > 1 else self.bucket // round(1 / factor)
+        self.bucket = min(max(new, 1), self.fit_bucket)
+        self.start = self.cursor_column - offset
+        self._clamp()
+
+    def zoom_fit(self) -> None:
+        self.bucket = self.fit_bucket
+        self.start = 0
+        self._clamp()
+
+    def raise_floor(self, top: int, steps: int) -> None:
+        """Move the y floor by steps * 5% of the top (never to or above the top)."""
+        step = max(top // 20, 1)
+        self.floor = min(max(self.floor + steps * step, 0), max(top - step, 0))
+
+
+def render_chart(
+    timeline: Timeline,
+    view: Viewport,
+    width: int,
+    height: int,
+    *,
+    top: int | None = None,
+) -> list[Text]:
+    """Rows of the chart (bars, then an axis row with the cursor and stage markers).
+
+    `width` and `height` are the whole area; the y-axis labels take AXIS_WIDTH columns and
+    the axis row one line. Too small an area gives a one-line notice instead.
+    """
+    if width < MIN_WIDTH or height < MIN_HEIGHT:
+        return [Text(f"(too small: {width}x{height})", style=AXIS)]
+    cols = width - AXIS_WIDTH
+    rows = height - 1
+    top = timeline.top if top is None else top
+    floor = min(view.floor, max(top - 1, 0))
+    span = max(top - floor, 1)
+    start = view.start
+    if timeline.n_events:
+        amax, rmax = timeline.columns(view.bucket)
+        amax = amax[start : start + cols]
+        rmax = rmax[start : start + cols]
+    else:
+        amax = rmax = np.zeros(0, dtype=np.int64)
+    # heights in eighths of a row; anything above the floor gets at least one eighth
+    scale = rows * 8 / span
+    ha = np.ceil(np.clip(amax - floor, 0, span) * scale).astype(np.int64)
+    hr = np.ceil(np.clip(rmax - floor, 0, span) * scale).astype(np.int64)
+    # one glyph and one style code per cell, for the whole grid at once
+    below = ((rows - 1 - np.arange(rows)) * 8)[:, None]  # eighths under each row
+    ea = np.clip(ha[None, :] - below, 0, 8)
+    er = np.clip(hr[None, :] - below, 0, 8)
+    glyph = np.where(ea > 0, ea, np.where(er > 0, 9, 0))  # index into _GLYPHS
+    kind = np.where(ea > 0, 1, np.where(er > 0, 2, 0))  # index into _STYLES
+    cursor_x = view.cursor_column - start
+    if 0 <= cursor_x < kind.shape[1]:
+        kind[:, cursor_x] += 3
+    chars = _GLYPHS[glyph]
+    out: list[Text] = []
+    for r in range(rows):
+        if r == 0:
+            label = format_bytes(top)
+        elif r == rows - 1:
+            label = format_bytes(floor)
+        elif r == rows // 2 and rows >= 5:
+            label = format_bytes(floor + span * (rows - r - 0.5) / rows)
+        else:
+            label = ""
+        line = Text(f"{label:>{AXIS_WIDTH - 1}}│", style=AXIS, no_wrap=True, overflow="crop")
+        row_chars, row_kind = chars[r], kind[r]
+        cuts = [0, *(np.flatnonzero(np.diff(row_kind)) + 1).tolist(), len(row_kind)]
+        for a, b in zip(cuts, cuts[1:]):
+            if b > a:
+                line.append("".join(row_chars[a:b]), _STYLES[int(row_kind[a])])
+        out.append(line)
+    out.append(_axis_row(timeline, view, cols))
+    return out
+
+
+def _axis_row(timeline: Timeline, view: Viewport, cols: int) -> Text:
+    cells = [" "] * cols
+    styles: list[Style | None] = [None] * cols
+    xs = timeline.start_marker_events // view.bucket - view.start
+    for x in np.unique(xs[(xs >= 0) & (xs < cols)]).tolist():
+        cells[x], styles[x] = MARKER_GLYPH, MARKER
+    x = view.cursor_column - view.start
+    if 0 <= x < cols:
+        cells[x], styles[x] = CURSOR_GLYPH, CURSOR_MARK
+    line = Text(" " * (AXIS_WIDTH - 1) + "└", style=AXIS, no_wrap=True, overflow="crop")
+    for ch, st in zip(cells, styles):
+        line.append(ch, st)
+    return line
+
+
+def column_at(x: int, view: Viewport) -> int | None:
+    """Column under screen offset x of the chart area (None on the y axis)."""
+    if x < AXIS_WIDTH:
+        return None
+    return view.start + x - AXIS_WIDTH

@@ -1,0 +1,114 @@
+"""Every key of every view, in one place: the screens dispatch from these tables and the help
+screen (and docs/tui.md, checked by a test) list them, so the three can never disagree."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Key:
+    keys: tuple[str, ...]  # Textual key names ("left", "enter") or single characters ("+")
+    action: str
+    help: str
+
+    @property
+    def shown(self) -> str:
+        return " ".join(_SHOWN.get(k, k) for k in self.keys)
+
+
+_SHOWN = {
+    "left": "←", "right": "→", "up": "↑", "down": "↓",
+    "shift+left": "Shift+←", "shift+right": "Shift+→",
+    "pageup": "PgUp", "pagedown": "PgDn", "home": "Home", "end": "End",
+    "enter": "Enter", "escape": "Esc", "space": "Space", "backspace": "Backspace",
+}  # fmt: skip
+
+TIMELINE = (
+    Key(("left",), "step(-1)", "cursor one column left"),
+    Key(("right",), "step(1)", "cursor one column right"),
+    Key(("shift+left", ","), "step(-10)", "jump 10 columns left"),
+    Key(("shift+right", "."), "step(10)", "jump 10 columns right"),
+    Key(("pageup",), "pan(-1)", "pan one screen left"),
+    Key(("pagedown",), "pan(1)", "pan one screen right"),
+    Key(("home",), "first", "first event"),
+    Key(("end",), "last", "last event"),
+    Key(("+", "="), "zoom_in", "zoom in around the cursor (half the events per column)"),
+    Key(("-", "_"), "zoom_out", "zoom out around the cursor (twice the events per column)"),
+    Key(("0",), "zoom_fit", "zoom to fit the whole trace"),
+    Key(("up",), "floor(1)", "raise the y-axis floor (5% of the top)"),
+    Key(("down",), "floor(-1)", "lower the y-axis floor"),
+    Key(("r",), "floor_reset", "reset the y-axis floor to 0"),
+    Key(("p",), "peak", "jump to the peak of active memory"),
+    Key(("R",), "reserved_peak", "jump to the peak of reserved memory"),
+    Key(("m",), "marker(1)", "jump to the next stage marker"),
+    Key(("M",), "marker(-1)", "jump to the previous stage marker"),
+    Key(("enter",), "detail", "live allocations at the cursor (compare: diff tree at the cursor)"),
+    Key(("d",), "diff_peaks", "compare: diff tree of the two peaks"),
+    Key(("a",), "event_allocation", "the allocation of the event at the cursor"),
+    Key(("?",), "help", "this help"),
+    Key(("q",), "quit", "quit"),
+)
+
+TREE = (
+    Key(("up", "k"), "move(-1)", "previous row"),
+    Key(("down", "j"), "move(1)", "next row"),
+    Key(("pageup",), "page(-1)", "one screen up"),
+    Key(("pagedown",), "page(1)", "one screen down"),
+    Key(("home",), "home", "first row"),
+    Key(("end",), "end", "last row"),
+    Key(("right",), "expand", "expand; if expanded, go to the first child"),
+    Key(("left",), "collapse", "collapse; if collapsed, go to the parent"),
+    Key(("space",), "toggle", "expand or collapse"),
+    Key(("e",), "expand_all", "expand everything below the cursor"),
+    Key(("c",), "collapse_all", "collapse everything below the cursor"),
+    Key(("p",), "parent", "go to the parent"),
+    Key(("o",), "first_child", "go to the first child"),
+    Key(("[",), "sibling(-1)", "previous sibling"),
+    Key(("]",), "sibling(1)", "next sibling"),
+    Key(("f",), "focus", "focus: show only the subtree at the cursor"),
+    Key(("b",), "back", "back out of the last focus"),
+    Key(("r",), "unfocus", "back to the whole tree"),
+    Key(("h",), "hide", "hide/show torch, stdlib and C++ frames"),
+    Key(("/",), "search", "incremental search (Enter keeps it, Esc drops it)"),
+    Key(("n",), "match(1)", "next match"),
+    Key(("N",), "match(-1)", "previous match"),
+    Key(("a", "enter"), "allocations", "allocations under the cursor (in a list: that allocation)"),
+    Key(("?",), "help", "this help"),
+    Key(("q", "escape"), "close", "back (Esc first clears a search)"),
+)
+
+TEXT = (
+    Key(("up", "k"), "scroll(-1)", "scroll up"),
+    Key(("down", "j"), "scroll(1)", "scroll down"),
+    Key(("pageup",), "scroll(-20)", "one screen up"),
+    Key(("pagedown",), "scroll(20)", "one screen down"),
+    Key(("?",), "help", "this help"),
+    Key(("q", "escape"), "close", "back"),
+)
+
+SECTIONS = (
+    ("Timeline", TIMELINE),
+    ("Tree (detail, diff, allocation list)", TREE),
+    ("Allocation", TEXT),
+)
+
+
+def lookup(table: tuple[Key, ...], key: str, character: str | None) -> str | None:
+    """The action bound to a key event (by name first, then by the character it types)."""
+    for k in table:
+        if key in k.keys or (character is not None and character in k.keys):
+            return k.action
+    return None
+
+
+def help_lines() -> list[str]:
+    lines = ["memlens tui: keys (any key closes this help)", ""]
+    for title, table in SECTIONS:
+        lines.append(title)
+        for k in table:
+            lines.append(f"  {k.shown:<18} {k.help}")
+        lines.append("")
+    lines.append("Mouse: click a column of the timeline to put the cursor there;")
+    lines.append("click a row of a tree to select it.")
+    return lines

@@ -1,0 +1,158 @@
+"""The timeline screen: one snapshot, or two sharing a cursor and a y scale."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from rich.text import Text
+from textual import events
+from textual.app import ComposeResult
+from textual.widgets import Static
+
+from memlens.views.tui import keys
+from memlens.views.tui.base import AllocationScreen, KeyScreen, Lines, Session, one_line
+from memlens.views.tui.chart import AXIS_WIDTH, Viewport, column_at, render_chart
+from memlens.views.tui.describe import cursor_line, summary_line
+from memlens.views.tui.tree_screens import DiffScreen, LiveTreeScreen
+
+
+class TimelineScreen(KeyScreen):
+    TABLE = keys.TIMELINE
+
+    def __init__(self, sessions: list[Session]) -> None:
+        super().__init__()
+        self.sessions = sessions
+        self.compare = len(sessions) > 1
+        self.view = Viewport(max(s.dev.n_events for s in sessions))
+        self.y_top = max(s.timeline.top for s in sessions)
+        self._chart_width = 0
+
+    @property
+    def primary(self) -> Session:
+        return self.sessions[0]
+
+    def compose(self) -> ComposeResult:
+        for k, s in enumerate(self.sessions):
+            tag = f"{'AB'[k]}: " if self.compare else ""
+            yield Static(
+                one_line(tag + summary_line(s.name, s.dev)), classes="title", id=f"summary{k}"
+            )
+            yield Lines(self._chart_provider(s), self._click, id=f"chart{k}")
+            yield Static("", classes="line", id=f"status{k}")
+        hint = "←→ move  +/- zoom  ↑↓ floor  p peak  m stage  Enter "
+        hint += "diff" if self.compare else "detail"
+        yield Static(one_line(hint + "  ? help  q quit"), classes="hint")
+
+    def on_mount(self) -> None:
+        self.redraw()
+
+    def _chart_provider(self, s: Session) -> Callable[[int, int], list[Text]]:
+        def provide(width: int, height: int) -> list[Text]:
+            return render_chart(s.timeline, self.view, width, height, top=self.y_top)
+
+        return provide
+
+    def on_resize(self, event: events.Resize) -> None:
+        self.call_after_refresh(self._fit_width)
+
+    def _fit_width(self) -> None:
+        width = self.query_one("#chart0", Lines).size.width - AXIS_WIDTH
+        if width > 0 and width != self._chart_width:
+            first = self._chart_width == 0
+            self._chart_width = width
+            self.view.resize(width)
+            if first:  # open on the peak: the moment people come to look at
+                self.view.zoom_fit()
+                self.do_peak()
+            self.redraw()
+
+    def redraw(self) -> None:
+        super().redraw()
+        for k, s in enumerate(self.sessions):
+            self.query_one(f"#status{k}", Static).update(
+                one_line(cursor_line(s.dev, s.timeline, self.view))
+            )
+
+    def _click(self, x: int, y: int) -> None:
+        col = column_at(x, self.view)
+        if col is not None:
+            self.view.goto_column(col, self.primary.timeline)
+            self.redraw()
+
+    # ---- actions ---------------------------------------------------------------------
+    def do_step(self, n: int) -> None:
+        self.view.step(n, self.primary.timeline)
+
+    def do_pan(self, n: int) -> None:
+        self.view.pan(n * self.view.width, self.primary.timeline)
+
+    def do_first(self) -> None:
+        self.view.goto_event(0)
+
+    def do_last(self) -> None:
+        self.view.goto_event(self.view.n_events - 1)
+
+    def do_zoom_in(self) -> None:
+        self.view.zoom(0.5)
+
+    def do_zoom_out(self) -> None:
+        self.view.zoom(2)
+
+    def do_zoom_fit(self) -> None:
+        self.view.zoom_fit()
+
+    def do_floor(self, n: int) -> None:
+        self.view.raise_floor(self.y_top, n)
+
+    def do_floor_reset(self) -> None:
+        self.view.floor = 0
+
+    def do_peak(self) -> None:
+        self.view.goto_event(max(self.primary.dev.peak_event_index, 0))
+
+    def do_reserved_peak(self) -> None:
+        self.view.goto_event(max(self.primary.dev.peak_reserved_event_index, 0))
+
+    def do_marker(self, direction: int) -> None:
+        events_ = sorted({m.event for s in self.sessions for m in s.timeline.markers if m.start})
+        here = self.view.cursor
+        cands = (
+            [e for e in events_ if e > here] if direction > 0 else [e for e in events_ if e < here]
+        )
+        if not cands:
+            self.notify("no more stage markers" if events_ else "no stage markers in this trace")
+            return
+        self.view.goto_event(cands[0] if direction > 0 else cands[-1])
+
+    def _event_of(self, s: Session) -> int:
+        return min(self.view.cursor, s.dev.n_events - 1)
+
+    def do_detail(self) -> None:
+        if self.compare:
+            a, b = self.sessions
+            self.app.push_screen(DiffScreen(a, self._event_of(a), b, self._event_of(b)))
+        else:
+            s = self.primary
+            self.app.push_screen(LiveTreeScreen(s.dev, self._event_of(s)))
+
+    def do_diff_peaks(self) -> None:
+        if not self.compare:
+            self.notify("d compares two snapshots: memlens tui A B")
+            return
+        a, b = self.sessions
+        pa, pb = a.dev.peak_event_index, b.dev.peak_event_index
+        self.app.push_screen(DiffScreen(a, pa, b, pb, what="peaks"))
+
+    def do_event_allocation(self) -> None:
+        s = self.primary
+        e = self._event_of(s)
+        if e < 0:
+            return
+        row = int(s.dev.alloc_row[e])
+        if row < 0:
+            self.notify(f"event {e:,} ({s.dev.action_name(e)}) belongs to no allocation")
+            return
+        self.app.push_screen(AllocationScreen(s.dev, row))
+
+    def do_quit(self) -> None:
+        self.app.exit()

@@ -1,0 +1,272 @@
+"""Tree screens: live allocations by call stack, the diff of two snapshots, and the list of
+allocations under a row. They share one outline (outline.py) and one key table."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual import events
+from textual.app import ComposeResult
+from textual.widgets import Static
+
+from memlens.snapshot.model import DeviceTrace
+from memlens.units import format_bytes
+from memlens.views.tui import keys
+from memlens.views.tui.base import AllocationScreen, KeyScreen, Lines, Session, one_line
+from memlens.views.tui.describe import event_time
+from memlens.views.tui.outline import Outline
+from memlens.views.tui.trees import (
+    Node,
+    allocation_list,
+    diff_tree,
+    live_stack_tree,
+    rows_under,
+)
+
+
+class TreeScreen(KeyScreen):
+    """An outline with title and status lines; subclasses say what the tree is."""
+
+    TABLE = keys.TREE
+    diff = False
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.hide_internals = True
+        self.searching = False
+        self.outline = Outline(self.build_tree(), diff=self.diff)
+        self._page = 20
+
+    def build_tree(self) -> Node:
+        raise NotImplementedError
+
+    def heading(self) -> str:
+        raise NotImplementedError
+
+    def compose(self) -> ComposeResult:
+        yield Static(one_line(self.heading()), classes="title", id="title")
+        yield Lines(self._provide, self._click, id="tree")
+        yield Static("", classes="line", id="status")
+        yield Static(
+            one_line(
+                "↑↓ move  →← open/close  e/c all  f focus  b back  h frames  / search"
+                "  a allocations  ? help  q back"
+            ),
+            classes="hint",
+        )
+
+    def on_mount(self) -> None:
+        self.redraw()
+
+    def _provide(self, width: int, height: int) -> list[Text]:
+        self._page = max(height - 1, 1)
+        return self.outline.render(width, height)
+
+    def _click(self, x: int, y: int) -> None:
+        self.outline.cursor = min(self.outline.scroll + y, len(self.outline.rows) - 1)
+        self.redraw()
+
+    def status_text(self) -> str:
+        o = self.outline
+        n = o.current
+        if self.searching or o.query:
+            k, total = o.match_position()
+            where = f"match {k}/{total}" if total else "no match"
+            prompt = "/" + o.query + ("▏" if self.searching else "")
+            return f"{prompt}   {where}   (n/N next/previous, Esc clears)"
+        root = o.root.value
+        share = f" · {n.value / root * 100:.1f}% of {format_bytes(root)}" if root else ""
+        focus = f" · focused ({len(o.focus_stack)} deep, b back)" if o.focus_stack else ""
+        return f"row {o.cursor + 1:,}/{len(o.rows):,} · {format_bytes(n.value)}{share}{focus}"
+
+    def redraw(self) -> None:
+        super().redraw()
+        self.query_one("#status", Static).update(one_line(self.status_text()))
+        self.query_one("#title", Static).update(one_line(self.heading()))
+
+    def intercept(self, event: events.Key) -> bool:
+        if not self.searching:
+            return False
+        o = self.outline
+        if event.key == "escape":
+            self.searching = False
+            o.clear_search()
+        elif event.key == "enter":
+            self.searching = False
+        elif event.key == "backspace":
+            o.search(o.query[:-1])
+        elif event.character and event.character.isprintable():
+            o.search(o.query + event.character)
+        else:
+            return False
+        self.redraw()
+        return True
+
+    # ---- actions ---------------------------------------------------------------------
+    def do_move(self, n: int) -> None:
+        self.outline.move(n)
+
+    def do_page(self, n: int) -> None:
+        self.outline.move(n * self._page)
+
+    def do_home(self) -> None:
+        self.outline.home()
+
+    def do_end(self) -> None:
+        self.outline.end()
+
+    def do_expand(self) -> None:
+        self.outline.expand()
+
+    def do_collapse(self) -> None:
+        self.outline.collapse()
+
+    def do_toggle(self) -> None:
+        self.outline.toggle()
+
+    def do_expand_all(self) -> None:
+        self.outline.expand_all()
+
+    def do_collapse_all(self) -> None:
+        self.outline.collapse_all()
+
+    def do_parent(self) -> None:
+        self.outline.parent()
+
+    def do_first_child(self) -> None:
+        self.outline.first_child()
+
+    def do_sibling(self, n: int) -> None:
+        self.outline.sibling(n)
+
+    def do_focus(self) -> None:
+        self.outline.focus()
+
+    def do_back(self) -> None:
+        self.outline.back()
+
+    def do_unfocus(self) -> None:
+        self.outline.unfocus()
+
+    def do_hide(self) -> None:
+        self.hide_internals = not self.hide_internals
+        old = self.outline
+        labels = []
+        n: Node | None = old.current
+        while n is not None and n.parent is not None:
+            labels.append(n.label)
+            n = n.parent
+        self.outline = Outline(self.build_tree(), diff=self.diff)
+        # stay on the same call site: follow the old path's labels where they still exist
+        # (frames that are now hidden are skipped)
+        node = self.outline.tree_root
+        for label in reversed(labels):
+            child = next((c for c in node.children if c.label == label), None)
+            if child is not None:
+                node = child
+        self.outline.reveal(node)
+        if old.query:
+            self.outline.search(old.query)
+
+    def do_search(self) -> None:
+        self.searching = True
+        self.outline.search("")
+
+    def do_match(self, n: int) -> None:
+        self.outline.next_match(n)
+
+    def do_allocations(self) -> None:
+        self.notify("no allocation list here")
+
+    def do_close(self) -> None:
+        if self.outline.query:
+            self.outline.clear_search()
+        else:
+            super().do_close()
+
+
+def _frames_note(hide: bool) -> str:
+    return "user frames (h: all frames)" if hide else "all frames (h: user frames only)"
+
+
+class LiveTreeScreen(TreeScreen):
+    """What is alive right after an event, by call stack."""
+
+    def __init__(self, dev: DeviceTrace, event: int) -> None:
+        self.dev, self.event = dev, event
+        super().__init__()
+
+    def build_tree(self) -> Node:
+        return live_stack_tree(self.dev, self.event, hide_internals=self.hide_internals)
+
+    def heading(self) -> str:
+        root = self.outline.tree_root
+        t = event_time(self.dev, self.event)
+        return (
+            f"live after event {self.event:,}{' (' + t + ')' if t else ''}: "
+            f"{format_bytes(root.value)} in {root.count:,} allocations · "
+            f"{_frames_note(self.hide_internals)}"
+        )
+
+    def do_allocations(self) -> None:
+        rows = rows_under(
+            self.dev,
+            self.dev.live_at(self.event),
+            self.outline.current.path(),
+            hide_internals=self.hide_internals,
+        )
+        self.app.push_screen(AllocationListScreen(self.dev, rows, self.outline.current.label))
+
+
+class DiffScreen(TreeScreen):
+    """Two snapshots' live trees merged by call path: what grew, what shrank."""
+
+    diff = True
+
+    def __init__(self, a: Session, event_a: int, b: Session, event_b: int, what: str = "") -> None:
+        self.a, self.b, self.event_a, self.event_b, self.what = a, b, event_a, event_b, what
+        super().__init__()
+
+    def build_tree(self) -> Node:
+        h = self.hide_internals
+        return diff_tree(
+            live_stack_tree(self.a.dev, self.event_a, hide_internals=h),
+            live_stack_tree(self.b.dev, self.event_b, hide_internals=h),
+        )
+
+    def heading(self) -> str:
+        root = self.outline.tree_root
+        sign = "+" if root.value > 0 else ""
+        at = f"the peaks (A event {self.event_a:,}, B event {self.event_b:,})"
+        if self.what != "peaks":
+            at = f"A event {self.event_a:,} vs B event {self.event_b:,}"
+        return (
+            f"diff B - A at {at}: {sign}{format_bytes(root.value)} "
+            f"({format_bytes(root.before)} → {format_bytes(root.after)}) · "
+            f"{_frames_note(self.hide_internals)}"
+        )
+
+
+class AllocationListScreen(TreeScreen):
+    """The allocations under a tree node, largest first; Enter opens one."""
+
+    def __init__(self, dev: DeviceTrace, rows, label: str) -> None:
+        self.dev, self.rows_, self.node_label = dev, rows, label
+        super().__init__()
+
+    def build_tree(self) -> Node:
+        return allocation_list(self.dev, self.rows_)
+
+    def on_mount(self) -> None:
+        self.outline.move(1)  # on the largest allocation, ready for Enter
+        super().on_mount()
+
+    def heading(self) -> str:
+        return f"allocations under {self.node_label} (largest first; Enter: details)"
+
+    def do_allocations(self) -> None:
+        row = self.outline.current.row
+        if row >= 0:
+            self.app.push_screen(AllocationScreen(self.dev, row))
+
+    def do_hide(self) -> None:
+        self.notify("the list has no frames to hide")

@@ -1,0 +1,240 @@
+"""Trees the detail views show: live allocations by call stack, and the diff of two of them.
+
+Built on memlens.analysis.tree.build_stack_tree (bytes summed per distinct stack, then each
+stack walked once). Hiding frames is a transform of that tree: a hidden frame's children
+are lifted into its parent and merged with their new siblings, so totals never change.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from memlens.analysis.sites import NO_STACK_LABEL, site_of_allocations
+from memlens.analysis.tree import ROOT_LABEL, StackNode, build_stack_tree, frame_short_label
+from memlens.snapshot.frames import (
+    AUTOGRAD_NODE,
+    DEFAULT_HIDE_PATTERNS,
+    NOISE,
+    PYTHON,
+    hidden_filename_mask,
+)
+from memlens.snapshot.model import DeviceTrace, Snapshot
+
+HIDDEN_LEAF = -2  # frame id of "<inside hidden frames>" leaves
+HIDDEN_LABEL = "<inside hidden frames>"
+
+
+@dataclass(eq=False)
+class Node:
+    """A row of a detail tree. `value` is bytes (or the change in bytes in a diff)."""
+
+    label: str
+    value: int = 0
+    count: int = 0
+    frame_id: int = -1  # -1 root / no stack, HIDDEN_LEAF, else a frame id of the snapshot
+    children: list[Node] = field(default_factory=list)
+    parent: Node | None = field(default=None, repr=False)
+    before: int = 0  # diff only: bytes in the first snapshot (value = after - before)
+    after: int = 0
+    row: int = -1  # allocation row, for allocation lists
+
+    def path(self) -> list[int]:
+        """Frame ids from the root's child down to this node."""
+        out: list[int] = []
+        n: Node | None = self
+        while n is not None and n.parent is not None:
+            out.append(n.frame_id)
+            n = n.parent
+        return out[::-1]
+
+    def walk(self):
+        """This node and every descendant, depth first, children in display order."""
+        stack = [self]
+        while stack:
+            n = stack.pop()
+            yield n
+            stack.extend(reversed(n.children))
+
+
+class _Builder:
+    __slots__ = ("label", "frame_id", "bytes", "count", "kids")
+
+    def __init__(self, frame_id: int, label: str) -> None:
+        self.frame_id, self.label = frame_id, label
+        self.bytes = self.count = 0
+        self.kids: dict[int, _Builder] = {}
+
+    def child(self, frame_id: int, label: str) -> _Builder:
+        c = self.kids.get(frame_id)
+        if c is None:
+            c = self.kids[frame_id] = _Builder(frame_id, label)
+        return c
+
+
+def _absorb(target: _Builder, children: dict[int, StackNode], keep: Callable[[int], bool]) -> None:
+    for c in children.values():
+        if c.frame_id < 0 or keep(c.frame_id):
+            t = target.child(c.frame_id, c.label)
+            t.bytes += c.bytes
+            t.count += c.count
+            _absorb(t, c.children, keep)
+        else:
+            _absorb(target, c.children, keep)
+            own_b = c.bytes - sum(x.bytes for x in c.children.values())
+            own_c = c.count - sum(x.count for x in c.children.values())
+            if own_b or own_c:
+                leaf = target.child(HIDDEN_LEAF, HIDDEN_LABEL)
+                leaf.bytes += own_b
+                leaf.count += own_c
+
+
+def _freeze(b: _Builder, parent: Node | None) -> Node:
+    n = Node(b.label, b.bytes, b.count, b.frame_id, parent=parent)
+    kids = sorted(b.kids.values(), key=lambda k: (-k.bytes, k.label))
+    n.children = [_freeze(k, n) for k in kids]
+    return n
+
+
+def user_frame_mask(snap: Snapshot) -> np.ndarray:
+    """Per frame: shown when internals are hidden (user Python code and autograd nodes).
+
+    Torch's own Python, the stdlib and C++ plumbing go; autograd nodes stay because
+    backward runs on C++ threads and they name the forward op responsible.
+    """
+    cache = snap.__dict__.setdefault("_tui_user_frames", {})
+    if "mask" not in cache:
+        f = snap.frames
+        hidden = hidden_filename_mask(snap.strings, f.filename, DEFAULT_HIDE_PATTERNS)
+        names = np.asarray(f.name)
+        autograd_ids = {
+            int(u) for u in np.unique(names) if AUTOGRAD_NODE.search(snap.strings[int(u)])
+        }
+        autograd = np.fromiter((int(x) in autograd_ids for x in names), bool, len(names))
+        kind = np.asarray(f.kind)
+        cache["mask"] = ((kind == PYTHON) & ~hidden) | autograd
+    return cache["mask"]
+
+
+def frame_filter(snap: Snapshot, hide_internals: bool) -> Callable[[int], bool]:
+    """The predicate a frame must pass to appear in the tree (noise frames never do)."""
+    kind = snap.frames.kind
+    if not hide_internals:
+        return lambda fid: kind[fid] != NOISE
+    mask = user_frame_mask(snap)
+    return lambda fid: bool(mask[fid])
+
+
+def stack_tree(
+    snap: Snapshot, stack_ids: np.ndarray, sizes: np.ndarray, *, hide_internals: bool
+) -> Node:
+    """The tree of these allocations; with hide_internals, only user frames are levels."""
+    raw = build_stack_tree(snap, stack_ids, sizes, hide_noise=True)
+    root = _Builder(-1, ROOT_LABEL)
+    root.bytes, root.count = raw.bytes, raw.count
+    _absorb(root, raw.children, frame_filter(snap, hide_internals))
+    return _freeze(root, None)
+
+
+def live_stack_tree(dev: DeviceTrace, event: int, *, hide_internals: bool) -> Node:
+    rows = dev.live_at(event)
+    return stack_tree(
+        dev.snapshot, dev.alloc_stack[rows], dev.alloc_size[rows], hide_internals=hide_internals
+    )
+
+
+def rows_under(
+    dev: DeviceTrace, rows: np.ndarray, path: list[int], *, hide_internals: bool
+) -> np.ndarray:
+    """The allocation rows (of `rows`) that a tree node with this frame path accounts for.
+
+    A stack belongs to the node if its shown frames start with the path; a trailing
+    negative id (no stack / inside hidden frames) means "no shown frame after the prefix".
+    """
+    snap = dev.snapshot
+    keep = frame_filter(snap, hide_internals)
+    exact = bool(path) and path[-1] < 0
+    prefix = path[:-1] if exact else path
+    stacks = dev.alloc_stack[rows]
+    ok_stacks = []
+    for s in np.unique(stacks).tolist():
+        shown = [f for f in snap.stacks.frames_of(s)[::-1].tolist() if keep(f)]
+        if shown[: len(prefix)] == prefix and (not exact or len(shown) == len(prefix)):
+            ok_stacks.append(s)
+    return rows[np.isin(stacks, ok_stacks)]
+
+
+_LINE = re.compile(r":\d+\)$")
+
+
+def diff_key(label: str) -> str:
+    """What a row is matched on across two snapshots: the frame without its line number.
+
+    Two runs of edited code rarely agree on line numbers; `f (model.py:20)` in one and
+    `f (model.py:23)` in the other are the same call site for a regression check.
+    """
+    return _LINE.sub(")", label)
+
+
+def diff_tree(before: Node, after: Node) -> Node:
+    """Merge two trees by call path (function and file, not line); value = after - before,
+    largest change first. Rows that merge several lines of one function are summed."""
+    root = _diff(before, after, None)
+    root.label = ROOT_LABEL
+    return root
+
+
+def _diff(a: Node | None, b: Node | None, parent: Node | None) -> Node:
+    some = a if a is not None else b
+    assert some is not None
+    n = Node(diff_key(some.label), parent=parent)
+    n.before = a.value if a is not None else 0
+    n.after = b.value if b is not None else 0
+    n.value = n.after - n.before
+    n.count = (b.count if b is not None else 0) - (a.count if a is not None else 0)
+    ka = _by_key(a.children) if a is not None else {}
+    kb = _by_key(b.children) if b is not None else {}
+    labels = list(ka) + [k for k in kb if k not in ka]
+    kids = [_diff(ka.get(k), kb.get(k), n) for k in labels]
+    n.children = sorted(kids, key=lambda k: (-abs(k.value), -k.after, k.label))
+    return n
+
+
+def _by_key(children: list[Node]) -> dict[str, Node]:
+    """Children by diff key; children sharing a key are merged into one (summed) node."""
+    out: dict[str, Node] = {}
+    for c in children:
+        k = diff_key(c.label)
+        have = out.get(k)
+        if have is None:
+            out[k] = c
+        else:
+            out[k] = _merge(have, c)
+    return out
+
+
+def _merge(x: Node, y: Node) -> Node:
+    m = Node(x.label, x.value + y.value, x.count + y.count, x.frame_id)
+    m.children = list(_by_key(x.children + y.children).values())
+    return m
+
+
+def allocation_list(dev: DeviceTrace, rows: np.ndarray, limit: int = 2000) -> Node:
+    """A flat tree (root + one leaf per allocation, largest first) for the allocation list."""
+    rows = np.asarray(rows, dtype=np.int64)
+    sizes = dev.alloc_size[rows]
+    order = np.lexsort((rows, -sizes))[:limit]
+    snap = dev.snapshot
+    sites = site_of_allocations(dev, rows[order])
+    root = Node(f"{len(rows):,} allocations", int(sizes.sum()), len(rows))
+    for r, site in zip(rows[order].tolist(), sites.tolist()):
+        name = frame_short_label(snap, site) if site >= 0 else NO_STACK_LABEL
+        e = int(dev.alloc_event[r])
+        when = f"event {e:,}" if e >= 0 else "before the trace"
+        # count 0: a single allocation needs no "(1)" after it
+        label = f"#{r} {name} · {when}"
+        root.children.append(Node(label, int(dev.alloc_size[r]), 0, parent=root, row=r))
+    return root

@@ -1,0 +1,346 @@
+"""The app driven by Textual's pilot on hand-built snapshots: exact checks of what is shown."""
+
+from __future__ import annotations
+
+import pickle
+import subprocess
+import sys
+
+import pytest
+import tui_snapshots as hs
+from tui_pilot import chart, press, run, shown
+
+import memlens
+from memlens.views.tui import keys
+from memlens.views.tui.app import (
+    AllocationListScreen,
+    AllocationScreen,
+    DiffScreen,
+    HelpScreen,
+    LiveTreeScreen,
+    TimelineScreen,
+)
+
+MiB = hs.MiB
+SMALL = (50, 10)
+
+
+@pytest.fixture
+def dev():
+    return memlens.load(hs.small()).device()
+
+
+def status(app) -> str:
+    return shown(app, "#status0")
+
+
+def test_start_summary_chart_cursor_on_peak(dev):
+    async def script(app, pilot):
+        assert shown(app, "#summary0") == (
+            "snap0 · device 0 · 9 events · peak 14.00 MiB at event 3 · reserved peak 20.00 MiB"
+            " · end 5.00 MiB · 4 allocations"
+        )
+        assert chart(app) == "\n".join(
+            [
+                " 20.00 MiB│░░░░░░░░░",
+                "          │░░░▂▂░░░░",
+                "          │░░░██░░░░",
+                "  8.33 MiB│░░░██░▁▁░",
+                "          │░▂▇██▇██▄",
+                "       0 B│░████████",
+                "          └◆  ▲  ◆",
+            ]
+        )
+        assert status(app) == (
+            "event 3/9 alloc 8.00 MiB · t+0.003000 s · active 14.00 MiB · reserved 20.00 MiB"
+            " · 1 ev/col · stage forward"
+        )
+
+    run([dev], script, size=SMALL)
+
+
+def test_timeline_moves_markers_floor(dev):
+    async def script(app, pilot):
+        await press(pilot, "right")
+        assert status(app).startswith("event 4/9 free_requested 8.00 MiB")
+        await press(pilot, "left", "left")
+        assert status(app).startswith("event 2/9 alloc 2.00 MiB")
+        await press(pilot, "end")
+        assert status(app).startswith("event 8/9 free_completed") and "stage" not in status(app)
+        await press(pilot, "home")
+        assert status(app).startswith("event 0/9 segment_alloc 20.00 MiB")
+        await press(pilot, "m")
+        assert status(app).endswith("stage optimizer") and "event 6/9" in status(app)
+        await press(pilot, "m")  # no marker after: stays
+        assert "event 6/9" in status(app)
+        await press(pilot, "M")
+        assert "event 0/9" in status(app)
+        await press(pilot, "p")
+        assert "event 3/9" in status(app)
+        await press(pilot, "up", "up")
+        assert "floor 2.00 MiB" in status(app)
+        assert chart(app).splitlines()[-2] == "  2.00 MiB│░▆███████"
+        await press(pilot, "down")
+        assert "floor 1.00 MiB" in status(app)
+        await press(pilot, "r")
+        assert "floor" not in status(app)
+        await press(pilot, "shift+right")
+        assert "event 8/9" in status(app)
+        await press(pilot, "R")  # reserved peak: the segment at event 0
+        assert "event 0/9" in status(app)
+
+    run([dev], script, size=SMALL)
+
+
+def test_zoom_and_pan_on_a_long_trace():
+    dev = memlens.load(hs.long_trace(500)).device()  # 999 events
+
+    async def script(app, pilot):
+        # 120 - 11 = 109 chart columns: 10 events a column; cursor on the peak (last event)
+        assert status(app).startswith("event 998/999 alloc 500.00 KiB")
+        assert "10 ev/col" in status(app)
+        await press(pilot, "minus")
+        assert "10 ev/col" in status(app)  # already fits: zoom out stops
+        await press(pilot, "plus")
+        assert "5 ev/col" in status(app) and "event 998/999" in status(app)
+        await press(pilot, "left")
+        assert "event 994/999" in status(app)  # the highest event of the column before
+        await press(pilot, "plus", "plus", "plus")
+        assert "1 ev/col" in status(app)
+        await press(pilot, "pageup")
+        assert "event 885/999" in status(app)
+        axis = chart(app).splitlines()[-1]
+        assert axis.index("▲") == 11 + 107  # the cursor keeps its place on screen
+        await press(pilot, "0")
+        assert "10 ev/col" in status(app)
+
+    run([dev], script)
+
+
+def test_mouse_click_moves_the_cursor(dev):
+    async def script(app, pilot):
+        await pilot.click("#chart0", offset=(12, 2))
+        await pilot.pause()
+        assert status(app).startswith("event 1/9 alloc 4.00 MiB")
+        await pilot.click("#chart0", offset=(3, 2))  # on the axis: nothing
+        await pilot.pause()
+        assert status(app).startswith("event 1/9")
+
+    run([dev], script, size=SMALL)
+
+
+def test_detail_tree_navigation_focus_and_hide(dev):
+    async def script(app, pilot):
+        await press(pilot, "enter")
+        assert isinstance(app.screen, LiveTreeScreen)
+        assert shown(app, "#title") == (
+            "live after event 3 (t+0.003000 s): 14.00 MiB in 3 allocations · "
+            "user frames (h: all frames)"
+        )
+        assert shown(app, "#tree") == "\n".join(
+            [
+                "▾   14.00 MiB 100.0% all  (3)",
+                "  ▾   14.00 MiB 100.0% main (train.py:5)  (3)",
+                "    ▸   12.00 MiB  85.7% forward (model.py:20)  (2)",
+                "    ·    2.00 MiB  14.3% step (optim.py:7)  (1)",
+            ]
+        )
+        assert shown(app, "#status") == "row 1/4 · 14.00 MiB · 100.0% of 14.00 MiB"
+        await press(pilot, "down", "down", "right")
+        assert (
+            shown(app, "#tree").splitlines()[2]
+            == "    ▾   12.00 MiB  85.7% forward (model.py:20)  (2)"
+        )
+        await press(pilot, "right")
+        assert shown(app, "#status").startswith("row 4/5 · 12.00 MiB · 85.7%")
+        await press(pilot, "p", "right_square_bracket")
+        assert shown(app, "#status").startswith("row 5/5 · 2.00 MiB")
+        await press(pilot, "left_square_bracket", "f")
+        assert shown(app, "#tree") == "\n".join(
+            [
+                "▾   12.00 MiB 100.0% forward (model.py:20)  (2)",
+                "  ·   12.00 MiB 100.0% <inside hidden frames>  (2)",
+            ]
+        )
+        assert "focused (1 deep, b back)" in shown(app, "#status")
+        await press(pilot, "b")
+        assert shown(app, "#tree").splitlines()[0] == "▾   14.00 MiB 100.0% all  (3)"
+        await press(pilot, "h")
+        assert shown(app, "#title").endswith("all frames (h: user frames only)")
+        assert app.screen.outline.current.label == "forward (model.py:20)"  # stays put
+        await press(pilot, "right", "right")
+        assert app.screen.outline.current.label == "linear (functional.py:2380)"
+        await press(pilot, "h", "h")  # linear is hidden in between: back on its parent
+        assert app.screen.outline.current.label == "forward (model.py:20)"
+        await press(pilot, "home", "e")
+        assert shown(app, "#tree").splitlines()[3:5] == [
+            "      ▾   12.00 MiB 100.0% linear (functional.py:2380)  (2)",
+            "        ·   12.00 MiB 100.0% at::native::empty_cuda  (2)",
+        ]
+        await press(pilot, "c")
+        assert len(shown(app, "#tree").splitlines()) == 2
+        await press(pilot, "q")
+        assert isinstance(app.screen, TimelineScreen)
+
+    run([dev], script)
+
+
+def test_incremental_search(dev):
+    async def script(app, pilot):
+        await press(pilot, "enter", "h", "slash", "l", "i")
+        assert shown(app, "#status") == "/li▏   match 1/1   (n/N next/previous, Esc clears)"
+        assert "linear (functional.py:2380)" in shown(app, "#tree")  # opened to show it
+        await press(pilot, "backspace")  # "l": all, forward (model.py), linear
+        assert shown(app, "#status").startswith("/l▏   match 1/3")
+        await press(pilot, "enter")
+        assert shown(app, "#status").startswith("/l   match 1/3")
+        await press(pilot, "n", "n")
+        assert shown(app, "#status").startswith("/l   match 3/3")
+        await press(pilot, "n")  # wraps
+        assert shown(app, "#status").startswith("/l   match 1/3")
+        await press(pilot, "N")
+        assert shown(app, "#status").startswith("/l   match 3/3")
+        await press(pilot, "slash", "z", "z")
+        assert shown(app, "#status").startswith("/zz▏   no match")
+        await press(pilot, "escape")
+        assert shown(app, "#status").startswith("row ")
+        await press(pilot, "slash", "m", "a", "enter", "escape")  # Esc after a search clears it
+        assert isinstance(app.screen, LiveTreeScreen) and shown(app, "#status").startswith("row")
+        await press(pilot, "escape")
+        assert isinstance(app.screen, TimelineScreen)
+
+    run([dev], script)
+
+
+def test_allocation_list_and_allocation_view(dev):
+    async def script(app, pilot):
+        await press(pilot, "enter", "down", "down", "a")
+        assert isinstance(app.screen, AllocationListScreen)
+        rows = shown(app, "#tree").splitlines()
+        assert rows[0] == "▾   12.00 MiB 100.0% 2 allocations  (2)"
+        assert rows[1] == "  ·    8.00 MiB  66.7% #2 forward (model.py:20) · event 3"
+        assert rows[2] == "  ·    4.00 MiB  33.3% #0 forward (model.py:20) · event 1"
+        assert shown(app, "#status").startswith("row 2/3 · 8.00 MiB")  # on the largest
+        await press(pilot, "enter")
+        assert isinstance(app.screen, AllocationScreen)
+        text = shown(app, "#text").splitlines()
+        assert text[0] == "allocation #2: 8.00 MiB (8,388,608 bytes requested)"
+        assert "freed     event 5 (t+0.005000 s)" in text
+        assert text[-1] == "  main  /home/u/train.py:5"
+        await press(pilot, "q", "q", "q")
+        assert isinstance(app.screen, TimelineScreen)
+        await press(pilot, "a")  # the allocation of the event under the cursor (3: alloc C)
+        assert shown(app, "#text").splitlines()[0].startswith("allocation #2: 8.00 MiB")
+        await press(pilot, "escape", "home", "a")  # event 0 is a segment_alloc: no allocation
+        assert isinstance(app.screen, TimelineScreen)
+
+    run([dev], script)
+
+
+def test_compare_shared_cursor_and_diff_tree(dev):
+    other = memlens.load(hs.small(scale=2, extra_fwd=3 * MiB, fwd_line=23)).device()
+
+    async def script(app, pilot):
+        assert shown(app, "#summary0").startswith("A: snap0 · device 0 · 9 events · peak 14.00")
+        assert shown(app, "#summary1").startswith("B: snap1 · device 0 · 10 events · peak 25.00")
+        assert shown(app, "#status0").startswith("event 3/9 alloc 8.00 MiB")
+        assert shown(app, "#status1").startswith("event 3/10 alloc 16.00 MiB")
+        # one y scale for both: B's 25 MiB top
+        assert chart(app, 0).splitlines()[0].startswith(" 25.00 MiB│")
+        assert chart(app, 1).splitlines()[0].startswith(" 25.00 MiB│")
+        await press(pilot, "right")
+        assert shown(app, "#status0").startswith("event 4/9 ")
+        assert shown(app, "#status1").startswith("event 4/10 alloc 3.00 MiB")
+        await press(pilot, "enter")
+        assert isinstance(app.screen, DiffScreen)
+        assert shown(app, "#title") == (
+            "diff B - A at A event 4 vs B event 4: +11.00 MiB (14.00 MiB → 25.00 MiB) · "
+            "user frames (h: all frames)"
+        )
+        assert shown(app, "#tree").splitlines()[:4] == [
+            "▾   +11.00 MiB   14.00 MiB →  25.00 MiB  all",
+            "  ▾   +11.00 MiB   14.00 MiB →  25.00 MiB  main (train.py)",
+            "    ▸   +11.00 MiB   12.00 MiB →  23.00 MiB  forward (model.py)",
+            "    ·          0 B    2.00 MiB →   2.00 MiB  step (optim.py)",
+        ]
+        await press(pilot, "q", "end", "d")
+        assert shown(app, "#title").startswith(
+            "diff B - A at the peaks (A event 3, B event 4): +11.00 MiB"
+        )
+        await press(pilot, "q", "end", "enter")  # A has 9 events: its last one is used
+        assert shown(app, "#title").startswith(
+            "diff B - A at A event 8 vs B event 9: +3.00 MiB (5.00 MiB → 8.00 MiB)"
+        )
+
+    run([dev, other], script)
+
+
+def test_help_lists_every_key(dev):
+    async def script(app, pilot):
+        await press(pilot, "question_mark")
+        assert isinstance(app.screen, HelpScreen)
+        text = shown(app, "#text")
+        assert text.splitlines()[0] == "memlens tui: keys (any key closes this help)"
+        await press(pilot, "pagedown", "pagedown", "pagedown")
+        later = shown(app, "#text")
+        everything = text + "\n" + later
+        for _, table in keys.SECTIONS:
+            for k in table:
+                assert k.help in "\n".join(keys.help_lines())
+        assert "Mouse: click a column" in everything
+        await press(pilot, "x")
+        assert isinstance(app.screen, TimelineScreen)
+        await press(pilot, "enter", "question_mark")
+        assert isinstance(app.screen, HelpScreen)
+        await press(pilot, "space")
+        assert isinstance(app.screen, LiveTreeScreen)
+
+    run([dev], script, size=(100, 30))
+
+
+def test_tiny_terminal_still_works(dev):
+    async def script(app, pilot):
+        assert chart(app).startswith("(too small: ")
+        await press(pilot, "right", "plus", "enter", "e", "q", "minus")
+        assert isinstance(app.screen, TimelineScreen)
+        assert status(app).startswith("event 4/9")
+
+    run([dev], script, size=(24, 6))
+
+
+def test_no_color(dev, monkeypatch):
+    monkeypatch.setenv("NO_COLOR", "1")
+
+    async def script(app, pilot):
+        assert app.no_color
+        assert chart(app).splitlines()[-1] == "          └◆  ▲  ◆"
+        await press(pilot, "enter")
+        assert "85.7% forward (model.py:20)" in shown(app, "#tree")
+
+    run([dev], script, size=SMALL)
+
+
+def test_cli_errors_are_one_line(tmp_path):
+    missing = tmp_path / "nope.pickle"
+    p = subprocess.run(
+        [sys.executable, "-m", "memlens", "tui", str(missing)], capture_output=True, text=True
+    )
+    assert p.returncode == 2
+    assert p.stderr.strip() == f"memlens: error: no such snapshot file: {missing}"
+    empty = tmp_path / "empty.pickle"
+    empty.write_bytes(pickle.dumps({"segments": [], "device_traces": [[]]}))
+    p = subprocess.run(
+        [sys.executable, "-m", "memlens", "tui", str(empty), "--no-cache"],
+        capture_output=True,
+        text=True,
+    )
+    assert p.returncode == 2 and "has no trace events" in p.stderr
+    good = tmp_path / "small.pickle"
+    good.write_bytes(pickle.dumps(hs.small()))
+    p = subprocess.run(
+        [sys.executable, "-m", "memlens", "tui", str(good), "--device", "3"],
+        capture_output=True,
+        text=True,
+    )
+    assert p.returncode == 2
+    assert p.stderr.strip() == "memlens: error: device 3 is not in this snapshot (devices: 0)"

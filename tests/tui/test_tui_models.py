@@ -1,0 +1,289 @@
+"""The TUI's pure parts (chart, viewport, trees, outline, texts) on hand-built snapshots."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tui_snapshots as hs
+
+import memlens
+from memlens.views.tui import keys
+from memlens.views.tui.chart import Timeline, Viewport, column_at, render_chart
+from memlens.views.tui.describe import current_stage, cursor_line, describe_allocation
+from memlens.views.tui.outline import Outline, plain
+from memlens.views.tui.trees import diff_tree, live_stack_tree, rows_under
+
+MiB = hs.MiB
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "tui.md"
+
+
+@pytest.fixture
+def dev():
+    return memlens.load(hs.small()).device()
+
+
+def test_chart_draws_max_per_column_with_reserved_above(dev):
+    tl = Timeline.of_device(dev)
+    view = Viewport(dev.n_events, width=29)
+    view.goto_event(3)
+    assert plain(render_chart(tl, view, 40, 6)) == "\n".join(
+        [
+            " 20.00 MiB│░░░░░░░░░",
+            "          │░░░▄▄░░░░",
+            " 10.00 MiB│░░░██░░░░",
+            "          │░░▄██▄▆▆▂",
+            "       0 B│░████████",
+            "          └◆  ▲  ◆",
+        ]
+    )
+
+
+def test_bucket_maxima_never_hide_a_one_event_peak():
+    dev = memlens.load(hs.long_trace(500)).device()
+    tl = Timeline.of_device(dev)
+    active, reserved = tl.columns(20)
+    assert len(active) == 50
+    # each column's height is the max of its 20 events (here the odd, still-allocated ones)
+    expected = [int(dev.active_after[k * 20 : k * 20 + 20].max()) for k in range(50)]
+    assert active.tolist() == expected
+    assert tl.columns(20)[0] is active  # cached per zoom level
+    spike = np.zeros(1000, dtype=np.int64)
+    spike[537] = 10**9
+    t2 = Timeline(spike, spike)
+    assert t2.columns(100)[0][5] == 10**9
+
+
+def test_viewport_zoom_pan_step_keep_the_cursor():
+    tl = Timeline(np.arange(1000, dtype=np.int64), np.arange(1000, dtype=np.int64))
+    v = Viewport(1000, width=50)
+    assert (v.bucket, v.n_columns) == (20, 50)
+    v.goto_column(10, tl)
+    assert v.cursor == 219  # the highest event of column 10
+    v.zoom(0.5)
+    assert (v.bucket, v.cursor_column, v.cursor) == (10, 21, 219)
+    assert v.cursor_column - v.start == 10  # same place on screen
+    v.zoom(0.5)
+    v.zoom(0.5)
+    v.zoom(0.5)
+    v.zoom(0.5)
+    v.zoom(0.5)
+    assert v.bucket == 1 and v.cursor == 219
+    v.step(1, tl)
+    assert v.cursor == 220
+    v.pan(50, tl)
+    assert v.cursor == 270 and v.start == v.cursor_column - 11
+    v.zoom(1000)
+    assert v.bucket == 20  # never wider than fits
+    v.zoom_fit()
+    assert v.start == 0
+    v.goto_event(999)
+    assert v.cursor_column == 49
+    v.step(5, tl)
+    assert v.cursor == 999  # clamped
+    assert column_at(3, v) is None and column_at(11, v) == 0
+
+
+def test_floor_moves_in_steps_and_never_reaches_the_top():
+    v = Viewport(10, width=50)
+    v.raise_floor(1000, 3)
+    assert v.floor == 150
+    v.raise_floor(1000, 100)
+    assert v.floor == 950
+    v.raise_floor(1000, -100)
+    assert v.floor == 0
+
+
+def test_tiny_area_says_so(dev):
+    tl = Timeline.of_device(dev)
+    assert plain(render_chart(tl, Viewport(9), 20, 2)) == "(too small: 20x2)"
+
+
+def test_stage_markers_and_current_stage(dev):
+    tl = Timeline.of_device(dev)
+    assert [(m.event, m.name, m.start) for m in tl.markers] == [
+        (0, "forward", True),
+        (5, "forward", False),
+        (6, "optimizer", True),
+        (8, "optimizer", False),
+    ]
+    assert [current_stage(tl, e) for e in (0, 4, 5, 6, 8)] == [
+        "forward",
+        "forward",
+        "",
+        "optimizer",
+        "",
+    ]
+
+
+def test_cursor_line(dev):
+    tl = Timeline.of_device(dev)
+    v = Viewport(dev.n_events, width=50)
+    v.goto_event(3)
+    assert cursor_line(dev, tl, v) == (
+        "event 3/9 alloc 8.00 MiB · t+0.003000 s · active 14.00 MiB · reserved 20.00 MiB"
+        " · 1 ev/col · stage forward"
+    )
+
+
+def test_live_tree_user_frames_and_all_frames(dev):
+    o = Outline(live_stack_tree(dev, 3, hide_internals=True))
+    o.expand_all()
+    assert plain(o.render(100, 20)) == "\n".join(
+        [
+            "▾   14.00 MiB 100.0% all  (3)",
+            "  ▾   14.00 MiB 100.0% main (train.py:5)  (3)",
+            "    ▾   12.00 MiB  85.7% forward (model.py:20)  (2)",
+            "      ·   12.00 MiB 100.0% <inside hidden frames>  (2)",
+            "    ·    2.00 MiB  14.3% step (optim.py:7)  (1)",
+        ]
+    )
+    o = Outline(live_stack_tree(dev, 3, hide_internals=False))
+    o.expand_all()
+    assert plain(o.render(100, 20)).splitlines()[3:5] == [
+        "      ▾   12.00 MiB 100.0% linear (functional.py:2380)  (2)",
+        "        ·   12.00 MiB 100.0% at::native::empty_cuda  (2)",
+    ]
+
+
+def test_outline_navigation_focus_and_search(dev):
+    o = Outline(live_stack_tree(dev, 3, hide_internals=False), auto_expand=False)
+    assert [n.label for n, _ in o.rows] == ["all", "main (train.py:5)"]  # the root is open
+    o.expand()  # open already: go to the first child
+    assert o.current.label == "main (train.py:5)"
+    o.expand()
+    assert [n.label for n, _ in o.rows][2:] == ["forward (model.py:20)", "step (optim.py:7)"]
+    o.first_child()
+    assert o.current.label == "forward (model.py:20)"
+    o.sibling(1)
+    assert o.current.label == "step (optim.py:7)"
+    o.sibling(1)  # no next sibling: stays
+    assert o.current.label == "step (optim.py:7)"
+    o.sibling(-1)
+    o.focus()
+    assert o.root.label == "forward (model.py:20)" and o.cursor == 0
+    assert len(o.rows) == 2  # forward and its (closed) child
+    o.back()
+    assert o.root.label == "all" and o.current.label == "forward (model.py:20)"
+    o.collapse()
+    o.collapse()  # closed already: to the parent
+    assert o.current.label == "main (train.py:5)"
+    o.search("EMPTY")
+    assert o.current.label == "at::native::empty_cuda" and o.match_position() == (1, 1)
+    o.search("o")  # main? no: forward, optim, functional... in tree order
+    found = [m.label for m in o.matches]
+    assert found == ["forward (model.py:20)", "linear (functional.py:2380)", "step (optim.py:7)"]
+    o.next_match(1)
+    o.next_match(1)
+    assert o.current.label == "step (optim.py:7)"
+    o.next_match(1)  # wraps
+    assert o.current.label == "forward (model.py:20)"
+    o.next_match(-1)
+    assert o.current.label == "step (optim.py:7)"
+    o.clear_search()
+    assert o.matches == []
+
+
+def test_collapse_all_and_expand_all(dev):
+    o = Outline(live_stack_tree(dev, 3, hide_internals=False))
+    o.expand_all()
+    assert len(o.rows) == 6
+    o.collapse_all()
+    assert len(o.rows) == 2  # the root stays open at the top
+    o.home()
+    o.move(1)
+    o.toggle()
+    assert len(o.rows) == 4
+
+
+def test_rows_under_a_node(dev):
+    live = dev.live_at(3)
+    for hide in (True, False):
+        o = Outline(live_stack_tree(dev, 3, hide_internals=hide))
+        o.expand_all()
+        for node, _ in o.rows:
+            rows = rows_under(dev, live, node.path(), hide_internals=hide)
+            assert int(dev.alloc_size[rows].sum()) == node.value, node.label
+            assert len(rows) == node.count
+
+
+def test_diff_tree_matches_by_call_path():
+    a = memlens.load(hs.small()).device()
+    b = memlens.load(hs.small(scale=2, extra_fwd=3 * MiB, fwd_line=23)).device()
+    d = diff_tree(
+        live_stack_tree(a, a.peak_event_index, hide_internals=True),
+        live_stack_tree(b, b.peak_event_index, hide_internals=True),
+    )
+    assert (d.before, d.after, d.value) == (14 * MiB, 25 * MiB, 11 * MiB)
+    o = Outline(d, diff=True)
+    o.expand_all()
+    assert plain(o.render(120, 10)) == "\n".join(
+        [
+            "▾   +11.00 MiB   14.00 MiB →  25.00 MiB  all",
+            "  ▾   +11.00 MiB   14.00 MiB →  25.00 MiB  main (train.py)",
+            "    ▾   +11.00 MiB   12.00 MiB →  23.00 MiB  forward (model.py)",
+            "      ·   +11.00 MiB   12.00 MiB →  23.00 MiB  <inside hidden frames>",
+            "    ·          0 B    2.00 MiB →   2.00 MiB  step (optim.py)",
+        ]
+    )
+
+
+def test_describe_allocation(dev):
+    row = int(dev.alloc_row[3])
+    lines = describe_allocation(dev, row)
+    assert lines[0] == f"allocation #{row}: 8.00 MiB (8,388,608 bytes requested)"
+    assert lines[2:6] == [
+        "allocated event 3 (t+0.003000 s)",
+        "free req. event 4 (t+0.004000 s)",
+        "freed     event 5 (t+0.005000 s)",
+        "lifetime  2 events, 0.002000 s",
+    ]
+    assert lines[-4:] == [
+        "  [C++] at::native::empty_cuda",
+        "  linear  /usr/lib/python3.11/site-packages/torch/nn/functional.py:2380",
+        "  forward  /home/u/model.py:20",
+        "  main  /home/u/train.py:5",
+    ]
+    alive = describe_allocation(dev, int(dev.alloc_row[1]))
+    assert "freed     never: alive at the end of the trace" in alive
+    assert "lifetime  7 events, 0.007000 s (at least)" in alive
+
+
+def test_every_key_is_documented():
+    text = DOCS.read_text()
+    for _, table in keys.SECTIONS:
+        for k in table:
+            assert re.search(rf"\|\s*`?{re.escape(k.shown)}`?\s*\|", text), k.shown
+            assert k.help in text, k.help
+    help_text = "\n".join(keys.help_lines())
+    assert all(k.help in help_text for _, t in keys.SECTIONS for k in t)
+
+
+def test_key_lookup_by_name_and_character():
+    assert keys.lookup(keys.TIMELINE, "plus", "+") == "zoom_in"
+    assert keys.lookup(keys.TIMELINE, "left", None) == "step(-1)"
+    assert keys.lookup(keys.TREE, "N", "N") == "match(-1)"
+    assert keys.lookup(keys.TREE, "x", "x") is None
+
+
+def test_diff_matches_a_function_whose_line_moved():
+    from memlens.views.tui.trees import Node, diff_key
+
+    assert diff_key("forward (model.py:20)") == "forward (model.py)"
+    assert diff_key("at::native::empty_cuda") == "at::native::empty_cuda"
+
+    def tree(children: list[tuple[str, int]]) -> Node:
+        root = Node("all", sum(v for _, v in children))
+        root.children = [Node(lab, v, 1, parent=root) for lab, v in children]
+        return root
+
+    d = diff_tree(tree([("f (a.py:1)", 10), ("g (a.py:5)", 4)]), tree([("f (a.py:3)", 12)]))
+    assert [(c.label, c.before, c.after, c.value) for c in d.children] == [
+        ("g (a.py)", 4, 0, -4),
+        ("f (a.py)", 10, 12, 2),
+    ]
+    # two lines of one function in the same snapshot are one row of the diff
+    d = diff_tree(tree([("f (a.py:1)", 10), ("f (a.py:2)", 5)]), tree([("f (a.py:1)", 15)]))
+    assert [(c.label, c.before, c.after) for c in d.children] == [("f (a.py)", 15, 15)]
