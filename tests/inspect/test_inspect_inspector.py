@@ -127,6 +127,8 @@ def test_activation_bytes_are_output_bytes(tmp_path):
     row = load_run(tmp_path / "r").activation_bytes[0]
     assert row["modules"] == {"fc1": 5 * 24 * 4, "act": 5 * 24 * 4, "fc2": 5 * 3 * 4}
     assert abs(row["time_us"] / 1e6 - time.time()) < 60
+    # the forward pass ends at the last watched module's output, on the same clock
+    assert row["time_us"] <= row["end_time_us"] < row["time_us"] + 60_000_000
 
 
 def test_transformer_attention_is_a_leaf():

@@ -11,6 +11,7 @@ rebuilds the dashboard, plots and videos of a run. Modules:
 - ``store``: the run directory format and reading it back.
 - ``render``: dashboard HTML, PNG plots, videos.
 - ``alerts``: NaN/Inf, exploding/vanishing norms, dead activations.
+- ``annotations``: activation bytes per step as a snapshot's annotations (no torch).
 
 Importing this package does not import torch.
 
@@ -24,7 +25,7 @@ from __future__ import annotations
 import sys
 import types
 
-__all__ = ["inspect", "load_run", "render_run"]
+__all__ = ["activation_annotations", "inspect", "load_run", "render_run"]
 
 
 def __getattr__(name: str):
@@ -36,6 +37,10 @@ def __getattr__(name: str):
         from memlens.inspect.store import load_run
 
         return load_run
+    if name == "activation_annotations":
+        from memlens.inspect.annotations import activation_annotations
+
+        return activation_annotations
     if name == "render_run":
         from memlens.inspect.render import render_run
 

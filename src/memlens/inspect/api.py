@@ -304,6 +304,7 @@ class Inspector:
         self._captured: set[str] = set()
         self._act_bytes: dict[str, int] = {}
         self._step_time_us: int | None = None
+        self._step_end_time_us: int | None = None  # the last forward output of the step
         self._handles: list = []
         self._pending: collections.deque = collections.deque()
         self._outbox: list = []
@@ -418,6 +419,7 @@ class Inspector:
         self._captured.clear()
         self._act_bytes = {}
         self._step_time_us = None
+        self._step_end_time_us = None
         try:
             self._install()
         except Exception as exc:  # never break training
@@ -437,7 +439,8 @@ class Inspector:
         self._remove()
         self._pump()  # also sends the step's samples
         if self._act_bytes:
-            self._send(("bytes", self.step_index, self._step_time_us, dict(self._act_bytes)), 0)
+            times = (self._step_time_us, self._step_end_time_us)
+            self._send(("bytes", self.step_index, *times, dict(self._act_bytes)), 0)
 
     # -- hooks ----------------------------------------------------------------------------
     def _install(self) -> None:
@@ -470,8 +473,10 @@ class Inspector:
                 outs = _tensors_in(output)
                 nbytes = sum(t.numel() * t.element_size() for _, t in outs)
                 self._act_bytes[lab] = self._act_bytes.get(lab, 0) + nbytes
+                # the snapshot's clock (epoch µs), so memory views can place the forward pass
+                self._step_end_time_us = int(time.time() * 1e6)
                 if self._step_time_us is None:
-                    self._step_time_us = int(time.time() * 1e6)
+                    self._step_time_us = self._step_end_time_us
                 for suffix, t in outs:
                     if "output" in track:
                         self._capture(f"{lab}:output{suffix}", lab, "output", t)

@@ -236,6 +236,7 @@ def annotations_document(rows: list[dict], meta: dict) -> dict:
             {
                 "step": r["step"],
                 "time_us": r.get("time_us"),
+                "end_time_us": r.get("end_time_us", r.get("time_us")),
                 "total_bytes": int(sum(r.get("modules", {}).values())),
                 "modules": r.get("modules", {}),
             }

@@ -69,8 +69,8 @@ class Worker:
                 if self.errors <= 3:
                     traceback.print_exc()
         elif msg[0] == "bytes":
-            _, step, time_us, modules = msg
-            row = {"step": step, "time_us": time_us, "modules": modules}
+            _, step, time_us, end_time_us, modules = msg
+            row = {"step": step, "time_us": time_us, "end_time_us": end_time_us, "modules": modules}
             self.act_rows.append(row)
             self.act_pending.append(row)
             self.annotations_dirty = True

@@ -287,13 +287,19 @@ def _build_segments(raw_segments: list[Any], ctx: _Context) -> Segments:
 
 
 def _build_annotations(raw: Any, ctx: _Context) -> Annotations:
+    return annotation_columns(raw, ctx.strings)
+
+
+def annotation_columns(raw: Any, intern: Callable[[Any], int]) -> Annotations:
+    """external_annotations entries ({"name", "stage", "device", "time_us"}) as columns;
+    `intern` maps a name to its id in the snapshot's string table."""
     names, stages, devices, times = [], [], [], []
     if not isinstance(raw, list):
         raw = []
     for a in raw:
         if not isinstance(a, dict):
             continue
-        names.append(ctx.strings(a.get("name", "")))
+        names.append(intern(a.get("name", "")))
         st = a.get("stage")
         stages.append(0 if st == "START" else 1 if st == "END" else -1)
         try:

@@ -259,6 +259,29 @@ class Snapshot:
     format_notes: list[str] = field(default_factory=list)
     from_cache: bool = False
 
+    def add_annotations(self, entries: list[dict[str, Any]]) -> None:
+        """Append external_annotations entries (PyTorch's form: name, stage START/END,
+        device, time_us), e.g. from another tool of the same run. Call it before any
+        analysis: results already computed on this snapshot are not recomputed."""
+        from memlens.snapshot.builder import annotation_columns
+
+        ids = {s: i for i, s in enumerate(self.strings)}
+
+        def intern(name: Any) -> int:
+            name = str(name)
+            i = ids.get(name)
+            if i is None:
+                i = ids[name] = len(self.strings)
+                self.strings.append(name)
+            return i
+
+        extra = annotation_columns(entries, intern)
+        old = self.annotations
+        self.annotations = Annotations(
+            *(np.concatenate([getattr(old, f), getattr(extra, f)]) for f in
+              ("name", "stage", "device", "time_us"))
+        )  # fmt: skip
+
     @property
     def devices(self) -> list[int]:
         """Devices with trace entries or segments, in device order."""

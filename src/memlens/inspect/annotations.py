@@ -1,0 +1,64 @@
+"""The inspector's activation bytes as PyTorch `external_annotations`, so a memory snapshot
+of the same run shows them: `memlens stages/view/tui/report SNAP --annotations RUN_DIR`.
+
+Each sampled step becomes one START/END range over that step's forward pass (from the first
+to the last watched module's output, on the snapshot's clock: epoch microseconds), named
+with the bytes the watched modules returned, e.g. ``forward activations 45.21 MiB (inspect
+step 20; largest blocks.3.mlp 8.00 MiB)``. A memory view then draws it as a stage band, and
+`memlens stages` puts the allocator's view of that forward pass (memory at start and end,
+peak inside, bytes allocated) next to it. Reading needs no torch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from memlens.errors import MemlensError
+from memlens.inspect.store import ANNOTATIONS_FORMAT
+from memlens.units import format_bytes
+
+
+def read_activation_annotations(path: str | os.PathLike) -> dict[str, Any]:
+    """The annotations.json document of an inspector run (`path`: the run directory or the
+    file itself). Raises MemlensError with one line when it is missing or not one."""
+    p = Path(path)
+    if p.is_dir():
+        p = p / "annotations.json"
+    try:
+        doc = json.loads(p.read_text("utf-8"))
+    except FileNotFoundError:
+        raise MemlensError(
+            f"{p}: no such file (an inspector run directory has annotations.json)"
+        ) from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise MemlensError(f"{p}: not readable as JSON ({exc})") from None
+    if not isinstance(doc, dict) or doc.get("format") != ANNOTATIONS_FORMAT:
+        raise MemlensError(f"{p}: not an inspector annotations file (format {ANNOTATIONS_FORMAT})")
+    if not isinstance(doc.get("steps"), list):
+        raise MemlensError(f"{p}: 'steps' is not a list")
+    return doc
+
+
+def activation_annotations(path: str | os.PathLike, device: int = 0) -> list[dict[str, Any]]:
+    """PyTorch-format annotation entries (START/END pairs) for every sampled step with a
+    time; see the module docstring for the names."""
+    out: list[dict[str, Any]] = []
+    for row in read_activation_annotations(path)["steps"]:
+        if not isinstance(row, dict):
+            continue
+        t0, t1 = row.get("time_us"), row.get("end_time_us", row.get("time_us"))
+        if not isinstance(t0, int) or not isinstance(t1, int):
+            continue  # a step without a clock cannot be placed on the trace
+        modules = row.get("modules") or {}
+        total = int(row.get("total_bytes", sum(modules.values())))
+        name = f"forward activations {format_bytes(total)} (inspect step {row.get('step')}"
+        if modules:
+            top = max(modules, key=lambda m: modules[m])
+            name += f"; largest {top} {format_bytes(int(modules[top]))}"
+        name += ")"
+        out.append({"name": name, "stage": "START", "device": device, "time_us": t0})
+        out.append({"name": name, "stage": "END", "device": device, "time_us": max(t0, t1)})
+    return out

@@ -1,0 +1,119 @@
+"""The inspector's activation bytes shown next to a snapshot of the same run, as annotations.
+No torch: annotations.json documents are written by hand here (the inspector tests check
+that a real run writes them)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import memlens
+from memlens.analysis.stages import stage_table
+from memlens.errors import MemlensError
+from memlens.inspect.annotations import activation_annotations
+
+MiB = 1024 * 1024
+T0 = 1_700_000_000_000_000
+
+
+def _doc(steps: list[dict]) -> dict:
+    return {"format": "memlens.inspect.annotations/1", "kind": "activation_bytes",
+            "unit": "bytes", "modules": ["fc1", "fc2"], "steps": steps}  # fmt: skip
+
+
+def _write(tmp_path, steps: list[dict]):
+    (tmp_path / "annotations.json").write_text(json.dumps(_doc(steps)))
+    return tmp_path
+
+
+def _snapshot() -> dict:
+    """One 8 MiB segment; events at T0+10..T0+60 (µs): alloc A 1 MiB, alloc B 2 MiB, free B
+    (requested, completed), alloc C 3 MiB. Active after each (MiB): 1, 3, 3, 1, 4."""
+
+    def ev(action, addr, size, t):
+        return {"action": action, "addr": addr, "size": size, "stream": 0,
+                "time_us": T0 + t, "frames": []}  # fmt: skip
+
+    trace = [
+        ev("alloc", 0x1000000, MiB, 10),
+        ev("alloc", 0x1100000, 2 * MiB, 20),
+        ev("free_requested", 0x1100000, 2 * MiB, 30),
+        ev("free_completed", 0x1100000, 2 * MiB, 40),
+        ev("alloc", 0x1300000, 3 * MiB, 60),
+    ]
+    blocks = [
+        {"address": 0x1000000, "size": MiB, "requested_size": MiB, "state": "active_allocated", "frames": []},
+        {"address": 0x1100000, "size": 2 * MiB, "requested_size": 0, "state": "inactive", "frames": []},
+        {"address": 0x1300000, "size": 3 * MiB, "requested_size": 3 * MiB, "state": "active_allocated", "frames": []},
+        {"address": 0x1600000, "size": 2 * MiB, "requested_size": 0, "state": "inactive", "frames": []},
+    ]  # fmt: skip
+    seg = {"device": 0, "address": 0x1000000, "total_size": 8 * MiB, "stream": 0,
+           "segment_type": "large", "allocated_size": 4 * MiB, "active_size": 4 * MiB,
+           "requested_size": 4 * MiB, "blocks": blocks}  # fmt: skip
+    return {"segments": [seg], "device_traces": [trace]}
+
+
+def test_each_step_is_one_named_range(tmp_path):
+    run = _write(tmp_path, [
+        {"step": 0, "time_us": T0 + 5, "end_time_us": T0 + 35, "total_bytes": 3 * MiB,
+         "modules": {"fc1": MiB, "fc2": 2 * MiB}},
+        {"step": 20, "time_us": T0 + 50, "end_time_us": T0 + 70, "total_bytes": 512,
+         "modules": {"fc1": 512}},
+    ])  # fmt: skip
+    got = activation_annotations(run)
+    first = "forward activations 3.00 MiB (inspect step 0; largest fc2 2.00 MiB)"
+    second = "forward activations 512 B (inspect step 20; largest fc1 512 B)"
+    assert got == [
+        {"name": first, "stage": "START", "device": 0, "time_us": T0 + 5},
+        {"name": first, "stage": "END", "device": 0, "time_us": T0 + 35},
+        {"name": second, "stage": "START", "device": 0, "time_us": T0 + 50},
+        {"name": second, "stage": "END", "device": 0, "time_us": T0 + 70},
+    ]
+    # the file itself works as well as its run directory
+    assert activation_annotations(run / "annotations.json", device=1)[0]["device"] == 1
+
+
+def test_stages_of_the_snapshot_show_the_forward_passes(tmp_path):
+    run = _write(tmp_path, [
+        {"step": 0, "time_us": T0 + 5, "end_time_us": T0 + 35, "total_bytes": 3 * MiB,
+         "modules": {"fc1": MiB, "fc2": 2 * MiB}},
+        {"step": 1, "time_us": T0 + 50, "end_time_us": T0 + 70, "total_bytes": 3 * MiB,
+         "modules": {"fc1": 3 * MiB}},
+    ])  # fmt: skip
+    snap = memlens.load(_snapshot(), cache=False)
+    snap.add_annotations(activation_annotations(run))
+    rows = stage_table(snap.device(0), top=0)["stages"]
+    assert [r["name"].split(" (")[0] for r in rows] == ["forward activations 3.00 MiB"] * 2
+    # step 0 covers events 0..2 (T0+10..T0+30): start 0, peak 3 MiB, end 3 MiB (B requested
+    # but not completed); step 1 covers event 4 (T0+60): start 1 MiB, peak = end = 4 MiB
+    assert [(r["active_start_bytes"], r["peak_bytes"], r["active_end_bytes"]) for r in rows] == [
+        (0, 3 * MiB, 3 * MiB),
+        (MiB, 4 * MiB, 4 * MiB),
+    ]
+
+
+def test_steps_without_a_clock_are_skipped_and_old_files_still_read(tmp_path):
+    run = _write(tmp_path, [
+        {"step": 0, "time_us": None, "total_bytes": 1, "modules": {"fc1": 1}},
+        {"step": 1, "time_us": T0, "total_bytes": 8, "modules": {}},  # no end_time_us
+    ])  # fmt: skip
+    got = activation_annotations(run)
+    assert [(a["stage"], a["time_us"]) for a in got] == [("START", T0), ("END", T0)]
+    assert got[0]["name"] == "forward activations 8 B (inspect step 1)"
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (None, "no such file"),
+        ("{not json", "not readable as JSON"),
+        ('{"format": "other"}', "not an inspector annotations file"),
+        ('{"format": "memlens.inspect.annotations/1", "steps": 3}', "'steps' is not a list"),
+    ],
+)
+def test_bad_files_give_one_line(tmp_path, content, message):
+    if content is not None:
+        (tmp_path / "annotations.json").write_text(content)
+    with pytest.raises(MemlensError, match=message):
+        activation_annotations(tmp_path)
