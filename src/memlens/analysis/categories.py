@@ -26,10 +26,9 @@ from typing import Any
 
 import numpy as np
 
-from memlens.analysis.curves import group_curves
+from memlens.analysis.curves import group_summary, group_totals
 from memlens.analysis.events import event_info
 from memlens.analysis.matching import rows_matching, stack_matches
-from memlens.analysis.sites import top_sites
 from memlens.errors import MemlensError
 from memlens.snapshot.model import LIVE_AT_END, PREEXISTING, DeviceTrace
 
@@ -136,37 +135,10 @@ def categories(
     """
     event = dev.peak_event_index if event is None else int(event)
     cat, names = categorize(dev, overrides=overrides)
-    k = len(names)
-    rows = dev.live_at(event)
-    live_b = np.bincount(cat[rows], weights=dev.alloc_size[rows], minlength=k).astype(np.int64)
-    live_c = np.bincount(cat[rows], minlength=k)
-    made = dev.alloc_event >= 0
-    all_b = np.bincount(cat[made], weights=dev.alloc_size[made], minlength=k).astype(np.int64)
-    all_c = np.bincount(cat[made], minlength=k)
-    curves = group_curves(dev, cat, k, points=points, must=(max(event, 0),))
-    out_cats = []
-    for g, name in enumerate(names):
-        mine = rows[cat[rows] == g]
-        out_cats.append(
-            {
-                "name": name,
-                "bytes": int(live_b[g]),
-                "count": int(live_c[g]),
-                "peak_bytes": curves["peak_bytes"][g],
-                "peak_event": curves["peak_event"][g],
-                "allocated_bytes": int(all_b[g]),
-                "allocated_count": int(all_c[g]),
-                "top_sites": top_sites(dev, mine, limit=top, hide_patterns=hide_patterns)
-                if top
-                else [],
-            }
-        )
-    return {
-        "device": dev.device,
-        **event_info(dev, event),
-        "categories": out_cats,
-        "curve": {"event": curves["event"], "bytes": dict(zip(names, curves["bytes"]))},
-    }
+    items, curve = group_summary(
+        dev, cat, names, event=event, points=points, top=top, hide_patterns=hide_patterns
+    )
+    return {"device": dev.device, **event_info(dev, event), "categories": items, "curve": curve}
 
 
 def by_compile_context(dev: DeviceTrace, *, event: int | None = None) -> dict[str, Any]:
@@ -184,11 +156,9 @@ def by_compile_context(dev: DeviceTrace, *, event: int | None = None) -> dict[st
     made = dev.alloc_event >= 0
     ctx[made] = dev.compile_context[dev.alloc_event[made]]
     uniq, inv = np.unique(ctx, return_inverse=True)
-    rows = dev.live_at(event)
-    live_b = np.bincount(inv[rows], weights=dev.alloc_size[rows], minlength=len(uniq))
-    live_c = np.bincount(inv[rows], minlength=len(uniq))
-    all_b = np.bincount(inv[made], weights=dev.alloc_size[made], minlength=len(uniq))
-    all_c = np.bincount(inv[made], minlength=len(uniq))
+    totals = group_totals(dev, inv, len(uniq), event)
+    live_b, live_c = totals["bytes"], totals["count"]
+    all_b, all_c = totals["allocated_bytes"], totals["allocated_count"]
 
     def label(c: int) -> str:
         if c == -2:

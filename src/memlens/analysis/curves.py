@@ -7,11 +7,13 @@ thinned, so a group's value at any sampled event is the true value there.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from memlens.analysis.events import sample_events
+from memlens.analysis.sites import top_sites
 from memlens.snapshot.model import DeviceTrace
 
 
@@ -67,3 +69,62 @@ def group_curves(
         "peak_bytes": peak_bytes,
         "peak_event": peak_event,
     }
+
+
+def group_totals(
+    dev: DeviceTrace, group: np.ndarray, n_groups: int, event: int
+) -> dict[str, np.ndarray]:
+    """Per group: bytes and count live right after `event`, and bytes and count allocated
+    by the trace's own events (allocations made before the trace are not counted)."""
+    rows = dev.live_at(event)
+    made = dev.alloc_event >= 0
+    return {
+        "rows": rows,
+        "bytes": np.bincount(group[rows], weights=dev.alloc_size[rows], minlength=n_groups),
+        "count": np.bincount(group[rows], minlength=n_groups),
+        "allocated_bytes": np.bincount(
+            group[made], weights=dev.alloc_size[made], minlength=n_groups
+        ),
+        "allocated_count": np.bincount(group[made], minlength=n_groups),
+    }
+
+
+def group_summary(
+    dev: DeviceTrace,
+    group: np.ndarray,
+    names: Sequence[str],
+    *,
+    event: int,
+    points: int = 400,
+    top: int = 3,
+    hide_patterns: Sequence[str] | None = None,
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """What categories and rules both report for a split of the allocations into named
+    groups: per group {"name", "bytes", "count" (live at `event`), "peak_bytes",
+    "peak_event" (its own exact peak), "allocated_bytes", "allocated_count", "top_sites"
+    (at `event`; [] when top is 0)}, and the sampled curve {"event", "bytes": {name: [...]}}.
+    """
+    k = len(names)
+    totals = group_totals(dev, group, k, event)
+    rows = totals["rows"]
+    curves = group_curves(dev, group, k, points=points, must=(max(event, 0),))
+    items = []
+    for g, name in enumerate(names):
+        sites = (
+            top_sites(dev, rows[group[rows] == g], limit=top, hide_patterns=hide_patterns)
+            if top
+            else []
+        )
+        items.append(
+            {
+                "name": name,
+                "bytes": int(totals["bytes"][g]),
+                "count": int(totals["count"][g]),
+                "peak_bytes": curves["peak_bytes"][g],
+                "peak_event": curves["peak_event"][g],
+                "allocated_bytes": int(totals["allocated_bytes"][g]),
+                "allocated_count": int(totals["allocated_count"][g]),
+                "top_sites": sites,
+            }
+        )
+    return items, {"event": curves["event"], "bytes": dict(zip(names, curves["bytes"]))}

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from memlens.analysis.curves import group_curves
+from memlens.analysis.curves import group_summary
 from memlens.analysis.events import event_info
 from memlens.analysis.matching import frame_texts
 from memlens.errors import MemlensError
@@ -132,44 +133,24 @@ def rules_analysis(
     *,
     event: int | None = None,
     points: int = 400,
+    top: int = 3,
+    hide_patterns: Sequence[str] | None = None,
 ) -> dict[str, Any]:
     """Memory per rule at `event` (default: the peak) and over time.
 
     Returns {"device", "event", "time_us", "action", "active_bytes", "reserved_bytes",
     "rules": [{"name", "pattern", "description", "bytes", "count", "peak_bytes",
-    "peak_event", "allocated_bytes", "allocated_count"}] (file order, "other" last,
-    pattern None), "curve": {"event": [...], "bytes": {name: [...]}}}.
+    "peak_event", "allocated_bytes", "allocated_count", "top_sites"}] (file order, "other"
+    last, pattern None), "curve": {"event": [...], "bytes": {name: [...]}}}.
     """
     event = dev.peak_event_index if event is None else int(event)
-    g = rule_of_allocations(dev, rules)
-    k = len(rules) + 1
-    rows = dev.live_at(event)
-    live_b = np.bincount(g[rows], weights=dev.alloc_size[rows], minlength=k).astype(np.int64)
-    live_c = np.bincount(g[rows], minlength=k)
-    made = dev.alloc_event >= 0
-    all_b = np.bincount(g[made], weights=dev.alloc_size[made], minlength=k).astype(np.int64)
-    all_c = np.bincount(g[made], minlength=k)
-    curves = group_curves(dev, g, k, points=points, must=(max(event, 0),))
     names = [r.name for r in rules] + [OTHER]
-    out = []
-    for j, name in enumerate(names):
+    items, curve = group_summary(
+        dev, rule_of_allocations(dev, rules), names, event=event, points=points, top=top,
+        hide_patterns=hide_patterns,
+    )  # fmt: skip
+    for j, item in enumerate(items):
         r = rules[j] if j < len(rules) else None
-        out.append(
-            {
-                "name": name,
-                "pattern": r.pattern if r else None,
-                "description": r.description if r else "",
-                "bytes": int(live_b[j]),
-                "count": int(live_c[j]),
-                "peak_bytes": curves["peak_bytes"][j],
-                "peak_event": curves["peak_event"][j],
-                "allocated_bytes": int(all_b[j]),
-                "allocated_count": int(all_c[j]),
-            }
-        )
-    return {
-        "device": dev.device,
-        **event_info(dev, event),
-        "rules": out,
-        "curve": {"event": curves["event"], "bytes": dict(zip(names, curves["bytes"]))},
-    }
+        item["pattern"] = r.pattern if r else None
+        item["description"] = r.description if r else ""
+    return {"device": dev.device, **event_info(dev, event), "rules": items, "curve": curve}

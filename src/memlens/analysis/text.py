@@ -81,6 +81,20 @@ def _looks_numeric(s: str) -> bool:
         return t in ("", "None")
 
 
+def groups_lines(kind: str, groups: Sequence[dict[str, Any]]) -> list[str]:
+    """Categories and rules alike: a table of bytes at the event, own peak and bytes
+    allocated per group, then each group's top sites."""
+    lines = table_lines(
+        [kind, "at event", "count", "own peak", "allocated in trace"],
+        [[g["name"], format_bytes(g["bytes"]), f"{g['count']:,}", format_bytes(g["peak_bytes"]),
+          format_bytes(g["allocated_bytes"])] for g in groups],
+    )  # fmt: skip
+    for g in groups:
+        if g.get("top_sites"):
+            lines += ["", f"{g['name']}:", *sites_lines(g["top_sites"])]
+    return lines
+
+
 def when_text(event: int) -> str:
     return "before the first event" if event < 0 else f"after event {event:,}"
 

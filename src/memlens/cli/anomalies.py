@@ -3,6 +3,9 @@ reserved memory far above active memory."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import click
 
 from memlens.cli.options import (
@@ -16,38 +19,27 @@ from memlens.cli.options import (
     snapshot_argument,
 )
 
+# (option, type, default, help): the thresholds of each kind of anomaly
+THRESHOLDS: list[tuple[str, type, object, str]] = [
+    ("--late-events", int, 2,
+     "A free is late when completed at least this many events after its request..."),
+    ("--late-us", int, 0, "...and this many µs (timed traces)."),
+    ("--temp-min", str, "64MiB", "Smallest temporary worth reporting."),
+    ("--temp-events", int, 8, "Longest lifetime (events) of a temporary."),
+    ("--gap-min", str, "1GiB", "Reserved minus active worth reporting..."),
+    ("--gap-ratio", float, 0.5, "...and above this fraction of active."),
+]  # fmt: skip
+
+
+def threshold_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    for name, kind, default, text in reversed(THRESHOLDS):
+        f = click.option(name, type=kind, default=default, show_default=True, help=text)(f)
+    return f
+
 
 @click.command("anomalies")
 @snapshot_argument
-@click.option("--late-events", type=int, default=2, show_default=True,
-              help="A free is late when completed at least this many events after its request...")  # fmt: skip
-@click.option(
-    "--late-us",
-    type=int,
-    default=0,
-    show_default=True,
-    help="...and this many µs (timed traces).",
-)
-@click.option(
-    "--temp-min", default="64MiB", show_default=True, help="Smallest temporary worth reporting."
-)
-@click.option(
-    "--temp-events",
-    type=int,
-    default=8,
-    show_default=True,
-    help="Longest lifetime (events) of a temporary.",
-)
-@click.option(
-    "--gap-min", default="1GiB", show_default=True, help="Reserved minus active worth reporting..."
-)
-@click.option(
-    "--gap-ratio",
-    type=float,
-    default=0.5,
-    show_default=True,
-    help="...and above this fraction of active.",
-)
+@threshold_options
 @click.option("--top", type=int, default=10, show_default=True, help="Items listed per kind.")
 @device_option
 @json_option

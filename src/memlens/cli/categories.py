@@ -36,7 +36,7 @@ def command(snapshot: str, event: int | None, overrides: tuple[str, ...], rules_
             hide: tuple[str, ...]) -> None:  # fmt: skip
     """Memory by category (inferred from stacks and lifetimes; rules in docs/analyses.md)."""
     from memlens.analysis.categories import by_compile_context, categories
-    from memlens.analysis.text import sites_lines, table_lines, when_text
+    from memlens.analysis.text import groups_lines, table_lines, when_text
     from memlens.errors import MemlensError
     from memlens.units import format_bytes as fb
 
@@ -60,20 +60,15 @@ def command(snapshot: str, event: int | None, overrides: tuple[str, ...], rules_
     lines = [
         f"device {dev.device}: {fb(result['active_bytes'])} active {when_text(result['event'])}"
     ]
-    lines += table_lines(
-        ["category", "at event", "count", "own peak", "allocated in trace"],
-        [[c["name"], fb(c["bytes"]), f"{c['count']:,}", fb(c["peak_bytes"]), fb(c["allocated_bytes"])]
-         for c in result["categories"]],
-    )  # fmt: skip
-    for c in result["categories"]:
-        if c["top_sites"]:
-            lines.append("")
-            lines.append(f"{c['name']}:")
-            lines += sites_lines(c["top_sites"])
+    lines += groups_lines("category", result["categories"])
     cc = result["compile_contexts"]
+    lines.append("")
     if cc["has_context"]:
-        lines.append("")
         lines.append("by compile context:")
         lines += table_lines(["context", "at event", "allocated in trace"],
                              [[x["context"], fb(x["bytes"]), fb(x["allocated_bytes"])] for x in cc["contexts"]])  # fmt: skip
+    else:
+        lines.append(
+            "by compile context: not recorded (record with compile_context=True, PyTorch 2.8+)"
+        )
     click.echo("\n".join(lines))

@@ -41,10 +41,11 @@ def command(snapshot: str, max_peak: str | None, max_reserved: str | None,
     from memlens.errors import MemlensError
     from memlens.units import parse_bytes
 
-    if max_peak is None and max_reserved is None and baseline is None:
-        raise MemlensError("nothing to check: give --max-peak, --max-reserved or --baseline")
+    # the specific complaint first: --max-growth alone is "nothing to check" too
     if max_growth is not None and baseline is None:
         raise MemlensError("--max-growth needs --baseline OLD.pickle")
+    if max_peak is None and max_reserved is None and baseline is None:
+        raise MemlensError("nothing to check: give --max-peak, --max-reserved or --baseline")
     peak_b = parse_bytes(max_peak) if max_peak is not None else None
     res_b = parse_bytes(max_reserved) if max_reserved is not None else None
     frac, grow_b = parse_growth(max_growth) if max_growth is not None else (None, None)

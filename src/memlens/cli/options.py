@@ -10,6 +10,7 @@ from typing import Any
 
 import click
 
+from memlens.analysis.jsonable import json_default
 from memlens.snapshot.model import Snapshot
 
 F = Callable[..., Any]
@@ -72,17 +73,5 @@ def open_snapshot(path: str, no_cache: bool = False) -> Snapshot:
 
 
 def emit_json(obj: Any) -> None:
-    json.dump(obj, sys.stdout, indent=2, default=_json_default)
+    json.dump(obj, sys.stdout, indent=2, default=json_default)
     sys.stdout.write("\n")
-
-
-def _json_default(o: Any) -> Any:
-    import numpy as np
-
-    if isinstance(o, np.integer):
-        return int(o)
-    if isinstance(o, np.floating):
-        return float(o)
-    if isinstance(o, np.ndarray):
-        return o.tolist()
-    raise TypeError(f"not JSON serializable: {type(o).__name__}")

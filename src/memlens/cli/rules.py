@@ -8,6 +8,8 @@ import click
 from memlens.cli.options import (
     device_option,
     emit_json,
+    hide_option,
+    hide_patterns,
     json_option,
     no_cache_option,
     open_snapshot,
@@ -22,11 +24,14 @@ from memlens.cli.options import (
 @click.option(
     "--points", type=int, default=400, show_default=True, help="Samples of the curve in --json."
 )
+@click.option("--top", type=int, default=3, show_default=True, help="Top call sites per rule.")
 @device_option
 @json_option
 @no_cache_option
-def command(snapshot: str, rules_file: str, event: int | None, points: int, device: int | None,
-            as_json: bool, no_cache: bool) -> None:  # fmt: skip
+@hide_option
+def command(snapshot: str, rules_file: str, event: int | None, points: int, top: int,
+            device: int | None, as_json: bool, no_cache: bool,
+            hide: tuple[str, ...]) -> None:  # fmt: skip
     """Memory per rule. RULES_FILE maps names to regexes searched in each frame's
     "filename:line:name"; an allocation takes the first rule matching any of its frames.
 
@@ -36,21 +41,18 @@ def command(snapshot: str, rules_file: str, event: int | None, points: int, devi
     or simply {"attention": "attn|attention", "mlp": "mlp|ffn"} (YAML works too).
     """
     from memlens.analysis.rules import load_rules, rules_analysis
-    from memlens.analysis.text import table_lines, when_text
+    from memlens.analysis.text import groups_lines, when_text
     from memlens.units import format_bytes as fb
 
     rules = load_rules(rules_file)
     dev = open_snapshot(snapshot, no_cache).device(device)
-    result = rules_analysis(dev, rules, event=event, points=points)
+    result = rules_analysis(dev, rules, event=event, points=points, top=top,
+                            hide_patterns=hide_patterns(hide))  # fmt: skip
     if as_json:
         emit_json(result)
         return
     lines = [
         f"device {dev.device}: {fb(result['active_bytes'])} active {when_text(result['event'])}"
     ]
-    lines += table_lines(
-        ["rule", "at event", "count", "own peak", "allocated in trace"],
-        [[r["name"], fb(r["bytes"]), f"{r['count']:,}", fb(r["peak_bytes"]), fb(r["allocated_bytes"])]
-         for r in result["rules"]],
-    )  # fmt: skip
+    lines += groups_lines("rule", result["rules"])
     click.echo("\n".join(lines))

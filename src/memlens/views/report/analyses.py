@@ -147,30 +147,35 @@ def categories_section(ctx: ReportContext) -> str:
         for c in result.get("categories") or []
         if c.get("peak_bytes") or c.get("allocated_bytes") or c.get("bytes")
     ]
-    rows = [
-        [c["name"], num(fmt_bytes(c["bytes"])), f"{100 * c['bytes'] / total:.1f}%" if total else "",
-         fmt_int(c["count"]), num(fmt_bytes(c["peak_bytes"])), num(fmt_bytes(c["allocated_bytes"])),
-         _sites_cell((c.get("top_sites") or [])[:3])]
-        for c in cats
-    ]  # fmt: skip
     out = note(f"At the peak (after event {_event(result.get('event'))}): {bytes_text(total)} active. "
                "Categories are inferred from stacks and lifetimes (docs/analyses.md).")  # fmt: skip
-    out += table(
-        [
-            "category",
-            "at the peak",
-            "share",
-            "allocations",
-            "own peak",
-            "allocated over the trace",
-            "top sites",
-        ],
-        rows,
-        numeric=(1, 2, 3, 4, 5),
-    )
+    out += _groups_table("category", cats, total)
     out += _curve_chart(result.get("curve"), [c["name"] for c in cats], ctx.dev.n_events)
     out += compile_contexts(mod, ctx)
     return out
+
+
+def _groups_table(
+    kind: str, groups: list[dict[str, Any]], total: int, *, pattern: bool = False
+) -> str:
+    """Categories and rules alike: per group, bytes and share at the peak, its own peak,
+    what it allocated over the trace and its top sites (rules add their pattern)."""
+    rows = [
+        [g["name"]]
+        + ([Cell(f"<code>{esc(g.get('pattern') or '')}</code>")] if pattern else [])
+        + [num(fmt_bytes(g["bytes"])), f"{100 * g['bytes'] / total:.1f}%" if total else "",
+           fmt_int(g["count"]), num(fmt_bytes(g["peak_bytes"])),
+           num(fmt_bytes(g["allocated_bytes"])), _sites_cell((g.get("top_sites") or [])[:3])]
+        for g in groups
+    ]  # fmt: skip
+    first = 2 if pattern else 1
+    return table(
+        [kind] + (["pattern"] if pattern else [])
+        + ["at the peak", "share", "allocations", "own peak", "allocated over the trace",
+           "top sites"],
+        rows,
+        numeric=range(first, first + 5),
+    )  # fmt: skip
 
 
 def compile_contexts(mod: Any, ctx: ReportContext) -> str:
@@ -215,31 +220,12 @@ def has_rules(ctx: ReportContext) -> bool:
 def rules_section(ctx: ReportContext) -> str:
     mod = analysis("rules")
     rules = mod.load_rules(ctx.rules_path)
-    result = mod.rules_analysis(ctx.dev, rules)
-    total = int(result.get("active_bytes") or 0)
+    result = mod.rules_analysis(ctx.dev, rules, hide_patterns=ctx.hide_patterns)
     items = result.get("rules") or []
-    rows = [
-        [r["name"], Cell(f"<code>{esc(r.get('pattern') or '')}</code>"), num(fmt_bytes(r["bytes"])),
-         f"{100 * r['bytes'] / total:.1f}%" if total else "", fmt_int(r["count"]),
-         num(fmt_bytes(r["peak_bytes"])), num(fmt_bytes(r["allocated_bytes"]))]
-        for r in items
-    ]  # fmt: skip
     out = note(
         f"Rules from {ctx.rules_path} (first match wins), at the peak (after event {_event(result.get('event'))})."
     )
-    out += table(
-        [
-            "rule",
-            "pattern",
-            "at the peak",
-            "share",
-            "allocations",
-            "own peak",
-            "allocated over the trace",
-        ],
-        rows,
-        numeric=(2, 3, 4, 5, 6),
-    )
+    out += _groups_table("rule", items, int(result.get("active_bytes") or 0), pattern=True)
     return out + _curve_chart(result.get("curve"), [r["name"] for r in items], ctx.dev.n_events)
 
 

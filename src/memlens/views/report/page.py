@@ -15,6 +15,7 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
+from memlens.analysis.jsonable import json_default
 from memlens.units import format_bytes
 
 
@@ -109,23 +110,11 @@ def figures(items: Sequence[tuple[str, str, str]]) -> str:
 
 def json_island(element_id: str, data: Any) -> str:
     """JSON in a non-executed script element. `</` is escaped so no string can close it."""
-    text = json.dumps(data, separators=(",", ":"), ensure_ascii=False, default=_json_default)
+    text = json.dumps(data, separators=(",", ":"), ensure_ascii=False, default=json_default)
     text = text.replace("</", "<\\/").replace("<!--", "<\\!--")
     # U+2028/2029 are valid in JSON but some parsers treat them as line ends
     text = text.replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
     return f'<script type="application/json" id="{esc(element_id)}">{text}</script>'
-
-
-def _json_default(o: Any) -> Any:
-    import numpy as np
-
-    if isinstance(o, np.integer):
-        return int(o)
-    if isinstance(o, np.floating):
-        return float(o)
-    if isinstance(o, np.ndarray):
-        return o.tolist()
-    raise TypeError(f"not JSON serializable: {type(o).__name__}")
 
 
 @cache
