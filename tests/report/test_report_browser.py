@@ -156,8 +156,11 @@ def test_diff_report_in_chromium(browser, tmp_path):
     out = write_report(a, tmp_path / "diff.html", snapshot2=b)
     o = Opened(browser, out)
     page = o.page
-    assert page.locator("nav a").first.text_content() == "Overview"
+    # every section but the diff describes A, and says so
+    assert page.locator("nav a").first.text_content() == "Overview (A)"
     assert page.locator("nav a", has_text="Diff: A vs B").count() == 1
+    assert page.locator("#timeline h2").text_content() == "Timeline (A)"
+    assert page.locator(".page-header .source").text_content().startswith("A: ")
     # both timelines answer the mouse, each with its own figures
     assert "active 6.00 MiB" in hover_timeline(page, 3.5 / 9, "#timeline-a")
     assert "active 12.00 MiB" in hover_timeline(page, 3.5 / 9, "#timeline-b")

@@ -75,7 +75,10 @@ def test_overview_and_sites(report):
     assert "8.00 MiB" in text  # peak reserved
     assert "after event 3" in text
     # top sites at the peak: first user frame (torch hidden), largest first
-    sites = re.findall(r"<tr><td><code>([^<]*)</code></td><td class=\"num\">([^<]*)</td>", text)
+    # sites wrap at "/" only (<wbr> after each slash)
+    plain = text.replace("/<wbr>", "/")
+    assert "/<wbr>home/<wbr>u/<wbr>model.py:20" in text
+    sites = re.findall(r"<tr><td><code>([^<]*)</code></td><td class=\"num\">([^<]*)</td>", plain)
     assert sites[:2] == [
         ("forward (/home/u/model.py:20)", "4.00 MiB"),
         ("backward (/home/u/model.py:40)", "2.00 MiB"),

@@ -18,6 +18,7 @@ from memlens.views.report.page import (
     fmt_int,
     note,
     num,
+    site_code,
     table,
 )
 from memlens.views.report.stacked import stacked_svg
@@ -26,12 +27,12 @@ MAX_STAGE_ROWS = 100
 
 
 def _site(s: dict[str, Any]) -> Cell:
-    return Cell(f"<code>{esc(s.get('site', ''))}</code>")
+    return Cell(site_code(s.get("site", "")))
 
 
 def _sites_cell(sites: list[dict[str, Any]], key: str = "bytes") -> Cell:
     """A few sites in one cell: 'site (bytes)' per line."""
-    lines = [f"<code>{esc(s.get('site', ''))}</code> {fmt_bytes(s.get(key, 0))}" for s in sites]
+    lines = [f"{site_code(s.get('site', ''))} {fmt_bytes(s.get(key, 0))}" for s in sites]
     return Cell("<br>".join(lines))
 
 
@@ -64,7 +65,7 @@ def stages_section(ctx: ReportContext) -> str:
             "none" if last < int(s["first_event"]) else f"{int(s['first_event']):,}\u2013{last:,}"
         )
         rows.append([
-            name + edge, events,
+            name + edge, num(events),
             num(fmt_bytes(s["active_start_bytes"])), num(fmt_bytes(s["active_end_bytes"])),
             num(fmt_bytes(s["peak_bytes"])), num(fmt_bytes(s["allocated_bytes"])),
             num(fmt_bytes(s["freed_bytes"])), num(fmt_delta(s["net_bytes"])),
@@ -90,7 +91,7 @@ def stages_section(ctx: ReportContext) -> str:
                 "sites that grew",
             ],
             rows,
-            numeric=(2, 3, 4, 5, 6, 7),
+            numeric=(1, 2, 3, 4, 5, 6, 7),
         )
         + more
     )

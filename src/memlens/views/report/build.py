@@ -82,14 +82,17 @@ def build_report(
         body = run_section(section, ctx)
         if body is None:
             continue
-        nav.append((section.id, section.title))
-        parts.append(
-            f'<section id="{esc(section.id)}"><h2>{esc(section.title)}</h2>{body}</section>'
-        )
+        # with two snapshots, say which one a section describes (all but the diff: A)
+        heading = section.title + (" (A)" if dev2 is not None and section.id != "diff" else "")
+        nav.append((section.id, heading))
+        parts.append(f'<section id="{esc(section.id)}"><h2>{esc(heading)}</h2>{body}</section>')
     title = f"memlens report: {Path(a_name).name}" + (
         f" vs {Path(b_name).name}" if snap2 is not None else ""
     )
-    header = f'<h1>{esc(title)}</h1><div class="source">{esc(a_name)} &middot; device {dev.device}'
+    header = (
+        f'<h1>{esc(title)}</h1><div class="source">{"A: " if dev2 is not None else ""}'
+        f"{esc(a_name)} &middot; device {dev.device}"
+    )
     if dev2 is not None:
         header += f" &nbsp;|&nbsp; B: {esc(b_name)} &middot; device {dev2.device}"
     header += "</div>"

@@ -47,6 +47,12 @@ def fmt_int(n: Any) -> str:
     return "&ndash;" if n is None else f"{int(n):,}"
 
 
+def site_code(site: Any) -> str:
+    """A call site or path as code that wraps at '/' (a line break inside a file name is
+    hard to read): <wbr> after each slash, added after escaping."""
+    return f"<code>{esc(site).replace('/', '/<wbr>')}</code>"
+
+
 def note(text: str, cls: str = "note") -> str:
     return f'<p class="{cls}">{esc(text)}</p>'
 

@@ -21,6 +21,7 @@ from memlens.views.report.page import (
     fmt_int,
     note,
     num,
+    site_code,
     table,
 )
 from memlens.views.report.timeline import GEOMETRY, StageBand, downsample, make_scale, timeline_svg
@@ -34,7 +35,7 @@ def sites_table(sites: list[dict[str, Any]], total: int | None = None) -> str:
         share = f"{100 * s['bytes'] / total:.1f}%" if total else ""
         rows.append(
             [
-                Cell(f"<code>{esc(s['site'])}</code>"),
+                Cell(site_code(s["site"])),
                 num(fmt_bytes(s["bytes"])),
                 share,
                 fmt_int(s["count"]),
@@ -203,7 +204,7 @@ def largest_allocations(ctx: ReportContext) -> str:
     )
     rows = [
         [Cell(f"<code>{esc(a['address'])}_{int(a['version'])}</code>"), num(fmt_bytes(a["bytes"])),
-         Cell(f"<code>{esc(a['site'])}</code>"),
+         Cell(site_code(a["site"])),
          "before the trace" if a["alloc_event"] < 0 else f"{a['alloc_event']:,}",
          "alive at the end" if a.get("free_event") is None else f"{a['free_event']:,}"]
         for a in result.get("largest") or []
@@ -271,7 +272,7 @@ def devices_section(ctx: ReportContext) -> str:
     if sites:
         site_rows = [
             [
-                Cell(f"<code>{esc(s['site'])}</code>"),
+                Cell(site_code(s["site"])),
                 *(num(fmt_bytes(b)) for b in s["bytes"]),
                 num(fmt_bytes(s["spread_bytes"])),
             ]
@@ -339,7 +340,7 @@ def diff_tables(ctx: ReportContext) -> str:
     out = table(["", "A", "B", "change", "change %"], rows, numeric=(1, 2, 3, 4))
     sites = r.get("sites") or []
     rows = [
-        [Cell(f"<code>{esc(s['site'])}</code>"), num(fmt_bytes(s["a_bytes"])), num(fmt_bytes(s["b_bytes"])),
+        [Cell(site_code(s["site"])), num(fmt_bytes(s["a_bytes"])), num(fmt_bytes(s["b_bytes"])),
          num(fmt_delta(s["change"])), f"{fmt_int(s['a_count'])} \u2192 {fmt_int(s['b_count'])}", STATUS.get(s["status"], s["status"])]
         for s in sites
     ]  # fmt: skip
