@@ -4,88 +4,18 @@ text. Screenshots go to artifacts/view/."""
 
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 
 import pytest
+from browser_page import BAND_POINT, BROWSER_MARKS, PIXELS, Page
 from view_fixtures import EVIL, serving, small_snapshot
 
 import memlens
 from memlens.snapshot.generate import generate_snapshot
 from memlens.views.web.data import ViewerData
 
-CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-        "--disable-component-update", "--disable-sync"]  # fmt: skip
-ARTIFACTS = Path(__file__).resolve().parents[2] / "artifacts" / "view"
-
-pytestmark = [
-    pytest.mark.browser,
-    pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="needs Debian's chromium"),
-]
-
-# Canvas-relative point at the middle of the largest band on screen, or None.
-BAND_POINT = """() => {
-  const p = window.memlens.panes[0], v = p.view, b = v.bands;
-  let best = -1;
-  for (let k = 0; k < b.row.length; k++) if (best < 0 || b.size[k] * (b.c1[k] - b.c0[k]) > b.size[best] * (b.c1[best] - b.c0[best])) best = k;
-  if (best < 0) return null;
-  const c = Math.floor((b.c0[best] + b.c1[best]) / 2);
-  let off = 0;
-  for (let i = b.run_start[best]; i < b.run_start[best + 1] && b.run_col[i] <= c; i++) off = b.run_off[i];
-  const y = 8 + p.plotH - ((off + b.size[best] / 2 - v.ymin) / (v.ymax - v.ymin)) * p.plotH;
-  return {x: p.colXFn(v)(c + 0.5), y, row: b.row[best]};
-}"""
-
-# Fraction of plot pixels painted, and how many distinct colours.
-PIXELS = """() => {
-  const c = document.querySelector('canvas.main'), r = window.devicePixelRatio || 1;
-  const d = c.getContext('2d').getImageData(80 * r, 10 * r, c.width - 100 * r, c.height - 40 * r).data;
-  let painted = 0; const colours = new Set();
-  for (let i = 0; i < d.length; i += 16) { if (d[i + 3] > 0) { painted++; colours.add((d[i] << 16) | (d[i + 1] << 8) | d[i + 2]); } }
-  return {painted: painted / (d.length / 16), colours: colours.size, sum: d.reduce((a, x, i) => (a + x * (i % 7 + 1)) % 1000000007, 0)};
-}"""
-
-
-@pytest.fixture(scope="module")
-def browser():
-    sync_api = pytest.importorskip("playwright.sync_api")
-    with sync_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        yield b
-        b.close()
-
-
-class Page:
-    def __init__(self, browser, url: str, scheme: str = "light") -> None:
-        self.page = browser.new_page(viewport={"width": 1400, "height": 900}, color_scheme=scheme)
-        self.errors: list[str] = []
-        self.dialogs: list[str] = []
-        self.foreign: list[str] = []
-        self.page.on("pageerror", lambda e: self.errors.append(str(e)))
-        self.page.on("console", lambda m: m.type == "error" and self.errors.append(m.text))
-        self.page.on("dialog", lambda d: (self.dialogs.append(d.message), d.dismiss()))
-        self.page.on("request", lambda r: r.url.startswith(url) or self.foreign.append(r.url))
-        self.page.goto(url)
-        self.page.wait_for_selector("body[data-ready='1']", timeout=30_000)
-
-    def requests(self) -> int:
-        return self.page.evaluate("() => window.memlens.panes[0].reqCount")
-
-    def settle(self, before: int, timeout: float = 10) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.requests() > before and not self.page.evaluate(
-                "() => window.memlens.panes[0].inflight"
-            ):
-                return
-            time.sleep(0.05)
-        raise AssertionError("no new viewport arrived")
-
-    def shot(self, name: str) -> None:
-        ARTIFACTS.mkdir(parents=True, exist_ok=True)
-        self.page.screenshot(path=str(ARTIFACTS / name))
+pytestmark = BROWSER_MARKS
 
 
 def exercise(browser, path: Path, tag: str) -> None:

@@ -56,6 +56,26 @@ def small_snapshot(evil: bool = False) -> dict:
     return {"segments": [], "device_traces": [trace], "external_annotations": ann}
 
 
+HEAD = {"filename": "/home/u/model.py", "line": 99, "name": "build_head"}
+
+
+def stacked_snapshot() -> dict:
+    """A (400 bytes, train_step), 40 allocations of 2 bytes, then C (300 bytes, build_head):
+    43 events, reserved 1000 from event 0, active 780 after the last (the peak).
+
+    At 1000 bytes over 410 pixels (2.44 bytes a pixel) A and C are bands, stacked A at
+    0-400 then C at 400-700; the 2-byte ones are the aggregate band at 700-780.
+    """
+    trace = [ev("segment_alloc", 0x1000, 1000, 0), ev("alloc", 0x1000, 400, 1)]
+    trace += [ev("alloc", 0x1190 + 2 * k, 2, 2 + k) for k in range(40)]
+    trace.append(ev("alloc", 0x11E0, 300, 42, [CPP, HEAD]))
+    ann = [
+        {"name": "fwd", "stage": "START", "device": 0, "time_us": 1005},
+        {"name": "fwd", "stage": "END", "device": 0, "time_us": 1300},
+    ]
+    return {"segments": [], "device_traces": [trace], "external_annotations": ann}
+
+
 @contextmanager
 def serving(data: Any) -> Iterator[str]:
     """Run the viewer app for `data` on a free loopback port in a thread; yield its URL."""

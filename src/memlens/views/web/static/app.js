@@ -69,12 +69,30 @@
   }
 
   // Colour per call site (stable across views: keyed by frame id), tableau-like palette.
+  // No greys: grey is the aggregate band's (hatched) colour, so a band never looks like it.
   const PALETTE = ["#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1",
-    "#ff9da7", "#9c755f", "#8cd17d", "#86bcb6", "#f1ce63", "#a0cbe8", "#ffbe7d", "#d37295", "#79706e"];
+    "#ff9da7", "#9c755f", "#8cd17d", "#86bcb6", "#f1ce63", "#a0cbe8", "#ffbe7d", "#d37295", "#499894"];
+  const NO_STACK = "#5b6b8c"; // allocations without a recorded stack (e.g. before the trace)
   function siteColor(frameId) {
-    if (frameId < 0) return "#8d99ae";
+    if (frameId < 0) return NO_STACK;
     const h = Math.imul(frameId + 1, 2654435761) >>> 0;
     return PALETTE[h % PALETTE.length];
+  }
+
+  // diagonal hatch in the theme's aggregate colours (one 6x6 tile per theme)
+  let smallTile = null;
+  function smallPattern(ctx) {
+    if (!smallTile) {
+      smallTile = document.createElement("canvas");
+      smallTile.width = smallTile.height = 6;
+      const t = smallTile.getContext("2d");
+      t.fillStyle = col("--small");
+      t.fillRect(0, 0, 6, 6);
+      t.strokeStyle = col("--small-hatch");
+      t.lineWidth = 1.5;
+      t.beginPath(); t.moveTo(-1, 7); t.lineTo(7, -1); t.moveTo(-1, 1); t.lineTo(1, -1); t.moveTo(5, 7); t.lineTo(7, 5); t.stroke();
+    }
+    return ctx.createPattern(smallTile, "repeat");
   }
 
   const ML = 72, MR = 10, MT = 8, MB = 22; // main canvas margins (CSS px)
@@ -108,6 +126,8 @@
       this.timings = [];
       const sec = el("section", "pane");
       const head = el("div", "pane-head");
+      // compare mode: the table's A and B columns name the panes
+      if (compact) head.append(el("span", "pane-tag", "AB"[this.s]));
       head.append(el("span", "pane-name", snapMeta.name));
       this.devSel = el("select", "device");
       this.devSel.setAttribute("aria-label", "device");
@@ -126,7 +146,8 @@
       this.canvas.tabIndex = 0;
       this.canvas.setAttribute("aria-label", "active memory timeline");
       this.ovCanvas = el("canvas", "overview");
-      sec.append(head, this.warnings, this.annCanvas, this.canvas, this.ovCanvas);
+      this.hint = el("div", "hint");
+      sec.append(head, this.warnings, this.annCanvas, this.canvas, this.ovCanvas, this.hint);
       root.append(sec);
       this.section = sec;
       this.mainH = compact ? 300 : 440;
@@ -174,6 +195,17 @@
       });
     }
 
+    // when most of the tallest column is the aggregate band, say how to separate it
+    renderHint() {
+      const v = this.view;
+      let c = 0;
+      for (let i = 1; i < v.active.length; i++) if (v.active[i] > v.active[c]) c = i;
+      const share = v.active[c] > 0 ? v.small.bytes[c] / v.active[c] : 0;
+      this.hint.textContent = share > 0.5
+        ? `${Math.floor(share * 100)}% of the tallest column is allocations under one pixel (${fmtBytes(v.bytes_per_px)} a pixel here): zoom in, or Shift + wheel to zoom the memory axis, to separate them.`
+        : "";
+    }
+
     renderFigures() {
       const s = this.summary;
       const f = this.figures;
@@ -186,7 +218,7 @@
       add("end", fmtBytes(s.end_active_bytes));
       add("events", fmtInt(s.trace_entries));
       add("allocations", fmtInt(s.allocations));
-      if (s.duration_s !== null) add("span", `${s.duration_s.toFixed(3)} s`);
+      if (s.duration_s !== null) add("span", fmtSeconds(s.duration_s * 1e6));
       const notes = [];
       if (s.truncated) notes.push("the trace is truncated (ring buffer full)");
       if (s.starts_mid_run) notes.push(`${fmtInt(s.preexisting_freed_in_trace)} allocations predate the trace`);
@@ -268,6 +300,7 @@
           this.reqCount += 1;
           this.renderOff();
           this.draw();
+          this.renderHint();
           this.timings.push(performance.now() - t);
           if (this.timings.length > 200) this.timings.shift();
           if (!state.firstPaint && state.panes.every((p) => p.view)) {
@@ -325,17 +358,24 @@
       const colX = (c) => c;
       // one path per colour: a few fills instead of one per band
       const byColor = new Map();
-      const b = v.bands;
+      const edges = new Path2D(); // outlines of bands tall enough to show a separating line
+      const b = v.bands, pxPerByte = H / (v.ymax - v.ymin);
       for (let k = 0; k < b.row.length; k++) {
         const c = siteColor(v.site_ids[b.site[k]]);
         let path = byColor.get(c);
         if (!path) { path = new Path2D(); byColor.set(c, path); }
-        path.addPath(this.bandPath(v, k, y, colX));
+        const band = this.bandPath(v, k, y, colX);
+        path.addPath(band);
+        if (b.size[k] * pxPerByte >= 4) edges.addPath(band);
       }
       for (const [c, path] of byColor) { ctx.fillStyle = c; ctx.fill(path); }
-      // aggregate band of allocations under one pixel
+      // neighbours from one call site share a colour: a thin line keeps them apart
+      ctx.strokeStyle = col("--band-edge");
+      ctx.lineWidth = 0.5;
+      ctx.stroke(edges);
+      // aggregate band of allocations under one pixel: hatched, never mistaken for a band
       const s = v.small;
-      ctx.fillStyle = col("--small");
+      ctx.fillStyle = smallPattern(ctx);
       ctx.beginPath();
       ctx.moveTo(0, y(s.offset[0]));
       for (let c = 0; c < W; c++) { ctx.lineTo(c, y(s.offset[c])); ctx.lineTo(c + 1, y(s.offset[c])); }
@@ -446,7 +486,10 @@
         const xx = this.xOf(u);
         ctx.beginPath(); ctx.moveTo(xx + 0.5, MT); ctx.lineTo(xx + 0.5, MT + plotH); ctx.stroke();
         const label = this.axis === "time" ? fmtTick(u - base, step) : fmtEventCount(u);
-        ctx.fillText(label, xx, MT + plotH + 15);
+        // labels at the ends stay inside the plot: clear of the axis name, never clipped
+        const half = ctx.measureText(label).width / 2;
+        const lx = Math.min(Math.max(xx, ML + half + 2), ML + plotW + MR - half - 1);
+        ctx.fillText(label, lx, MT + plotH + 15);
       }
       ctx.textAlign = "right"; // axis name in the left margin, on the tick-label row
       ctx.fillText(this.axis === "time" ? "time ▸" : "event ▸", ML - 6, MT + plotH + 15);
@@ -561,6 +604,8 @@
       const pos = (e, c = cv) => { const r = c.getBoundingClientRect(); return [e.clientX - r.left, e.clientY - r.top]; };
       cv.addEventListener("wheel", (e) => {
         e.preventDefault();
+        hideTooltip(); // it described what was under the pointer before the zoom
+        if (this.hover) { this.hover = null; this.draw(); }
         const [x, y] = pos(e);
         const factor = Math.exp((e.deltaY || e.deltaX) * 0.0015);
         if (e.shiftKey) {
@@ -818,7 +863,7 @@
 
   function heat(share) {
     const h = 55 - 55 * Math.min(1, share); // yellow -> red as the share grows
-    return `hsl(${h}, 90%, 55%)`;
+    return `hsl(${h}, 90%, ${col("--heat-l")})`;
   }
 
   function markText(parent, text, q) {
@@ -917,7 +962,8 @@
       const dl = el("dl", "kv");
       kv(dl, "A peak", `${fmtBytes(c.peaks[0].peak_bytes)} (device ${c.peaks[0].device})`);
       kv(dl, "B peak", `${fmtBytes(c.peaks[1].peak_bytes)} (device ${c.peaks[1].device})`);
-      kv(dl, "difference", fmtBytes(c.peaks[1].peak_bytes - c.peaks[0].peak_bytes));
+      const dpk = c.peaks[1].peak_bytes - c.peaks[0].peak_bytes;
+      kv(dl, "difference", `${dpk > 0 ? "+" : ""}${fmtBytes(dpk)} (B − A)`);
       body.append(dl);
       const tbl = el("table", "cmp");
       const head = el("tr");
@@ -942,8 +988,10 @@
     document.documentElement.classList.toggle("dark", dark);
     themeCache = null;
     colours.clear();
+    smallTile = null;
     try { localStorage.setItem("memlens-theme", dark ? "dark" : "light"); } catch (e) { /* private mode */ }
     for (const p of state.panes) { if (p.view) p.renderOff(); p.draw(); p.drawOverview(); }
+    renderLive(); // heat colours follow the theme
   }
 
   function toggleHelp(show) {
@@ -965,6 +1013,7 @@
     if (!p) return;
     const span = p.x1 - p.x0, mid = (p.x0 + p.x1) / 2;
     const k = e.key;
+    if (k !== "?" && k !== "d") hideTooltip(); // it described the picture before the key
     if (k === "?") toggleHelp();
     else if (k === "Escape") { toggleHelp(false); $("#details").hidden = true; $("#live").hidden = true; state.pinned = null; state.live = null; for (const q of state.panes) q.draw(); }
     else if (k === "ArrowLeft") p.setRange(p.x0 - span * 0.15, p.x1 - span * 0.15);
@@ -1021,6 +1070,11 @@
         for (const p of state.panes) p.draw();
       });
     }
+    const cards = ["#details", "#live", "#compare"].map((id) => $(id));
+    const guide = () => { $("#guide").hidden = cards.some((c) => !c.hidden); };
+    const watch = new MutationObserver(guide);
+    for (const c of cards) watch.observe(c, { attributes: true, attributeFilter: ["hidden"] });
+    guide();
     $("#live-search").addEventListener("input", () => renderLive());
     $("#live-py").addEventListener("change", () => { const L = state.live; if (L) openLive(L.pane, L.event, L.u); });
     document.addEventListener("keydown", onKey);
