@@ -91,6 +91,12 @@ def test_rules_diff_fragmentation_event(snap_file, capsys):
     path, path2, rules = snap_file
     data = json.loads(run(capsys, ["rules", path, rules, "--json"])[1])
     assert {r["name"]: r["bytes"] for r in data["rules"]}["model"] == BIG_SIZE + 110
+    code, out, _ = run(capsys, ["rules", path, rules])
+    # the table, then each rule's top sites at the peak
+    assert code == 0 and "\nmodel:\n" in out
+    assert "1.43 MiB        3x  forward (/home/u/model.py:20)" in out
+    code, out, _ = run(capsys, ["categories", path])
+    assert "by compile context: not recorded" in out
     data = json.loads(run(capsys, ["diff", path, path2, "--json"])[1])
     assert data["figures"][0]["change"] == 500_000 and data["stages"]
     code, out, _ = run(capsys, ["diff", path, path2])
@@ -113,12 +119,28 @@ def test_sql_cli(snap_file, capsys):
     assert code == 2 and "SQL" in err
 
 
-def test_real_cli_commands(shared_snapshots_dir, capsys):
-    p = str(shared_snapshots_dir / "cs336_memory_ctx128_fullstep.pickle")
-    for cmd in ("peak", "stages", "categories", "leaks", "anomalies", "fragmentation", "oom"):
-        code, out, err = run(capsys, [cmd, p, "--json"])
+def test_real_cli_commands(shared_snapshots_dir, expected_figures, capsys, tmp_path):
+    name = "cs336_memory_ctx128_fullstep.pickle"
+    p, exp = str(shared_snapshots_dir / name), expected_figures[name]
+    rules = tmp_path / "rules.json"
+    rules.write_text(json.dumps({"optimizer": "optimizers\\.py", "backward": "Backward"}))
+    got = {}
+    for cmd, extra in (("peak", []), ("stages", []), ("categories", []), ("rules", [str(rules)]),
+                       ("leaks", []), ("anomalies", []), ("fragmentation", []), ("oom", []),
+                       ("ranks", []), ("at", ["--event", str(exp["peak_event_index"])])):  # fmt: skip
+        code, text, err = run(capsys, [cmd, p, *extra])
+        assert code == 0 and text.strip() and not err, (cmd, err)
+        code, out, err = run(capsys, [cmd, p, *extra, "--json"])
         assert code == 0, (cmd, err)
-        json.loads(out)
+        got[cmd] = json.loads(out)
+    peak = exp["peak_active_bytes"]
+    assert got["peak"]["active_bytes"] == got["at"]["active_bytes"] == peak
+    assert sum(c["bytes"] for c in got["categories"]["categories"]) == peak
+    assert sum(r["bytes"] for r in got["rules"]["rules"]) == peak
+    assert max(s["peak_bytes"] for s in got["stages"]["stages"]) == peak
+    assert got["ranks"]["ranks"][0]["peak_active_bytes"] == peak
+    assert got["fragmentation"]["at_peak"]["reserved_bytes"] == exp["peak_reserved_bytes"]
+    assert got["oom"]["devices"][0]["ooms"] == [] and got["leaks"]["groups"] == []
 
 
 @pytest.mark.parametrize("shape", ["bare_segments", "empty_trace"])

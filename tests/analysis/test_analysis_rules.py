@@ -48,6 +48,16 @@ def test_memory_per_rule(dev):
         "other": (1000, 1, 1005, 5),  # the ghost (no stack) and X (train.py only)
     }
     assert [x["name"] for x in r["rules"]][-1] == "other"
+    # top sites per rule at the peak (event 11): first user frame, torch's own hidden
+    tops = {x["name"]: [(s["site"], s["bytes"], s["count"]) for s in x["top_sites"]]
+            for x in r["rules"]}  # fmt: skip
+    assert tops == {
+        "optim": [("train (/home/u/train.py:50)", 300, 1)],
+        "model": [("forward (/home/u/model.py:20)", 100 + BIG_SIZE + 10, 3)],
+        "backward": [("torch::autograd::generated::MmBackward0::apply", 200, 1)],
+        "other": [("<no stack recorded>", 1000, 1)],
+    }
+    assert all(x["top_sites"] == [] for x in rules_analysis(dev, rules, top=0)["rules"])
     totals = [sum(r["curve"]["bytes"][k][i] for k in r["curve"]["bytes"]) for i in range(22)]
     assert totals == dev.active_after.tolist()
 

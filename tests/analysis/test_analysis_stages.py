@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 from analysis_snapshots import BIG_SIZE, MiB, training_snapshot
+from hand_replay import HandReplay, read_raw
 
 import memlens
 from memlens.analysis.stages import base_name, compare_steps, stage_ranges, stage_table
-from memlens.snapshot.safe_pickle import load_plain_pickle
 
 
 @pytest.fixture(scope="module")
@@ -114,46 +114,22 @@ def test_base_name():
 
 
 # ---- real snapshots: stage figures against a by-hand replay ------------------------------
-def hand_active_curve(raw: dict, device: int = 0) -> tuple[int, list[int], list[int]]:
-    """Plain-loop replay (MemoryViz semantics): baseline, active after each event, times."""
-    trace = raw["device_traces"][device]
-    open_: dict[int, int] = {}
-    deltas, pre = [], 0
-    for e in trace:
-        a = e["action"]
-        if a == "alloc":
-            open_[e["addr"]] = e["size"]
-            deltas.append(e["size"])
-        elif a == "free_completed":
-            if e["addr"] in open_:
-                deltas.append(-open_.pop(e["addr"]))
-            else:  # allocated before the trace: alive from the start
-                pre += e["size"]
-                deltas.append(-e["size"])
-        else:
-            deltas.append(0)
-    for seg in raw["segments"]:
-        if seg["device"] != device:
-            continue
-        for b in seg["blocks"]:
-            if b["state"] == "active_allocated" and b["address"] not in open_:
-                pre += b["requested_size"]
-    curve, cur = [], pre
-    for d in deltas:
-        cur += d
-        curve.append(cur)
-    return pre, curve, [e["time_us"] for e in trace]
-
-
 FULLSTEP = ["cs336_memory_ctx128_fullstep.pickle", "cs336_memory_ctx256_fullstep.pickle"]
+
+
+def first_user_frame(frames: list[dict]) -> tuple[str, int] | None:
+    """By hand: the innermost Python frame that is not torch's own."""
+    for f in frames:
+        if f["filename"].endswith(".py") and "/torch/" not in f["filename"]:
+            return f["filename"], f["line"]
+    return None
 
 
 @pytest.mark.parametrize("name", FULLSTEP)
 def test_real_fullstep_stage_peaks_match_hand_replay(shared_snapshots_dir, name):
     path = shared_snapshots_dir / name
-    with open(path, "rb") as f:
-        raw = load_plain_pickle(f)
-    base, curve, times = hand_active_curve(raw)
+    raw = read_raw(path)
+    hand = HandReplay(raw)
     table = stage_table(memlens.load(path).device(0), top=3)
     got = {s["name"]: s for s in table["stages"]}
     assert set(got) == {"Optimizer.zero_grad#AdamW.zero_grad", "Optimizer.step#AdamW.step"}
@@ -161,15 +137,30 @@ def test_real_fullstep_stage_peaks_match_hand_replay(shared_snapshots_dir, name)
     for name_ in got:
         t0 = next(a["time_us"] for a in anns if a["name"] == name_ and a["stage"] == "START")
         t1 = next(a["time_us"] for a in anns if a["name"] == name_ and a["stage"] == "END")
-        before = [i for i, t in enumerate(times) if t <= t0]
-        start_val = curve[before[-1]] if before else base
-        inside = [curve[i] for i, t in enumerate(times) if t0 < t <= t1]
+        start_val = hand.active_at(hand.last_at_or_before(t0))
+        inside = hand.events_between(t0, t1)
         s = got[name_]
         assert s["active_start_bytes"] == start_val
-        assert s["peak_bytes"] == max([start_val, *inside])
-        assert s["active_end_bytes"] == (inside[-1] if inside else start_val)
+        assert s["peak_bytes"] == max([start_val, *(hand.active[i] for i in inside)])
+        assert s["active_end_bytes"] == (hand.active[inside[-1]] if inside else start_val)
         assert s["last_event"] - s["first_event"] + 1 == len(inside)
+        made = [a for a in hand.allocs if a["alloc"] in set(inside)]
+        freed = [e["size"] for i, e in enumerate(hand.trace)
+                 if i in set(inside) and e["action"] == "free_completed"]  # fmt: skip
+        assert (s["allocated_bytes"], s["allocated_count"]) == (
+            sum(a["size"] for a in made), len(made))  # fmt: skip
+        assert (s["freed_bytes"], s["freed_count"]) == (sum(freed), len(freed))
     step = got["Optimizer.step#AdamW.step"]
-    # the optimizer step holds the trace's peak, and its states grew by ~2x the parameters
-    assert step["peak_bytes"] == max(curve)
-    assert step["grew"][0]["site"].startswith("step (") and step["net_bytes"] > 0
+    # the optimizer step holds the trace's peak
+    assert step["peak_bytes"] == max(hand.active)
+    # its sites that grew: what each first user frame made in the step and still held at
+    # its end (nothing made before the step was freed by one of these sites)
+    last = step["last_event"]
+    kept: dict[tuple[str, int], int] = {}
+    for a in hand.allocs:
+        if step["first_event"] <= a["alloc"] <= last and (a["free"] is None or a["free"] > last):
+            site = first_user_frame(a["frames"])
+            kept[site] = kept.get(site, 0) + a["size"]
+    hand_top = sorted((-b, f"step ({fn}:{line})") for (fn, line), b in kept.items())[:2]
+    # (sites of equal bytes may come in either order)
+    assert sorted((-g["bytes"], g["site"]) for g in step["grew"][:2]) == hand_top
