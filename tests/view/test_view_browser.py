@@ -118,6 +118,9 @@ def test_hostile_strings_are_shown_as_text(browser):
         assert EVIL in page.inner_text("#title")
         box = page.locator("canvas.main").bounding_box()
         pt = page.evaluate(BAND_POINT)  # C, the 300-byte allocation with the hostile frame
+        page.mouse.move(box["x"] + pt["x"], box["y"] + pt["y"])
+        page.wait_for_selector("#tooltip:not([hidden])")
+        assert EVIL in page.inner_text("#tooltip")  # its first user frame, as text
         page.mouse.click(box["x"] + pt["x"], box["y"] + pt["y"])
         page.wait_for_selector("#details .frames li")
         page.click("#details summary")

@@ -83,6 +83,11 @@ def test_bands_aggregate_and_reserved_line_are_painted_where_they_belong(browser
     # the stage strip: "fwd" covers events 1..30 on the first level
     strip = lambda e: pg.pixel("canvas.ann", x(e), 7)  # noqa: E731
     assert strip(20)[:3] == (0xC7, 0xD2, 0xFE) and strip(35)[3] == 0
+    strip_box = pg.page.locator("canvas.ann").bounding_box()
+    pg.page.mouse.move(strip_box["x"] + x(20), strip_box["y"] + 7)
+    assert pg.page.inner_text("#tooltip").startswith("fwd\n")
+    pg.page.mouse.move(strip_box["x"] + x(35), strip_box["y"] + 7)
+    assert pg.page.is_hidden("#tooltip")
     # the legend card is shown while no panel is open
     assert pg.page.is_visible("#guide")
     pg.shot("canvas_stacked_light.png")
@@ -152,4 +157,42 @@ def test_compare_aligns_two_timelines_and_tabulates_the_difference(browser):
         ranges = page.evaluate("() => window.memlens.panes.map((p) => [p.x0, p.x1])")
         assert ranges[0] == ranges[1] and ranges[0][1] - ranges[0][0] < 7
         pg.shot("compare_small.png")
+        assert not pg.errors
+
+
+def test_live_tree_expands_focuses_and_searches(browser):
+    with serving(ViewerData([memlens.load(small_snapshot())], ["small"])) as url:
+        pg = Page(browser, url)
+        page = pg.page
+        plot_w = page.evaluate("() => window.memlens.panes[0].plotW")
+        box = page.locator("canvas.main").bounding_box()
+        # above the stack after event 3 (410 of 1000 bytes): a moment, not an allocation
+        page.mouse.click(box["x"] + ML + 3.3 / 7 * plot_w, box["y"] + MT + PLOT_H * 0.2)
+        page.wait_for_selector("#live .tree .row")
+        assert "after event 3" in page.inner_text("#live .crumbs")
+        page.uncheck("#live-py")  # C++ frames too: train_step -> c10::malloc (C only)
+        page.wait_for_selector("#live .row:has-text('c10::malloc')")
+        rows = page.evaluate("""() => [...document.querySelectorAll('#live .tree .row')].map(
+          (r) => ['.lbl', '.bytes', '.pct'].map((c) => r.querySelector(c).textContent))""")
+        assert rows == [["all", "410 B", "100.0%"], ["train_step (train.py:10)", "410 B", "100.0%"],
+                        ["c10::malloc (CUDACachingAllocator.cpp)", "300 B", "73.2%"]]  # fmt: skip
+        heat = page.locator("#live .row:has-text('c10::malloc') .heat").get_attribute("style")
+        assert "width: 73.17%" in heat
+        # collapse and expand train_step
+        ts = page.locator("#live .tree .row").nth(1)
+        ts.locator(".lbl").click()
+        assert not page.is_visible("#live .row:has-text('c10::malloc')")
+        ts.locator(".lbl").click()
+        assert page.is_visible("#live .row:has-text('c10::malloc')")
+        # focus on train_step: it becomes the root, the breadcrumb leads back
+        ts.locator("button.focus").click()
+        crumbs = page.locator("#live .crumbs button").all_inner_texts()
+        assert crumbs == ["all", "train_step (train.py:10)"]
+        first_label = "() => document.querySelector('#live .tree .row .lbl').textContent"
+        assert page.evaluate(first_label) == "train_step (train.py:10)"
+        page.fill("#live-search", "MALLOC")
+        assert page.locator("#live mark").all_inner_texts() == ["malloc"]
+        page.locator("#live .crumbs button", has_text="all").click()
+        assert page.evaluate(first_label) == "all"
+        pg.shot("live_tree_focus.png")
         assert not pg.errors

@@ -79,6 +79,31 @@
     return PALETTE[h % PALETTE.length];
   }
 
+  // First index >= from whose value is >= x in an ascending array.
+  function lowerBound(arr, x, from) {
+    let lo = from, hi = arr.length;
+    while (lo < hi) { const m = (lo + hi) >> 1; if (arr[m] < x) lo = m + 1; else hi = m; }
+    return lo;
+  }
+
+  // Stage spans per nesting level (the strip shows four) and axis, as ascending columns.
+  function annotationLevels(spans) {
+    const out = { time: [], event: [] };
+    const levels = [];
+    spans.forEach((sp, k) => { if (sp.depth < 4) (levels[sp.depth] ||= []).push(k); });
+    for (let d = 0; d < levels.length; d++) {
+      const ks = levels[d] || [];
+      for (const [axis, s0, s1] of [["time", "t0", "t1"], ["event", "e0", "e1"]]) {
+        out[axis][d] = {
+          start: Float64Array.from(ks, (k) => spans[k][s0]),
+          end: Float64Array.from(ks, (k) => spans[k][s1]),
+          index: Int32Array.from(ks),
+        };
+      }
+    }
+    return out;
+  }
+
   // diagonal hatch in the theme's aggregate colours (one 6x6 tile per theme)
   let smallTile = null;
   function smallPattern(ctx) {
@@ -136,7 +161,13 @@
         o.value = String(d.device);
         this.devSel.append(o);
       }
-      this.devSel.addEventListener("change", () => this.setDevice(Number(this.devSel.value)));
+      this.devSel.addEventListener("change", () => {
+        // panels about the previous device's rows and events no longer apply
+        if (state.pinned && state.pinned.pane === this) { state.pinned = null; $("#details").hidden = true; }
+        if (state.live && state.live.pane === this) { state.live = null; $("#live").hidden = true; }
+        this.setDevice(Number(this.devSel.value));
+        if (state.panes.length > 1) loadCompare();
+      });
       head.append(this.devSel);
       this.figures = el("span", "figures");
       head.append(this.figures);
@@ -178,6 +209,7 @@
       this.summary = null;
       this.renderFigures();
       this.ann = { spans: [] };
+      this.annLevels = annotationLevels([]);
       this.layoutCanvases();
       // the chart first; overview and stage strip once it is drawn (they are not urgent)
       this.request().then(() => {
@@ -188,6 +220,7 @@
         getJSON(`/api/d/${d}/annotations?snap=${this.s}`).then((a) => {
           if (d !== this.device) return;
           this.ann = a;
+          this.annLevels = annotationLevels(a.spans);
           this.layoutCanvases(); // resizing clears every canvas: redraw them all
           this.draw();
           this.drawOverview();
@@ -495,45 +528,47 @@
       ctx.fillText(this.axis === "time" ? "time ▸" : "event ▸", ML - 6, MT + plotH + 15);
     }
 
+    // Cost per draw: O(pixels x log spans), not O(spans): spans of one level never overlap,
+    // so their starts and ends both ascend; a sub-pixel span paints its pixel, then a binary
+    // search skips to the first span starting in the next pixel.
     drawAnnotations() {
       if (!this.annH) return;
       const c = this.annCanvas, ctx = c.getContext("2d"), r = dpr();
       ctx.setTransform(r, 0, 0, r, 0, 0);
       ctx.clearRect(0, 0, c.width / r, this.annH);
       ctx.font = "10px system-ui, sans-serif";
-      const time = this.axis === "time";
-      const right = [-1, -1, -1, -1]; // per level: drawn up to here (spans come sorted by start)
+      const lv = this.annLevels[this.axis];
+      const left = ML, right = ML + this.plotW;
       ctx.fillStyle = col("--ann");
-      for (const sp of this.ann.spans) {
-        if (sp.depth >= 4) continue;
-        let a = this.xOf(time ? sp.t0 : sp.e0), b = this.xOf(time ? sp.t1 : sp.e1);
-        if (b < ML || a > ML + this.plotW) continue;
-        if (b - a < 2 && b <= right[sp.depth] + 1) continue; // sub-pixel span, pixel painted
-        right[sp.depth] = Math.max(right[sp.depth], b);
-        a = Math.max(a, ML); b = Math.min(b, ML + this.plotW);
-        const yy = 1 + sp.depth * 15;
-        ctx.fillRect(a, yy, Math.max(1, b - a - 1), 13);
-        if (b - a > 30) {
-          ctx.save();
-          ctx.beginPath(); ctx.rect(a, yy, b - a - 2, 13); ctx.clip();
-          ctx.fillStyle = col("--ann-fg");
-          ctx.fillText(sp.name, a + 3, yy + 10); // canvas text: no markup is interpreted
-          ctx.restore();
-          ctx.fillStyle = col("--ann");
+      for (let depth = 0; depth < lv.length; depth++) {
+        const { start, end, index } = lv[depth];
+        const yy = 1 + depth * 15;
+        let i = lowerBound(end, this.x0, 0);
+        while (i < start.length && start[i] <= this.x1) {
+          let a = this.xOf(start[i]), b = this.xOf(end[i]);
+          const sp = this.ann.spans[index[i]];
+          a = Math.max(a, left); b = Math.min(b, right);
+          ctx.fillRect(a, yy, Math.max(1, b - a - 1), 13);
+          if (b - a > 30) {
+            ctx.save();
+            ctx.beginPath(); ctx.rect(a, yy, b - a - 2, 13); ctx.clip();
+            ctx.fillStyle = col("--ann-fg");
+            ctx.fillText(sp.name, a + 3, yy + 10); // canvas text: no markup is interpreted
+            ctx.restore();
+            ctx.fillStyle = col("--ann");
+          }
+          i = b - a < 2 ? Math.max(i + 1, lowerBound(start, this.uOf(Math.floor(b) + 1), i + 1)) : i + 1;
         }
       }
     }
 
     annAt(x, y) {
       const depth = Math.floor((y - 1) / 15);
-      const u = this.uOf(x), time = this.axis === "time";
-      let best = null;
-      for (const sp of this.ann.spans) {
-        if (sp.depth !== depth) continue;
-        const a = time ? sp.t0 : sp.e0, b = time ? sp.t1 : sp.e1;
-        if (a <= u && u <= b) best = sp;
-      }
-      return best;
+      const lv = this.annLevels[this.axis][depth];
+      if (!lv) return null;
+      const u = this.uOf(x);
+      const i = lowerBound(lv.end, u, 0); // the only span of this level that can hold u
+      return i < lv.start.length && lv.start[i] <= u ? this.ann.spans[lv.index[i]] : null;
     }
 
     drawOverview() {
