@@ -34,27 +34,33 @@ def status(app) -> str:
     return shown(app, "#status0")
 
 
+def view(app) -> str:
+    return shown(app, "#view")
+
+
 def test_start_summary_chart_cursor_on_peak(dev):
     async def script(app, pilot):
         assert shown(app, "#summary0") == (
             "snap0 · device 0 · 9 events · peak 14.00 MiB at event 3 · reserved peak 20.00 MiB"
             " · end 5.00 MiB · 4 allocations"
         )
+        # 5 rows of 8 eighths for 20 MiB: 2 eighths a MiB; active after each event is
+        # 0, 4, 6, 14, 14, 6, 7, 7, 5 MiB, reserved 20 MiB throughout
         assert chart(app) == "\n".join(
             [
                 " 20.00 MiB│░░░░░░░░░",
-                "          │░░░▂▂░░░░",
-                "          │░░░██░░░░",
-                "  8.33 MiB│░░░██░▁▁░",
-                "          │░▂▇██▇██▄",
+                "          │░░░▄▄░░░░",
+                " 10.00 MiB│░░░██░░░░",
+                "          │░░▄██▄▆▆▂",
                 "       0 B│░████████",
                 "          └◆  ▲  ◆",
             ]
         )
         assert status(app) == (
-            "event 3/9 alloc 8.00 MiB · t+0.003000 s · active 14.00 MiB · reserved 20.00 MiB"
-            " · 1 ev/col · stage forward"
+            "event 3 alloc 8.00 MiB · t+0.003000 s · active 14.00 MiB · reserved 20.00 MiB"
+            " · stage forward"
         )
+        assert view(app) == "1 event/column · events 0–8 of 9 shown"
 
     run([dev], script, size=SMALL)
 
@@ -62,32 +68,33 @@ def test_start_summary_chart_cursor_on_peak(dev):
 def test_timeline_moves_markers_floor(dev):
     async def script(app, pilot):
         await press(pilot, "right")
-        assert status(app).startswith("event 4/9 free_requested 8.00 MiB")
+        assert status(app).startswith("event 4 free_requested 8.00 MiB")
         await press(pilot, "left", "left")
-        assert status(app).startswith("event 2/9 alloc 2.00 MiB")
+        assert status(app).startswith("event 2 alloc 2.00 MiB")
         await press(pilot, "end")
-        assert status(app).startswith("event 8/9 free_completed") and "stage" not in status(app)
+        assert status(app).startswith("event 8 free_completed") and "stage" not in status(app)
         await press(pilot, "home")
-        assert status(app).startswith("event 0/9 segment_alloc 20.00 MiB")
+        assert status(app).startswith("event 0 segment_alloc 20.00 MiB")
         await press(pilot, "m")
-        assert status(app).endswith("stage optimizer") and "event 6/9" in status(app)
+        assert status(app).endswith("stage optimizer") and "event 6 " in status(app)
         await press(pilot, "m")  # no marker after: stays
-        assert "event 6/9" in status(app)
+        assert "event 6 " in status(app)
         await press(pilot, "M")
-        assert "event 0/9" in status(app)
+        assert "event 0 " in status(app)
         await press(pilot, "p")
-        assert "event 3/9" in status(app)
+        assert "event 3 " in status(app)
         await press(pilot, "up", "up")
-        assert "floor 2.00 MiB" in status(app)
-        assert chart(app).splitlines()[-2] == "  2.00 MiB│░▆███████"
+        assert view(app).endswith(" · y floor 2.00 MiB")
+        # floor 2 MiB, 5 rows: 40 eighths for 18 MiB; 4 MiB -> ceil(4.44) = ▅, 5 MiB -> ▇
+        assert chart(app).splitlines()[-2] == "  2.00 MiB│░▅██████▇"
         await press(pilot, "down")
-        assert "floor 1.00 MiB" in status(app)
+        assert view(app).endswith(" · y floor 1.00 MiB")
         await press(pilot, "r")
-        assert "floor" not in status(app)
+        assert "floor" not in view(app)
         await press(pilot, "shift+right")
-        assert "event 8/9" in status(app)
+        assert "event 8 " in status(app)
         await press(pilot, "R")  # reserved peak: the segment at event 0
-        assert "event 0/9" in status(app)
+        assert "event 0 " in status(app)
 
     run([dev], script, size=SMALL)
 
@@ -97,22 +104,25 @@ def test_zoom_and_pan_on_a_long_trace():
 
     async def script(app, pilot):
         # 120 - 11 = 109 chart columns: 10 events a column; cursor on the peak (last event)
-        assert status(app).startswith("event 998/999 alloc 500.00 KiB")
-        assert "10 ev/col" in status(app)
+        assert status(app).startswith("event 998 alloc 500.00 KiB")
+        assert view(app) == "10 events/column · events 0–998 of 999 shown"
         await press(pilot, "minus")
-        assert "10 ev/col" in status(app)  # already fits: zoom out stops
+        assert view(app).startswith("10 events/column")  # already fits: zoom out stops
         await press(pilot, "plus")
-        assert "5 ev/col" in status(app) and "event 998/999" in status(app)
+        assert view(
+            app
+        ) == "5 events/column · events 455–998 of 999 shown" and "event 998 " in status(app)
         await press(pilot, "left")
-        assert "event 994/999" in status(app)  # the highest event of the column before
+        assert "event 994 " in status(app)  # the highest event of the column before
         await press(pilot, "plus", "plus", "plus")
-        assert "1 ev/col" in status(app)
+        assert view(app) == "1 event/column · events 887–995 of 999 shown"
         await press(pilot, "pageup")
-        assert "event 885/999" in status(app)
+        assert "event 885 " in status(app)
+        assert view(app) == "1 event/column · events 778–886 of 999 shown"
         axis = chart(app).splitlines()[-1]
         assert axis.index("▲") == 11 + 107  # the cursor keeps its place on screen
         await press(pilot, "0")
-        assert "10 ev/col" in status(app)
+        assert view(app).startswith("10 events/column · events 0–998 ")
 
     run([dev], script)
 
@@ -121,10 +131,10 @@ def test_mouse_click_moves_the_cursor(dev):
     async def script(app, pilot):
         await pilot.click("#chart0", offset=(12, 2))
         await pilot.pause()
-        assert status(app).startswith("event 1/9 alloc 4.00 MiB")
+        assert status(app).startswith("event 1 alloc 4.00 MiB")
         await pilot.click("#chart0", offset=(3, 2))  # on the axis: nothing
         await pilot.pause()
-        assert status(app).startswith("event 1/9")
+        assert status(app).startswith("event 1 ")
 
     run([dev], script, size=SMALL)
 
@@ -162,7 +172,9 @@ def test_detail_tree_navigation_focus_and_hide(dev):
                 "  ·   12.00 MiB 100.0% <inside hidden frames>  (2)",
             ]
         )
-        assert "focused (1 deep, b back)" in shown(app, "#status")
+        assert shown(app, "#status") == (
+            "row 1/2 · 12.00 MiB · 100.0% of 12.00 MiB · focused on forward (model.py:20) (1 deep, b back)"
+        )
         await press(pilot, "b")
         assert shown(app, "#tree").splitlines()[0] == "▾   14.00 MiB 100.0% all  (3)"
         await press(pilot, "h")
@@ -243,14 +255,14 @@ def test_compare_shared_cursor_and_diff_tree(dev):
     async def script(app, pilot):
         assert shown(app, "#summary0").startswith("A: snap0 · device 0 · 9 events · peak 14.00")
         assert shown(app, "#summary1").startswith("B: snap1 · device 0 · 10 events · peak 25.00")
-        assert shown(app, "#status0").startswith("event 3/9 alloc 8.00 MiB")
-        assert shown(app, "#status1").startswith("event 3/10 alloc 16.00 MiB")
+        assert shown(app, "#status0").startswith("event 3 alloc 8.00 MiB")
+        assert shown(app, "#status1").startswith("event 3 alloc 16.00 MiB")
         # one y scale for both: B's 25 MiB top
         assert chart(app, 0).splitlines()[0].startswith(" 25.00 MiB│")
         assert chart(app, 1).splitlines()[0].startswith(" 25.00 MiB│")
         await press(pilot, "right")
-        assert shown(app, "#status0").startswith("event 4/9 ")
-        assert shown(app, "#status1").startswith("event 4/10 alloc 3.00 MiB")
+        assert shown(app, "#status0").startswith("event 4 ")
+        assert shown(app, "#status1").startswith("event 4 alloc 3.00 MiB")
         await press(pilot, "enter")
         assert isinstance(app.screen, DiffScreen)
         assert shown(app, "#title") == (
@@ -280,7 +292,10 @@ def test_help_lists_every_key(dev):
         await press(pilot, "question_mark")
         assert isinstance(app.screen, HelpScreen)
         text = shown(app, "#text")
-        assert text.splitlines()[0] == "memlens tui: keys (any key closes this help)"
+        assert (
+            text.splitlines()[0]
+            == "memlens tui: keys (arrows, PgUp/PgDn scroll; any other key closes this help)"
+        )
         await press(pilot, "pagedown", "pagedown", "pagedown")
         later = shown(app, "#text")
         everything = text + "\n" + later
@@ -303,7 +318,7 @@ def test_tiny_terminal_still_works(dev):
         assert chart(app).startswith("(too small: ")
         await press(pilot, "right", "plus", "enter", "e", "q", "minus")
         assert isinstance(app.screen, TimelineScreen)
-        assert status(app).startswith("event 4/9")
+        assert status(app).startswith("event 4 ")
 
     run([dev], script, size=(24, 6))
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pickle
 import re
 from pathlib import Path
 
@@ -10,9 +11,20 @@ import pytest
 import tui_snapshots as hs
 
 import memlens
+from memlens.units import format_bytes
 from memlens.views.tui import keys
 from memlens.views.tui.chart import Timeline, Viewport, column_at, render_chart
-from memlens.views.tui.describe import current_stage, cursor_line, describe_allocation
+from memlens.views.tui.describe import (
+    current_stage,
+    cursor_line,
+    describe_allocation,
+    snapshot_summary,
+    summary_line,
+    summary_parts,
+    time_weighted_average,
+    view_line,
+    wrap_parts,
+)
 from memlens.views.tui.outline import Outline, plain
 from memlens.views.tui.trees import diff_tree, live_stack_tree, rows_under
 
@@ -123,9 +135,87 @@ def test_cursor_line(dev):
     v = Viewport(dev.n_events, width=50)
     v.goto_event(3)
     assert cursor_line(dev, tl, v) == (
-        "event 3/9 alloc 8.00 MiB · t+0.003000 s · active 14.00 MiB · reserved 20.00 MiB"
-        " · 1 ev/col · stage forward"
+        "event 3 alloc 8.00 MiB · t+0.003000 s · active 14.00 MiB · reserved 20.00 MiB"
+        " · stage forward"
     )
+    assert view_line(v, 39) == "1 event/column · events 0–8 of 9 shown"
+    long = Viewport(1000, width=10)
+    long.zoom(0.25)  # 100 -> 25 events a column, cursor (event 0) still first
+    long.raise_floor(2 * MiB, 1)
+    assert (
+        view_line(long, 10) == "25 events/column · events 0–249 of 1,000 shown · y floor 102.40 KiB"
+    )
+    long.goto_event(999)
+    assert (
+        view_line(long, 10)
+        == "25 events/column · events 750–999 of 1,000 shown · y floor 102.40 KiB"
+    )
+
+
+def test_summary_wraps_between_parts_only(dev):
+    parts = summary_parts("s.pickle", dev)
+    assert (
+        " · ".join(parts)
+        == summary_line("s.pickle", dev)
+        == (
+            "s.pickle · device 0 · 9 events · peak 14.00 MiB at event 3 · reserved peak 20.00 MiB"
+            " · end 5.00 MiB · 4 allocations"
+        )
+    )
+    assert wrap_parts(parts, 60, 2) == [
+        "s.pickle · device 0 · 9 events · peak 14.00 MiB at event 3",
+        "reserved peak 20.00 MiB · end 5.00 MiB · 4 allocations",
+    ]
+    assert wrap_parts(parts, 40, 2) == [
+        "s.pickle · device 0 · 9 events",
+        "peak 14.00 MiB at event 3 · reserved peak 20.00 MiB · end 5.00 MiB · 4 allocations",
+    ]  # the last line takes the rest (cut on screen)
+    assert wrap_parts(parts, 200, 2) == [summary_line("s.pickle", dev)]
+    assert wrap_parts(["a" * 50, "b"], 10, 3) == ["a" * 50, "b"]
+
+
+def test_snapshot_summary_figures(dev, tmp_path):
+    path = tmp_path / "small.pickle"
+    path.write_bytes(pickle.dumps(hs.small()))
+    snap = memlens.load(path, cache=False)
+    lines = snapshot_summary("small.pickle", snap.device())
+    size = path.stat().st_size
+    # active after events 0..8: 0, 4, 6, 14, 14, 6, 7, 7, 5 MiB, one event a millisecond:
+    # each value holds 1 ms, the last one none -> (4+6+14+14+6+7+7) / 8 = 7.25 MiB
+    assert lines == [
+        "summary of small.pickle",
+        "",
+        f"file           {format_bytes(size)} ({size:,} bytes), parsed (no cache used)",
+        "devices        0 (showing device 0)",
+        "events         9 over 0.008000 s",
+        "annotations    4",
+        "",
+        "active memory (bytes requested by live tensors)",
+        "  initial      0 B (before the first event)",
+        "  minimum      0 B",
+        "  average      7.25 MiB (over time)",
+        "  peak         14.00 MiB at event 3",
+        "  final        5.00 MiB",
+        "reserved memory (segments held from CUDA)",
+        "  initial      0 B",
+        "  peak         20.00 MiB",
+        "  final        20.00 MiB",
+        "",
+        "allocations    4 (4 made in the trace, 0 before it)",
+        "  live at end  2 (5.00 MiB)",
+        "  smallest     1.00 MiB",
+        "  largest      8.00 MiB",
+        "  mean         3.75 MiB",
+        "  median       3.00 MiB",
+        "  cumulative   15.00 MiB allocated in the trace",
+    ]
+    assert time_weighted_average(dev) == (7.25 * MiB, "over time")
+    untimed = hs.small()
+    for ev in untimed["device_traces"][0]:
+        del ev["time_us"]
+    u = memlens.load(untimed).device()
+    # no timestamps: the mean over the 9 events, 63 MiB / 9 = 7 MiB
+    assert time_weighted_average(u) == (7 * MiB, "over events")
 
 
 def test_live_tree_user_frames_and_all_frames(dev):

@@ -29,15 +29,32 @@ def test_real_snapshot_walk(name, shared_snapshots_dir, expected_figures):
     async def script(app, pilot):
         peak_at = exp["peak_event_index"]
         where = f"event {peak_at:,}" if peak_at >= 0 else "before the trace"
-        assert shown(app, "#summary0").startswith(
-            f"snap0 · device {exp['device']} · {exp['trace_entries']:,} events · "
-            f"peak {format_bytes(exp['peak_active_bytes'])} at {where} · "
-            f"reserved peak {format_bytes(exp['peak_reserved_bytes'])} · "
-            f"end {format_bytes(exp['end_active_bytes'])}"
+        # two lines when it does not fit in one (parts are never split)
+        assert (
+            shown(app, "#summary0")
+            .replace("\n", " · ")
+            .startswith(
+                f"snap0 · device {exp['device']} · {exp['trace_entries']:,} events · "
+                f"peak {format_bytes(exp['peak_active_bytes'])} at {where} · "
+                f"reserved peak {format_bytes(exp['peak_reserved_bytes'])} · "
+                f"end {format_bytes(exp['end_active_bytes'])}"
+            )
         )
         if peak_at >= 0:
-            assert shown(app, "#status0").startswith(f"event {peak_at:,}/{exp['trace_entries']:,} ")
-        await press(pilot, *WALK)
+            assert shown(app, "#status0").startswith(f"event {peak_at:,} ")
+        assert shown(app, "#view").endswith(f" of {exp['trace_entries']:,} shown")
+        await press(pilot, "s")
+        text = shown(app, "#text")
+        for line in (
+            f"  initial      {format_bytes(exp['baseline_bytes'])} (before the first event)",
+            f"  peak         {format_bytes(exp['peak_active_bytes'])} at {where}",
+            f"  final        {format_bytes(exp['end_active_bytes'])}",
+            f"  initial      {format_bytes(exp['reserved_start_bytes'])}",
+            f"  peak         {format_bytes(exp['peak_reserved_bytes'])}",
+            f"  final        {format_bytes(exp['end_reserved_bytes'])}",
+        ):
+            assert line in text.splitlines()
+        await press(pilot, "q", *WALK)
         assert isinstance(app.screen, TimelineScreen)
 
     run([dev], script, size=(100, 30))

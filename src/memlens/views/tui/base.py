@@ -20,7 +20,7 @@ from textual.widgets import Static
 from memlens.snapshot.model import DeviceTrace
 from memlens.views.tui import keys
 from memlens.views.tui.chart import Timeline
-from memlens.views.tui.describe import describe_allocation
+from memlens.views.tui.describe import describe_allocation, snapshot_summary
 
 CSS = """
 Lines { height: 1fr; text-wrap: nowrap; text-overflow: ellipsis; }
@@ -61,11 +61,13 @@ class Lines(Widget):
         self,
         provider: Callable[[int, int], list[Text]],
         click: Callable[[int, int], None] | None = None,
+        wheel: Callable[[int], None] | None = None,
         **kw,
     ) -> None:
         super().__init__(**kw)
         self.provider = provider
         self.click = click
+        self.wheel = wheel
 
     def render(self) -> Text:
         """All rows as one Text (what tests read; drawing goes through render_line)."""
@@ -95,6 +97,17 @@ class Lines(Widget):
         if self.click is not None:
             self.click(event.x, event.y)
 
+    def _wheel(self, event: events.MouseEvent, steps: int) -> None:
+        if self.wheel is not None:
+            event.stop()  # or the screen would scroll too
+            self.wheel(steps)
+
+    def on_mouse_scroll_down(self, event: events.MouseScrollDown) -> None:
+        self._wheel(event, 1)
+
+    def on_mouse_scroll_up(self, event: events.MouseScrollUp) -> None:
+        self._wheel(event, -1)
+
 
 class KeyScreen(Screen, inherit_bindings=False):
     """A screen whose keys come from one table of keys.py; each action is a do_* method."""
@@ -109,11 +122,15 @@ class KeyScreen(Screen, inherit_bindings=False):
         if action is None:
             return
         event.stop()
+        self.run_action(action)
+        if self.is_current:  # not after the action pushed or popped a screen
+            self.redraw()
+
+    def run_action(self, action: str) -> None:
+        """Call do_<name>(arg) for an action of a key table ("step(-1)", "peak")."""
         name, _, arg = action.partition("(")
         args = [int(arg.rstrip(")"))] if arg else []
         getattr(self, f"do_{name}")(*args)
-        if self.is_current:  # not after the action pushed or popped a screen
-            self.redraw()
 
     def intercept(self, event: events.Key) -> bool:
         """Give a screen the key first (search typing); True when it used it."""
@@ -135,22 +152,33 @@ class TextScreen(KeyScreen):
 
     TABLE = keys.TEXT
 
+    HINT = "↑↓ PgUp PgDn scroll  ? help  q back"
+
     def __init__(self, lines: list[str]) -> None:
         super().__init__()
         self.text_lines = lines
         self.offset_ = 0
+        self._page = 20
 
     def compose(self) -> ComposeResult:
-        yield Lines(self._provide, id="text")
-        yield Static(one_line("↑↓ scroll  ? help  q back"), classes="hint")
+        yield Lines(self._provide, wheel=self._wheel, id="text")
+        yield Static(one_line(self.HINT), classes="hint")
 
     def _provide(self, width: int, height: int) -> list[Text]:
+        self._page = max(height - 1, 1)
         self.offset_ = max(0, min(self.offset_, len(self.text_lines) - height))
         shown = self.text_lines[self.offset_ : self.offset_ + height]
         return [Text(s, no_wrap=True, overflow="ellipsis") for s in shown]
 
+    def _wheel(self, steps: int) -> None:
+        self.do_scroll(3 * steps)
+        self.redraw()
+
     def do_scroll(self, n: int) -> None:
         self.offset_ = max(0, self.offset_ + n)
+
+    def do_page(self, n: int) -> None:
+        self.do_scroll(n * self._page)
 
 
 class AllocationScreen(TextScreen):
@@ -158,17 +186,30 @@ class AllocationScreen(TextScreen):
         super().__init__(describe_allocation(dev, row))
 
 
+class SummaryScreen(TextScreen):
+    """ptmem's -s figures for each snapshot open (one after the other in compare)."""
+
+    def __init__(self, sessions: list[Session]) -> None:
+        lines: list[str] = []
+        for k, s in enumerate(sessions):
+            tag = f"{'AB'[k]}: " if len(sessions) > 1 else ""
+            lines += [*([""] if lines else []), *snapshot_summary(tag + s.name, s.dev)]
+        super().__init__(lines)
+
+
 class HelpScreen(TextScreen):
-    """Every key; arrows scroll, any other key closes."""
+    """Every key; the scrolling keys scroll, any other key closes."""
+
+    HINT = "↑↓ PgUp PgDn scroll  any other key closes"
 
     def __init__(self) -> None:
         super().__init__(keys.help_lines())
 
     def on_key(self, event: events.Key) -> None:
         event.stop()
-        action = keys.lookup(keys.TEXT[:4], event.key, event.character)
-        if action is None:
+        action = keys.lookup(keys.TEXT, event.key, event.character)
+        if action is None or not action.startswith(("scroll", "page")):
             self.app.pop_screen()
             return
-        self.do_scroll(int(action.partition("(")[2].rstrip(")")))
+        self.run_action(action)
         self.redraw()

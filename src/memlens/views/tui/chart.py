@@ -24,20 +24,27 @@ RESERVED_GLYPH = "░"  # reserved-but-not-active memory, stacked above the acti
 CURSOR_GLYPH = "▲"
 MARKER_GLYPH = "◆"
 AXIS_WIDTH = 11  # y-axis labels ("1023.99 MiB") plus a separator
-MIN_WIDTH, MIN_HEIGHT = 30, 3  # below this the chart says so instead of drawing
+CURSOR_LINE_GLYPH = "┊"  # without colour, the cursor's column above its bar
+MIN_WIDTH, MIN_HEIGHT = 30, 2  # below this the chart says so instead of drawing
 _MAX_CACHED_LEVELS = 12
 
-ACTIVE = Style(color="cyan")
-ACTIVE_CURSOR = Style(color="black", bgcolor="yellow")
-RESERVED = Style(color="magenta", dim=True)
-RESERVED_CURSOR = Style(color="magenta", bgcolor="yellow")
-EMPTY_CURSOR = Style(bgcolor="grey30")
+# Colours are given as RGB, not ANSI names: Textual maps the 16 ANSI colours through its
+# theme, where yellow and dark orange came out the same.
+ACTIVE = Style(color="#00afff")
+ACTIVE_CURSOR = Style(color="#000000", bgcolor="#ffd700")
+RESERVED = Style(color="#af87d7")
+RESERVED_CURSOR = Style(color="#875faf", bgcolor="#ffd700")
+EMPTY_CURSOR = Style(bgcolor="#4e4e4e")
 AXIS = Style(dim=True)
-MARKER = Style(color="green", bold=True)
-CURSOR_MARK = Style(color="yellow", bold=True)
-_GLYPHS = np.array(list(EIGHTHS + RESERVED_GLYPH))
+MARKER = Style(color="#5fd75f", bold=True)
+CURSOR_MARK = Style(color="#ffd700", bold=True)
+_GLYPHS = np.array(list(EIGHTHS + RESERVED_GLYPH + CURSOR_LINE_GLYPH))
+_CURSOR_LINE = len(EIGHTHS) + 1  # index of CURSOR_LINE_GLYPH in _GLYPHS
 # by cell kind: empty, active, reserved; then the same three on the cursor's column
 _STYLES = (Style.null(), ACTIVE, RESERVED, EMPTY_CURSOR, ACTIVE_CURSOR, RESERVED_CURSOR)
+# NO_COLOR: the glyphs tell active from reserved; the cursor's column is a dotted line
+_MONO_STYLES = (Style.null(),) * 3 + (Style(bold=True),) + (Style.null(),) * 2
+_MONO_MARKS = (Style(bold=True), Style(bold=True))
 
 
 @dataclass(frozen=True)
@@ -56,6 +63,7 @@ class Timeline:
     active: np.ndarray  # int64 bytes after each event
     reserved: np.ndarray
     markers: list[Marker] = field(default_factory=list)
+    start_top: int = 0  # the higher of active and reserved bytes before the first event
     _levels: dict[int, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict, repr=False)
 
     @classmethod
@@ -64,6 +72,7 @@ class Timeline:
             np.asarray(dev.active_after, dtype=np.int64),
             np.asarray(dev.reserved_after, dtype=np.int64),
             stage_markers(dev),
+            max(dev.baseline_bytes, dev.reserved_start_bytes),
         )
 
     @property
@@ -72,10 +81,11 @@ class Timeline:
 
     @cached_property
     def top(self) -> int:
-        """Highest value either curve reaches (the default top of the y axis)."""
+        """Highest value either curve reaches, before the first event included (the default
+        top of the y axis, so it agrees with the peaks of the summary)."""
         if self.n_events == 0:
-            return 0
-        return int(max(self.active.max(), self.reserved.max()))
+            return self.start_top
+        return int(max(self.active.max(), self.reserved.max(), self.start_top))
 
     @cached_property
     def start_marker_events(self) -> np.ndarray:
@@ -248,11 +258,13 @@ def render_chart(
     height: int,
     *,
     top: int | None = None,
+    mono: bool = False,
 ) -> list[Text]:
     """Rows of the chart (bars, then an axis row with the cursor and stage markers).
 
     `width` and `height` are the whole area; the y-axis labels take AXIS_WIDTH columns and
-    the axis row one line. Too small an area gives a one-line notice instead.
+    the axis row one line. Too small an area gives a one-line notice instead. `mono`
+    draws without colour (NO_COLOR).
     """
     if width < MIN_WIDTH or height < MIN_HEIGHT:
         return [Text(f"(too small: {width}x{height})", style=AXIS)]
@@ -281,7 +293,11 @@ def render_chart(
     cursor_x = view.cursor_column - start
     if 0 <= cursor_x < kind.shape[1]:
         kind[:, cursor_x] += 3
+        if mono:
+            empty = glyph[:, cursor_x] == 0
+            glyph[empty, cursor_x] = _CURSOR_LINE
     chars = _GLYPHS[glyph]
+    styles = _MONO_STYLES if mono else _STYLES
     out: list[Text] = []
     for r in range(rows):
         if r == 0:
@@ -297,21 +313,22 @@ def render_chart(
         cuts = [0, *(np.flatnonzero(np.diff(row_kind)) + 1).tolist(), len(row_kind)]
         for a, b in zip(cuts, cuts[1:]):
             if b > a:
-                line.append("".join(row_chars[a:b]), _STYLES[int(row_kind[a])])
+                line.append("".join(row_chars[a:b]), styles[int(row_kind[a])])
         out.append(line)
-    out.append(_axis_row(timeline, view, cols))
+    out.append(_axis_row(timeline, view, cols, mono))
     return out
 
 
-def _axis_row(timeline: Timeline, view: Viewport, cols: int) -> Text:
+def _axis_row(timeline: Timeline, view: Viewport, cols: int, mono: bool) -> Text:
     cells = [" "] * cols
     styles: list[Style | None] = [None] * cols
+    marker, cursor = _MONO_MARKS if mono else (MARKER, CURSOR_MARK)
     xs = timeline.start_marker_events // view.bucket - view.start
     for x in np.unique(xs[(xs >= 0) & (xs < cols)]).tolist():
-        cells[x], styles[x] = MARKER_GLYPH, MARKER
+        cells[x], styles[x] = MARKER_GLYPH, marker
     x = view.cursor_column - view.start
     if 0 <= x < cols:
-        cells[x], styles[x] = CURSOR_GLYPH, CURSOR_MARK
+        cells[x], styles[x] = CURSOR_GLYPH, cursor
     line = Text(" " * (AXIS_WIDTH - 1) + "└", style=AXIS, no_wrap=True, overflow="crop")
     for ch, st in zip(cells, styles):
         line.append(ch, st)

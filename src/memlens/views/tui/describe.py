@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+
+import numpy as np
+
 from memlens.snapshot.frames import CPP, NOISE, short_cpp_name
 from memlens.snapshot.model import GHOST, LIVE_AT_END, PENDING_FREE, PREEXISTING, DeviceTrace
 from memlens.units import format_bytes
@@ -15,15 +19,35 @@ def event_time(dev: DeviceTrace, event: int) -> str:
     return f"t+{(int(dev.time_us[event]) - int(dev.time_us[0])) / 1e6:.6f} s"
 
 
+def summary_parts(name: str, dev: DeviceTrace) -> list[str]:
+    """The summary shown on start, in parts that are never split across lines."""
+    peak_at = f"event {dev.peak_event_index:,}" if dev.peak_event_index >= 0 else "before the trace"
+    return [
+        name,
+        f"device {dev.device}",
+        f"{dev.n_events:,} events",
+        f"peak {format_bytes(dev.peak_active_bytes)} at {peak_at}",
+        f"reserved peak {format_bytes(dev.peak_reserved_bytes)}",
+        f"end {format_bytes(dev.end_active_bytes)}",
+        f"{dev.n_allocations:,} allocations",
+    ]
+
+
 def summary_line(name: str, dev: DeviceTrace) -> str:
     """The one-line summary shown on start."""
-    peak_at = f"event {dev.peak_event_index:,}" if dev.peak_event_index >= 0 else "before the trace"
-    return (
-        f"{name} · device {dev.device} · {dev.n_events:,} events · "
-        f"peak {format_bytes(dev.peak_active_bytes)} at {peak_at} · "
-        f"reserved peak {format_bytes(dev.peak_reserved_bytes)} · "
-        f"end {format_bytes(dev.end_active_bytes)} · {dev.n_allocations:,} allocations"
-    )
+    return " · ".join(summary_parts(name, dev))
+
+
+def wrap_parts(parts: list[str], width: int, max_lines: int, sep: str = " · ") -> list[str]:
+    """Parts joined by `sep` into lines of at most `width`, breaking only between parts;
+    the last allowed line takes the rest (and is cut by whoever draws it)."""
+    lines: list[str] = []
+    for part in parts:
+        if lines and (len(lines) == max_lines or len(lines[-1]) + len(sep) + len(part) <= width):
+            lines[-1] += sep + part
+        else:
+            lines.append(part)
+    return lines
 
 
 def current_stage(timeline: Timeline, event: int) -> str:
@@ -32,22 +56,34 @@ def current_stage(timeline: Timeline, event: int) -> str:
 
 
 def cursor_line(dev: DeviceTrace, timeline: Timeline, view: Viewport) -> str:
-    """Where the cursor is: event, action, time, memory, zoom, floor, stage."""
+    """Where the cursor is: event, action, time, memory, stage."""
     if dev.n_events == 0:
         return "no events in this trace"
     e = min(view.cursor, dev.n_events - 1)
-    parts = [f"event {e:,}/{dev.n_events:,} {dev.action_name(e)} {format_bytes(int(dev.size[e]))}"]
+    parts = [f"event {e:,} {dev.action_name(e)} {format_bytes(int(dev.size[e]))}"]
     t = event_time(dev, e)
     if t:
         parts.append(t)
     parts.append(f"active {format_bytes(dev.active_at(e))}")
     parts.append(f"reserved {format_bytes(dev.reserved_at(e))}")
-    parts.append(f"{view.bucket:,} ev/col")
-    if view.floor:
-        parts.append(f"floor {format_bytes(view.floor)}")
     stage = current_stage(timeline, e)
     if stage:
         parts.append(f"stage {stage}")
+    return " · ".join(parts)
+
+
+def view_line(view: Viewport, width: int) -> str:
+    """What the chart shows: events per column, the visible events, the y floor."""
+    if view.n_events == 0:
+        return ""
+    first = view.start * view.bucket
+    last = min((view.start + width) * view.bucket, view.n_events) - 1
+    parts = [
+        f"{view.bucket:,} event{'s' if view.bucket > 1 else ''}/column",
+        f"events {first:,}–{last:,} of {view.n_events:,} shown",
+    ]
+    if view.floor:
+        parts.append(f"y floor {format_bytes(view.floor)}")
     return " · ".join(parts)
 
 
@@ -111,4 +147,71 @@ def describe_allocation(dev: DeviceTrace, row: int) -> list[str]:
             lines.append(f"  {tag}{short_cpp_name(name)}{where}")
         else:
             lines.append(f"  {name}  {fname}:{line}")
+    return lines
+
+
+def time_weighted_average(dev: DeviceTrace) -> tuple[float, str]:
+    """Mean active bytes over wall time (each value holds until the next event), or over
+    events when the trace has no timestamps or spans no time; and which one it is."""
+    active = dev.active_after.astype(np.float64)
+    if dev.n_events > 1 and dev.time_us[0] >= 0:
+        t = dev.monotonic_time_us
+        span = int(t[-1]) - int(t[0])
+        if span > 0:
+            return float(np.dot(active[:-1], np.diff(t)) / span), "over time"
+    return float(active.mean()), "over events"
+
+
+def snapshot_summary(name: str, dev: DeviceTrace) -> list[str]:
+    """The summary screen (`s`): the file, the trace, memory and allocation figures."""
+    snap = dev.snapshot
+    n = dev.n_events
+    source = snap.source
+    lines = [f"summary of {name}", ""]
+    if os.path.isfile(source):
+        size = os.path.getsize(source)
+        how = "read from the column cache" if snap.from_cache else "parsed (no cache used)"
+        lines.append(f"file           {format_bytes(size)} ({size:,} bytes), {how}")
+    devices = ", ".join(str(d) for d in snap.devices)
+    lines.append(f"devices        {devices} (showing device {dev.device})")
+    span = ""
+    if n > 1 and dev.time_us[0] >= 0:
+        t = dev.monotonic_time_us
+        span = f" over {(int(t[-1]) - int(t[0])) / 1e6:.6f} s"
+    lines.append(f"events         {n:,}{span}")
+    if len(snap.annotations):
+        lines.append(f"annotations    {len(snap.annotations):,}")
+    avg, how = time_weighted_average(dev)
+    lowest = min(int(dev.active_after.min()), dev.baseline_bytes) if n else dev.baseline_bytes
+    peak_at = f"event {dev.peak_event_index:,}" if dev.peak_event_index >= 0 else "before the trace"
+    lines += [
+        "",
+        "active memory (bytes requested by live tensors)",
+        f"  initial      {format_bytes(dev.baseline_bytes)} (before the first event)",
+        f"  minimum      {format_bytes(lowest)}",
+        f"  average      {format_bytes(avg)} ({how})",
+        f"  peak         {format_bytes(dev.peak_active_bytes)} at {peak_at}",
+        f"  final        {format_bytes(dev.end_active_bytes)}",
+        "reserved memory (segments held from CUDA)",
+        f"  initial      {format_bytes(dev.reserved_start_bytes)}",
+        f"  peak         {format_bytes(dev.peak_reserved_bytes)}",
+        f"  final        {format_bytes(dev.end_reserved_bytes)}",
+    ]
+    sizes = dev.alloc_size
+    made = dev.alloc_event >= 0
+    live_end = dev.free_event >= n
+    lines += [
+        "",
+        f"allocations    {dev.n_allocations:,} ({int(made.sum()):,} made in the trace, "
+        f"{dev.n_allocations - int(made.sum()):,} before it)",
+        f"  live at end  {int(live_end.sum()):,} ({format_bytes(int(sizes[live_end].sum()))})",
+    ]
+    if len(sizes):
+        lines += [
+            f"  smallest     {format_bytes(int(sizes.min()))}",
+            f"  largest      {format_bytes(int(sizes.max()))}",
+            f"  mean         {format_bytes(float(sizes.mean()))}",
+            f"  median       {format_bytes(float(np.median(sizes)))}",
+            f"  cumulative   {format_bytes(int(sizes[made].sum()))} allocated in the trace",
+        ]
     return lines

@@ -39,13 +39,14 @@ TIMELINE = (
     Key(("up",), "floor(1)", "raise the y-axis floor (5% of the top)"),
     Key(("down",), "floor(-1)", "lower the y-axis floor"),
     Key(("r",), "floor_reset", "reset the y-axis floor to 0"),
-    Key(("p",), "peak", "jump to the peak of active memory"),
-    Key(("R",), "reserved_peak", "jump to the peak of reserved memory"),
+    Key(("p",), "peak", "jump to the peak of active memory (compare: A's, again: B's)"),
+    Key(("R",), "reserved_peak", "jump to the peak of reserved memory (compare: A's, again: B's)"),
     Key(("m",), "marker(1)", "jump to the next stage marker"),
     Key(("M",), "marker(-1)", "jump to the previous stage marker"),
     Key(("enter",), "detail", "live allocations at the cursor (compare: diff tree at the cursor)"),
     Key(("d",), "diff_peaks", "compare: diff tree of the two peaks"),
     Key(("a",), "event_allocation", "the allocation of the event at the cursor"),
+    Key(("s",), "summary", "summary: memory, allocation and file figures"),
     Key(("?",), "help", "this help"),
     Key(("q",), "quit", "quit"),
 )
@@ -81,8 +82,10 @@ TREE = (
 TEXT = (
     Key(("up", "k"), "scroll(-1)", "scroll up"),
     Key(("down", "j"), "scroll(1)", "scroll down"),
-    Key(("pageup",), "scroll(-20)", "one screen up"),
-    Key(("pagedown",), "scroll(20)", "one screen down"),
+    Key(("pageup",), "page(-1)", "one screen up"),
+    Key(("pagedown",), "page(1)", "one screen down"),
+    Key(("home",), "scroll(-1000000000)", "top"),
+    Key(("end",), "scroll(1000000000)", "bottom"),
     Key(("?",), "help", "this help"),
     Key(("q", "escape"), "close", "back"),
 )
@@ -90,7 +93,14 @@ TEXT = (
 SECTIONS = (
     ("Timeline", TIMELINE),
     ("Tree (detail, diff, allocation list)", TREE),
-    ("Allocation", TEXT),
+    ("Allocation, summary, help", TEXT),
+)
+
+
+MOUSE_HELP = (
+    "Mouse: click a column of the timeline to put the cursor there, the wheel moves it;",
+    "click a row of a tree to select it, click it again to open or close it; the wheel",
+    "scrolls trees and text.",
 )
 
 
@@ -103,12 +113,11 @@ def lookup(table: tuple[Key, ...], key: str, character: str | None) -> str | Non
 
 
 def help_lines() -> list[str]:
-    lines = ["memlens tui: keys (any key closes this help)", ""]
+    lines = ["memlens tui: keys (arrows, PgUp/PgDn scroll; any other key closes this help)", ""]
     for title, table in SECTIONS:
         lines.append(title)
         for k in table:
             lines.append(f"  {k.shown:<18} {k.help}")
         lines.append("")
-    lines.append("Mouse: click a column of the timeline to put the cursor there;")
-    lines.append("click a row of a tree to select it.")
+    lines.extend(MOUSE_HELP)
     return lines

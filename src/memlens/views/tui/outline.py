@@ -12,24 +12,28 @@ from rich.text import Text
 from memlens.units import format_bytes
 from memlens.views.tui.trees import Node
 
-# heat by share of the parent's total: (upper bound, style); NO_COLOR users read the %
+# heat by share of the parent's total: (upper bound, style, style without colour). RGB, not
+# ANSI names, which Textual's theme remaps (yellow and dark orange came out the same).
+# Without colour (NO_COLOR) the heaviest rows are bold, the lightest dim, and the % is there.
 HEAT = (
-    (0.05, Style(dim=True)),
-    (0.20, Style(color="green")),
-    (0.40, Style(color="yellow")),
-    (0.70, Style(color="dark_orange")),
-    (2.00, Style(color="red", bold=True)),
+    (0.05, Style(dim=True), Style(dim=True)),
+    (0.20, Style(color="#5fd75f"), Style()),
+    (0.40, Style(color="#ffd700"), Style()),
+    (0.70, Style(color="#ff8700"), Style(bold=True)),
+    (2.00, Style(color="#ff3030", bold=True), Style(bold=True)),
 )
-GROWN, SHRUNK = Style(color="red"), Style(color="green")
+GROWN, SHRUNK = Style(color="#ff5f5f"), Style(color="#5fd75f")
 CURSOR = Style(reverse=True)
 MATCH = Style(underline=True, bold=True)
+DIM = Style(dim=True)
+NARROW_DIFF = 70  # below this width a diff row shows only the change, not both sizes
 
 
-def heat_style(share: float) -> Style:
-    for bound, style in HEAT:
+def heat_style(share: float, mono: bool = False) -> Style:
+    for bound, style, plain_style in HEAT:
         if share < bound:
-            return style
-    return HEAT[-1][1]
+            return plain_style if mono else style
+    return HEAT[-1][2] if mono else HEAT[-1][1]
 
 
 class Outline:
@@ -250,8 +254,8 @@ class Outline:
         return 0, len(self.matches)
 
     # ---- drawing ---------------------------------------------------------------------
-    def render(self, width: int, height: int) -> list[Text]:
-        """The visible window of rows, scrolled so the cursor is shown."""
+    def render(self, width: int, height: int, mono: bool = False) -> list[Text]:
+        """The visible window of rows, scrolled so the cursor is shown; `mono`: no colour."""
         height = max(height, 1)
         if self.cursor < self.scroll:
             self.scroll = self.cursor
@@ -262,10 +266,13 @@ class Outline:
         out = []
         for i in range(self.scroll, min(self.scroll + height, len(self._rows))):
             n, depth = self._rows[i]
-            out.append(self._row_text(n, depth, i == self.cursor, id(n) in match_ids, width))
+            row = self._row_text(n, depth, i == self.cursor, id(n) in match_ids, width, mono)
+            out.append(row)
         return out
 
-    def _row_text(self, n: Node, depth: int, is_cursor: bool, is_match: bool, width: int) -> Text:
+    def _row_text(
+        self, n: Node, depth: int, is_cursor: bool, is_match: bool, width: int, mono: bool
+    ) -> Text:
         if n.children:
             marker = "▾" if id(n) in self.expanded else "▸"
         else:
@@ -274,22 +281,29 @@ class Outline:
         t = Text(no_wrap=True, overflow="ellipsis")
         t.append(f"{indent}{marker} ")
         if self.diff:
-            signed = ("+" if n.value > 0 else "") + format_bytes(n.value)
-            t.append(f"{signed:>12}", GROWN if n.value > 0 else SHRUNK if n.value < 0 else None)
-            t.append(f"  {format_bytes(n.before):>10} → {format_bytes(n.after):>10}  ")
+            change = None if mono else GROWN if n.value > 0 else SHRUNK if n.value < 0 else None
+            t.append(f"{signed_bytes(n.value):>12}", change)
+            if width >= NARROW_DIFF:
+                t.append(f"  {format_bytes(n.before):>10} → {format_bytes(n.after):>10}")
+            t.append("  ")
         else:
             total = n.parent.value if n.parent is not None and n is not self.root else n.value
             share = n.value / total if total else 0.0
-            style = heat_style(share)
+            style = heat_style(share, mono)
             t.append(f"{format_bytes(n.value):>11} {share * 100:5.1f}%", style)
             t.append(" ")
         t.append(n.label, MATCH if is_match else None)
         if n.count and not self.diff:
-            t.append(f"  ({n.count:,})", Style(dim=True))
+            t.append(f"  ({n.count:,})", DIM)
         if is_cursor:
             t.stylize(CURSOR)
         t.truncate(width, overflow="ellipsis")
         return t
+
+
+def signed_bytes(n: int) -> str:
+    """'+1.00 MiB', '-2.00 KiB', '0 B': a change in bytes."""
+    return ("+" if n > 0 else "") + format_bytes(n)
 
 
 def plain(lines: list[Text]) -> str:

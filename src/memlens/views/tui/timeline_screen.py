@@ -10,9 +10,16 @@ from textual.app import ComposeResult
 from textual.widgets import Static
 
 from memlens.views.tui import keys
-from memlens.views.tui.base import AllocationScreen, KeyScreen, Lines, Session, one_line
+from memlens.views.tui.base import (
+    AllocationScreen,
+    KeyScreen,
+    Lines,
+    Session,
+    SummaryScreen,
+    one_line,
+)
 from memlens.views.tui.chart import AXIS_WIDTH, Viewport, column_at, render_chart
-from memlens.views.tui.describe import cursor_line, summary_line
+from memlens.views.tui.describe import cursor_line, summary_parts, view_line, wrap_parts
 from memlens.views.tui.tree_screens import DiffScreen, LiveTreeScreen
 
 
@@ -33,26 +40,44 @@ class TimelineScreen(KeyScreen):
 
     def compose(self) -> ComposeResult:
         for k, s in enumerate(self.sessions):
-            tag = f"{'AB'[k]}: " if self.compare else ""
-            yield Static(
-                one_line(tag + summary_line(s.name, s.dev)), classes="title", id=f"summary{k}"
-            )
-            yield Lines(self._chart_provider(s), self._click, id=f"chart{k}")
+            yield Static(one_line(self._summary_parts(k)[0]), classes="title", id=f"summary{k}")
+            yield Lines(self._chart_provider(s), self._click, self._wheel, id=f"chart{k}")
             yield Static("", classes="line", id=f"status{k}")
+        yield Static("", classes="line", id="view")
         hint = "←→ move  +/- zoom  ↑↓ floor  p peak  m stage  Enter "
         hint += "diff" if self.compare else "detail"
-        yield Static(one_line(hint + "  ? help  q quit"), classes="hint")
+        yield Static(one_line(hint + "  s summary  ? help  q quit"), classes="hint")
 
     def on_mount(self) -> None:
         self.redraw()
 
+    def _summary_parts(self, k: int) -> list[str]:
+        s = self.sessions[k]
+        parts = summary_parts(s.name, s.dev)
+        if self.compare:
+            parts[0] = f"{'AB'[k]}: {parts[0]}"
+        return parts
+
+    def _wrap_summaries(self) -> None:
+        """Summaries take two lines when one would cut them and the screen has room."""
+        width, height = self.size
+        max_lines = 2 if height >= 24 else 1
+        for k in range(len(self.sessions)):
+            lines = wrap_parts(self._summary_parts(k), width, max_lines)
+            w = self.query_one(f"#summary{k}", Static)
+            w.update(Text("\n", no_wrap=True).join(one_line(x) for x in lines))
+            w.styles.height = len(lines)
+
     def _chart_provider(self, s: Session) -> Callable[[int, int], list[Text]]:
         def provide(width: int, height: int) -> list[Text]:
-            return render_chart(s.timeline, self.view, width, height, top=self.y_top)
+            return render_chart(
+                s.timeline, self.view, width, height, top=self.y_top, mono=self.app.no_color
+            )
 
         return provide
 
     def on_resize(self, event: events.Resize) -> None:
+        self._wrap_summaries()
         self.call_after_refresh(self._fit_width)
 
     def _fit_width(self) -> None:
@@ -72,12 +97,17 @@ class TimelineScreen(KeyScreen):
             self.query_one(f"#status{k}", Static).update(
                 one_line(cursor_line(s.dev, s.timeline, self.view))
             )
+        self.query_one("#view", Static).update(one_line(view_line(self.view, self._chart_width)))
 
     def _click(self, x: int, y: int) -> None:
         col = column_at(x, self.view)
         if col is not None:
             self.view.goto_column(col, self.primary.timeline)
             self.redraw()
+
+    def _wheel(self, steps: int) -> None:
+        self.do_step(steps)
+        self.redraw()
 
     # ---- actions ---------------------------------------------------------------------
     def do_step(self, n: int) -> None:
@@ -107,11 +137,22 @@ class TimelineScreen(KeyScreen):
     def do_floor_reset(self) -> None:
         self.view.floor = 0
 
+    def _goto_peak(self, peaks: list[int]) -> None:
+        """To A's peak; in compare, when already there, to B's."""
+        peaks = [max(p, 0) for p in peaks]
+        if self.compare and self.view.cursor == peaks[0]:
+            self.view.goto_event(peaks[1])
+        else:
+            self.view.goto_event(peaks[0])
+
     def do_peak(self) -> None:
-        self.view.goto_event(max(self.primary.dev.peak_event_index, 0))
+        self._goto_peak([s.dev.peak_event_index for s in self.sessions])
 
     def do_reserved_peak(self) -> None:
-        self.view.goto_event(max(self.primary.dev.peak_reserved_event_index, 0))
+        self._goto_peak([s.dev.peak_reserved_event_index for s in self.sessions])
+
+    def do_summary(self) -> None:
+        self.app.push_screen(SummaryScreen(self.sessions))
 
     def do_marker(self, direction: int) -> None:
         events_ = sorted({m.event for s in self.sessions for m in s.timeline.markers if m.start})

@@ -13,7 +13,7 @@ from memlens.units import format_bytes
 from memlens.views.tui import keys
 from memlens.views.tui.base import AllocationScreen, KeyScreen, Lines, Session, one_line
 from memlens.views.tui.describe import event_time
-from memlens.views.tui.outline import Outline
+from memlens.views.tui.outline import Outline, signed_bytes
 from memlens.views.tui.trees import (
     Node,
     allocation_list,
@@ -44,7 +44,7 @@ class TreeScreen(KeyScreen):
 
     def compose(self) -> ComposeResult:
         yield Static(one_line(self.heading()), classes="title", id="title")
-        yield Lines(self._provide, self._click, id="tree")
+        yield Lines(self._provide, self._click, self._wheel, id="tree")
         yield Static("", classes="line", id="status")
         yield Static(
             one_line(
@@ -59,10 +59,22 @@ class TreeScreen(KeyScreen):
 
     def _provide(self, width: int, height: int) -> list[Text]:
         self._page = max(height - 1, 1)
-        return self.outline.render(width, height)
+        return self.outline.render(width, height, mono=self.app.no_color)
 
     def _click(self, x: int, y: int) -> None:
-        self.outline.cursor = min(self.outline.scroll + y, len(self.outline.rows) - 1)
+        """Select the row; a click on the selected row opens or closes it."""
+        o = self.outline
+        row = o.scroll + y
+        if row >= len(o.rows):
+            return
+        if row == o.cursor:
+            o.toggle()
+        else:
+            o.cursor = row
+        self.redraw()
+
+    def _wheel(self, steps: int) -> None:
+        self.outline.move(3 * steps)
         self.redraw()
 
     def status_text(self) -> str:
@@ -73,10 +85,16 @@ class TreeScreen(KeyScreen):
             where = f"match {k}/{total}" if total else "no match"
             prompt = "/" + o.query + ("▏" if self.searching else "")
             return f"{prompt}   {where}   (n/N next/previous, Esc clears)"
-        root = o.root.value
+        where = f"row {o.cursor + 1:,}/{len(o.rows):,} · " + self.row_figures(n)
+        if o.focus_stack:
+            where += f" · focused on {o.root.label} ({len(o.focus_stack)} deep, b back)"
+        return where
+
+    def row_figures(self, n: Node) -> str:
+        """The cursor row's figures for the status line."""
+        root = self.outline.root.value
         share = f" · {n.value / root * 100:.1f}% of {format_bytes(root)}" if root else ""
-        focus = f" · focused ({len(o.focus_stack)} deep, b back)" if o.focus_stack else ""
-        return f"row {o.cursor + 1:,}/{len(o.rows):,} · {format_bytes(n.value)}{share}{focus}"
+        return format_bytes(n.value) + share
 
     def redraw(self) -> None:
         super().redraw()
@@ -235,14 +253,19 @@ class DiffScreen(TreeScreen):
 
     def heading(self) -> str:
         root = self.outline.tree_root
-        sign = "+" if root.value > 0 else ""
         at = f"the peaks (A event {self.event_a:,}, B event {self.event_b:,})"
         if self.what != "peaks":
             at = f"A event {self.event_a:,} vs B event {self.event_b:,}"
         return (
-            f"diff B - A at {at}: {sign}{format_bytes(root.value)} "
+            f"diff B - A at {at}: {signed_bytes(root.value)} "
             f"({format_bytes(root.before)} → {format_bytes(root.after)}) · "
             f"{_frames_note(self.hide_internals)}"
+        )
+
+    def row_figures(self, n: Node) -> str:
+        count = f", {n.count:+,} allocations" if n.count else ""
+        return (
+            f"{signed_bytes(n.value)} ({format_bytes(n.before)} → {format_bytes(n.after)}{count})"
         )
 
 

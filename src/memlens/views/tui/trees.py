@@ -229,7 +229,8 @@ def allocation_list(dev: DeviceTrace, rows: np.ndarray, limit: int = 2000) -> No
     order = np.lexsort((rows, -sizes))[:limit]
     snap = dev.snapshot
     sites = site_of_allocations(dev, rows[order])
-    root = Node(f"{len(rows):,} allocations", int(sizes.sum()), len(rows))
+    noun = "allocation" if len(rows) == 1 else "allocations"
+    root = Node(f"{len(rows):,} {noun}", int(sizes.sum()), len(rows))
     for r, site in zip(rows[order].tolist(), sites.tolist()):
         name = frame_short_label(snap, site) if site >= 0 else NO_STACK_LABEL
         e = int(dev.alloc_event[r])
