@@ -8,7 +8,7 @@ import sys
 
 import pytest
 import tui_snapshots as hs
-from tui_pilot import chart, press, run, shown
+from tui_pilot import chart, press, run, shown, wheel
 
 import memlens
 from memlens.views.tui import keys
@@ -18,6 +18,7 @@ from memlens.views.tui.app import (
     DiffScreen,
     HelpScreen,
     LiveTreeScreen,
+    SummaryScreen,
     TimelineScreen,
 )
 
@@ -127,7 +128,7 @@ def test_zoom_and_pan_on_a_long_trace():
     run([dev], script)
 
 
-def test_mouse_click_moves_the_cursor(dev):
+def test_mouse_click_and_wheel(dev):
     async def script(app, pilot):
         await pilot.click("#chart0", offset=(12, 2))
         await pilot.pause()
@@ -135,8 +136,32 @@ def test_mouse_click_moves_the_cursor(dev):
         await pilot.click("#chart0", offset=(3, 2))  # on the axis: nothing
         await pilot.pause()
         assert status(app).startswith("event 1 ")
+        await wheel(pilot, "#chart0", 2)  # the wheel steps the cursor
+        assert status(app).startswith("event 3 alloc 8.00 MiB")
+        await wheel(pilot, "#chart0", -3)
+        assert status(app).startswith("event 0 segment_alloc")
+        await press(pilot, "p", "enter")
+        tree = shown(app, "#tree").splitlines()
+        assert tree[2] == "    ▸   12.00 MiB  85.7% forward (model.py:20)  (2)"
+        await pilot.click("#tree", offset=(30, 2))  # selects the row
+        await pilot.pause()
+        assert shown(app, "#status").startswith("row 3/4 · 12.00 MiB")
+        await pilot.click("#tree", offset=(30, 2))  # a click on the selected row opens it
+        await pilot.pause()
+        assert shown(app, "#tree").splitlines()[2].startswith("    ▾   12.00 MiB")
+        assert len(shown(app, "#tree").splitlines()) == 5
+        await pilot.click("#tree", offset=(30, 2))  # and closes it
+        await pilot.pause()
+        assert len(shown(app, "#tree").splitlines()) == 4
+        await pilot.click("#tree", offset=(30, 8))  # below the last row: nothing
+        await pilot.pause()
+        assert shown(app, "#status").startswith("row 3/4 ")
+        await wheel(pilot, "#tree", 1)  # three rows down, at most to the last
+        assert shown(app, "#status").startswith("row 4/4 ")
+        await wheel(pilot, "#tree", -1)
+        assert shown(app, "#status").startswith("row 1/4 ")
 
-    run([dev], script, size=SMALL)
+    run([dev], script, size=(60, 12))
 
 
 def test_detail_tree_navigation_focus_and_hide(dev):
@@ -275,6 +300,11 @@ def test_compare_shared_cursor_and_diff_tree(dev):
             "    ▸   +11.00 MiB   12.00 MiB →  23.00 MiB  forward (model.py)",
             "    ·          0 B    2.00 MiB →   2.00 MiB  step (optim.py)",
         ]
+        assert (
+            shown(app, "#status") == "row 1/4 · +11.00 MiB (14.00 MiB → 25.00 MiB, +1 allocations)"
+        )
+        await press(pilot, "down", "down", "down")
+        assert shown(app, "#status") == "row 4/4 · 0 B (2.00 MiB → 2.00 MiB)"
         await press(pilot, "q", "end", "d")
         assert shown(app, "#title").startswith(
             "diff B - A at the peaks (A event 3, B event 4): +11.00 MiB"
@@ -285,6 +315,66 @@ def test_compare_shared_cursor_and_diff_tree(dev):
         )
 
     run([dev, other], script)
+
+
+def test_compare_peaks_summary_and_a_narrow_diff(dev):
+    other = memlens.load(hs.small(scale=2, extra_fwd=3 * MiB, fwd_line=23)).device()
+
+    async def script(app, pilot):
+        await press(pilot, "home", "p")  # A's peak (event 3)
+        assert shown(app, "#status0").startswith("event 3 alloc 8.00 MiB")
+        await press(pilot, "p")  # already there: B's peak (event 4, its extra 3 MiB)
+        assert shown(app, "#status1").startswith("event 4 alloc 3.00 MiB")
+        await press(pilot, "p")
+        assert shown(app, "#status0").startswith("event 3 ")
+        await press(pilot, "R")  # both reserved peaks are the segment at event 0
+        assert shown(app, "#status0").startswith("event 0 segment_alloc")
+        await press(pilot, "s")
+        text = app.screen.text_lines  # all of it, not only what fits on screen
+        assert text[0] == "summary of A: snap0"
+        assert "summary of B: snap1" in text
+        assert "  peak         25.00 MiB at event 4" in text
+        await press(pilot, "q", "d")
+        # 50 columns: only the change, not both sizes
+        assert shown(app, "#tree").splitlines()[:2] == [
+            "▾   +11.00 MiB  all",
+            "  ▾   +11.00 MiB  main (train.py)",
+        ]
+
+    run([dev, other], script, size=(50, 16))
+
+
+def test_compare_in_a_tiny_terminal_draws_both_charts(dev):
+    async def script(app, pilot):
+        # 10 lines: two summaries, two status lines, view and hint leave 2 + 2 for the charts:
+        # one row of 8 eighths for 20 MiB, active 0, 4, 6, 14, 14, 6, 7, 7, 5 MiB
+        for k in (0, 1):
+            assert chart(app, k).splitlines() == [" 20.00 MiB│░▂▃▆▆▃▃▃▂", "          └◆  ▲  ◆"]
+
+    run([dev, dev], script, size=(40, 10))
+
+
+def test_summary_screen(dev):
+    async def script(app, pilot):
+        await press(pilot, "s")
+        assert isinstance(app.screen, SummaryScreen)
+        text = shown(app, "#text").splitlines()
+        assert text[:4] == [
+            "summary of snap0",
+            "",
+            "devices        0 (showing device 0)",
+            "events         9 over 0.008000 s",
+        ]
+        await press(pilot, "end")
+        assert shown(app, "#text").splitlines()[-1] == (
+            "  cumulative   15.00 MiB allocated in the trace"
+        )
+        await press(pilot, "home")
+        assert shown(app, "#text").splitlines()[0] == "summary of snap0"
+        await press(pilot, "q")
+        assert isinstance(app.screen, TimelineScreen)
+
+    run([dev], script, size=(60, 12))
 
 
 def test_help_lists_every_key(dev):
@@ -325,12 +415,29 @@ def test_tiny_terminal_still_works(dev):
 
 def test_no_color(dev, monkeypatch):
     monkeypatch.setenv("NO_COLOR", "1")
+    app = None
 
-    async def script(app, pilot):
+    def colours(selector: str) -> set:
+        w = app.screen.query_one(selector)
+        rows = w.provider(*w.size)
+        return {
+            c
+            for row in rows
+            for span in row.spans
+            if not isinstance(span.style, str)
+            for c in (span.style.color, span.style.bgcolor)
+            if c is not None
+        }
+
+    async def script(app_, pilot):
+        nonlocal app
+        app = app_
         assert app.no_color
         assert chart(app).splitlines()[-1] == "          └◆  ▲  ◆"
+        assert colours("#chart0") == set()
         await press(pilot, "enter")
         assert "85.7% forward (model.py:20)" in shown(app, "#tree")
+        assert colours("#tree") == set()
 
     run([dev], script, size=SMALL)
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tui_snapshots as hs
+from rich.style import Style
 
 import memlens
 from memlens.units import format_bytes
@@ -25,7 +26,7 @@ from memlens.views.tui.describe import (
     view_line,
     wrap_parts,
 )
-from memlens.views.tui.outline import Outline, plain
+from memlens.views.tui.outline import Outline, heat_style, plain
 from memlens.views.tui.trees import diff_tree, live_stack_tree, rows_under
 
 MiB = hs.MiB
@@ -377,3 +378,54 @@ def test_diff_matches_a_function_whose_line_moved():
     # two lines of one function in the same snapshot are one row of the diff
     d = diff_tree(tree([("f (a.py:1)", 10), ("f (a.py:2)", 5)]), tree([("f (a.py:1)", 15)]))
     assert [(c.label, c.before, c.after) for c in d.children] == [("f (a.py)", 15, 15)]
+
+
+def _colours(lines) -> set:
+    """Every colour used in these rows (foreground and background)."""
+    out = set()
+    for line in lines:
+        for span in [*line.spans, type("S", (), {"style": line.style})()]:
+            style = span.style
+            if isinstance(style, Style):
+                out |= {c for c in (style.color, style.bgcolor) if c is not None}
+    return out
+
+
+def test_no_colour_chart_marks_the_cursor_by_glyph():
+    tl = Timeline(np.array([8, 16, 4, 8]), np.array([8, 16, 16, 8]))
+    view = Viewport(4, width=19)
+    view.goto_event(2)
+    mono = render_chart(tl, view, 30, 3, mono=True)
+    # 2 rows of 8 eighths for 16 bytes: one eighth a byte; the cursor's column shows ┊
+    # where it is empty, and reserved ░ above active as always
+    assert plain(mono) == "\n".join(["      16 B│ █░", "       0 B│██▄█", "          └  ▲"])
+    assert _colours(mono) == set()
+    view.goto_event(3)
+    assert plain(render_chart(tl, view, 30, 3, mono=True)).splitlines()[0] == "      16 B│ █░┊"
+    coloured = render_chart(tl, view, 30, 3)
+    assert plain(coloured).splitlines()[0] == "      16 B│ █░"  # the colour marks it instead
+    # RGB colours: Textual passes them through, where it remaps the 16 ANSI ones
+    assert _colours(coloured) and all(c.triplet is not None for c in _colours(coloured))
+
+
+def test_heat_colours_differ_and_no_colour_uses_weight():
+    shares = (0.01, 0.1, 0.3, 0.5, 0.9)
+    colours = [heat_style(x).color for x in shares]
+    assert colours[0] is None and len(set(colours[1:])) == 4
+    assert all(c.triplet is not None for c in colours[1:])
+    mono = [heat_style(x, mono=True) for x in shares]
+    assert [m.color for m in mono] == [None] * 5
+    assert [bool(m.dim) for m in mono] == [True, False, False, False, False]
+    assert [bool(m.bold) for m in mono] == [False, False, False, True, True]
+
+
+def test_outline_without_colour(dev):
+    o = Outline(live_stack_tree(dev, 3, hide_internals=True))
+    assert _colours(o.render(100, 20)) != set()
+    assert _colours(o.render(100, 20, mono=True)) == set()
+    d = Outline(diff_tree(o.tree_root, live_stack_tree(dev, 6, hide_internals=True)), diff=True)
+    assert _colours(d.render(100, 20, mono=True)) == set()
+    assert (
+        plain(d.render(100, 20)).splitlines()[0] == "▾    -7.00 MiB   14.00 MiB →   7.00 MiB  all"
+    )
+    assert plain(d.render(60, 20)).splitlines()[0] == "▾    -7.00 MiB  all"

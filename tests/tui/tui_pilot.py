@@ -6,6 +6,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 
 from rich.text import Text
+from textual import events
 
 from memlens.views.tui.app import Lines, Session, TuiApp
 
@@ -41,10 +42,19 @@ def run(
     asyncio.run(main())
 
 
+async def wheel(pilot, selector: str, steps: int) -> None:
+    """Turn the mouse wheel over a widget: steps > 0 down, < 0 up."""
+    w = pilot.app.screen.query_one(selector)
+    for _ in range(abs(steps)):
+        cls = events.MouseScrollDown if steps > 0 else events.MouseScrollUp
+        w.post_message(cls(w, 1, 1, 0, 1 if steps > 0 else -1, 0, False, False, False))
+    await pilot.pause()
+
+
 async def press(pilot, *keys: str) -> None:
     for k in keys:
         await pilot.press(k)
     await pilot.pause()
 
 
-__all__ = ["Lines", "chart", "press", "run", "shown"]
+__all__ = ["Lines", "chart", "press", "run", "shown", "wheel"]

@@ -18,6 +18,7 @@ from memlens.views.tui.base import (
     KeyScreen,
     Lines,
     Session,
+    SummaryScreen,
     TextScreen,
 )
 from memlens.views.tui.timeline_screen import TimelineScreen
@@ -37,6 +38,7 @@ __all__ = [
     "Lines",
     "LiveTreeScreen",
     "Session",
+    "SummaryScreen",
     "TextScreen",
     "TimelineScreen",
     "TreeScreen",
