@@ -196,3 +196,35 @@ def test_live_tree_expands_focuses_and_searches(browser):
         assert page.evaluate(first_label) == "all"
         pg.shot("live_tree_focus.png")
         assert not pg.errors
+
+
+def test_overview_brush_selects_and_dragging_pans(browser, stacked):
+    snap, url = stacked
+    pg = Page(browser, url)
+    page = pg.page
+    x, _ = geometry(pg)
+    rng = "() => [window.memlens.panes[0].x0, window.memlens.panes[0].x1]"
+    ov = page.locator("canvas.overview").bounding_box()
+    before = pg.requests()
+    page.mouse.move(ov["x"] + x(10), ov["y"] + 20)
+    page.mouse.down()
+    page.mouse.move(ov["x"] + x(15), ov["y"] + 20)
+    page.mouse.move(ov["x"] + x(20), ov["y"] + 20)
+    page.mouse.up()
+    x0, x1 = page.evaluate(rng)  # within a pixel (0.05 events): the mouse lands on whole pixels
+    assert x0 == pytest.approx(10, abs=0.06) and x1 == pytest.approx(20, abs=0.06)
+    pg.settle(before)
+    assert page.evaluate("() => window.memlens.panes[0].view.x") == {
+        "mode": "event", "e0": pytest.approx(10, abs=0.06), "e1": pytest.approx(20, abs=0.06)}  # fmt: skip
+    # drag the chart 1/4 of its width to the left: the range moves 2.5 events later
+    main = page.locator("canvas.main").bounding_box()
+    plot_w = page.evaluate("() => window.memlens.panes[0].plotW")
+    page.mouse.move(main["x"] + ML + plot_w * 0.75, main["y"] + 100)
+    page.mouse.down()
+    page.mouse.move(main["x"] + ML + plot_w * 0.6, main["y"] + 100)
+    page.mouse.move(main["x"] + ML + plot_w * 0.5, main["y"] + 100)
+    page.mouse.up()
+    p0, p1 = page.evaluate(rng)
+    assert p0 == pytest.approx(x0 + 2.5, abs=0.03) and p1 == pytest.approx(x1 + 2.5, abs=0.03)
+    assert not page.is_visible("#live")  # a drag is not a click in time
+    assert not pg.errors
