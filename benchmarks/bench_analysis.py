@@ -79,6 +79,8 @@ def cases(rules_path: str) -> list[tuple[str, bool, Callable[[Any], Any]]]:
         ("peak (tree + sites + largest)", True, lambda d: peak.peak(d)),
         ("live set at event n/2", True, lambda d: peak.live_set(d, d.n_events // 2)),
         ("live set, sites only (no tree)", True, lambda d: peak.live_set(d, d.n_events // 2, tree=False)),
+        ("memory at an allocation (at its free)", True,
+         lambda d: peak.memory_at_allocation(d, *freed_allocation(d), when="free")),
         ("stage table (no sites)", True, lambda d: stages.stage_table(d, top=0)),
         ("stage table + sites that grew", False, lambda d: stages.stage_table(d, top=3)),
         ("compare steps", False, lambda d: stages.compare_steps(d)),
@@ -103,6 +105,16 @@ def cases(rules_path: str) -> list[tuple[str, bool, Callable[[Any], Any]]]:
         ("sql: connect + group by action", False,
          lambda d: sql.query(d.snapshot, "select action, count(*) from events group by 1")),
     ]  # fmt: skip
+
+
+def freed_allocation(dev: Any) -> tuple[int, int]:
+    """(address, version) of the first allocation made after the middle of the trace and
+    freed in it: what a user pastes into `memlens at` (about 1 ms to find at 1M events)."""
+    import numpy as np
+
+    rows = np.flatnonzero((dev.alloc_event >= dev.n_events // 2) & (dev.free_event < dev.n_events))
+    r = int(rows[0])
+    return int(dev.alloc_addr[r]), int(dev.alloc_version[r])
 
 
 def bench(path: Path, repeat: int) -> str:

@@ -25,8 +25,10 @@ import numpy as np
 
 from memlens.analysis.events import (
     has_time,
+    paused_gc,
     rows_allocated_in,
     rows_freed_in,
+    window_argmax,
     window_max,
     window_sums,
 )
@@ -38,7 +40,16 @@ _STEP_SUFFIX = re.compile(r"#\d+$")
 
 def base_name(name: str) -> str:
     """ "ProfilerStep#12" -> "ProfilerStep"; other names unchanged."""
-    return _STEP_SUFFIX.sub("", name)
+    return _STEP_SUFFIX.sub("", name) if "#" in name else name
+
+
+def _annotation_rows(dev: DeviceTrace) -> np.ndarray:
+    """Rows of Snapshot.annotations that belong to `dev`, in file order."""
+    ann = dev.snapshot.annotations
+    sel = np.flatnonzero(ann.device == dev.device)
+    if len(sel) == 0:  # annotations carry the *current* device, which may not be this one
+        sel = np.arange(len(ann))
+    return sel
 
 
 def _annotations_of(dev: DeviceTrace) -> tuple[list[str], np.ndarray, np.ndarray]:
@@ -46,11 +57,10 @@ def _annotations_of(dev: DeviceTrace) -> tuple[list[str], np.ndarray, np.ndarray
     ann = snap.annotations
     if len(ann) == 0:
         return [], np.zeros(0, np.int8), np.zeros(0, np.int64)
-    sel = np.flatnonzero(ann.device == dev.device)
-    if len(sel) == 0:  # annotations carry the *current* device, which may not be this one
-        sel = np.arange(len(ann))
+    sel = _annotation_rows(dev)
     sel = sel[np.argsort(ann.time_us[sel], kind="stable")]
-    names = [snap.strings[int(i)] for i in ann.name[sel]]
+    strings = snap.strings
+    names = [strings[i] for i in ann.name[sel].tolist()]
     return names, ann.stage[sel], ann.time_us[sel]
 
 
@@ -63,60 +73,81 @@ def stage_intervals(dev: DeviceTrace) -> list[dict[str, Any]]:
     "first_event", "last_event" (events inside are first..last; last = first - 1 when the
     stage holds no event)}. Empty when the trace has no timestamps.
     """
+    cols = _interval_columns(dev)
+    return [dict(zip(_INTERVAL_KEYS, row)) for row in zip(*cols)] if cols else []
+
+
+def _interval_columns(dev: DeviceTrace) -> list[Any] | None:
+    """stage_intervals as columns (in _INTERVAL_KEYS order); None without stages."""
     names, stage, times = _annotations_of(dev)
     if not names or not has_time(dev):
-        return []
+        return None
     n = dev.n_events
-    # pair START/END: END closes the innermost open START of the same name
-    raw: list[dict[str, Any]] = []
+    # pair START/END: END closes the innermost open START of the same name (parallel lists,
+    # not a dict per stage: tens of thousands of stages at a million events)
+    r_name: list[str] = []
+    r_t0: list[int | None] = []
+    r_t1: list[int | None] = []
+    r_depth: list[int] = []
+    r_parent: list[int] = []  # -1: none
     open_stack: list[int] = []
     for name, st, t in zip(names, stage.tolist(), times.tolist()):
         if st == 0:
-            raw.append({"name": name, "t0": t, "t1": None, "depth": len(open_stack),
-                        "parent": open_stack[-1] if open_stack else None})  # fmt: skip
-            open_stack.append(len(raw) - 1)
+            r_name.append(name)
+            r_t0.append(t)
+            r_t1.append(None)
+            r_depth.append(len(open_stack))
+            r_parent.append(open_stack[-1] if open_stack else -1)
+            open_stack.append(len(r_name) - 1)
         elif st == 1:
             for k in range(len(open_stack) - 1, -1, -1):
-                if raw[open_stack[k]]["name"] == name:
-                    raw[open_stack[k]]["t1"] = t
+                if r_name[open_stack[k]] == name:
+                    r_t1[open_stack[k]] = t
                     del open_stack[k:]  # inner stages left open end with their parent
                     break
             else:
                 # began before the trace: it encloses everything before it
-                raw.append({"name": name, "t0": None, "t1": t, "depth": 0, "parent": None})
-    # order by start (unmatched ENDs started at the trace start)
-    order = sorted(range(len(raw)), key=lambda i: (raw[i]["t0"] is not None, raw[i]["t0"] or 0, i))
-    new_index = {old: new for new, old in enumerate(order)}
-    t0 = np.array([raw[i]["t0"] if raw[i]["t0"] is not None else -(2**62) for i in order], np.int64)
-    t1 = np.array([raw[i]["t1"] if raw[i]["t1"] is not None else 2**62 for i in order], np.int64)
+                r_name.append(name)
+                r_t0.append(None)
+                r_t1.append(t)
+                r_depth.append(0)
+                r_parent.append(-1)
+    m = len(r_name)
+    # order by start; unmatched ENDs (started at the trace start) first, in pairing order
+    t0 = np.array([-(2**62) if t is None else t for t in r_t0], np.int64)
+    t1 = np.array([2**62 if t is None else t for t in r_t1], np.int64)
+    order = np.lexsort((np.arange(m), t0))
+    new_index = np.empty(m + 1, np.int64)
+    new_index[order] = np.arange(m)
+    new_index[-1] = -1  # parent -1 stays -1
+    t0, t1 = t0[order], t1[order]
     times_ev = dev.monotonic_time_us
     start_ev = np.searchsorted(times_ev, t0, side="right") - 1
     last_ev = np.minimum(np.searchsorted(times_ev, t1, side="right") - 1, n - 1)
     last_ev = np.maximum(last_ev, start_ev)
+    order_l = order.tolist()
+    name_col = [r_name[i] for i in order_l]
     seen: dict[str, int] = {}
-    out = []
-    for k, i in enumerate(order):
-        r = raw[i]
-        occ = seen.get(r["name"], 0)
-        seen[r["name"]] = occ + 1
-        out.append(
-            {
-                "index": k,
-                "name": r["name"],
-                "base_name": base_name(r["name"]),
-                "occurrence": occ,
-                "depth": r["depth"],
-                "parent": new_index[r["parent"]] if r["parent"] is not None else None,
-                "start_time_us": r["t0"],
-                "end_time_us": r["t1"],
-                "open_start": r["t0"] is None,
-                "open_end": r["t1"] is None,
-                "start_event": int(start_ev[k]),
-                "first_event": int(start_ev[k]) + 1,
-                "last_event": int(last_ev[k]),
-            }
-        )
-    return out
+    occurrence = []
+    for name in name_col:
+        occ = seen.get(name, 0)
+        seen[name] = occ + 1
+        occurrence.append(occ)
+    bases = {name: base_name(name) for name in seen}
+    t0_col = [r_t0[i] for i in order_l]
+    t1_col = [r_t1[i] for i in order_l]
+    parent_col = new_index[np.asarray(r_parent, np.int64)[order]].tolist()
+    return [
+        list(range(m)), name_col, [bases[x] for x in name_col], occurrence,
+        [r_depth[i] for i in order_l], [None if p < 0 else p for p in parent_col],
+        t0_col, t1_col, [t is None for t in t0_col], [t is None for t in t1_col],
+        start_ev.tolist(), (start_ev + 1).tolist(), last_ev.tolist(),
+    ]  # fmt: skip
+
+
+_INTERVAL_KEYS = ("index", "name", "base_name", "occurrence", "depth", "parent",
+                  "start_time_us", "end_time_us", "open_start", "open_end", "start_event",
+                  "first_event", "last_event")  # fmt: skip
 
 
 def stage_ranges(dev: DeviceTrace) -> list[tuple[int, int, str, int]]:
@@ -146,21 +177,30 @@ def stage_table(
     top > 0: net bytes per site of allocations made in the stage and alive at its end,
     minus those made before it and freed inside.
     """
+    with paused_gc():
+        return _stage_table(dev, name, top, hide_patterns)
+
+
+def _stage_table(
+    dev: DeviceTrace, name: str | None, top: int, hide_patterns: Sequence[str] | None
+) -> dict[str, Any]:
     notes: list[str] = []
-    n_ann = len(_annotations_of(dev)[0])
+    n_ann = len(_annotation_rows(dev)) if len(dev.snapshot.annotations) else 0
     if n_ann == 0:
         notes.append("this snapshot has no annotations (external_annotations) for this device")
     elif not has_time(dev):
         notes.append("this trace has no timestamps (time_us): annotations cannot be placed")
-    stages = stage_intervals(dev)
+    cols_in = _interval_columns(dev) or [[] for _ in _INTERVAL_KEYS]
     if name:
-        stages = [s for s in stages if name in s["name"]]
+        keep = [i for i, x in enumerate(cols_in[1]) if name in x]
+        cols_in = [[c[i] for i in keep] for c in cols_in]
+    stages: list[dict[str, Any]] = []
     out = {"device": dev.device, "has_time": has_time(dev), "annotations": n_ann,
            "notes": notes, "stages": stages}  # fmt: skip
-    if not stages:
+    if not cols_in[0]:
         return out
-    start = np.array([s["start_event"] for s in stages], np.int64)
-    last = np.array([s["last_event"] for s in stages], np.int64)
+    start = np.array(cols_in[_INTERVAL_KEYS.index("start_event")], np.int64)
+    last = np.array(cols_in[_INTERVAL_KEYS.index("last_event")], np.int64)
     act = np.concatenate([[dev.baseline_bytes], dev.active_after])
     res = np.concatenate([[dev.reserved_start_bytes], dev.reserved_after])
     # shifted by one: act[i + 1] is after event i, act[0] before the first
@@ -175,12 +215,11 @@ def stage_table(
         rm = window_max(res, lo, hi)
         better = m > a0[inside]
         idx = np.flatnonzero(inside)
-        pk[idx[better]] = m[better]
+        up = idx[better]
+        pk[up] = m[better]
         rpk[idx] = np.maximum(r0[idx], rm)
-        # first event reaching the stage peak
-        for j in idx[better]:
-            seg = act[start[j] + 2 : last[j] + 2]
-            pk_ev[j] = start[j] + 1 + int(np.argmax(seg))
+        # first event reaching the stage peak (act index p is after event p - 1)
+        pk_ev[up] = window_argmax(act, start[up] + 2, last[up] + 2) - 1
     ab, ac = window_sums(dev, "alloc", start, last)
     fb, fc = window_sums(dev, "free", start, last)
     cols = {
@@ -189,14 +228,16 @@ def stage_table(
         "peak_reserved_bytes": rpk, "allocated_bytes": ab, "allocated_count": ac,
         "freed_bytes": fb, "freed_count": fc, "net_bytes": a1 - a0,
     }  # fmt: skip
-    # .tolist() once per column: plain ints, and far faster than indexing numpy per stage
-    lists = {k: v.tolist() for k, v in cols.items()}
-    for j, s in enumerate(stages):
-        for k, v in lists.items():
-            s[k] = v[j]
-        s["grew"] = (
-            _grew(dev, s["start_event"], s["last_event"], top, hide_patterns) if top > 0 else []
-        )
+    # .tolist() once per column, one dict per stage built from a zip: plain ints, and far
+    # faster than indexing numpy per stage
+    keys = [*_INTERVAL_KEYS, *cols, "grew"]
+    values = [*cols_in, *(v.tolist() for v in cols.values())]
+    if top > 0:
+        values.append([_grew(dev, a, b, top, hide_patterns)
+                       for a, b in zip(start.tolist(), last.tolist())])  # fmt: skip
+    else:
+        values.append([[] for _ in start.tolist()])
+    stages.extend(dict(zip(keys, row)) for row in zip(*values))
     return out
 
 

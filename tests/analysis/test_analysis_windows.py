@@ -1,0 +1,49 @@
+"""The vectorized window helpers the stage table stands on, against plain loops."""
+
+from __future__ import annotations
+
+import gc
+
+import numpy as np
+import pytest
+
+from memlens.analysis.events import paused_gc, window_argmax, window_max
+
+
+def test_window_argmax_is_the_first_maximum():
+    v = np.array([3, 9, 1, 9, 4, 4, 7, 2], dtype=np.int64)
+    # windows across every length class: one event, short, ties (first 9 wins), to the end
+    start = np.array([0, 1, 2, 0, 4, 6, 7])
+    stop = np.array([1, 4, 4, 8, 6, 8, 8])
+    assert window_argmax(v, start, stop).tolist() == [0, 1, 3, 1, 4, 6, 7]
+    assert window_argmax(v, start[:0], stop[:0]).tolist() == []
+
+
+@pytest.mark.parametrize("short", [1, 8, 64])
+def test_window_argmax_and_max_match_a_loop(short):
+    rng = np.random.default_rng(7)
+    v = rng.integers(-5, 5, size=4000).astype(np.int64)  # many ties
+    start = rng.integers(0, 3990, size=2500)
+    length = np.concatenate([rng.integers(1, 10, 1500), rng.integers(1, 300, 1000)])
+    stop = np.minimum(start + length, len(v))
+    got = window_argmax(v, start, stop, short=short)
+    want = [a + int(np.argmax(v[a:b])) for a, b in zip(start.tolist(), stop.tolist())]
+    assert got.tolist() == want
+    assert window_max(v, start, stop).tolist() == [int(v[a:b].max()) for a, b in zip(start, stop)]
+
+
+def test_paused_gc_restores_the_collector():
+    assert gc.isenabled()
+    with paused_gc():
+        assert not gc.isenabled()
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with paused_gc():
+            pass
+        assert not gc.isenabled()  # it was off before: left off
+    finally:
+        gc.enable()
+    with pytest.raises(ValueError), paused_gc():
+        raise ValueError
+    assert gc.isenabled()
