@@ -399,7 +399,8 @@
         if (!path) { path = new Path2D(); byColor.set(c, path); }
         const band = this.bandPath(v, k, y, colX);
         path.addPath(band);
-        if (b.size[k] * pxPerByte >= 4) edges.addPath(band);
+        // narrow bands get no outline: on short-lived ones it would wash out their colour
+        if (b.size[k] * pxPerByte >= 4 && b.c1[k] - b.c0[k] >= 4) edges.addPath(band);
       }
       for (const [c, path] of byColor) { ctx.fillStyle = c; ctx.fill(path); }
       // neighbours from one call site share a colour: a thin line keeps them apart
