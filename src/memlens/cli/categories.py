@@ -8,25 +8,25 @@ import click
 from memlens.cli.options import (
     device_option,
     emit_json,
+    event_option,
     hide_option,
     hide_patterns,
     json_option,
     no_cache_option,
     open_snapshot,
+    points_option,
     snapshot_argument,
 )
 
 
 @click.command("categories")
 @snapshot_argument
-@click.option("--event", "-e", type=int, default=None, help="At this event instead of the peak.")
+@event_option
 @click.option("--override", "overrides", multiple=True, metavar="CATEGORY=REGEX",
               help="Put allocations whose frames match REGEX in CATEGORY first (repeatable, in order).")  # fmt: skip
 @click.option("--rules", "rules_path", type=click.Path(dir_okay=False), default=None,
               help="A rules file (see `memlens rules`) whose rules are used as overrides.")  # fmt: skip
-@click.option(
-    "--points", type=int, default=400, show_default=True, help="Samples of the curve in --json."
-)
+@points_option(400)
 @device_option
 @json_option
 @no_cache_option

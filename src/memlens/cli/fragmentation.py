@@ -11,6 +11,7 @@ from memlens.cli.options import (
     json_option,
     no_cache_option,
     open_snapshot,
+    points_option,
     snapshot_argument,
 )
 
@@ -21,9 +22,7 @@ from memlens.cli.options import (
               help="Reconstruct segments and blocks after this event (-1: before the first).")  # fmt: skip
 @click.option("--blocks/--no-blocks", default=True, show_default=True,
               help="With --event: list every segment and block (in --json; the text shows segments).")  # fmt: skip
-@click.option(
-    "--points", type=int, default=200, show_default=True, help="Sampled events over time."
-)
+@points_option(200)
 @device_option
 @json_option
 @no_cache_option

@@ -27,6 +27,22 @@ def device_option(f: F) -> F:
     )(f)  # fmt: skip
 
 
+def event_option(f: F) -> F:
+    """--event for the commands that answer "at the peak" by default."""
+    return click.option(
+        "--event", "-e", type=int, default=None,
+        help="At this event instead of the peak (-1: before the first).",
+    )(f)  # fmt: skip
+
+
+def points_option(default: int) -> Callable[[F], F]:
+    """--points: how many sampled events a curve over time keeps (exact at each)."""
+    return click.option(
+        "--points", type=int, default=default, show_default=True,
+        help="Sampled events of the curves over time (--json).",
+    )  # fmt: skip
+
+
 def json_option(f: F) -> F:
     return click.option(
         "--json",

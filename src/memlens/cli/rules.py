@@ -8,11 +8,13 @@ import click
 from memlens.cli.options import (
     device_option,
     emit_json,
+    event_option,
     hide_option,
     hide_patterns,
     json_option,
     no_cache_option,
     open_snapshot,
+    points_option,
     snapshot_argument,
 )
 
@@ -20,10 +22,8 @@ from memlens.cli.options import (
 @click.command("rules")
 @snapshot_argument
 @click.argument("rules_file", type=click.Path(dir_okay=False))
-@click.option("--event", "-e", type=int, default=None, help="At this event instead of the peak.")
-@click.option(
-    "--points", type=int, default=400, show_default=True, help="Samples of the curve in --json."
-)
+@event_option
+@points_option(400)
 @click.option("--top", type=int, default=3, show_default=True, help="Top call sites per rule.")
 @device_option
 @json_option

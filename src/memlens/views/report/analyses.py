@@ -288,22 +288,16 @@ def anomalies_section(ctx: ReportContext) -> str:
         ("large temporaries", fmt_int(temps.get("count", 0)), f"{bytes_text(temps.get('bytes', 0))} short-lived"),
         ("largest reserved-active gap", fmt_bytes(gaps.get("max_gap_bytes", 0)), f"at event {_event(gaps.get('max_gap_event'))}"),
     ])  # fmt: skip
-    if late.get("by_site"):
-        rows = [
-            [_site(s), num(fmt_bytes(s.get("bytes", 0))), fmt_int(s.get("count"))]
-            for s in late["by_site"]
-        ]
-        out += "<h3>Late frees (memory used on another stream) by site</h3>" + table(
-            ["call site", "bytes", "count"], rows, numeric=(1, 2)
-        )
-    if temps.get("by_site"):
-        rows = [
-            [_site(s), num(fmt_bytes(s.get("bytes", 0))), fmt_int(s.get("count"))]
-            for s in temps["by_site"]
-        ]
-        out += "<h3>Large short-lived temporaries by site</h3>" + table(
-            ["call site", "bytes", "count"], rows, numeric=(1, 2)
-        )
+    for title, found in (("Late frees (memory used on another stream) by site", late),
+                         ("Large short-lived temporaries by site", temps)):  # fmt: skip
+        if found.get("by_site"):
+            rows = [
+                [_site(s), num(fmt_bytes(s.get("bytes", 0))), fmt_int(s.get("count"))]
+                for s in found["by_site"]
+            ]
+            out += f"<h3>{esc(title)}</h3>" + table(
+                ["call site", "bytes", "count"], rows, numeric=(1, 2)
+            )
     if gaps.get("stretches"):
         rows = [[f"{int(s['first_event']):,}\u2013{int(s['last_event']):,}", num(fmt_bytes(s["max_gap_bytes"])),
                  _event(s.get("max_gap_event")), num(fmt_bytes(s["active_bytes"])), num(fmt_bytes(s["reserved_bytes"]))]
