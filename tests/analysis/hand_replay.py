@@ -33,7 +33,7 @@ class HandReplay:
         frees_at: dict[int, int] = {}
         deltas = []
         for i, e in enumerate(self.trace):
-            action, addr = e["action"], e["addr"]
+            action, addr = e["action"], e.get("addr")
             if action == "alloc":
                 rec = {"addr": addr, "version": frees_at.get(addr, 0), "size": e["size"],
                        "alloc": i, "free": None, "frames": e.get("frames") or []}  # fmt: skip

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 from analysis_snapshots import BIG_SIZE, MiB, expandable_snapshot, oom_snapshot, training_snapshot
+from hand_replay import HandReplay
 
 import memlens
 from memlens.analysis.allocator_state import fragmentation, state_at
@@ -131,3 +132,19 @@ def test_vectorized_segments_hand(dev):
     for e, want in ((-1, 1), (9, 1), (10, 2), (19, 2), (20, 1), (21, 1)):
         t.rewind_to(e)
         assert len(t.arrays()[0]) == want
+
+
+def test_oom_of_a_generated_training_loop_against_a_hand_replay():
+    raw = memlens.generate_snapshot(events=3000, oom=True)
+    hand = HandReplay(raw)
+    (i,) = [k for k, e in enumerate(hand.trace) if e["action"] == "oom"]
+    entry = hand.trace[i]
+    (o,) = oom_report(memlens.load(raw).device(0))["ooms"]
+    # the state right before the failed request (which allocates nothing)
+    live = hand.live_at(i - 1)
+    assert o["event"] == i
+    assert (o["requested_bytes"], o["device_free_bytes"]) == (entry["size"], entry["device_free"])
+    assert (o["active_bytes"], o["live_count"]) == (sum(live), len(live))
+    assert o["reserved_unused_bytes"] == o["reserved_bytes"] - sum(live)
+    assert o["fits_in_a_free_block"] == (o["largest_free_bytes"] >= entry["size"])
+    assert o["site"] == "{name} ({filename}:{line})".format(**entry["frames"][0])
