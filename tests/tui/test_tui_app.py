@@ -264,6 +264,15 @@ def test_allocation_list_and_allocation_view(dev):
         assert text[0] == "allocation #2: 8.00 MiB (8,388,608 bytes requested)"
         assert "freed     event 5 (t+0.005000 s)" in text
         assert text[-1] == "  main  /home/u/train.py:5"
+        await pilot.resize_terminal(40, 40)
+        await pilot.pause()
+        # a frame longer than the screen goes on over the next line rather than being cut
+        assert shown(app, "#text").splitlines()[-4:-2] == [
+            "  linear  /usr/lib/python3.11/site-packa",
+            "    ges/torch/nn/functional.py:2380",
+        ]
+        await pilot.resize_terminal(120, 40)
+        await pilot.pause()
         await press(pilot, "q", "q", "q")
         assert isinstance(app.screen, TimelineScreen)
         await press(pilot, "a")  # the allocation of the event under the cursor (3: alloc C)

@@ -14,6 +14,7 @@ from rich.style import Style
 import memlens
 from memlens.units import format_bytes
 from memlens.views.tui import keys
+from memlens.views.tui.base import wrap_lines
 from memlens.views.tui.chart import Timeline, Viewport, column_at, render_chart
 from memlens.views.tui.describe import (
     current_stage,
@@ -429,3 +430,9 @@ def test_outline_without_colour(dev):
         plain(d.render(100, 20)).splitlines()[0] == "▾    -7.00 MiB   14.00 MiB →   7.00 MiB  all"
     )
     assert plain(d.render(60, 20)).splitlines()[0] == "▾    -7.00 MiB  all"
+
+
+def test_long_text_lines_go_on_over_the_next_lines():
+    lines = ["short", "x" * 25, ""]
+    assert wrap_lines(lines, 10) == ["short", "x" * 10, "    xxxxxx", "    xxxxxx", "    xxx", ""]
+    assert wrap_lines(lines, 4) == lines  # no room for an indent: left to the ellipsis

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from memlens.units import format_bytes
+
 REAL = "cs336_memory_ctx256_fullstep.pickle"  # 20,128 events, peak 51.06 GiB at event 20,121
 OTHER = "cs336_memory_ctx128_fullstep.pickle"
 
@@ -95,14 +97,47 @@ def test_real_snapshot_in_tmux(shared_snapshots_dir):
         t.close()
 
 
-def test_compare_in_tmux(shared_snapshots_dir):
+def test_compare_in_tmux(shared_snapshots_dir, expected_figures):
+    a, b = expected_figures[OTHER], expected_figures[REAL]
     t = Tmux(_command(shared_snapshots_dir / OTHER, shared_snapshots_dir / REAL))
     try:
         out = t.wait_for("B: " + REAL)
         assert "A: " + OTHER in out
+        # one shared cursor, on A's peak: the same event in B
+        assert f"event {a['peak_event_index']:,} alloc 97.66 MiB" in out
+        assert f"event {a['peak_event_index']:,} alloc 25.00 MiB" in out
         t.keys("d")
+        change = format_bytes(b["peak_active_bytes"] - a["peak_active_bytes"])
         out = t.wait_for("diff B - A at the peaks")
+        assert (
+            f"diff B - A at the peaks (A event {a['peak_event_index']:,}, "
+            f"B event {b['peak_event_index']:,}): +{change} "
+            f"({format_bytes(a['peak_active_bytes'])} → {format_bytes(b['peak_active_bytes'])})"
+        ) in out
         t.keys("q", "q")
         t.wait_for("EXITED 0")
+    finally:
+        t.close()
+
+
+def test_tiny_terminal_without_colour_in_tmux(shared_snapshots_dir):
+    t = Tmux("NO_COLOR=1 " + _command(shared_snapshots_dir / REAL), width=40, height=10)
+    try:
+        out = t.wait_for("event 20,121 alloc")
+        lines = out.splitlines()
+        assert lines[0] == f"{REAL} · d…"  # one line: no room for two
+        assert lines[1].startswith(" 56.91 GiB│") and "too small" not in out
+        assert any(x.startswith("          └") and x.endswith("▲") for x in lines)
+        t.keys("Enter")
+        out = t.wait_for("live after event 20,121")
+        assert "▾   51.06 GiB 100.0% all  (1,204)" in out
+        t.keys("q", "s")
+        out = t.wait_for("summary of ")
+        assert "    pickle" in out  # long lines go on over the next line, not cut
+        t.keys("PageDown")
+        t.wait_for("average      ")
+        t.keys("q", "q")
+        out = t.wait_for("EXITED 0")
+        assert "Traceback" not in out
     finally:
         t.close()

@@ -48,6 +48,21 @@ def one_line(text: str) -> Text:
     return Text(text, no_wrap=True, overflow="ellipsis")
 
 
+def wrap_lines(lines: list[str], width: int, indent: int = 4) -> list[str]:
+    """Lines longer than `width` go on over indented continuation lines, so a long frame
+    (file path, line number) is read whole rather than cut."""
+    if width <= indent + 1:
+        return lines
+    out: list[str] = []
+    for line in lines:
+        out.append(line[:width])
+        rest = line[width:]
+        while rest:
+            out.append(" " * indent + rest[: width - indent])
+            rest = rest[width - indent :]
+    return out
+
+
 class Lines(Widget):
     """Draws the rows its provider returns for the widget's current size.
 
@@ -166,8 +181,9 @@ class TextScreen(KeyScreen):
 
     def _provide(self, width: int, height: int) -> list[Text]:
         self._page = max(height - 1, 1)
-        self.offset_ = max(0, min(self.offset_, len(self.text_lines) - height))
-        shown = self.text_lines[self.offset_ : self.offset_ + height]
+        lines = wrap_lines(self.text_lines, width)
+        self.offset_ = max(0, min(self.offset_, len(lines) - height))
+        shown = lines[self.offset_ : self.offset_ + height]
         return [Text(s, no_wrap=True, overflow="ellipsis") for s in shown]
 
     def _wheel(self, steps: int) -> None:
