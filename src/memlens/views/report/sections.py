@@ -210,7 +210,13 @@ def largest_allocations(ctx: ReportContext) -> str:
         for a in result.get("largest") or []
     ]  # fmt: skip
     return "<h3>Largest allocations at the peak</h3>" + table(
-        ["address_version", "bytes", "call site", "allocated at event", "freed at event"],
+        [
+            "allocation (address_version)",
+            "bytes",
+            "call site",
+            "allocated at event",
+            "freed at event",
+        ],
         rows,
         numeric=(1,),
     )
