@@ -353,6 +353,46 @@ def test_compare_peaks_summary_and_a_narrow_diff(dev):
     run([dev, other], script, size=(50, 16))
 
 
+def test_compare_allocations_under_a_diff_row(dev):
+    other = memlens.load(hs.small(scale=2, extra_fwd=3 * MiB, fwd_line=23)).device()
+
+    async def script(app, pilot):
+        # event 4 of both: A holds its 4, 2 and 8 MiB; B its 4, 2, 16 and the extra 3 MiB
+        await press(pilot, "right", "enter", "down", "down", "a")
+        assert isinstance(app.screen, AllocationListScreen)
+        assert shown(app, "#title") == (
+            "allocations under forward (model.py) (largest first; Enter: details)"
+        )
+        # forward moved from line 20 (A) to 23 (B): one row of the diff, both lists
+        assert shown(app, "#tree").splitlines() == [
+            "▾   35.00 MiB 100.0% allocations of both snapshots  (5)",
+            "  ▾   23.00 MiB  65.7% B: 3 allocations  (3)",
+            "    ·   16.00 MiB  69.6% #2 forward (model.py:23) · event 3",
+            "    ·    4.00 MiB  17.4% #0 forward (model.py:23) · event 1",
+            "    ·    3.00 MiB  13.0% #3 forward (model.py:23) · event 4",
+            "  ▾   12.00 MiB  34.3% A: 2 allocations  (2)",
+            "    ·    8.00 MiB  66.7% #2 forward (model.py:20) · event 3",
+            "    ·    4.00 MiB  33.3% #0 forward (model.py:20) · event 1",
+        ]
+        assert shown(app, "#status").startswith("row 3/8 · 16.00 MiB")
+        await press(pilot, "enter")  # B's allocation #2, not A's
+        assert shown(app, "#text").splitlines()[0] == (
+            "allocation #2: 16.00 MiB (16,777,216 bytes requested)"
+        )
+        await press(pilot, "q", "end", "enter")
+        assert shown(app, "#text").splitlines()[0] == (
+            "allocation #0: 4.00 MiB (4,194,304 bytes requested)"
+        )
+        assert "  forward  /home/u/model.py:20" in shown(app, "#text").splitlines()  # A's
+        await press(pilot, "q", "q", "home", "a")  # the root: everything live in both
+        assert [r for r in shown(app, "#tree").splitlines() if ": " in r] == [
+            "  ▾   25.00 MiB  64.1% B: 4 allocations  (4)",
+            "  ▾   14.00 MiB  35.9% A: 3 allocations  (3)",
+        ]
+
+    run([dev, other], script)
+
+
 def test_compare_in_a_tiny_terminal_draws_both_charts(dev):
     async def script(app, pilot):
         # 10 lines: two summaries, two status lines, view and hint leave 2 + 2 for the charts:

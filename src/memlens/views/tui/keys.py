@@ -74,7 +74,11 @@ TREE = (
     Key(("/",), "search", "incremental search (Enter keeps it, Esc drops it)"),
     Key(("n",), "match(1)", "next match"),
     Key(("N",), "match(-1)", "previous match"),
-    Key(("a", "enter"), "allocations", "allocations under the cursor (in a list: that allocation)"),
+    Key(
+        ("a", "enter"),
+        "allocations",
+        "allocations under the cursor (diff: of both; in a list: that allocation)",
+    ),
     Key(("?",), "help", "this help"),
     Key(("q", "escape"), "close", "back (Esc first clears a search)"),
 )

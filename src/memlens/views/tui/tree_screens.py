@@ -3,6 +3,7 @@ allocations under a row. They share one outline (outline.py) and one key table."
 
 from __future__ import annotations
 
+import numpy as np
 from rich.text import Text
 from textual import events
 from textual.app import ComposeResult
@@ -17,8 +18,10 @@ from memlens.views.tui.outline import Outline, signed_bytes
 from memlens.views.tui.trees import (
     Node,
     allocation_list,
+    allocation_lists,
     diff_tree,
     live_stack_tree,
+    matching_nodes,
     rows_under,
 )
 
@@ -168,16 +171,12 @@ class TreeScreen(KeyScreen):
     def do_hide(self) -> None:
         self.hide_internals = not self.hide_internals
         old = self.outline
-        labels = []
-        n: Node | None = old.current
-        while n is not None and n.parent is not None:
-            labels.append(n.label)
-            n = n.parent
+        labels = [n.label for n in old.current.ancestry()]
         self.outline = Outline(self.build_tree(), diff=self.diff)
         # stay on the same call site: follow the old path's labels where they still exist
         # (frames that are now hidden are skipped)
         node = self.outline.tree_root
-        for label in reversed(labels):
+        for label in labels:
             child = next((c for c in node.children if c.label == label), None)
             if child is not None:
                 node = child
@@ -232,7 +231,8 @@ class LiveTreeScreen(TreeScreen):
             self.outline.current.path(),
             hide_internals=self.hide_internals,
         )
-        self.app.push_screen(AllocationListScreen(self.dev, rows, self.outline.current.label))
+        label = self.outline.current.label
+        self.app.push_screen(AllocationListScreen([("", self.dev, rows)], label))
 
 
 class DiffScreen(TreeScreen):
@@ -246,10 +246,27 @@ class DiffScreen(TreeScreen):
 
     def build_tree(self) -> Node:
         h = self.hide_internals
-        return diff_tree(
-            live_stack_tree(self.a.dev, self.event_a, hide_internals=h),
-            live_stack_tree(self.b.dev, self.event_b, hide_internals=h),
-        )
+        self.live_a = live_stack_tree(self.a.dev, self.event_a, hide_internals=h)
+        self.live_b = live_stack_tree(self.b.dev, self.event_b, hide_internals=h)
+        return diff_tree(self.live_a, self.live_b)
+
+    def do_allocations(self) -> None:
+        """Both snapshots' allocations that the row accounts for (B's first)."""
+        keys = [n.label for n in self.outline.current.ancestry()]
+        parts = []
+        for tag, s, event, tree in (
+            ("B", self.b, self.event_b, self.live_b),
+            ("A", self.a, self.event_a, self.live_a),
+        ):
+            live = s.dev.live_at(event)
+            found = [
+                rows_under(s.dev, live, n.path(), hide_internals=self.hide_internals)
+                for n in matching_nodes(tree, keys)
+            ]
+            rows = np.unique(np.concatenate(found)) if found else live[:0]
+            parts.append((tag, s.dev, rows))
+        label = self.outline.current.label
+        self.app.push_screen(AllocationListScreen(parts, label))
 
     def heading(self) -> str:
         root = self.outline.tree_root
@@ -270,26 +287,34 @@ class DiffScreen(TreeScreen):
 
 
 class AllocationListScreen(TreeScreen):
-    """The allocations under a tree node, largest first; Enter opens one."""
+    """The allocations under a tree node, largest first; Enter opens one. In compare, one
+    list per snapshot."""
 
-    def __init__(self, dev: DeviceTrace, rows, label: str) -> None:
-        self.dev, self.rows_, self.node_label = dev, rows, label
+    def __init__(self, parts: list[tuple[str, DeviceTrace, np.ndarray]], label: str) -> None:
+        self.parts, self.node_label = parts, label
         super().__init__()
 
     def build_tree(self) -> Node:
-        return allocation_list(self.dev, self.rows_)
+        if len(self.parts) == 1:
+            _, dev, rows = self.parts[0]
+            return allocation_list(dev, rows)
+        return allocation_lists(self.parts)
 
     def on_mount(self) -> None:
-        self.outline.move(1)  # on the largest allocation, ready for Enter
+        self.outline.expand_all()  # in compare: both lists open
+        # on the (first list's) largest allocation, ready for Enter
+        self.outline.move(1 if len(self.parts) == 1 else 2)
         super().on_mount()
 
     def heading(self) -> str:
         return f"allocations under {self.node_label} (largest first; Enter: details)"
 
     def do_allocations(self) -> None:
-        row = self.outline.current.row
-        if row >= 0:
-            self.app.push_screen(AllocationScreen(self.dev, row))
+        n = self.outline.current
+        if n.row >= 0 and n.dev is not None:
+            self.app.push_screen(AllocationScreen(n.dev, n.row))
+        else:
+            self.do_toggle()
 
     def do_hide(self) -> None:
         self.notify("the list has no frames to hide")

@@ -41,15 +41,20 @@ class Node:
     before: int = 0  # diff only: bytes in the first snapshot (value = after - before)
     after: int = 0
     row: int = -1  # allocation row, for allocation lists
+    dev: DeviceTrace | None = field(default=None, repr=False)  # whose row (allocation lists)
+
+    def ancestry(self) -> list[Node]:
+        """The nodes from the root's child down to this one."""
+        out: list[Node] = []
+        n: Node | None = self
+        while n is not None and n.parent is not None:
+            out.append(n)
+            n = n.parent
+        return out[::-1]
 
     def path(self) -> list[int]:
         """Frame ids from the root's child down to this node."""
-        out: list[int] = []
-        n: Node | None = self
-        while n is not None and n.parent is not None:
-            out.append(n.frame_id)
-            n = n.parent
-        return out[::-1]
+        return [n.frame_id for n in self.ancestry()]
 
     def walk(self):
         """This node and every descendant, depth first, children in display order."""
@@ -222,6 +227,28 @@ def _merge(x: Node, y: Node) -> Node:
     return m
 
 
+def matching_nodes(root: Node, keys: list[str]) -> list[Node]:
+    """The nodes of a live tree that a diff-tree row with this path of diff keys merges
+    (several when lines of one function were summed)."""
+    level = [root]
+    for k in keys:
+        level = [c for n in level for c in n.children if diff_key(c.label) == k]
+    return level
+
+
+def allocation_lists(parts: list[tuple[str, DeviceTrace, np.ndarray]]) -> Node:
+    """One allocation list per (name, device, rows), under a common root (compare)."""
+    root = Node("allocations of both snapshots")
+    for name, dev, rows in parts:
+        sub = allocation_list(dev, rows)
+        sub.label = f"{name}: {sub.label}"
+        sub.parent = root
+        root.children.append(sub)
+        root.value += sub.value
+        root.count += sub.count
+    return root
+
+
 def allocation_list(dev: DeviceTrace, rows: np.ndarray, limit: int = 2000) -> Node:
     """A flat tree (root + one leaf per allocation, largest first) for the allocation list."""
     rows = np.asarray(rows, dtype=np.int64)
@@ -237,5 +264,5 @@ def allocation_list(dev: DeviceTrace, rows: np.ndarray, limit: int = 2000) -> No
         when = f"event {e:,}" if e >= 0 else "before the trace"
         # count 0: a single allocation needs no "(1)" after it
         label = f"#{r} {name} · {when}"
-        root.children.append(Node(label, int(dev.alloc_size[r]), 0, parent=root, row=r))
+        root.children.append(Node(label, int(dev.alloc_size[r]), 0, parent=root, row=r, dev=dev))
     return root
