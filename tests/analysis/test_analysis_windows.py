@@ -47,3 +47,52 @@ def test_paused_gc_restores_the_collector():
     with pytest.raises(ValueError), paused_gc():
         raise ValueError
     assert gc.isenabled()
+
+
+def _nested_sequence(rng: np.random.Generator, n_stages: int) -> tuple[list, list, list]:
+    """A random well-nested START/END sequence with repeated names and OTHER markers."""
+    ids, stage, open_ = [], [], []
+    while n_stages or open_:
+        if n_stages and (not open_ or rng.random() < 0.55):
+            name = int(rng.integers(0, 4))
+            ids.append(name)
+            stage.append(0)
+            open_.append(name)
+            n_stages -= 1
+        else:
+            ids.append(open_.pop())
+            stage.append(1)
+        if rng.random() < 0.1:
+            ids.append(9)
+            stage.append(2)  # OTHER: takes no part in pairing
+    return ids, stage, list(range(len(ids)))
+
+
+def test_vectorized_pairing_equals_the_loop():
+    from memlens.analysis.stages import _pair_loop, _pair_nested
+
+    rng = np.random.default_rng(3)
+    for trial in range(30):
+        ids, stage, times = _nested_sequence(rng, int(rng.integers(1, 60)))
+        args = np.array(ids), np.array(stage, np.int8), np.array(times)
+        fast = _pair_nested(*args)
+        slow = _pair_loop([f"s{i}" for i in ids], args[1], args[2])
+        assert fast is not None, trial
+        for got, want in zip(fast, slow):
+            assert got.tolist() == want.tolist(), trial
+
+
+@pytest.mark.parametrize(
+    "ids, stage",
+    [
+        ([0, 1, 0, 1], [0, 0, 1, 1]),  # an END closes a START that is not the innermost
+        ([0, 0, 1], [1, 0, 1]),  # an END before any START (began before the trace)
+        ([0, 1, 1], [0, 0, 1]),  # a START never ended
+        ([0, 1], [0, 1]),  # names differ
+    ],
+)
+def test_vectorized_pairing_leaves_the_odd_cases_to_the_loop(ids, stage):
+    from memlens.analysis.stages import _pair_nested
+
+    args = np.array(ids), np.array(stage, np.int8), np.arange(len(ids))
+    assert _pair_nested(*args) is None

@@ -52,16 +52,17 @@ def _annotation_rows(dev: DeviceTrace) -> np.ndarray:
     return sel
 
 
-def _annotations_of(dev: DeviceTrace) -> tuple[list[str], np.ndarray, np.ndarray]:
+def _annotations_of(dev: DeviceTrace) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray]:
+    """(names, name ids, stage codes, times) of `dev`'s annotations in time order."""
     snap = dev.snapshot
     ann = snap.annotations
     if len(ann) == 0:
-        return [], np.zeros(0, np.int8), np.zeros(0, np.int64)
+        return [], np.zeros(0, np.int64), np.zeros(0, np.int8), np.zeros(0, np.int64)
     sel = _annotation_rows(dev)
     sel = sel[np.argsort(ann.time_us[sel], kind="stable")]
+    ids = ann.name[sel].astype(np.int64)
     strings = snap.strings
-    names = [strings[i] for i in ann.name[sel].tolist()]
-    return names, ann.stage[sel], ann.time_us[sel]
+    return [strings[i] for i in ids.tolist()], ids, ann.stage[sel], ann.time_us[sel]
 
 
 def stage_intervals(dev: DeviceTrace) -> list[dict[str, Any]]:
@@ -77,56 +78,97 @@ def stage_intervals(dev: DeviceTrace) -> list[dict[str, Any]]:
     return [dict(zip(_INTERVAL_KEYS, row)) for row in zip(*cols)] if cols else []
 
 
-def _interval_columns(dev: DeviceTrace) -> list[Any] | None:
-    """stage_intervals as columns (in _INTERVAL_KEYS order); None without stages."""
-    names, stage, times = _annotations_of(dev)
-    if not names or not has_time(dev):
+# a stage open at an edge: no START (began before the trace) / no END (still running)
+_NO_START, _NO_END = -(2**62), 2**62
+
+# Paired stages, one entry per stage in the order their START (or lone END) comes:
+# (annotation index of its name, t0 or _NO_START, t1 or _NO_END, depth, parent or -1)
+Pairs = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+
+
+def _pair_nested(ids: np.ndarray, stage: np.ndarray, times: np.ndarray) -> Pairs | None:
+    """Pairing without a Python loop for the usual case: every END closes the innermost
+    open START, with the same name, and nothing is open at either edge. Then, per nesting
+    level, the annotations alternate START, END, START, END... None when that fails."""
+    idx = np.flatnonzero(stage <= 1)  # START 0, END 1; the rest (OTHER) take no part
+    if len(idx) == 0 or len(idx) % 2:
         return None
-    n = dev.n_events
-    # pair START/END: END closes the innermost open START of the same name (parallel lists,
-    # not a dict per stage: tens of thousands of stages at a million events)
-    r_name: list[str] = []
-    r_t0: list[int | None] = []
-    r_t1: list[int | None] = []
+    is_start = stage[idx] == 0
+    after = np.cumsum(np.where(is_start, 1, -1))
+    if after.min() < 0 or after[-1] != 0:
+        return None
+    level = after - is_start  # a START's depth before it; an END's depth after it
+    by_level = np.lexsort((np.arange(len(idx)), level))
+    s_pos, e_pos = by_level[0::2], by_level[1::2]
+    if not (is_start[s_pos].all() and not is_start[e_pos].any()
+            and (level[s_pos] == level[e_pos]).all()
+            and (ids[idx[s_pos]] == ids[idx[e_pos]]).all()):  # fmt: skip
+        return None
+    o = np.argsort(s_pos, kind="stable")  # stages in START order
+    s_pos, e_pos = s_pos[o], e_pos[o]
+    depth = level[s_pos]
+    # parent: the last START one level up before it (still open: the sequence is nested)
+    key = depth * (len(idx) + 1) + s_pos
+    key_order = np.argsort(key, kind="stable")
+    rank = np.searchsorted(key[key_order], (depth - 1) * (len(idx) + 1) + s_pos) - 1
+    parent = np.where(depth > 0, key_order[np.maximum(rank, 0)], -1)
+    return idx[s_pos], times[idx[s_pos]], times[idx[e_pos]], depth, parent
+
+
+def _pair_loop(names: list[str], stage: np.ndarray, times: np.ndarray) -> Pairs:
+    """Pairing, annotation by annotation: an END closes the innermost open START of the
+    same name (stages opened inside it and still open end with it)."""
+    r_ann: list[int] = []
+    r_t0: list[int] = []
+    r_t1: list[int] = []
     r_depth: list[int] = []
-    r_parent: list[int] = []  # -1: none
+    r_parent: list[int] = []
     open_stack: list[int] = []
-    for name, st, t in zip(names, stage.tolist(), times.tolist()):
+    for i, (name, st, t) in enumerate(zip(names, stage.tolist(), times.tolist())):
         if st == 0:
-            r_name.append(name)
+            r_ann.append(i)
             r_t0.append(t)
-            r_t1.append(None)
+            r_t1.append(_NO_END)
             r_depth.append(len(open_stack))
             r_parent.append(open_stack[-1] if open_stack else -1)
-            open_stack.append(len(r_name) - 1)
+            open_stack.append(len(r_ann) - 1)
         elif st == 1:
             for k in range(len(open_stack) - 1, -1, -1):
-                if r_name[open_stack[k]] == name:
+                if names[r_ann[open_stack[k]]] == name:
                     r_t1[open_stack[k]] = t
                     del open_stack[k:]  # inner stages left open end with their parent
                     break
             else:
                 # began before the trace: it encloses everything before it
-                r_name.append(name)
-                r_t0.append(None)
+                r_ann.append(i)
+                r_t0.append(_NO_START)
                 r_t1.append(t)
                 r_depth.append(0)
                 r_parent.append(-1)
-    m = len(r_name)
+    return tuple(np.asarray(x, np.int64) for x in (r_ann, r_t0, r_t1, r_depth, r_parent))  # type: ignore[return-value]
+
+
+def _interval_columns(dev: DeviceTrace) -> list[Any] | None:
+    """stage_intervals as columns (in _INTERVAL_KEYS order); None without stages. Columns,
+    not a dict per stage, until the very end: tens of thousands of stages at 1M events."""
+    names, ids, stage, times = _annotations_of(dev)
+    if not names or not has_time(dev):
+        return None
+    n = dev.n_events
+    pairs = _pair_nested(ids, stage, times)
+    r_ann, r_t0, r_t1, r_depth, r_parent = pairs or _pair_loop(names, stage, times)
+    m = len(r_ann)
     # order by start; unmatched ENDs (started at the trace start) first, in pairing order
-    t0 = np.array([-(2**62) if t is None else t for t in r_t0], np.int64)
-    t1 = np.array([2**62 if t is None else t for t in r_t1], np.int64)
-    order = np.lexsort((np.arange(m), t0))
+    order = np.lexsort((np.arange(m), r_t0))
     new_index = np.empty(m + 1, np.int64)
     new_index[order] = np.arange(m)
     new_index[-1] = -1  # parent -1 stays -1
-    t0, t1 = t0[order], t1[order]
+    t0, t1 = r_t0[order], r_t1[order]
     times_ev = dev.monotonic_time_us
     start_ev = np.searchsorted(times_ev, t0, side="right") - 1
     last_ev = np.minimum(np.searchsorted(times_ev, t1, side="right") - 1, n - 1)
     last_ev = np.maximum(last_ev, start_ev)
-    order_l = order.tolist()
-    name_col = [r_name[i] for i in order_l]
+    name_col = [names[i] for i in r_ann[order].tolist()]
     seen: dict[str, int] = {}
     occurrence = []
     for name in name_col:
@@ -134,13 +176,14 @@ def _interval_columns(dev: DeviceTrace) -> list[Any] | None:
         seen[name] = occ + 1
         occurrence.append(occ)
     bases = {name: base_name(name) for name in seen}
-    t0_col = [r_t0[i] for i in order_l]
-    t1_col = [r_t1[i] for i in order_l]
-    parent_col = new_index[np.asarray(r_parent, np.int64)[order]].tolist()
+    parent_col = new_index[r_parent[order]].tolist()
+    open_start, open_end = (t0 == _NO_START).tolist(), (t1 == _NO_END).tolist()
     return [
         list(range(m)), name_col, [bases[x] for x in name_col], occurrence,
-        [r_depth[i] for i in order_l], [None if p < 0 else p for p in parent_col],
-        t0_col, t1_col, [t is None for t in t0_col], [t is None for t in t1_col],
+        r_depth[order].tolist(), [None if p < 0 else p for p in parent_col],
+        [None if o else t for o, t in zip(open_start, t0.tolist())],
+        [None if o else t for o, t in zip(open_end, t1.tolist())],
+        open_start, open_end,
         start_ev.tolist(), (start_ev + 1).tolist(), last_ev.tolist(),
     ]  # fmt: skip
 
@@ -201,16 +244,15 @@ def _stage_table(
         return out
     start = np.array(cols_in[_INTERVAL_KEYS.index("start_event")], np.int64)
     last = np.array(cols_in[_INTERVAL_KEYS.index("last_event")], np.int64)
-    act = np.concatenate([[dev.baseline_bytes], dev.active_after])
-    res = np.concatenate([[dev.reserved_start_bytes], dev.reserved_after])
-    # shifted by one: act[i + 1] is after event i, act[0] before the first
-    a0, a1 = act[start + 1], act[last + 1]
-    r0, r1 = res[start + 1], res[last + 1]
+    act, res = dev.active_after, dev.reserved_after
+    a0, a1 = _after(act, dev.baseline_bytes, start), _after(act, dev.baseline_bytes, last)
+    r0 = _after(res, dev.reserved_start_bytes, start)
+    r1 = _after(res, dev.reserved_start_bytes, last)
     pk, pk_ev = a0.copy(), start.copy()
     rpk = r0.copy()
     inside = last > start
     if inside.any():
-        lo, hi = start[inside] + 2, last[inside] + 2  # act indices of first..last events
+        lo, hi = start[inside] + 1, last[inside] + 1  # first..last event inside
         m = window_max(act, lo, hi)
         rm = window_max(res, lo, hi)
         better = m > a0[inside]
@@ -218,8 +260,8 @@ def _stage_table(
         up = idx[better]
         pk[up] = m[better]
         rpk[idx] = np.maximum(r0[idx], rm)
-        # first event reaching the stage peak (act index p is after event p - 1)
-        pk_ev[up] = window_argmax(act, start[up] + 2, last[up] + 2) - 1
+        # the first event reaching the stage peak
+        pk_ev[up] = window_argmax(act, start[up] + 1, last[up] + 1)
     ab, ac = window_sums(dev, "alloc", start, last)
     fb, fc = window_sums(dev, "free", start, last)
     cols = {
@@ -239,6 +281,14 @@ def _stage_table(
         values.append([[] for _ in start.tolist()])
     stages.extend(dict(zip(keys, row)) for row in zip(*values))
     return out
+
+
+def _after(curve: np.ndarray, before_first: int, events: np.ndarray) -> np.ndarray:
+    """curve[event] per event, `before_first` where the event is -1 (no copy of the curve:
+    at a million events that alone cost ~10 ms per call)."""
+    if len(curve) == 0:
+        return np.full(len(events), before_first, dtype=np.int64)
+    return np.where(events >= 0, curve[np.maximum(events, 0)], before_first).astype(np.int64)
 
 
 def _grew(
