@@ -100,3 +100,20 @@ def test_real_leaks_and_anomalies_run(shared_snapshots_dir, expected_figures):
     # what the optimizer step leaves alive is its state: AdamW's exp_avg and exp_avg_sq
     assert g["suspects"][0]["site"].startswith("step (")
     assert g["suspects_bytes"] == sum(s["bytes"] for s in g["suspects"])
+
+
+@pytest.mark.parametrize(
+    "windows",
+    [[(-1, 6), (8, 12), (12, 21)],  # disjoint, in order: one pass
+     [(-1, 10), (5, 21)]],  # overlapping (an unmatched END): one window at a time
+)  # fmt: skip
+def test_left_alive_per_occurrence_equals_a_loop(dev, windows):
+    from memlens.analysis.leaks import _left_alive
+
+    occ = [{"start_event": a, "last_event": b} for a, b in windows]
+    got = [r.tolist() for r in _left_alive(dev, occ)]
+    # by hand from the trace table in analysis_snapshots: alive at the end are G (event 4),
+    # L1 (7), O (8), L2 (19), X (21) and the ghost P (before the trace, in no window)
+    alive_at = {4: "G", 7: "L1", 8: "O", 19: "L2", 21: "X"}
+    want = [[alive_at[e] for e in sorted(alive_at) if a < e <= b] for a, b in windows]
+    assert [[alive_at[int(dev.alloc_event[r])] for r in rows] for rows in got] == want

@@ -53,7 +53,6 @@ def leaks(
         groups.setdefault(s["base_name"], []).append(s)
     min_count = 1 if stage is not None else 2
     by_index = {s["index"]: s for s in table["stages"]}
-    n = dev.n_events
     out = []
     for base, occ in groups.items():
         if len(occ) < min_count:
@@ -62,12 +61,9 @@ def leaks(
         occ = [s for s in occ if not _inside_same(s, by_index)]
         if len(occ) < min_count:
             continue
-        per_rows = []
+        per_rows = _left_alive(dev, occ)
         occ_rows = []
-        for s in occ:
-            made = rows_allocated_in(dev, s["start_event"], s["last_event"])
-            alive = made[dev.free_event[made] >= n]
-            per_rows.append(alive)
+        for s, alive in zip(occ, per_rows):
             occ_rows.append(
                 {
                     "name": s["name"],
@@ -80,7 +76,9 @@ def leaks(
                     "left_alive_count": int(len(alive)),
                 }
             )
-        per_site = _per_occurrence_sites(dev, per_rows, hide_patterns)
+        all_rows = np.concatenate(per_rows) if per_rows else np.zeros(0, np.int64)
+        labels = _labels(dev, all_rows, hide_patterns)
+        per_site = _per_occurrence_sites(dev, per_rows, labels)
         # a leak leaves memory behind again and again; what only the first occurrence left
         # (optimizer state, caches, warm-up) is reported apart, as one-time
         repeat = 1 if len(occ) == 1 else 2
@@ -88,8 +86,6 @@ def leaks(
         first_only = {
             k for k, v in per_site.items() if k not in sus_sites and v[0] and not any(v[1:])
         }
-        all_rows = np.concatenate(per_rows) if per_rows else np.zeros(0, np.int64)
-        labels = _labels(dev, all_rows, hide_patterns)
         sus = all_rows[np.isin(labels, list(sus_sites))] if sus_sites else all_rows[:0]
         once = all_rows[np.isin(labels, list(first_only))] if first_only else all_rows[:0]
         sites = top_sites(dev, sus, limit=limit, hide_patterns=hide_patterns)
@@ -147,16 +143,40 @@ def _labels(dev: DeviceTrace, rows: np.ndarray, hide_patterns: Sequence[str] | N
     return names[inv] if len(rows) else np.zeros(0, dtype=object)
 
 
+def _left_alive(dev: DeviceTrace, occ: list[dict[str, Any]]) -> list[np.ndarray]:
+    """Per occurrence, the rows it made that are still alive at the end of the trace (in
+    event order). Occurrences of one name are disjoint windows in time order, so every
+    surviving allocation finds its occurrence with one searchsorted — thousands of steps
+    in a few numpy calls; overlapping windows (an unmatched END) take one call each."""
+    n = dev.n_events
+    start = np.array([s["start_event"] for s in occ], np.int64)
+    last = np.array([s["last_event"] for s in occ], np.int64)
+    if len(occ) > 1 and not (np.all(np.diff(start) >= 0) and np.all(start[1:] >= last[:-1])):
+        out = []
+        for a, b in zip(start.tolist(), last.tolist()):
+            made = rows_allocated_in(dev, a, b)
+            out.append(made[dev.free_event[made] >= n])
+        return out
+    alive = np.flatnonzero((dev.free_event >= n) & (dev.alloc_event >= 0))
+    made_at = dev.alloc_event[alive]
+    k = np.searchsorted(start, made_at, side="left") - 1  # the last window starting before
+    inside = (k >= 0) & (made_at <= last[np.maximum(k, 0)])
+    alive, made_at, k = alive[inside], made_at[inside], k[inside]
+    order = np.lexsort((made_at, k))
+    alive, k = alive[order], k[order]
+    return np.split(alive, np.searchsorted(k, np.arange(1, len(occ))))
+
+
 def _per_occurrence_sites(
-    dev: DeviceTrace, per_rows: list[np.ndarray], hide_patterns: Sequence[str] | None
+    dev: DeviceTrace, per_rows: list[np.ndarray], labels: np.ndarray
 ) -> dict[str, list[int]]:
-    """site label -> bytes it left alive in each occurrence."""
+    """site label -> bytes it left alive in each occurrence (`labels`: of the rows of
+    per_rows, concatenated)."""
     out: dict[str, list[int]] = {}
-    for j, rows in enumerate(per_rows):
-        for lab, size in zip(
-            _labels(dev, rows, hide_patterns).tolist(), dev.alloc_size[rows].tolist()
-        ):
-            out.setdefault(lab, [0] * len(per_rows))[j] += int(size)
+    occurrence = np.repeat(np.arange(len(per_rows)), [len(r) for r in per_rows])
+    rows = np.concatenate(per_rows) if per_rows else np.zeros(0, np.int64)
+    for lab, j, size in zip(labels.tolist(), occurrence.tolist(), dev.alloc_size[rows].tolist()):
+        out.setdefault(lab, [0] * len(per_rows))[j] += int(size)
     return out
 
 

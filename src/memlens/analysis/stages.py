@@ -291,6 +291,18 @@ def _after(curve: np.ndarray, before_first: int, events: np.ndarray) -> np.ndarr
     return np.where(events >= 0, curve[np.maximum(events, 0)], before_first).astype(np.int64)
 
 
+def sites_that_grew(
+    dev: DeviceTrace,
+    stage: dict[str, Any],
+    *,
+    top: int = 5,
+    hide_patterns: Sequence[str] | None = None,
+) -> list[dict[str, Any]]:
+    """A stage_table row's "grew" for one stage: for views that show a few stages of a
+    table built with top=0 (per stage it is the one cost that grows with the stage)."""
+    return _grew(dev, stage["start_event"], stage["last_event"], top, hide_patterns)
+
+
 def _grew(
     dev: DeviceTrace, start: int, last: int, top: int, hide_patterns: Sequence[str] | None
 ) -> list[dict[str, Any]]:

@@ -36,12 +36,14 @@ def command(snapshot: str, name: str | None, top: int, max_depth: int | None, de
             as_json: bool, no_cache: bool, hide: tuple[str, ...]) -> None:  # fmt: skip
     """Per stage: memory at start and end, peak inside, bytes allocated and freed, and the
     call sites that grew; repeated stages compared step by step."""
-    from memlens.analysis.stages import compare_steps, stage_table
+    from memlens.analysis.stages import compare_steps, sites_that_grew, stage_table
     from memlens.analysis.text import elide, fmt_delta, sites_lines, table_lines
     from memlens.units import format_bytes as fb
 
     dev = open_snapshot(snapshot, no_cache).device(device)
-    table = stage_table(dev, name=name, top=top, hide_patterns=hide_patterns(hide))
+    hide_re = hide_patterns(hide)
+    # the text shows 40 stages: only those need their sites (the JSON has them all)
+    table = stage_table(dev, name=name, top=top if as_json else 0, hide_patterns=hide_re)
     if max_depth is not None:
         table["stages"] = [s for s in table["stages"] if s["depth"] <= max_depth]
     steps = compare_steps(dev, table=table)
@@ -52,6 +54,9 @@ def command(snapshot: str, name: str | None, top: int, max_depth: int | None, de
     lines += [f"note: {n}" for n in table["notes"]]
     rows = []
     shown, hidden = elide(table["stages"], 40)
+    if top > 0:
+        for s in shown:
+            s["grew"] = sites_that_grew(dev, s, top=top, hide_patterns=hide_re)
     for s in shown:
         label = "  " * s["depth"] + s["name"] + (f" [{s['occurrence']}]" if s["occurrence"] else "")
         ev = (

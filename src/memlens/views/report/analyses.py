@@ -43,8 +43,10 @@ def _event(e: Any) -> str:
 # ---- stages -----------------------------------------------------------------------------
 def stages_section(ctx: ReportContext) -> str:
     mod = analysis("stages")
-    result = mod.stage_table(ctx.dev, top=3, hide_patterns=ctx.hide_patterns)
+    result = mod.stage_table(ctx.dev, top=0)
     stages = result.get("stages") or []
+    for s in stages[:MAX_STAGE_ROWS]:  # only the rows shown need their sites
+        s["grew"] = mod.sites_that_grew(ctx.dev, s, top=3, hide_patterns=ctx.hide_patterns)
     notes = "".join(note(n) for n in result.get("notes") or [])
     if not stages:
         raise SectionUnavailable(
