@@ -30,9 +30,13 @@ BUDGET_MS = 200.0
 NOTES = """
 Notes:
 
-* The interactive analyses (peak tree, live set, stage table) stay far under the 200 ms
-  budget at 1M events. The stage table is dominated by pairing ~19k annotations in Python;
-  "sites that grew" adds a per-stage grouping (top > 0), not needed for the table itself.
+* The interactive analyses (peak tree, live set, memory at an allocation, stage table)
+  stay under the 200 ms budget at 1M events. The generated file has 75,760 annotations
+  (37,880 stages): pairing them is vectorized when they nest (the usual case), and what
+  remains is mostly building one 26-key dict per stage. "Sites that grew" adds a grouping
+  per stage (top > 0); `memlens stages` (text) and the report compute it only for the
+  rows they show. Leaks find each step's survivors in one pass; the rest of its time is
+  the stage table and the sites.
 * Allocator state: traces without `segment_map`/`segment_unmap` use vectorized segment
   lifetimes (one mask per event asked). Expandable-segment traces use the backward walk
   over segment events only; forced on the tiled file it undoes 78,550 segment events in

@@ -101,6 +101,11 @@ def test_rules_diff_fragmentation_event(snap_file, capsys):
     assert data["figures"][0]["change"] == 500_000 and data["stages"]
     code, out, _ = run(capsys, ["diff", path, path2])
     assert code == 0 and "only in" not in out and "+488.28 KiB" in out
+    # stage by stage: step 2 holds the bigger temporary (+500,000 B at its peak), and it
+    # is freed inside, so its net does not change
+    (step2,) = [ln for ln in out.splitlines() if ln.strip().startswith("ProfilerStep#2")]
+    assert step2.split()[1:] == ["1.43", "MiB", "1.91", "MiB", "+488.28", "KiB",
+                                 "+10", "B", "+10", "B", "0", "B"]  # fmt: skip
     data = json.loads(run(capsys, ["fragmentation", path, "--event", "11", "--json"])[1])
     assert data["n_segments"] == 2 and len(data["segments"]) == 2
     code, out, _ = run(capsys, ["categories", path, "--override", "mine=model\\.py"])

@@ -63,11 +63,17 @@ def command(snapshot_a: str, snapshot_b: str, device: int | None, device_b: int 
                            {"both": "", "only_a": "only in A", "only_b": "only in B"}[s["status"]]]
                           for s in result["sites"]])  # fmt: skip
     if result["stages"]:
-        lines += ["", "stages (peak inside):"]
-        lines += table_lines(["stage", "A peak", "B peak", "change"],
+
+        def b(x: int | None) -> str:
+            return "" if x is None else fb(x)
+
+        def d(x: int | None) -> str:
+            return "" if x is None else fmt_delta(x)
+
+        lines += ["", "stage by stage (peak inside, and net = end - start):"]
+        lines += table_lines(["stage", "A peak", "B peak", "change", "A net", "B net", "change"],
                              [[s["name"] + (f" [{s['occurrence']}]" if s["occurrence"] else ""),
-                               "" if s["a_peak_bytes"] is None else fb(s["a_peak_bytes"]),
-                               "" if s["b_peak_bytes"] is None else fb(s["b_peak_bytes"]),
-                               "" if s["peak_change"] is None else fmt_delta(s["peak_change"])]
+                               b(s["a_peak_bytes"]), b(s["b_peak_bytes"]), d(s["peak_change"]),
+                               d(s["a_net_bytes"]), d(s["b_net_bytes"]), d(s["net_change"])]
                               for s in result["stages"]])  # fmt: skip
     click.echo("\n".join(lines))
