@@ -3,6 +3,7 @@
     python benchmarks/bench_tui.py                         # generated 1M-event snapshot
     python benchmarks/bench_tui.py --snapshot BIG.pickle   # e.g. a tiled real snapshot
     python benchmarks/bench_tui.py --write                 # also rewrite docs/benchmarks-tui.md
+    # with two --snapshot, a third section times compare mode (A = first, B = second)
     # what docs/benchmarks-tui.md shows (two --snapshot, one section each):
     python benchmarks/bench_tui.py --snapshot benchmarks/data/gen_1000000.pickle
         --snapshot /tmp/tui_tiled_1m.pickle --write
@@ -55,7 +56,7 @@ asyncio.run(main())
 TIMELINE_KEYS = [
     "right", "left", "shift+right", "shift+left", "pagedown", "pageup", "home", "end",
     "plus", "plus", "plus", "plus", "minus", "0", "up", "down", "r", "p", "R", "m", "M",
-    "a", "escape",
+    "a", "escape", "s", "escape",
 ]  # fmt: skip
 TREE_KEYS = [
     "down", "down", "right", "right", "up", "e", "c", "left_square_bracket",
@@ -63,6 +64,14 @@ TREE_KEYS = [
     "n", "N", "e", "a", "enter", "escape", "escape", "escape", "end", "home", "pagedown",
     "pageup",
 ]  # fmt: skip
+
+
+# compare (two snapshots): timeline keys, then the diff tree at the cursor and at the peaks
+COMPARE_TIMELINE_KEYS = [
+    "right", "left", "plus", "plus", "minus", "0", "p", "p", "R", "m", "M", "s", "escape",
+]  # fmt: skip
+DIFF_KEYS = ["down", "e", "down", "a", "escape", "h", "h", "slash", "f", "enter", "escape", "q"]
+DIFF_PEAK_KEYS = ["d", "e", "q"]
 
 
 def ensure_snapshot(events: int) -> Path:
@@ -115,14 +124,17 @@ def _instrument() -> dict[str, float]:
     return spent
 
 
-def bench_keys(path: Path, repeat: int) -> tuple[dict[str, list[tuple[float, float]]], float]:
-    """Per key: (round trip ms, our code ms) of every press; and the no-op round trip."""
+def bench_keys(
+    paths: list[Path], repeat: int
+) -> tuple[dict[str, list[tuple[float, float]]], float]:
+    """Per key: (round trip ms, our code ms) of every press; and the no-op round trip.
+    With two paths, in compare mode."""
     import asyncio
 
     import memlens
     from memlens.views.tui.app import Session, TimelineScreen, TuiApp
 
-    snap = memlens.load(path)
+    sessions = [Session.of(f"bench{k}", memlens.load(p).device()) for k, p in enumerate(paths)]
     spent = _instrument()
     times: dict[str, list[tuple[float, float]]] = {}
 
@@ -135,18 +147,27 @@ def bench_keys(path: Path, repeat: int) -> tuple[dict[str, list[tuple[float, flo
         times.setdefault(f"{where}:{key}", []).append((total, spent["ms"]))
 
     async def main() -> None:
-        app = TuiApp([Session.of("bench", snap.device())], freeze_gc=True)  # as the CLI
+        app = TuiApp(sessions, freeze_gc=True)  # as the CLI
         async with app.run_test(size=(120, 40)) as pilot:
             await pilot.pause()
             for _ in range(repeat):
                 for _ in range(5):
                     await timed(pilot, "noop", "z")  # a key nothing is bound to
-                for k in TIMELINE_KEYS:
-                    await timed(pilot, "timeline", k)
-                await timed(pilot, "timeline", "enter")  # open the tree at the peak
-                for k in TREE_KEYS:
-                    await timed(pilot, "tree", k)
-                await timed(pilot, "tree", "q")
+                if len(sessions) == 1:
+                    for k in TIMELINE_KEYS:
+                        await timed(pilot, "timeline", k)
+                    await timed(pilot, "timeline", "enter")  # open the tree at the peak
+                    for k in TREE_KEYS:
+                        await timed(pilot, "tree", k)
+                    await timed(pilot, "tree", "q")
+                else:
+                    for k in COMPARE_TIMELINE_KEYS:
+                        await timed(pilot, "compare", k)
+                    await timed(pilot, "compare", "enter")  # the diff tree at the cursor
+                    for k in DIFF_KEYS:
+                        await timed(pilot, "diff", k)
+                    for k in DIFF_PEAK_KEYS:
+                        await timed(pilot, "diff-peaks", k)
                 # the sequences must end where they started, or later presses time nothing
                 assert isinstance(app.screen, TimelineScreen), app.screen
 
@@ -160,7 +181,7 @@ def _median(xs: list[float]) -> float:
     return xs[len(xs) // 2]
 
 
-def report(path: Path, opened: dict, times: dict, noop_ms: float) -> str:
+def report(title: str, opened: dict | None, times: dict, noop_ms: float) -> str:
     # a key's latency: its pilot round trip less that of a key the app ignores (the
     # harness's own polling); "ours" is the part spent in memlens code (handler + drawing)
     added = {k: [max(t - noop_ms, 0.0) for t, _ in v] for k, v in times.items()}
@@ -168,18 +189,18 @@ def report(path: Path, opened: dict, times: dict, noop_ms: float) -> str:
     worst = sorted(((max(v), k) for k, v in added.items()), reverse=True)
     all_added = [x for v in added.values() for x in v]
     all_ours = [x for v in ours.values() for x in v]
-    ok_open = opened["warm_s"] <= OPEN_BUDGET_S
     p95 = sorted(all_added)[int(len(all_added) * 0.95)]
     ok_keys = p95 <= KEY_BUDGET_MS
-    lines = [
-        f"## `{path.name}`: {opened['events']:,} events",
-        "",
-        "| what | measured | budget |",
-        "|---|---|---|",
-        f"| open, cold (builds the column cache) | {opened['cold_s']:.2f} s | |",
-        f"| open, warm (load through the cache + first frame) | {opened['warm_s']:.2f} s | "
-        f"<= {OPEN_BUDGET_S:.0f} s {'ok' if ok_open else 'OVER'} |",
-        f"| open, warm, counting Python imports | {opened['warm_with_imports_s']:.2f} s | |",
+    lines = [f"## {title}", "", "| what | measured | budget |", "|---|---|---|"]
+    if opened is not None:
+        ok_open = opened["warm_s"] <= OPEN_BUDGET_S
+        lines += [
+            f"| open, cold (builds the column cache) | {opened['cold_s']:.2f} s | |",
+            f"| open, warm (load through the cache + first frame) | {opened['warm_s']:.2f} s | "
+            f"<= {OPEN_BUDGET_S:.0f} s {'ok' if ok_open else 'OVER'} |",
+            f"| open, warm, counting Python imports | {opened['warm_with_imports_s']:.2f} s | |",
+        ]
+    lines += [
         f"| keypress latency, median of {len(all_added)} presses | {_median(all_added):.1f} ms | |",
         f"| keypress latency, 95th percentile | {p95:.1f} ms | "
         f"<= {KEY_BUDGET_MS:.0f} ms {'ok' if ok_keys else 'OVER'} |",
@@ -229,12 +250,17 @@ def main() -> None:
         "-n 50`, then `--snapshot /tmp/tui_tiled_1m.pickle`.",
         "",
     ]
-    for path in paths:
-        with tempfile.TemporaryDirectory() as cache_dir:
+    with tempfile.TemporaryDirectory() as cache_dir:
+        os.environ["MEMLENS_CACHE_DIR"] = cache_dir
+        for path in paths:
             opened = bench_open(path, a.repeat, cache_dir)
-            os.environ["MEMLENS_CACHE_DIR"] = cache_dir
-            times, noop_ms = bench_keys(path, a.repeat)
-        sections.append(report(path, opened, times, noop_ms))
+            times, noop_ms = bench_keys([path], a.repeat)
+            title = f"`{path.name}`: {opened['events']:,} events"
+            sections.append(report(title, opened, times, noop_ms))
+        if len(paths) == 2:  # both are in the cache by now
+            times, noop_ms = bench_keys(paths, a.repeat)
+            title = f"compare: `{paths[0].name}` (A) vs `{paths[1].name}` (B)"
+            sections.append(report(title, None, times, noop_ms))
     text = "\n".join(sections)
     print(text)
     if a.write:

@@ -60,8 +60,14 @@ class TuiApp(App):
 
     def on_mount(self) -> None:
         self.push_screen(TimelineScreen(self.sessions))
+        self.call_after_refresh(self._prepare)
         if self.freeze_gc:
             # Everything alive once the first frame is up lives as long as the app; moving
             # it out of the collector's reach keeps full collections (15-40 ms each on a
             # small machine, several a minute while keys are pressed) out of keypresses.
             self.call_after_refresh(gc.freeze)
+
+    def _prepare(self) -> None:
+        """Once the first frame is up: the summary figures, so `s` only draws them."""
+        for s in self.sessions:
+            s.summary()

@@ -72,12 +72,12 @@ def cursor_line(dev: DeviceTrace, timeline: Timeline, view: Viewport) -> str:
     return " · ".join(parts)
 
 
-def view_line(view: Viewport, width: int) -> str:
+def view_line(view: Viewport) -> str:
     """What the chart shows: events per column, the visible events, the y floor."""
     if view.n_events == 0:
         return ""
     first = view.start * view.bucket
-    last = min((view.start + width) * view.bucket, view.n_events) - 1
+    last = min((view.start + view.width) * view.bucket, view.n_events) - 1
     parts = [
         f"{view.bucket:,} event{'s' if view.bucket > 1 else ''}/column",
         f"events {first:,}–{last:,} of {view.n_events:,} shown",
@@ -164,10 +164,16 @@ def time_weighted_average(dev: DeviceTrace) -> tuple[float, str]:
 
 def snapshot_summary(name: str, dev: DeviceTrace) -> list[str]:
     """The summary screen (`s`): the file, the trace, memory and allocation figures."""
+    return [f"summary of {name}", "", *summary_figures(dev)]
+
+
+def summary_figures(dev: DeviceTrace) -> list[str]:
+    """The figures of the summary screen (passes over every event and allocation: the
+    screen keeps them once made)."""
     snap = dev.snapshot
     n = dev.n_events
     source = snap.source
-    lines = [f"summary of {name}", ""]
+    lines = []
     if os.path.isfile(source):
         size = os.path.getsize(source)
         how = "read from the column cache" if snap.from_cache else "parsed (no cache used)"

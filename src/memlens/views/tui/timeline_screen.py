@@ -97,7 +97,7 @@ class TimelineScreen(KeyScreen):
             self.query_one(f"#status{k}", Static).update(
                 one_line(cursor_line(s.dev, s.timeline, self.view))
             )
-        self.query_one("#view", Static).update(one_line(view_line(self.view, self._chart_width)))
+        self.query_one("#view", Static).update(one_line(view_line(self.view)))
 
     def _click(self, x: int, y: int) -> None:
         col = column_at(x, self.view)
