@@ -44,7 +44,8 @@ def test_meta(client):
 
 
 def test_view_geometry(client):
-    v = client.get("/api/d/0/view?e0=0&e1=7&width=7&height=20").json()
+    # min_px=1: only allocations a pixel tall are bands (50 bytes a pixel: B, 10, is not)
+    v = client.get("/api/d/0/view?e0=0&e1=7&width=7&height=20&min_px=1").json()
     assert v["x"] == {"mode": "event", "e0": 0.0, "e1": 7.0}
     assert v["bounds"] == list(range(8))
     assert v["active"] == [0, 100, 110, 410, 400, 300, 350]
@@ -58,7 +59,8 @@ def test_view_geometry(client):
     assert v["sites"] == ["train_step (/home/u/train.py:10)"]
     assert b["site"] == [0, 0, 0]
     assert v["small"] == {"offset": [0, 100, 100, 400, 400, 300, 350],
-                          "bytes": [0, 0, 10, 10, 0, 0, 0], "count": [0, 0, 1, 1, 0, 0, 0]}  # fmt: skip
+                          "bytes": [0, 0, 10, 10, 0, 0, 0], "count": [0, 0, 1, 1, 0, 0, 0],
+                          "max_size": 49}  # fmt: skip
     assert v["times"] == [1000, 1010, 1020, 1030, 1040, 1050, 1060, 1060]
 
 
@@ -82,9 +84,35 @@ def test_view_y_zoom(client):
     assert v["bands"]["row"] == [0, 1, 2, 3]
 
 
+def test_view_draws_sub_pixel_allocations_for_the_page(client):
+    # the page's default: down to 1/16 of a pixel (50 / 16 bytes), so B (10 bytes, a fifth
+    # of a pixel) is a thin band on A; nothing is left to the aggregate band
+    v = client.get("/api/d/0/view?e0=0&e1=7&width=7&height=20").json()
+    b = v["bands"]
+    assert b["row"] == [0, 1, 2, 3] and b["size"] == [100, 10, 300, 50]
+    assert b["c0"] == [1, 2, 3, 6] and b["c1"] == [5, 4, 7, 7]
+    assert b["run_col"] == [1, 2, 3, 4, 5, 6] and b["run_off"] == [0, 100, 110, 100, 0, 300]
+    assert v["small"] == {"offset": v["active"], "bytes": [0] * 7, "count": [0] * 7,
+                          "max_size": 3}  # fmt: skip
+    # min_px=0.25 (12.5 bytes): B is aggregated again, bounded by 12 bytes
+    v = client.get("/api/d/0/view?e0=0&e1=7&width=7&height=20&min_px=0.25").json()
+    assert v["bands"]["row"] == [0, 2, 3]
+    assert v["small"]["bytes"] == [0, 0, 10, 10, 0, 0, 0] and v["small"]["max_size"] == 12
+
+
 @pytest.mark.parametrize(
     "query",
-    ["e0=5&e1=5", "e0=x", "t0=1&t1=nan", "t0=5&t1=1", "width=abc", "ymin=10&ymax=5"],
+    [
+        "min_px=0",
+        "min_px=1.5",
+        "min_px=-1",
+        "e0=5&e1=5",
+        "e0=x",
+        "t0=1&t1=nan",
+        "t0=5&t1=1",
+        "width=abc",
+        "ymin=10&ymax=5",
+    ],
 )
 def test_view_bad_parameters_are_400(client, query):
     r = client.get(f"/api/d/0/view?{query}")

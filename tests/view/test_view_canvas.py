@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from browser_page import BROWSER_MARKS, Page
-from view_fixtures import serving, small_snapshot, stacked_snapshot
+from view_fixtures import layered_snapshot, serving, small_snapshot, stacked_snapshot
 
 import memlens
 from memlens.analysis.sites import site_of_allocations
@@ -35,16 +35,23 @@ def stacked():
         yield snap, url
 
 
-def geometry(pg: Page) -> tuple:
-    """x of an event position and y of a byte count, from the known margins and range."""
+@pytest.fixture
+def layered():
+    snap = memlens.load(layered_snapshot())
+    with serving(ViewerData([snap], ["layered"])) as url:
+        yield snap, url
+
+
+def geometry(pg: Page, n: int, top: int) -> tuple:
+    """x of an event position and y of a byte count, from the known margins and range
+    (n events, `top` bytes at the top of the plot)."""
     plot_w = pg.page.evaluate("() => window.memlens.panes[0].plotW")
-    n = 43
 
     def x(event: float) -> float:
         return ML + event / n * plot_w
 
     def y(nbytes: float) -> float:
-        return MT + PLOT_H - nbytes / 1000 * PLOT_H
+        return MT + PLOT_H - nbytes / top * PLOT_H
 
     return x, y
 
@@ -60,72 +67,121 @@ def is_hatch(px: tuple[int, ...], theme: str) -> bool:
     return px[3] == 255 and all(min(a, b) - 2 <= v <= max(a, b) + 2 for v, a, b in zip(px, c0, c1))
 
 
-def test_bands_aggregate_and_reserved_line_are_painted_where_they_belong(browser, stacked):
-    snap, url = stacked
-    dev = snap.device()
-    a_site, c_site = site_of_allocations(dev, np.array([0, 41])).tolist()
-    assert site_rgb(a_site) != site_rgb(c_site)
+# layered_snapshot: 353 events, 10,000 bytes reserved; after event 340 (the column at 340.5,
+# clear of the dashed peak line at 332.5): A 0-4000, C 4000-7000, the 12-byte stripes
+# 7000-7120, the aggregate band 7120-7432
+LAYERED = dict(n=353, top=10_000)
+AFTER = 340.5
+
+
+def site_colours(snap) -> tuple:
+    """Colours of A (train_step), C (build_head) and the stripes (adam_state): distinct."""
+    rows = np.array([0, 321, 322])
+    a, c, s = (site_rgb(f) for f in site_of_allocations(snap.device(), rows).tolist())
+    assert len({a, c, s}) == 3
+    return a, c, s
+
+
+def test_bands_aggregate_and_reserved_line_are_painted_where_they_belong(browser, layered):
+    snap, url = layered
+    a_rgb, c_rgb, stripe_rgb = site_colours(snap)
     pg = Page(browser, url)
-    x, y = geometry(pg)
+    x, y = geometry(pg, **LAYERED)
     px = lambda e, b: pg.pixel("canvas.main", x(e), y(b))  # noqa: E731
-    # after the last event (42.3: clear of the dashed peak line at 42.5)
-    assert px(42.3, 200)[:3] == site_rgb(a_site)  # A: 0-400
-    assert px(42.3, 550)[:3] == site_rgb(c_site)  # C: 400-700 on top of A
-    assert is_hatch(px(42.3, 740), "light")  # the 2-byte ones: 700-780, hatched
-    assert px(42.3, 880)[3] == 0  # nothing above the active total
-    assert px(42.3, 1000)[:3] == (0xD6, 0x27, 0x28)  # reserved line at 1000 bytes
-    # after event 21 (A and 20 tiny ones): the aggregate sits right on A, C not there yet
-    assert px(21.3, 200)[:3] == site_rgb(a_site)
-    assert is_hatch(px(21.3, 420), "light")  # 400-440
-    assert px(21.3, 550)[3] == 0
-    # before the segment: nothing reserved, nothing active
-    assert px(0.3, 200)[3] == 0
-    # the stage strip: "fwd" covers events 1..30 on the first level
+    assert px(AFTER, 2000)[:3] == a_rgb  # A: 0-4000
+    assert px(AFTER, 5500)[:3] == c_rgb  # C: 4000-7000 on top of A
+    assert px(AFTER, 7060)[:3] == stripe_rgb  # ten half-pixel stripes: 7000-7120
+    assert is_hatch(px(AFTER, 7280), "light")  # the 1-byte ones: 7120-7432, hatched
+    assert px(AFTER, 8500)[3] == 0  # nothing above the active total
+    assert px(AFTER, 10_000)[:3] == (0xD6, 0x27, 0x28)  # reserved line at 10,000 bytes
+    # after event 161 (A and 160 tiny ones): the aggregate sits right on A, C not there yet
+    assert px(161.5, 2000)[:3] == a_rgb
+    assert is_hatch(px(161.5, 4040), "light")  # 4000-4160
+    assert px(161.5, 5500)[3] == 0
+    # the stage strip: "fwd" covers events 1..100 on the first level
     strip = lambda e: pg.pixel("canvas.ann", x(e), 7)  # noqa: E731
-    assert strip(20)[:3] == (0xC7, 0xD2, 0xFE) and strip(35)[3] == 0
+    assert strip(50)[:3] == (0xC7, 0xD2, 0xFE) and strip(150)[3] == 0
     strip_box = pg.page.locator("canvas.ann").bounding_box()
-    pg.page.mouse.move(strip_box["x"] + x(20), strip_box["y"] + 7)
+    pg.page.mouse.move(strip_box["x"] + x(50), strip_box["y"] + 7)
     assert pg.page.inner_text("#tooltip").startswith("fwd\n")
-    pg.page.mouse.move(strip_box["x"] + x(35), strip_box["y"] + 7)
+    pg.page.mouse.move(strip_box["x"] + x(150), strip_box["y"] + 7)
     assert pg.page.is_hidden("#tooltip")
     # the legend card is shown while no panel is open
     assert pg.page.is_visible("#guide")
-    pg.shot("canvas_stacked_light.png")
+    pg.shot("canvas_layered_light.png")
     assert not pg.errors
 
 
-def test_dark_theme_repaints_with_its_own_colours(browser, stacked):
-    snap, url = stacked
+def test_dark_theme_repaints_with_its_own_colours(browser, layered):
+    snap, url = layered
     pg = Page(browser, url, scheme="dark")
-    x, y = geometry(pg)
+    x, y = geometry(pg, **LAYERED)
     assert pg.page.evaluate("() => document.documentElement.classList.contains('dark')")
-    assert is_hatch(pg.pixel("canvas.main", x(42.3), y(740)), "dark")
-    assert pg.pixel("canvas.main", x(42.3), y(1000))[:3] == (0xFF, 0x6B, 0x6B)
+    assert is_hatch(pg.pixel("canvas.main", x(AFTER), y(7280)), "dark")
+    assert pg.pixel("canvas.main", x(AFTER), y(10_000))[:3] == (0xFF, 0x6B, 0x6B)
     bg = pg.page.evaluate("() => getComputedStyle(document.body).backgroundColor")
     assert bg == "rgb(21, 23, 27)"
     # d switches back to light: the canvas is repainted in the light colours
     pg.page.keyboard.press("d")
-    assert is_hatch(pg.pixel("canvas.main", x(42.3), y(740)), "light")
-    pg.shot("canvas_stacked_dark_then_light.png")
+    assert is_hatch(pg.pixel("canvas.main", x(AFTER), y(7280)), "light")
+    pg.shot("canvas_layered_dark_then_light.png")
     assert not pg.errors
 
 
-def test_hover_and_click_name_the_band_under_the_pointer(browser, stacked):
-    snap, url = stacked
+def test_hover_and_click_name_the_band_under_the_pointer(browser, layered):
+    snap, url = layered
     pg = Page(browser, url)
-    x, y = geometry(pg)
+    x, y = geometry(pg, **LAYERED)
     box = pg.page.locator("canvas.main").bounding_box()
-    pg.page.mouse.move(box["x"] + x(42.3), box["y"] + y(550))
+    pg.page.mouse.move(box["x"] + x(AFTER), box["y"] + y(5500))
     pg.page.wait_for_selector("#tooltip:not([hidden])")
     tip = pg.page.inner_text("#tooltip")
-    assert "300 B" in tip and "build_head (/home/u/model.py:99)" in tip
-    pg.page.mouse.move(box["x"] + x(42.3), box["y"] + y(740))
-    assert "40 small allocations: 80 B" in pg.page.inner_text("#tooltip")
-    pg.page.mouse.click(box["x"] + x(42.3), box["y"] + y(550))
+    assert "2.93 KiB" in tip and "build_head (/home/u/model.py:99)" in tip
+    pg.page.mouse.move(box["x"] + x(AFTER), box["y"] + y(7280))
+    assert "312 small allocations: 312 B" in pg.page.inner_text("#tooltip")
+    pg.page.mouse.click(box["x"] + x(AFTER), box["y"] + y(5500))
     pg.page.wait_for_selector("#details .frames li")
     assert not pg.page.is_visible("#guide")
     text = pg.page.inner_text("#details")
-    assert "300 bytes" in text and "build_head" in text and "event 42" in text
+    assert "3,000 bytes" in text and "build_head" in text and "event 322" in text
+    assert not pg.errors
+
+
+def test_sub_pixel_allocations_are_coloured_stripes_that_can_be_hovered(browser, layered):
+    snap, url = layered
+    _, c_rgb, stripe_rgb = site_colours(snap)
+    # at one pixel the stripes (12 bytes of 24.4 a pixel) would be in the aggregate band
+    full = ViewerData([snap]).view(0, 0, width=1200, height=PLOT_H, min_px=1)
+    assert full["bands"]["row"] == [0, 321] and full["small"]["max_size"] == 24
+    assert full["small"]["bytes"][-1] == 120 + 300  # the stripes and the 1-byte ones
+    pg = Page(browser, url)
+    x, y = geometry(pg, **LAYERED)
+    rows = pg.page.evaluate("() => window.memlens.panes[0].view.bands.row")
+    assert rows == [0, 321, *range(322, 332)]  # the page asked for sub-pixel detail
+    # the ten half-pixel stripes paint their 4.9 pixel rows in their call site's colour
+    for b in (7035, 7060, 7085):  # the pixel rows inside 7000-7120 (the edges are blends)
+        assert pg.pixel("canvas.main", x(AFTER), y(b))[:3] == stripe_rgb
+    assert pg.pixel("canvas.main", x(AFTER), y(6950))[:3] == c_rgb  # C right under them
+    # hovering a stripe names one of them (the one covering most of the pixel row)
+    box = pg.page.locator("canvas.main").bounding_box()
+    pg.page.mouse.move(box["x"] + x(AFTER), box["y"] + y(7060))
+    pg.page.wait_for_selector("#tooltip:not([hidden])")
+    tip = pg.page.inner_text("#tooltip")
+    assert tip.startswith("12 B\n") and "adam_state (/home/u/optim.py:5)" in tip
+    hover = pg.page.evaluate("() => window.memlens.panes[0].hover.row")
+    assert 322 <= hover < 332
+    # the hovered stripe is the one with the most of the pixel row under the pointer
+    v = ViewerData([snap]).view(0, 0, width=1200, height=PLOT_H)
+    y_top = int(y(7060))
+    px_lo, px_hi = (10_000 * (MT + PLOT_H - yy) / PLOT_H for yy in (y_top + 1, y_top))
+    off = {r: 7000 + 12 * (r - 322) for r in range(322, 332)}
+    cover = {r: min(o + 12, px_hi) - max(o, px_lo) for r, o in off.items()}
+    assert hover == max(cover, key=cover.get) and v["bands"]["size"][2] == 12
+    pg.page.mouse.click(box["x"] + x(AFTER), box["y"] + y(7060))
+    pg.page.wait_for_selector("#details .frames li")
+    text = pg.page.inner_text("#details")
+    assert "12 bytes" in text and "adam_state" in text and f"event {hover + 1}" in text
+    pg.shot("canvas_layered_stripes.png")
     assert not pg.errors
 
 
@@ -202,7 +258,7 @@ def test_overview_brush_selects_and_dragging_pans(browser, stacked):
     snap, url = stacked
     pg = Page(browser, url)
     page = pg.page
-    x, _ = geometry(pg)
+    x, _ = geometry(pg, n=43, top=1000)
     rng = "() => [window.memlens.panes[0].x0, window.memlens.panes[0].x1]"
     ov = page.locator("canvas.overview").bounding_box()
     before = pg.requests()

@@ -8,7 +8,7 @@ from view_fixtures import small_snapshot
 
 import memlens
 from memlens.snapshot.generate import generate_snapshot
-from memlens.timeline.layout import DeviceLayout, LiveIndex, RangeArgmax
+from memlens.timeline.layout import MAX_DETAIL_CELLS, DeviceLayout, LiveIndex, RangeArgmax
 
 
 @pytest.fixture
@@ -63,6 +63,63 @@ def test_y_zoom_sets_the_pixel_threshold(lay):
     assert (v.ymax, v.bytes_per_px) == (500, 10)
     assert sorted(bands(v)) == [0, 1, 2, 3]
     assert v.small_bytes.tolist() == [0] * 7
+
+
+# 2 pixels for 1000 bytes: 500 bytes a pixel, so A (100), B (10), C (300), D (50) are all
+# under a pixel; one event per column, A lives in columns 1-4, B 2-3, C 3-6, D 6
+SUB_PIXEL = dict(height=2)
+
+
+def test_sub_pixel_allocations_are_aggregated_at_min_px_one(lay):
+    v = lay.view(lay.event_bounds(0, 7, 7), **SUB_PIXEL)
+    assert v.bytes_per_px == 500 and bands(v) == {}
+    assert v.small_offset.tolist() == [0] * 7
+    assert v.small_bytes.tolist() == v.active.tolist() == [0, 100, 110, 410, 400, 300, 350]
+    assert v.small_count.tolist() == [0, 1, 2, 3, 2, 1, 2]
+    assert v.small_max == 499  # everything under a pixel
+
+
+def test_sub_pixel_allocations_down_to_min_px_become_bands(lay):
+    v = lay.view(lay.event_bounds(0, 7, 7), **SUB_PIXEL, min_px=1 / 64)  # 7.8 bytes
+    assert bands(v) == {
+        0: [(1, 0), (2, 0), (3, 0), (4, 0)],
+        1: [(2, 100), (3, 100)],
+        2: [(3, 110), (4, 100), (5, 0), (6, 0)],
+        3: [(6, 300)],
+    }
+    assert v.small_offset.tolist() == v.active.tolist()
+    assert v.small_bytes.tolist() == [0] * 7 and v.small_count.tolist() == [0] * 7
+    assert v.small_max == 7
+    # 1/16 of a pixel is 31.25 bytes: B (10) stays in the aggregate band, above C
+    v = lay.view(lay.event_bounds(0, 7, 7), **SUB_PIXEL, min_px=1 / 16)
+    assert sorted(bands(v)) == [0, 2, 3] and bands(v)[2][0] == (3, 100)
+    assert v.small_offset.tolist() == [0, 100, 100, 400, 400, 300, 350]
+    assert v.small_bytes.tolist() == [0, 0, 10, 10, 0, 0, 0]
+    assert v.small_max == 31
+
+
+def test_cell_budget_keeps_the_largest_first(lay):
+    b = lay.event_bounds(0, 7, 7)
+    # 8 cells: C (300 bytes, 4 columns) then A (100, 4 columns); D (50, 1 column) would pass
+    v = lay.view(b, **SUB_PIXEL, min_px=1 / 64, max_cells=8)
+    assert bands(v) == {
+        0: [(1, 0), (2, 0), (3, 0), (4, 0)],
+        2: [(3, 100), (4, 100), (5, 0), (6, 0)],  # B is aggregated: C sits right on A
+    }
+    assert v.small_offset.tolist() == [0, 100, 100, 400, 400, 300, 300]
+    assert v.small_bytes.tolist() == [0, 0, 10, 10, 0, 0, 50]  # B, then D
+    assert v.small_count.tolist() == [0, 0, 1, 1, 0, 0, 1]
+    assert v.small_max == 50  # D, the largest left out
+    # 7 cells: C only; the cut is by size, so D (which would fit) is not taken after A
+    v = lay.view(b, **SUB_PIXEL, min_px=1 / 64, max_cells=7)
+    assert bands(v) == {2: [(3, 0), (4, 0), (5, 0), (6, 0)]}
+    assert v.small_offset.tolist() == [0, 0, 0, 300, 300, 300, 300]
+    assert v.small_bytes.tolist() == [0, 100, 110, 110, 100, 0, 50]
+    assert v.small_max == 100
+    # an allocation a pixel tall is drawn whatever the budget (250 bytes a pixel: C)
+    v = lay.view(b, height=4, min_px=1 / 64, max_cells=0)
+    assert bands(v) == {2: [(3, 0), (4, 0), (5, 0), (6, 0)]}
+    assert (v.small_offset + v.small_bytes).tolist() == v.active.tolist()
 
 
 def test_wide_columns_sample_their_peak(lay):
@@ -127,11 +184,24 @@ def test_random_viewports_match_a_brute_force_stack(generated):
         e0 = float(rng.integers(0, n - 2)) if i % 5 else 0.0  # some start at 0
         e1 = float(min(n, e0 + rng.integers(2, n)))
         width, height = int(rng.integers(3, 80)), int(rng.choice([50, 400, 3000]))
-        v = lay.view(lay.event_bounds(e0, e1, width), height)
+        # every other viewport with sub-pixel detail, some under a tight cell budget
+        min_px = 1.0 if i % 2 else float(rng.choice([1 / 16, 1 / 256]))
+        max_cells = int(rng.choice([50, 500, MAX_DETAIL_CELLS]))
+        v = lay.view(lay.event_bounds(e0, e1, width), height, min_px=min_px, max_cells=max_cells)
         got = bands(v)
+        drawn = np.array(sorted(got), dtype=np.int64)
+        sizes = dev.alloc_size.astype(np.int64)
+        thin = drawn[sizes[drawn] < v.bytes_per_px]
+        assert sum(len(got[r]) for r in thin.tolist()) <= max_cells
+        assert sizes[thin].min(initial=2**62) >= np.ceil(v.bytes_per_px * min_px)
         for c, s in enumerate(v.sample.tolist()):
             live = dev.live_at(s)
-            big = live[dev.alloc_size[live] >= v.bytes_per_px]
+            # drawn: every allocation a pixel tall, and thin ones no smaller than any left out
+            in_band = np.isin(live, drawn)
+            assert (sizes[live] >= v.bytes_per_px)[~in_band].sum() == 0
+            assert sizes[live[~in_band]].max(initial=0) <= v.small_max
+            assert sizes[live[~in_band]].max(initial=0) <= sizes[thin].min(initial=2**62)
+            big = live[in_band]
             expect, off = {}, 0
             for r in big.tolist():
                 expect[r] = off

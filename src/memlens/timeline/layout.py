@@ -10,15 +10,20 @@ sampled at pixel-column resolution:
 * a column shows the state right after its *sample* event: the event of maximum active
   memory inside it (so the peak is never hidden), or, for a column without events, the
   last event before it;
-* an allocation at least one pixel tall (size >= bytes per pixel) is "big" and drawn as
-  its own band, at the offset given by stacking the live big allocations in allocation
-  order; everything smaller is summed into one aggregate band on top, so the stack height
-  of every column equals the active bytes at its sample exactly (nothing is dropped);
+* an allocation at least one pixel tall (size >= bytes per pixel) is always drawn as its
+  own band; allocations of at least `min_px` of a pixel are drawn too, largest first,
+  while the (band, column) cells stay within MAX_DETAIL_CELLS (thin coloured stripes show
+  the structure of a trace whose every tensor is under a pixel, e.g. 50 GiB of 100 MiB
+  tensors). Drawn bands are stacked in allocation order; everything else is summed into
+  one aggregate band on top, so the stack height of every column equals the active bytes
+  at its sample exactly (nothing is dropped);
 * the reserved line is the maximum reserved bytes over the column's events.
 
 Cost per viewport: O(width x log n) for the range maxima (a pyramid of argmax indices)
-plus O(candidates + pairs log pairs), where candidates are big allocations alive in the
-viewport and pairs are (band, column) cells, at most width x height. Never O(events).
+plus O(candidates log candidates + cells), where candidates are allocations of at least
+`min_px` of a pixel alive in the viewport and cells are the drawn (band, column) pairs:
+at most MAX_DETAIL_CELLS beyond those of the bands a pixel tall, which are at most
+width x height. Never O(events).
 """
 
 from __future__ import annotations
@@ -34,6 +39,9 @@ from memlens.snapshot.model import DeviceTrace
 
 MAX_WIDTH = 8192
 MAX_HEIGHT = 8192
+# (band, column) cells of sub-pixel bands a viewport may add: bounds the server's sort and
+# the JSON (benchmarks-view.md); bands at least a pixel tall never count against it
+MAX_DETAIL_CELLS = 200_000
 
 
 class RangeArgmax:
@@ -161,6 +169,7 @@ class View:
     small_offset: np.ndarray  # int64 [width]: bottom of the aggregate band (= sum of big)
     small_bytes: np.ndarray  # int64 [width]: height of the aggregate band
     small_count: np.ndarray  # int64 [width]: allocations it stands for
+    small_max: int  # no allocation in the aggregate band is larger (an upper bound)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -180,6 +189,7 @@ class View:
                 "offset": self.small_offset.tolist(),
                 "bytes": self.small_bytes.tolist(),
                 "count": self.small_count.tolist(),
+                "max_size": int(self.small_max),
             },
         }
 
@@ -312,10 +322,13 @@ class DeviceLayout:
         ymax: int | None = None,
         ymin: int = 0,
         detail: bool = True,
+        min_px: float = 1.0,
+        max_cells: int = MAX_DETAIL_CELLS,
     ) -> View:
         """The viewport whose columns are `bounds`, `height` pixels showing bytes
         [ymin, ymax] (ymax None: fit the visible maximum). An allocation is drawn on its own
-        when it is at least (ymax - ymin) / height bytes."""
+        when it is at least one pixel, (ymax - ymin) / height bytes; or when it is at least
+        `min_px` of a pixel and among the largest such that fit in `max_cells` cells."""
         dev = self.dev
         bounds = np.asarray(bounds, dtype=np.int64)
         width = len(bounds) - 1
@@ -345,11 +358,12 @@ class DeviceLayout:
         bpp = (ymax - ymin) / height
         zeros = np.zeros(width, dtype=np.int64)
         e = np.zeros(0, dtype=np.int64)
+        live = self.curve_at(sample, self.live_count, self.base_count) if self.n else zeros
         if not detail or width == 0:
-            count = self.curve_at(sample, self.live_count, self.base_count) if self.n else zeros
             return View(bounds, sample, active, reserved, ymax, bpp, e, e, e, e, zeros,
-                        active.copy(), count)  # fmt: skip
-        rows = self._candidates(sample, bpp)
+                        active.copy(), live, int(active.max(initial=0)))  # fmt: skip
+        min_size = max(int(np.ceil(bpp * min(max(min_px, 0.0), 1.0))), 1)
+        rows = self._candidates(sample, min_size)
         a = dev.alloc_event[rows].astype(np.int64)
         f = dev.free_event[rows].astype(np.int64)
         # sample is non-decreasing, so each allocation is live on one contiguous column run
@@ -358,27 +372,25 @@ class DeviceLayout:
         keep = c0 < c1
         rows, c0, c1 = rows[keep], c0[keep], c1[keep]
         sizes = dev.alloc_size[rows].astype(np.int64)
+        drawn, small_max = _within_budget(sizes, c1 - c0, bpp, max_cells, min_size - 1)
+        rows, c0, c1, sizes = rows[drawn], c0[drawn], c1[drawn], sizes[drawn]
         lengths = c1 - c0
         n_pairs = int(lengths.sum())
-        rank = np.repeat(np.arange(len(rows), dtype=np.int64), lengths)
         starts = np.cumsum(lengths) - lengths
-        col = np.repeat(c0, lengths) + (
-            np.arange(n_pairs, dtype=np.int64) - np.repeat(starts, lengths)
-        )
-        psize = sizes[rank]
-        # stack per column in allocation order: sort cells by (column, row rank)
-        order = np.argsort(col * max(len(rows), 1) + rank, kind="stable")
+        col = np.repeat(c0 - starts, lengths) + np.arange(n_pairs, dtype=np.int64)
+        psize = np.repeat(sizes, lengths)
+        # stack per column in allocation order: cells are band-major with bands in row
+        # order, so a stable sort by column alone gives (column, row) order (a radix sort)
+        order = np.argsort(col.astype(np.uint16 if width <= 1 << 16 else np.int64), kind="stable")
         s_size = psize[order]
         s_col = col[order]
         csum = np.cumsum(s_size)
         before = np.zeros(width + 1, dtype=np.int64)
         before[1:] = np.cumsum(np.bincount(s_col, weights=s_size, minlength=width).astype(np.int64))
-        offsets_sorted = csum - s_size - before[s_col]
         offsets = np.empty(n_pairs, dtype=np.int64)
-        offsets[order] = offsets_sorted
-        big_sum = np.diff(before)
-        big_count = np.bincount(col, minlength=width).astype(np.int64)
-        live = self.curve_at(sample, self.live_count, self.base_count) if self.n else zeros
+        offsets[order] = csum - s_size - before[s_col]
+        drawn_sum = np.diff(before)
+        drawn_count = np.bincount(col, minlength=width).astype(np.int64)
         return View(
             bounds=bounds,
             sample=sample,
@@ -390,20 +402,21 @@ class DeviceLayout:
             band_c0=c0.astype(np.int64),
             band_c1=c1.astype(np.int64),
             band_offsets=offsets,
-            small_offset=big_sum,
-            small_bytes=active - big_sum,
-            small_count=live - big_count,
+            small_offset=drawn_sum,
+            small_bytes=active - drawn_sum,
+            small_count=live - drawn_count,
+            small_max=small_max,
         )
 
-    def _candidates(self, sample: np.ndarray, bpp: float) -> np.ndarray:
-        """Rows at least `bpp` bytes alive at some sample event (a superset), in row order.
+    def _candidates(self, sample: np.ndarray, min_size: int) -> np.ndarray:
+        """Rows of at least `min_size` bytes alive at some sample event (a superset), in row
+        order.
 
         Two routes, whichever touches fewer rows: the big rows by size (few when only a
-        handful of allocations reach a pixel), or the rows alive at each sample taken from
-        the checkpoint index (bounded by columns x live allocations).
+        handful of allocations reach the threshold), or the rows alive at each sample taken
+        from the checkpoint index (bounded by columns x live allocations).
         """
         s_first, s_last = int(sample[0]), int(sample[-1])
-        min_size = int(np.ceil(bpp))
         by_size, neg_sizes, a_by_size, f_by_size = self.by_size
         n_big = int(np.searchsorted(neg_sizes, -min_size, side="right"))
         li = self.live_index
@@ -430,6 +443,26 @@ class DeviceLayout:
         rows = np.concatenate(parts)
         rows = rows[self.dev.alloc_size[rows] >= min_size]
         return np.unique(rows)
+
+
+def _within_budget(
+    sizes: np.ndarray, lengths: np.ndarray, bpp: float, max_cells: int, below: int
+) -> tuple[np.ndarray, int]:
+    """Which candidate bands to draw, and an upper bound on what is left to the aggregate.
+
+    Bands at least a pixel tall are all drawn; the thinner ones (sizes in row order, each
+    alive `lengths` columns) are taken largest first, ties in row order, until their cells
+    would pass what `max_cells` leaves. `below` bounds the sizes that were no candidates.
+    """
+    drawn = sizes >= bpp
+    thin = np.flatnonzero(~drawn)
+    thin = thin[np.argsort(-sizes[thin], kind="stable")]
+    room = max_cells - int(lengths[drawn].sum())
+    n_take = int(np.searchsorted(np.cumsum(lengths[thin]), room, side="right"))
+    drawn[thin[:n_take]] = True
+    if n_take < len(thin):
+        return drawn, int(sizes[thin[n_take]])  # the largest one left out
+    return drawn, below
 
 
 def _gather_ranges(

@@ -35,6 +35,9 @@ FLAG_NAMES = {
 }
 KIND_NAMES = ("python", "cpp", "noise")
 MAX_ANNOTATIONS = 200_000
+# the page draws allocations down to this fraction of a pixel as thin stripes (within the
+# layout's cell budget): at full zoom on a large model every tensor is under a pixel
+PAGE_MIN_PX = 1 / 16
 
 
 class ViewerData:
@@ -147,8 +150,11 @@ class ViewerData:
         ymax: int | None = None,
         ymin: int | None = None,
         detail: bool = True,
+        min_px: float = PAGE_MIN_PX,
     ) -> dict[str, Any]:
         width = int(min(max(width, 1), MAX_WIDTH))
+        if not 0 < min_px <= 1:
+            raise MemlensError("min_px must be in (0, 1]")
         height = int(min(max(height, 1), MAX_HEIGHT))
         lay = self.layout(s, device)
         dev = lay.dev
@@ -169,7 +175,7 @@ class ViewerData:
         ymin = int(ymin or 0)
         if ymax is not None and not ymax > ymin >= 0:
             raise MemlensError("need 0 <= ymin < ymax")
-        v = lay.view(bounds, height, ymax=ymax, ymin=ymin, detail=detail)
+        v = lay.view(bounds, height, ymax=ymax, ymin=ymin, detail=detail, min_px=min_px)
         out = v.to_json()
         out["ymin"] = ymin
         out["x"] = x

@@ -21,7 +21,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from memlens.errors import MemlensError
-from memlens.views.web.data import ViewerData
+from memlens.views.web.data import PAGE_MIN_PX, ViewerData
 
 STATIC = Path(__file__).parent / "static"
 CSP = (
@@ -88,6 +88,7 @@ def create_app(data: ViewerData, host: str = "127.0.0.1") -> Starlette:
         return data.meta()
 
     def view(req: Request) -> Any:
+        min_px = _float(req, "min_px")
         return data.view(
             _snap(req),
             device(req),
@@ -100,6 +101,7 @@ def create_app(data: ViewerData, host: str = "127.0.0.1") -> Starlette:
             ymax=_int(req, "ymax"),
             ymin=_int(req, "ymin"),
             detail=req.query_params.get("detail", "1") != "0",
+            min_px=PAGE_MIN_PX if min_px is None else min_px,
         )
 
     def alloc(req: Request) -> Any:

@@ -228,14 +228,15 @@
       });
     }
 
-    // when most of the tallest column is the aggregate band, say how to separate it
+    // when most of the tallest column is the aggregate band, say what is in it and how to
+    // separate it
     renderHint() {
       const v = this.view;
       let c = 0;
       for (let i = 1; i < v.active.length; i++) if (v.active[i] > v.active[c]) c = i;
       const share = v.active[c] > 0 ? v.small.bytes[c] / v.active[c] : 0;
       this.hint.textContent = share > 0.5
-        ? `${Math.floor(share * 100)}% of the tallest column is allocations under one pixel (${fmtBytes(v.bytes_per_px)} a pixel here): zoom in, or Shift + wheel to zoom the memory axis, to separate them.`
+        ? `${Math.floor(share * 100)}% of the tallest column is the hatched band: ${fmtInt(v.small.count[c])} allocations of at most ${fmtBytes(v.small.max_size)} each (${fmtBytes(v.bytes_per_px)} a pixel here), too many to draw one by one: zoom in, or Shift + wheel to zoom the memory axis, to separate them.`
         : "";
     }
 
@@ -407,7 +408,7 @@
       ctx.strokeStyle = col("--band-edge");
       ctx.lineWidth = 0.5;
       ctx.stroke(edges);
-      // aggregate band of allocations under one pixel: hatched, never mistaken for a band
+      // aggregate band of what is not drawn one by one: hatched, never mistaken for a band
       const s = v.small;
       ctx.fillStyle = smallPattern(ctx);
       ctx.beginPath();
@@ -609,6 +610,15 @@
     }
 
     // ---- hit testing -------------------------------------------------------------------------
+    // Bottom offset of band k at column c (its runs ascend by column).
+    bandOffset(b, k, c) {
+      const i = lowerBound(b.run_col, c + 1, b.run_start[k]);
+      return b.run_off[Math.min(i, b.run_start[k + 1]) - 1];
+    }
+
+    // What is under the pointer: the band (or the aggregate) covering most of the pixel row
+    // there, i.e. the colour one sees; thin bands share a pixel, and the exact byte under
+    // the pointer would pick one a fraction of a pixel wide by chance.
     hitTest(x, y) {
       const v = this.view;
       if (!v || v.axis !== this.axis) return null;
@@ -617,19 +627,28 @@
       const u = this.uOf(x);
       const c = Math.floor(((u - v.vx0) / (v.vx1 - v.vx0)) * v.width);
       if (c < 0 || c >= v.width) return null;
-      const bytes = v.ymin + ((MT + this.plotH - y) / this.plotH) * (v.ymax - v.ymin);
+      const byteAt = (yy) => v.ymin + ((MT + this.plotH - yy) / this.plotH) * (v.ymax - v.ymin);
+      const bytes = byteAt(y);
+      const top = Math.floor(y), lo = byteAt(top + 1), hi = byteAt(top); // the pixel row
       const b = v.bands;
       const hit = { col: c, event: v.sample[c], bytes, active: v.active[c], reserved: v.reserved[c], u };
+      // overlap with the pixel row; ties go to what holds the pointer's exact byte
+      const score = (off, size) => {
+        const o = Math.min(off + size, hi) - Math.max(off, lo);
+        return o <= 0 ? 0 : o + (bytes >= off && bytes < off + size ? 1e-6 * (hi - lo) : 0);
+      };
+      let best = 0, bestK = -1;
       for (let k = 0; k < b.row.length; k++) {
         if (c < b.c0[k] || c >= b.c1[k]) continue;
-        let off = 0;
-        for (let i = b.run_start[k]; i < b.run_start[k + 1] && b.run_col[i] <= c; i++) off = b.run_off[i];
-        if (bytes >= off && bytes < off + b.size[k]) {
-          return { ...hit, kind: "band", k, row: b.row[k], size: b.size[k], site: v.sites[b.site[k]], flags: b.flags[k] };
-        }
+        const sc = score(this.bandOffset(b, k, c), b.size[k]);
+        if (sc > best) { best = sc; bestK = k; }
       }
       const s = v.small;
-      if (bytes >= s.offset[c] && bytes < s.offset[c] + s.bytes[c]) return { ...hit, kind: "small", count: s.count[c], sbytes: s.bytes[c] };
+      if (score(s.offset[c], s.bytes[c]) > best) return { ...hit, kind: "small", count: s.count[c], sbytes: s.bytes[c] };
+      if (bestK >= 0) {
+        const k = bestK;
+        return { ...hit, kind: "band", k, row: b.row[k], size: b.size[k], site: v.sites[b.site[k]], flags: b.flags[k] };
+      }
       return { ...hit, kind: "empty" };
     }
 
