@@ -241,7 +241,9 @@ def main() -> None:
         "# `memlens tui` benchmarks",
         "",
         "Made by `python benchmarks/bench_tui.py --write` (its docstring says what is timed). "
-        f"Python {sys.version.split()[0]}, {os.cpu_count()} CPUs, headless Textual at 120x40.",
+        f"Python {sys.version.split()[0]}, {os.cpu_count()} CPUs (load average "
+        f"{os.getloadavg()[0]:.1f} at the start: the machine is shared, so single slow "
+        "presses come and go between runs), headless Textual at 120x40.",
         "",
         "Inputs: `gen_1000000.pickle` from `memlens.snapshot.generate` (made on first run); "
         "a real-shaped 1M-event one (deep C++ + Python stacks) by tiling a real snapshot: "
