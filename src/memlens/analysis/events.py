@@ -122,6 +122,9 @@ def window_argmax(
     integer values). Windows up to `short` long are done together, a 2-D gather per
     length class (up to 8, 16, 32, 64: tens of thousands of small stages in a few numpy
     calls); longer ones one argmax each."""
+    # a plain view of a memory-mapped column: each slice of an np.memmap costs microseconds
+    # of Python (__array_finalize__), thousands of them more than the argmax itself
+    values = np.asarray(values)
     start = np.asarray(start, dtype=np.int64)
     stop = np.asarray(stop, dtype=np.int64)
     out = np.empty(len(start), dtype=np.int64)

@@ -244,7 +244,7 @@ def _stage_table(
         return out
     start = np.array(cols_in[_INTERVAL_KEYS.index("start_event")], np.int64)
     last = np.array(cols_in[_INTERVAL_KEYS.index("last_event")], np.int64)
-    act, res = dev.active_after, dev.reserved_after
+    act, res = np.asarray(dev.active_after), np.asarray(dev.reserved_after)  # not np.memmap
     a0, a1 = _after(act, dev.baseline_bytes, start), _after(act, dev.baseline_bytes, last)
     r0 = _after(res, dev.reserved_start_bytes, start)
     r1 = _after(res, dev.reserved_start_bytes, last)
