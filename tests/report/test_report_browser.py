@@ -166,3 +166,30 @@ def test_diff_report_in_chromium(browser, tmp_path):
     assert "active 12.00 MiB" in hover_timeline(page, 3.5 / 9, "#timeline-b")
     o.shot("diff.png")
     o.assert_clean()
+
+
+def test_real_diff_report_in_chromium(browser, shared_snapshots_dir, expected_figures, tmp_path):
+    """The two real training steps compared: small, clean, and the diff's figures are the
+    published ones (A = context 128, B = context 256)."""
+    a_name, b_name = "cs336_memory_ctx128_fullstep.pickle", "cs336_memory_ctx256_fullstep.pickle"
+    out = write_report(shared_snapshots_dir / a_name, tmp_path / "diff.html",
+                       snapshot2=shared_snapshots_dir / b_name)  # fmt: skip
+    assert out.stat().st_size < 1_000_000  # attachable to a bug report
+    o = Opened(browser, out)
+    page = o.page
+    diff = page.locator("#diff")
+    first = diff.locator("table").first.locator("tbody tr").first
+    cells = [c.strip() for c in first.locator("td").all_text_contents()]
+    change = (expected_figures[b_name]["peak_active_bytes"]
+              - expected_figures[a_name]["peak_active_bytes"])  # fmt: skip
+    assert cells[0] == "peak active" and cells[3] == "+20.79 MiB" and change == 21_794_816
+    # stage by stage: both optimizer stages, the step's peak moved by the same 20.79 MiB
+    stage_rows = diff.locator("table").nth(2).locator("tbody tr")
+    names = [r.locator("td").first.text_content() for r in stage_rows.all()]
+    assert names == ["Optimizer.zero_grad#AdamW.zero_grad", "Optimizer.step#AdamW.step"]
+    assert "+20.79 MiB" in stage_rows.nth(1).text_content()
+    # every other section describes A, and says so
+    assert page.locator("#stages h2").text_content() == "Stages (A)"
+    assert "active" in hover_timeline(page, 0.5, "#timeline-b")
+    o.shot("real-diff.png")
+    o.assert_clean()
