@@ -68,10 +68,19 @@ def is_hatch(px: tuple[int, ...], theme: str) -> bool:
 
 
 # layered_snapshot: 353 events, 10,000 bytes reserved; after event 340 (the column at 340.5,
-# clear of the dashed peak line at 332.5): A 0-4000, C 4000-7000, the 12-byte stripes
-# 7000-7120, the aggregate band 7120-7432
+# clear of the dashed peak line at 332.5): A 0-4010, C 4010-7010, the 12-byte stripes
+# 7010-7130, the aggregate band 7130-7442
 LAYERED = dict(n=353, top=10_000)
 AFTER = 340.5
+
+
+# alpha of the main canvas' pixels in one column, rows y0..y1 (CSS px)
+COLUMN_ALPHA = """([x, y0, y1]) => {
+  const c = document.querySelector('canvas.main'), r = window.devicePixelRatio || 1;
+  const top = Math.ceil(y0 * r), d = c.getContext('2d').getImageData(Math.floor(x * r), top, 1,
+    Math.floor(y1 * r) - top).data;
+  return Array.from(d.filter((_, i) => i % 4 === 3));
+}"""
 
 
 def site_colours(snap) -> tuple:
@@ -88,15 +97,15 @@ def test_bands_aggregate_and_reserved_line_are_painted_where_they_belong(browser
     pg = Page(browser, url)
     x, y = geometry(pg, **LAYERED)
     px = lambda e, b: pg.pixel("canvas.main", x(e), y(b))  # noqa: E731
-    assert px(AFTER, 2000)[:3] == a_rgb  # A: 0-4000
-    assert px(AFTER, 5500)[:3] == c_rgb  # C: 4000-7000 on top of A
-    assert px(AFTER, 7060)[:3] == stripe_rgb  # ten half-pixel stripes: 7000-7120
-    assert is_hatch(px(AFTER, 7280), "light")  # the 1-byte ones: 7120-7432, hatched
+    assert px(AFTER, 2000)[:3] == a_rgb  # A: 0-4010
+    assert px(AFTER, 5500)[:3] == c_rgb  # C: 4010-7010 on top of A
+    assert px(AFTER, 7070)[:3] == stripe_rgb  # ten half-pixel stripes: 7010-7130
+    assert is_hatch(px(AFTER, 7280), "light")  # the 1-byte ones: 7130-7442, hatched
     assert px(AFTER, 8500)[3] == 0  # nothing above the active total
     assert px(AFTER, 10_000)[:3] == (0xD6, 0x27, 0x28)  # reserved line at 10,000 bytes
     # after event 161 (A and 160 tiny ones): the aggregate sits right on A, C not there yet
     assert px(161.5, 2000)[:3] == a_rgb
-    assert is_hatch(px(161.5, 4040), "light")  # 4000-4160
+    assert is_hatch(px(161.5, 4110), "light")  # 4010-4170
     assert px(161.5, 5500)[3] == 0
     # the stage strip: "fwd" covers events 1..100 on the first level
     strip = lambda e: pg.pixel("canvas.ann", x(e), 7)  # noqa: E731
@@ -159,12 +168,12 @@ def test_sub_pixel_allocations_are_coloured_stripes_that_can_be_hovered(browser,
     rows = pg.page.evaluate("() => window.memlens.panes[0].view.bands.row")
     assert rows == [0, 321, *range(322, 332)]  # the page asked for sub-pixel detail
     # the ten half-pixel stripes paint their 4.9 pixel rows in their call site's colour
-    for b in (7035, 7060, 7085):  # the pixel rows inside 7000-7120 (the edges are blends)
+    for b in (7045, 7070, 7095):  # the pixel rows inside 7010-7130 (the edges are blends)
         assert pg.pixel("canvas.main", x(AFTER), y(b))[:3] == stripe_rgb
-    assert pg.pixel("canvas.main", x(AFTER), y(6950))[:3] == c_rgb  # C right under them
+    assert pg.pixel("canvas.main", x(AFTER), y(6960))[:3] == c_rgb  # C right under them
     # hovering a stripe names one of them (the one covering most of the pixel row)
     box = pg.page.locator("canvas.main").bounding_box()
-    pg.page.mouse.move(box["x"] + x(AFTER), box["y"] + y(7060))
+    pg.page.mouse.move(box["x"] + x(AFTER), box["y"] + y(7070))
     pg.page.wait_for_selector("#tooltip:not([hidden])")
     tip = pg.page.inner_text("#tooltip")
     assert tip.startswith("12 B\n") and "adam_state (/home/u/optim.py:5)" in tip
@@ -172,15 +181,19 @@ def test_sub_pixel_allocations_are_coloured_stripes_that_can_be_hovered(browser,
     assert 322 <= hover < 332
     # the hovered stripe is the one with the most of the pixel row under the pointer
     v = ViewerData([snap]).view(0, 0, width=1200, height=PLOT_H)
-    y_top = int(y(7060))
+    y_top = int(pg.page.evaluate("() => window.memlens.mouse.y"))  # the pointer's pixel row
     px_lo, px_hi = (10_000 * (MT + PLOT_H - yy) / PLOT_H for yy in (y_top + 1, y_top))
-    off = {r: 7000 + 12 * (r - 322) for r in range(322, 332)}
+    off = {r: 7010 + 12 * (r - 322) for r in range(322, 332)}
     cover = {r: min(o + 12, px_hi) - max(o, px_lo) for r, o in off.items()}
     assert hover == max(cover, key=cover.get) and v["bands"]["size"][2] == 12
-    pg.page.mouse.click(box["x"] + x(AFTER), box["y"] + y(7060))
+    pg.page.mouse.click(box["x"] + x(AFTER), box["y"] + y(7070))
     pg.page.wait_for_selector("#details .frames li")
     text = pg.page.inner_text("#details")
     assert "12 bytes" in text and "adam_state" in text and f"event {hover + 1}" in text
+    # no pixel below the drawn bands' top is partly transparent: where two colours share a
+    # pixel row (A's top, 0.4 pixel into C's first row) the canvas would leave it washed out
+    column = pg.page.evaluate(COLUMN_ALPHA, [x(AFTER), y(7130) + 1, MT + PLOT_H])
+    assert len(column) > 290 and set(column) == {255}
     pg.shot("canvas_layered_stripes.png")
     assert not pg.errors
 

@@ -82,20 +82,21 @@ OPT = {"filename": "/home/u/optim.py", "line": 5, "name": "adam_state"}
 
 def layered_snapshot() -> dict:
     """Bands, thin stripes and an aggregate band on one 10,000-byte segment (event 0):
-    A (4000 bytes, train_step, event 1), 320 allocations of 1 byte (train_step, events
+    A (4010 bytes, train_step, event 1), 320 allocations of 1 byte (train_step, events
     2-321), C (3000, build_head, event 322), ten stripes of 12 bytes (adam_state, events
-    323-332: the peak, 7440 bytes), then 20 of the 1-byte ones freed (events 333-352).
+    323-332: the peak, 7450 bytes), then 20 of the 1-byte ones freed (events 333-352).
 
     At 10,000 bytes over 410 pixels (24.4 bytes a pixel) A and C are bands; a stripe is half
     a pixel, at least the page's 1/16, so the ten are drawn one by one; the 1-byte ones are
-    under 1/16 of a pixel: the aggregate band. After event 340: A 0-4000, C 4000-7000,
-    stripes 7000-7120, aggregate 7120-7432 (312 bytes).
+    under 1/16 of a pixel: the aggregate band. After event 340: A 0-4010, C 4010-7010,
+    stripes 7010-7130, aggregate 7130-7442 (312 bytes). A ends 0.4 pixel into a pixel row
+    that C covers the rest of.
     """
-    trace = [ev("segment_alloc", 0x1000, 10_000, 0), ev("alloc", 0x1000, 4000, 1)]
-    tiny = [0x1000 + 4000 + k for k in range(320)]
+    trace = [ev("segment_alloc", 0x1000, 10_000, 0), ev("alloc", 0x1000, 4010, 1)]
+    tiny = [0x1000 + 4010 + k for k in range(320)]
     trace += [ev("alloc", addr, 1, 2 + k) for k, addr in enumerate(tiny)]
-    trace.append(ev("alloc", 0x1000 + 4320, 3000, 322, [CPP, HEAD]))
-    trace += [ev("alloc", 0x1000 + 7320 + 12 * k, 12, 323 + k, [CPP, OPT]) for k in range(10)]
+    trace.append(ev("alloc", 0x1000 + 4330, 3000, 322, [CPP, HEAD]))
+    trace += [ev("alloc", 0x1000 + 7330 + 12 * k, 12, 323 + k, [CPP, OPT]) for k in range(10)]
     trace += [ev("free_completed", addr, 1, 333 + k) for k, addr in enumerate(tiny[:20])]
     ann = [
         {"name": "fwd", "stage": "START", "device": 0, "time_us": 1005},

@@ -41,7 +41,7 @@ MAX_WIDTH = 8192
 MAX_HEIGHT = 8192
 # (band, column) cells of sub-pixel bands a viewport may add: bounds the server's sort and
 # the JSON (benchmarks-view.md); bands at least a pixel tall never count against it
-MAX_DETAIL_CELLS = 200_000
+MAX_DETAIL_CELLS = 600_000
 
 
 class RangeArgmax:

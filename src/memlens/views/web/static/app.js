@@ -404,6 +404,7 @@
         if (b.size[k] * pxPerByte >= 4 && b.c1[k] - b.c0[k] >= 4) edges.addPath(band);
       }
       for (const [c, path] of byColor) { ctx.fillStyle = c; ctx.fill(path); }
+      this.closeConflationGaps(ctx, v, y, r);
       // neighbours from one call site share a colour: a thin line keeps them apart
       ctx.strokeStyle = col("--band-edge");
       ctx.lineWidth = 0.5;
@@ -427,6 +428,25 @@
         ctx.lineTo(c + 1, t);
       }
       ctx.stroke();
+    }
+
+    // Thin bands of different colours sharing a pixel row each cover a fraction of it, and
+    // canvas antialiasing composites them as if they overlapped: the row ends up partly
+    // transparent and the stack looks washed out. Below the top of the drawn bands every
+    // pixel is covered, so make it opaque: getImageData gives un-premultiplied colours, so
+    // the pixel keeps the mix of the bands painted there. O(pixels), a few ms.
+    closeConflationGaps(ctx, v, y, r) {
+      const w = ctx.canvas.width, h = ctx.canvas.height;
+      if (!w || !h || !v.bands.row.length) return;
+      const img = ctx.getImageData(0, 0, w, h), d = img.data;
+      for (let c = 0; c < v.width; c++) {
+        const top = Math.max(0, Math.ceil(y(v.small.offset[c]) * r)); // first whole row inside
+        const x0 = Math.round(c * r), x1 = Math.min(w, Math.round((c + 1) * r));
+        for (let row = top; row < h; row++) {
+          for (let x = x0, i = (row * w + x0) * 4 + 3; x < x1; x++, i += 4) if (d[i]) d[i] = 255;
+        }
+      }
+      ctx.putImageData(img, 0, 0);
     }
 
     // x of a column of the stored view under the current range (pan/zoom preview)
