@@ -184,7 +184,7 @@ def test_snapshot_summary_figures(dev, tmp_path):
     assert lines == [
         "summary of small.pickle",
         "",
-        f"file           {format_bytes(size)} ({size:,} bytes), parsed (no cache used)",
+        f"file           {format_bytes(size)} ({size:,} bytes), parsed from the pickle",
         "devices        0 (showing device 0)",
         "events         9 over 0.008000 s",
         "annotations    4",
@@ -433,3 +433,5 @@ def test_long_text_lines_go_on_over_the_next_lines():
     lines = ["short", "x" * 25, ""]
     assert wrap_lines(lines, 10) == ["short", "x" * 10, "    xxxxxx", "    xxxxxx", "    xxx", ""]
     assert wrap_lines(lines, 4) == lines  # no room for an indent: left to the ellipsis
+    # between words where the next one fits
+    assert wrap_lines(["  f  /a/b.py:1 and more"], 13) == ["  f", "    /a/b.py:1", "    and more"]

@@ -3,6 +3,7 @@ key-table screen and the plain text screens (allocation, help)."""
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Self
@@ -56,17 +57,25 @@ def one_line(text: str) -> Text:
 
 
 def wrap_lines(lines: list[str], width: int, indent: int = 4) -> list[str]:
-    """Lines longer than `width` go on over indented continuation lines, so a long frame
-    (file path, line number) is read whole rather than cut."""
+    """Lines longer than `width` go on over indented continuation lines (broken between
+    words where one fits, else anywhere), so a long frame is read whole rather than cut."""
     if width <= indent + 1:
         return lines
     out: list[str] = []
     for line in lines:
-        out.append(line[:width])
-        rest = line[width:]
-        while rest:
-            out.append(" " * indent + rest[: width - indent])
-            rest = rest[width - indent :]
+        if len(line) <= width:
+            out.append(line)
+            continue
+        out.extend(
+            textwrap.wrap(
+                line,
+                width,
+                subsequent_indent=" " * indent,
+                replace_whitespace=False,
+                drop_whitespace=True,
+                break_on_hyphens=False,
+            )  # fmt: skip
+        )
     return out
 
 

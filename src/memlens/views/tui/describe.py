@@ -176,7 +176,7 @@ def summary_figures(dev: DeviceTrace) -> list[str]:
     lines = []
     if os.path.isfile(source):
         size = os.path.getsize(source)
-        how = "read from the column cache" if snap.from_cache else "parsed (no cache used)"
+        how = "read from the column cache" if snap.from_cache else "parsed from the pickle"
         lines.append(f"file           {format_bytes(size)} ({size:,} bytes), {how}")
     devices = ", ".join(str(d) for d in snap.devices)
     lines.append(f"devices        {devices} (showing device {dev.device})")

@@ -102,9 +102,9 @@ SECTIONS = (
 
 
 MOUSE_HELP = (
-    "Mouse: click a column of the timeline to put the cursor there, the wheel moves it;",
-    "click a row of a tree to select it, click it again to open or close it; the wheel",
-    "scrolls trees and text.",
+    "Mouse: click a column of the timeline to put the cursor there; the wheel over",
+    "the chart moves it. Click a row of a tree to select it, click it again to open",
+    "or close it. The wheel scrolls trees and text.",
 )
 
 
