@@ -78,15 +78,14 @@ def top_sites(
     if limit is not None:
         order = order[:limit]
     snap = dev.snapshot
-    return [
-        {
-            "site": frame_label(snap, int(uniq[k])),
-            **frame_dict(snap, int(uniq[k])),
-            "bytes": int(total[k]),
-            "count": int(count[k]),
-        }
-        for k in order
-    ]
+    return [_site_row(snap, int(uniq[k]), int(total[k]), int(count[k])) for k in order]
+
+
+def _site_row(snap: Snapshot, site: int, nbytes: int, count: int) -> dict[str, Any]:
+    """One Site object of the JSON (docs/json-schema.md): the site's name, its frame's
+    filename/line/name, bytes and count."""
+    return {"site": frame_label(snap, site), **frame_dict(snap, site), "bytes": nbytes,
+            "count": count}  # fmt: skip
 
 
 def net_sites(
@@ -122,13 +121,7 @@ def net_sites(
         order = order[:limit]
     snap = dev.snapshot
     return [
-        {
-            "site": frame_label(snap, int(uniq[k])),
-            **frame_dict(snap, int(uniq[k])),
-            "bytes": int(net[k]),
-            "count": int(count[k]),
-            "added_bytes": int(added[k]),
-            "removed_bytes": int(removed[k]),
-        }
+        {**_site_row(snap, int(uniq[k]), int(net[k]), int(count[k])),
+         "added_bytes": int(added[k]), "removed_bytes": int(removed[k])}
         for k in order
-    ]
+    ]  # fmt: skip
