@@ -374,23 +374,7 @@ class DeviceLayout:
         sizes = dev.alloc_size[rows].astype(np.int64)
         drawn, small_max = _within_budget(sizes, c1 - c0, bpp, max_cells, min_size - 1)
         rows, c0, c1, sizes = rows[drawn], c0[drawn], c1[drawn], sizes[drawn]
-        lengths = c1 - c0
-        n_pairs = int(lengths.sum())
-        starts = np.cumsum(lengths) - lengths
-        col = np.repeat(c0 - starts, lengths) + np.arange(n_pairs, dtype=np.int64)
-        psize = np.repeat(sizes, lengths)
-        # stack per column in allocation order: cells are band-major with bands in row
-        # order, so a stable sort by column alone gives (column, row) order (a radix sort)
-        order = np.argsort(col.astype(np.uint16 if width <= 1 << 16 else np.int64), kind="stable")
-        s_size = psize[order]
-        s_col = col[order]
-        csum = np.cumsum(s_size)
-        before = np.zeros(width + 1, dtype=np.int64)
-        before[1:] = np.cumsum(np.bincount(s_col, weights=s_size, minlength=width).astype(np.int64))
-        offsets = np.empty(n_pairs, dtype=np.int64)
-        offsets[order] = csum - s_size - before[s_col]
-        drawn_sum = np.diff(before)
-        drawn_count = np.bincount(col, minlength=width).astype(np.int64)
+        offsets, drawn_sum, drawn_count = _stack(c0, c1, sizes, width)
         return View(
             bounds=bounds,
             sample=sample,
@@ -443,6 +427,44 @@ class DeviceLayout:
         rows = np.concatenate(parts)
         rows = rows[self.dev.alloc_size[rows] >= min_size]
         return np.unique(rows)
+
+
+def _stack(
+    c0: np.ndarray, c1: np.ndarray, sizes: np.ndarray, width: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Stack bands (in row order, band k on columns [c0[k], c1[k])) per column: the bottom
+    of each band at each of its columns (band-major), and the bytes and count per column.
+
+    The set of bands changes only at their ends, so the stacking is done once per segment
+    between consecutive ends (zoomed in, a few hundred instead of every column) and only
+    then repeated over the segment's columns.
+    """
+    edges = np.unique(np.concatenate([c0, c1]))
+    s0, s1 = np.searchsorted(edges, c0), np.searchsorted(edges, c1)
+    lengths = s1 - s0
+    n_cells = int(lengths.sum())
+    starts = np.cumsum(lengths) - lengths
+    seg = np.repeat(s0 - starts, lengths) + np.arange(n_cells, dtype=np.int64)
+    psize = np.repeat(sizes, lengths)
+    # cells are band-major with bands in row order, so a stable sort by segment alone gives
+    # (segment, row) order: allocation order within each segment (a radix sort)
+    n_seg = max(len(edges) - 1, 0)
+    order = np.argsort(seg.astype(np.uint16 if n_seg < 1 << 16 else np.int64), kind="stable")
+    s_size = psize[order]
+    s_seg = seg[order]
+    before = np.zeros(n_seg + 1, dtype=np.int64)
+    np.cumsum(np.bincount(s_seg, weights=s_size, minlength=n_seg).astype(np.int64), out=before[1:])
+    seg_off = np.empty(n_cells, dtype=np.int64)
+    seg_off[order] = np.cumsum(s_size) - s_size - before[s_seg]
+    seg_cols = np.diff(edges)
+    offsets = np.repeat(seg_off, seg_cols[seg])
+    drawn_sum = np.zeros(width, dtype=np.int64)
+    drawn_count = np.zeros(width, dtype=np.int64)
+    if n_seg:
+        drawn_sum[edges[0] : edges[-1]] = np.repeat(np.diff(before), seg_cols)
+        count = np.bincount(seg, minlength=n_seg).astype(np.int64)
+        drawn_count[edges[0] : edges[-1]] = np.repeat(count, seg_cols)
+    return offsets, drawn_sum, drawn_count
 
 
 def _within_budget(
