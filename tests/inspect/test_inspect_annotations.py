@@ -5,13 +5,15 @@ that a real run writes them)."""
 from __future__ import annotations
 
 import json
+import pickle
 
 import pytest
 
 import memlens
 from memlens.analysis.stages import stage_table
+from memlens.cli.main import main
 from memlens.errors import MemlensError
-from memlens.inspect.annotations import activation_annotations
+from memlens.inspect.annotations import activation_annotations, annotations_from
 
 MiB = 1024 * 1024
 T0 = 1_700_000_000_000_000
@@ -23,6 +25,7 @@ def _doc(steps: list[dict]) -> dict:
 
 
 def _write(tmp_path, steps: list[dict]):
+    tmp_path.mkdir(exist_ok=True)
     (tmp_path / "annotations.json").write_text(json.dumps(_doc(steps)))
     return tmp_path
 
@@ -117,3 +120,40 @@ def test_bad_files_give_one_line(tmp_path, content, message):
         (tmp_path / "annotations.json").write_text(content)
     with pytest.raises(MemlensError, match=message):
         activation_annotations(tmp_path)
+
+
+def test_any_tool_can_add_stages_as_a_json_list(tmp_path):
+    path = tmp_path / "marks.json"
+    marks = [{"name": "eval", "stage": "START", "time_us": T0 + 15},
+             {"name": "eval", "stage": "END", "time_us": T0 + 45}]  # fmt: skip
+    path.write_text(json.dumps(marks))
+    assert annotations_from(path, device=0) == [{"device": 0, **m} for m in marks]
+    path.write_text(json.dumps([{"name": "x", "stage": "BEGIN", "time_us": 1}]))
+    with pytest.raises(MemlensError, match="entry 0 is not an annotation"):
+        annotations_from(path)
+    path.write_text('{"a": 1}')
+    with pytest.raises(MemlensError, match="expected an inspector annotations.json or a JSON list"):
+        annotations_from(path)
+
+
+def _run_cli(args: list[str]) -> None:
+    try:
+        main(args)
+    except SystemExit as exc:  # main exits only on errors
+        raise AssertionError(f"memlens {args[0]} exited with {exc.code}") from None
+
+
+def test_stages_command_shows_the_inspector_run(tmp_path, capsys):
+    snap = tmp_path / "snap.pickle"
+    snap.write_bytes(pickle.dumps(_snapshot(), protocol=4))
+    run = _write(tmp_path / "run", [
+        {"step": 0, "time_us": T0 + 5, "end_time_us": T0 + 35, "total_bytes": 3 * MiB,
+         "modules": {"fc1": MiB, "fc2": 2 * MiB}},
+    ])  # fmt: skip
+    _run_cli(["stages", str(snap), "--annotations", str(run), "--json"])
+    (row,) = json.loads(capsys.readouterr().out)["stages"]
+    assert row["name"] == "forward activations 3.00 MiB (inspect step 0; largest fc2 2.00 MiB)"
+    assert (row["first_event"], row["last_event"], row["peak_bytes"]) == (0, 2, 3 * MiB)
+    # without the option the snapshot has no stages
+    _run_cli(["stages", str(snap), "--json"])
+    assert json.loads(capsys.readouterr().out)["stages"] == []

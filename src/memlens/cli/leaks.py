@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from memlens.cli.options import (
+    annotations_option,
     device_option,
     emit_json,
     hide_option,
@@ -27,16 +28,17 @@ from memlens.cli.options import (
 @device_option
 @json_option
 @no_cache_option
+@annotations_option
 @hide_option
 def command(snapshot: str, stage: str | None, top: int, device: int | None, as_json: bool,
-            no_cache: bool, hide: tuple[str, ...]) -> None:  # fmt: skip
+            no_cache: bool, annotation_files: tuple[str, ...], hide: tuple[str, ...]) -> None:  # fmt: skip
     """Leaks and growth: allocations made inside repeated stages (training steps) and still
     alive at the end, memory that grows from step to step, and the sites responsible."""
     from memlens.analysis.leaks import leaks
     from memlens.analysis.text import elide, fmt_delta, sites_lines, table_lines
     from memlens.units import format_bytes as fb
 
-    dev = open_snapshot(snapshot, no_cache).device(device)
+    dev = open_snapshot(snapshot, no_cache, annotation_files, device).device(device)
     result = leaks(dev, stage=stage, limit=top, hide_patterns=hide_patterns(hide))
     if as_json:
         emit_json(result)

@@ -75,8 +75,25 @@ def hide_patterns(hide: tuple[str, ...]) -> list[str] | None:
     return [h for h in hide if h]
 
 
-def open_snapshot(path: str, no_cache: bool = False) -> Snapshot:
-    """Load for the CLI: snapshot warnings go to stderr, once each, without Python's noise."""
+def annotations_option(f: F) -> F:
+    return click.option(
+        "--annotations", "annotation_files", multiple=True, metavar="PATH",
+        type=click.Path(exists=True),
+        help="Add stages from PATH (repeatable): a `memlens.inspect` run directory (each "
+        "sampled forward pass, with its activation bytes) or a JSON list of "
+        '{"name", "stage": "START"|"END", "time_us"} entries.',
+    )(f)  # fmt: skip
+
+
+def open_snapshot(
+    path: str,
+    no_cache: bool = False,
+    annotation_files: tuple[str, ...] = (),
+    device: int | None = None,
+) -> Snapshot:
+    """Load for the CLI: snapshot warnings go to stderr, once each, without Python's noise.
+    `annotation_files` (see annotations_option) are added to the snapshot's annotations,
+    on `device` (default: the longest trace, the one shown by default)."""
     from memlens.snapshot.loader import SnapshotWarning, load
 
     with warnings.catch_warnings(record=True) as caught:
@@ -85,6 +102,13 @@ def open_snapshot(path: str, no_cache: bool = False) -> Snapshot:
     for w in caught:
         if issubclass(w.category, SnapshotWarning):
             click.echo(f"memlens: warning: {w.message}", err=True)
+    if annotation_files:
+        from memlens.inspect.annotations import annotations_from
+
+        if device is None:
+            device = snap.device().device if snap.traces else 0
+        for extra in annotation_files:
+            snap.add_annotations(annotations_from(extra, device))
     return snap
 
 

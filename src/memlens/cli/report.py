@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from memlens.cli.options import (
+    annotations_option,
     device_option,
     hide_option,
     hide_patterns,
@@ -28,6 +29,7 @@ from memlens.errors import MemlensError
               help="JSON or YAML file of custom rules (name: regex over frames) to add a rules section.")  # fmt: skip
 @hide_option
 @no_cache_option
+@annotations_option
 def command(
     snapshot: str,
     snapshot2: str | None,
@@ -36,6 +38,7 @@ def command(
     rules: str | None,
     hide: tuple[str, ...],
     no_cache: bool,
+    annotation_files: tuple[str, ...],
 ) -> None:
     """Write a shareable HTML report: timeline, icicle of the peak, stages, categories,
     rules, leaks, OOMs, allocator settings, and the diff when SNAPSHOT2 is given.
@@ -52,7 +55,7 @@ def command(
     ):
         raise MemlensError(f"refusing to overwrite the snapshot {out} with the report; pass -o")
     t0 = time.perf_counter()
-    snap = open_snapshot(snapshot, no_cache)
+    snap = open_snapshot(snapshot, no_cache, annotation_files, device)
     snap2 = open_snapshot(snapshot2, no_cache) if snapshot2 else None
     text, problems = build_report(
         snap,

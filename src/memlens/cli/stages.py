@@ -6,6 +6,7 @@ from __future__ import annotations
 import click
 
 from memlens.cli.options import (
+    annotations_option,
     device_option,
     emit_json,
     hide_option,
@@ -31,16 +32,17 @@ from memlens.cli.options import (
 @device_option
 @json_option
 @no_cache_option
+@annotations_option
 @hide_option
 def command(snapshot: str, name: str | None, top: int, max_depth: int | None, device: int | None,
-            as_json: bool, no_cache: bool, hide: tuple[str, ...]) -> None:  # fmt: skip
+            as_json: bool, no_cache: bool, annotation_files: tuple[str, ...], hide: tuple[str, ...]) -> None:  # fmt: skip
     """Per stage: memory at start and end, peak inside, bytes allocated and freed, and the
     call sites that grew; repeated stages compared step by step."""
     from memlens.analysis.stages import compare_steps, sites_that_grew, stage_table
     from memlens.analysis.text import elide, fmt_delta, sites_lines, table_lines
     from memlens.units import format_bytes as fb
 
-    dev = open_snapshot(snapshot, no_cache).device(device)
+    dev = open_snapshot(snapshot, no_cache, annotation_files, device).device(device)
     hide_re = hide_patterns(hide)
     # the text shows 40 stages: only those need their sites (the JSON has them all)
     table = stage_table(dev, name=name, top=top if as_json else 0, hide_patterns=hide_re)

@@ -21,20 +21,21 @@ from memlens.inspect.store import ANNOTATIONS_FORMAT
 from memlens.units import format_bytes
 
 
-def read_activation_annotations(path: str | os.PathLike) -> dict[str, Any]:
-    """The annotations.json document of an inspector run (`path`: the run directory or the
-    file itself). Raises MemlensError with one line when it is missing or not one."""
+def _read_json(path: str | os.PathLike) -> tuple[Path, Any]:
     p = Path(path)
     if p.is_dir():
         p = p / "annotations.json"
     try:
-        doc = json.loads(p.read_text("utf-8"))
+        return p, json.loads(p.read_text("utf-8"))
     except FileNotFoundError:
         raise MemlensError(
             f"{p}: no such file (an inspector run directory has annotations.json)"
         ) from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise MemlensError(f"{p}: not readable as JSON ({exc})") from None
+
+
+def _checked(p: Path, doc: Any) -> dict[str, Any]:
     if not isinstance(doc, dict) or doc.get("format") != ANNOTATIONS_FORMAT:
         raise MemlensError(f"{p}: not an inspector annotations file (format {ANNOTATIONS_FORMAT})")
     if not isinstance(doc.get("steps"), list):
@@ -42,11 +43,21 @@ def read_activation_annotations(path: str | os.PathLike) -> dict[str, Any]:
     return doc
 
 
+def read_activation_annotations(path: str | os.PathLike) -> dict[str, Any]:
+    """The annotations.json document of an inspector run (`path`: the run directory or the
+    file itself). Raises MemlensError with one line when it is missing or not one."""
+    return _checked(*_read_json(path))
+
+
 def activation_annotations(path: str | os.PathLike, device: int = 0) -> list[dict[str, Any]]:
     """PyTorch-format annotation entries (START/END pairs) for every sampled step with a
     time; see the module docstring for the names."""
+    return _activation_entries(read_activation_annotations(path), device)
+
+
+def _activation_entries(doc: dict[str, Any], device: int) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
-    for row in read_activation_annotations(path)["steps"]:
+    for row in doc["steps"]:
         if not isinstance(row, dict):
             continue
         t0, t1 = row.get("time_us"), row.get("end_time_us", row.get("time_us"))
@@ -62,3 +73,28 @@ def activation_annotations(path: str | os.PathLike, device: int = 0) -> list[dic
         out.append({"name": name, "stage": "START", "device": device, "time_us": t0})
         out.append({"name": name, "stage": "END", "device": device, "time_us": max(t0, t1)})
     return out
+
+
+def annotations_from(path: str | os.PathLike, device: int = 0) -> list[dict[str, Any]]:
+    """Annotations to add to a snapshot, from `path`: an inspector run (directory or its
+    annotations.json), or a JSON list of PyTorch-style entries ({"name", "stage":
+    "START"|"END", "time_us", optional "device"}) written by any other tool."""
+    p, doc = _read_json(path)
+    if isinstance(doc, dict) and doc.get("format") == ANNOTATIONS_FORMAT:
+        return _activation_entries(_checked(p, doc), device)
+    if not isinstance(doc, list):
+        raise MemlensError(
+            f"{p}: expected an inspector annotations.json or a JSON list of annotations"
+        )
+    for i, a in enumerate(doc):
+        if (
+            not isinstance(a, dict)
+            or not isinstance(a.get("name"), str)
+            or a.get("stage") not in ("START", "END")
+            or not isinstance(a.get("time_us"), int)
+        ):
+            raise MemlensError(
+                f"{p}: entry {i} is not an annotation "
+                '({"name": str, "stage": "START" or "END", "time_us": int})'
+            )
+    return [{"device": device, **a} for a in doc]
