@@ -19,13 +19,22 @@ def event_time(dev: DeviceTrace, event: int) -> str:
     return f"t+{(int(dev.time_us[event]) - int(dev.time_us[0])) / 1e6:.6f} s"
 
 
+def wall_span_us(dev: DeviceTrace) -> int:
+    """Microseconds from the first event to the last (-1 when the trace has no times)."""
+    if dev.n_events == 0 or dev.time_us[0] < 0:
+        return -1
+    t = dev.monotonic_time_us
+    return int(t[-1]) - int(t[0])
+
+
 def summary_parts(name: str, dev: DeviceTrace) -> list[str]:
     """The summary shown on start, in parts that are never split across lines."""
     peak_at = f"event {dev.peak_event_index:,}" if dev.peak_event_index >= 0 else "before the trace"
+    span = wall_span_us(dev)
     return [
         name,
         f"device {dev.device}",
-        f"{dev.n_events:,} events",
+        f"{dev.n_events:,} events" + (f" over {span / 1e6:.3f} s" if span >= 0 else ""),
         f"peak {format_bytes(dev.peak_active_bytes)} at {peak_at}",
         f"reserved peak {format_bytes(dev.peak_reserved_bytes)}",
         f"end {format_bytes(dev.end_active_bytes)}",
@@ -154,11 +163,9 @@ def time_weighted_average(dev: DeviceTrace) -> tuple[float, str]:
     """Mean active bytes over wall time (each value holds until the next event), or over
     events when the trace has no timestamps or spans no time; and which one it is."""
     active = dev.active_after.astype(np.float64)
-    if dev.n_events > 1 and dev.time_us[0] >= 0:
-        t = dev.monotonic_time_us
-        span = int(t[-1]) - int(t[0])
-        if span > 0:
-            return float(np.dot(active[:-1], np.diff(t)) / span), "over time"
+    span = wall_span_us(dev)
+    if span > 0:
+        return float(np.dot(active[:-1], np.diff(dev.monotonic_time_us)) / span), "over time"
     return float(active.mean()), "over events"
 
 
@@ -180,11 +187,8 @@ def summary_figures(dev: DeviceTrace) -> list[str]:
         lines.append(f"file           {format_bytes(size)} ({size:,} bytes), {how}")
     devices = ", ".join(str(d) for d in snap.devices)
     lines.append(f"devices        {devices} (showing device {dev.device})")
-    span = ""
-    if n > 1 and dev.time_us[0] >= 0:
-        t = dev.monotonic_time_us
-        span = f" over {(int(t[-1]) - int(t[0])) / 1e6:.6f} s"
-    lines.append(f"events         {n:,}{span}")
+    span = wall_span_us(dev)
+    lines.append(f"events         {n:,}" + (f" over {span / 1e6:.6f} s" if span >= 0 else ""))
     if len(snap.annotations):
         lines.append(f"annotations    {len(snap.annotations):,}")
     avg, how = time_weighted_average(dev)
