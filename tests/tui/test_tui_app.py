@@ -42,7 +42,7 @@ def view(app) -> str:
 def test_start_summary_chart_cursor_on_peak(dev):
     async def script(app, pilot):
         assert shown(app, "#summary0") == (
-            "snap0 · device 0 · 9 events · peak 14.00 MiB at event 3 · reserved peak 20.00 MiB"
+            "snap0 · device 0 · 9 events over 0.008 s · peak 14.00 MiB at event 3 · reserved peak 20.00 MiB"
             " · end 5.00 MiB · 4 allocations"
         )
         # 5 rows of 8 eighths for 20 MiB: 2 eighths a MiB; active after each event is
@@ -287,8 +287,12 @@ def test_compare_shared_cursor_and_diff_tree(dev):
     other = memlens.load(hs.small(scale=2, extra_fwd=3 * MiB, fwd_line=23)).device()
 
     async def script(app, pilot):
-        assert shown(app, "#summary0").startswith("A: snap0 · device 0 · 9 events · peak 14.00")
-        assert shown(app, "#summary1").startswith("B: snap1 · device 0 · 10 events · peak 25.00")
+        assert shown(app, "#summary0").startswith(
+            "A: snap0 · device 0 · 9 events over 0.008 s · peak 14.00"
+        )
+        assert shown(app, "#summary1").startswith(
+            "B: snap1 · device 0 · 10 events over 0.008 s · peak 25.00"
+        )
         assert shown(app, "#status0").startswith("event 3 alloc 8.00 MiB")
         assert shown(app, "#status1").startswith("event 3 alloc 16.00 MiB")
         # one y scale for both: B's 25 MiB top

@@ -153,22 +153,29 @@ def test_cursor_line(dev):
 
 def test_summary_wraps_between_parts_only(dev):
     parts = summary_parts("s.pickle", dev)
+    line = summary_line("s.pickle", dev)
     assert (
         " · ".join(parts)
-        == summary_line("s.pickle", dev)
+        == line
         == (
-            "s.pickle · device 0 · 9 events · peak 14.00 MiB at event 3 · reserved peak 20.00 MiB"
-            " · end 5.00 MiB · 4 allocations"
+            "s.pickle · device 0 · 9 events over 0.008 s · peak 14.00 MiB at event 3"
+            " · reserved peak 20.00 MiB · end 5.00 MiB · 4 allocations"
         )
     )
-    assert wrap_parts(parts, 60, 2) == [
-        "s.pickle · device 0 · 9 events · peak 14.00 MiB at event 3",
+    assert wrap_parts(parts, 80, 2) == [
+        "s.pickle · device 0 · 9 events over 0.008 s · peak 14.00 MiB at event 3",
         "reserved peak 20.00 MiB · end 5.00 MiB · 4 allocations",
     ]
     assert wrap_parts(parts, 40, 2) == [
-        "s.pickle · device 0 · 9 events",
-        "peak 14.00 MiB at event 3 · reserved peak 20.00 MiB · end 5.00 MiB · 4 allocations",
+        "s.pickle · device 0",
+        "9 events over 0.008 s · peak 14.00 MiB at event 3 · reserved peak 20.00 MiB"
+        " · end 5.00 MiB · 4 allocations",
     ]  # the last line takes the rest (cut on screen)
+    assert wrap_parts(parts, 40, 3) == [
+        "s.pickle · device 0",
+        "9 events over 0.008 s",
+        "peak 14.00 MiB at event 3 · reserved peak 20.00 MiB · end 5.00 MiB · 4 allocations",
+    ]
     assert wrap_parts(parts, 200, 2) == [summary_line("s.pickle", dev)]
     assert wrap_parts(["a" * 50, "b"], 10, 3) == ["a" * 50, "b"]
 

@@ -28,13 +28,15 @@ def test_real_snapshot_walk(name, shared_snapshots_dir, expected_figures):
 
     async def script(app, pilot):
         peak_at = exp["peak_event_index"]
+        times = dev.time_us
+        span = f" over {(times.max() - times[0]) / 1e6:.3f} s" if times[0] >= 0 else ""
         where = f"event {peak_at:,}" if peak_at >= 0 else "before the trace"
         # two lines when it does not fit in one (parts are never split)
         assert (
             shown(app, "#summary0")
             .replace("\n", " · ")
             .startswith(
-                f"snap0 · device {exp['device']} · {exp['trace_entries']:,} events · "
+                f"snap0 · device {exp['device']} · {exp['trace_entries']:,} events{span} · "
                 f"peak {format_bytes(exp['peak_active_bytes'])} at {where} · "
                 f"reserved peak {format_bytes(exp['peak_reserved_bytes'])} · "
                 f"end {format_bytes(exp['end_active_bytes'])}"
