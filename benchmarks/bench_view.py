@@ -4,12 +4,14 @@ Measures, per size:
 * command -> first complete paint, cold (empty column cache) and warm (cache filled):
   `memlens view FILE --no-browser` is started, a running headless Chromium opens the URL
   and the clock stops when the page has drawn its first viewport (body[data-ready]);
-* server time per viewport (DeviceLayout.view + JSON, in process) and end to end over HTTP;
+* server time per viewport (DeviceLayout.view + JSON, in process) and the JSON's size;
 * in the browser: request -> drawn per viewport while panning, frame time while dragging
   (requestAnimationFrame intervals), JS heap (CDP Performance.getMetrics).
 
-Usage: python benchmarks/bench_view.py [--sizes 100000,1000000,5000000] [--out FILE.md]
-Snapshots are generated into benchmarks/data/ (git-ignored) when missing.
+Usage: python benchmarks/bench_view.py [--sizes 100000,1000000,5000000] [--files A.pickle,...]
+       [--parts paint,server,browser] [--out FILE.md]
+Snapshots are generated into benchmarks/data/ (git-ignored) when missing; --files measures
+given snapshots instead (e.g. a real one); --parts runs only some of the measurements.
 """
 
 from __future__ import annotations
@@ -89,15 +91,16 @@ def server_viewports(path: Path, n_views: int = 40) -> dict[str, float]:
     dev = snap.device()
     n = dev.n_events
     rng = np.random.default_rng(0)
-    times, bands = [], []
+    times, bands, sizes = [], [], []
     for i in range(n_views):
         span = n if i == 0 else n * 10 ** rng.uniform(-4, 0)
         e0 = rng.uniform(0, n - span)
         t = time.perf_counter()
         v = data.view(0, dev.device, width=1300, height=420, e0=e0, e1=e0 + span)
-        json.dumps(v, separators=(",", ":"))
+        body = json.dumps(v, separators=(",", ":"))
         times.append((time.perf_counter() - t) * 1000)
         bands.append(len(v["bands"]["row"]))
+        sizes.append(len(body) / 1024)
     return {
         "index_build_s": warm_s,
         "view_ms_p50": pct(times, 50),
@@ -105,6 +108,10 @@ def server_viewports(path: Path, n_views: int = 40) -> dict[str, float]:
         "view_ms_max": max(times),
         "full_view_ms": times[0],
         "bands_max": max(bands),
+        "full_bands": bands[0],
+        "json_kb_p50": pct(sizes, 50),
+        "json_kb_max": max(sizes),
+        "full_json_kb": sizes[0],
     }
 
 
@@ -166,24 +173,39 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     ap.add_argument("--sizes", default="100000,1000000,5000000")
+    ap.add_argument("--files", default=None, help="comma-separated snapshots instead of sizes")
+    ap.add_argument("--parts", default="paint,server,browser")
     ap.add_argument("--out", default=None, help="write a markdown table here")
     args = ap.parse_args()
+    parts = set(args.parts.split(","))
+    if not parts <= {"paint", "server", "browser"}:
+        ap.error("--parts takes paint, server, browser")
     from playwright.sync_api import sync_playwright
 
+    import memlens
+
+    if args.files:
+        paths = [Path(f) for f in args.files.split(",")]
+    else:
+        paths = [snapshot_file(int(x)) for x in args.sizes.split(",")]
     rows = []
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        for n in [int(x) for x in args.sizes.split(",")]:
-            path = snapshot_file(n)
+        for path in paths:
+            row: dict = {"file_mb": path.stat().st_size / 2**20}
             with tempfile.TemporaryDirectory(prefix="memlens-bench-cache-") as cache:
-                cold, cold_url = first_paint(browser, path, cache)
-                warm, warm_url = first_paint(browser, path, cache)
+                if "paint" in parts:  # first: cold is with the empty cache
+                    cold, cold_url = first_paint(browser, path, cache)
+                    warm, warm_url = first_paint(browser, path, cache)
+                    row.update(cold_paint_s=cold, cold_url_s=cold_url, warm_paint_s=warm,
+                               warm_url_s=warm_url)  # fmt: skip
                 os.environ["MEMLENS_CACHE_DIR"] = cache
-                server = server_viewports(path)
-                session = browser_session(browser, path, cache)
-            row = {"events": n, "file_mb": path.stat().st_size / 2**20, "cold_paint_s": cold,
-                   "cold_url_s": cold_url, "warm_paint_s": warm, "warm_url_s": warm_url,
-                   **server, **session}  # fmt: skip
+                row["events"] = memlens.load(path, warn=False).device().n_events
+                if "server" in parts:
+                    row.update(server_viewports(path))
+                if "browser" in parts:
+                    row.update(browser_session(browser, path, cache))
+            row["name"] = path.name
             rows.append(row)
             print(json.dumps(row), flush=True)
         browser.close()
@@ -193,10 +215,12 @@ def main() -> None:
 
 def write_markdown(rows: list[dict], out: Path) -> None:
     cols = [
-        ("events", "events", "{:,}"), ("file_mb", "pickle MiB", "{:.0f}"),
+        ("name", "snapshot", "{}"), ("events", "events", "{:,}"), ("file_mb", "pickle MiB", "{:.0f}"),
         ("cold_paint_s", "first paint cold (s)", "{:.2f}"), ("warm_paint_s", "first paint warm (s)", "{:.2f}"),
         ("view_ms_p50", "server view p50 (ms)", "{:.1f}"), ("view_ms_p95", "server view p95 (ms)", "{:.1f}"),
         ("full_view_ms", "server full view (ms)", "{:.1f}"),
+        ("full_bands", "bands full view", "{:,}"), ("full_json_kb", "JSON full view (KiB)", "{:.0f}"),
+        ("json_kb_max", "JSON max (KiB)", "{:.0f}"),
         ("viewport_e2e_ms_p50", "viewport e2e p50 (ms)", "{:.1f}"),
         ("viewport_e2e_ms_p95", "viewport e2e p95 (ms)", "{:.1f}"),
         ("frame_ms_p50", "pan frame p50 (ms)", "{:.1f}"), ("frame_ms_p95", "pan frame p95 (ms)", "{:.1f}"),
@@ -210,7 +234,9 @@ def write_markdown(rows: list[dict], out: Path) -> None:
         "|" + "---|" * len(cols),
     ]
     for r in rows:
-        lines.append("| " + " | ".join(fmt.format(r[k]) for k, _, fmt in cols) + " |")
+        lines.append(
+            "| " + " | ".join(fmt.format(r[k]) if k in r else "–" for k, _, fmt in cols) + " |"
+        )
     out.write_text("\n".join(lines) + "\n")
 
 
