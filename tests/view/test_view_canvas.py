@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from browser_page import BROWSER_MARKS, Page
-from view_fixtures import layered_snapshot, serving, small_snapshot, stacked_snapshot
+from view_fixtures import ev, layered_snapshot, serving, small_snapshot, stacked_snapshot
 
 import memlens
 from memlens.analysis.sites import site_of_allocations
@@ -196,6 +196,22 @@ def test_sub_pixel_allocations_are_coloured_stripes_that_can_be_hovered(browser,
     assert len(column) > 290 and set(column) == {255}
     pg.shot("canvas_layered_stripes.png")
     assert not pg.errors
+
+
+def test_hint_says_what_the_aggregate_band_holds(browser):
+    # 4000 allocations of 1 byte on a 10,000-byte segment: 24.4 bytes a pixel, each under
+    # 1/16 of a pixel, so the whole stack is the aggregate band
+    trace = [ev("segment_alloc", 0x1000, 10_000, 0)]
+    trace += [ev("alloc", 0x1000 + k, 1, 1 + k) for k in range(4000)]
+    snap = memlens.load({"segments": [], "device_traces": [trace]})
+    with serving(ViewerData([snap], ["dust"])) as url:
+        pg = Page(browser, url)
+        assert pg.page.inner_text(".hint") == (
+            "100% of the tallest column is the hatched band: 4,000 allocations of at most 1 B "
+            "each (24 B a pixel here), too many to draw one by one: zoom in, or Shift + wheel "
+            "to zoom the memory axis, to separate them."
+        )
+        assert not pg.errors
 
 
 def test_compare_aligns_two_timelines_and_tabulates_the_difference(browser):

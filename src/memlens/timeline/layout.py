@@ -12,7 +12,7 @@ sampled at pixel-column resolution:
   last event before it;
 * an allocation at least one pixel tall (size >= bytes per pixel) is always drawn as its
   own band; allocations of at least `min_px` of a pixel are drawn too, largest first,
-  while the (band, column) cells stay within MAX_DETAIL_CELLS (thin coloured stripes show
+  while the drawn (band, column) cells stay within MAX_DETAIL_CELLS (thin coloured stripes show
   the structure of a trace whose every tensor is under a pixel, e.g. 50 GiB of 100 MiB
   tensors). Drawn bands are stacked in allocation order; everything else is summed into
   one aggregate band on top, so the stack height of every column equals the active bytes
@@ -39,8 +39,8 @@ from memlens.snapshot.model import DeviceTrace
 
 MAX_WIDTH = 8192
 MAX_HEIGHT = 8192
-# (band, column) cells of sub-pixel bands a viewport may add: bounds the server's sort and
-# the JSON (benchmarks-view.md); bands at least a pixel tall never count against it
+# (band, column) cells up to which a viewport takes sub-pixel bands: bounds the server's work
+# and the JSON (benchmarks-view.md). Bands a pixel tall count, but are drawn even past it.
 MAX_DETAIL_CELLS = 600_000
 
 
@@ -166,7 +166,7 @@ class View:
     band_c0: np.ndarray  # int64 [K] first column of each band
     band_c1: np.ndarray  # int64 [K] one past its last column
     band_offsets: np.ndarray  # int64 [sum(c1-c0)], band-major: bottom of band k at column c
-    small_offset: np.ndarray  # int64 [width]: bottom of the aggregate band (= sum of big)
+    small_offset: np.ndarray  # int64 [width]: bottom of the aggregate band (= sum of bands)
     small_bytes: np.ndarray  # int64 [width]: height of the aggregate band
     small_count: np.ndarray  # int64 [width]: allocations it stands for
     small_max: int  # no allocation in the aggregate band is larger (an upper bound)
@@ -473,8 +473,8 @@ def _within_budget(
     """Which candidate bands to draw, and an upper bound on what is left to the aggregate.
 
     Bands at least a pixel tall are all drawn; the thinner ones (sizes in row order, each
-    alive `lengths` columns) are taken largest first, ties in row order, until their cells
-    would pass what `max_cells` leaves. `below` bounds the sizes that were no candidates.
+    alive `lengths` columns) are taken largest first, ties in row order, until the cells of
+    all drawn bands would pass `max_cells`. `below` bounds the sizes that were no candidates.
     """
     drawn = sizes >= bpp
     thin = np.flatnonzero(~drawn)
