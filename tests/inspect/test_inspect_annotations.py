@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import json
 import pickle
+import subprocess
+import sys
+import time
 
 import pytest
 
@@ -157,3 +160,35 @@ def test_stages_command_shows_the_inspector_run(tmp_path, capsys):
     # without the option the snapshot has no stages
     _run_cli(["stages", str(snap), "--json"])
     assert json.loads(capsys.readouterr().out)["stages"] == []
+
+
+def test_viewer_draws_the_forward_passes(tmp_path):
+    """`memlens view SNAP --annotations RUN` as a user runs it: the stage strip's spans."""
+    httpx = pytest.importorskip("httpx")
+    pytest.importorskip("uvicorn")
+    snap = tmp_path / "snap.pickle"
+    snap.write_bytes(pickle.dumps(_snapshot(), protocol=4))
+    run = _write(tmp_path / "run", [
+        {"step": 0, "time_us": T0 + 5, "end_time_us": T0 + 35, "total_bytes": 3 * MiB,
+         "modules": {"fc1": MiB, "fc2": 2 * MiB}},
+    ])  # fmt: skip
+    cmd = [sys.executable, "-m", "memlens", "view", str(snap), "--annotations", str(run),
+           "--no-browser", "--port", "0"]  # fmt: skip
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline()
+        url = line.split(" at ", 1)[1].split()[0]
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                spans = httpx.get(url + "api/d/0/annotations", timeout=5).json()["spans"]
+                break
+            except httpx.TransportError:
+                assert time.monotonic() < deadline, "the viewer did not answer"
+                time.sleep(0.1)
+        got = [(s["name"], s["t0"], s["t1"], s["e0"], s["e1"]) for s in spans]
+        name = "forward activations 3.00 MiB (inspect step 0; largest fc2 2.00 MiB)"
+        assert got == [(name, T0 + 5, T0 + 35, 0, 3)]
+    finally:
+        proc.terminate()
+        proc.wait(10)

@@ -8,7 +8,7 @@ import webbrowser
 
 import click
 
-from memlens.cli.options import no_cache_option, open_snapshot
+from memlens.cli.options import annotations_option, no_cache_option, open_snapshot
 from memlens.errors import MemlensError
 
 
@@ -61,6 +61,7 @@ def url_for(host: str, port: int, device: int | None) -> str:
     help="Device shown first (default: the longest trace).",
 )
 @no_cache_option
+@annotations_option
 def command(
     snapshots: tuple[str, ...],
     port: int,
@@ -68,6 +69,7 @@ def command(
     no_browser: bool,
     device: int | None,
     no_cache: bool,
+    annotation_files: tuple[str, ...],
 ) -> None:
     """Open the interactive timeline of SNAPSHOT in the browser (two snapshots: compare).
 
@@ -81,7 +83,11 @@ def command(
     from memlens.views.web.data import ViewerData
     from memlens.views.web.server import create_app
 
-    snaps = [open_snapshot(p, no_cache) for p in snapshots]
+    # --annotations belong to the first snapshot (the run they were recorded with)
+    snaps = [
+        open_snapshot(p, no_cache, annotation_files if i == 0 else (), device)
+        for i, p in enumerate(snapshots)
+    ]
     if device is not None:
         for s in snaps:
             s.device(device)  # fails early, with the list of devices
