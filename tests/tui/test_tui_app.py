@@ -298,6 +298,15 @@ def test_compare_shared_cursor_and_diff_tree(dev):
         # one y scale for both: B's 25 MiB top
         assert chart(app, 0).splitlines()[0].startswith(" 25.00 MiB│")
         assert chart(app, 1).splitlines()[0].startswith(" 25.00 MiB│")
+        # and the same height: the same y-axis labels (40 lines: 2 x (2 summary + 1 status)
+        # + view + hint leave 32, 15 rows of bars and the axis row each)
+        axes = [[line[:11] for line in chart(app, k).splitlines()] for k in (0, 1)]
+        assert axes[0] == axes[1] and len(axes[0]) == 16
+        assert [a for a in axes[0] if a.strip() not in ("│", "└")] == [
+            " 25.00 MiB│",
+            " 12.50 MiB│",
+            "       0 B│",
+        ]
         await press(pilot, "right")
         assert shown(app, "#status0").startswith("event 4 ")
         assert shown(app, "#status1").startswith("event 4 alloc 3.00 MiB")

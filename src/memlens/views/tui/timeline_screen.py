@@ -59,14 +59,21 @@ class TimelineScreen(KeyScreen):
         return parts
 
     def _wrap_summaries(self) -> None:
-        """Summaries take two lines when one would cut them and the screen has room."""
+        """Summaries take two lines when one would cut them and the screen has room; in
+        compare, both charts share what is left equally."""
         width, height = self.size
         max_lines = 2 if height >= 24 else 1
+        used = 2  # the view and hint lines
         for k in range(len(self.sessions)):
             lines = wrap_parts(self._summary_parts(k), width, max_lines)
             w = self.query_one(f"#summary{k}", Static)
             w.update(Text("\n", no_wrap=True).join(one_line(x) for x in lines))
             w.styles.height = len(lines)
+            used += len(lines) + 1  # and the status line
+        if self.compare:  # same height for both charts, so their y axes read alike
+            chart_height = max((height - used) // len(self.sessions), 1)
+            for k in range(len(self.sessions)):
+                self.query_one(f"#chart{k}", Lines).styles.height = chart_height
 
     def _chart_provider(self, s: Session) -> Callable[[int, int], list[Text]]:
         def provide(width: int, height: int) -> list[Text]:
