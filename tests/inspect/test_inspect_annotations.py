@@ -192,3 +192,21 @@ def test_viewer_draws_the_forward_passes(tmp_path):
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+def test_tui_names_the_forward_pass_at_the_cursor(tmp_path, monkeypatch):
+    pytest.importorskip("textual")
+    from memlens.views.tui import app as tui_app
+
+    snap = tmp_path / "snap.pickle"
+    snap.write_bytes(pickle.dumps(_snapshot(), protocol=4))
+    run = _write(tmp_path / "run", [
+        {"step": 0, "time_us": T0 + 5, "end_time_us": T0 + 35, "total_bytes": 3 * MiB,
+         "modules": {"fc1": MiB, "fc2": 2 * MiB}},
+    ])  # fmt: skip
+    opened = []
+    monkeypatch.setattr(tui_app.TuiApp, "run", lambda self: opened.append(self))
+    _run_cli(["tui", str(snap), "--annotations", str(run)])
+    timeline = opened[0].sessions[0].timeline
+    name = "forward activations 3.00 MiB (inspect step 0; largest fc2 2.00 MiB)"
+    assert [timeline.stage_at(e) for e in range(5)] == [name, name, name, "", ""]

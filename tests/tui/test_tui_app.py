@@ -54,7 +54,7 @@ def test_start_summary_chart_cursor_on_peak(dev):
                 " 10.00 MiB│░░░██░░░░",
                 "          │░░▄██▄▆▆▂",
                 "       0 B│░████████",
-                "          └◆  ▲  ◆",
+                "          └ ◆ ▲   ◆",
             ]
         )
         assert status(app) == (
@@ -73,15 +73,21 @@ def test_timeline_moves_markers_floor(dev):
         await press(pilot, "left", "left")
         assert status(app).startswith("event 2 alloc 2.00 MiB")
         await press(pilot, "end")
-        assert status(app).startswith("event 8 free_completed") and "stage" not in status(app)
+        # the optimizer's END (t=9 ms) comes after event 8 (t=8 ms): still inside it
+        assert status(app).startswith("event 8 free_completed")
+        assert status(app).endswith("stage optimizer")
         await press(pilot, "home")
-        assert status(app).startswith("event 0 segment_alloc 20.00 MiB")
+        assert status(app).startswith("event 0 segment_alloc 20.00 MiB") and "stage" not in status(
+            app
+        )
+        await press(pilot, "m")  # forward STARTs at t=0, with event 0: its first event is 1
+        assert status(app).endswith("stage forward") and "event 1 " in status(app)
         await press(pilot, "m")
-        assert status(app).endswith("stage optimizer") and "event 6 " in status(app)
+        assert status(app).endswith("stage optimizer") and "event 7 " in status(app)
         await press(pilot, "m")  # no marker after: stays
-        assert "event 6 " in status(app)
+        assert "event 7 " in status(app)
         await press(pilot, "M")
-        assert "event 0 " in status(app)
+        assert "event 1 " in status(app)
         await press(pilot, "p")
         assert "event 3 " in status(app)
         await press(pilot, "up", "up")
@@ -411,7 +417,7 @@ def test_compare_in_a_tiny_terminal_draws_both_charts(dev):
         # 10 lines: two summaries, two status lines, view and hint leave 2 + 2 for the charts:
         # one row of 8 eighths for 20 MiB, active 0, 4, 6, 14, 14, 6, 7, 7, 5 MiB
         for k in (0, 1):
-            assert chart(app, k).splitlines() == [" 20.00 MiB│░▂▃▆▆▃▃▃▂", "          └◆  ▲  ◆"]
+            assert chart(app, k).splitlines() == [" 20.00 MiB│░▂▃▆▆▃▃▃▂", "          └ ◆ ▲   ◆"]
 
     run([dev, dev], script, size=(40, 10))
 
@@ -495,7 +501,7 @@ def test_no_color(dev, monkeypatch):
         nonlocal app
         app = app_
         assert app.no_color
-        assert chart(app).splitlines()[-1] == "          └◆  ▲  ◆"
+        assert chart(app).splitlines()[-1] == "          └ ◆ ▲   ◆"
         assert colours("#chart0") == set()
         await press(pilot, "enter")
         assert "85.7% forward (model.py:20)" in shown(app, "#tree")

@@ -12,6 +12,7 @@ import tui_snapshots as hs
 from rich.style import Style
 
 import memlens
+from memlens.analysis.stages import stage_table
 from memlens.units import format_bytes
 from memlens.views.tui import keys
 from memlens.views.tui.base import wrap_lines
@@ -50,7 +51,7 @@ def test_chart_draws_max_per_column_with_reserved_above(dev):
             " 10.00 MiB│░░░██░░░░",
             "          │░░▄██▄▆▆▂",
             "       0 B│░████████",
-            "          └◆  ▲  ◆",
+            "          └ ◆ ▲   ◆",
         ]
     )
 
@@ -117,18 +118,24 @@ def test_tiny_area_says_so(dev):
 
 def test_stage_markers_and_current_stage(dev):
     tl = Timeline.of_device(dev)
+    # each marker at the first event after its time; events at t = 0, 1, ..., 8 ms; forward
+    # 0..5.5 ms, optimizer 6..9 ms: as `memlens stages` counts them, forward holds events
+    # 1..5 (event 0 is stamped with its START, so before it) and optimizer 7..8
     assert [(m.event, m.name, m.start) for m in tl.markers] == [
-        (0, "forward", True),
-        (5, "forward", False),
-        (6, "optimizer", True),
-        (8, "optimizer", False),
+        (1, "forward", True),
+        (6, "forward", False),
+        (7, "optimizer", True),
+        (9, "optimizer", False),
     ]
-    assert [current_stage(tl, e) for e in (0, 4, 5, 6, 8)] == [
-        "forward",
-        "forward",
+    assert [current_stage(tl, e) for e in range(9)] == [""] + ["forward"] * 5 + [
         "",
         "optimizer",
-        "",
+        "optimizer",
+    ]
+    rows = stage_table(dev, top=0)["stages"]
+    assert [(r["name"], r["first_event"], r["last_event"]) for r in rows] == [
+        ("forward", 1, 5),
+        ("optimizer", 7, 8),
     ]
 
 

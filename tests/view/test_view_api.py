@@ -7,6 +7,7 @@ from starlette.testclient import TestClient
 from view_fixtures import EVIL, small_snapshot
 
 import memlens
+from memlens.analysis.stages import stage_intervals
 from memlens.views.web.data import ViewerData
 from memlens.views.web.server import STATIC, create_app
 
@@ -162,9 +163,13 @@ def test_annotations_matched_and_nested(client):
     assert got == [
         ("orphan", 1000, 1050, 0, 0, 6),  # END without START: from the trace start
         ("fwd", 1005, 1035, 1, 1, 4),
-        ("inner", 1010, 1020, 2, 1, 3),
+        ("inner", 1010, 1020, 2, 2, 3),  # event 1 is stamped 1010, with the START: before it
         ("open", 1055, 1060, 0, 6, 7),  # START without END: to the trace end
     ]
+    # the same events as `memlens stages` counts inside each stage
+    stages = stage_intervals(memlens.load(small_snapshot()).device(0))
+    by_name = {s["name"]: (s["first_event"], s["last_event"] + 1) for s in stages}
+    assert {name: (e0, e1) for name, *_, e0, e1 in got} == by_name
 
 
 def test_compare(pair, client):

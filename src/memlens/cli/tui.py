@@ -6,7 +6,7 @@ import os
 
 import click
 
-from memlens.cli.options import device_option, no_cache_option, open_snapshot
+from memlens.cli.options import annotations_option, device_option, no_cache_option, open_snapshot
 from memlens.errors import MemlensError
 
 
@@ -15,7 +15,14 @@ from memlens.errors import MemlensError
 @click.argument("snapshot2", type=click.Path(dir_okay=False), required=False)
 @device_option
 @no_cache_option
-def command(snapshot: str, snapshot2: str | None, device: int | None, no_cache: bool) -> None:
+@annotations_option
+def command(
+    snapshot: str,
+    snapshot2: str | None,
+    device: int | None,
+    no_cache: bool,
+    annotation_files: tuple[str, ...],
+) -> None:
     """Explore a snapshot in the terminal: timeline, live call-stack tree, allocations.
 
     With SNAPSHOT2, compare: both timelines share one cursor and Enter shows the diff tree
@@ -29,7 +36,9 @@ def command(snapshot: str, snapshot2: str | None, device: int | None, no_cache: 
             continue
         if not os.path.isfile(path):
             raise MemlensError(f"no such snapshot file: {path}")
-        snap = open_snapshot(path, no_cache)
+        # --annotations belong to the first snapshot (the run they were recorded with)
+        extra = annotation_files if path is snapshot else ()
+        snap = open_snapshot(path, no_cache, extra, device)
         dev = snap.device(device)
         if dev.n_events == 0:
             raise MemlensError(

@@ -137,7 +137,10 @@ class Timeline:
 
 
 def stage_markers(dev: DeviceTrace) -> list[Marker]:
-    """Annotations of this device placed at the last event at or before their time."""
+    """Annotations of this device, each placed at the first event after its time, so a
+    stage is open from its first event to its last, as `memlens stages` counts them
+    (analysis.stages.stage_intervals: an event stamped at a START's microsecond is before
+    the stage, one at an END's is inside)."""
     snap = dev.snapshot
     ann = snap.annotations
     if len(ann) == 0 or dev.n_events == 0 or dev.time_us[0] < 0:
@@ -145,9 +148,9 @@ def stage_markers(dev: DeviceTrace) -> list[Marker]:
     mine = np.flatnonzero(ann.device == dev.device)
     if len(mine) == 0:  # some writers leave device at 0 for every annotation
         mine = np.arange(len(ann))
-    events = np.searchsorted(dev.monotonic_time_us, ann.time_us[mine], side="right") - 1
+    events = np.searchsorted(dev.monotonic_time_us, ann.time_us[mine], side="right")
     out = [
-        Marker(max(int(e), 0), snap.string(int(ann.name[k])), int(ann.stage[k]) != 1)
+        Marker(int(e), snap.string(int(ann.name[k])), int(ann.stage[k]) != 1)
         for k, e in zip(mine.tolist(), events.tolist())
     ]
     return sorted(out, key=lambda m: m.event)

@@ -310,7 +310,8 @@ class ViewerData:
             sel = np.arange(len(ann)) if len(snap.traces) == 1 else sel
         sel = sel[np.argsort(ann.time_us[sel], kind="stable")]
         open_: dict[int, list[int]] = {}
-        spans: list[tuple[int, int, int]] = []  # (name id, start us, end us)
+        # (name id, start us, end us, began before the trace)
+        spans: list[tuple[int, int, int, bool]] = []
         t_first, t_last = time_range(dev)
         for i in sel.tolist():
             name, stage, t = int(ann.name[i]), int(ann.stage[i]), int(ann.time_us[i])
@@ -318,11 +319,13 @@ class ViewerData:
                 open_.setdefault(name, []).append(t)
             elif stage == 1:
                 starts = open_.get(name)
-                # an END without START began before the ring buffer window
-                spans.append((name, starts.pop() if starts else min(t_first, t), t))
+                if starts:
+                    spans.append((name, starts.pop(), t, False))
+                else:  # an END without START began before the ring buffer window
+                    spans.append((name, min(t_first, t), t, True))
         for name, starts in open_.items():
             for t in starts:  # START without END: still running at the end
-                spans.append((name, t, max(t_last, t)))
+                spans.append((name, t, max(t_last, t), False))
         spans.sort(key=lambda x: (x[1], -x[2]))
         truncated = len(spans) > MAX_ANNOTATIONS
         spans = spans[:MAX_ANNOTATIONS]
@@ -330,7 +333,7 @@ class ViewerData:
         out = []
         stack: list[int] = []
         mono = dev.monotonic_time_us
-        for name, t0, t1 in spans:
+        for name, t0, t1, before_trace in spans:
             while stack and stack[-1] <= t0:
                 stack.pop()
             depth = len(stack)
@@ -340,8 +343,9 @@ class ViewerData:
                     "name": snap.string(name),
                     "t0": t0,
                     "t1": t1,
-                    # events inside [t0, t1]: first at/after the start .. last at/before the end
-                    "e0": int(np.searchsorted(mono, t0, side="left")),
+                    # events e0..e1-1 are inside, as `memlens stages` counts them: an event
+                    # stamped at the START's microsecond is before it, one at the END's inside
+                    "e0": 0 if before_trace else int(np.searchsorted(mono, t0, side="right")),
                     "e1": int(np.searchsorted(mono, t1, side="right")),
                     "depth": depth,
                 }
