@@ -40,3 +40,11 @@ def expected_figures(shared_snapshots_dir: Path) -> dict:
 def _isolated_cache(tmp_path_factory, monkeypatch):
     """Every test gets its own column cache so tests never see each other's files."""
     monkeypatch.setenv("MEMLENS_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
+
+
+@pytest.fixture(scope="session")
+def browser():
+    """Debian's Chromium, shared by every browser test of a worker (it takes a second to start)."""
+    from chromium import launch_browser
+
+    yield from launch_browser()

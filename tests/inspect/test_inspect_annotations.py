@@ -60,6 +60,18 @@ def _snapshot() -> dict:
     return {"segments": [seg], "device_traces": [trace]}
 
 
+@pytest.fixture
+def one_step_run(tmp_path):
+    """A snapshot file, and an inspector run whose step 0 covers events 0..2 of it."""
+    snap = tmp_path / "snap.pickle"
+    snap.write_bytes(pickle.dumps(_snapshot(), protocol=4))
+    run = _write(tmp_path / "run", [
+        {"step": 0, "time_us": T0 + 5, "end_time_us": T0 + 35, "total_bytes": 3 * MiB,
+         "modules": {"fc1": MiB, "fc2": 2 * MiB}},
+    ])  # fmt: skip
+    return snap, run
+
+
 def test_each_step_is_one_named_range(tmp_path):
     run = _write(tmp_path, [
         {"step": 0, "time_us": T0 + 5, "end_time_us": T0 + 35, "total_bytes": 3 * MiB,
@@ -146,13 +158,8 @@ def _run_cli(args: list[str]) -> None:
         raise AssertionError(f"memlens {args[0]} exited with {exc.code}") from None
 
 
-def test_stages_command_shows_the_inspector_run(tmp_path, capsys):
-    snap = tmp_path / "snap.pickle"
-    snap.write_bytes(pickle.dumps(_snapshot(), protocol=4))
-    run = _write(tmp_path / "run", [
-        {"step": 0, "time_us": T0 + 5, "end_time_us": T0 + 35, "total_bytes": 3 * MiB,
-         "modules": {"fc1": MiB, "fc2": 2 * MiB}},
-    ])  # fmt: skip
+def test_stages_command_shows_the_inspector_run(one_step_run, capsys):
+    snap, run = one_step_run
     _run_cli(["stages", str(snap), "--annotations", str(run), "--json"])
     (row,) = json.loads(capsys.readouterr().out)["stages"]
     assert row["name"] == "forward activations 3.00 MiB (inspect step 0; largest fc2 2.00 MiB)"
@@ -162,16 +169,11 @@ def test_stages_command_shows_the_inspector_run(tmp_path, capsys):
     assert json.loads(capsys.readouterr().out)["stages"] == []
 
 
-def test_viewer_draws_the_forward_passes(tmp_path):
+def test_viewer_draws_the_forward_passes(one_step_run):
     """`memlens view SNAP --annotations RUN` as a user runs it: the stage strip's spans."""
     httpx = pytest.importorskip("httpx")
     pytest.importorskip("uvicorn")
-    snap = tmp_path / "snap.pickle"
-    snap.write_bytes(pickle.dumps(_snapshot(), protocol=4))
-    run = _write(tmp_path / "run", [
-        {"step": 0, "time_us": T0 + 5, "end_time_us": T0 + 35, "total_bytes": 3 * MiB,
-         "modules": {"fc1": MiB, "fc2": 2 * MiB}},
-    ])  # fmt: skip
+    snap, run = one_step_run
     cmd = [sys.executable, "-m", "memlens", "view", str(snap), "--annotations", str(run),
            "--no-browser", "--port", "0"]  # fmt: skip
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -194,16 +196,11 @@ def test_viewer_draws_the_forward_passes(tmp_path):
         proc.wait(10)
 
 
-def test_tui_names_the_forward_pass_at_the_cursor(tmp_path, monkeypatch):
+def test_tui_names_the_forward_pass_at_the_cursor(one_step_run, monkeypatch):
     pytest.importorskip("textual")
     from memlens.views.tui import app as tui_app
 
-    snap = tmp_path / "snap.pickle"
-    snap.write_bytes(pickle.dumps(_snapshot(), protocol=4))
-    run = _write(tmp_path / "run", [
-        {"step": 0, "time_us": T0 + 5, "end_time_us": T0 + 35, "total_bytes": 3 * MiB,
-         "modules": {"fc1": MiB, "fc2": 2 * MiB}},
-    ])  # fmt: skip
+    snap, run = one_step_run
     opened = []
     monkeypatch.setattr(tui_app.TuiApp, "run", lambda self: opened.append(self))
     _run_cli(["tui", str(snap), "--annotations", str(run)])

@@ -11,6 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from chromium import BROWSER_MARKS
+
 torch = pytest.importorskip("torch")
 
 from inspect_helpers import (  # noqa: E402
@@ -29,7 +31,6 @@ from memlens.inspect.store import load_run  # noqa: E402
 
 pytestmark = pytest.mark.torch
 STEPS = 5
-CHROMIUM = Path("/usr/bin/chromium")
 
 
 def run_cli(args: list[str]) -> int:
@@ -137,48 +138,36 @@ def test_dashboard_is_valid_and_self_contained(gif_run):
         assert (gif_run / href).exists(), href
 
 
-@pytest.mark.browser
-@pytest.mark.skipif(not CHROMIUM.exists(), reason="/usr/bin/chromium is missing")
-def test_dashboard_renders_in_chromium(gif_run, tmp_path):
-    sync_api = pytest.importorskip("playwright.sync_api")
+@BROWSER_MARKS[0]
+@BROWSER_MARKS[1]
+def test_dashboard_renders_in_chromium(browser, gif_run, tmp_path):
     errors: list[str] = []
     requests: list[str] = []
-    with sync_api.sync_playwright() as p:
-        browser = p.chromium.launch(
-            executable_path=str(CHROMIUM),
-            args=[
-                "--no-sandbox",
-                "--disable-gpu",
-                "--disable-background-networking",
-                "--disable-component-update",
-                "--no-first-run",
-            ],
+    page = browser.new_page(viewport={"width": 1300, "height": 900})
+    try:
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+        page.on("request", lambda r: requests.append(r.url))
+        page.goto((gif_run / "dashboard.html").as_uri())
+        page.wait_for_load_state("load")
+        run = load_run(gif_run)
+        assert page.title().startswith("memlens inspect")
+        assert page.locator(".card").count() == len(run.tensors)
+        broken = page.evaluate(
+            "Array.from(document.images).filter(i => !i.complete || i.naturalWidth === 0).length"
         )
-        try:
-            page = browser.new_page(viewport={"width": 1300, "height": 900})
-            page.on("pageerror", lambda e: errors.append(str(e)))
-            page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-            page.on("request", lambda r: requests.append(r.url))
-            page.goto((gif_run / "dashboard.html").as_uri())
-            page.wait_for_load_state("load")
-            run = load_run(gif_run)
-            assert page.title().startswith("memlens inspect")
-            assert page.locator(".card").count() == len(run.tensors)
-            broken = page.evaluate(
-                "Array.from(document.images).filter(i => !i.complete || i.naturalWidth === 0).length"
-            )
-            assert broken == 0
-            assert page.evaluate("document.images.length") >= len(run.tensors)
-            box = page.locator("svg.chart").first.bounding_box()
-            assert box and box["width"] > 100 and box["height"] > 50
-            page.fill("#filter", "head.weight")
-            visible = page.evaluate(
-                "Array.from(document.querySelectorAll('.card')).filter(c => c.offsetParent !== null).length"
-            )
-            assert visible == 2  # head.weight:param and head.weight:grad
-            page.screenshot(path=str(tmp_path / "dashboard.png"), full_page=False)
-        finally:
-            browser.close()
+        assert broken == 0
+        assert page.evaluate("document.images.length") >= len(run.tensors)
+        box = page.locator("svg.chart").first.bounding_box()
+        assert box and box["width"] > 100 and box["height"] > 50
+        page.fill("#filter", "head.weight")
+        visible = page.evaluate(
+            "Array.from(document.querySelectorAll('.card')).filter(c => c.offsetParent !== null).length"
+        )
+        assert visible == 2  # head.weight:param and head.weight:grad
+        page.screenshot(path=str(tmp_path / "dashboard.png"), full_page=False)
+    finally:
+        page.close()
     assert errors == []
     assert all(u.startswith(("file:", "data:")) for u in requests), requests
 

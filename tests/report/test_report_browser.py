@@ -3,32 +3,17 @@ nothing, and hostile strings stay text. Screenshots go to artifacts/report/."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 from test_report_snapshots import EVIL_NAME, EVIL_STAGE, step_snapshot, write
 
+from chromium import BROWSER_MARKS
 from memlens.views.report import write_report
 
-CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-        "--disable-component-update", "--disable-sync"]  # fmt: skip
 ARTIFACTS = Path(__file__).resolve().parents[2] / "artifacts" / "report"
 
-pytestmark = [
-    pytest.mark.browser,
-    pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="needs Debian's chromium"),
-]
-
-
-@pytest.fixture(scope="module")
-def browser():
-    sync_api = pytest.importorskip("playwright.sync_api")
-    with sync_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        yield b
-        b.close()
+pytestmark = BROWSER_MARKS
 
 
 class Opened:

@@ -1,24 +1,12 @@
 """Real headless Chromium (Debian's) for the viewer tests: the browser fixture's launcher,
-a page wrapper that records errors, dialogs and foreign requests, and canvas readers."""
+(tests/chromium.py launches it) a page wrapper that records errors, dialogs and foreign requests, and canvas readers."""
 
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 
-import pytest
-
-CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-        "--disable-component-update", "--disable-sync"]  # fmt: skip
 ARTIFACTS = Path(__file__).resolve().parents[2] / "artifacts" / "view"
-
-# every browser test module: pytestmark = BROWSER_MARKS
-BROWSER_MARKS = [
-    pytest.mark.browser,
-    pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="needs Debian's chromium"),
-]
 
 # Canvas-relative point at the middle of the largest band on screen, or None.
 BAND_POINT = """() => {
@@ -41,15 +29,6 @@ PIXELS = """() => {
   for (let i = 0; i < d.length; i += 16) { if (d[i + 3] > 0) { painted++; colours.add((d[i] << 16) | (d[i + 1] << 8) | d[i + 2]); } }
   return {painted: painted / (d.length / 16), colours: colours.size, sum: d.reduce((a, x, i) => (a + x * (i % 7 + 1)) % 1000000007, 0)};
 }"""
-
-
-def launch_browser():
-    """Yield a launched Debian Chromium (never a downloaded one)."""
-    sync_api = pytest.importorskip("playwright.sync_api")
-    with sync_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        yield b
-        b.close()
 
 
 class Page:

@@ -8,10 +8,11 @@ import time
 from pathlib import Path
 
 import pytest
-from browser_page import BAND_POINT, BROWSER_MARKS, PIXELS, Page
+from browser_page import BAND_POINT, PIXELS, Page
 from view_fixtures import EVIL, serving, small_snapshot
 
 import memlens
+from chromium import BROWSER_MARKS
 from memlens.snapshot.generate import generate_snapshot
 from memlens.views.web.data import ViewerData
 

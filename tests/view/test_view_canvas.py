@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from browser_page import BROWSER_MARKS, Page
+from browser_page import Page
 from view_fixtures import ev, layered_snapshot, serving, small_snapshot, stacked_snapshot
 
 import memlens
+from chromium import BROWSER_MARKS
 from memlens.analysis.sites import site_of_allocations
 from memlens.views.web.data import ViewerData
 
