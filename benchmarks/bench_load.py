@@ -5,7 +5,7 @@
 
 Snapshots are generated (memlens.snapshot.generate) into benchmarks/data/ once and reused.
 Every load is timed in a fresh process so peak RSS (ru_maxrss) belongs to that load alone.
-Prints a Markdown table; --write updates the engine section of docs/benchmarks.md.
+Prints a Markdown table (paste it into docs/benchmarks.md); --json prints the raw figures.
 """
 
 from __future__ import annotations
