@@ -72,6 +72,13 @@
 
   // ---- icicle ------------------------------------------------------------------------
   var ROW = 20, MAX_ANCESTOR_ROWS = 3;
+  // A chain of frames that hand all their bytes to one callee (a notebook's or a launcher's
+  // wrappers, nn.Module's call machinery) says little row by row and pushes the branches out
+  // of sight: runs of more than FOLD_MIN such frames are drawn as one folded row.
+  var FOLD_MIN = 3;
+  function passThrough(node) {
+    return node.k && node.k.length === 1 && !node.k[0].o && node.k[0].b === node.b;
+  }
   function Icicle(box, trees, crumbs) {
     this.box = box; this.trees = trees; this.crumbs = crumbs;
     this.view = trees.python && trees.python.b > 0 ? "python" : "all";
@@ -113,9 +120,33 @@
     // subtree out of sight
     var first = Math.max(0, this.path.length - 1 - MAX_ANCESTOR_ROWS), row = 0;
     for (var a = first; a < this.path.length - 1; a++) cell(this.path[a], row++, 0, W, this.path.slice(0, a + 1), true);
+    function folded(chain, depth, x, w, path) {
+      var d = document.createElement("div");
+      d.className = "cell folded";
+      d.style.left = x + "px"; d.style.top = depth * ROW + "px"; d.style.width = Math.max(w - 1, 1) + "px";
+      if (w > 30) d.textContent = "\u22ef " + chain.length + " frames that pass all " + fmtBytes(chain[0].b) + " on \u22ef";
+      d.addEventListener("mousemove", function (ev) {
+        var names = chain.map(function (n) { return n.n; });
+        showTip(chain.length + " frames, each calling the next with all its bytes:\n" + names.join("\n") + "\nclick to zoom in", ev);
+      });
+      d.addEventListener("mouseleave", hideTip);
+      d.addEventListener("click", function () { hideTip(); self.zoomTo(path); });
+      box.appendChild(d);
+      nCells++;
+    }
     function walk(node, depth, x, w, path) {
       cell(node, depth, x, w, path, false);
       if (!node.k || focus.b <= 0) return;
+      var chain = [];
+      for (var n = node; passThrough(n) && passThrough(n.k[0]); n = n.k[0]) chain.push(n.k[0]);
+      if (chain.length > FOLD_MIN) {
+        // keep the first and last frames as rows; the ones between become one row
+        var inner = chain.slice(0, chain.length - 1), last = chain[chain.length - 1];
+        var innerPath = path.concat(inner);
+        folded(inner, depth + 1, x, w, innerPath);
+        walk(last, depth + 2, x, w, innerPath.concat([last]));
+        return;
+      }
       var cx = x;
       for (var i = 0; i < node.k.length; i++) {
         var ch = node.k[i], cw = w * ch.b / (node.b || 1);
