@@ -88,3 +88,25 @@ def hand_snapshot() -> dict:
         block(G + 1024, 2 * MiB - 5120, 2 * MiB - 5120, "inactive"),
     ]
     return {"segments": [segment(S, blocks)], "device_traces": [trace]}
+
+
+def wrapped_snapshot(depth: int) -> dict:
+    """Two live allocations (1 and 3 MiB) under `depth` wrapper frames that pass everything on
+    (main -> w1 -> ... -> w{depth}), then two different leaves: the tree branches only there.
+    Both are alive at the end (and at the peak, after event 2)."""
+
+    def frame(name: str, line: int) -> dict:
+        return {"filename": f"/home/u/{name}.py", "line": line, "name": name}
+
+    outer = [frame(f"w{i}", i) for i in range(depth, 0, -1)] + [frame("main", 1)]
+    trace = [
+        ev("segment_alloc", 0x100000, 8 * MiB, 0, frames=[]),
+        ev("alloc", 0x100000, MiB, 1, frames=[frame("leaf_a", 10), *outer]),
+        ev("alloc", 0x200000, 3 * MiB, 2, frames=[frame("leaf_b", 20), *outer]),
+    ]
+    blocks = [
+        block(0x100000, MiB, MiB, "active_allocated"),
+        block(0x200000, 3 * MiB, 3 * MiB, "active_allocated"),
+        block(0x500000, 4 * MiB, 0, "inactive"),
+    ]
+    return {"segments": [segment(0x100000, blocks, segment_type="large")], "device_traces": [trace]}

@@ -6,10 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from test_report_snapshots import EVIL_NAME, EVIL_STAGE, MiB, _ev, step_snapshot, write
+from test_report_snapshots import EVIL_NAME, EVIL_STAGE, step_snapshot, write
 
 from chromium import BROWSER_MARKS
 from memlens.views.report import write_report
+from snapshot_builders import wrapped_snapshot
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "artifacts" / "report"
 
@@ -180,46 +181,25 @@ def test_real_diff_report_in_chromium(browser, shared_snapshots_dir, expected_fi
     o.assert_clean()
 
 
-def _wrapped_snapshot(depth: int) -> dict:
-    """Two allocations (1 and 3 MiB) under `depth` wrapper frames that pass everything on
-    (main -> w1 -> ... -> w{depth}), then two different leaves: the tree branches only there."""
-    frame = lambda name, line: {"filename": f"/home/u/{name}.py", "line": line, "name": name}  # noqa: E731
-    outer = [frame(f"w{i}", i) for i in range(depth, 0, -1)] + [frame("main", 1)]
-    trace = [
-        _ev("segment_alloc", 0x100000, 8 * MiB, 0, []),
-        _ev("alloc", 0x100000, MiB, 1, [frame("leaf_a", 10), *outer]),
-        _ev("alloc", 0x200000, 3 * MiB, 2, [frame("leaf_b", 20), *outer]),
-    ]
-    blocks = [
-        {"address": 0x100000, "size": MiB, "requested_size": MiB, "state": "active_allocated", "frames": []},
-        {"address": 0x200000, "size": 3 * MiB, "requested_size": 3 * MiB, "state": "active_allocated", "frames": []},
-        {"address": 0x500000, "size": 4 * MiB, "requested_size": 0, "state": "inactive", "frames": []},
-    ]  # fmt: skip
-    seg = {"device": 0, "address": 0x100000, "total_size": 8 * MiB, "stream": 0,
-           "segment_type": "large", "allocated_size": 4 * MiB, "active_size": 4 * MiB,
-           "requested_size": 4 * MiB, "blocks": blocks}  # fmt: skip
-    return {"segments": [seg], "device_traces": [trace]}
-
-
 def test_icicle_folds_frames_that_pass_everything_on(browser, tmp_path):
-    out = write_report(write(_wrapped_snapshot(6), tmp_path / "w.pickle"), tmp_path / "w.html")
+    out = write_report(write(wrapped_snapshot(6), tmp_path / "w.pickle"), tmp_path / "w.html")
     page = Opened(browser, out).page
     rows = [c.text_content() for c in page.locator("#peak .cell").all()]
-    # main, w1, ..., w5 each pass all 4 MiB to the next frame: the first four become one
-    # folded row, w5 stays a row (the last of the chain), w6 branches into the two leaves
+    # main, w1, ..., w5 each pass all 4 MiB to one callee: one folded row stands for them, and
+    # the icicle goes on from w6, where it branches into the two leaves (as the viewer does)
     assert page.locator("#peak .cell.folded").count() == 1
     assert page.locator("#peak .cell.folded").text_content() == (
-        "\u22ef 5 frames that pass all 4.00 MiB on \u22ef"
+        "\u22ef 6 frames that pass all 4.00 MiB on \u22ef"
     )
     assert [r.split(" (")[0] for r in rows if not r.startswith("\u22ef")] == [
-        "all  4.00 MiB", "w5", "w6", "leaf_b", "leaf_a"
+        "all  4.00 MiB", "w6", "leaf_b", "leaf_a"
     ]  # fmt: skip
     page.locator("#peak .cell.folded").hover()
     tip = page.locator("#tooltip").text_content()
-    assert tip.startswith("5 frames") and "main (main.py:1)" in tip and "w4 (w4.py:4)" in tip
-    assert "w5" not in tip
+    assert tip.startswith("6 frames") and "main (main.py:1)" in tip and "w5 (w5.py:5)" in tip
+    assert "w6" not in tip
     page.locator("#peak .cell.folded").click()
-    assert page.locator("#peak .crumbs").text_content().endswith("w4 (w4.py:4)")
-    # a chain of 3 is short enough to read: no fold
-    out = write_report(write(_wrapped_snapshot(2), tmp_path / "s.pickle"), tmp_path / "s.html")
+    assert page.locator("#peak .crumbs").text_content().endswith("w5 (w5.py:5)")
+    # a chain of 3 frames is short enough to read: no fold
+    out = write_report(write(wrapped_snapshot(2), tmp_path / "s.pickle"), tmp_path / "s.html")
     assert Opened(browser, out).page.locator("#peak .cell.folded").count() == 0

@@ -13,6 +13,7 @@ import memlens
 from chromium import BROWSER_MARKS
 from memlens.analysis.sites import site_of_allocations
 from memlens.views.web.data import ViewerData
+from snapshot_builders import wrapped_snapshot
 
 pytestmark = BROWSER_MARKS
 
@@ -314,3 +315,42 @@ def test_overview_brush_selects_and_dragging_pans(browser, stacked):
     assert p0 == pytest.approx(x0 + 2.5, abs=0.03) and p1 == pytest.approx(x1 + 2.5, abs=0.03)
     assert not page.is_visible("#live")  # a drag is not a click in time
     assert not pg.errors
+
+
+def _click_moment(page, fraction: float) -> None:
+    """Click the chart at `fraction` of its width, high above the stack (a moment)."""
+    plot_w = page.evaluate("() => window.memlens.panes[0].plotW")
+    box = page.locator("canvas.main").bounding_box()
+    page.mouse.click(box["x"] + ML + fraction * plot_w, box["y"] + MT + PLOT_H * 0.1)
+
+
+def test_live_tree_folds_frames_that_pass_everything_on(browser):
+    """main, w1..w5 each hand all 4 MiB to one callee: one row stands for them and the tree
+    goes on from w6, where it branches (a chain of 3 would stay as rows)."""
+    with serving(ViewerData([memlens.load(wrapped_snapshot(6))], ["wrapped"])) as url:
+        pg = Page(browser, url)
+        page = pg.page
+        _click_moment(page, 2.5 / 3)  # after event 2: both allocations live
+        page.wait_for_selector("#live .tree .row")
+        rows = page.evaluate("""() => [...document.querySelectorAll('#live .tree .row')]
+          .filter((r) => r.offsetParent !== null).map((r) => r.querySelector('.lbl').textContent)""")
+        assert rows == ["all", "\u22ef 6 frames that pass it all on \u22ef", "w6 (w6.py:6)",
+                        "leaf_b (leaf_b.py:20)", "leaf_a (leaf_a.py:10)"]  # fmt: skip
+        chain = page.locator("#live .row.chain")
+        assert chain.locator(".lbl").get_attribute("title").split("\n") == [
+            "main (main.py:1)", "w1 (w1.py:1)", "w2 (w2.py:2)", "w3 (w3.py:3)", "w4 (w4.py:4)",
+            "w5 (w5.py:5)",
+        ]  # fmt: skip
+        chain.click()  # lists the frames
+        assert page.locator("#live .chain-frame").all_inner_texts()[-1] == "w5 (w5.py:5)"
+        # focus on w6 keeps the whole path in the breadcrumbs
+        page.locator("#live .row", has_text="w6 (w6.py:6)").locator("button.focus").click()
+        crumbs = page.locator("#live .crumbs button").all_inner_texts()
+        assert crumbs[:2] == ["all", "main (main.py:1)"] and crumbs[-1] == "w6 (w6.py:6)"
+        assert len(crumbs) == 8
+        assert not pg.errors
+    with serving(ViewerData([memlens.load(wrapped_snapshot(2))], ["short"])) as url:
+        page = Page(browser, url).page
+        _click_moment(page, 2.5 / 3)
+        page.wait_for_selector("#live .tree .row")
+        assert page.locator("#live .row.chain").count() == 0

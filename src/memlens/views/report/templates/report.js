@@ -137,10 +137,11 @@
     function walk(node, depth, x, w, path) {
       cell(node, depth, x, w, path, false);
       if (!node.k || focus.b <= 0) return;
+      // node's descendants that pass it all on, down to the first that does not (it branches,
+      // or holds bytes of its own); the ones above that one become one row, as in the viewer
       var chain = [];
-      for (var n = node; passThrough(n) && passThrough(n.k[0]); n = n.k[0]) chain.push(n.k[0]);
+      for (var n = node; passThrough(n); n = n.k[0]) chain.push(n.k[0]);
       if (chain.length > FOLD_MIN) {
-        // keep the first and last frames as rows; the ones between become one row
         var inner = chain.slice(0, chain.length - 1), last = chain[chain.length - 1];
         var innerPath = path.concat(inner);
         folded(inner, depth + 1, x, w, innerPath);

@@ -979,6 +979,36 @@
     });
     const total = Math.max(root.bytes, 1);
     const tree = el("div", "tree");
+    // A run of frames that each pass all their bytes to one callee (a notebook's or a
+    // launcher's wrappers, nn.Module's call machinery) says little row by row and drives the
+    // tree off the panel's right edge: one row stands for the run (click it to list the
+    // frames), and the tree goes on from the run's last frame.
+    const passChain = (n) => {
+      const out = [n];
+      while ((n.children || []).length === 1 && n.children[0].bytes === n.bytes) {
+        n = n.children[0];
+        out.push(n);
+      }
+      return out;
+    };
+    const chainRow = (frames) => {
+      const wrap = el("div", "node");
+      const row = el("div", "row chain");
+      const bar = el("span", "heat");
+      const share = frames[0].bytes / total;
+      bar.style.width = `${(share * 100).toFixed(2)}%`;
+      bar.style.background = heat(share);
+      const lbl = el("span", "lbl", `\u22ef ${frames.length} frames that pass it all on \u22ef`);
+      lbl.title = frames.map((f) => f.label).join("\n");
+      row.append(bar, el("span", "tog", "\u22ee"), lbl, el("span", "bytes", fmtBytes(frames[0].bytes)),
+        el("span", "pct", `${(share * 100).toFixed(1)}%`));
+      const list = el("div", "children chain-frames");
+      list.hidden = true;
+      for (const f of frames) list.append(el("div", "chain-frame", f.label));
+      row.addEventListener("click", () => { list.hidden = !list.hidden; });
+      wrap.append(row, list);
+      return wrap;
+    };
     const build = (node, depth, into, pathLabels) => {
       const wrap = el("div", "node");
       const row = el("div", "row");
@@ -1009,7 +1039,14 @@
         rendered = true;
         for (const c of kids) {
           if (q && !subtreeMatches(c, q)) continue;
-          build(c, depth + 1, childBox, pathLabels.concat([c.label]));
+          const chain = q ? [c] : passChain(c);
+          if (chain.length > 3) {
+            const last = chain[chain.length - 1];
+            childBox.append(chainRow(chain.slice(0, -1)));
+            build(last, depth + 1, childBox, pathLabels.concat(chain.map((n) => n.label)));
+          } else {
+            build(c, depth + 1, childBox, pathLabels.concat([c.label]));
+          }
         }
       };
       if (open) renderKids(); else childBox.hidden = true;
