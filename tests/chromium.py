@@ -1,6 +1,6 @@
 """Real headless Chromium for the browser tests: Debian's, driven by Playwright, never a
-downloaded browser. The session-wide `browser` fixture (tests/conftest.py) launches it once
-per worker; modules mark themselves with BROWSER_MARKS so they skip where it is absent."""
+downloaded browser. The `browser` fixture (tests/conftest.py) launches it once per test
+module; modules mark themselves with BROWSER_MARKS so they skip where it is absent."""
 
 from __future__ import annotations
 

@@ -42,9 +42,11 @@ def _isolated_cache(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("MEMLENS_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser():
-    """Debian's Chromium, shared by every browser test of a worker (it takes a second to start)."""
+    """Debian's Chromium, shared by the tests of one module (it takes a second to start).
+    Not longer: Playwright's sync API keeps an asyncio loop running while it is open, and
+    the TUI tests (Textual's pilot) need to start their own loop in the same worker."""
     from chromium import launch_browser
 
     yield from launch_browser()
