@@ -15,6 +15,7 @@ from memlens.analysis.peak import (
     resolve_event,
 )
 from memlens.errors import MemlensError
+from snapshot_builders import hand_snapshot
 
 
 @pytest.fixture(scope="module")
@@ -126,3 +127,22 @@ def test_real_peak_matches_expected(shared_snapshots_dir, expected_figures):
         assert r["tree"]["bytes"] == exp["peak_active_bytes"]
         # the python view of the tree loses no bytes
         assert sum(c["bytes"] for c in r["tree"]["children"]) == exp["peak_active_bytes"]
+
+
+def test_trace_recorded_without_stacks():
+    """context=None in _record_memory_history: no frames anywhere, so no stack table at all."""
+    snap = memlens.load(hand_snapshot(), cache=False)
+    raw = hand_snapshot()
+    for e in raw["device_traces"][0]:
+        e["frames"] = []
+    for seg in raw["segments"]:
+        for b in seg["blocks"]:
+            b["frames"] = []
+    bare = memlens.load(raw, cache=False).device(0)
+    assert len(bare.snapshot.stacks.offsets) <= 1  # no stack recorded
+    for python_only in (True, False):
+        r = live_set(bare, bare.peak_event_index, python_only=python_only)
+        assert r["tree"]["bytes"] == r["active_bytes"] == bare.peak_active_bytes
+        assert [k["label"] for k in r["tree"]["children"]] == ["<no stack recorded>"]
+    # the same figures as with stacks: stacks only name things
+    assert bare.peak_active_bytes == snap.device(0).peak_active_bytes

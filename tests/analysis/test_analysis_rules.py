@@ -32,6 +32,9 @@ def test_formats(tmp_path):
     (tmp_path / "bad.json").write_text("{")
     with pytest.raises(MemlensError, match="not valid JSON"):
         load_rules(str(tmp_path / "bad.json"))
+    (tmp_path / "snapshot.pickle").write_bytes(b"\x80\x04\x95")  # rules and snapshot swapped
+    with pytest.raises(MemlensError, match="not a text file"):
+        load_rules(str(tmp_path / "snapshot.pickle"))
 
 
 def test_memory_per_rule(dev):

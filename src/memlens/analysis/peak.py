@@ -234,7 +234,10 @@ def tree_dict(
         # Backward allocations have no Python frames at all: rather than lumping them with
         # "no stack", group them under one node by their site (the autograd node).
         py = stack_has_python(snap)
-        no_py = (stacks >= 0) & ~py[np.maximum(stacks, 0)]
+        # (indexed only where a stack exists: a trace recorded without stacks has none)
+        no_py = np.zeros(len(stacks), dtype=bool)
+        recorded = stacks >= 0
+        no_py[recorded] = ~py[stacks[recorded]]
         root = build_stack_tree(
             snap, stacks[~no_py], dev.alloc_size[rows][~no_py], python_only=True
         )

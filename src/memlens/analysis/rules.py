@@ -78,6 +78,8 @@ def load_rules(path: str) -> list[Rule]:
         text = p.read_text(encoding="utf-8")
     except OSError as exc:
         raise MemlensError(f"cannot read rules file {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise MemlensError(f"{path}: not a text file (rules are JSON or YAML)") from None
     if p.suffix.lower() in (".yaml", ".yml"):
         try:
             import yaml
