@@ -238,3 +238,22 @@ def test_snapshot_without_trace_events_shows_its_final_state():
     assert v["bands"]["row"] == [0] and (v["bands"]["c0"], v["bands"]["c1"]) == ([0], [5])
     a = c.get("/api/d/0/alloc/0").json()
     assert a["flags"] == ["preexisting", "ghost", "live_at_end"] and a["pool"] == [0, 0]
+
+
+def test_meta_marks_each_oom():
+    """An OOM snapshot opens on what it is about: every `oom` entry, as `memlens oom` has it."""
+    from memlens.analysis.oom import oom_report
+    from memlens.snapshot.generate import generate_snapshot
+
+    snap = memlens.load(generate_snapshot(None, events=3000, oom=True), cache=False)
+    data = ViewerData([snap], ["oom"])
+    (dev_meta,) = data.meta()["snapshots"][0]["devices"]
+    want = oom_report(snap.device(0))["ooms"]
+    assert len(want) >= 1
+    assert dev_meta["ooms"] == [
+        {k: o[k] for k in ("event", "time_us", "requested_bytes", "device_free_bytes")}
+        for o in want
+    ]
+    # a trace without one has an empty list
+    plain = ViewerData([memlens.load(small_snapshot())], ["small"]).meta()
+    assert plain["snapshots"][0]["devices"][0]["ooms"] == []

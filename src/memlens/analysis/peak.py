@@ -315,6 +315,11 @@ def _largest(dev: DeviceTrace, rows: np.ndarray, k: int) -> np.ndarray:
 def _check(dev: DeviceTrace, event: int) -> int:
     event = int(event)
     if event < -1 or event >= dev.n_events:
+        if dev.n_events == 0:
+            raise MemlensError(
+                f"event {event}: device {dev.device} has no trace events "
+                "(only -1, the state the segments describe, can be asked for)"
+            )
         raise MemlensError(
             f"event {event} is outside this trace (events 0..{dev.n_events - 1}, "
             "or -1 for before the first)"

@@ -14,6 +14,7 @@ import numpy as np
 from memlens.analysis.sites import frame_label, site_of_allocations, top_sites
 from memlens.analysis.tree import live_tree
 from memlens.errors import MemlensError
+from memlens.snapshot.actions import Action
 from memlens.snapshot.model import (
     GHOST,
     LIVE_AT_END,
@@ -113,6 +114,7 @@ class ViewerData:
                             "peak_active_bytes": dev.peak_active_bytes,
                             "peak_reserved_bytes": dev.peak_reserved_bytes,
                         },
+                        "ooms": _ooms(dev, tr is not None),
                     }
                 )
             out.append(
@@ -395,3 +397,21 @@ class ViewerData:
             "sites": rows_out[:limit],
             "n_sites": len(rows_out),
         }
+
+
+MAX_OOM_MARKERS = 100
+
+
+def _ooms(dev: DeviceTrace, has_time: bool) -> list[dict[str, Any]]:
+    """The trace's out-of-memory entries, marked on the chart (the first MAX_OOM_MARKERS):
+    the request that failed (its rounded size) and the free memory the driver reported."""
+    events = np.flatnonzero(dev.action == Action.OOM)[:MAX_OOM_MARKERS]
+    return [
+        {
+            "event": e,
+            "time_us": int(dev.time_us[e]) if has_time else None,
+            "requested_bytes": int(dev.size[e]),
+            "device_free_bytes": int(dev.addr[e]),  # the entry's device_free
+        }
+        for e in events.tolist()
+    ]

@@ -497,6 +497,22 @@
           ctx.fillText(`peak ${fmtBytes(s.peak_active_bytes)}`, Math.min(px + 4, ML + plotW - 90), MT + 12);
         }
       }
+      // out-of-memory entries: where the allocator gave up (the request and the free memory
+      // the driver reported), so an OOM snapshot opens on what it is about
+      ctx.font = "11px system-ui, sans-serif";
+      for (const o of this.dm.ooms || []) {
+        const ou = this.axis === "time" ? o.time_us : o.event + 0.5;
+        if (ou === null) continue;
+        const ox = this.xOf(ou);
+        if (ox < ML || ox > ML + plotW) continue;
+        ctx.strokeStyle = col("--oom");
+        ctx.lineWidth = 2;
+        ctx.beginPath(); ctx.moveTo(ox, MT); ctx.lineTo(ox, MT + plotH); ctx.stroke();
+        const label = `OOM: ${fmtBytes(o.requested_bytes)} requested, ${fmtBytes(o.device_free_bytes)} free`;
+        const tw = ctx.measureText(label).width;
+        ctx.fillStyle = col("--oom");
+        ctx.fillText(label, ox + 4 + tw > ML + plotW ? ox - 4 - tw : ox + 4, MT + 26);
+      }
       // live-at cursor
       if (state.live && state.live.pane === this && state.live.u !== undefined && state.live.axis === this.axis) {
         const lx = this.xOf(state.live.u);
