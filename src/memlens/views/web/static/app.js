@@ -494,12 +494,14 @@
           ctx.setLineDash([]);
           ctx.fillStyle = col("--peak");
           ctx.font = "11px system-ui, sans-serif";
+          ctx.textAlign = "left"; // the axis labels leave it "right"
           ctx.fillText(`peak ${fmtBytes(s.peak_active_bytes)}`, Math.min(px + 4, ML + plotW - 90), MT + 12);
         }
       }
       // out-of-memory entries: where the allocator gave up (the request and the free memory
       // the driver reported), so an OOM snapshot opens on what it is about
       ctx.font = "11px system-ui, sans-serif";
+      ctx.textAlign = "left";
       for (const o of this.dm.ooms || []) {
         const ou = this.axis === "time" ? o.time_us : o.event + 0.5;
         if (ou === null) continue;
