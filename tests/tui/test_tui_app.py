@@ -534,3 +534,37 @@ def test_cli_errors_are_one_line(tmp_path):
     )
     assert p.returncode == 2
     assert p.stderr.strip() == "memlens: error: device 3 is not in this snapshot (devices: 0)"
+
+
+def test_oom_entries_are_marked_and_o_jumps_to_them():
+    """hs.small() plus an `oom` entry (event 9): a 64 MiB request with 1 MiB free."""
+    raw = hs.small()
+    raw["device_traces"][0].append(
+        {
+            "action": "oom",
+            "device_free": MiB,
+            "size": 64 * MiB,
+            "stream": 0,
+            "time_us": 1_009_000,
+            "frames": [hs.MAIN],
+        }  # fmt: skip
+    )
+    oom_dev = memlens.load(raw, cache=False).device()
+
+    async def script(app, pilot):
+        assert chart(app).splitlines()[-1] == "          └ ◆ ▲   ◆ ✕"
+        await press(pilot, "o")
+        assert status(app).startswith(
+            "event 9 oom 64.00 MiB requested, 1.00 MiB free on the device · t+0.009000 s"
+        )
+        assert chart(app).splitlines()[-1] == "          └ ◆     ◆ ▲"  # the cursor covers it
+        await press(pilot, "home", "o")  # from the start, the first (and only) one again
+        assert status(app).startswith("event 9 oom")
+
+    run([oom_dev], script, size=(60, 10))
+
+    async def none(app, pilot):
+        await press(pilot, "o")
+        assert status(app).startswith("event 3 ")  # stays on the peak, with a notice
+
+    run([memlens.load(hs.small()).device()], none, size=SMALL)

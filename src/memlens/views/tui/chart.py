@@ -16,6 +16,7 @@ import numpy as np
 from rich.style import Style
 from rich.text import Text
 
+from memlens.snapshot.actions import Action
 from memlens.snapshot.model import DeviceTrace
 from memlens.units import format_bytes
 
@@ -23,6 +24,7 @@ EIGHTHS = " ▁▂▃▄▅▆▇█"
 RESERVED_GLYPH = "░"  # reserved-but-not-active memory, stacked above the active bar
 CURSOR_GLYPH = "▲"
 MARKER_GLYPH = "◆"
+OOM_GLYPH = "✕"  # an out-of-memory entry: where the allocator gave up
 AXIS_WIDTH = 11  # y-axis labels ("1023.99 MiB") plus a separator
 CURSOR_LINE_GLYPH = "┊"  # without colour, the cursor's column above its bar
 MIN_WIDTH, MIN_HEIGHT = 30, 2  # below this the chart says so instead of drawing
@@ -38,6 +40,7 @@ EMPTY_CURSOR = Style(bgcolor="#4e4e4e")
 AXIS = Style(dim=True)
 MARKER = Style(color="#5fd75f", bold=True)
 CURSOR_MARK = Style(color="#ffd700", bold=True)
+OOM_MARK = Style(color="#ff3030", bold=True)
 _GLYPHS = np.array(list(EIGHTHS + RESERVED_GLYPH + CURSOR_LINE_GLYPH))
 _CURSOR_LINE = len(EIGHTHS) + 1  # index of CURSOR_LINE_GLYPH in _GLYPHS
 # by cell kind: empty, active, reserved; then the same three on the cursor's column
@@ -64,6 +67,7 @@ class Timeline:
     reserved: np.ndarray
     markers: list[Marker] = field(default_factory=list)
     start_top: int = 0  # the higher of active and reserved bytes before the first event
+    ooms: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # OOM events
     _levels: dict[int, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict, repr=False)
 
     @classmethod
@@ -73,6 +77,7 @@ class Timeline:
             np.asarray(dev.reserved_after, dtype=np.int64),
             stage_markers(dev),
             max(dev.baseline_bytes, dev.reserved_start_bytes),
+            np.flatnonzero(dev.action == Action.OOM).astype(np.int64),
         )
 
     @property
@@ -329,6 +334,9 @@ def _axis_row(timeline: Timeline, view: Viewport, cols: int, mono: bool) -> Text
     xs = timeline.start_marker_events // view.bucket - view.start
     for x in np.unique(xs[(xs >= 0) & (xs < cols)]).tolist():
         cells[x], styles[x] = MARKER_GLYPH, marker
+    xs = timeline.ooms // view.bucket - view.start
+    for x in np.unique(xs[(xs >= 0) & (xs < cols)]).tolist():
+        cells[x], styles[x] = OOM_GLYPH, (marker if mono else OOM_MARK)
     x = view.cursor_column - view.start
     if 0 <= x < cols:
         cells[x], styles[x] = CURSOR_GLYPH, cursor

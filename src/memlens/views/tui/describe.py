@@ -6,6 +6,7 @@ import os
 
 import numpy as np
 
+from memlens.snapshot.actions import Action
 from memlens.snapshot.frames import CPP, NOISE, short_cpp_name
 from memlens.snapshot.model import GHOST, LIVE_AT_END, PENDING_FREE, PREEXISTING, DeviceTrace
 from memlens.units import format_bytes
@@ -70,6 +71,8 @@ def cursor_line(dev: DeviceTrace, timeline: Timeline, view: Viewport) -> str:
         return "no events in this trace"
     e = min(view.cursor, dev.n_events - 1)
     parts = [f"event {e:,} {dev.action_name(e)} {format_bytes(int(dev.size[e]))}"]
+    if dev.action[e] == Action.OOM:  # the request failed; addr holds the driver's free bytes
+        parts[0] += f" requested, {format_bytes(int(dev.addr[e]))} free on the device"
     t = event_time(dev, e)
     if t:
         parts.append(t)

@@ -43,6 +43,7 @@ TIMELINE = (
     Key(("R",), "reserved_peak", "jump to the peak of reserved memory (compare: A's, again: B's)"),
     Key(("m",), "marker(1)", "jump to the next stage marker"),
     Key(("M",), "marker(-1)", "jump to the previous stage marker"),
+    Key(("o",), "oom", "jump to the next out-of-memory entry (✕ on the axis)"),
     Key(("enter",), "detail", "live allocations at the cursor (compare: diff tree at the cursor)"),
     Key(("d",), "diff_peaks", "compare: diff tree of the two peaks"),
     Key(("a",), "event_allocation", "the allocation of the event at the cursor"),

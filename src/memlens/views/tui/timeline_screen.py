@@ -161,6 +161,16 @@ class TimelineScreen(KeyScreen):
     def do_summary(self) -> None:
         self.app.push_screen(SummaryScreen(self.sessions))
 
+    def do_oom(self) -> None:
+        """To the next OOM entry of the first snapshot that has one, after the last back to
+        the first."""
+        ooms = next((s.timeline.ooms for s in self.sessions if len(s.timeline.ooms)), None)
+        if ooms is None:
+            self.notify("no out-of-memory entry in this trace")
+            return
+        after = ooms[ooms > self.view.cursor]
+        self.view.goto_event(int(after[0] if len(after) else ooms[0]))
+
     def do_marker(self, direction: int) -> None:
         events_ = sorted({m.event for s in self.sessions for m in s.timeline.markers if m.start})
         here = self.view.cursor
