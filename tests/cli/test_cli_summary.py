@@ -43,6 +43,34 @@ def test_summary_json_schema_and_values(hand_file):
         ("train_step (/home/u/train.py:10)", 1510, 4),
     ]
     assert d["time_start_us"] == 1000 and d["time_end_us"] == 1009
+    assert d["ooms"] == []
+
+
+def test_summary_names_each_oom(tmp_path):
+    raw = hand_snapshot()
+    raw["device_traces"][0].append(
+        {
+            "action": "oom",
+            "device_free": 3 * 1024 * 1024,
+            "size": 40 * 1024 * 1024,
+            "stream": 0,
+            "time_us": 1010,
+            "frames": [],
+        }  # fmt: skip
+    )
+    p = tmp_path / "oom.pickle"
+    p.write_bytes(pickle.dumps(raw, protocol=4))
+    (d,) = json.loads(run("summary", str(p), "--json").output)["devices"]
+    assert d["ooms"] == [
+        {"event": 10, "time_us": 1010, "requested_bytes": 40 * 1024 * 1024,
+         "device_free_bytes": 3 * 1024 * 1024}
+    ]  # fmt: skip
+    text = run("summary", str(p)).output
+    assert (
+        "  OOM              40.00 MiB requested at event 10 with 3.00 MiB free on the device\n"
+        in text
+    )
+    assert "(`memlens oom` explains it)" in text
 
 
 def test_summary_text(hand_file):

@@ -16,6 +16,21 @@ from memlens.snapshot.actions import Action
 from memlens.snapshot.model import DeviceTrace
 
 
+def oom_entries(dev: DeviceTrace, limit: int | None = None) -> list[dict[str, Any]]:
+    """The trace's `oom` entries, light: {"event", "time_us", "requested_bytes" (the rounded
+    size that failed), "device_free_bytes" (what the driver reported)}; the first `limit`."""
+    events = np.flatnonzero(dev.action == Action.OOM)[:limit]
+    return [
+        {
+            "event": e,
+            "time_us": time_of(dev, e),
+            "requested_bytes": int(dev.size[e]),
+            "device_free_bytes": int(dev.addr[e]),
+        }
+        for e in events.tolist()
+    ]
+
+
 def oom_report(
     dev: DeviceTrace, *, top: int = 10, hide_patterns: Sequence[str] | None = None
 ) -> dict[str, Any]:
@@ -27,20 +42,16 @@ def oom_report(
     OOM), "site" (where the failing request was made, if its stack was recorded)}]}.
     The state is right before the OOM entry (the failed request allocated nothing).
     """
-    events = np.flatnonzero(dev.action == Action.OOM)
     ufs = user_frame_of_stacks(dev.snapshot, hide_patterns)
     ooms = []
-    for e in events.tolist():
+    for entry in oom_entries(dev):
+        e, req = entry["event"], entry["requested_bytes"]
         st = state_at(dev, e, blocks=False)
         rows = dev.live_at(e)
-        req = int(dev.size[e])
         sid = int(dev.stack[e])
         ooms.append(
             {
-                "event": e,
-                "time_us": time_of(dev, e),
-                "requested_bytes": req,
-                "device_free_bytes": int(dev.addr[e]),
+                **entry,
                 "active_bytes": st["active_bytes"],
                 "reserved_bytes": st["reserved_bytes"],
                 "reserved_unused_bytes": st["reserved_bytes"] - st["active_bytes"],

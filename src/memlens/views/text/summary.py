@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from memlens.analysis.oom import oom_entries
 from memlens.analysis.sites import top_sites
 from memlens.snapshot.model import GHOST, PREEXISTING, DeviceTrace, Snapshot
 from memlens.units import format_bytes
@@ -90,6 +91,7 @@ def device_summary(
         "streams": int(np.count_nonzero(np.bincount(dev.stream))) if n else 0,
         "annotations": int(np.count_nonzero(ann.device == dev.device)) if len(ann) else 0,
         "top_sites": top_sites(dev, rows, limit=top, hide_patterns=hide_patterns),
+        "ooms": oom_entries(dev),
     }
 
 
@@ -150,6 +152,16 @@ def render_summary(snap: Snapshot, summary: dict[str, Any] | None = None) -> str
         )
         if d["annotations"]:
             lines.append(f"  annotations      {d['annotations']:,}")
+        ooms = d["ooms"]
+        for o in ooms[:3]:
+            lines.append(
+                f"  OOM              {format_bytes(o['requested_bytes'])} requested at event "
+                f"{o['event']:,} with {format_bytes(o['device_free_bytes'])} free on the device"
+            )
+        if ooms:
+            more = f"{len(ooms) - 3:,} more; " if len(ooms) > 3 else ""
+            them = "it" if len(ooms) == 1 else "them"
+            lines.append(f"                   ({more}`memlens oom` explains {them})")
         if d["top_sites"]:
             lines.append(f"  top call sites alive at the peak ({d['live_at_peak']:,} allocations):")
             for site in d["top_sites"]:

@@ -11,10 +11,10 @@ from typing import Any
 
 import numpy as np
 
+from memlens.analysis.oom import oom_entries
 from memlens.analysis.sites import frame_label, site_of_allocations, top_sites
 from memlens.analysis.tree import live_tree
 from memlens.errors import MemlensError
-from memlens.snapshot.actions import Action
 from memlens.snapshot.model import (
     GHOST,
     LIVE_AT_END,
@@ -36,6 +36,7 @@ FLAG_NAMES = {
 }
 KIND_NAMES = ("python", "cpp", "noise")
 MAX_ANNOTATIONS = 200_000
+MAX_OOM_MARKERS = 100
 # the page draws allocations down to this fraction of a pixel as thin stripes (within the
 # layout's cell budget): at full zoom on a large model every tensor is under a pixel
 PAGE_MIN_PX = 1 / 16
@@ -114,7 +115,8 @@ class ViewerData:
                             "peak_active_bytes": dev.peak_active_bytes,
                             "peak_reserved_bytes": dev.peak_reserved_bytes,
                         },
-                        "ooms": _ooms(dev, tr is not None),
+                        # marked on the chart (the first MAX_OOM_MARKERS)
+                        "ooms": oom_entries(dev, MAX_OOM_MARKERS),
                     }
                 )
             out.append(
@@ -397,21 +399,3 @@ class ViewerData:
             "sites": rows_out[:limit],
             "n_sites": len(rows_out),
         }
-
-
-MAX_OOM_MARKERS = 100
-
-
-def _ooms(dev: DeviceTrace, has_time: bool) -> list[dict[str, Any]]:
-    """The trace's out-of-memory entries, marked on the chart (the first MAX_OOM_MARKERS):
-    the request that failed (its rounded size) and the free memory the driver reported."""
-    events = np.flatnonzero(dev.action == Action.OOM)[:MAX_OOM_MARKERS]
-    return [
-        {
-            "event": e,
-            "time_us": int(dev.time_us[e]) if has_time else None,
-            "requested_bytes": int(dev.size[e]),
-            "device_free_bytes": int(dev.addr[e]),  # the entry's device_free
-        }
-        for e in events.tolist()
-    ]
