@@ -13,7 +13,7 @@ import time
 import pytest
 
 import memlens
-from memlens.analysis.stages import stage_table
+from memlens.analysis.stages import compare_steps, stage_table
 from memlens.cli.main import main
 from memlens.errors import MemlensError
 from memlens.inspect.annotations import activation_annotations, annotations_from
@@ -80,8 +80,8 @@ def test_each_step_is_one_named_range(tmp_path):
          "modules": {"fc1": 512}},
     ])  # fmt: skip
     got = activation_annotations(run)
-    first = "forward activations 3.00 MiB (inspect step 0; largest fc2 2.00 MiB)"
-    second = "forward activations 512 B (inspect step 20; largest fc1 512 B)"
+    first = "forward activations 3.00 MiB (largest fc2 2.00 MiB)#0"
+    second = "forward activations 512 B (largest fc1 512 B)#20"
     assert got == [
         {"name": first, "stage": "START", "device": 0, "time_us": T0 + 5},
         {"name": first, "stage": "END", "device": 0, "time_us": T0 + 35},
@@ -118,7 +118,7 @@ def test_steps_without_a_clock_are_skipped_and_old_files_still_read(tmp_path):
     ])  # fmt: skip
     got = activation_annotations(run)
     assert [(a["stage"], a["time_us"]) for a in got] == [("START", T0), ("END", T0)]
-    assert got[0]["name"] == "forward activations 8 B (inspect step 1)"
+    assert got[0]["name"] == "forward activations 8 B#1"
 
 
 @pytest.mark.parametrize(
@@ -162,7 +162,7 @@ def test_stages_command_shows_the_inspector_run(one_step_run, capsys):
     snap, run = one_step_run
     _run_cli(["stages", str(snap), "--annotations", str(run), "--json"])
     (row,) = json.loads(capsys.readouterr().out)["stages"]
-    assert row["name"] == "forward activations 3.00 MiB (inspect step 0; largest fc2 2.00 MiB)"
+    assert row["name"] == "forward activations 3.00 MiB (largest fc2 2.00 MiB)#0"
     assert (row["first_event"], row["last_event"], row["peak_bytes"]) == (0, 2, 3 * MiB)
     # without the option the snapshot has no stages
     _run_cli(["stages", str(snap), "--json"])
@@ -189,7 +189,7 @@ def test_viewer_draws_the_forward_passes(one_step_run):
                 assert time.monotonic() < deadline, "the viewer did not answer"
                 time.sleep(0.1)
         got = [(s["name"], s["t0"], s["t1"], s["e0"], s["e1"]) for s in spans]
-        name = "forward activations 3.00 MiB (inspect step 0; largest fc2 2.00 MiB)"
+        name = "forward activations 3.00 MiB (largest fc2 2.00 MiB)#0"
         assert got == [(name, T0 + 5, T0 + 35, 0, 3)]
     finally:
         proc.terminate()
@@ -205,5 +205,24 @@ def test_tui_names_the_forward_pass_at_the_cursor(one_step_run, monkeypatch):
     monkeypatch.setattr(tui_app.TuiApp, "run", lambda self: opened.append(self))
     _run_cli(["tui", str(snap), "--annotations", str(run)])
     timeline = opened[0].sessions[0].timeline
-    name = "forward activations 3.00 MiB (inspect step 0; largest fc2 2.00 MiB)"
+    name = "forward activations 3.00 MiB (largest fc2 2.00 MiB)#0"
     assert [timeline.stage_at(e) for e in range(5)] == [name, name, name, "", ""]
+
+
+def test_steps_with_the_same_activations_are_one_repeated_stage(tmp_path):
+    same = {"total_bytes": 3 * MiB, "modules": {"fc1": MiB, "fc2": 2 * MiB}}
+    run = _write(tmp_path, [
+        {"step": 0, "time_us": T0 + 5, "end_time_us": T0 + 35, **same},
+        {"step": 20, "time_us": T0 + 50, "end_time_us": T0 + 70, **same},
+    ])  # fmt: skip
+    snap = memlens.load(_snapshot(), cache=False)
+    snap.add_annotations(activation_annotations(run))
+    (group,) = compare_steps(snap.device(0))["groups"]
+    assert group["base_name"] == "forward activations 3.00 MiB (largest fc2 2.00 MiB)"
+    # step 0 ends at 3 MiB active (after event 2), step 20 at 4 MiB (after event 4): +1 MiB
+    assert (group["count"], group["peak_min_bytes"], group["peak_max_bytes"]) == (
+        2,
+        3 * MiB,
+        4 * MiB,
+    )
+    assert group["end_growth_bytes"] == MiB

@@ -3,8 +3,8 @@ of the same run shows them: `memlens stages/view/tui/report SNAP --annotations R
 
 Each sampled step becomes one START/END range over that step's forward pass (from the first
 to the last watched module's output, on the snapshot's clock: epoch microseconds), named
-with the bytes the watched modules returned, e.g. ``forward activations 45.21 MiB (inspect
-step 20; largest blocks.3.mlp 8.00 MiB)``. A memory view then draws it as a stage band, and
+with the bytes the watched modules returned and the step, e.g. ``forward activations 45.21
+MiB (largest blocks.3.mlp 8.00 MiB)#20``. A memory view then draws it as a stage band, and
 `memlens stages` puts the allocator's view of that forward pass (memory at start and end,
 peak inside, bytes allocated) next to it. Reading needs no torch.
 """
@@ -65,11 +65,13 @@ def _activation_entries(doc: dict[str, Any], device: int) -> list[dict[str, Any]
             continue  # a step without a clock cannot be placed on the trace
         modules = row.get("modules") or {}
         total = int(row.get("total_bytes", sum(modules.values())))
-        name = f"forward activations {format_bytes(total)} (inspect step {row.get('step')}"
+        name = f"forward activations {format_bytes(total)}"
         if modules:
             top = max(modules, key=lambda m: modules[m])
-            name += f"; largest {top} {format_bytes(int(modules[top]))}"
-        name += ")"
+            name += f" (largest {top} {format_bytes(int(modules[top]))})"
+        # "#step" last, as in ProfilerStep#N: steps with the same activations group as one
+        # repeated stage, so `memlens stages`/`leaks` compare them step by step
+        name += f"#{row.get('step')}"
         out.append({"name": name, "stage": "START", "device": device, "time_us": t0})
         out.append({"name": name, "stage": "END", "device": device, "time_us": max(t0, t1)})
     return out
