@@ -41,7 +41,7 @@ MAX_WIDTH = 8192
 MAX_HEIGHT = 8192
 # (band, column) cells up to which a viewport takes sub-pixel bands: bounds the server's work
 # and the JSON (benchmarks-view.md). Bands a pixel tall count, but are drawn even past it.
-MAX_DETAIL_CELLS = 600_000
+MAX_DETAIL_CELLS = 300_000
 
 
 class RangeArgmax:
