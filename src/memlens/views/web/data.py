@@ -13,6 +13,7 @@ import numpy as np
 
 from memlens.analysis.oom import oom_entries
 from memlens.analysis.sites import frame_label, site_of_allocations, top_sites
+from memlens.analysis.stages import stage_intervals
 from memlens.analysis.tree import live_tree
 from memlens.errors import MemlensError
 from memlens.snapshot.model import (
@@ -303,57 +304,39 @@ class ViewerData:
 
     @staticmethod
     def _build_annotations(dev: DeviceTrace) -> dict[str, Any]:
-        """START/END pairs matched per name (innermost open START first), nested by depth."""
-        snap = dev.snapshot
-        ann = snap.annotations
-        if not len(ann) or time_range(dev) is None:
+        """The stages of `memlens stages` (analysis.stages.stage_intervals: the same pairing,
+        nesting and events), as time spans for the stage strip."""
+        stages = stage_intervals(dev)
+        if not stages:
             return {"spans": [], "truncated": False}
-        sel = np.flatnonzero(ann.device == dev.device)
-        if not len(sel):
-            # annotations record the current device; with one device, keep them all
-            sel = np.arange(len(ann)) if len(snap.traces) == 1 else sel
-        sel = sel[np.argsort(ann.time_us[sel], kind="stable")]
-        open_: dict[int, list[int]] = {}
-        # (name id, start us, end us, began before the trace)
-        spans: list[tuple[int, int, int, bool]] = []
         t_first, t_last = time_range(dev)
-        for i in sel.tolist():
-            name, stage, t = int(ann.name[i]), int(ann.stage[i]), int(ann.time_us[i])
-            if stage == 0:
-                open_.setdefault(name, []).append(t)
-            elif stage == 1:
-                starts = open_.get(name)
-                if starts:
-                    spans.append((name, starts.pop(), t, False))
-                else:  # an END without START began before the ring buffer window
-                    spans.append((name, min(t_first, t), t, True))
-        for name, starts in open_.items():
-            for t in starts:  # START without END: still running at the end
-                spans.append((name, t, max(t_last, t), False))
-        spans.sort(key=lambda x: (x[1], -x[2]))
+        spans = []
+        for st in stages:
+            t0, t1 = st["start_time_us"], st["end_time_us"]
+            # a stage open at an edge of the ring buffer's window is drawn to that edge
+            t0 = min(t_first, t1) if t0 is None else t0
+            t1 = max(t_last, t0) if t1 is None else t1
+            spans.append((t0, t1, st))
+        spans.sort(key=lambda x: (x[0], -x[1]))
         truncated = len(spans) > MAX_ANNOTATIONS
-        spans = spans[:MAX_ANNOTATIONS]
-        # depth: how many enclosing spans are still open at the start (stack of end times)
+        # the strip's row: how many drawn spans still cover the start (a stage that began
+        # before the trace covers what starts inside it, though no START was recorded)
         out = []
-        stack: list[int] = []
-        mono = dev.monotonic_time_us
-        for name, t0, t1, before_trace in spans:
-            while stack and stack[-1] <= t0:
-                stack.pop()
-            depth = len(stack)
-            stack.append(t1)
+        ends: list[int] = []
+        for t0, t1, st in spans[:MAX_ANNOTATIONS]:
+            while ends and ends[-1] <= t0:
+                ends.pop()
             out.append(
                 {
-                    "name": snap.string(name),
+                    "name": st["name"],
                     "t0": t0,
                     "t1": t1,
-                    # events e0..e1-1 are inside, as `memlens stages` counts them: an event
-                    # stamped at the START's microsecond is before it, one at the END's inside
-                    "e0": 0 if before_trace else int(np.searchsorted(mono, t0, side="right")),
-                    "e1": int(np.searchsorted(mono, t1, side="right")),
-                    "depth": depth,
+                    "e0": st["first_event"],  # events e0..e1-1 are inside
+                    "e1": st["last_event"] + 1,
+                    "depth": len(ends),
                 }
             )
+            ends.append(t1)
         return {"spans": out, "truncated": truncated}
 
     # ---- /api/compare ---------------------------------------------------------------------------
