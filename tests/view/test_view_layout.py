@@ -1,4 +1,4 @@
-"""Exact geometry of the level-of-detail layout (memlens.timeline.layout)."""
+"""Exact geometry of the level-of-detail layout (memlens.views.layout)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from view_fixtures import small_snapshot
 
 import memlens
 from memlens.snapshot.generate import generate_snapshot
-from memlens.timeline.layout import MAX_DETAIL_CELLS, DeviceLayout, LiveIndex, RangeArgmax
+from memlens.views.layout import MAX_DETAIL_CELLS, DeviceLayout, LiveIndex, RangeArgmax
 
 
 @pytest.fixture

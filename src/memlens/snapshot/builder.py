@@ -18,7 +18,7 @@ from memlens.errors import SnapshotError
 from memlens.snapshot.actions import BLOCK_STATES, KNOWN_ACTIONS, Action
 from memlens.snapshot.interning import FrameTable, StackTable, StringTable
 from memlens.snapshot.model import Annotations, Frames, Segments, Snapshot, Stacks
-from memlens.timeline.replay import replay_device
+from memlens.snapshot.replay import replay_device
 
 KNOWN_ENTRY_FIELDS = {
     "action", "addr", "size", "stream", "time_us", "frames", "compile_context",

@@ -1,5 +1,5 @@
 """The largest allocations as stacked bands on the timeline (MemoryViz's picture), drawn
-once, server-side, from the viewer's level-of-detail layout (memlens.timeline.layout).
+once, server-side, from the viewer's level-of-detail layout (memlens.views.layout).
 
 Each allocation at least one band-pixel tall is a band stacked in allocation order; the
 smaller ones are the plain active area on top. Bands are rectangles, one per run of
@@ -40,7 +40,7 @@ LAYOUT_TIMEOUT_S = 15.0
 def _layout_view(dev: DeviceTrace, width: int, ymax: int) -> tuple[np.ndarray, Any]:
     """The viewer's layout of the whole trace, in a worker thread with a time limit: the
     bands are a decoration, and whatever happens in the layout, the report must finish."""
-    from memlens.timeline.layout import DeviceLayout
+    from memlens.views.layout import DeviceLayout
 
     box: dict[str, Any] = {}
 

@@ -25,7 +25,7 @@ from memlens.snapshot.model import (
     DeviceTrace,
     Snapshot,
 )
-from memlens.timeline.layout import MAX_HEIGHT, MAX_WIDTH, DeviceLayout, time_range
+from memlens.views.layout import MAX_HEIGHT, MAX_WIDTH, DeviceLayout, time_range
 from memlens.views.text.summary import device_summary
 
 FLAG_NAMES = {
