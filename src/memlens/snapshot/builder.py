@@ -16,8 +16,9 @@ import numpy as np
 
 from memlens.errors import SnapshotError
 from memlens.snapshot.actions import BLOCK_STATES, KNOWN_ACTIONS, Action
+from memlens.snapshot.annotations import Annotations, annotation_columns
 from memlens.snapshot.interning import FrameTable, StackTable, StringTable
-from memlens.snapshot.model import Annotations, Frames, Segments, Snapshot, Stacks
+from memlens.snapshot.model import Frames, Segments, Snapshot, Stacks
 from memlens.snapshot.replay import replay_device
 
 KNOWN_ENTRY_FIELDS = {
@@ -288,33 +289,6 @@ def _build_segments(raw_segments: list[Any], ctx: _Context) -> Segments:
 
 def _build_annotations(raw: Any, ctx: _Context) -> Annotations:
     return annotation_columns(raw, ctx.strings)
-
-
-def annotation_columns(raw: Any, intern: Callable[[Any], int]) -> Annotations:
-    """external_annotations entries ({"name", "stage", "device", "time_us"}) as columns;
-    `intern` maps a name to its id in the snapshot's string table."""
-    names, stages, devices, times = [], [], [], []
-    if not isinstance(raw, list):
-        raw = []
-    for a in raw:
-        if not isinstance(a, dict):
-            continue
-        names.append(intern(a.get("name", "")))
-        st = a.get("stage")
-        stages.append(0 if st == "START" else 1 if st == "END" else -1)
-        try:
-            devices.append(int(a.get("device", 0) or 0))
-            times.append(int(a.get("time_us", -1)))
-        except (TypeError, ValueError):
-            raise SnapshotError(
-                "an external annotation has a non-integer device or time_us"
-            ) from None
-    return Annotations(
-        name=np.asarray(names, dtype=np.int32),
-        stage=np.asarray(stages, dtype=np.int8),
-        device=np.asarray(devices, dtype=np.int32),
-        time_us=np.asarray(times, dtype=np.int64),
-    )
 
 
 def build_snapshot(top: dict[str, Any], source: str, warn: Warn) -> Snapshot:

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from memlens.snapshot.actions import KNOWN_ACTIONS, Action
+from memlens.snapshot.annotations import Annotations, annotation_columns
 
 # Sentinel for "never freed inside the trace": free_event == n_events.
 ALIVE_AT_END = -2
@@ -229,19 +230,6 @@ class Segments:
 
 
 @dataclass
-class Annotations:
-    """external_annotations as columns (START/END markers from record_function)."""
-
-    name: np.ndarray  # int32 string id
-    stage: np.ndarray  # int8: 0 START, 1 END, -1 other
-    device: np.ndarray  # int32
-    time_us: np.ndarray  # int64
-
-    def __len__(self) -> int:
-        return len(self.name)
-
-
-@dataclass
 class Snapshot:
     """A loaded snapshot: per-device traces plus shared tables."""
 
@@ -263,8 +251,6 @@ class Snapshot:
         """Append external_annotations entries (PyTorch's form: name, stage START/END,
         device, time_us), e.g. from another tool of the same run. Call it before any
         analysis: results already computed on this snapshot are not recomputed."""
-        from memlens.snapshot.builder import annotation_columns
-
         ids = {s: i for i, s in enumerate(self.strings)}
 
         def intern(name: Any) -> int:
