@@ -3,7 +3,7 @@
     python benchmarks/bench_load.py                 # 10k, 100k, 1M events
     python benchmarks/bench_load.py --sizes 10000 100000 1000000 5000000
 
-Snapshots are generated (memlens.snapshot.generate) into benchmarks/data/ once and reused.
+Snapshots are generated (memlens.simulation.synthetic) into benchmarks/data/ once and reused.
 Every load is timed in a fresh process so peak RSS (ru_maxrss) belongs to that load alone.
 Prints a Markdown table (paste it into docs/benchmarks.md); --json prints the raw figures.
 """
@@ -80,7 +80,7 @@ def ensure_snapshot(events: int) -> Path:
     DATA.mkdir(parents=True, exist_ok=True)
     path = DATA / f"gen_{events}.pickle"
     if not path.exists():
-        from memlens.snapshot.generate import generate_snapshot
+        from memlens.simulation.synthetic import generate_snapshot
 
         t = time.perf_counter()
         generate_snapshot(path, events=events, layers=24, seed=1)

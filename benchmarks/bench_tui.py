@@ -78,7 +78,7 @@ def ensure_snapshot(events: int) -> Path:
     path = DATA / f"gen_{events}.pickle"
     if not path.exists():
         DATA.mkdir(parents=True, exist_ok=True)
-        from memlens.snapshot.generate import generate_snapshot
+        from memlens.simulation.synthetic import generate_snapshot
 
         generate_snapshot(path, events=events, layers=24, seed=1)
     return path
@@ -249,7 +249,7 @@ def main() -> None:
         f"{os.getloadavg()[0]:.1f} at the start: the machine is shared, so single slow "
         "presses come and go between runs), headless Textual at 120x40.",
         "",
-        "Inputs: `gen_1000000.pickle` from `memlens.snapshot.generate` (made on first run); "
+        "Inputs: `gen_1000000.pickle` from `memlens.simulation.synthetic` (made on first run); "
         "a real-shaped 1M-event one (deep C++ + Python stacks) by tiling a real snapshot: "
         "`python ../shared/tools/tile_snapshot.py "
         "../shared/snapshots/cs336_memory_ctx256_fullstep.pickle /tmp/tui_tiled_1m.pickle "

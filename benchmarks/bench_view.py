@@ -39,7 +39,7 @@ WIDTH, HEIGHT = 1400, 900
 def snapshot_file(n: int) -> Path:
     path = DATA / f"gen_{n}.pickle"
     if not path.exists():
-        from memlens.snapshot.generate import generate_snapshot
+        from memlens.simulation.synthetic import generate_snapshot
 
         print(f"generating {path} ...", file=sys.stderr)
         generate_snapshot(path, events=n)

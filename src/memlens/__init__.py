@@ -23,7 +23,7 @@ _LAZY: dict[str, tuple[str, str]] = {
     "load": ("memlens.snapshot.loader", "load"),
     "Snapshot": ("memlens.snapshot.model", "Snapshot"),
     "DeviceTrace": ("memlens.snapshot.model", "DeviceTrace"),
-    "generate_snapshot": ("memlens.snapshot.generate", "generate_snapshot"),
+    "generate_snapshot": ("memlens.simulation.synthetic", "generate_snapshot"),
     # recording (torch needed only when called)
     "record": ("memlens.capture.capture", "record"),
     "stage": ("memlens.capture.markers", "stage"),

@@ -74,7 +74,7 @@ def test_anomalies_untimed_uses_events_only():
 
 
 def test_generated_snapshot_late_frees_and_no_leaks():
-    from memlens.snapshot.generate import generate_trace_dict
+    from memlens.simulation.synthetic import generate_trace_dict
 
     dev = memlens.load(generate_trace_dict(events=8000, side_stream=True)).device(0)
     lf = anomalies(dev)["late_frees"]

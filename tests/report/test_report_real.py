@@ -56,7 +56,7 @@ def test_real_report(shared_snapshots_dir, expected_figures, name):
 
 @pytest.mark.slow
 def test_million_event_report_is_small_and_fast():
-    from memlens.snapshot.generate import generate_trace_dict
+    from memlens.simulation.synthetic import generate_trace_dict
 
     snap = memlens.load(generate_trace_dict(events=1_000_000, oom=True), cache=False)
     dev = snap.device()

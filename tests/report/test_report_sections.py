@@ -185,7 +185,7 @@ def test_diff_of_two_snapshots():
 
 
 def test_several_devices_and_device_choice():
-    from memlens.snapshot.generate import generate_trace_dict
+    from memlens.simulation.synthetic import generate_trace_dict
     from memlens.units import format_bytes
 
     snap = memlens.load(generate_trace_dict(events=2000, devices=2, seed=3), cache=False)

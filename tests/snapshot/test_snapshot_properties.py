@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import memlens
-from memlens.snapshot.generate import generate_trace_dict
+from memlens.simulation.synthetic import generate_trace_dict
 from snapshot_builders import ev
 from snapshot_reference import memoryviz_replay
 

@@ -243,7 +243,7 @@ def test_snapshot_without_trace_events_shows_its_final_state():
 def test_meta_marks_each_oom():
     """An OOM snapshot opens on what it is about: every `oom` entry, as `memlens oom` has it."""
     from memlens.analysis.oom import oom_report
-    from memlens.snapshot.generate import generate_snapshot
+    from memlens.simulation.synthetic import generate_snapshot
 
     snap = memlens.load(generate_snapshot(None, events=3000, oom=True), cache=False)
     data = ViewerData([snap], ["oom"])

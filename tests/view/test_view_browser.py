@@ -13,7 +13,7 @@ from view_fixtures import EVIL, serving, small_snapshot
 
 import memlens
 from chromium import BROWSER_MARKS
-from memlens.snapshot.generate import generate_snapshot
+from memlens.simulation.synthetic import generate_snapshot
 from memlens.views.web.data import ViewerData
 
 pytestmark = BROWSER_MARKS

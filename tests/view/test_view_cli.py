@@ -15,7 +15,7 @@ from view_fixtures import small_snapshot
 from memlens.cli.main import cli, main
 from memlens.cli.view import bind_socket, url_for
 from memlens.errors import MemlensError
-from memlens.snapshot.generate import generate_snapshot
+from memlens.simulation.synthetic import generate_snapshot
 
 
 def test_help_lists_the_options():

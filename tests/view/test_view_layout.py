@@ -7,7 +7,7 @@ import pytest
 from view_fixtures import small_snapshot
 
 import memlens
-from memlens.snapshot.generate import generate_snapshot
+from memlens.simulation.synthetic import generate_snapshot
 from memlens.views.layout import MAX_DETAIL_CELLS, DeviceLayout, LiveIndex, RangeArgmax
 
 

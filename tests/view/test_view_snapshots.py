@@ -7,7 +7,7 @@ import pytest
 from starlette.testclient import TestClient
 
 import memlens
-from memlens.snapshot.generate import generate_snapshot
+from memlens.simulation.synthetic import generate_snapshot
 from memlens.views.web.data import ViewerData
 from memlens.views.web.server import create_app
 

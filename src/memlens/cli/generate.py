@@ -44,7 +44,7 @@ def command(
     import json
 
     from memlens.errors import MemlensError
-    from memlens.snapshot.generate import generate_snapshot, generate_trace_dict
+    from memlens.simulation.synthetic import generate_snapshot, generate_trace_dict
 
     if events < 0 or devices < 1 or layers < 1 or truncate < 0:
         raise MemlensError("--events and --truncate must be >= 0, --devices and --layers >= 1")

@@ -6,9 +6,9 @@ block merging in `free_block`, `release_cached_blocks` (empty_cache), the OOM re
 and expandable segments. It emits trace entries and segments in the exact dict format of
 `torch.cuda.memory._snapshot()`.
 
-Left out on purpose: CUDA graphs and private pools, cross-stream `record_stream` events
-(frees complete at once), the garbage-collection threshold, and any memory that does not
-go through the allocator (CUDA context, NCCL buffers).
+Left out on purpose: CUDA graphs and private pools, cross-stream events (whoever calls
+`free_request` says when the free completes), the garbage-collection threshold, and any
+memory that does not go through the allocator (CUDA context, NCCL buffers).
 """
 
 from __future__ import annotations
@@ -195,6 +195,9 @@ class CachingAllocator:
         device_memory: int | None = None,
         settings: AllocatorSettings | None = None,
         clock=None,
+        *,
+        base_address: int = BASE_ADDRESS,
+        entry_fields: dict[str, Any] | None = None,
     ):
         self.settings = settings or AllocatorSettings()
         self.device_memory = device_memory
@@ -208,8 +211,10 @@ class CachingAllocator:
         self.requested = 0  # requested bytes handed out
         self.peak_allocated = 0
         self.peak_reserved = 0
-        self._next_address = BASE_ADDRESS
+        self._next_address = base_address
         self._clock = clock or (lambda: int(time.time() * 1e6))
+        # added to every trace entry (PyTorch >= 2.5 records compile_context, user_metadata)
+        self._entry_fields = entry_fields or {}
 
     # ---------------------------------------------------------------- public API
     def malloc(self, requested: int, stream: int = 0, frames: Frames | None = None) -> int:
@@ -223,9 +228,20 @@ class CachingAllocator:
         return self._alloc_found_block(block, pool, size, requested, frames)
 
     def free(self, address: int, frames: Frames | None = None) -> None:
-        block = self.live.pop(address)
+        self.free_request(address, frames)
+        self.free_complete(address, frames)
+
+    def free_request(self, address: int, frames: Frames | None = None) -> None:
+        """The tensor is freed, but its block is still in use on another stream
+        (record_stream): it holds its memory until free_complete."""
+        block = self.live[address]
         frames = frames if frames is not None else block.frames
         self._record("free_requested", address, block.requested, block.segment.stream, frames)
+
+    def free_complete(self, address: int, frames: Frames | None = None) -> None:
+        """The last stream using the block is done: the block goes back to its pool."""
+        block = self.live.pop(address)
+        frames = frames if frames is not None else block.frames
         block.allocated = False
         self.allocated -= block.size
         self.requested -= block.requested
@@ -254,6 +270,7 @@ class CachingAllocator:
                 "stream": stream,
                 "time_us": self._clock(),
                 "frames": frames,
+                **self._entry_fields,
             }
         )
 

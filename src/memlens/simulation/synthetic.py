@@ -1,10 +1,11 @@
-"""Generate snapshots in PyTorch's exact format, of any size, with realistic structure.
+"""Synthetic snapshots in PyTorch's exact format, of any size, with realistic structure.
 
 Real snapshots cannot ship with memlens, so tests, benchmarks and the README example use
-these. The generator runs a small model of the CUDA caching allocator (512-byte rounding,
-small 2 MiB and large 20 MiB / rounded segments, best-fit reuse per stream and pool,
-splitting and coalescing of blocks) under a training loop: parameters that existed before
-recording (blocks with no trace event), forward activations kept for backward,
+these (`memlens generate`, `memlens.generate_snapshot`). A training loop drives the same
+caching-allocator model that `memlens simulate` uses (simulation.allocator.CachingAllocator:
+512-byte rounding, small 2 MiB and large 20 MiB / rounded segments, best-fit reuse per
+stream and pool, splitting and coalescing, expandable segments): parameters that existed
+before recording (blocks with no trace event), forward activations kept for backward,
 temporaries, gradients, AdamW state created on the first step, `record_stream` frees that
 complete late on a side stream, and record_function annotations (ProfilerStep#N, forward,
 backward, Optimizer.step#AdamW.step, Optimizer.zero_grad#AdamW.zero_grad). Frame dicts
@@ -12,195 +13,30 @@ and stack lists are shared objects, as in PyTorch's pickles, so files stay small
 
 Options add truncated traces (ring buffer eviction), several devices, expandable
 segments (segment_map instead of segment_alloc) and an OOM entry. The final `segments`
-always match the end of the trace exactly, so memlens's replay invariant holds.
+are the model's own state after the last event, so memlens's replay invariant holds.
+Pure Python: importing this never imports torch.
 """
 
 from __future__ import annotations
 
-import bisect
 import pickle
 import random
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-KB, MB = 1024, 1024 * 1024
-SMALL_SIZE = 1 * MB  # requests up to this go to the small pool
-SMALL_SEGMENT = 2 * MB
-LARGE_SEGMENT = 20 * MB
-MIN_LARGE_ALLOC = 10 * MB
-ROUND_LARGE = 2 * MB
-MIN_BLOCK = 512
-EXPANDABLE_GRANULE = 20 * MB
+from memlens.simulation.allocator import (
+    BASE_ADDRESS,
+    MB,
+    AllocatorSettings,
+    CachingAllocator,
+    round_size,
+)
 
-
-def round_size(n: int) -> int:
-    return max(MIN_BLOCK, (n + MIN_BLOCK - 1) // MIN_BLOCK * MIN_BLOCK)
-
-
-def segment_size_for(rounded: int) -> int:
-    if rounded <= SMALL_SIZE:
-        return SMALL_SEGMENT
-    if rounded < MIN_LARGE_ALLOC:
-        return LARGE_SEGMENT
-    return (rounded + ROUND_LARGE - 1) // ROUND_LARGE * ROUND_LARGE
-
-
-@dataclass
-class _Block:
-    addr: int
-    size: int
-    seg: _Segment
-    requested: int = 0
-    state: str = "inactive"
-    frames: list = field(default_factory=list)
-    prev: _Block | None = None
-    next: _Block | None = None
-
-
-@dataclass
-class _Segment:
-    addr: int
-    size: int
-    small: bool
-    stream: int
-    frames: list
-    expandable: bool = False
-    head: _Block | None = None
-
-
-class _Allocator:
-    """Just enough of c10's CUDACachingAllocator to produce consistent traces."""
-
-    def __init__(self, device: int, base: int, trace: list, clock, expandable: bool) -> None:
-        self.device = device
-        self.next_va = base
-        self.trace = trace
-        self.clock = clock
-        self.expandable = expandable
-        self.segments: list[_Segment] = []
-        self.pools: dict[tuple[bool, int], list[tuple[int, int, _Block]]] = {}
-        self.blocks: dict[int, _Block] = {}
-        self.record = True
-
-    def _event(self, action: str, addr: int, size: int, stream: int, frames: list) -> None:
-        if self.record:
-            self.trace.append(
-                {"action": action, "addr": addr, "size": size, "stream": stream,
-                 "time_us": self.clock(), "frames": frames,
-                 "compile_context": "N/A", "user_metadata": ""}
-            )  # fmt: skip
-
-    def _pool(self, small: bool, stream: int) -> list:
-        return self.pools.setdefault((small, stream), [])
-
-    def _add_free(self, b: _Block) -> None:
-        b.state = "inactive"
-        b.frames = []
-        bisect.insort(self._pool(b.seg.small, b.seg.stream), (b.size, b.addr, b))
-
-    def _remove_free(self, b: _Block) -> None:
-        pool = self._pool(b.seg.small, b.seg.stream)
-        i = bisect.bisect_left(pool, (b.size, b.addr))
-        while pool[i][2] is not b:
-            i += 1
-        pool.pop(i)
-
-    def _new_segment(self, small: bool, stream: int, rounded: int, frames: list) -> _Block:
-        size = segment_size_for(rounded)
-        if self.expandable and not small:
-            size = (rounded + EXPANDABLE_GRANULE - 1) // EXPANDABLE_GRANULE * EXPANDABLE_GRANULE
-        seg = _Segment(
-            self.next_va, size, small, stream, frames, expandable=self.expandable and not small
-        )
-        self.next_va += size + 2 * MB  # keep segments apart so nothing looks contiguous
-        blk = _Block(seg.addr, size, seg)
-        seg.head = blk
-        self.segments.append(seg)
-        self._event(
-            "segment_map" if seg.expandable else "segment_alloc", seg.addr, size, stream, frames
-        )
-        return blk
-
-    def malloc(self, nbytes: int, stream: int, frames: list) -> int:
-        rounded = round_size(nbytes)
-        small = rounded <= SMALL_SIZE
-        pool = self._pool(small, stream)
-        i = bisect.bisect_left(pool, (rounded, -1))
-        if i < len(pool):
-            blk = pool.pop(i)[2]
-        else:
-            blk = self._new_segment(small, stream, rounded, frames)
-        remaining = blk.size - rounded
-        if (small and remaining >= MIN_BLOCK) or (not small and remaining > SMALL_SIZE):
-            rest = _Block(blk.addr + rounded, remaining, blk.seg, prev=blk, next=blk.next)
-            if blk.next:
-                blk.next.prev = rest
-            blk.next = rest
-            blk.size = rounded
-            self._add_free(rest)
-        blk.state = "active_allocated"
-        blk.requested = nbytes
-        blk.frames = frames
-        self.blocks[blk.addr] = blk
-        self._event("alloc", blk.addr, nbytes, stream, frames)
-        return blk.addr
-
-    def free_request(self, addr: int, frames: list) -> None:
-        blk = self.blocks[addr]
-        blk.state = "active_pending_free"
-        self._event("free_requested", addr, blk.requested, blk.seg.stream, frames)
-
-    def free_complete(self, addr: int, frames: list) -> None:
-        blk = self.blocks.pop(addr)
-        self._event("free_completed", addr, blk.requested, blk.seg.stream, frames)
-        # coalesce with free neighbours in the same segment
-        for nb in (blk.prev, blk.next):
-            if nb is not None and nb.state == "inactive":
-                self._remove_free(nb)
-                if nb is blk.prev:
-                    nb.size += blk.size
-                    nb.next = blk.next
-                    if blk.next:
-                        blk.next.prev = nb
-                    blk = nb
-                else:
-                    blk.size += nb.size
-                    blk.next = nb.next
-                    if nb.next:
-                        nb.next.prev = blk
-        self._add_free(blk)
-
-    def free(self, addr: int, frames: list) -> None:
-        self.free_request(addr, frames)
-        self.free_complete(addr, frames)
-
-    def reserved(self) -> int:
-        return sum(s.size for s in self.segments)
-
-    def dump_segments(self) -> list[dict[str, Any]]:
-        out = []
-        for seg in sorted(self.segments, key=lambda s: s.addr):
-            blocks = []
-            b = seg.head
-            while b is not None:
-                blocks.append(
-                    {"address": b.addr, "size": b.size,
-                     "requested_size": b.requested if b.state != "inactive" else b.size,
-                     "state": b.state, "frames": b.frames if b.state != "inactive" else []}
-                )  # fmt: skip
-                b = b.next
-            alloc = sum(x["size"] for x in blocks if x["state"] == "active_allocated")
-            active = sum(x["size"] for x in blocks if x["state"] != "inactive")
-            req = sum(x["requested_size"] for x in blocks if x["state"] != "inactive")
-            out.append(
-                {"device": self.device, "address": seg.addr, "total_size": seg.size,
-                 "allocated_size": alloc, "active_size": active, "requested_size": req,
-                 "stream": seg.stream, "segment_type": "small" if seg.small else "large",
-                 "segment_pool_id": (0, 0), "is_expandable": seg.expandable,
-                 "frames": seg.frames, "blocks": blocks}
-            )  # fmt: skip
-        return out
+# Each device's addresses start this far apart: room for 16 expandable ranges per device
+# (each reserves 2**40 bytes of address space), so devices never share an address.
+DEVICE_ADDRESS_STRIDE = 1 << 44
+# PyTorch >= 2.5 records these on every trace entry
+ENTRY_FIELDS = {"compile_context": "N/A", "user_metadata": ""}
 
 
 class _Frames:
@@ -256,30 +92,41 @@ def generate_trace_dict(
     rng = random.Random(seed)
     fr = _Frames()
     t = [1_700_000_000_000_000]
+    recording = [True]
 
     def clock() -> int:
-        t[0] += rng.randint(1, 40)
+        if recording[0]:  # events before recording are dropped: no time passes for them
+            t[0] += rng.randint(1, 40)
         return t[0]
 
+    conf = "expandable_segments:True" if expandable else ""
+    alloc_settings = AllocatorSettings.parse(conf)
     annotations: list[dict[str, Any]] = []
     device_traces: list[list[dict[str, Any]]] = []
     all_segments: list[dict[str, Any]] = []
     main_stream, aux_stream = 0, 0x55D0_0000_1000
     for dev in range(devices):
-        trace: list[dict[str, Any]] = []
-        alloc = _Allocator(dev, 0x7F00_0000_0000 + dev * 0x0100_0000_0000, trace, clock, expandable)
+        alloc = CachingAllocator(
+            None,
+            alloc_settings,
+            clock,
+            base_address=BASE_ADDRESS + dev * DEVICE_ADDRESS_STRIDE,
+            entry_fields=ENTRY_FIELDS,
+        )
+        trace = alloc.trace
 
         def annotate(name: str, stage: str, dev: int = dev) -> None:
             annotations.append({"name": name, "stage": stage, "device": dev, "time_us": clock()})
 
         # parameters exist before recording begins: blocks with no trace event
-        alloc.record = False
+        recording[0] = False
         params = []
         for layer in range(layers):
             for pname, nbytes in (("weight", hidden * hidden * 4), ("bias", hidden * 4)):
                 stack = fr.stack((MODEL, 20 + layer, "__init__"), (USER, 12, "<module>"))
                 params.append((layer, pname, nbytes, alloc.malloc(nbytes, main_stream, stack)))
-        alloc.record = True
+        trace.clear()
+        recording[0] = True
 
         grads: dict[int, int] = {}
         opt_state: list[int] = []
@@ -360,24 +207,15 @@ def generate_trace_dict(
         # The loop ends at a step boundary; cut to the exact size by undoing nothing:
         # we stop recording here, so the final state is the state after the last event.
         if oom:
-            need = max(alloc.reserved(), 1) * 4
+            need = max(alloc.reserved, 1) * 4
             trace.append({"action": "oom", "device_free": 64 * MB, "size": round_size(need),
                           "stream": main_stream, "time_us": clock(), "frames": fr.stack((USER, 31, "train_step")),
                           "compile_context": "N/A", "user_metadata": ""})  # fmt: skip
         if truncate:
             del trace[:truncate]
         device_traces.append(trace)
-        all_segments.extend(alloc.dump_segments())
-    settings = {
-        "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True" if expandable else "",
-        "max_split_size": -1,
-        "garbage_collection_threshold": 0.0,
-        "expandable_segments": expandable,
-        "pinned_num_register_threads": 1,
-        "release_lock_on_cudamalloc": False,
-        "pinned_use_cuda_host_register": False,
-        "roundup_power2_divisions": {str(1 << k): 0 for k in range(16)},
-    }
+        all_segments.extend(alloc.segments_snapshot(dev))
+    settings = alloc_settings.as_snapshot_dict(conf)
     if truncate:
         settings["trace_alloc_overflowed"] = True
         settings["trace_alloc_max_entries"] = max(len(tr) for tr in device_traces)
