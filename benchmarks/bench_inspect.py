@@ -164,7 +164,7 @@ def bench(name: str, steps: int, rounds: int, every: int) -> dict:
 
 
 def _leaf_count(model) -> list:
-    from memlens.inspect.select import select_modules
+    from memlens.inspector.select import select_modules
 
     return select_modules(model, None)
 

@@ -8,8 +8,8 @@ torch = pytest.importorskip("torch")
 nn = torch.nn
 
 import memlens  # noqa: E402
-from memlens.inspect.alerts import AlertChecker  # noqa: E402
-from memlens.inspect.store import load_run  # noqa: E402
+from memlens.inspector.alerts import AlertChecker  # noqa: E402
+from memlens.inspector.store import load_run  # noqa: E402
 
 pytestmark = pytest.mark.torch
 

@@ -16,7 +16,7 @@ import memlens
 from memlens.analysis.stages import compare_steps, stage_table
 from memlens.cli.main import main
 from memlens.errors import MemlensError
-from memlens.inspect.annotations import activation_annotations, annotations_from
+from memlens.inspector.annotations import activation_annotations, annotations_from
 
 MiB = 1024 * 1024
 T0 = 1_700_000_000_000_000

@@ -15,9 +15,9 @@ from inspect_helpers import TinyCNN, TinyMLP, TinyTransformer, batch_for, direct
 
 import memlens  # noqa: E402
 from memlens.errors import MemlensError  # noqa: E402
-from memlens.inspect import stats as S  # noqa: E402
-from memlens.inspect.select import label, leaf_modules, select_modules  # noqa: E402
-from memlens.inspect.store import load_run  # noqa: E402
+from memlens.inspector import stats as S  # noqa: E402
+from memlens.inspector.select import label, leaf_modules, select_modules  # noqa: E402
+from memlens.inspector.store import load_run  # noqa: E402
 
 pytestmark = pytest.mark.torch
 
@@ -242,15 +242,6 @@ def test_full_queue_drops_and_never_blocks(tmp_path):
     meta = load_run(tmp_path / "r").meta
     assert meta["dropped"] == ins.samples_dropped
     assert meta["status"] == "complete"
-
-
-def test_memlens_inspect_is_callable_either_way(tmp_path):
-    import memlens.inspect.stats  # binds the package to memlens.inspect  # noqa: F401
-
-    m = TinyMLP()
-    with memlens.inspect(m, out=tmp_path / "r", render="none") as ins:
-        m(torch.randn(1, 12))
-    assert ins.closed
 
 
 def test_bad_arguments(tmp_path):

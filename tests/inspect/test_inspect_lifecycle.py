@@ -20,7 +20,7 @@ pytest.importorskip("torch")
 
 from inspect_helpers import check_html, check_run_files, decode_video  # noqa: E402
 
-from memlens.inspect.store import load_run  # noqa: E402
+from memlens.inspector.store import load_run  # noqa: E402
 
 pytestmark = [pytest.mark.torch, pytest.mark.slow]
 HERE = Path(__file__).resolve().parent
@@ -39,7 +39,7 @@ SCRIPT = textwrap.dedent(
     model = TinyCNN()
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     ins = memlens.inspect(model, layers=["conv2", "bn2"], every=2, out=OUT, close_timeout=90)
-    print("WORKER", ins._proc.pid, flush=True)
+    print("WORKER", ins._transport.proc.pid, flush=True)
 
     def loop():
         step = 0

@@ -26,8 +26,8 @@ from inspect_helpers import (  # noqa: E402
 
 import memlens  # noqa: E402
 from memlens.cli.main import main as cli_main  # noqa: E402
-from memlens.inspect import render  # noqa: E402
-from memlens.inspect.store import load_run  # noqa: E402
+from memlens.inspector import render  # noqa: E402
+from memlens.inspector.store import load_run  # noqa: E402
 
 pytestmark = pytest.mark.torch
 STEPS = 5
@@ -230,7 +230,7 @@ def test_reading_and_rendering_never_import_torch(tmp_path):
     import sys
 
     code = (
-        "import sys; import memlens.inspect.worker, memlens.inspect.render, "
+        "import sys; import memlens.inspector.worker, memlens.inspector.render, "
         "memlens.cli.inspect_report; assert 'torch' not in sys.modules, 'torch imported'"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)

@@ -13,8 +13,8 @@ F = torch.nn.functional
 
 from inspect_helpers import direct  # noqa: E402
 
-from memlens.inspect import stats as S  # noqa: E402
-from memlens.inspect.reduce import prepare, reduce_packed  # noqa: E402
+from memlens.inspector import stats as S  # noqa: E402
+from memlens.inspector.reduce import prepare, reduce_packed  # noqa: E402
 
 BINS = 32
 

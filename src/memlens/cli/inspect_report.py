@@ -27,8 +27,8 @@ import click
 @click.option("--fps", type=click.IntRange(1, 60), default=8, show_default=True)
 def command(run_dir: Path, videos: bool, plots: bool, video_format: str, fps: int) -> None:
     """Rebuild RUN_DIR/dashboard.html, plots/ and videos/ from the saved statistics."""
-    from memlens.inspect.render import render_run
-    from memlens.inspect.store import load_run
+    from memlens.inspector.render import render_run
+    from memlens.inspector.store import load_run
 
     run = load_run(run_dir)
     if not run.tensors:

@@ -16,15 +16,36 @@ from memlens.snapshot.model import Snapshot
 F = Callable[..., Any]
 
 
-def snapshot_argument(f: F) -> F:
-    return click.argument("snapshot", type=click.Path(dir_okay=False))(f)
+def snapshot_argument(f: F, name: str = "snapshot") -> F:
+    return click.argument(name, metavar="SNAPSHOT", type=click.Path(dir_okay=False))(f)
 
 
-def device_option(f: F) -> F:
-    return click.option(
-        "--device", "-d", type=int, default=None,
-        help="Device ordinal (default: every device; for single-device views, the longest trace).",
-    )(f)  # fmt: skip
+def snapshots_argument(two: bool = False) -> Callable[[F], F]:
+    """`SNAPSHOT [SNAPSHOT2]`, or `SNAPSHOT SNAPSHOT2` when `two`: the one shape of the
+    commands that compare two snapshots (view, tui, report, diff). The parameter is
+    `paths`: (SNAPSHOT, SNAPSHOT2 or None)."""
+
+    def check(ctx: click.Context, _: click.Parameter, paths: tuple[str, ...]) -> tuple[str, ...]:
+        from memlens.errors import MemlensError
+
+        if len(paths) > 2 or (two and len(paths) < 2):
+            wanted = "two snapshots, A and B" if two else "one snapshot, or two to compare"
+            raise MemlensError(f"{ctx.info_name} takes {wanted}")
+        return (paths[0], paths[1] if len(paths) > 1 else None)
+
+    metavar = "SNAPSHOT SNAPSHOT2" if two else "SNAPSHOT [SNAPSHOT2]"
+    return click.argument("paths", metavar=metavar, nargs=-1, required=True,
+                          type=click.Path(dir_okay=False), callback=check)  # fmt: skip
+
+
+LONGEST_TRACE = "Device ordinal (default: the device with the longest trace)."
+
+
+def device_option(f: F | None = None, *, help: str = LONGEST_TRACE) -> Any:
+    """--device/-d; `help` says what the command does without it. `@device_option` or
+    `@device_option(help=...)`."""
+    option = click.option("--device", "-d", type=int, default=None, help=help)
+    return option(f) if f is not None else option
 
 
 def event_option(f: F) -> F:
@@ -68,6 +89,32 @@ def hide_option(f: F) -> F:
     )(f)  # fmt: skip
 
 
+def tree_options(f: F) -> F:
+    """The live-set tree and site list options of `peak` and `at` (see live_kwargs)."""
+    f = click.option("--top", type=int, default=15, show_default=True,
+                     help="How many call sites to list.")(f)  # fmt: skip
+    f = click.option("--depth", type=int, default=None,
+                     help="Limit the call-stack tree to this many levels.")(f)  # fmt: skip
+    f = click.option("--all-frames", is_flag=True,
+                     help="Keep C++ frames in the tree (default: Python frames only).")(f)  # fmt: skip
+    f = click.option("--min-share", type=float, default=0.005, show_default=True,
+                     help="Merge tree nodes under this share of the total into <other>.")(f)  # fmt: skip
+    return f
+
+
+def live_kwargs(
+    top: int, depth: int | None, all_frames: bool, min_share: float, hide: list[str] | None
+) -> dict[str, Any]:
+    """tree_options (and the --hide patterns) as keywords of analysis.peak.live_set."""
+    return {
+        "top": top,
+        "tree_depth": depth,
+        "python_only": not all_frames,
+        "tree_min_share": min_share,
+        "hide_patterns": hide,
+    }
+
+
 def hide_patterns(hide: tuple[str, ...]) -> list[str] | None:
     """None keeps the defaults; --hide '' alone means hide nothing."""
     if not hide:
@@ -103,7 +150,7 @@ def open_snapshot(
         if issubclass(w.category, SnapshotWarning):
             click.echo(f"memlens: warning: {w.message}", err=True)
     if annotation_files:
-        from memlens.inspect.annotations import annotations_from
+        from memlens.inspector.annotations import annotations_from
 
         if device is None:
             device = snap.device().device if snap.traces else 0

@@ -1,9 +1,14 @@
 """The tensor inspector: activations, gradients and parameters over training, off-process.
 
-``memlens.inspect(model, ...)`` (in ``api.py``) starts it; ``memlens inspect-report RUN``
-rebuilds the dashboard, plots and videos of a run. Modules:
+``memlens.inspect(model, ...)`` (the function, in ``api.py``) starts it; ``memlens
+inspect-report RUN`` rebuilds the dashboard, plots and videos of a run. This package is
+``memlens.inspector``, not ``memlens.inspect``, so that the name ``memlens.inspect`` is always
+the function whatever was imported first. Modules:
 
-- ``api``: the Inspector (hooks, sampling, the bounded queue, shutdown).
+- ``api``: the Inspector's lifecycle (run directory, steps, sampling, shutdown).
+- ``config``: ``InspectConfig``, the validated settings with their defaults.
+- ``hooks``: the forward/backward/gradient hooks and the walk over a module's tensors.
+- ``transport``: the bounded queue, the byte budget and starting the background process.
 - ``select``: which modules and parameters are watched.
 - ``reduce``: tensor -> small CPU payload in the training process (torch).
 - ``stats``: the statistics' definitions, in numpy (shared by both processes).
@@ -14,45 +19,39 @@ rebuilds the dashboard, plots and videos of a run. Modules:
 - ``annotations``: activation bytes per step as a snapshot's annotations (no torch).
 
 Importing this package does not import torch.
-
-``memlens.inspect`` is both this package and the ``inspect`` function: once a submodule
-has been imported Python binds the package to that name on ``memlens``, so the package
-itself is callable and forwards to :func:`memlens.inspect.api.inspect`.
 """
 
 from __future__ import annotations
 
-import sys
-import types
+import importlib
+from typing import Any
 
-__all__ = ["activation_annotations", "inspect", "load_run", "render_run"]
+__all__ = [
+    "InspectConfig",
+    "Inspector",
+    "activation_annotations",
+    "inspect",
+    "load_run",
+    "render_run",
+]
 
-
-def __getattr__(name: str):
-    if name == "inspect":
-        from memlens.inspect.api import inspect
-
-        return inspect
-    if name == "load_run":
-        from memlens.inspect.store import load_run
-
-        return load_run
-    if name == "activation_annotations":
-        from memlens.inspect.annotations import activation_annotations
-
-        return activation_annotations
-    if name == "render_run":
-        from memlens.inspect.render import render_run
-
-        return render_run
-    raise AttributeError(name)
+# public name -> submodule; imported on first use so that this package stays light
+_LAZY = {
+    "inspect": "api",
+    "Inspector": "api",
+    "InspectConfig": "config",
+    "load_run": "store",
+    "activation_annotations": "annotations",
+    "render_run": "render",
+}
 
 
-class _CallableModule(types.ModuleType):
-    def __call__(self, *args, **kwargs):
-        from memlens.inspect.api import inspect
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'memlens.inspector' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"memlens.inspector.{module}"), name)
 
-        return inspect(*args, **kwargs)
 
-
-sys.modules[__name__].__class__ = _CallableModule
+def __dir__() -> list[str]:
+    return sorted(__all__)

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from memlens.errors import MemlensError
-from memlens.inspect.store import ANNOTATIONS_FORMAT
+from memlens.inspector.store import ANNOTATIONS_FORMAT
 from memlens.units import format_bytes
 
 

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from memlens.inspect.stats import heatmap_shape
+from memlens.inspector.stats import heatmap_shape
 
 _NUMPY_UNSAFE = (
     {torch.bfloat16, torch.float8_e4m3fn, torch.float8_e5m2}
@@ -174,7 +174,7 @@ def prepare(
             # On the CPU numpy reduces a read-only view of the tensor, single pass per
             # statistic: cheaper than torch's reductions and than shipping the data.
             # The heatmap is pooled with torch (faster here than numpy's prefix sums).
-            from memlens.inspect.stats import reduce_array
+            from memlens.inspector.stats import reduce_array
 
             packed, nchunks, _ = reduce_array(
                 x.numpy(), bins=bins, heatmap_size=0, hist_max_numel=hist_max_numel

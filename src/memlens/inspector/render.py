@@ -25,8 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
-from memlens.inspect import store
-from memlens.inspect.store import Run, TensorSeries
+from memlens.inspector import store
+from memlens.inspector.store import Run, TensorSeries
 
 FRAME_W, FRAME_H = 320, 352
 HEADER_H, HEAT_H = 24, 256
@@ -429,7 +429,7 @@ def write_dashboard(run: Run) -> Path:
 # -- PNG plots (matplotlib, Agg) --------------------------------------------------------------
 def write_plots(run: Run) -> list[Path]:
     # A bare Figure renders with Agg on savefig and never touches pyplot or the user's
-    # backend (this also runs inside notebooks, through memlens.inspect.render_run).
+    # backend (this also runs inside notebooks, through memlens.inspector.render_run).
     from matplotlib.figure import Figure
 
     out_dir = run.path / "plots"

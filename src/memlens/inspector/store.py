@@ -23,6 +23,7 @@ import json
 import math
 import os
 import re
+import shutil
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,7 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from memlens.errors import MemlensError
-from memlens.inspect.stats import STAT_NAMES
+from memlens.inspector.stats import STAT_NAMES
 
 FORMAT = "memlens.inspect/1"
 ANNOTATIONS_FORMAT = "memlens.inspect.annotations/1"
@@ -57,6 +58,48 @@ def atomic_write_text(path: Path, text: str) -> None:
 
 def atomic_write_json(path: Path, obj) -> None:
     atomic_write_text(path, json.dumps(obj, indent=1, allow_nan=False))
+
+
+# What a new run in the same directory replaces (and nothing else there).
+_RUN_FILES = (
+    "meta.json",
+    "activation_bytes.jsonl",
+    "annotations.json",
+    "alerts.jsonl",
+    "dashboard.html",
+)
+_RUN_DIRS = ("tensors", "plots", "videos")
+
+
+def start_run(root: Path, meta: dict) -> None:
+    """Make ``root`` a fresh run directory: an earlier run's files in it are deleted (only
+    those: the user's other files stay), then ``meta.json`` is written."""
+    root.mkdir(parents=True, exist_ok=True)
+    if (root / "meta.json").exists():
+        for name in _RUN_FILES:
+            with contextlib.suppress(FileNotFoundError):
+                (root / name).unlink()
+        for name in _RUN_DIRS:
+            shutil.rmtree(root / name, ignore_errors=True)
+    atomic_write_json(root / "meta.json", meta)
+
+
+def mark_unfinished(root: Path, status: str, info: dict) -> None:
+    """Say in ``meta.json`` that the background process did not finish: the run's end (when
+    it never got to write it) or an incomplete rendering. Never raises."""
+    path = root / "meta.json"
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        meta = {}
+    if meta.get("status") in (None, "running"):
+        meta.update(info)
+        meta["status"] = "interrupted" if status == "complete" else status
+        meta["end_reason"] = f"{status}; background process did not finish"
+    else:
+        meta["rendering"] = "incomplete: run `memlens inspect-report` on this directory"
+    with contextlib.suppress(OSError, ValueError):
+        atomic_write_json(path, meta)
 
 
 def append_lines(path: Path, objs: Iterable[dict]) -> None:

@@ -24,9 +24,9 @@ from pathlib import Path
 
 import numpy as np
 
-from memlens.inspect import store
-from memlens.inspect.alerts import AlertChecker, AlertConfig
-from memlens.inspect.stats import summarize_array, unpack_reduced
+from memlens.inspector import store
+from memlens.inspector.alerts import AlertChecker, AlertConfig
+from memlens.inspector.stats import summarize_array, unpack_reduced
 
 FLUSH_EVERY_S = 1.0
 ANNOTATIONS_EVERY_S = 10.0
@@ -156,7 +156,7 @@ class Worker:
         store.atomic_write_json(self.root / "meta.json", meta)
 
     def render(self, *, videos: bool = True, plots: bool = True) -> None:
-        from memlens.inspect import render
+        from memlens.inspector import render
 
         try:
             render.render_run(
