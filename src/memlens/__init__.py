@@ -32,7 +32,7 @@ _LAZY: dict[str, tuple[str, str]] = {
     # simulation without a GPU
     "simulate": ("memlens.simulation.api", "simulate"),
     # tensor inspector
-    "inspect": ("memlens.inspect.api", "inspect"),
+    "inspect": ("memlens.inspector.api", "inspect"),
 }
 
 __all__ = [
