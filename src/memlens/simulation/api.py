@@ -9,7 +9,7 @@ from pathlib import Path
 
 from memlens.errors import MemlensError
 from memlens.simulation.allocator import AllocatorSettings
-from memlens.simulation.units import parse_size
+from memlens.units import parse_bytes
 
 
 def simulate(
@@ -51,11 +51,11 @@ def simulate(
         settings.roundup_power2_divisions = [roundup_power2_divisions] * 16
     return Simulation(
         output,
-        device_memory=parse_size(device_memory),
+        device_memory=None if device_memory is None else parse_bytes(device_memory),
         settings=settings,
         alloc_conf=conf,
         stacks=stacks,
-        cublas_workspace=parse_size(cublas_workspace) or 0,
+        cublas_workspace=0 if cublas_workspace is None else parse_bytes(cublas_workspace),
         max_entries=max_entries,
     )
 
