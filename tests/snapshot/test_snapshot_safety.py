@@ -121,7 +121,7 @@ def test_missing_file_and_directory(tmp_path):
         ({"segments": [], "device_traces": [[{"addr": 1}]]}, "no 'action' field"),
         (
             {"segments": [], "device_traces": [[{"action": "alloc", "addr": "x", "size": 1}]]},
-            "non-integer",
+            "expected an integer",
         ),
         ({"segments": [], "device_traces": {"0": []}}, "should be a list"),
         ({"segments": 5}, "should be a list"),

@@ -8,6 +8,7 @@ object per event after it returns.
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Callable
 from operator import itemgetter
 from typing import Any
@@ -17,7 +18,8 @@ import numpy as np
 from memlens.errors import SnapshotError
 from memlens.snapshot.actions import BLOCK_STATES, KNOWN_ACTIONS, Action
 from memlens.snapshot.annotations import Annotations, annotation_columns
-from memlens.snapshot.interning import FrameTable, StackTable, StringTable
+from memlens.snapshot.interning import FrameTable, StackTable, StringTable, as_text
+from memlens.snapshot.limits import Budget, LimitExceeded, Limits, bounded_walk, unlimited
 from memlens.snapshot.model import Frames, Segments, Snapshot, Stacks
 from memlens.snapshot.replay import replay_device
 
@@ -43,11 +45,47 @@ KNOWN_BLOCK_FIELDS = {
 
 Warn = Callable[[str, str], None]
 
+# Largest byte count accepted in any size field: 8 PiB is far beyond any device, and 2^53 is
+# where the viewer's JavaScript numbers stop being exact. A size past it, or a negative
+# one, is an error, never a figure.
+MAX_SIZE = 1 << 53
+# Sums of sizes stay below this, so no running total (int64 cumsum) can overflow.
+MAX_TOTAL = 1 << 62
+INT64 = (-(1 << 63), (1 << 63) - 1)
+UINT64 = (0, (1 << 64) - 1)
+SIZE = (0, MAX_SIZE)
+
+
+def _checked_int(value: Any, what: str, bounds: tuple[int, int]) -> int:
+    """An integer field read from the snapshot: ints (and bools) only, within `bounds`."""
+    if not isinstance(value, int):
+        raise SnapshotError(
+            f"{what} is a {type(value).__name__} ({_short(value)}), expected an integer"
+        )
+    lo, hi = bounds
+    if not lo <= value <= hi:
+        raise SnapshotError(f"{what} is out of range ({_short(value)}; allowed {lo}..{hi})")
+    return int(value)
+
+
+def _short(value: Any) -> str:
+    """A bounded, printable glimpse of a bad value for an error message."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return (
+            str(value) if value.bit_length() <= 128 else f"an integer of {value.bit_length()} bits"
+        )
+    if isinstance(value, (str, bytes)):
+        return repr(value[:40]) + ("..." if len(value) > 40 else "")
+    if isinstance(value, (list, tuple, dict)):
+        return f"{type(value).__name__} of {len(value)}"
+    return type(value).__name__
+
 
 class _Context:
-    def __init__(self, warn: Warn) -> None:
+    def __init__(self, warn: Warn, budget: Budget) -> None:
         self.warn = warn
-        self.strings = StringTable()
+        self.budget = budget
+        self.strings = StringTable(budget)
         self.frames = FrameTable(self.strings)
         self.stacks = StackTable(self.frames)
         self.streams: list[int] = [0]
@@ -56,12 +94,15 @@ class _Context:
         self.action_codes: dict[str, int] = dict(KNOWN_ACTIONS)
 
     def stream_id(self, raw: Any) -> int:
+        if raw is None:
+            raw = 0
+        if not isinstance(raw, int):  # also keeps unhashable and deep values out of the dict
+            raise SnapshotError(
+                f"a stream is a {type(raw).__name__} ({_short(raw)}), expected an integer"
+            )
         i = self._stream_ids.get(raw)
         if i is None:
-            try:
-                value = int(raw)
-            except (TypeError, ValueError):
-                value = 0
+            value = _checked_int(raw, "a stream", (INT64[0], UINT64[1]))
             i = self._stream_ids.get(value)
             if i is None:
                 i = len(self.streams)
@@ -87,12 +128,16 @@ class _Context:
 
 def _int_column(values: list[Any], dtype: Any, what: str, device: int) -> np.ndarray:
     try:
-        return np.asarray(values, dtype=dtype)
+        if all(isinstance(v, int) for v in values):  # no float/str silently converted
+            return np.asarray(values, dtype=dtype)
     except (TypeError, ValueError, OverflowError):
-        bad = next((v for v in values if not isinstance(v, int) or isinstance(v, bool)), None)
-        raise SnapshotError(
-            f"device {device}: trace field {what!r} holds a non-integer value ({bad!r})"
-        ) from None
+        pass
+    info = np.iinfo(dtype)
+    for i, v in enumerate(values):
+        _checked_int(
+            v, f"device {device}: trace entry {i}: {what!r}", (int(info.min), int(info.max))
+        )
+    raise SnapshotError(f"device {device}: trace field {what!r} cannot be read as integers")
 
 
 def _column(trace: list[dict[str, Any]], key: str, default: Any) -> list[Any]:
@@ -108,7 +153,10 @@ def _int_field(
 ) -> np.ndarray:
     """An integer field straight into numpy (no intermediate list) when every entry has it."""
     try:
-        return np.fromiter(map(itemgetter(key), trace), dtype=dtype, count=len(trace))
+        values = list(map(itemgetter(key), trace))
+        if set(map(type, values)) <= {int}:
+            return np.fromiter(values, dtype=dtype, count=len(trace))
+        return _int_column(values, dtype, key, device)
     except (KeyError, TypeError, ValueError, OverflowError):
         return _int_column([e.get(key, default) for e in trace], dtype, key, device)
 
@@ -130,6 +178,8 @@ def _build_events(trace: list[Any], device: int, ctx: _Context) -> dict[str, np.
         raise SnapshotError(
             f"device {device}: trace entry is a {type(bad).__name__}, expected a dict"
         )
+    # entries may be one dict shared a million times: what we walk is what we count
+    ctx.budget.charge(n + sum(map(len, trace)), f"device {device} trace entries")
     keys = set(itertools.chain.from_iterable(trace))
     unknown = sorted(str(k) for k in keys - KNOWN_ENTRY_FIELDS)
     if unknown:
@@ -139,14 +189,34 @@ def _build_events(trace: list[Any], device: int, ctx: _Context) -> dict[str, np.
     if n and "action" not in keys:
         raise SnapshotError(f"device {device}: trace entries have no 'action' field")
 
-    action = _coded(_column(trace, "action", None), ctx.action_code, np.uint8)
+    actions = _column(trace, "action", None)
+    if n and not set(map(type, actions)) <= {str}:
+        i, bad = next((i, a) for i, a in enumerate(actions) if not isinstance(a, str))
+        raise SnapshotError(
+            f"device {device}: trace entry {i}: action is a {type(bad).__name__} "
+            f"({_short(bad)}), expected a string"
+        )
+    action = _coded(actions, ctx.action_code, np.uint8)
     addr = _int_field(trace, "addr", 0, np.uint64, device)
     size = _int_field(trace, "size", 0, np.int64, device)
+    _check_sizes(size, f"device {device}: trace entry", "size")
     for r in np.flatnonzero(
         action == Action.OOM
     ):  # free device bytes are stored where addr would be
-        addr[r] = int(trace[r].get("device_free", trace[r].get("addr", 0)) or 0)
-    stream = _coded(_column(trace, "stream", 0), ctx.stream_id, np.int32)
+        free = trace[r].get("device_free", trace[r].get("addr", 0))
+        addr[r] = _checked_int(
+            0 if free is None else free, f"device {device}: trace entry {r}: 'device_free'", UINT64
+        )
+    streams = _column(trace, "stream", 0)
+    if n and not set(map(type, streams)) <= {int, type(None)}:
+        i, bad = next(
+            (i, v) for i, v in enumerate(streams) if not isinstance(v, int) and v is not None
+        )
+        raise SnapshotError(
+            f"device {device}: trace entry {i}: stream is a {type(bad).__name__} "
+            f"({_short(bad)}), expected an integer"
+        )
+    stream = _coded(streams, ctx.stream_id, np.int32)
     if "time_us" in keys:
         time_us = _int_field(trace, "time_us", -1, np.int64, device)
     else:
@@ -161,18 +231,24 @@ def _build_events(trace: list[Any], device: int, ctx: _Context) -> dict[str, np.
             return np.full(n, -1, dtype=np.int32)
 
         def code(v: Any) -> int:
-            if v is None or v == empty or v == "":
+            if v is None or (isinstance(v, (str, list)) and (v == empty or v == "")):
                 return -1
-            return ctx.strings("".join(v) if key == "forward_frames" and isinstance(v, list) else v)
+            if key == "forward_frames" and isinstance(v, list) and set(map(type, v)) <= {str}:
+                ctx.budget.charge(len(v), "forward_frames")
+                return ctx.strings("".join(v))
+            return ctx.strings(v)  # str as is; anything else as bounded JSON text
 
         values = _column(trace, key, None)
-        if key == "forward_frames":  # lists: intern by object identity like stacks
-            return _coded(
-                [tuple(v) if isinstance(v, list) else v for v in values],
-                lambda t: code(list(t) if isinstance(t, tuple) else t),
-                np.int32,
-            )
-        return _coded(values, code, np.int32)
+        if set(map(type, values)) <= {str, type(None)}:
+            return _coded(values, code, np.int32)
+        # dicts, lists (forward_frames), or junk: intern by object identity like stacks,
+        # so a shared value is converted once and nothing unhashable or deep is hashed
+        obj_ids = np.fromiter(map(id, values), dtype=np.uint64, count=n)
+        uniq, first, inverse = np.unique(obj_ids, return_index=True, return_inverse=True)
+        table = np.fromiter(
+            (code(values[i]) for i in first.tolist()), dtype=np.int32, count=len(uniq)
+        )
+        return table[inverse.reshape(-1)]
 
     return {
         "action": action,
@@ -203,46 +279,61 @@ def _build_segments(raw_segments: list[Any], ctx: _Context) -> Segments:
     unknown_seg: set[str] = set()
     unknown_blk: set[str] = set()
     stack_id = ctx.stacks.stack_id
-    for seg in raw_segments:
+    charge = ctx.budget.charge
+    for si, seg in enumerate(raw_segments):
         if not isinstance(seg, dict):
             raise SnapshotError(f"a segment is a {type(seg).__name__}, expected a dict")
+        where = f"segment {si}"
         unknown_seg.update(str(k) for k in seg if k not in KNOWN_SEGMENT_FIELDS)
         blocks = seg.get("blocks") or []
-        try:
-            address = int(seg.get("address", 0))
-            total = int(seg.get("total_size", sum(int(b.get("size", 0)) for b in blocks)))
-        except (TypeError, ValueError, AttributeError):
-            raise SnapshotError("a segment has a non-integer address or total_size") from None
+        if not isinstance(blocks, list):
+            raise SnapshotError(f"{where}: blocks is a {type(blocks).__name__}, expected a list")
+        # segments may share one block list by memo: each walk of it is counted
+        charge(1 + len(seg) + len(blocks), "segments and blocks")
+        if not all(isinstance(b, dict) for b in blocks):
+            bad = next(b for b in blocks if not isinstance(b, dict))
+            raise SnapshotError(f"{where}: a block is a {type(bad).__name__}, expected a dict")
+        address = _checked_int(seg.get("address", 0), f"{where}: address", UINT64)
+        if "total_size" in seg:
+            total = _checked_int(seg["total_size"], f"{where}: total_size", SIZE)
+        else:
+            total = sum(
+                _checked_int(b.get("size", 0), f"{where}: block size", SIZE) for b in blocks
+            )
         pool = seg.get("segment_pool_id") or (0, 0)
         if not isinstance(pool, (list, tuple)) or len(pool) != 2:
             pool = (0, 0)
-        cols["device"].append(int(seg.get("device", 0)))
+        cols["device"].append(_checked_int(seg.get("device", 0), f"{where}: device", (0, 1 << 20)))
         cols["address"].append(address)
         cols["total_size"].append(total)
-        cols["stream"].append(ctx.stream_id(seg.get("stream", 0)))
+        stream = seg.get("stream", 0)
+        cols["stream"].append(ctx.stream_id(stream))
         cols["is_large"].append(seg.get("segment_type", "large") != "small")
-        cols["pool_id0"].append(int(pool[0]))
-        cols["pool_id1"].append(int(pool[1]))
+        cols["pool_id0"].append(_checked_int(pool[0], f"{where}: segment_pool_id", INT64))
+        cols["pool_id1"].append(_checked_int(pool[1], f"{where}: segment_pool_id", INT64))
         cols["is_expandable"].append(bool(seg.get("is_expandable", False)))
         cols["stack"].append(stack_id(seg.get("frames")))
         offset = address
         alloc_sum = active_sum = req_sum = 0
         for b in blocks:
-            if not isinstance(b, dict):
-                raise SnapshotError(f"a block is a {type(b).__name__}, expected a dict")
+            charge(len(b), "blocks")
             unknown_blk.update(str(k) for k in b if k not in KNOWN_BLOCK_FIELDS)
-            bsize = int(b.get("size", 0))
+            bsize = _checked_int(b.get("size", 0), f"{where}: block size", SIZE)
             history = b.get("history") or []
+            if not isinstance(history, list):
+                history = []
             h0 = history[0] if history and isinstance(history[0], dict) else {}
             req = b.get("requested_size", h0.get("real_size", b.get("real_size", bsize)))
-            state = BLOCK_STATES.get(b.get("state", "inactive"), 0)
+            req = _checked_int(req, f"{where}: block requested_size", SIZE)
+            state_name = b.get("state", "inactive")
+            state = BLOCK_STATES.get(state_name, 0) if isinstance(state_name, str) else 0
             frames = b.get("frames")
             if frames is None and h0:
                 frames = _legacy_frames(h0)
-            baddr = int(b.get("address", offset))
+            baddr = _checked_int(b.get("address", offset), f"{where}: block address", UINT64)
             bcols["address"].append(baddr)
             bcols["size"].append(bsize)
-            bcols["requested_size"].append(int(req))
+            bcols["requested_size"].append(req)
             bcols["state"].append(state)
             bcols["stack"].append(stack_id(frames))
             offset = baddr + bsize
@@ -252,9 +343,15 @@ def _build_segments(raw_segments: list[Any], ctx: _Context) -> Segments:
                 active_sum += bsize
                 req_sum += int(req)
         offsets.append(offsets[-1] + len(blocks))
-        cols["allocated_size"].append(int(seg.get("allocated_size", alloc_sum)))
-        cols["active_size"].append(int(seg.get("active_size", active_sum)))
-        cols["requested_size"].append(int(seg.get("requested_size", req_sum)))
+        for key, derived in (
+            ("allocated_size", alloc_sum),
+            ("active_size", active_sum),
+            ("requested_size", req_sum),
+        ):
+            cols[key].append(_checked_int(seg.get(key, derived), f"{where}: {key}", (0, MAX_TOTAL)))
+    for key in ("total_size", "allocated_size", "active_size", "requested_size"):
+        _check_total(cols[key], f"segment {key}s")
+    _check_total(bcols["size"], "block sizes")
     if unknown_seg:
         ctx.warn(
             "segment-fields",
@@ -287,14 +384,48 @@ def _build_segments(raw_segments: list[Any], ctx: _Context) -> Segments:
     )
 
 
+def _check_sizes(size: np.ndarray, what: str, field: str) -> None:
+    """Sizes are bytes: never negative, never past MAX_SIZE, and their sum fits int64."""
+    if not len(size):
+        return
+    lo, hi = int(size.min()), int(size.max())
+    if lo < 0 or hi > MAX_SIZE:
+        i = int(np.argmin(size)) if lo < 0 else int(np.argmax(size))
+        raise SnapshotError(f"{what} {i}: {field} {int(size[i])} is out of range (0..{MAX_SIZE})")
+    _check_total(size, f"{what} {field}s")
+
+
+def _check_total(values: Any, what: str) -> None:
+    if float(np.sum(np.asarray(values, dtype=np.float64))) >= MAX_TOTAL:
+        raise SnapshotError(f"{what} add up past 2^62 bytes: not a real snapshot")
+
+
 def _build_annotations(raw: Any, ctx: _Context) -> Annotations:
+    if isinstance(raw, list):
+        ctx.budget.charge(len(raw), "external_annotations")
+        for i, a in enumerate(raw):
+            if isinstance(a, dict):
+                where = f"external_annotations[{i}]"
+                _checked_int(a.get("device", 0) or 0, f"{where}: device", (0, 1 << 20))
+                _checked_int(a.get("time_us", -1), f"{where}: time_us", INT64)
     return annotation_columns(raw, ctx.strings)
 
 
-def build_snapshot(top: dict[str, Any], source: str, warn: Warn) -> Snapshot:
-    """Columns from the normalized raw dict (see reader.normalize_top_level)."""
-    ctx = _Context(warn)
+def build_snapshot(
+    top: dict[str, Any], source: str, warn: Warn, limits: Limits | None = None
+) -> Snapshot:
+    """Columns from the normalized raw dict (see reader.normalize_top_level); the work is
+    bounded by `limits` (memlens.snapshot.limits; by default only the absolute caps)."""
+    try:
+        return _build_snapshot(top, source, warn, Budget(limits or unlimited()))
+    except LimitExceeded as exc:
+        raise exc.at(source) from None
+
+
+def _build_snapshot(top: dict[str, Any], source: str, warn: Warn, budget: Budget) -> Snapshot:
+    ctx = _Context(warn, budget)
     traces_raw = top["device_traces"]
+    budget.charge(len(traces_raw) + len(top["segments"]), "top-level lists")
     events_per_device = {}
     for device, trace in enumerate(traces_raw):
         if trace is None:
@@ -309,6 +440,7 @@ def build_snapshot(top: dict[str, Any], source: str, warn: Warn) -> Snapshot:
     settings = top.get("allocator_settings") or {}
     if not isinstance(settings, dict):
         settings = {}
+    bounded_walk(settings, budget, "allocator_settings")
     notes = []
     if any(
         "history" in b
@@ -343,10 +475,16 @@ def build_snapshot(top: dict[str, Any], source: str, warn: Warn) -> Snapshot:
 
 
 def _jsonable(v: Any) -> Any:
+    """Plain JSON data (walked with bounded_walk first, so bounded). Integers past int64 and
+    non-finite floats become text: the cache's JSON and the viewer must read them back."""
     if isinstance(v, dict):
-        return {str(k): _jsonable(x) for k, x in v.items()}
+        return {as_text(k, Budget(unlimited()), "a key"): _jsonable(x) for k, x in v.items()}
     if isinstance(v, (list, tuple)):
         return [_jsonable(x) for x in v]
+    if isinstance(v, int) and not isinstance(v, bool) and not INT64[0] <= v <= INT64[1]:
+        return _short(v)
+    if isinstance(v, float) and not math.isfinite(v):
+        return repr(v)
     if v is None or isinstance(v, (bool, int, float, str)):
         return v
     return repr(v)

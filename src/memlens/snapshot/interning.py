@@ -14,20 +14,35 @@ from typing import Any
 import numpy as np
 
 from memlens.snapshot.frames import classify_frame
+from memlens.snapshot.limits import Budget, bounded_walk, unlimited
+
+
+def as_text(value: Any, budget: Budget, what: str) -> str:
+    """A non-string where text belongs, as text; the walk is charged to `budget` first, so a
+    shared-reference bomb stops at the 'items' limit instead of being printed 2^32 times."""
+    if isinstance(value, str):
+        return value
+    bounded_walk(value, budget, what)
+    try:
+        if isinstance(value, (dict, list, tuple)):
+            return json.dumps(value, sort_keys=True, default=str)
+        return str(value)
+    except (TypeError, ValueError):  # mixed key types, an int over 4,300 digits
+        try:
+            return repr(value)
+        except ValueError:
+            return f"<unprintable {type(value).__name__}>"
 
 
 class StringTable:
-    def __init__(self) -> None:
+    def __init__(self, budget: Budget | None = None) -> None:
         self.strings: list[str] = []
         self._ids: dict[str, int] = {}
+        self.budget = budget if budget is not None else Budget(unlimited())
 
     def __call__(self, s: Any) -> int:
         if not isinstance(s, str):
-            s = (
-                json.dumps(s, sort_keys=True, default=str)
-                if isinstance(s, (dict, list))
-                else str(s)
-            )
+            s = as_text(s, self.budget, "a value where text belongs")
         i = self._ids.get(s)
         if i is None:
             i = self._ids[s] = len(self.strings)
@@ -69,7 +84,8 @@ class FrameTable:
             self.filename.append(key[0])
             self.line.append(line)
             self.name.append(key[2])
-            self.kind.append(classify_frame(str(filename), str(name)))
+            text = self._strings.strings
+            self.kind.append(classify_frame(text[key[0]], text[key[2]]))
         self._by_obj[id(fr)] = i
         self._keep.append(fr)
         return i
@@ -100,6 +116,7 @@ class StackTable:
         if not frames or not isinstance(frames, (list, tuple)):
             i = -1
         else:
+            self._frames._strings.budget.charge(len(frames), "stack frames")
             fid = self._frames.frame_id
             key = tuple(fid(f) for f in frames)
             i = self._by_key.get(key)

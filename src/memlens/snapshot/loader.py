@@ -12,7 +12,7 @@ from memlens.errors import CacheError, SnapshotError
 from memlens.snapshot import cache as column_cache
 from memlens.snapshot.builder import build_snapshot
 from memlens.snapshot.model import Snapshot
-from memlens.snapshot.reader import normalize_top_level, read_source
+from memlens.snapshot.reader import normalize_top_level, read_source_limited
 
 
 class SnapshotWarning(UserWarning):
@@ -76,9 +76,9 @@ def load(
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
-        raw, name = read_source(source)
+        raw, name, limits = read_source_limited(source)
         top = normalize_top_level(raw, name, sink)
-        snap = build_snapshot(top, name, sink)
+        snap = build_snapshot(top, name, sink, limits)
         del raw, top
     except SnapshotError:
         raise

@@ -5,15 +5,26 @@ None, so no GLOBAL/STACK_GLOBAL/EXT/REDUCE opcode is ever needed. We subclass th
 Unpickler (keeping its speed) and refuse every attempt to import anything: REDUCE, BUILD,
 NEWOBJ and INST all need a callable that only `find_class` can supply, so refusing there
 refuses them all before any code runs. `persistent_load` is refused too.
+
+The C unpickler cannot be interrupted or told a memo size, and a 9-byte file can ask it for
+a 4 GB memo table (LONG_BINPUT 2^28). So while it runs, the process's address space may grow
+by at most the 'memory' limit (memlens.snapshot.limits): past it, allocations fail with
+MemoryError, which we report as that limit. The compiled reader bounds the memo itself.
 """
 
 from __future__ import annotations
 
+import contextlib
 import io
+import os
 import pickle
+import sys
+import threading
+from collections.abc import Iterator
 from typing import IO, Any
 
 from memlens.errors import SnapshotError, UnsafePickleError
+from memlens.snapshot.limits import LimitExceeded
 
 
 class _PlainDataUnpickler(pickle.Unpickler):
@@ -31,16 +42,63 @@ class _PlainDataUnpickler(pickle.Unpickler):
         )
 
 
-def load_plain_pickle(stream: IO[bytes], *, what: str = "file") -> Any:
-    """Unpickle plain data only; anything else raises UnsafePickleError, corruption SnapshotError."""
+def _address_space() -> int | None:
     try:
-        return _PlainDataUnpickler(stream).load()
-    except UnsafePickleError:
+        with open("/proc/self/statm") as fh:
+            return int(fh.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+@contextlib.contextmanager
+def address_space_limit(extra: int) -> Iterator[bool]:
+    """Let the address space grow by at most `extra` bytes inside the block (Linux, and only
+    when this is the only Python thread: the limit is process-wide). Yields whether it is on."""
+    if (
+        not extra
+        or not sys.platform.startswith("linux")
+        or threading.active_count() != 1
+        or threading.current_thread() is not threading.main_thread()
+    ):
+        yield False
+        return
+    import resource
+
+    current = _address_space()
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    if current is None:
+        yield False
+        return
+    wanted = current + extra
+    if hard != resource.RLIM_INFINITY:
+        wanted = min(wanted, hard)
+    if soft != resource.RLIM_INFINITY and soft <= wanted:
+        yield False  # already tighter (e.g. a test's RLIMIT_AS): leave it alone
+        return
+    resource.setrlimit(resource.RLIMIT_AS, (wanted, hard))
+    try:
+        yield True
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+
+
+def load_plain_pickle(stream: IO[bytes], *, what: str = "file", memory_limit: int = 0) -> Any:
+    """Unpickle plain data only; anything else raises UnsafePickleError, corruption
+    SnapshotError, more than `memory_limit` extra bytes LimitExceeded('memory')."""
+    limited = False
+    try:
+        with address_space_limit(memory_limit) as limited:
+            return _PlainDataUnpickler(stream).load()
+    except SnapshotError:
         raise
     except EOFError:
         raise SnapshotError(
             f"{what} is truncated: the pickle ends before its STOP opcode"
         ) from None
+    except MemoryError:
+        if limited:
+            raise LimitExceeded("memory", memory_limit) from None
+        raise SnapshotError(f"{what}: not enough memory to unpickle it") from None
     except (
         pickle.UnpicklingError,
         ValueError,
@@ -50,12 +108,11 @@ def load_plain_pickle(stream: IO[bytes], *, what: str = "file") -> Any:
         AttributeError,
         OverflowError,
         UnicodeDecodeError,
-        MemoryError,
     ) as exc:
         raise SnapshotError(
             f"{what} is not a readable pickle ({type(exc).__name__}: {exc})"
         ) from None
 
 
-def loads_plain_pickle(data: bytes, *, what: str = "data") -> Any:
-    return load_plain_pickle(io.BytesIO(data), what=what)
+def loads_plain_pickle(data: bytes, *, what: str = "data", memory_limit: int = 0) -> Any:
+    return load_plain_pickle(io.BytesIO(data), what=what, memory_limit=memory_limit)
