@@ -189,9 +189,42 @@ def test_page_headers_and_assets(client):
     csp = r.headers["content-security-policy"]
     assert "script-src 'self'" in csp and "default-src 'none'" in csp
     assert r.headers["x-content-type-options"] == "nosniff"
-    for name in ("app.js", "app.css"):
-        assert client.get(f"/static/{name}").status_code == 200
+    assert client.get("/static/app.css").status_code == 200
     assert "http" not in (STATIC / "index.html").read_text().replace("http-equiv", "")
+
+
+def _js_modules() -> list[str]:
+    """The page's ES modules, as paths under /static (js/main.js, js/pane/pane.js, ...)."""
+    root = STATIC / "js"
+    out, todo = [], [("js", root)]
+    while todo:
+        prefix, d = todo.pop()
+        for f in d.iterdir():
+            if f.is_dir():
+                todo.append((f"{prefix}/{f.name}", f))
+            elif f.name.endswith(".js"):
+                out.append(f"{prefix}/{f.name}")
+    return sorted(out)
+
+
+def test_page_loads_its_modules_with_a_javascript_type(client):
+    # a module script is refused unless it is served with a JavaScript MIME type
+    assert '<script type="module" src="/static/js/main.js"></script>' in client.get("/").text
+    modules = _js_modules()
+    assert "js/main.js" in modules and "js/pane/pane.js" in modules
+    for name in modules:
+        r = client.get(f"/static/{name}")
+        assert r.status_code == 200, name
+        assert r.headers["content-type"].split(";")[0] in (
+            "text/javascript",
+            "application/javascript",
+        )
+        assert r.headers["x-content-type-options"] == "nosniff"
+        # only relative imports of other modules of the page: nothing from another origin
+        for line in r.text.splitlines():
+            if line.startswith("import "):
+                relative = ' from "./' in line or ' from "../' in line
+                assert relative and line.endswith('.js";'), line
 
 
 def test_foreign_host_header_is_refused(client):
@@ -212,9 +245,10 @@ def test_hostile_strings_stay_json_data():
 
 
 def test_page_never_builds_html_from_data():
-    js = (STATIC / "app.js").read_text()
-    for sink in ("innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval("):
-        assert sink not in js
+    for name in _js_modules():
+        js = (STATIC / name).read_text()
+        for sink in ("innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval("):
+            assert sink not in js, (name, sink)
 
 
 def test_snapshot_without_trace_events_shows_its_final_state():

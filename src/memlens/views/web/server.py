@@ -7,7 +7,8 @@ the API, and a strict Content-Security-Policy keeps the page to its own scripts.
 from __future__ import annotations
 
 import json
-from pathlib import Path
+from collections.abc import Awaitable, Callable
+from importlib.resources import files
 from typing import Any
 
 from starlette.applications import Starlette
@@ -23,7 +24,9 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from memlens.errors import MemlensError
 from memlens.views.web.data import PAGE_MIN_PX, ViewerData
 
-STATIC = Path(__file__).parent / "static"
+# the page and its ES modules (static/js/), package data like the report templates; served
+# from disk by StaticFiles (str() of it: memlens is never imported from a zip)
+STATIC = files("memlens.views.web") / "static"
 CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
     "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
@@ -68,7 +71,7 @@ def _snap(req: Request) -> int:
 def create_app(data: ViewerData, host: str = "127.0.0.1") -> Starlette:
     """The viewer app for `data`. `host` is the bind address (it decides allowed Hosts)."""
 
-    def api(fn):  # noqa: ANN001, ANN202 - tiny decorator
+    def api(fn: Callable[[Request], Any]) -> Callable[[Request], Awaitable[Response]]:
         async def endpoint(req: Request) -> Response:
             try:
                 return JSON(fn(req))
@@ -125,7 +128,7 @@ def create_app(data: ViewerData, host: str = "127.0.0.1") -> Starlette:
         return data.compare([_int(req, "d0"), _int(req, "d1")])
 
     async def index(req: Request) -> Response:
-        return FileResponse(STATIC / "index.html")
+        return FileResponse(str(STATIC / "index.html"))
 
     routes = [
         Route("/", index),
@@ -136,7 +139,7 @@ def create_app(data: ViewerData, host: str = "127.0.0.1") -> Starlette:
         Route("/api/d/{device}/annotations", api(annotations)),
         Route("/api/d/{device}/summary", api(summary)),
         Route("/api/compare", api(compare)),
-        Mount("/static", StaticFiles(directory=STATIC), name="static"),
+        Mount("/static", StaticFiles(directory=str(STATIC)), name="static"),
     ]
     allowed = ["*"] if host in ("0.0.0.0", "::", "") else sorted({*LOOPBACK_NAMES, host})
     app = Starlette(

@@ -1,0 +1,19 @@
+// The server's JSON API (memlens/views/web/server.py). URL builders are pure.
+
+export async function getJSON(url) {
+  const r = await fetch(url);
+  const j = await r.json();
+  if (!r.ok) throw new Error(j.error || r.statusText);
+  return j;
+}
+
+// the query parameters of an x range on one axis
+export function rangeQuery(x0, x1, axis) {
+  return axis === "time" ? `t0=${x0}&t1=${x1}` : `e0=${x0}&e1=${x1}`;
+}
+
+// GET /api/d/{device}/view: the bands of one viewport, `width` x `height` pixels
+export function viewUrl(snap, device, x0, x1, axis, width, height, { yzoom = null, detail = true } = {}) {
+  const yq = yzoom ? `&ymin=${Math.round(yzoom[0])}&ymax=${Math.round(yzoom[1])}` : "";
+  return `/api/d/${device}/view?snap=${snap}&${rangeQuery(x0, x1, axis)}&width=${width}&height=${height}${yq}${detail ? "" : "&detail=0"}`;
+}

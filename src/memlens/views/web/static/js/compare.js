@@ -1,0 +1,36 @@
+// Compare mode (two snapshots): peaks and call sites at each peak, A against B.
+import { getJSON } from "./api.js";
+import { kv } from "./details.js";
+import { $, el } from "./dom.js";
+import { fmtBytes } from "./format.js";
+import { state } from "./state.js";
+
+export async function loadCompare() {
+  const card = $("#compare"), body = $(".body", card);
+  card.hidden = false;
+  try {
+    const c = await getJSON(`/api/compare?d0=${state.panes[0].device}&d1=${state.panes[1].device}`);
+    body.replaceChildren();
+    const dl = el("dl", "kv");
+    kv(dl, "A peak", `${fmtBytes(c.peaks[0].peak_bytes)} (device ${c.peaks[0].device})`);
+    kv(dl, "B peak", `${fmtBytes(c.peaks[1].peak_bytes)} (device ${c.peaks[1].device})`);
+    const dpk = c.peaks[1].peak_bytes - c.peaks[0].peak_bytes;
+    kv(dl, "difference", `${dpk > 0 ? "+" : ""}${fmtBytes(dpk)} (B − A)`);
+    body.append(dl);
+    const tbl = el("table", "cmp");
+    const head = el("tr");
+    for (const h of ["call site", "A", "B", "B − A"]) head.append(el("th", null, h));
+    tbl.append(head);
+    for (const r of c.sites) {
+      const tr = el("tr");
+      tr.append(el("td", null, r.site), el("td", null, fmtBytes(r.a_bytes)), el("td", null, fmtBytes(r.b_bytes)));
+      const d = el("td", r.diff > 0 ? "up" : r.diff < 0 ? "down" : "", (r.diff > 0 ? "+" : "") + fmtBytes(r.diff));
+      tr.append(d);
+      tbl.append(tr);
+    }
+    body.append(tbl);
+    if (c.n_sites > c.sites.length) body.append(el("div", "t-muted", `${c.n_sites - c.sites.length} more sites with smaller differences`));
+  } catch (e) {
+    body.replaceChildren(el("div", "warn", e.message));
+  }
+}

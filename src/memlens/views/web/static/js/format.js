@@ -1,0 +1,39 @@
+// Number formatting for the page: bytes in binary units, counts, durations, tick labels.
+// Pure functions (no DOM), unit-tested by tests/js/format.test.mjs.
+
+const UNITS = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
+
+export function fmtBytes(n, precision = 2) {
+  const sign = n < 0 ? "-" : "";
+  let v = Math.abs(n);
+  for (const u of UNITS) {
+    if (v < 1024 || u === "PiB") return u === "B" ? `${sign}${Math.round(v)} B` : `${sign}${v.toFixed(precision)} ${u}`;
+    v /= 1024;
+  }
+  return String(n);
+}
+
+export const fmtInt = (n) => Number(n).toLocaleString("en-US");
+
+export function fmtSeconds(us) {
+  const s = us / 1e6;
+  const a = Math.abs(s);
+  if (a >= 100) return `${s.toFixed(1)} s`;
+  if (a >= 1) return `${s.toFixed(3)} s`;
+  if (a >= 1e-3) return `${(s * 1e3).toFixed(3)} ms`;
+  return `${Math.round(us)} µs`;
+}
+
+// a time tick with just enough decimals for the tick spacing (both in microseconds)
+export function fmtTick(us, step) {
+  const [div, unit] = step >= 1e5 ? [1e6, "s"] : step >= 100 ? [1e3, "ms"] : [1, "µs"];
+  const digits = Math.min(6, Math.max(0, Math.ceil(-Math.log10(step / div) - 1e-9)));
+  return `${(us / div).toFixed(digits)} ${unit}`;
+}
+
+export function fmtEventCount(n) {
+  const a = Math.abs(n);
+  if (a >= 1e6) return `${(n / 1e6).toFixed(a >= 1e7 ? 1 : 2)}M`;
+  if (a >= 1e4) return `${(n / 1e3).toFixed(a >= 1e5 ? 0 : 1)}k`;
+  return String(Math.round(n));
+}

@@ -1,0 +1,47 @@
+// Geometry of a pane's chart: margins, tick spacing, and the stage strip's per-level
+// columns. Pure functions (no DOM), unit-tested by tests/js/geometry.test.mjs.
+
+export const ML = 72, MR = 10, MT = 8, MB = 22; // main canvas margins (CSS px)
+
+// First index >= from whose value is >= x in an ascending array.
+export function lowerBound(arr, x, from) {
+  let lo = from, hi = arr.length;
+  while (lo < hi) { const m = (lo + hi) >> 1; if (arr[m] < x) lo = m + 1; else hi = m; }
+  return lo;
+}
+
+// Stage spans per nesting level (the strip shows four) and axis, as ascending columns.
+export function annotationLevels(spans) {
+  const out = { time: [], event: [] };
+  const levels = [];
+  spans.forEach((sp, k) => { if (sp.depth < 4) (levels[sp.depth] ||= []).push(k); });
+  for (let d = 0; d < levels.length; d++) {
+    const ks = levels[d] || [];
+    for (const [axis, s0, s1] of [["time", "t0", "t1"], ["event", "e0", "e1"]]) {
+      out[axis][d] = {
+        start: Float64Array.from(ks, (k) => spans[k][s0]),
+        end: Float64Array.from(ks, (k) => spans[k][s1]),
+        index: Int32Array.from(ks),
+      };
+    }
+  }
+  return out;
+}
+
+// y ticks: binary-friendly steps, with enough decimals that neighbouring ticks differ
+// (a y zoom can show 28.0 .. 28.4 GiB)
+export function yTicks(ymin, ymax) {
+  const yspan = ymax - ymin;
+  let step = Math.pow(2, Math.ceil(Math.log2(Math.max(yspan / 5, 1))));
+  if (yspan / step < 3) step /= 2;
+  const unit = Math.pow(1024, Math.max(0, Math.floor(Math.log(Math.max(ymax, 1)) / Math.log(1024))));
+  const digits = Math.min(4, Math.max(0, Math.ceil(-Math.log10(step / unit))));
+  return { step, digits };
+}
+
+// x ticks: 1, 2 or 5 times a power of ten, about one per 110 px
+export function xTickStep(span, plotW) {
+  const raw = span / Math.max(2, plotW / 110);
+  const mag = Math.pow(10, Math.floor(Math.log10(raw)));
+  return [1, 2, 5, 10].map((m) => m * mag).find((s) => s >= raw) || raw;
+}

@@ -1,0 +1,283 @@
+// One chart pane: a snapshot's device, its x range and y zoom, the data requests, and the
+// page furniture around the canvases. Drawing is pane/render.js, hit testing and mouse
+// input pane/input.js.
+import { getJSON, viewUrl } from "../api.js";
+import { loadCompare } from "../compare.js";
+import { $, dpr, el, setStatus } from "../dom.js";
+import { fmtBytes, fmtInt, fmtSeconds } from "../format.js";
+import { openLive } from "../live_tree.js";
+import { state } from "../state.js";
+import { annotationLevels, MB, ML, MR, MT } from "./geometry.js";
+import { bindInput } from "./input.js";
+import { drawOverview, drawPane, renderOff } from "./render.js";
+
+export class Pane {
+  constructor(root, snapMeta, device, compact) {
+    this.snap = snapMeta;
+    this.s = snapMeta.index;
+    this.compact = compact;
+    this.view = null; // last response
+    this.off = document.createElement("canvas"); // the response, rendered once
+    this.inflight = false;
+    this.dirty = false;
+    this.hover = null;
+    this.ann = { spans: [] };
+    this.ov = null;
+    this.reqCount = 0;
+    this.timings = [];
+    const sec = el("section", "pane");
+    const head = el("div", "pane-head");
+    // compare mode: the table's A and B columns name the panes
+    if (compact) head.append(el("span", "pane-tag", "AB"[this.s]));
+    head.append(el("span", "pane-name", snapMeta.name));
+    this.devSel = el("select", "device");
+    this.devSel.setAttribute("aria-label", "device");
+    for (const d of snapMeta.devices) {
+      const o = el("option", null, `device ${d.device} (${fmtInt(d.n_events)} events)`);
+      o.value = String(d.device);
+      this.devSel.append(o);
+    }
+    this.devSel.addEventListener("change", () => {
+      // panels about the previous device's rows and events no longer apply
+      if (state.pinned && state.pinned.pane === this) { state.pinned = null; $("#details").hidden = true; }
+      if (state.live && state.live.pane === this) { state.live = null; $("#live").hidden = true; }
+      this.setDevice(Number(this.devSel.value));
+      if (state.panes.length > 1) loadCompare();
+    });
+    head.append(this.devSel);
+    this.figures = el("span", "figures");
+    head.append(this.figures);
+    this.warnings = el("div", "warn");
+    this.annCanvas = el("canvas", "ann");
+    this.canvas = el("canvas", "main");
+    this.canvas.tabIndex = 0;
+    this.canvas.setAttribute("aria-label", "active memory timeline");
+    this.ovCanvas = el("canvas", "overview");
+    this.hint = el("div", "hint");
+    sec.append(head, this.warnings, this.annCanvas, this.canvas, this.ovCanvas, this.hint);
+    root.append(sec);
+    this.section = sec;
+    this.mainH = compact ? 300 : 440;
+    bindInput(this);
+    this.setDevice(device);
+  }
+
+  get dm() { return this.snap.devices.find((d) => d.device === this.device); }
+  get hasTime() { return !!this.dm.time_range; }
+  get axis() { return state.axis === "time" && this.hasTime ? "time" : "event"; }
+  fullRange(axis = this.axis) {
+    const dm = this.dm;
+    if (axis === "time") return [dm.time_range[0], dm.time_range[1] + 1];
+    return [0, Math.max(dm.n_events, 1)];
+  }
+  // cached at layout time: reading clientWidth per shape forces style/layout work
+  get plotW() { return this.cachedPlotW || Math.max(10, Math.floor(this.canvas.clientWidth) - ML - MR); }
+  get plotH() { return this.mainH - MT - MB; }
+
+  setDevice(d) {
+    if (!this.snap.devices.some((x) => x.device === d)) d = this.snap.devices[0].device;
+    this.device = d;
+    this.devSel.value = String(d);
+    this.curAxis = this.axis;
+    this.yzoom = null;
+    [this.x0, this.x1] = this.fullRange();
+    this.view = null;
+    this.summary = null;
+    this.renderFigures();
+    this.ann = { spans: [] };
+    this.annLevels = annotationLevels([]);
+    this.layoutCanvases();
+    // the chart first; overview and stage strip once it is drawn (they are not urgent)
+    this.request().then(() => {
+      this.loadOverview();
+      getJSON(`/api/d/${d}/summary?snap=${this.s}`).then((sm) => {
+        if (d === this.device) { this.summary = sm; this.renderFigures(); }
+      }).catch((e) => setStatus(`summary: ${e.message}`, true));
+      getJSON(`/api/d/${d}/annotations?snap=${this.s}`).then((a) => {
+        if (d !== this.device) return;
+        this.ann = a;
+        this.annLevels = annotationLevels(a.spans);
+        this.layoutCanvases(); // resizing clears every canvas: redraw them all
+        this.draw();
+        this.drawOverview();
+      }).catch((e) => setStatus(`annotations: ${e.message}`, true));
+    });
+  }
+
+  // when most of the tallest column is the aggregate band, say what is in it and how to
+  // separate it
+  renderHint() {
+    const v = this.view;
+    let c = 0;
+    for (let i = 1; i < v.active.length; i++) if (v.active[i] > v.active[c]) c = i;
+    const share = v.active[c] > 0 ? v.small.bytes[c] / v.active[c] : 0;
+    this.hint.textContent = share > 0.5
+      ? `${Math.floor(share * 100)}% of the tallest column is the hatched band: ${fmtInt(v.small.count[c])} allocations of at most ${fmtBytes(v.small.max_size)} each (${fmtBytes(v.bytes_per_px)} a pixel here), too many to draw one by one: zoom in, or Shift + wheel to zoom the memory axis, to separate them.`
+      : "";
+  }
+
+  renderFigures() {
+    const s = this.summary;
+    const f = this.figures;
+    f.replaceChildren();
+    if (!s) return;
+    const add = (label, value) => { const x = el("span", null, `${label} `); x.append(el("b", null, value)); f.append(x); };
+    add("peak active", fmtBytes(s.peak_active_bytes));
+    add("peak reserved", fmtBytes(s.peak_reserved_bytes));
+    add("baseline", fmtBytes(s.baseline_bytes));
+    add("end", fmtBytes(s.end_active_bytes));
+    add("events", fmtInt(s.trace_entries));
+    add("allocations", fmtInt(s.allocations));
+    if (s.duration_s !== null) add("span", fmtSeconds(s.duration_s * 1e6));
+    const notes = [];
+    if (s.truncated) notes.push("the trace is truncated (ring buffer full)");
+    if (s.starts_mid_run) notes.push(`${fmtInt(s.preexisting_freed_in_trace)} allocations predate the trace`);
+    this.warnings.textContent = notes.join("; ");
+  }
+
+  layoutCanvases() {
+    const w = Math.floor(this.canvas.clientWidth || this.section.clientWidth || 800);
+    const depth = Math.min(4, this.ann.spans.reduce((m, s) => Math.max(m, s.depth + 1), 0));
+    this.annH = depth ? depth * 15 + 2 : 0;
+    const size = (c, h) => {
+      c.style.height = `${h}px`;
+      c.width = Math.round(w * dpr());
+      c.height = Math.round(h * dpr());
+    };
+    size(this.canvas, this.mainH);
+    size(this.annCanvas, this.annH);
+    this.annCanvas.hidden = !this.annH;
+    size(this.ovCanvas, 46);
+    this.cachedPlotW = Math.max(10, w - ML - MR);
+  }
+
+  // axis units <-> canvas x (CSS px)
+  xOf(u) { return ML + ((u - this.x0) / (this.x1 - this.x0)) * this.plotW; }
+  uOf(x) { return this.x0 + ((x - ML) / this.plotW) * (this.x1 - this.x0); }
+  // x of a column of the stored view `v` under the current range (pan/zoom preview)
+  colXFn(v) {
+    const W = v.width;
+    return (c) => this.xOf(v.vx0 + (c / W) * (v.vx1 - v.vx0));
+  }
+
+  setRange(x0, x1, fromLink = false) {
+    const [f0, f1] = this.fullRange();
+    const minSpan = this.axis === "time" ? 20 : 4;
+    let span = Math.min(Math.max(x1 - x0, minSpan), f1 - f0);
+    x0 = Math.min(Math.max(x0, f0), f1 - span);
+    this.x0 = x0;
+    this.x1 = x0 + span;
+    this.draw();
+    this.drawOverview();
+    this.request();
+    if (!fromLink && state.link && state.panes.length > 1) {
+      for (const p of state.panes) {
+        if (p === this) continue;
+        const [g0, g1] = p.fullRange();
+        p.setRange(g0 + ((this.x0 - f0) / (f1 - f0)) * (g1 - g0), g0 + ((this.x1 - f0) / (f1 - f0)) * (g1 - g0), true);
+      }
+    }
+  }
+
+  // Shift+wheel: zoom the y axis around `bytes` (null range = fit the visible maximum)
+  zoomY(bytes, factor) {
+    const v = this.view;
+    if (!v) return;
+    const [y0, y1] = this.yzoom || [v.ymin, v.ymax];
+    let n0 = Math.max(0, bytes - (bytes - y0) * factor);
+    const n1 = n0 + (y1 - y0) * factor;
+    this.yzoom = n0 <= 0 && n1 >= this.dm.peak.peak_reserved_bytes ? null : [n0, Math.max(n1, n0 + 64)];
+    this.request();
+  }
+
+  zoomAt(u, factor) {
+    const nx0 = u - (u - this.x0) * factor;
+    this.setRange(nx0, nx0 + (this.x1 - this.x0) * factor);
+  }
+
+  // ---- data ------------------------------------------------------------------------------
+  async request() {
+    if (this.inflight) { this.dirty = true; return; }
+    this.inflight = true;
+    this.dirty = false;
+    const axis = this.axis, x0 = this.x0, x1 = this.x1, w = this.plotW, h = this.plotH, dev = this.device;
+    const t = performance.now();
+    try {
+      const v = await getJSON(viewUrl(this.s, dev, x0, x1, axis, w, h, { yzoom: this.yzoom }));
+      if (dev === this.device) {
+        v.axis = axis; v.vx0 = x0; v.vx1 = x1;
+        this.view = v;
+        this.reqCount += 1;
+        this.renderOff();
+        this.draw();
+        this.renderHint();
+        this.timings.push(performance.now() - t);
+        if (this.timings.length > 200) this.timings.shift();
+        if (!state.firstPaint && state.panes.every((p) => p.view)) {
+          state.firstPaint = performance.now();
+          document.body.dataset.ready = "1";
+        }
+        this.section.dataset.requests = String(this.reqCount);
+      }
+    } catch (e) {
+      setStatus(`view: ${e.message}`, true);
+    } finally {
+      this.inflight = false;
+      if (this.dirty) this.request();
+    }
+  }
+
+  async loadOverview() {
+    const axis = this.axis, [f0, f1] = this.fullRange(), dev = this.device;
+    const w = this.plotW;
+    try {
+      const v = await getJSON(viewUrl(this.s, dev, f0, f1, axis, w, 40, { detail: false }));
+      if (dev === this.device && axis === this.axis) { this.ov = v; this.drawOverview(); }
+    } catch (e) {
+      setStatus(`overview: ${e.message}`, true);
+    }
+  }
+
+  // ---- drawing (pane/render.js) --------------------------------------------------------------
+  renderOff() { renderOff(this); }
+  draw() { drawPane(this); }
+  drawOverview() { drawOverview(this); }
+
+  // ---- moments ---------------------------------------------------------------------------------
+  liveAtX(x) {
+    const v = this.view;
+    if (!v || v.axis !== this.axis) return;
+    const u = this.uOf(x);
+    const c = Math.floor(((u - v.vx0) / (v.vx1 - v.vx0)) * v.width);
+    if (c >= 0 && c < v.width) openLive(this, v.sample[c], u);
+  }
+
+  jumpToPeak() {
+    const s = this.dm.peak;
+    if (s.peak_event_index < 0) { openLive(this, -1); return; }
+    const [f0, f1] = this.fullRange();
+    const pu = this.axis === "time" ? s.peak_time_us : s.peak_event_index + 0.5;
+    const span = Math.min(this.x1 - this.x0, (f1 - f0) / 10);
+    this.setRange(pu - span / 2, pu + span / 2);
+    openLive(this, s.peak_event_index, pu);
+  }
+
+  switchAxis() {
+    // keep the visible range: convert through the last view's column boundaries
+    const v = this.view, newAxis = this.axis;
+    if (newAxis === this.curAxis) return;
+    const [n0, n1] = this.fullRange(newAxis);
+    let x0 = n0, x1 = n1;
+    if (v && v.times && v.axis !== newAxis) {
+      if (newAxis === "time") { x0 = v.times[0]; x1 = v.times[v.times.length - 1] + 1; } else { x0 = v.bounds[0]; x1 = v.bounds[v.bounds.length - 1]; }
+    }
+    this.curAxis = newAxis;
+    this.view = null;
+    this.ov = null;
+    this.x0 = n0; this.x1 = n1;
+    this.loadOverview();
+    this.setRange(x0, x1, true);
+  }
+
+  resize() { this.layoutCanvases(); this.loadOverview(); this.draw(); this.request(); }
+}

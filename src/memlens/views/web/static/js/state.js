@@ -1,0 +1,12 @@
+// The page's shared state: the panes and what is pinned, live or under the mouse.
+export const state = {
+  meta: null,
+  panes: [],
+  axis: "event",
+  link: true,
+  live: null, // {pane, event, u, axis, data, focus: [path of labels]}
+  pinned: null, // {pane, row}
+  mouse: null, // {pane, x, y}
+  firstPaint: null,
+};
+window.memlens = state; // for tests and benchmarks
