@@ -17,3 +17,9 @@ class UnsafePickleError(SnapshotError):
 
 class CacheError(MemlensError):
     """The on-disk column cache could not be used (it is rebuilt when possible)."""
+
+
+class EventOutOfRange(MemlensError, IndexError):
+    """An event index outside a trace: valid are -1 (the state before the first event, the
+    one the segments describe when there are no events) to n_events - 1. Also an IndexError,
+    since it is one to code that indexes a trace like a sequence."""

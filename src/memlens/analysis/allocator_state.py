@@ -267,10 +267,7 @@ def state_at(dev: DeviceTrace, event: int, *, blocks: bool = True) -> dict[str, 
     (requested), "state": "active_allocated"|"active_pending_free", "row"}]}] (only when
     blocks=True)}.
     """
-    if event < -1 or event >= dev.n_events:
-        from memlens.errors import MemlensError
-
-        raise MemlensError(f"event {event} is outside this trace (0..{dev.n_events - 1}, or -1)")
+    event = dev.check_event(event)
     w = segment_tracker(dev)
     w.rewind_to(event)
     sa, sz, sst, sex = w.arrays()

@@ -49,7 +49,7 @@ def live_set(
     (backward, C++ threads) go under one "<no Python frames: C++ / backward>" node with a
     child per site (e.g. the autograd node).
     """
-    event = _check(dev, event)
+    event = dev.check_event(event)
     rows = dev.live_at(event)
     out = {"device": dev.device, **event_info(dev, event), "live_count": int(len(rows))}
     out["by_site"] = top_sites(dev, rows, limit=top, hide_patterns=hide_patterns)
@@ -152,14 +152,15 @@ def resolve_event(
     """Turn exactly one of event / time_us / addr(+version, when) into an event index.
 
     time_us picks the last event at or before that time (-1 if before the first).
-    Negative event indices count from the end (-1 is NOT "last": it means before the
-    first event, as everywhere in memlens; use n_events-1 for the last).
+    An event index must be -1 (before the first event, as everywhere in memlens; -1 is NOT
+    "last") or 0..n_events-1; other negative indices are refused (EventOutOfRange), they do
+    not count from the end: use n_events-1 for the last event.
     """
     given = sum(x is not None for x in (event, time_us, addr))
     if given != 1:
         raise MemlensError("give exactly one of an event index, a time (µs) or an address")
     if event is not None:
-        return _check(dev, event)
+        return dev.check_event(event)
     if time_us is not None:
         if not has_time(dev):
             raise MemlensError("this trace has no timestamps (time_us); use an event index")
@@ -310,21 +311,6 @@ def _largest(dev: DeviceTrace, rows: np.ndarray, k: int) -> np.ndarray:
     sizes = dev.alloc_size[rows]
     order = np.lexsort((rows, -sizes))[:k]
     return rows[order]
-
-
-def _check(dev: DeviceTrace, event: int) -> int:
-    event = int(event)
-    if event < -1 or event >= dev.n_events:
-        if dev.n_events == 0:
-            raise MemlensError(
-                f"event {event}: device {dev.device} has no trace events "
-                "(only -1, the state the segments describe, can be asked for)"
-            )
-        raise MemlensError(
-            f"event {event} is outside this trace (events 0..{dev.n_events - 1}, "
-            "or -1 for before the first)"
-        )
-    return event
 
 
 def _ranges(vs: list[int]) -> str:

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from memlens.errors import EventOutOfRange, MemlensError
 from memlens.snapshot.actions import KNOWN_ACTIONS, Action
 from memlens.snapshot.annotations import Annotations, annotation_columns
 
@@ -147,10 +148,17 @@ class DeviceTrace:
         return int(self.reserved_after[-1]) if self.n_events else self.reserved_start_bytes
 
     # ---- queries ------------------------------------------------------------------------
-    def _check_event(self, event: int) -> int:
+    def check_event(self, event: int) -> int:
+        """`event` as an int if it is in this trace (-1: before the first event), else
+        EventOutOfRange; every query and analysis that takes an event index checks it here."""
         event = int(event)
         if event < -1 or event >= self.n_events:
-            raise IndexError(
+            if self.n_events == 0:
+                raise EventOutOfRange(
+                    f"event {event}: device {self.device} has no trace events "
+                    "(only -1, the state the segments describe, can be asked for)"
+                )
+            raise EventOutOfRange(
                 f"event {event} is outside this trace (events 0..{self.n_events - 1}, "
                 "or -1 for before the first)"
             )
@@ -158,16 +166,16 @@ class DeviceTrace:
 
     def active_at(self, event: int) -> int:
         """Active (requested) bytes right after `event` (-1: before the first event)."""
-        event = self._check_event(event)
+        event = self.check_event(event)
         return self.baseline_bytes if event == -1 else int(self.active_after[event])
 
     def reserved_at(self, event: int) -> int:
-        event = self._check_event(event)
+        event = self.check_event(event)
         return self.reserved_start_bytes if event == -1 else int(self.reserved_after[event])
 
     def live_at(self, event: int) -> np.ndarray:
         """Rows of the allocation table alive right after `event` (-1: before the first)."""
-        event = self._check_event(event)
+        event = self.check_event(event)
         mask = (self.alloc_event <= event) & (self.free_event > event)
         return np.flatnonzero(mask)
 
@@ -281,8 +289,6 @@ class Snapshot:
             device = self.default_device
         if device not in self.traces:
             have = ", ".join(map(str, self.devices)) or "none"
-            from memlens.errors import MemlensError
-
             raise MemlensError(f"device {device} is not in this snapshot (devices: {have})")
         return self.traces[device]
 
