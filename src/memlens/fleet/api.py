@@ -1,0 +1,180 @@
+"""`memlens.fleet(paths)`: every rank reduced to a record in parallel, then compared.
+
+    result = memlens.fleet("run42/")                 # local process pool
+    result = memlens.fleet("run42/*.pickle", scheduler="tcp://10.0.0.5:8786")
+
+The result is the JSON of `memlens fleet --json` (docs/json-schema.md): one row per rank
+(failed rows too), the figures' medians, outliers with a diff against the median rank,
+groups of ranks that behave alike and the imbalance of each stage.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Sequence
+from functools import partial
+from typing import Any
+
+from memlens.fleet import aggregate as agg
+from memlens.fleet.executors import Executor, TaskLost, make_executor
+from memlens.fleet.naming import expand_paths, rank_ids
+from memlens.fleet.progress import progress_bar
+from memlens.fleet.record import FAILED, RankRecord, one_line, rank_record
+
+FLEET_SCHEMA_VERSION = 1
+DIFF_SITES = 10  # call sites kept in each outlier's diff
+
+
+def _record_task(item: tuple[str, int], **options: Any) -> RankRecord:
+    return rank_record(item[0], item[1], **options)
+
+
+def outlier_diff(
+    pair: tuple[str, str],
+    *,
+    device: int | None = None,
+    hide_patterns: Sequence[str] | None = None,
+    cache: bool = True,
+    limit: int = DIFF_SITES,
+) -> dict[str, Any]:
+    """memlens diff of (median rank's file, outlier's file), cut to the call sites and
+    stages that changed most; {"error": reason} when either cannot be read."""
+    from memlens.analysis.diff import diff
+    from memlens.snapshot.loader import load
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # as in rank_record
+            a = load(pair[0], cache=cache, warn=False).device(device)
+            b = load(pair[1], cache=cache, warn=False).device(device)
+            d = diff(a, b, limit=limit, hide_patterns=hide_patterns)
+    except Exception as exc:
+        return {"error": one_line(exc)}
+    stages = d["stages"]
+    if stages is not None:  # one row per step would be thousands: the largest changes
+        stages = sorted(stages, key=lambda s: -abs(s["peak_change"] or 0))[:limit]
+    return {"figures": d["figures"], "sites": d["sites"], "sites_total": d["sites_total"],
+            "stages": stages}  # fmt: skip
+
+
+def fleet(
+    paths: str | Sequence[str],
+    *,
+    scheduler: str | None = None,
+    workers: int | None = None,
+    rank_regex: str | None = None,
+    device: int | None = None,
+    top: int = 10,
+    hide_patterns: Sequence[str] | None = None,
+    cache: bool = True,
+    threshold: float = agg.DEFAULT_Z,
+    tolerance: float = agg.DEFAULT_TOLERANCE,
+    diffs: int = 10,
+    progress: bool | None = False,
+    executor: Executor | None = None,
+    on_record: Callable[[RankRecord], None] | None = None,
+) -> dict[str, Any]:
+    """Analyze a fleet of rank snapshots (files, directories or globs).
+
+    scheduler: None (a local process pool of `workers`, default the cores),
+    "dask-local" (a Dask LocalCluster) or "tcp://HOST:PORT" (an existing Dask
+    scheduler). threshold: |robust z| above which a figure is an outlier; tolerance: how
+    close (fraction of the median) a rank's figures must be to join a group; diffs: how
+    many outliers get a diff against the median rank. progress: a bar on stderr (None:
+    when it is a terminal). on_record is called in the parent as each record arrives.
+    """
+    files = expand_paths([paths] if isinstance(paths, str) else list(paths))
+    ids, rank_source = rank_ids(files, rank_regex)
+    own = executor is None
+    ex = executor or make_executor(scheduler, workers)
+    try:
+        records = _collect(ex, files, ids, progress, on_record, device=device, top=top,
+                           hide_patterns=hide_patterns, cache=cache)  # fmt: skip
+        result = summarize_fleet(records, threshold=threshold, tolerance=tolerance)
+        result.update(executor=ex.name, rank_source=rank_source)
+        _attach_diffs(ex, result, records, diffs, device=device,
+                      hide_patterns=hide_patterns, cache=cache)  # fmt: skip
+    finally:
+        if own:
+            ex.close()
+    return result
+
+
+def _collect(
+    ex: Executor,
+    files: list[str],
+    ids: list[int],
+    progress: bool | None,
+    on_record: Callable[[RankRecord], None] | None,
+    **options: Any,
+) -> list[RankRecord]:
+    items = list(zip(files, ids))
+    records: list[RankRecord | None] = [None] * len(items)
+    with progress_bar(len(items), "ranks", progress) as bar:
+        for i, rec in ex.map_unordered(partial(_record_task, **options), items):
+            if isinstance(rec, TaskLost):
+                rec = RankRecord(rank=ids[i], path=files[i], status=FAILED, reason=rec.reason)
+            records[i] = rec
+            bar.advance()
+            if on_record is not None:
+                on_record(rec)
+    return sorted((r for r in records if r is not None), key=lambda r: r.rank)
+
+
+def summarize_fleet(
+    records: Sequence[RankRecord],
+    *,
+    threshold: float = agg.DEFAULT_Z,
+    tolerance: float = agg.DEFAULT_TOLERANCE,
+) -> dict[str, Any]:
+    """The across-rank part of `fleet` on records already made (no diffs)."""
+    stats, z = agg.fleet_stats(records)
+    found = agg.outliers(records, stats, z, threshold)
+    grouped = agg.groups(records, stats, tolerance)
+    group_of = {rank: g["group"] for g in grouped for rank in g["ranks"]}
+    flagged = {o["rank"] for o in found}
+    table = [
+        {**r.to_dict(), "group": group_of.get(r.rank), "outlier": r.rank in flagged,
+         "z": z.get(r.rank, {})}
+        for r in records
+    ]  # fmt: skip
+    return {
+        "schema": FLEET_SCHEMA_VERSION,
+        "executor": None,
+        "rank_source": None,
+        "ranks_total": len(records),
+        "ranks_ok": sum(r.ok for r in records),
+        "ranks_failed": sum(not r.ok for r in records),
+        "threshold_z": threshold,
+        "tolerance": tolerance,
+        "median_rank": agg.median_rank(records, z),
+        "figures": stats,
+        "table": table,
+        "outliers": found,
+        "groups": grouped,
+        "stages": agg.stage_imbalance(records),
+        "failed": [
+            {"rank": r.rank, "path": r.path, "reason": r.reason} for r in records if not r.ok
+        ],  # fmt: skip
+    }
+
+
+def _attach_diffs(
+    ex: Executor,
+    result: dict[str, Any],
+    records: Sequence[RankRecord],
+    diffs: int,
+    **options: Any,
+) -> None:
+    """Each of the first `diffs` outliers gets "diff": memlens diff (median rank -> it),
+    run on the executor like the records (the parent never loads a snapshot)."""
+    base = result["median_rank"]
+    for o in result["outliers"]:
+        o["diff"] = None
+    chosen = result["outliers"][:diffs]
+    if base is None or not chosen:
+        return
+    path_of = {r.rank: r.path for r in records}
+    pairs = [(path_of[base], o["path"]) for o in chosen]
+    for i, d in ex.map_unordered(partial(outlier_diff, **options), pairs):
+        chosen[i]["diff"] = {"error": d.reason} if isinstance(d, TaskLost) else d
