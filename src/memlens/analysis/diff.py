@@ -31,6 +31,7 @@ def diff(
     *,
     limit: int | None = 30,
     hide_patterns: Sequence[str] | None = None,
+    stages: bool = True,
 ) -> dict[str, Any]:
     """Compare two device traces (A = base, B = new).
 
@@ -41,7 +42,8 @@ def diff(
     "a_count", "b_count", "status": "both"|"only_a"|"only_b"}] (largest |change| first,
     at most `limit`), "sites_total" (distinct sites), "stages": [{"name", "occurrence",
     "a_peak_bytes", "b_peak_bytes", "peak_change", "a_net_bytes", "b_net_bytes",
-    "net_change", "status"}] or None when either side has no stages}.
+    "net_change", "status"}] or None when either side has no stages (or stages=False: the
+    viewer's compare page shows no stages and skips their cost)}.
     Sites are matched by the first user frame's text ("function (file:line)").
     """
     figures = []
@@ -80,7 +82,7 @@ def diff(
         "figures": figures,
         "sites": sites if limit is None else sites[:limit],
         "sites_total": len(sites),
-        "stages": stage_diff(a, b),
+        "stages": stage_diff(a, b) if stages else None,
     }
 
 

@@ -11,8 +11,9 @@ from typing import Any
 
 import numpy as np
 
+from memlens.analysis.diff import diff
 from memlens.analysis.oom import oom_entries
-from memlens.analysis.sites import frame_label, site_of_allocations, top_sites
+from memlens.analysis.sites import frame_label, site_of_allocations
 from memlens.analysis.stages import stage_intervals
 from memlens.analysis.tree import live_tree
 from memlens.errors import MemlensError
@@ -341,44 +342,28 @@ class ViewerData:
 
     # ---- /api/compare ---------------------------------------------------------------------------
     def compare(self, devices: list[int | None], limit: int = 50) -> dict[str, Any]:
+        """analysis.diff of the two snapshots (sites at each peak), in the page's shape: each
+        site keeps its "diff" (= the analysis's "change") and "n_sites" is "sites_total"."""
         if len(self.snapshots) < 2:
             raise MemlensError("compare needs two snapshots")
-        peaks = []
-        tables: list[dict[str, dict[str, Any]]] = []
-        for s in (0, 1):
-            snap = self.snapshots[s]
-            d = devices[s] if devices[s] is not None else snap.default_device
-            dev = snap.device(d)
-            rows = dev.live_at(dev.peak_event_index)
-            sites = top_sites(dev, rows, limit=None)
-            tables.append({x["site"]: x for x in sites})
-            peaks.append(
-                {
-                    "device": d,
-                    "peak_bytes": dev.peak_active_bytes,
-                    "peak_event": dev.peak_event_index,
-                    "peak_reserved_bytes": dev.peak_reserved_bytes,
-                }
-            )
-        keys = set(tables[0]) | set(tables[1])
-        rows_out = []
-        for k in keys:
-            a, b = tables[0].get(k), tables[1].get(k)
-            ba, bb = (a["bytes"] if a else 0), (b["bytes"] if b else 0)
-            rows_out.append(
-                {
-                    "site": k,
-                    "a_bytes": ba,
-                    "b_bytes": bb,
-                    "a_count": a["count"] if a else 0,
-                    "b_count": b["count"] if b else 0,
-                    "diff": bb - ba,
-                }
-            )
-        rows_out.sort(key=lambda r: (-abs(r["diff"]), -max(r["a_bytes"], r["b_bytes"]), r["site"]))
+        pair = [
+            snap.device(d if d is not None else snap.default_device)
+            for snap, d in zip(self.snapshots[:2], devices, strict=False)
+        ]
+        result = diff(pair[0], pair[1], limit=limit, stages=False)
+        peaks = [
+            {
+                "device": dev.device,
+                "peak_bytes": dev.peak_active_bytes,
+                "peak_event": dev.peak_event_index,
+                "peak_reserved_bytes": dev.peak_reserved_bytes,
+            }
+            for dev in pair
+        ]
         return {
             "names": self.names[:2],
             "peaks": peaks,
-            "sites": rows_out[:limit],
-            "n_sites": len(rows_out),
+            "sites": [{**site, "diff": site["change"]} for site in result["sites"]],
+            "n_sites": result["sites_total"],
+            "figures": result["figures"],
         }
