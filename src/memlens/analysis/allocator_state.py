@@ -22,11 +22,12 @@ active over time comes straight from the curves; the largest free block needs th
 from __future__ import annotations
 
 import bisect
-from typing import Any
+from typing import Any, TypedDict, cast
 
 import numpy as np
 
 from memlens.analysis.events import event_info, sample_events
+from memlens.analysis.results import AllocatorState, Block, FragmentationResult, StateSummary
 from memlens.snapshot.actions import Action
 from memlens.snapshot.model import DeviceTrace
 
@@ -196,7 +197,16 @@ def segment_tracker(dev: DeviceTrace) -> SegmentWalker | SegmentIntervals:
     return SegmentIntervals(dev)
 
 
-def _layout(dev: DeviceTrace, sstart: np.ndarray, ssize: np.ndarray, event: int) -> dict[str, Any]:
+class _Layout(TypedDict):
+    rows: np.ndarray  # live rows, by address
+    seg_of_block: np.ndarray  # segment index per row (-1: outside every segment)
+    seg_free: np.ndarray  # per segment
+    seg_largest: np.ndarray
+    reserved: int
+    outside: int
+
+
+def _layout(dev: DeviceTrace, sstart: np.ndarray, ssize: np.ndarray, event: int) -> _Layout:
     """Blocks (rows live after `event`) placed in segments; gaps and per-segment figures."""
     rows = dev.live_at(event)
     rows = rows[np.argsort(dev.alloc_addr[rows], kind="stable")]
@@ -236,7 +246,7 @@ def _layout(dev: DeviceTrace, sstart: np.ndarray, ssize: np.ndarray, event: int)
     }
 
 
-def _summary(dev: DeviceTrace, n_segments: int, lay: dict[str, Any], event: int) -> dict[str, Any]:
+def _summary(dev: DeviceTrace, n_segments: int, lay: _Layout, event: int) -> StateSummary:
     free = int(lay["seg_free"].sum())
     largest = int(lay["seg_largest"].max()) if len(lay["seg_largest"]) else 0
     rows = lay["rows"]
@@ -254,7 +264,7 @@ def _summary(dev: DeviceTrace, n_segments: int, lay: dict[str, Any], event: int)
     }
 
 
-def state_at(dev: DeviceTrace, event: int, *, blocks: bool = True) -> dict[str, Any]:
+def state_at(dev: DeviceTrace, event: int, *, blocks: bool = True) -> AllocatorState:
     """Segments and blocks right after `event` (-1: before the first event).
 
     Returns {"device", "event", "time_us", "action", "active_bytes", "reserved_bytes"
@@ -272,12 +282,13 @@ def state_at(dev: DeviceTrace, event: int, *, blocks: bool = True) -> dict[str, 
     w.rewind_to(event)
     sa, sz, sst, sex = w.arrays()
     lay = _layout(dev, sa, sz, event)
-    out = _summary(dev, len(sa), lay, event)
+    # segments and inconsistencies are added below when they apply
+    out = cast(AllocatorState, _summary(dev, len(sa), lay, event))
     if blocks:
         streams = dev.snapshot.streams
         rows, k = lay["rows"], lay["seg_of_block"]
         pending = (dev.free_requested_event[rows] >= 0) & (dev.free_requested_event[rows] <= event)
-        per_seg: list[list[dict[str, Any]]] = [[] for _ in range(len(sa))]
+        per_seg: list[list[Block]] = [[] for _ in range(len(sa))]
         for j, r in enumerate(rows.tolist()):
             if k[j] >= 0:
                 per_seg[k[j]].append(
@@ -306,7 +317,7 @@ def state_at(dev: DeviceTrace, event: int, *, blocks: bool = True) -> dict[str, 
     return out
 
 
-def fragmentation(dev: DeviceTrace, *, points: int = 200) -> dict[str, Any]:
+def fragmentation(dev: DeviceTrace, *, points: int = 200) -> FragmentationResult:
     """Reserved minus active over time (exact maximum, sampled curve) and the largest free
     block at the sampled events (one backward walk over segment events).
 
@@ -321,7 +332,8 @@ def fragmentation(dev: DeviceTrace, *, points: int = 200) -> dict[str, Any]:
     ev = sample_events(n, points, must=(gi, dev.peak_event_index))
     w = segment_tracker(dev)
     rows_out: dict[int, tuple[int, int, int]] = {}
-    peak_state = end_state = None
+    peak_state: StateSummary | None = None
+    end_state: StateSummary | None = None
     for e in ev[::-1].tolist():
         w.rewind_to(e)
         sa, sz, _, _ = w.arrays()

@@ -11,12 +11,19 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 
 from memlens.analysis.events import has_time
 from memlens.analysis.peak import allocation_rows
+from memlens.analysis.results import (
+    AnomaliesResult,
+    GapStretch,
+    LargeTemporaries,
+    LargeTemporary,
+    LateFree,
+    LateFrees,
+)
 from memlens.analysis.sites import top_sites
 from memlens.snapshot.model import DeviceTrace
 
@@ -33,7 +40,7 @@ def anomalies(
     gap_ratio: float = 0.5,
     limit: int = 20,
     hide_patterns: Sequence[str] | None = None,
-) -> dict[str, Any]:
+) -> AnomaliesResult:
     """Returns {"device", "late_frees": {"count", "bytes", "items": [allocation_rows +
     "delay_events", "delay_us"], "by_site": [...]}, "large_temporaries": {"count",
     "bytes", "items": [allocation_rows + "lifetime_events"], "by_site": [...]},
@@ -59,12 +66,15 @@ def anomalies(
         keep = delay_us >= late_min_us
         cand, delay_us = cand[keep], delay_us[keep]
     order = np.lexsort((cand, -(fr[cand] - req[cand])))
-    items = allocation_rows(dev, cand[order][:limit], hide_patterns)
-    for it, j in zip(items, order[:limit].tolist()):
-        r = int(cand[j])
-        it["delay_events"] = int(fr[r] - req[r])
-        it["delay_us"] = int(delay_us[j]) if timed else None
-    late = {
+    items: list[LateFree] = [
+        {**it, "delay_events": int(fr[r] - req[r]), "delay_us": int(delay_us[j]) if timed else None}
+        for it, j, r in zip(
+            allocation_rows(dev, cand[order][:limit], hide_patterns),
+            order[:limit].tolist(),
+            cand[order][:limit].tolist(),
+        )
+    ]
+    late: LateFrees = {
         "count": int(len(cand)),
         "bytes": int(dev.alloc_size[cand].sum()),
         "items": items,
@@ -76,10 +86,11 @@ def anomalies(
     life = fr - dev.alloc_event
     tmp = np.flatnonzero(made & (fr < n) & (life <= temp_max_events) & (dev.alloc_size >= floor))
     order = np.lexsort((tmp, -dev.alloc_size[tmp]))
-    t_items = allocation_rows(dev, tmp[order][:limit], hide_patterns)
-    for it in t_items:
-        it["lifetime_events"] = int(life[it["row"]])
-    temps = {
+    t_items: list[LargeTemporary] = [
+        {**it, "lifetime_events": int(life[it["row"]])}
+        for it in allocation_rows(dev, tmp[order][:limit], hide_patterns)
+    ]
+    temps: LargeTemporaries = {
         "count": int(len(tmp)),
         "bytes": int(dev.alloc_size[tmp].sum()),
         "min_bytes": floor,
@@ -87,7 +98,7 @@ def anomalies(
         "by_site": top_sites(dev, tmp, limit=limit, hide_patterns=hide_patterns),
     }
     # --- reserved far above active --------------------------------------------------------
-    stretches: list[dict[str, Any]] = []
+    stretches: list[GapStretch] = []
     max_gap, max_gap_ev = 0, -1
     if n:
         gap = dev.reserved_after - dev.active_after

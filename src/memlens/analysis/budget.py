@@ -4,8 +4,9 @@ baseline snapshot."""
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Literal
 
+from memlens.analysis.results import BudgetCheck, BudgetResult
 from memlens.errors import MemlensError
 from memlens.snapshot.model import DeviceTrace
 from memlens.units import format_bytes, parse_bytes
@@ -34,7 +35,7 @@ def check_budgets(
     baseline: DeviceTrace | None = None,
     max_growth: float | None = None,
     max_growth_bytes: int | None = None,
-) -> dict[str, Any]:
+) -> BudgetResult:
     """Returns {"ok": bool, "device", "source", "peak_active_bytes", "peak_reserved_bytes",
     "checks": [{"name" ("max_peak"|"max_reserved"|"max_growth"), "ok", "value", "limit",
     "message"}], "violations": [message...]}.
@@ -43,11 +44,11 @@ def check_budgets(
     max_growth_bytes an absolute allowance; with both, the larger allowance applies.
     Growth needs `baseline`; a baseline without a growth limit allows no growth at all.
     """
-    checks: list[dict[str, Any]] = []
+    checks: list[BudgetCheck] = []
     peak, reserved = dev.peak_active_bytes, dev.peak_reserved_bytes
     where = f"device {dev.device}"
 
-    def add(name: str, value: int, limit: int, what: str) -> None:
+    def add(name: Literal["max_peak", "max_reserved"], value: int, limit: int, what: str) -> None:
         ok = value <= limit
         msg = (
             f"{where}: {what} {format_bytes(value)} ({value:,} bytes) "

@@ -22,13 +22,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 
 from memlens.analysis.curves import group_summary, group_totals
 from memlens.analysis.events import event_info
 from memlens.analysis.matching import rows_matching, stack_matches
+from memlens.analysis.results import CategoriesResult, CompileContexts, ContextRow
 from memlens.errors import MemlensError
 from memlens.snapshot.model import LIVE_AT_END, PREEXISTING, DeviceTrace
 
@@ -124,7 +124,7 @@ def categories(
     points: int = 400,
     hide_patterns: Sequence[str] | None = None,
     top: int = 3,
-) -> dict[str, Any]:
+) -> CategoriesResult:
     """Bytes per category at `event` (default: the peak) and over time.
 
     Returns {"device", "event", "time_us", "action", "active_bytes", "reserved_bytes",
@@ -141,7 +141,7 @@ def categories(
     return {"device": dev.device, **event_info(dev, event), "categories": items, "curve": curve}
 
 
-def by_compile_context(dev: DeviceTrace, *, event: int | None = None) -> dict[str, Any]:
+def by_compile_context(dev: DeviceTrace, *, event: int | None = None) -> CompileContexts:
     """Bytes per compile context at `event` (default: the peak) and allocated over the
     trace. Allocations made before the trace have no context ("<before trace>"); "N/A"
     is outside any compiled region (or compile_context was not recorded).
@@ -167,7 +167,7 @@ def by_compile_context(dev: DeviceTrace, *, event: int | None = None) -> dict[st
             return "N/A"
         return snap.strings[c]
 
-    items = [
+    items: list[ContextRow] = [
         {
             "context": label(int(c)),
             "bytes": int(live_b[j]),

@@ -8,11 +8,12 @@ thinned, so a group's value at any sampled event is the true value there.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TypedDict
 
 import numpy as np
 
 from memlens.analysis.events import sample_events
+from memlens.analysis.results import Curve, GroupRow
 from memlens.analysis.sites import top_sites
 from memlens.snapshot.model import DeviceTrace
 
@@ -32,6 +33,13 @@ def group_bytes_at(dev: DeviceTrace, group: np.ndarray, n_groups: int, event: in
     )
 
 
+class _GroupCurves(TypedDict):
+    event: list[int]
+    bytes: list[list[int]]  # per group
+    peak_bytes: list[int]
+    peak_event: list[int]
+
+
 def group_curves(
     dev: DeviceTrace,
     group: np.ndarray,
@@ -39,7 +47,7 @@ def group_curves(
     *,
     points: int = 400,
     must: tuple[int, ...] = (),
-) -> dict[str, Any]:
+) -> _GroupCurves:
     """Sampled per-group active bytes: {"event": [...], "bytes": [[g0...], [g1...], ...]}
     plus each group's exact peak ("peak_bytes", "peak_event")."""
     n = dev.n_events
@@ -98,7 +106,7 @@ def group_summary(
     points: int = 400,
     top: int = 3,
     hide_patterns: Sequence[str] | None = None,
-) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+) -> tuple[list[GroupRow], Curve]:
     """What categories and rules both report for a split of the allocations into named
     groups: per group {"name", "bytes", "count" (live at `event`), "peak_bytes",
     "peak_event" (its own exact peak), "allocated_bytes", "allocated_count", "top_sites"
@@ -108,7 +116,7 @@ def group_summary(
     totals = group_totals(dev, group, k, event)
     rows = totals["rows"]
     curves = group_curves(dev, group, k, points=points, must=(max(event, 0),))
-    items = []
+    items: list[GroupRow] = []
     for g, name in enumerate(names):
         sites = (
             top_sites(dev, rows[group[rows] == g], limit=top, hide_patterns=hide_patterns)

@@ -5,13 +5,13 @@ occurrence)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
 
+from memlens.analysis.results import DiffResult, Figure, SiteChange, StageChange
 from memlens.analysis.sites import top_sites
 from memlens.snapshot.model import DeviceTrace
 
-FIGURES = (
+FIGURES: tuple[tuple[str, Callable[[DeviceTrace], int]], ...] = (
     ("peak_active_bytes", lambda d: d.peak_active_bytes),
     ("peak_reserved_bytes", lambda d: d.peak_reserved_bytes),
     ("baseline_bytes", lambda d: d.baseline_bytes),
@@ -32,7 +32,7 @@ def diff(
     limit: int | None = 30,
     hide_patterns: Sequence[str] | None = None,
     stages: bool = True,
-) -> dict[str, Any]:
+) -> DiffResult:
     """Compare two device traces (A = base, B = new).
 
     Returns {"a": {"source", "device"}, "b": {...}, "figures": [{"name" (peak_active_bytes,
@@ -46,7 +46,7 @@ def diff(
     viewer's compare page shows no stages and skips their cost)}.
     Sites are matched by the first user frame's text ("function (file:line)").
     """
-    figures = []
+    figures: list[Figure] = []
     for name, get in FIGURES:
         va, vb = int(get(a)), int(get(b))
         figures.append(
@@ -56,10 +56,10 @@ def diff(
                                           hide_patterns=hide_patterns)}  # fmt: skip
     sb = {s["site"]: s for s in top_sites(b, b.live_at(b.peak_event_index), limit=None,
                                           hide_patterns=hide_patterns)}  # fmt: skip
-    sites = []
+    sites: list[SiteChange] = []
     for key in sa.keys() | sb.keys():
         x, y = sa.get(key), sb.get(key)
-        ref = x or y
+        ref = x or sb[key]  # the site is on one side at least
         ab, bb = (x["bytes"] if x else 0), (y["bytes"] if y else 0)
         sites.append(
             {
@@ -86,7 +86,7 @@ def diff(
     }
 
 
-def stage_diff(a: DeviceTrace, b: DeviceTrace) -> list[dict[str, Any]] | None:
+def stage_diff(a: DeviceTrace, b: DeviceTrace) -> list[StageChange] | None:
     """Stages matched by (name, occurrence); None unless both sides have stages."""
     from memlens.analysis.stages import stage_table
 
@@ -97,7 +97,7 @@ def stage_diff(a: DeviceTrace, b: DeviceTrace) -> list[dict[str, Any]] | None:
     ia = {(s["name"], s["occurrence"]): s for s in ta}
     ib = {(s["name"], s["occurrence"]): s for s in tb}
     keys = [k for k in ia] + [k for k in ib if k not in ia]
-    out = []
+    out: list[StageChange] = []
     for k in keys:
         x, y = ia.get(k), ib.get(k)
         out.append(

@@ -7,13 +7,16 @@ Convention used by every analysis: an event index `i` means "right after event i
 from __future__ import annotations
 
 import gc
-from collections.abc import Iterator
+from collections.abc import Callable, Hashable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
-from memlens.snapshot.model import DeviceTrace
+from memlens.analysis.results import Point
+from memlens.snapshot.model import DeviceTrace, Snapshot
+
+T = TypeVar("T")
 
 
 def has_time(dev: DeviceTrace) -> bool:
@@ -28,7 +31,7 @@ def time_of(dev: DeviceTrace, event: int) -> int | None:
     return t if t >= 0 else None
 
 
-def event_info(dev: DeviceTrace, event: int) -> dict[str, Any]:
+def event_info(dev: DeviceTrace, event: int) -> Point:
     """The JSON description of a point in the trace: index, time, action, memory there."""
     return {
         "event": int(event),
@@ -53,12 +56,14 @@ def sample_events(n_events: int, points: int, must: list[int] | tuple[int, ...] 
     return np.unique(np.concatenate([base, extra]))
 
 
-def _cached(dev: DeviceTrace, key: str, make: Any) -> Any:
-    # DeviceTrace is a plain dataclass: memoize derived indexes on the instance
-    cache: dict = dev.__dict__.setdefault("_analysis_cache", {})
+def memo(owner: DeviceTrace | Snapshot, key: Hashable, make: Callable[[], T]) -> T:
+    """make(), computed once per owner and key: Snapshot and DeviceTrace are plain
+    dataclasses, so derived indexes are memoized on the instance (and die with it)."""
+    cache: dict[Hashable, Any] = owner.__dict__.setdefault("_analysis_cache", {})
     if key not in cache:
         cache[key] = make()
-    return cache[key]
+    value: T = cache[key]
+    return value
 
 
 def _sorted_rows(dev: DeviceTrace, which: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -71,7 +76,7 @@ def _sorted_rows(dev: DeviceTrace, which: str) -> tuple[np.ndarray, np.ndarray, 
         cum = np.concatenate([np.zeros(1, np.int64), np.cumsum(dev.alloc_size[order])])
         return order, ev[order], cum
 
-    return _cached(dev, f"by_{which}", make)
+    return memo(dev, f"by_{which}", make)
 
 
 def rows_allocated_in(dev: DeviceTrace, after: int, upto: int) -> np.ndarray:

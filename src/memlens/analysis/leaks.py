@@ -11,11 +11,18 @@ occurrence's start to the last's.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 
 from memlens.analysis.events import rows_allocated_in
+from memlens.analysis.results import (
+    LeakGroup,
+    LeaksResult,
+    NetSite,
+    Occurrence,
+    StageRow,
+    SuspectSite,
+)
 from memlens.analysis.sites import frame_label, net_sites, site_of_allocations, top_sites
 from memlens.analysis.stages import stage_table
 from memlens.snapshot.model import DeviceTrace
@@ -27,7 +34,7 @@ def leaks(
     stage: str | None = None,
     limit: int = 20,
     hide_patterns: Sequence[str] | None = None,
-) -> dict[str, Any]:
+) -> LeaksResult:
     """Returns {"device", "groups": [{"base_name", "count", "occurrences": [{"name",
     "occurrence", "first_event", "last_event", "start_bytes", "end_bytes",
     "left_alive_bytes" (made in it, alive at the end of the trace), "left_alive_count"}],
@@ -46,14 +53,14 @@ def leaks(
     """
     table = stage_table(dev, top=0)
     notes = list(table["notes"])
-    groups: dict[str, list[dict[str, Any]]] = {}
+    groups: dict[str, list[StageRow]] = {}
     for s in table["stages"]:
         if stage is not None and stage not in s["name"]:
             continue
         groups.setdefault(s["base_name"], []).append(s)
     min_count = 1 if stage is not None else 2
     by_index = {s["index"]: s for s in table["stages"]}
-    out = []
+    out: list[LeakGroup] = []
     for base, occ in groups.items():
         if len(occ) < min_count:
             continue
@@ -62,7 +69,7 @@ def leaks(
         if len(occ) < min_count:
             continue
         per_rows = _left_alive(dev, occ)
-        occ_rows = []
+        occ_rows: list[Occurrence] = []
         for s, alive in zip(occ, per_rows):
             occ_rows.append(
                 {
@@ -88,14 +95,15 @@ def leaks(
         }
         sus = all_rows[np.isin(labels, list(sus_sites))] if sus_sites else all_rows[:0]
         once = all_rows[np.isin(labels, list(first_only))] if first_only else all_rows[:0]
-        sites = top_sites(dev, sus, limit=limit, hide_patterns=hide_patterns)
-        for s in sites:
-            s["per_occurrence"] = per_site[s["site"]]
+        sites: list[SuspectSite] = [
+            {**s, "per_occurrence": per_site[s["site"]]}
+            for s in top_sites(dev, sus, limit=limit, hide_patterns=hide_patterns)
+        ]
         one_time = top_sites(dev, once, limit=limit, hide_patterns=hide_patterns)
         first, last = occ[0], occ[-1]
         growth = last["active_start_bytes"] - first["active_start_bytes"]
         steps = len(occ) - 1
-        grew: list[dict[str, Any]] = []
+        grew: list[NetSite] = []
         if steps:
             a, b = first["start_event"], last["start_event"]
             made = rows_allocated_in(dev, a, b)
@@ -143,7 +151,7 @@ def _labels(dev: DeviceTrace, rows: np.ndarray, hide_patterns: Sequence[str] | N
     return names[inv] if len(rows) else np.zeros(0, dtype=object)
 
 
-def _left_alive(dev: DeviceTrace, occ: list[dict[str, Any]]) -> list[np.ndarray]:
+def _left_alive(dev: DeviceTrace, occ: list[StageRow]) -> list[np.ndarray]:
     """Per occurrence, the rows it made that are still alive at the end of the trace (in
     event order). Occurrences of one name are disjoint windows in time order, so every
     surviving allocation finds its occurrence with one searchsorted — thousands of steps
@@ -180,7 +188,7 @@ def _per_occurrence_sites(
     return out
 
 
-def _inside_same(s: dict[str, Any], by_index: dict[int, dict[str, Any]]) -> bool:
+def _inside_same(s: StageRow, by_index: dict[int, StageRow]) -> bool:
     """Has `s` an enclosing stage with the same base name?"""
     p = s["parent"]
     while p is not None:

@@ -10,18 +10,19 @@ import re
 
 import numpy as np
 
+from memlens.analysis.events import memo
 from memlens.snapshot.model import Snapshot
 
 
 def frame_texts(snap: Snapshot) -> list[str]:
-    cache: dict = snap.__dict__.setdefault("_analysis_cache", {})
-    if "frame_texts" not in cache:
+    def make() -> list[str]:
         f, s = snap.frames, snap.strings
-        cache["frame_texts"] = [
+        return [
             f"{s[a]}:{int(b)}:{s[c]}"
             for a, b, c in zip(f.filename.tolist(), f.line.tolist(), f.name.tolist())
         ]
-    return cache["frame_texts"]
+
+    return memo(snap, "frame_texts", make)
 
 
 def frame_mask(snap: Snapshot, pattern: str | re.Pattern[str]) -> np.ndarray:
@@ -39,7 +40,8 @@ def stack_any(snap: Snapshot, fmask: np.ndarray) -> np.ndarray:
         return np.zeros(0, dtype=bool)
     hit = fmask[st.frame_ids].astype(np.int64)
     cum = np.concatenate([[0], np.cumsum(hit)])
-    return (cum[st.offsets[1:]] - cum[st.offsets[:-1]]) > 0
+    hit_any: np.ndarray = (cum[st.offsets[1:]] - cum[st.offsets[:-1]]) > 0
+    return hit_any
 
 
 def stack_matches(snap: Snapshot, pattern: str | re.Pattern[str]) -> np.ndarray:

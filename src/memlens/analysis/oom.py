@@ -5,18 +5,18 @@ moment and the top sites."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 
 from memlens.analysis.allocator_state import state_at
 from memlens.analysis.events import time_of
+from memlens.analysis.results import OomDetail, OomEntry, OomReport
 from memlens.analysis.sites import frame_label, top_sites, user_frame_of_stacks
 from memlens.snapshot.actions import Action
 from memlens.snapshot.model import DeviceTrace
 
 
-def oom_entries(dev: DeviceTrace, limit: int | None = None) -> list[dict[str, Any]]:
+def oom_entries(dev: DeviceTrace, limit: int | None = None) -> list[OomEntry]:
     """The trace's `oom` entries, light: {"event", "time_us", "requested_bytes" (the rounded
     size that failed), "device_free_bytes" (what the driver reported)}; the first `limit`."""
     events = np.flatnonzero(dev.action == Action.OOM)[:limit]
@@ -33,7 +33,7 @@ def oom_entries(dev: DeviceTrace, limit: int | None = None) -> list[dict[str, An
 
 def oom_report(
     dev: DeviceTrace, *, top: int = 10, hide_patterns: Sequence[str] | None = None
-) -> dict[str, Any]:
+) -> OomReport:
     """Returns {"device", "count", "ooms": [{"event", "time_us", "requested_bytes" (the
     rounded size that failed), "device_free_bytes" (cudaMemGetInfo free, from the entry),
     "active_bytes", "reserved_bytes", "reserved_unused_bytes" (reserved - active: cached
@@ -43,7 +43,7 @@ def oom_report(
     The state is right before the OOM entry (the failed request allocated nothing).
     """
     ufs = user_frame_of_stacks(dev.snapshot, hide_patterns)
-    ooms = []
+    ooms: list[OomDetail] = []
     for entry in oom_entries(dev):
         e, req = entry["event"], entry["requested_bytes"]
         st = state_at(dev, e, blocks=False)

@@ -14,16 +14,32 @@ allocations made earlier at the same address (MemoryViz's `b'<addr>_<version>'`)
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, TypedDict
 
 import numpy as np
 
-from memlens.analysis.events import event_info, has_time
+from memlens.analysis.events import event_info, has_time, memo
+from memlens.analysis.results import Allocation, AllocationLiveSet, LiveSet, PeakResult, TreeNode
 from memlens.analysis.sites import frame_label, site_of_allocations, top_sites
 from memlens.analysis.tree import StackNode, build_stack_tree
 from memlens.errors import MemlensError
 from memlens.snapshot.frames import PYTHON
-from memlens.snapshot.model import GHOST, PREEXISTING, DeviceTrace
+from memlens.snapshot.model import GHOST, PREEXISTING, DeviceTrace, Snapshot
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+
+class LiveSetOptions(TypedDict, total=False):
+    """live_set's keyword options, which peak and memory_at_allocation pass through."""
+
+    top: int
+    hide_patterns: Sequence[str] | None
+    tree: bool
+    python_only: bool
+    tree_depth: int | None
+    tree_min_share: float
+    largest: int
 
 
 def live_set(
@@ -37,7 +53,7 @@ def live_set(
     tree_depth: int | None = None,
     tree_min_share: float = 0.001,
     largest: int = 10,
-) -> dict[str, Any]:
+) -> LiveSet:
     """Everything live right after `event` (-1: before the first event).
 
     Returns {"device", "event", "time_us", "action", "active_bytes", "reserved_bytes",
@@ -51,34 +67,32 @@ def live_set(
     """
     event = dev.check_event(event)
     rows = dev.live_at(event)
-    out = {"device": dev.device, **event_info(dev, event), "live_count": int(len(rows))}
-    out["by_site"] = top_sites(dev, rows, limit=top, hide_patterns=hide_patterns)
-    out["tree"] = (
-        tree_dict(
-            dev,
-            rows,
-            python_only=python_only,
-            max_depth=tree_depth,
-            min_share=tree_min_share,
+    return {
+        "device": dev.device,
+        **event_info(dev, event),
+        "live_count": int(len(rows)),
+        "by_site": top_sites(dev, rows, limit=top, hide_patterns=hide_patterns),
+        "tree": tree_dict(
+            dev, rows, python_only=python_only, max_depth=tree_depth, min_share=tree_min_share
         )
         if tree
-        else None
-    )
-    out["largest"] = allocation_rows(dev, _largest(dev, rows, largest), hide_patterns)
-    return out
+        else None,
+        "largest": allocation_rows(dev, _largest(dev, rows, largest), hide_patterns),
+    }
 
 
-def peak(dev: DeviceTrace, **kw: Any) -> dict[str, Any]:
+def peak(dev: DeviceTrace, **kw: Unpack[LiveSetOptions]) -> PeakResult:
     """live_set at the peak of active memory (first event reaching it; -1 = the baseline).
 
     Adds "peak_active_bytes" and "peak_reserved_bytes" (the reserved peak may be
     elsewhere: "peak_reserved_event"). Keyword arguments as live_set.
     """
-    out = live_set(dev, dev.peak_event_index, **kw)
-    out["peak_active_bytes"] = dev.peak_active_bytes
-    out["peak_reserved_bytes"] = dev.peak_reserved_bytes
-    out["peak_reserved_event"] = dev.peak_reserved_event_index
-    return out
+    return {
+        **live_set(dev, dev.peak_event_index, **kw),
+        "peak_active_bytes": dev.peak_active_bytes,
+        "peak_reserved_bytes": dev.peak_reserved_bytes,
+        "peak_reserved_event": dev.peak_reserved_event_index,
+    }
 
 
 def find_allocation(dev: DeviceTrace, addr: int, version: int | None = None) -> int:
@@ -165,6 +179,7 @@ def resolve_event(
         if not has_time(dev):
             raise MemlensError("this trace has no timestamps (time_us); use an event index")
         return dev.event_at_time(int(time_us))
+    assert addr is not None  # exactly one of the three was given
     return allocation_event(dev, find_allocation(dev, int(addr), version), when)
 
 
@@ -173,27 +188,28 @@ def memory_at_allocation(
     addr: int,
     version: int | None = None,
     when: str = "alloc",
-    **kw: Any,
-) -> dict[str, Any]:
+    **kw: Unpack[LiveSetOptions],
+) -> AllocationLiveSet:
     """live_set at an allocation's alloc (or free) event, plus "allocation": the row."""
     row = find_allocation(dev, addr, version)
     ev = allocation_event(dev, row, when)
-    out = live_set(dev, ev, **kw)
-    out["when"] = when
-    out["allocation"] = allocation_rows(dev, np.asarray([row]), kw.get("hide_patterns"))[0]
-    return out
+    return {
+        **live_set(dev, ev, **kw),
+        "when": when,
+        "allocation": allocation_rows(dev, np.asarray([row]), kw.get("hide_patterns"))[0],
+    }
 
 
 def allocation_rows(
     dev: DeviceTrace, rows: np.ndarray, hide_patterns: Sequence[str] | None = None
-) -> list[dict[str, Any]]:
+) -> list[Allocation]:
     """Allocation rows as JSON dicts (address hex, version, size, events, flags, site)."""
     rows = np.asarray(rows, dtype=np.int64)
     if len(rows) == 0:
         return []
     site = site_of_allocations(dev, rows, hide_patterns)
     snap = dev.snapshot
-    out = []
+    out: list[Allocation] = []
     n = dev.n_events
     for r, s in zip(rows.tolist(), site.tolist()):
         flags = int(dev.alloc_flags[r])
@@ -225,7 +241,7 @@ def tree_dict(
     python_only: bool = False,
     max_depth: int | None = None,
     min_share: float = 0.0,
-) -> dict[str, Any]:
+) -> TreeNode:
     """The call-stack tree of allocation `rows` as a dict, pruned (see live_set)."""
     snap = dev.snapshot
     stacks = dev.alloc_stack[rows]
@@ -250,18 +266,19 @@ def tree_dict(
 NO_PYTHON_LABEL = "<no Python frames: C++ / backward>"
 
 
-def stack_has_python(snap: Any) -> np.ndarray:
+def stack_has_python(snap: Snapshot) -> np.ndarray:
     """Per stack id: does it hold at least one Python frame? (cached on the snapshot)"""
-    cache: dict = snap.__dict__.setdefault("_analysis_cache", {})
-    if "has_python" not in cache:
+
+    def make() -> np.ndarray:
         st = snap.stacks
-        n = len(st)
+        if len(st) == 0:
+            return np.zeros(0, bool)
         is_py = (snap.frames.kind[st.frame_ids] == PYTHON).astype(np.int64)
         cum = np.concatenate([[0], np.cumsum(is_py)])
-        cache["has_python"] = (
-            (cum[st.offsets[1:]] - cum[st.offsets[:-1]]) > 0 if n else np.zeros(0, bool)
-        )
-    return cache["has_python"]
+        has: np.ndarray = (cum[st.offsets[1:]] - cum[st.offsets[:-1]]) > 0
+        return has
+
+    return memo(snap, "has_python", make)
 
 
 def _add_cpp_group(dev: DeviceTrace, root: StackNode, rows: np.ndarray) -> None:
@@ -281,16 +298,15 @@ def _add_cpp_group(dev: DeviceTrace, root: StackNode, rows: np.ndarray) -> None:
 
 def prune_tree(
     root: StackNode, dev: DeviceTrace, *, max_depth: int | None = None, min_bytes: int = 0
-) -> dict[str, Any]:
+) -> TreeNode:
     """StackNode -> dict; children under `min_bytes` are merged into one "<other>" node."""
 
-    def walk(node: StackNode, depth: int) -> dict[str, Any]:
-        d = node.to_dict(dev.snapshot, max_depth=0)
-        d.pop("children", None)
+    def walk(node: StackNode, depth: int) -> TreeNode:
+        d = node.to_dict(dev.snapshot, max_depth=0)  # children: []
         if max_depth is not None and depth >= max_depth:
-            d["children"] = []
             return d
-        kids, other_b, other_c = [], 0, 0
+        kids: list[TreeNode] = []
+        other_b, other_c = 0, 0
         for c in node.sorted_children():
             if c.bytes >= min_bytes and (c.bytes > 0 or min_bytes == 0):
                 kids.append(walk(c, depth + 1))

@@ -4,8 +4,8 @@ several snapshot files (one per rank): peak per rank, imbalance, sites that diff
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
+from memlens.analysis.results import Imbalance, RankRow, RankSite, RanksResult
 from memlens.analysis.sites import top_sites
 from memlens.snapshot.model import DeviceTrace, Snapshot
 
@@ -15,7 +15,7 @@ def ranks(
     *,
     limit: int = 20,
     hide_patterns: Sequence[str] | None = None,
-) -> dict[str, Any]:
+) -> RanksResult:
     """`traces`: (label, device trace) pairs, e.g. ("rank0.pickle:0", dev).
 
     Returns {"ranks": [{"label", "source", "device", "peak_active_bytes",
@@ -25,7 +25,7 @@ def ranks(
     "min_label"} (None without traces), "sites": [{"site", "bytes": [per rank, live at
     that rank's peak], "spread_bytes"}] (sites whose bytes differ, largest spread first)}.
     """
-    rows = []
+    rows: list[RankRow] = []
     site_bytes: dict[str, list[int]] = {}
     for j, (label, dev) in enumerate(traces):
         rows.append(
@@ -44,7 +44,7 @@ def ranks(
         live = dev.live_at(dev.peak_event_index)
         for s in top_sites(dev, live, limit=None, hide_patterns=hide_patterns):
             site_bytes.setdefault(s["site"], [0] * len(traces))[j] = s["bytes"]
-    imbalance = None
+    imbalance: Imbalance | None = None
     if rows:
         peaks = [r["peak_active_bytes"] for r in rows]
         hi, lo = max(peaks), min(peaks)
@@ -58,7 +58,7 @@ def ranks(
             "max_label": rows[peaks.index(hi)]["label"],
             "min_label": rows[peaks.index(lo)]["label"],
         }
-    sites = [
+    sites: list[RankSite] = [
         {"site": k, "bytes": v, "spread_bytes": max(v) - min(v)}
         for k, v in site_bytes.items()
         if max(v) != min(v)

@@ -22,6 +22,7 @@ import numpy as np
 from memlens.analysis.curves import group_summary
 from memlens.analysis.events import event_info
 from memlens.analysis.matching import frame_texts
+from memlens.analysis.results import RuleRow, RulesResult
 from memlens.errors import MemlensError
 from memlens.snapshot.model import DeviceTrace, Snapshot
 
@@ -137,7 +138,7 @@ def rules_analysis(
     points: int = 400,
     top: int = 3,
     hide_patterns: Sequence[str] | None = None,
-) -> dict[str, Any]:
+) -> RulesResult:
     """Memory per rule at `event` (default: the peak) and over time.
 
     Returns {"device", "event", "time_us", "action", "active_bytes", "reserved_bytes",
@@ -151,8 +152,9 @@ def rules_analysis(
         dev, rule_of_allocations(dev, rules), names, event=event, points=points, top=top,
         hide_patterns=hide_patterns,
     )  # fmt: skip
+    rows: list[RuleRow] = []
     for j, item in enumerate(items):
         r = rules[j] if j < len(rules) else None
-        item["pattern"] = r.pattern if r else None
-        item["description"] = r.description if r else ""
-    return {"device": dev.device, **event_info(dev, event), "rules": items, "curve": curve}
+        rows.append({**item, "pattern": r.pattern if r else None,
+                     "description": r.description if r else ""})  # fmt: skip
+    return {"device": dev.device, **event_info(dev, event), "rules": rows, "curve": curve}

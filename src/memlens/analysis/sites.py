@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 
+from memlens.analysis.events import memo
+from memlens.analysis.results import Frame, NetSite, Site
 from memlens.snapshot.frames import PYTHON, first_user_frames, short_cpp_name
 from memlens.snapshot.model import DeviceTrace, Snapshot
 
@@ -16,10 +17,7 @@ NO_STACK_LABEL = "<no stack recorded>"
 def user_frame_of_stacks(snap: Snapshot, hide_patterns: Sequence[str] | None = None) -> np.ndarray:
     """Per stack id, its first user frame id (-1 if none), cached on the snapshot object."""
     key = tuple(hide_patterns) if hide_patterns is not None else None
-    cache: dict = snap.__dict__.setdefault("_user_frame_cache", {})
-    if key not in cache:
-        cache[key] = first_user_frames(snap, hide_patterns)
-    return cache[key]
+    return memo(snap, ("user_frames", key), lambda: first_user_frames(snap, hide_patterns))
 
 
 def frame_label(snap: Snapshot, frame_id: int) -> str:
@@ -34,7 +32,7 @@ def frame_label(snap: Snapshot, frame_id: int) -> str:
     return f"{name} ({filename}:{int(f.line[frame_id])})"
 
 
-def frame_dict(snap: Snapshot, frame_id: int) -> dict[str, Any]:
+def frame_dict(snap: Snapshot, frame_id: int) -> Frame:
     if frame_id < 0:
         return {"filename": None, "line": None, "name": None}
     f = snap.frames
@@ -63,7 +61,7 @@ def top_sites(
     *,
     limit: int | None = 10,
     hide_patterns: Sequence[str] | None = None,
-) -> list[dict[str, Any]]:
+) -> list[Site]:
     """Allocations `rows` grouped by first user frame, largest total first."""
     rows = np.asarray(rows, dtype=np.int64)
     if len(rows) == 0:
@@ -81,7 +79,7 @@ def top_sites(
     return [_site_row(snap, int(uniq[k]), int(total[k]), int(count[k])) for k in order]
 
 
-def _site_row(snap: Snapshot, site: int, nbytes: int, count: int) -> dict[str, Any]:
+def _site_row(snap: Snapshot, site: int, nbytes: int, count: int) -> Site:
     """One Site object of the JSON (docs/json-schema.md): the site's name, its frame's
     filename/line/name, bytes and count."""
     return {"site": frame_label(snap, site), **frame_dict(snap, site), "bytes": nbytes,
@@ -96,7 +94,7 @@ def net_sites(
     limit: int | None = 10,
     hide_patterns: Sequence[str] | None = None,
     positive_only: bool = True,
-) -> list[dict[str, Any]]:
+) -> list[NetSite]:
     """Net bytes per first user frame: sizes of `plus_rows` minus sizes of `minus_rows`
     (e.g. allocated inside a window and still alive, minus freed there but made before).
     Largest net first; with positive_only, sites that did not grow are left out.

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from memlens.analysis.results import QueryResult
 from memlens.errors import MemlensError
 from memlens.snapshot.actions import BLOCK_STATE_NAMES, KNOWN_ACTIONS
 from memlens.snapshot.model import (
@@ -170,7 +171,7 @@ def connect(snap: Snapshot) -> Any:
     return con
 
 
-def query(snap: Snapshot, sql: str, *, limit: int | None = None) -> dict[str, Any]:
+def query(snap: Snapshot, sql: str, *, limit: int | None = None) -> QueryResult:
     """Run `sql`: {"columns": [...], "types": [...], "rows": [[...], ...], "truncated":
     bool}. MemlensError (one line) on a SQL error."""
     duckdb, _ = _libs()

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -32,6 +32,15 @@ from memlens.analysis.events import (
     window_max,
     window_sums,
 )
+from memlens.analysis.results import (
+    NetSite,
+    RepeatedStage,
+    StageInterval,
+    StageRow,
+    StageTable,
+    StepComparison,
+    StepRow,
+)
 from memlens.analysis.sites import net_sites
 from memlens.snapshot.model import DeviceTrace
 
@@ -43,8 +52,10 @@ def base_name(name: str) -> str:
     return _STEP_SUFFIX.sub("", name) if "#" in name else name
 
 
-def _annotation_rows(dev: DeviceTrace) -> np.ndarray:
-    """Rows of Snapshot.annotations that belong to `dev`, in file order."""
+def annotation_rows_for(dev: DeviceTrace) -> np.ndarray:
+    """Rows of Snapshot.annotations that belong to `dev`, in file order: those stamped
+    with its ordinal, or all of them when none is. Every view selects with this (stages,
+    summary, the TUI), so they agree on what a device's annotations are."""
     ann = dev.snapshot.annotations
     sel = np.flatnonzero(ann.device == dev.device)
     if len(sel) == 0:  # annotations carry the *current* device, which may not be this one
@@ -58,14 +69,14 @@ def _annotations_of(dev: DeviceTrace) -> tuple[list[str], np.ndarray, np.ndarray
     ann = snap.annotations
     if len(ann) == 0:
         return [], np.zeros(0, np.int64), np.zeros(0, np.int8), np.zeros(0, np.int64)
-    sel = _annotation_rows(dev)
+    sel = annotation_rows_for(dev)
     sel = sel[np.argsort(ann.time_us[sel], kind="stable")]
     ids = ann.name[sel].astype(np.int64)
     strings = snap.strings
     return [strings[i] for i in ids.tolist()], ids, ann.stage[sel], ann.time_us[sel]
 
 
-def stage_intervals(dev: DeviceTrace) -> list[dict[str, Any]]:
+def stage_intervals(dev: DeviceTrace) -> list[StageInterval]:
     """The stages of `dev`'s annotations, in start order.
 
     Each: {"index", "name", "base_name", "occurrence", "depth", "parent" (index or None),
@@ -75,7 +86,9 @@ def stage_intervals(dev: DeviceTrace) -> list[dict[str, Any]]:
     stage holds no event)}. Empty when the trace has no timestamps.
     """
     cols = _interval_columns(dev)
-    return [dict(zip(_INTERVAL_KEYS, row)) for row in zip(*cols)] if cols else []
+    return (
+        [cast(StageInterval, dict(zip(_INTERVAL_KEYS, row))) for row in zip(*cols)] if cols else []
+    )
 
 
 # a stage open at an edge: no START (began before the trace) / no END (still running)
@@ -208,7 +221,7 @@ def stage_table(
     name: str | None = None,
     top: int = 5,
     hide_patterns: Sequence[str] | None = None,
-) -> dict[str, Any]:
+) -> StageTable:
     """Per stage: memory at start/end, peak inside, allocated/freed bytes, sites that grew.
 
     name filters stages by substring. Returns {"device", "has_time", "annotations",
@@ -226,9 +239,9 @@ def stage_table(
 
 def _stage_table(
     dev: DeviceTrace, name: str | None, top: int, hide_patterns: Sequence[str] | None
-) -> dict[str, Any]:
+) -> StageTable:
     notes: list[str] = []
-    n_ann = len(_annotation_rows(dev)) if len(dev.snapshot.annotations) else 0
+    n_ann = len(annotation_rows_for(dev)) if len(dev.snapshot.annotations) else 0
     if n_ann == 0:
         notes.append("this snapshot has no annotations (external_annotations) for this device")
     elif not has_time(dev):
@@ -237,8 +250,8 @@ def _stage_table(
     if name:
         keep = [i for i, x in enumerate(cols_in[1]) if name in x]
         cols_in = [[c[i] for i in keep] for c in cols_in]
-    stages: list[dict[str, Any]] = []
-    out = {"device": dev.device, "has_time": has_time(dev), "annotations": n_ann,
+    stages: list[StageRow] = []
+    out: StageTable = {"device": dev.device, "has_time": has_time(dev), "annotations": n_ann,
            "notes": notes, "stages": stages}  # fmt: skip
     if not cols_in[0]:
         return out
@@ -279,7 +292,7 @@ def _stage_table(
                        for a, b in zip(start.tolist(), last.tolist())])  # fmt: skip
     else:
         values.append([[] for _ in start.tolist()])
-    stages.extend(dict(zip(keys, row)) for row in zip(*values))
+    stages.extend(cast(StageRow, dict(zip(keys, row))) for row in zip(*values))
     return out
 
 
@@ -293,11 +306,11 @@ def _after(curve: np.ndarray, before_first: int, events: np.ndarray) -> np.ndarr
 
 def sites_that_grew(
     dev: DeviceTrace,
-    stage: dict[str, Any],
+    stage: StageInterval,
     *,
     top: int = 5,
     hide_patterns: Sequence[str] | None = None,
-) -> list[dict[str, Any]]:
+) -> list[NetSite]:
     """A stage_table row's "grew" for one stage: for views that show a few stages of a
     table built with top=0 (per stage it is the one cost that grows with the stage)."""
     return _grew(dev, stage["start_event"], stage["last_event"], top, hide_patterns)
@@ -305,7 +318,7 @@ def sites_that_grew(
 
 def _grew(
     dev: DeviceTrace, start: int, last: int, top: int, hide_patterns: Sequence[str] | None
-) -> list[dict[str, Any]]:
+) -> list[NetSite]:
     if last <= start:
         return []
     made = rows_allocated_in(dev, start, last)
@@ -318,9 +331,9 @@ def _grew(
 def compare_steps(
     dev: DeviceTrace,
     *,
-    table: dict[str, Any] | None = None,
+    table: StageTable | None = None,
     min_repeats: int = 2,
-) -> dict[str, Any]:
+) -> StepComparison:
     """Repeated stages (same base name, >= min_repeats times) compared step by step.
 
     Returns {"device", "groups": [{"base_name", "count", "steps": [{"name",
@@ -332,15 +345,15 @@ def compare_steps(
     """
     if table is None:
         table = stage_table(dev, top=0)
-    groups: dict[str, list[dict[str, Any]]] = {}
+    groups: dict[str, list[StageRow]] = {}
     for s in table["stages"]:
         groups.setdefault(s["base_name"], []).append(s)
-    out = []
+    out: list[RepeatedStage] = []
     for base, steps in groups.items():
         if len(steps) < min_repeats:
             continue
-        rows = []
-        prev = None
+        rows: list[StepRow] = []
+        prev: StageRow | None = None
         for s in steps:
             rows.append(
                 {

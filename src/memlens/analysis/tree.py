@@ -7,14 +7,17 @@ stack id with numpy, then each distinct stack is walked once.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
+from memlens.analysis.results import TreeFrame, TreeNode
 from memlens.snapshot.frames import NOISE, PYTHON, short_cpp_name
 from memlens.snapshot.model import DeviceTrace, Snapshot
 
 ROOT_LABEL = "all"
+# frame kind code (snapshot.frames PYTHON, CPP, NOISE) -> its JSON name
+_KIND_NAMES: tuple[Literal["python"], Literal["cpp"], Literal["noise"]] = ("python", "cpp", "noise")
 
 
 @dataclass
@@ -28,20 +31,25 @@ class StackNode:
     def sorted_children(self) -> list[StackNode]:
         return sorted(self.children.values(), key=lambda c: (-c.bytes, c.label))
 
-    def to_dict(self, snap: Snapshot | None = None, max_depth: int | None = None) -> dict[str, Any]:
-        out: dict[str, Any] = {"label": self.label, "bytes": self.bytes, "count": self.count}
-        if snap is not None and self.frame_id >= 0:
-            f = snap.frames
-            out["frame"] = {
-                "filename": snap.strings[f.filename[self.frame_id]],
-                "line": int(f.line[self.frame_id]),
-                "name": snap.strings[f.name[self.frame_id]],
-                "kind": ("python", "cpp", "noise")[int(f.kind[self.frame_id])],
-            }
+    def to_dict(self, snap: Snapshot | None = None, max_depth: int | None = None) -> TreeNode:
+        """The JSON TreeNode; below `max_depth` levels "children" is [] (None: all)."""
+        kids: list[TreeNode] = []
         if max_depth is None or max_depth > 0:
             nd = None if max_depth is None else max_depth - 1
-            out["children"] = [c.to_dict(snap, nd) for c in self.sorted_children()]
-        return out
+            kids = [c.to_dict(snap, nd) for c in self.sorted_children()]
+        if snap is None or self.frame_id < 0:
+            return {"label": self.label, "bytes": self.bytes, "count": self.count,
+                    "children": kids}  # fmt: skip
+        f = snap.frames
+        frame: TreeFrame = {
+            "filename": snap.strings[f.filename[self.frame_id]],
+            "line": int(f.line[self.frame_id]),
+            "name": snap.strings[f.name[self.frame_id]],
+            "kind": _KIND_NAMES[int(f.kind[self.frame_id])],
+        }
+        # key order as in the JSON: frame before children
+        return {"label": self.label, "bytes": self.bytes, "count": self.count, "frame": frame,
+                "children": kids}  # fmt: skip
 
 
 def frame_short_label(snap: Snapshot, frame_id: int) -> str:

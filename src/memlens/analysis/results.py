@@ -1,0 +1,609 @@
+"""The result types of every analysis: what `memlens <command> --json` prints and what
+`memlens.analysis.*` returns, one TypedDict per JSON object of docs/json-schema.md.
+
+One module rather than a type beside each analysis because the shapes are shared: Site,
+Point, Allocation and TreeNode appear in most results, and a command's JSON often
+wraps an analysis result (`stages` adds "repeated", `check` and `oom` a list of
+devices). Here the whole contract reads top to bottom like the doc, and
+tests/analysis/test_json_schema.py checks the two against each other field by field.
+It imports nothing heavy, so type checkers and that test load it without numpy.
+
+The dicts stay plain dicts at run time (same JSON, no conversion). Keys that are only
+sometimes present live in a `total=False` base (Python 3.10 has no NotRequired).
+"""
+
+from __future__ import annotations
+
+from typing import Literal, TypedDict
+
+# --- shared objects ----------------------------------------------------------------------
+
+
+class Frame(TypedDict):
+    filename: str | None
+    line: int | None
+    name: str | None
+
+
+class Site(Frame):
+    """Call site: its first user frame (all None for "<no stack recorded>")."""
+
+    site: str
+    bytes: int
+    count: int
+
+
+class NetSite(Site):
+    """bytes = added_bytes - removed_bytes; count = allocations added."""
+
+    added_bytes: int
+    removed_bytes: int
+
+
+class Point(TypedDict):
+    """Where in the trace: right after `event` (-1: before the first event)."""
+
+    event: int
+    time_us: int | None
+    action: str | None
+    active_bytes: int
+    reserved_bytes: int
+
+
+class Allocation(TypedDict):
+    row: int
+    address: str
+    version: int
+    bytes: int
+    alloc_event: int
+    free_requested_event: int
+    free_event: int | None
+    preexisting: bool
+    ghost: bool
+    stream: int | None
+    site: str
+
+
+class TreeFrame(TypedDict):
+    filename: str
+    line: int
+    name: str
+    kind: Literal["python", "cpp", "noise"]
+
+
+class _TreeNodeFrame(TypedDict, total=False):
+    frame: TreeFrame  # absent for the root and for the synthetic nodes
+
+
+class TreeNode(_TreeNodeFrame):
+    label: str
+    bytes: int
+    count: int
+    children: list[TreeNode]
+
+
+class Curve(TypedDict):
+    """Per group (category, rule) bytes at the sampled events."""
+
+    event: list[int]
+    bytes: dict[str, list[int]]
+
+
+# --- peak / at -----------------------------------------------------------------------------
+
+
+class LiveSet(Point):
+    device: int
+    live_count: int
+    by_site: list[Site]
+    tree: TreeNode | None
+    largest: list[Allocation]
+
+
+class PeakResult(LiveSet):
+    peak_active_bytes: int
+    peak_reserved_bytes: int
+    peak_reserved_event: int
+
+
+class AllocationLiveSet(LiveSet):
+    when: str  # "alloc" | "free"
+    allocation: Allocation
+
+
+# --- stages --------------------------------------------------------------------------------
+
+
+class StageInterval(TypedDict):
+    index: int
+    name: str
+    base_name: str
+    occurrence: int
+    depth: int
+    parent: int | None
+    start_time_us: int | None
+    end_time_us: int | None
+    open_start: bool
+    open_end: bool
+    start_event: int
+    first_event: int
+    last_event: int
+
+
+class StageRow(StageInterval):
+    active_start_bytes: int
+    active_end_bytes: int
+    peak_bytes: int
+    peak_event: int
+    reserved_start_bytes: int
+    reserved_end_bytes: int
+    peak_reserved_bytes: int
+    allocated_bytes: int
+    allocated_count: int
+    freed_bytes: int
+    freed_count: int
+    net_bytes: int
+    grew: list[NetSite]
+
+
+class StageTable(TypedDict):
+    device: int
+    has_time: bool
+    annotations: int
+    notes: list[str]
+    stages: list[StageRow]
+
+
+class StepRow(TypedDict):
+    name: str
+    occurrence: int
+    first_event: int
+    last_event: int
+    peak_bytes: int
+    active_start_bytes: int
+    active_end_bytes: int
+    net_bytes: int
+    allocated_bytes: int
+    delta_peak_bytes: int | None
+    delta_end_bytes: int | None
+
+
+class RepeatedStage(TypedDict):
+    base_name: str
+    count: int
+    steps: list[StepRow]
+    peak_min_bytes: int
+    peak_max_bytes: int
+    end_growth_bytes: int
+
+
+class StepComparison(TypedDict):
+    device: int
+    groups: list[RepeatedStage]
+
+
+class StagesOutput(StageTable):
+    """`memlens stages --json`: the stage table plus compare_steps' groups."""
+
+    repeated: list[RepeatedStage]
+
+
+# --- categories / rules ----------------------------------------------------------------------
+
+
+class GroupRow(TypedDict):
+    """One group of group_summary (a category or a rule)."""
+
+    name: str
+    bytes: int
+    count: int
+    peak_bytes: int
+    peak_event: int
+    allocated_bytes: int
+    allocated_count: int
+    top_sites: list[Site]
+
+
+class ContextRow(TypedDict):
+    context: str
+    bytes: int
+    count: int
+    allocated_bytes: int
+    allocated_count: int
+
+
+class CompileContexts(TypedDict):
+    device: int
+    event: int
+    has_context: bool
+    contexts: list[ContextRow]
+
+
+class CategoriesResult(Point):
+    device: int
+    categories: list[GroupRow]
+    curve: Curve
+
+
+class CategoriesOutput(CategoriesResult):
+    """`memlens categories --json`: categories plus by_compile_context."""
+
+    compile_contexts: CompileContexts
+
+
+class RuleRow(GroupRow):
+    pattern: str | None
+    description: str
+
+
+class RulesResult(Point):
+    device: int
+    rules: list[RuleRow]
+    curve: Curve
+
+
+# --- diff --------------------------------------------------------------------------------------
+
+
+class DiffSide(TypedDict):
+    source: str
+    device: int
+
+
+class Figure(TypedDict):
+    name: str
+    a: int
+    b: int
+    change: int
+    change_pct: float | None
+
+
+Status = Literal["both", "only_a", "only_b"]
+
+
+class SiteChange(Frame):
+    site: str
+    a_bytes: int
+    b_bytes: int
+    change: int
+    a_count: int
+    b_count: int
+    status: Status
+
+
+class StageChange(TypedDict):
+    name: str
+    occurrence: int
+    a_peak_bytes: int | None
+    b_peak_bytes: int | None
+    peak_change: int | None
+    a_net_bytes: int | None
+    b_net_bytes: int | None
+    net_change: int | None
+    status: Status
+
+
+class DiffResult(TypedDict):
+    a: DiffSide
+    b: DiffSide
+    figures: list[Figure]
+    sites: list[SiteChange]
+    sites_total: int
+    stages: list[StageChange] | None
+
+
+# --- check -------------------------------------------------------------------------------------
+
+
+class _GrowthCheck(TypedDict, total=False):
+    baseline_bytes: int  # max_growth only
+    growth_bytes: int
+
+
+class BudgetCheck(_GrowthCheck):
+    name: Literal["max_peak", "max_reserved", "max_growth"]
+    ok: bool
+    value: int
+    limit: int
+    message: str
+
+
+class BudgetResult(TypedDict):
+    ok: bool
+    device: int
+    source: str
+    peak_active_bytes: int
+    peak_reserved_bytes: int
+    checks: list[BudgetCheck]
+    violations: list[str]
+
+
+class CheckOutput(TypedDict):
+    ok: bool
+    source: str
+    devices: list[BudgetResult]
+
+
+# --- leaks -------------------------------------------------------------------------------------
+
+
+class Occurrence(TypedDict):
+    name: str
+    occurrence: int
+    first_event: int
+    last_event: int
+    start_bytes: int
+    end_bytes: int
+    left_alive_bytes: int
+    left_alive_count: int
+
+
+class SuspectSite(Site):
+    per_occurrence: list[int]
+
+
+class LeakGroup(TypedDict):
+    base_name: str
+    count: int
+    occurrences: list[Occurrence]
+    growth_bytes: int
+    growth_per_step_bytes: int
+    steady_growth_bytes: int | None
+    suspects_bytes: int
+    suspects_count: int
+    suspects: list[SuspectSite]
+    first_only_bytes: int
+    first_only: list[Site]
+    grew: list[NetSite]
+
+
+class LeaksResult(TypedDict):
+    device: int
+    notes: list[str]
+    groups: list[LeakGroup]
+
+
+# --- anomalies ---------------------------------------------------------------------------------
+
+
+class LateFree(Allocation):
+    delay_events: int
+    delay_us: int | None
+
+
+class LargeTemporary(Allocation):
+    lifetime_events: int
+
+
+class LateFrees(TypedDict):
+    count: int
+    bytes: int
+    by_site: list[Site]
+    items: list[LateFree]
+
+
+class LargeTemporaries(TypedDict):
+    count: int
+    bytes: int
+    min_bytes: int
+    by_site: list[Site]
+    items: list[LargeTemporary]
+
+
+class GapStretch(TypedDict):
+    first_event: int
+    last_event: int
+    max_gap_bytes: int
+    max_gap_event: int
+    active_bytes: int
+    reserved_bytes: int
+
+
+class ReservedGaps(TypedDict):
+    max_gap_bytes: int
+    max_gap_event: int
+    count: int
+    stretches: list[GapStretch]
+
+
+class Thresholds(TypedDict):
+    late_min_events: int
+    late_min_us: int | None
+    temp_min_bytes: int
+    temp_max_events: int
+    gap_min_bytes: int
+    gap_ratio: float
+
+
+class AnomaliesResult(TypedDict):
+    device: int
+    late_frees: LateFrees
+    large_temporaries: LargeTemporaries
+    reserved_gaps: ReservedGaps
+    thresholds: Thresholds
+
+
+# --- fragmentation -----------------------------------------------------------------------------
+
+
+class Block(TypedDict):
+    address: str
+    version: int
+    size: int  # requested
+    state: Literal["active_allocated", "active_pending_free"]
+    row: int
+
+
+class Segment(TypedDict):
+    address: str
+    size: int
+    stream: int
+    is_expandable: bool
+    free_bytes: int
+    largest_free_bytes: int
+    blocks: list[Block]
+
+
+class StateSummary(Point):
+    """The allocator state at an event without its segments (fragmentation's at_peak/end)."""
+
+    device: int
+    segments_bytes: int
+    allocated_bytes: int
+    n_segments: int
+    n_blocks: int
+    blocks_outside_segments: int
+    free_bytes: int
+    largest_free_bytes: int
+    fragmentation: float
+
+
+class _StateExtras(TypedDict, total=False):
+    segments: list[Segment]  # absent with blocks=False (--no-blocks)
+    inconsistencies: int  # only when > 0
+
+
+class AllocatorState(StateSummary, _StateExtras):
+    """state_at: the segments and blocks right after an event."""
+
+
+class FragmentationCurve(TypedDict):
+    event: list[int]
+    active_bytes: list[int]
+    reserved_bytes: list[int]
+    gap_bytes: list[int]
+    free_bytes: list[int]
+    largest_free_bytes: list[int]
+    n_segments: list[int]
+
+
+class FragmentationResult(TypedDict):
+    device: int
+    max_gap_bytes: int
+    max_gap_event: int
+    inconsistencies: int
+    curve: FragmentationCurve
+    at_peak: StateSummary
+    end: StateSummary | None
+
+
+# --- oom ---------------------------------------------------------------------------------------
+
+
+class OomEntry(TypedDict):
+    event: int
+    time_us: int | None
+    requested_bytes: int
+    device_free_bytes: int
+
+
+class OomDetail(OomEntry):
+    active_bytes: int
+    reserved_bytes: int
+    reserved_unused_bytes: int
+    free_in_segments_bytes: int
+    largest_free_bytes: int
+    fits_in_a_free_block: bool
+    n_segments: int
+    live_count: int
+    top_sites: list[Site]
+    site: str | None
+
+
+class OomReport(TypedDict):
+    device: int
+    count: int
+    ooms: list[OomDetail]
+
+
+class OomOutput(TypedDict):
+    source: str
+    devices: list[OomReport]
+
+
+# --- ranks -------------------------------------------------------------------------------------
+
+
+class RankRow(TypedDict):
+    label: str
+    source: str
+    device: int
+    peak_active_bytes: int
+    peak_event: int
+    peak_reserved_bytes: int
+    baseline_bytes: int
+    end_active_bytes: int
+    trace_entries: int
+
+
+class Imbalance(TypedDict):
+    peak_max_bytes: int
+    peak_min_bytes: int
+    peak_mean_bytes: int
+    spread_bytes: int
+    max_over_mean: float | None
+    max_label: str
+    min_label: str
+
+
+class RankSite(TypedDict):
+    site: str
+    bytes: list[int]  # per rank
+    spread_bytes: int
+
+
+class RanksResult(TypedDict):
+    ranks: list[RankRow]
+    imbalance: Imbalance | None
+    sites: list[RankSite]
+
+
+# --- sql ---------------------------------------------------------------------------------------
+
+
+class QueryResult(TypedDict):
+    columns: list[str]
+    types: list[str]
+    rows: list[list[object]]
+    truncated: bool
+
+
+# --- summary -----------------------------------------------------------------------------------
+
+
+class DeviceSummary(TypedDict):
+    device: int
+    trace_entries: int
+    actions: dict[str, int]
+    time_start_us: int | None
+    time_end_us: int | None
+    duration_s: float | None
+    truncated: bool
+    starts_mid_run: bool
+    preexisting_freed_in_trace: int
+    preexisting_alive_throughout: int
+    baseline_bytes: int
+    peak_active_bytes: int
+    peak_event_index: int
+    peak_time_us: int | None
+    end_active_bytes: int
+    reserved_start_bytes: int
+    peak_reserved_bytes: int
+    peak_reserved_event_index: int
+    end_reserved_bytes: int
+    allocations: int
+    live_at_peak: int
+    streams: int
+    annotations: int
+    top_sites: list[Site]
+    ooms: list[OomEntry]
+
+
+class Summary(TypedDict):
+    schema: int
+    source: str
+    annotations: int
+    allocator_settings: dict[str, object]
+    format_notes: list[str]
+    warnings: list[str]
+    devices: list[DeviceSummary]
