@@ -122,7 +122,7 @@ def decode_video(path) -> list:
         timeout=120,
     )
     assert probe.stderr == b"", probe.stderr.decode(errors="replace")
-    from memlens.inspector.render import FRAME_H, FRAME_W
+    from memlens.inspector.render.video import FRAME_H, FRAME_W
 
     raw = np.frombuffer(probe.stdout, dtype=np.uint8)
     assert raw.size % (FRAME_W * FRAME_H * 3) == 0

@@ -27,6 +27,7 @@ from inspect_helpers import (  # noqa: E402
 import memlens  # noqa: E402
 from memlens.cli.main import main as cli_main  # noqa: E402
 from memlens.inspector import render  # noqa: E402
+from memlens.inspector.render import colors, dashboard, svg, video  # noqa: E402
 from memlens.inspector.store import load_run  # noqa: E402
 
 pytestmark = pytest.mark.torch
@@ -76,12 +77,12 @@ def test_gif_videos_decode_frame_by_frame(gif_run):
         s = next(s for s in run.tensors.values() if s.dir.name == v.stem)
         frames = decode_video(v)
         assert len(frames) == len(s) == STEPS
-        assert all(f.shape == (render.FRAME_H, render.FRAME_W, 3) for f in frames)
+        assert all(f.shape == (video.FRAME_H, video.FRAME_W, 3) for f in frames)
         # every frame is a different picture (its step number at least)
         assert len({f.tobytes() for f in frames}) == len(frames)
 
 
-@pytest.mark.skipif(render.mp4_encoder() is None, reason="no MP4 encoder here")
+@pytest.mark.skipif(video.mp4_encoder() is None, reason="no MP4 encoder here")
 def test_mp4_videos_decode_frame_by_frame(run_dir, tmp_path):
     out = tmp_path / "run"
     shutil.copytree(run_dir, out)
@@ -92,7 +93,7 @@ def test_mp4_videos_decode_frame_by_frame(run_dir, tmp_path):
         assert v.suffix == ".mp4"
         frames = decode_video(v)
         assert len(frames) == STEPS
-        assert frames[0].shape == (render.FRAME_H, render.FRAME_W, 3)
+        assert frames[0].shape == (video.FRAME_H, video.FRAME_W, 3)
 
 
 def test_heatmap_frames_show_the_saved_heatmap(gif_run):
@@ -101,7 +102,7 @@ def test_heatmap_frames_show_the_saved_heatmap(gif_run):
     s = run.tensors["head.weight:param"]
     assert s.has_heatmaps
     frame = decode_video(gif_run / "videos" / f"{s.dir.name}.gif")[0]
-    heat = frame[render.HEADER_H : render.HEADER_H + render.HEAT_H]
+    heat = frame[video.HEADER_H : video.HEADER_H + video.HEAT_H]
     assert (heat != 255).any(axis=-1).mean() > 0.2
 
 
@@ -219,9 +220,20 @@ def test_torn_files_from_a_hard_kill_still_render(run_dir, tmp_path):
 
 def test_colorize_and_histogram_image():
     a = np.array([[0.0, 1.0], [np.nan, -1.0]])
-    rgb = render.colorize(a, -1, 1, "RdBu_r")
+    rgb = colors.colorize(a, -1, 1, "RdBu_r")
     assert rgb.shape == (2, 2, 3) and (rgb[1, 0] == 0).all()
-    assert render.fmt_bytes(3 * 1024**2) == "3.0 MiB"
+
+
+def test_bar_labels_use_the_package_byte_format():
+    bars = svg.svg_bars([("fc1", 3 * 1024**2), ("fc2", 1000)], title="t")
+    assert ">3.0 MiB</text>" in bars and ">1000 B</text>" in bars
+
+
+def test_dashboard_skeleton_css_and_script_are_package_data():
+    page = dashboard.template("dashboard.html")
+    assert page.startswith("<!DOCTYPE html>") and "$cards" in page and "$css" in page
+    assert "#filter" in dashboard.template("dashboard.css")
+    assert "getElementById('filter')" in dashboard.template("dashboard.js")
 
 
 def test_reading_and_rendering_never_import_torch(tmp_path):
