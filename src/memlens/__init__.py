@@ -25,7 +25,7 @@ _LAZY: dict[str, tuple[str, str]] = {
     "DeviceTrace": ("memlens.snapshot.model", "DeviceTrace"),
     "generate_snapshot": ("memlens.simulation.synthetic", "generate_snapshot"),
     # recording (torch needed only when called)
-    "record": ("memlens.capture.capture", "record"),
+    "record": ("memlens.recording", "record"),
     "stage": ("memlens.capture.markers", "stage"),
     "step": ("memlens.capture.markers", "step"),
     "dump_on_oom": ("memlens.capture.oom", "dump_on_oom"),

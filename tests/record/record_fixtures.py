@@ -14,7 +14,8 @@ from collections.abc import Iterator
 import pytest
 from record_fake_backend import FakeBackend
 
-from memlens.capture import backend, markers, oom, output, session
+from memlens import recording
+from memlens.capture import backend, markers, oom, session
 
 
 def clean_capture_state(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
@@ -25,7 +26,7 @@ def clean_capture_state(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     session._reset_for_tests()
     markers._reset_for_tests()
     oom._reset_for_tests()
-    output._report_warned = False
+    recording._report_warned = False
 
 
 def fake_backend() -> FakeBackend:

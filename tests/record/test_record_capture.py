@@ -289,8 +289,35 @@ def test_bad_backend_environment_variable(monkeypatch, spec, message):
 
 
 def test_memlens_record_is_callable_however_it_was_reached():
-    # Importing the memlens.record package rebinds `memlens.record` to it; it stays callable.
-    from memlens.capture.capture import Recording, record
+    from memlens.capture.capture import Recording
+    from memlens.recording import record
 
     assert isinstance(memlens.record("x.pickle"), Recording)
     assert isinstance(record("x.pickle"), Recording)
+    assert memlens.record is record
+
+
+def test_recording_hands_each_snapshot_to_its_callback(fake, tmp_path):
+    from memlens.capture.capture import Recording
+
+    seen = []
+
+    def beside(path):
+        seen.append(path)
+        return path.with_suffix(".txt")
+
+    out = tmp_path / "s.pickle"
+    with Recording(out, on_snapshot_written=beside) as rec:
+        pass
+    assert seen == [out] and rec.report_path == tmp_path / "s.txt"
+
+
+def test_capture_never_imports_the_views():
+    """The report is joined on above capture (memlens.recording, cli/run.py), not in it."""
+    import subprocess
+
+    code = (
+        "import sys, memlens.capture.capture, memlens.capture.runner, memlens.capture.oom; "
+        "bad = [m for m in sys.modules if m.startswith('memlens.views')]; assert not bad, bad"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)

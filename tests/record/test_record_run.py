@@ -43,7 +43,6 @@ def _script(tmp_path: Path, body: str) -> Path:
 
 
 def _run(script: Path, out: Path, args=(), **options):
-    options.setdefault("report", False)
     return run_script(script, list(args), RunOptions(output=out, **options))
 
 
@@ -79,6 +78,20 @@ def test_script_traceback_starts_at_the_script(fake, tmp_path, capsys):
     assert "runpy" not in err and "runner.py" not in err
     assert f'File "{script}", line 7, in <module>' in err
     assert err.rstrip().endswith("ValueError: deep")
+
+
+def test_the_main_snapshot_goes_to_the_callback(fake, tmp_path):
+    script = _script(tmp_path, "fake.alloc(1 << 20)\n")
+    seen = []
+
+    def beside(path):
+        seen.append(path)
+        return path.with_suffix(".html")
+
+    out = tmp_path / "run.pickle"
+    result = _run(script, out, on_snapshot_written=beside)
+    assert seen == [out] and result.report == tmp_path / "run.html"
+    assert _run(script, out).report is None
 
 
 def test_default_output_name():

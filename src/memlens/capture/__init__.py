@@ -1,7 +1,7 @@
 """Capture real CUDA memory snapshots: `memlens.record`, `memlens.stage`, `memlens.step`,
 `memlens.dump_on_oom` and the harness behind `memlens run`.
 
-    with memlens.record("out/step.pickle"):      # see memlens.capture.capture.record
+    with memlens.record("out/step.pickle"):      # see memlens.recording.record
         train_step()
 
 Every call into torch goes through a small backend object (`memlens.capture.backend`), so the

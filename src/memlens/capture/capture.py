@@ -1,4 +1,7 @@
-"""`memlens.record(...)`: one `with` (or one decorator) around the code, a snapshot comes out."""
+"""`Recording`: one `with` (or one decorator) around the code, a snapshot comes out.
+
+The public `memlens.record(...)` (in `memlens.recording`) makes one and passes the HTML
+report writer as `on_snapshot_written`; this layer only writes the snapshot."""
 
 from __future__ import annotations
 
@@ -18,7 +21,7 @@ from memlens.capture.backend import (
     require_available,
 )
 from memlens.capture.errors import RecordError
-from memlens.capture.output import dump_snapshot, prepare_output, write_report_beside
+from memlens.capture.output import SnapshotWritten, dump_snapshot, prepare_output
 
 log = logging.getLogger("memlens.record")
 
@@ -26,7 +29,11 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 class Recording:
-    """A recording of CUDA memory history to one snapshot file. Made by `memlens.record`."""
+    """A recording of CUDA memory history to one snapshot file. Made by `memlens.record`.
+
+    After the block, `snapshot_path` is the file written (None if the dump failed) and
+    `report_path` what `on_snapshot_written` returned for it (memlens.record: the HTML report).
+    """
 
     def __init__(
         self,
@@ -35,11 +42,11 @@ class Recording:
         max_entries: int = DEFAULT_MAX_ENTRIES,
         stacks: str = "python",
         context: str | None = "all",
-        report: bool = True,
+        on_snapshot_written: SnapshotWritten | None = None,
     ) -> None:
         self.path = Path(path).expanduser()
         self.settings = RecordSettings(max_entries=max_entries, stacks=stacks, context=context)
-        self.report = report
+        self.on_snapshot_written = on_snapshot_written
         self.snapshot_path: Path | None = None
         self.report_path: Path | None = None
         self._token: session.Token | None = None
@@ -50,7 +57,7 @@ class Recording:
             max_entries=self.settings.max_entries,
             stacks=self.settings.stacks,
             context=self.settings.context,
-            report=self.report,
+            on_snapshot_written=self.on_snapshot_written,
         )
 
     def __enter__(self) -> Recording:
@@ -85,8 +92,8 @@ class Recording:
             log.warning("memlens: snapshot %s not written: %s", self.path, dump_error)
         finally:
             session.end(token)
-        if self.snapshot_path is not None and self.report:
-            self.report_path = write_report_beside(self.snapshot_path)
+        if self.snapshot_path is not None and self.on_snapshot_written is not None:
+            self.report_path = self.on_snapshot_written(self.snapshot_path)
 
     def __call__(self, fn: F) -> F:
         """Decorator form: every call of `fn` is recorded afresh into the same path."""
@@ -100,49 +107,3 @@ class Recording:
 
     def __repr__(self) -> str:
         return f"memlens.record({str(self.path)!r}, {self.settings})"
-
-
-def record(
-    path: str | os.PathLike[str],
-    *,
-    max_entries: int = DEFAULT_MAX_ENTRIES,
-    stacks: str = "python",
-    context: str | None = "all",
-    report: bool = True,
-) -> Recording:
-    """Record CUDA memory history around a block or function and save it as a snapshot.
-
-        with memlens.record("out/step.pickle"):
-            loss = model(batch).sum(); loss.backward(); opt.step()
-
-        @memlens.record("out/train_step.pickle")
-        def train_step(batch): ...
-
-    On entry, recording starts with `torch.cuda.memory._record_memory_history(enabled="all",
-    ...)`. On exit, also when the block raises, the snapshot (`torch.cuda.memory._snapshot()`)
-    is written to `path` with pickle protocol 4 so PyTorch's own viewer still opens it, then
-    recording stops: switching it off clears the history, so the dump always comes first.
-    If another `memlens.record` encloses this one, its settings are put back instead, with
-    its history intact. The decorator records each call afresh and overwrites `path`.
-
-    Args:
-        path: the snapshot file. Missing parent folders are created; a path that cannot be
-            written is an error before anything is recorded.
-        max_entries: how many alloc/free events the ring buffer keeps (the most recent
-            ones). 100,000 by default, as PyTorch's docs suggest: each event with its stack
-            costs a few KB of host memory and torch's own default never stops growing.
-        stacks: "python" (default) records Python frames only; "all" adds C++ frames, which
-            are useful for custom kernels but can make a single dump take minutes while the
-            frames are symbolized.
-        context: which events carry a stack: "all" (default: allocations and frees),
-            "alloc", "state" (only what is live) or None.
-        report: write memlens's HTML report beside the snapshot (`out/step.html`). A report
-            that fails is a warning; the snapshot is kept.
-
-    Raises:
-        memlens.capture.errors.NoCudaError: no CUDA device (use `memlens simulate`).
-        memlens.capture.errors.RecordingActiveError: other code is already recording CUDA
-            memory history (memlens could not restore it afterwards).
-        memlens.capture.errors.UnwritablePathError: `path` cannot be written.
-    """
-    return Recording(path, max_entries=max_entries, stacks=stacks, context=context, report=report)

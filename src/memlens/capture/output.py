@@ -1,25 +1,31 @@
-"""Writing snapshots to disk: checked paths, atomic files, pickle protocol 4, the HTML report."""
+"""Writing snapshots to disk: checked paths, atomic files, pickle protocol 4.
+
+What else is written beside a snapshot (memlens's HTML report) is not decided here: the
+layers above pass an ``on_snapshot_written`` callback (``SnapshotWritten``), so capture never
+imports the views.
+"""
 
 from __future__ import annotations
 
-import logging
 import os
 import pickle
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from memlens.capture.backend import Backend
 from memlens.capture.errors import RecordError, UnwritablePathError
 
-log = logging.getLogger("memlens.record")
-
 # Pinned to 4 rather than Python's default (5 from Python 3.14 on): PyTorch's own viewer
 # (pytorch.org/memory_viz) reads snapshots with a small JavaScript unpickler, and protocol 4
 # is the one snapshots have always been written with.
 PICKLE_PROTOCOL = 4
 
-_report_warned = False
+# Called with the path of a snapshot just written; returns the path of a file it wrote
+# beside it (memlens.record and `memlens run` pass the HTML report writer), or None. It
+# must not raise: the snapshot is what matters.
+SnapshotWritten = Callable[[Path], Path | None]
 
 
 def prepare_output(path: str | os.PathLike[str]) -> Path:
@@ -74,31 +80,3 @@ def sibling_path(base: Path, tag: str) -> Path:
     suffix = base.suffix or ".pickle"
     stem = base.stem if base.suffix else base.name
     return base.with_name(f"{stem}.{tag}{suffix}")
-
-
-def report_path_for(snapshot_path: Path) -> Path:
-    return snapshot_path.with_suffix(".html")
-
-
-def write_report_beside(snapshot_path: Path) -> Path | None:
-    """Write memlens's HTML report next to the snapshot. Never raises: the snapshot is what
-    matters, so a missing or failing report is a warning (said once per process)."""
-    global _report_warned
-    html = report_path_for(snapshot_path)
-    try:
-        from memlens.views.report import write_report
-
-        write_report(snapshot_path, html)
-    except Exception as exc:
-        if not _report_warned:
-            _report_warned = True
-            log.warning(
-                "memlens: HTML report not written (%s: %s); the snapshot %s is fine, "
-                "try `memlens report %s` later",
-                type(exc).__name__,
-                exc,
-                snapshot_path,
-                snapshot_path,
-            )
-        return None
-    return html

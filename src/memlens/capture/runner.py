@@ -22,12 +22,7 @@ from typing import Any
 from memlens.capture import markers, oom, session
 from memlens.capture.backend import Backend, RecordSettings, get_backend, require_available
 from memlens.capture.errors import RecordError
-from memlens.capture.output import (
-    dump_snapshot,
-    prepare_output,
-    sibling_path,
-    write_report_beside,
-)
+from memlens.capture.output import SnapshotWritten, dump_snapshot, prepare_output, sibling_path
 
 
 @dataclass(frozen=True)
@@ -36,7 +31,9 @@ class RunOptions:
     settings: RecordSettings = field(default_factory=RecordSettings)
     on_oom_only: bool = False
     every_n_steps: int | None = None
-    report: bool = True
+    # Called with the main snapshot at the end (`memlens run` passes the HTML report
+    # writer); what it returns is `RunResult.report`.
+    on_snapshot_written: SnapshotWritten | None = None
 
 
 @dataclass
@@ -189,8 +186,8 @@ def run_script(script: str | Path, args: list[str], options: RunOptions) -> RunR
     if main_snapshot is None:
         main_snapshot = oom_snapshot
     report = None
-    if main_snapshot is not None and options.report:
-        report = write_report_beside(main_snapshot)
+    if main_snapshot is not None and options.on_snapshot_written is not None:
+        report = options.on_snapshot_written(main_snapshot)
     return RunResult(
         exit_code=exit_code,
         main_snapshot=main_snapshot,

@@ -10,6 +10,7 @@ import click
 
 from memlens.capture.backend import DEFAULT_MAX_ENTRIES, STACKS, RecordSettings
 from memlens.capture.runner import RunOptions, RunResult, run_script
+from memlens.recording import write_report_beside
 
 
 def _default_output(script: str) -> Path:
@@ -112,7 +113,7 @@ def command(
         settings=RecordSettings(max_entries=max_entries, stacks=stacks, context="all"),
         on_oom_only=on_oom,
         every_n_steps=every_n_steps,
-        report=not no_report,
+        on_snapshot_written=None if no_report else write_report_beside,
     )
     result = run_script(script, list(args), options)
     _print_result(result)
