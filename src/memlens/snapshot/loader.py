@@ -32,7 +32,12 @@ class _WarnOnce:
         self.seen.add(key)
         self.messages.append(message)
         if self.emit:
-            warnings.warn(f"{self.source}: {message}", SnapshotWarning, stacklevel=4)
+            _emit(self.source, message, stacklevel=5)
+
+
+def _emit(source: str, message: str, stacklevel: int) -> None:
+    """One snapshot warning, worded the same from a cold load and from the cache."""
+    warnings.warn(f"{source}: {message}", SnapshotWarning, stacklevel=stacklevel)
 
 
 def load(
@@ -68,6 +73,10 @@ def load(
             column_cache.clear(source)
             hit = None
         if hit is not None:
+            # the cache keeps the load's warnings: say them again, as the cold load did
+            if warn:
+                for message in hit.warnings:
+                    _emit(name, message, stacklevel=3)
             return hit
 
     sink = _WarnOnce(name, warn)
