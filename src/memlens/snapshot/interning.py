@@ -140,8 +140,14 @@ class StackTable:
             return np.zeros(0, dtype=np.int32)
         obj_ids = np.fromiter(map(id, frame_lists), dtype=np.uint64, count=n)
         uniq, first, inverse = np.unique(obj_ids, return_index=True, return_inverse=True)
-        table = np.fromiter(
-            (self.stack_id(frame_lists[i]) for i in first.tolist()), dtype=np.int32, count=len(uniq)
+        # intern in order of first use, not of memory address: the ids (and so the order
+        # of equal-sized sites everywhere) must be the same on every load of a file
+        order = np.argsort(first, kind="stable")
+        table = np.empty(len(uniq), dtype=np.int32)
+        table[order] = np.fromiter(
+            (self.stack_id(frame_lists[i]) for i in first[order].tolist()),
+            dtype=np.int32,
+            count=len(uniq),
         )
         return table[inverse.reshape(-1)]
 
