@@ -15,6 +15,7 @@ from memlens.analysis.diff import diff
 from memlens.analysis.oom import oom_entries
 from memlens.analysis.sites import frame_label, site_of_allocations
 from memlens.analysis.stages import stage_intervals
+from memlens.analysis.summary import device_summary
 from memlens.analysis.tree import live_tree
 from memlens.errors import MemlensError
 from memlens.snapshot.model import (
@@ -27,7 +28,6 @@ from memlens.snapshot.model import (
     Snapshot,
 )
 from memlens.views.layout import MAX_HEIGHT, MAX_WIDTH, DeviceLayout, time_range
-from memlens.views.text.summary import device_summary
 
 FLAG_NAMES = {
     PREEXISTING: "preexisting",
