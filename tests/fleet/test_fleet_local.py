@@ -1,0 +1,149 @@
+"""`memlens fleet` on the local process pool: the planted outliers and nothing else, every
+rank's figures equal to `memlens summary --json`, a failed row for an unreadable file, a
+worker SIGKILLed mid-run, the CLI's text, JSON and Parquet."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+
+import pytest
+from click.testing import CliRunner
+from fleet_data import PLANTED, RANKS
+
+from memlens.cli.main import cli
+from memlens.fleet.api import fleet
+from memlens.fleet.record import SUMMARY_FIGURES
+
+
+def run(*args: str):
+    return CliRunner().invoke(cli, list(args), catch_exceptions=False)
+
+
+@pytest.fixture(scope="module")
+def result(fleet_dir):
+    return fleet(str(fleet_dir), workers=2)
+
+
+def test_the_planted_outliers_and_nothing_else(result):
+    assert result["ranks_total"] == RANKS and result["ranks_failed"] == 0
+    assert result["rank_source"] == "file name"
+    assert sorted(o["rank"] for o in result["outliers"]) == sorted(PLANTED)
+    assert [r["rank"] for r in result["table"]] == list(range(RANKS))
+    assert {r["rank"] for r in result["table"] if r["outlier"]} == set(PLANTED)
+    by_rank = {o["rank"]: o for o in result["outliers"]}
+    top = {rank: by_rank[rank]["figures"][0]["name"] for rank in PLANTED}
+    # each is found by what was planted: the leaked tensors (category "other": alive at
+    # the end, made outside any optimizer or backward), the activations, the extra layers
+    assert top[5] == "category:other"
+    assert top[23] == "category:activation"
+    names42 = {f["name"] for f in by_rank[42]["figures"]}
+    assert {"category:parameter", "category:optimizer_state", "end_active_bytes"} <= names42
+
+
+def test_each_outlier_is_diffed_against_the_median_rank(result):
+    base = result["median_rank"]
+    assert base not in PLANTED
+    by_rank = {o["rank"]: o for o in result["outliers"]}
+    leak = by_rank[5]["diff"]["sites"][0]
+    assert (leak["site"], leak["status"], leak["a_bytes"]) == (
+        "train_step (/home/user/project/train.py:41)", "only_b", 0)  # fmt: skip
+    pipeline_new = {s["site"] for s in by_rank[42]["diff"]["sites"] if s["status"] == "only_b"}
+    assert "forward (/home/user/project/model.py:44)" in pipeline_new
+    assert by_rank[23]["diff"]["figures"][0]["name"] == "peak_active_bytes"
+    assert by_rank[23]["diff"]["figures"][0]["change"] > 0
+
+
+def test_groups_and_stages(result):
+    groups = result["groups"]
+    assert groups[0]["count"] == RANKS - len(PLANTED)
+    assert sorted(r for g in groups[1:] for r in g["ranks"]) == sorted(PLANTED)
+    assert {s["stage"] for s in result["stages"]} == {
+        "ProfilerStep", "forward", "backward", "Optimizer.step#AdamW.step",
+        "Optimizer.zero_grad#AdamW.zero_grad"}  # fmt: skip
+    # the pipeline rank (1.5x the layers) holds the most in every stage
+    assert all(s["max_rank"] == 42 for s in result["stages"])
+
+
+def test_figures_equal_memlens_summary_json_to_the_byte(result, fleet_dir):
+    for row in result["table"]:
+        r = run("summary", row["path"], "--json")
+        assert r.exit_code == 0
+        (dev,) = json.loads(r.output)["devices"]
+        for key in (*SUMMARY_FIGURES, "ooms", "top_sites", "device"):
+            assert json.dumps(row[key]) == json.dumps(dev[key]), (row["rank"], key)
+
+
+def test_stage_and_category_figures_equal_their_commands(result):
+    row = result["table"][23]
+    stages = json.loads(run("stages", row["path"], "--json").output)
+    peaks: dict[str, int] = {}
+    for s in stages["stages"]:
+        peaks[s["base_name"]] = max(peaks.get(s["base_name"], 0), s["peak_bytes"])
+    assert row["stage_peaks"] == peaks
+    cats = json.loads(run("categories", row["path"], "--json").output)
+    assert row["category_bytes"] == {c["name"]: c["bytes"] for c in cats["categories"]}
+
+
+def test_an_unreadable_file_is_a_failed_row(tmp_path, fleet_dir):
+    for i in range(3):
+        shutil.copy(fleet_dir / f"rank{i:05d}.pickle", tmp_path)
+    (tmp_path / "rank00003.pickle").write_bytes(b"\x80\x04not a snapshot")
+    r = fleet([str(tmp_path), str(tmp_path / "rank00009.pickle")], workers=2)
+    assert [(f["rank"], f["reason"].count("\n")) for f in r["failed"]] == [(3, 0), (9, 0)]
+    assert r["failed"][0]["reason"].startswith(f"{tmp_path}/rank00003.pickle")
+    assert r["failed"][1]["reason"] == f"{tmp_path}/rank00009.pickle: no such file"
+    assert [row["status"] for row in r["table"]] == ["ok", "ok", "ok", "failed", "failed"]
+
+
+def test_a_worker_killed_mid_run_is_retried_and_every_rank_comes_once(fleet_dir):
+    killed: list[int] = []
+    seen: list[int] = []
+
+    def kill_one(rec) -> None:
+        seen.append(rec.rank)
+        if not killed:
+            pid = int(rec.worker.rsplit(":", 1)[1])
+            killed.append(pid)
+            os.kill(pid, signal.SIGKILL)
+
+    r = fleet(str(fleet_dir), workers=2, on_record=kill_one, diffs=0)
+    assert killed
+    assert sorted(seen) == list(range(RANKS))  # each rank reported once
+    assert [row["rank"] for row in r["table"]] == list(range(RANKS))
+    assert r["ranks_failed"] == 0
+    assert sorted(o["rank"] for o in r["outliers"]) == sorted(PLANTED)
+
+
+def test_cli_text_json_and_parquet(fleet_dir, tmp_path):
+    out = tmp_path / "fleet.parquet"
+    r = run("fleet", str(fleet_dir), "--workers", "2", "--out", str(out), "--diffs", "1")
+    assert r.exit_code == 0, r.output
+    assert "64 ranks (64 ok, 0 failed) on local pool (2 processes)" in r.output
+    assert "outliers (3;" in r.output and "groups (" in r.output
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(out)
+    assert table.num_rows == RANKS
+    cols = table.column_names
+    assert {"rank", "peak_active_bytes", "outlier", "stage.forward.peak_bytes",
+            "category.activation.bytes"} <= set(cols)  # fmt: skip
+    assert sorted(r for r, o in zip(table["rank"].to_pylist(), table["outlier"].to_pylist())
+                  if o) == sorted(PLANTED)  # fmt: skip
+    j = run("fleet", str(fleet_dir), "--workers", "2", "--json", "--diffs", "0")
+    doc = json.loads(j.output)
+    assert doc["schema"] == 1 and len(doc["table"]) == RANKS
+    assert all(o["diff"] is None for o in doc["outliers"])
+
+
+def test_cli_errors_are_one_line(fleet_dir):
+    from memlens.cli.main import main
+
+    for args in (["fleet", str(fleet_dir), "--rank-regex", "nope(\\d+)"],
+                 ["fleet", str(fleet_dir), "--scheduler", "bogus"],
+                 ["fleet", str(fleet_dir / "*.json")]):  # fmt: skip
+        with pytest.raises(SystemExit) as exc:
+            main(args)
+        assert exc.value.code == 2
