@@ -141,16 +141,4 @@ def test_every_table_and_column_is_documented(snap):
             assert re.search(rf"[|`,(] ?{col}`?[ ,|)]", text), (t, col)
 
 
-def test_every_json_command_has_a_documented_schema():
-    import click
-
-    from memlens.cli.main import cli
-
-    text = (Path(__file__).resolve().parents[2] / "docs" / "json-schema.md").read_text()
-    ctx = click.Context(cli)
-    # (generate --json writes the snapshot as JSON: PyTorch's format, not a result schema)
-    with_json = [name for name in cli.list_commands(ctx) if name != "generate"
-                 and any(p.name == "as_json" for p in cli.get_command(ctx, name).params)]  # fmt: skip
-    assert {"peak", "at", "check", "sql", "diff"} <= set(with_json)
-    for name in with_json:
-        assert f"`memlens {name}`" in text, name
+# (every --json command is documented and typed: test_json_schema.py)
