@@ -226,29 +226,10 @@ def _build_events(trace: list[Any], device: int, ctx: _Context) -> dict[str, np.
     else:
         stack = ctx.stacks.stack_ids(_column(trace, "frames", None))
 
-    def optional_strings(key: str, empty: Any) -> np.ndarray:
+    def optional_strings(key: str) -> np.ndarray:
         if key not in keys:
             return np.full(n, -1, dtype=np.int32)
-
-        def code(v: Any) -> int:
-            if v is None or (isinstance(v, (str, list)) and (v == empty or v == "")):
-                return -1
-            if key == "forward_frames" and isinstance(v, list) and set(map(type, v)) <= {str}:
-                ctx.budget.charge(len(v), "forward_frames")
-                return ctx.strings("".join(v))
-            return ctx.strings(v)  # str as is; anything else as bounded JSON text
-
-        values = _column(trace, key, None)
-        if set(map(type, values)) <= {str, type(None)}:
-            return _coded(values, code, np.int32)
-        # dicts, lists (forward_frames), or junk: intern by object identity like stacks,
-        # so a shared value is converted once and nothing unhashable or deep is hashed
-        obj_ids = np.fromiter(map(id, values), dtype=np.uint64, count=n)
-        uniq, first, inverse = np.unique(obj_ids, return_index=True, return_inverse=True)
-        table = np.fromiter(
-            (code(values[i]) for i in first.tolist()), dtype=np.int32, count=len(uniq)
-        )
-        return table[inverse.reshape(-1)]
+        return optional_string_ids(_column(trace, key, None), key, ctx)
 
     return {
         "action": action,
@@ -257,10 +238,41 @@ def _build_events(trace: list[Any], device: int, ctx: _Context) -> dict[str, np.
         "stream": stream,
         "time_us": time_us,
         "stack": stack,
-        "compile_context": optional_strings("compile_context", "N/A"),
-        "user_metadata": optional_strings("user_metadata", ""),
-        "forward_stack": optional_strings("forward_frames", []),
+        "compile_context": optional_strings("compile_context"),
+        "user_metadata": optional_strings("user_metadata"),
+        "forward_stack": optional_strings("forward_frames"),
     }
+
+
+# what each optional per-entry text field holds when it is empty
+OPTIONAL_STRING_EMPTY: dict[str, Any] = {
+    "compile_context": "N/A",
+    "user_metadata": "",
+    "forward_frames": [],
+}
+
+
+def optional_string_ids(values: list[Any], key: str, ctx: _Context) -> np.ndarray:
+    """String ids of an optional text field's values (-1 for empty or missing). Also used
+    by the compiled reader on the distinct values of a column, in first-use order."""
+    empty = OPTIONAL_STRING_EMPTY[key]
+
+    def code(v: Any) -> int:
+        if v is None or (isinstance(v, (str, list)) and (v == empty or v == "")):
+            return -1
+        if key == "forward_frames" and isinstance(v, list) and set(map(type, v)) <= {str}:
+            ctx.budget.charge(len(v), "forward_frames")
+            return ctx.strings("".join(v))
+        return ctx.strings(v)  # str as is; anything else as bounded JSON text
+
+    if set(map(type, values)) <= {str, type(None)}:
+        return _coded(values, code, np.int32)
+    # dicts, lists (forward_frames), or junk: intern by object identity like stacks,
+    # so a shared value is converted once and nothing unhashable or deep is hashed
+    obj_ids = np.fromiter(map(id, values), dtype=np.uint64, count=len(values))
+    uniq, first, inverse = np.unique(obj_ids, return_index=True, return_inverse=True)
+    table = np.fromiter((code(values[i]) for i in first.tolist()), dtype=np.int32, count=len(uniq))
+    return table[inverse.reshape(-1)]
 
 
 def _legacy_frames(e: dict[str, Any]) -> Any:
@@ -428,6 +440,10 @@ def _build_snapshot(top: dict[str, Any], source: str, warn: Warn, budget: Budget
     budget.charge(len(traces_raw) + len(top["segments"]), "top-level lists")
     events_per_device = {}
     for device, trace in enumerate(traces_raw):
+        prebuilt = getattr(trace, "build_events", None)  # columns from the compiled reader
+        if prebuilt is not None:
+            events_per_device[device] = prebuilt(device, ctx)
+            continue
         if trace is None:
             trace = []
         if not isinstance(trace, list):
