@@ -490,13 +490,13 @@ class CachingAllocator:
     # ------------------------------------------------------------ snapshot
     def segments_snapshot(self, device: int = 0) -> list[dict[str, Any]]:
         """`segments` in the format of torch.cuda.memory._snapshot(), sorted by address."""
-        out = []
+        out: list[dict[str, Any]] = []
         for address in sorted(self.segments):
             seg = self.segments[address]
             if seg.head is None or seg.size == 0:
                 continue
-            blocks = []
-            block = seg.head
+            blocks: list[dict[str, Any]] = []
+            block: Block | None = seg.head
             while block is not None:
                 blocks.append(
                     {

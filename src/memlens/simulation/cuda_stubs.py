@@ -68,5 +68,5 @@ class Stream:
     def __enter__(self):
         return self
 
-    def __exit__(self, *exc) -> bool:
-        return False
+    def __exit__(self, *exc: object) -> None:
+        return None  # exceptions propagate

@@ -33,7 +33,7 @@ class Patches:
     """Remembers every attribute it replaces so that restore() puts them all back."""
 
     def __init__(self) -> None:
-        self._saved: list[tuple[Any, str, Any]] = []
+        self._saved: list[tuple[Any, str | None, Any]] = []  # name None: a list append
 
     _ABSENT = object()  # the attribute was inherited, not set on the owner itself
 
@@ -118,7 +118,8 @@ def install(patches: Patches, cuda_api: dict[str, Callable]) -> None:
     patches.set(
         FakeTensor,
         "__torch_dispatch__",
-        _cpu_prim_device(FakeTensor.__torch_dispatch__.__func__, is_class=True),
+        # a classmethod: its bound method has __func__ (torch types it as a plain callable)
+        _cpu_prim_device(FakeTensor.__torch_dispatch__.__func__, is_class=True),  # type: ignore[attr-defined]
     )
     patches.set(
         FakeTensorMode,

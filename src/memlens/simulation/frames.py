@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import sys
 import weakref
+from types import FrameType
 from typing import Any
 
 import torch
@@ -58,8 +59,8 @@ class FrameCollector:
     def collect(self) -> list[dict[str, Any]]:
         if not self.enabled:
             return []
-        frame = sys._getframe(1)
-        out = []
+        frame: FrameType | None = sys._getframe(1)
+        out: list[dict[str, Any]] = []
         while frame is not None and len(out) < self.max_depth:
             code = frame.f_code
             if not self._is_hidden(code.co_filename):

@@ -83,6 +83,7 @@ class Simulation:
 
     def __exit__(self, exc_type, exc, tb) -> None:
         try:
+            assert self._tracker is not None and self._fake_mode is not None  # __enter__ ran
             self._tracker.__exit__(exc_type, exc, tb)
             self._fake_mode.__exit__(exc_type, exc, tb)
         finally:

@@ -10,8 +10,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:  # for annotations only
+    from memlens.snapshot.model import Snapshot
 
 PYTHON, CPP, NOISE = 0, 1, 2
 
@@ -81,14 +85,14 @@ ALLOCATOR_NAME = re.compile(
 )
 
 
-def _name_mask(snapshot, rx: re.Pattern[str]) -> np.ndarray:
+def _name_mask(snapshot: Snapshot, rx: re.Pattern[str]) -> np.ndarray:
     names = snapshot.frames.name
     uniq = np.unique(names)
     hit = {int(u) for u in uniq if rx.search(snapshot.strings[u])}
     return np.fromiter((int(x) in hit for x in names), dtype=bool, count=len(names))
 
 
-def first_user_frames(snapshot, hide_patterns: Sequence[str] | None = None) -> np.ndarray:
+def first_user_frames(snapshot: Snapshot, hide_patterns: Sequence[str] | None = None) -> np.ndarray:
     """For every stack, the frame id that best answers "who allocated this?", or -1.
 
     Preference, innermost first within each tier:
