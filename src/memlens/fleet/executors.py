@@ -125,6 +125,8 @@ class DaskExecutor:
     """The same tasks on a Dask distributed cluster: an existing scheduler
     (`tcp://HOST:PORT`) or a LocalCluster started here (`dask-local`)."""
 
+    CONNECT_TIMEOUT = "10s"  # to reach an existing scheduler
+
     def __init__(self, scheduler: str, workers: int | None = None) -> None:
         try:
             from distributed import Client, LocalCluster
@@ -142,7 +144,7 @@ class DaskExecutor:
                 self.client = Client(self._cluster)
                 self.name = f"Dask LocalCluster ({len(self._cluster.workers)} workers)"
             else:
-                self.client = Client(scheduler, timeout="10s")
+                self.client = Client(scheduler, timeout=self.CONNECT_TIMEOUT)
                 self.name = f"Dask cluster at {scheduler}"
         except OSError as exc:
             self.close()

@@ -1,0 +1,113 @@
+"""The same fleet on real Dask clusters on loopback: a LocalCluster (2 worker processes),
+and a `dask scheduler` + two `dask worker` processes started here, one of which is
+SIGKILLed mid-run."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+from fleet_data import PLANTED, RANKS
+
+from memlens.fleet.api import fleet
+
+pytest.importorskip("distributed")
+
+
+def _figures(result):
+    """Each row without the worker that read it (the only field that may differ)."""
+    return [{k: v for k, v in row.items() if k != "worker"} for row in result["table"]]
+
+
+@pytest.fixture(scope="module")
+def local_result(fleet_dir):
+    return fleet(str(fleet_dir), workers=2, diffs=0)
+
+
+def test_local_cluster_finds_the_same(fleet_dir, local_result):
+    r = fleet(str(fleet_dir), scheduler="dask-local", workers=2, diffs=1)
+    assert r["executor"] == "Dask LocalCluster (2 workers)"
+    assert sorted(o["rank"] for o in r["outliers"]) == sorted(PLANTED)
+    assert _figures(r) == _figures(local_result)
+    assert len({row["worker"] for row in r["table"]}) == 2  # both workers took part
+    assert r["outliers"][0]["diff"]["sites"]  # the diff ran on the cluster too
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def dask_processes():
+    """tcp://127.0.0.1:PORT of a scheduler with two single-threaded workers (no nanny:
+    killing a worker's process kills the worker, nothing restarts it)."""
+    port = _free_port()
+    address = f"tcp://127.0.0.1:{port}"
+    dask = [sys.executable, "-m", "dask"]
+    quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
+    procs = [subprocess.Popen([*dask, "scheduler", "--host", "127.0.0.1", "--port", str(port),
+                               "--no-dashboard"], **quiet)]  # fmt: skip
+    procs += [subprocess.Popen([*dask, "worker", address, "--nthreads", "1", "--no-nanny",
+                                "--no-dashboard", "--host", "127.0.0.1",
+                                "--death-timeout", "60"], **quiet)
+              for _ in range(2)]  # fmt: skip
+    try:
+        from distributed import Client
+
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with Client(address, timeout="5s") as c:
+                    c.wait_for_workers(2, timeout=60)
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
+        yield address
+    finally:
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            try:
+                p.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+
+
+def test_scheduler_and_workers_as_processes_with_one_killed(fleet_dir, dask_processes,
+                                                            local_result):  # fmt: skip
+    killed: list[int] = []
+    seen: list[int] = []
+
+    def kill_one(rec) -> None:
+        seen.append(rec.rank)
+        if not killed:
+            pid = int(rec.worker.rsplit(":", 1)[1])
+            killed.append(pid)
+            os.kill(pid, signal.SIGKILL)
+
+    r = fleet(str(fleet_dir), scheduler=dask_processes, on_record=kill_one, diffs=0)
+    assert r["executor"] == f"Dask cluster at {dask_processes}"
+    assert killed
+    assert sorted(seen) == list(range(RANKS))  # every rank exactly once
+    assert r["ranks_failed"] == 0
+    assert sorted(o["rank"] for o in r["outliers"]) == sorted(PLANTED)
+    assert _figures(r) == _figures(local_result)
+
+
+def test_an_unreachable_scheduler_is_a_one_line_error(fleet_dir, monkeypatch):
+    from memlens.errors import MemlensError
+    from memlens.fleet.executors import DaskExecutor
+
+    monkeypatch.setattr(DaskExecutor, "CONNECT_TIMEOUT", "1s")
+
+    with pytest.raises(MemlensError, match="cannot reach the Dask scheduler"):
+        fleet(str(fleet_dir), scheduler=f"tcp://127.0.0.1:{_free_port()}")
