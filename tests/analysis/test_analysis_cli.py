@@ -4,10 +4,12 @@ one); the JSON keys are the documented schema (docs/json-schema.md)."""
 from __future__ import annotations
 
 import json
+import os
 import pickle
+from pathlib import Path
 
 import pytest
-from analysis_snapshots import BIG_SIZE, training_snapshot
+from analysis_snapshots import BIG_SIZE, oom_snapshot, training_snapshot
 
 from memlens.cli.main import main
 
@@ -166,3 +168,53 @@ def test_commands_on_traceless_snapshots(tmp_path, capsys, shape):
         json.loads(out)
     data = json.loads(run(capsys, ["peak", str(p), "--json"])[1])
     assert data["event"] == -1 and data["active_bytes"] == 1525 and data["live_count"] == 6
+
+
+# The text of every analysis command, byte for byte. The files were written by the code
+# before the rendering moved to memlens.views.text; MEMLENS_GOLDEN_UPDATE=1 rewrites them
+# after a deliberate change of the text.
+GOLDEN = Path(__file__).parent / "cli_golden"
+GOLDEN_CASES = {
+    "peak": ["peak", "{train}"],
+    "peak_event": ["peak", "{train}", "--event", "3", "--top", "2"],
+    "at_free": ["at", "{train}", "--addr", "0x100400_1", "--when", "free"],
+    "at_event": ["at", "{train}", "--event", "5", "--depth", "2", "--all-frames"],
+    "stages": ["stages", "{train}"],
+    "categories": ["categories", "{train}"],
+    "rules": ["rules", "{train}", "{rules}"],
+    "leaks": ["leaks", "{train}"],
+    "anomalies": ["anomalies", "{train}", "--temp-min", "1KiB", "--gap-min", "1KiB"],
+    "fragmentation": ["fragmentation", "{train}"],
+    "fragmentation_event": ["fragmentation", "{train}", "--event", "11"],
+    "oom": ["oom", "{oom}"],
+    "ranks": ["ranks", "{train}", "{train2}"],
+    "diff": ["diff", "{train}", "{train2}"],
+    "summary": ["summary", "{oom}"],
+    "check": ["check", "{train}", "--max-peak", "1KiB", "--baseline", "{train2}"],
+}
+
+
+@pytest.fixture(scope="module")
+def golden_files(tmp_path_factory):
+    d = tmp_path_factory.mktemp("golden")
+    files = {"train": training_snapshot(), "train2": training_snapshot(2_000_000),
+             "oom": oom_snapshot()}  # fmt: skip
+    paths = {}
+    for name, raw in files.items():
+        paths[name] = d / f"{name}.pickle"
+        paths[name].write_bytes(pickle.dumps(raw, protocol=4))
+    paths["rules"] = d / "rules.json"
+    paths["rules"].write_text(json.dumps({"model": r"model\.py"}))
+    return d, {k: str(v) for k, v in paths.items()}
+
+
+@pytest.mark.parametrize("case", sorted(GOLDEN_CASES))
+def test_text_output_is_unchanged(golden_files, capsys, case):
+    d, paths = golden_files
+    code, out, err = run(capsys, [a.format(**paths) for a in GOLDEN_CASES[case]])
+    got = f"exit {code}\n--- stdout\n{out}--- stderr\n{err}".replace(str(d), "<dir>")
+    path = GOLDEN / f"{case}.txt"
+    if os.environ.get("MEMLENS_GOLDEN_UPDATE") == "1":
+        GOLDEN.mkdir(exist_ok=True)
+        path.write_text(got, encoding="utf-8")
+    assert got == path.read_text(encoding="utf-8")

@@ -127,3 +127,22 @@ def test_help_lists_commands():
     assert r.exit_code == 0
     for name in ("summary", "generate"):
         assert name in r.output
+
+
+def test_summary_counts_the_annotations_stages_pairs(tmp_path):
+    """d3: annotations stamped with another device (the *current* device when recorded)
+    belong to the only trace; summary counted 0 where `stages` found the stage."""
+    raw = hand_snapshot()
+    raw["device_traces"] = [[], raw["device_traces"][0]]  # the trace is device 1's
+    raw["segments"][0]["device"] = 1
+    raw["external_annotations"] = [
+        {"name": "fwd", "stage": "START", "device": 0, "time_us": 1002},
+        {"name": "fwd", "stage": "END", "device": 0, "time_us": 1006},
+    ]
+    p = tmp_path / "dev1.pickle"
+    p.write_bytes(pickle.dumps(raw, protocol=4))
+    stages = json.loads(run("stages", str(p), "--json").output)
+    assert stages["device"] == 1 and [s["name"] for s in stages["stages"]] == ["fwd"]
+    (d,) = json.loads(run("summary", str(p), "--device", "1", "--json").output)["devices"]
+    assert d["annotations"] == 2
+    assert "  annotations      2\n" in run("summary", str(p), "--device", "1").output

@@ -4,7 +4,6 @@ used, so `memlens summary` never pays for (or needs) the web server, Textual or 
 from __future__ import annotations
 
 import importlib
-import importlib.util
 import sys
 
 import click
@@ -39,21 +38,14 @@ COMMANDS: dict[str, str] = {
 
 class LazyGroup(click.Group):
     def list_commands(self, ctx: click.Context) -> list[str]:
-        return [name for name in COMMANDS if self._find(name) is not None]
-
-    def _find(self, name: str):
-        module = COMMANDS.get(name)
-        if module is None:
-            return None
-        spec = importlib.util.find_spec(f"memlens.cli.{module}")
-        return spec
+        return list(COMMANDS)
 
     def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
         module = COMMANDS.get(name)
-        if module is None or self._find(name) is None:
+        if module is None:
             return None
-        mod = importlib.import_module(f"memlens.cli.{module}")
-        return mod.command
+        command: click.Command = importlib.import_module(f"memlens.cli.{module}").command
+        return command
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -66,23 +58,34 @@ def cli() -> None:
     """
 
 
-def main(argv: list[str] | None = None) -> None:
-    """Entry point: MemlensError becomes one line on stderr and exit code 2."""
+def run(argv: list[str] | None = None) -> int:
+    """Run the command line; return the exit code. A MemlensError is one line on stderr and
+    exit code 2; click's own usage errors keep their code (2); `ctx.exit(n)` gives n."""
     try:
-        cli.main(args=argv, standalone_mode=False)
+        # standalone_mode=False: click returns (not raises) the code of ctx.exit(n), and
+        # otherwise the command's return value (commands return None: exit 0)
+        rc = cli.main(args=argv, standalone_mode=False)
     except MemlensError as exc:
         click.echo(f"memlens: error: {exc}", err=True)
-        sys.exit(2)
+        return 2
     except click.exceptions.Abort:
         click.echo("memlens: aborted", err=True)
-        sys.exit(130)
+        return 130
     except click.ClickException as exc:
         exc.show()
-        sys.exit(exc.exit_code)
-    except click.exceptions.Exit as exc:
-        sys.exit(exc.exit_code)
+        return exc.exit_code
     except KeyboardInterrupt:
-        sys.exit(130)
+        return 130
+    # (a last-resort handler for unexpected exceptions belongs here, after the ones above)
+    return rc if isinstance(rc, int) else 0
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point (`memlens`, `python -m memlens`): exits with run()'s code when nonzero,
+    returns on success (so tests can call it and catch SystemExit for the failures)."""
+    rc = run(argv)
+    if rc:
+        sys.exit(rc)
 
 
 if __name__ == "__main__":

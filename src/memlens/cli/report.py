@@ -14,14 +14,13 @@ from memlens.cli.options import (
     hide_patterns,
     no_cache_option,
     open_snapshot,
-    snapshot_argument,
+    snapshots_argument,
 )
 from memlens.errors import MemlensError
 
 
 @click.command("report")
-@snapshot_argument
-@click.argument("snapshot2", required=False, type=click.Path(dir_okay=False))
+@snapshots_argument()
 @click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
               help="HTML file to write (default: SNAPSHOT with .html).")  # fmt: skip
 @device_option
@@ -31,8 +30,7 @@ from memlens.errors import MemlensError
 @no_cache_option
 @annotations_option
 def command(
-    snapshot: str,
-    snapshot2: str | None,
+    paths: tuple[str, str | None],
     output: str | None,
     device: int | None,
     rules: str | None,
@@ -46,6 +44,8 @@ def command(
     The file is self-contained (inline CSS, JS and SVG) and loads nothing from the network.
     """
     from memlens.views.report.build import build_report, default_output
+
+    snapshot, snapshot2 = paths
 
     if rules is not None and not Path(rules).is_file():
         raise MemlensError(f"rules file not found: {rules}")

@@ -3,35 +3,32 @@ first match wins), at the peak and over time."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
-from memlens.cli.options import (
-    device_option,
-    emit_json,
+from memlens.cli.command import Answer, analysis_command
+from memlens.cli.options import event_option, points_option
+from memlens.snapshot.model import DeviceTrace
+
+
+def _load(rules_file: str, **options: Any) -> dict[str, Any]:
+    """The rules file is read (and checked) before the snapshot."""
+    from memlens.analysis.rules import load_rules
+
+    return {**options, "rules": load_rules(rules_file)}
+
+
+@analysis_command(
+    "rules",
+    click.argument("rules_file", type=click.Path(dir_okay=False)),
     event_option,
-    hide_option,
-    hide_patterns,
-    json_option,
-    no_cache_option,
-    open_snapshot,
-    points_option,
-    snapshot_argument,
-)
-
-
-@click.command("rules")
-@snapshot_argument
-@click.argument("rules_file", type=click.Path(dir_okay=False))
-@event_option
-@points_option(400)
-@click.option("--top", type=int, default=3, show_default=True, help="Top call sites per rule.")
-@device_option
-@json_option
-@no_cache_option
-@hide_option
-def command(snapshot: str, rules_file: str, event: int | None, points: int, top: int,
-            device: int | None, as_json: bool, no_cache: bool,
-            hide: tuple[str, ...]) -> None:  # fmt: skip
+    points_option(400),
+    click.option("--top", type=int, default=3, show_default=True, help="Top call sites per rule."),
+    prepare=_load,
+)  # fmt: skip
+def command(dev: DeviceTrace, rules: list[Any], event: int | None, points: int, top: int,
+            hide: list[str] | None) -> Answer:  # fmt: skip
     """Memory per rule. RULES_FILE maps names to regexes searched in each frame's
     "filename:line:name"; an allocation takes the first rule matching any of its frames.
 
@@ -40,19 +37,8 @@ def command(snapshot: str, rules_file: str, event: int | None, points: int, top:
                {"name": "mlp", "pattern": "mlp|ffn"}]}
     or simply {"attention": "attn|attention", "mlp": "mlp|ffn"} (YAML works too).
     """
-    from memlens.analysis.rules import load_rules, rules_analysis
-    from memlens.analysis.text import groups_lines, when_text
-    from memlens.units import format_bytes as fb
+    from memlens.analysis.rules import rules_analysis
+    from memlens.views.text.categories import render_rules
 
-    rules = load_rules(rules_file)
-    dev = open_snapshot(snapshot, no_cache).device(device)
-    result = rules_analysis(dev, rules, event=event, points=points, top=top,
-                            hide_patterns=hide_patterns(hide))  # fmt: skip
-    if as_json:
-        emit_json(result)
-        return
-    lines = [
-        f"device {dev.device}: {fb(result['active_bytes'])} active {when_text(result['event'])}"
-    ]
-    lines += groups_lines("rule", result["rules"])
-    click.echo("\n".join(lines))
+    result = rules_analysis(dev, rules, event=event, points=points, top=top, hide_patterns=hide)
+    return Answer(result, render_rules, dev.device)

@@ -19,22 +19,17 @@ def _default_output(script: str) -> Path:
 
 
 def summary_text(path: Path) -> str:
-    """The lead's summary renderer when it is there; a few figures, or a hint, otherwise."""
+    """`memlens summary`'s text of the snapshot just written, or why it could not be read."""
     try:
         import memlens
 
         snap = memlens.load(path)
     except Exception as exc:
         return f"(no summary: the snapshot could not be read here: {exc})"
-    try:
-        from memlens.views.text.summary import render_summary
-    except ImportError:
-        dev = snap.device(0)
-        return (
-            f"peak active {dev.peak_active_bytes:,} bytes, peak reserved "
-            f"{dev.peak_reserved_bytes:,} bytes, {dev.n_events:,} events"
-        )
-    return render_summary(snap).rstrip("\n")
+    from memlens.analysis.summary import summarize
+    from memlens.views.text.summary import render_summary
+
+    return render_summary(summarize(snap)).rstrip("\n")
 
 
 def _print_result(result: RunResult) -> None:

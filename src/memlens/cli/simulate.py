@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 import click
@@ -123,4 +122,4 @@ def command(
     click.echo(f"memlens: view it with: memlens view {output}", err=True)
     if failed is not None:
         click.echo(f"memlens: the script ran out of memory: {failed}", err=True)
-        sys.exit(1)
+        click.get_current_context().exit(1)

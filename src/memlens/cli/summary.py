@@ -4,39 +4,19 @@ from __future__ import annotations
 
 import click
 
-from memlens.cli.options import (
-    device_option,
-    emit_json,
-    hide_option,
-    hide_patterns,
-    json_option,
-    no_cache_option,
-    open_snapshot,
-    snapshot_argument,
-)
+from memlens.cli.command import Answer, analysis_command
+from memlens.snapshot.model import Snapshot
 
 
-@click.command("summary")
-@snapshot_argument
-@device_option
-@json_option
-@no_cache_option
-@hide_option
-@click.option("--top", type=int, default=10, show_default=True, help="How many call sites to list.")
-def command(
-    snapshot: str,
-    device: int | None,
-    as_json: bool,
-    no_cache: bool,
-    hide: tuple[str, ...],
-    top: int,
-) -> None:
+@analysis_command(
+    "summary",
+    click.option("--top", type=int, default=10, show_default=True, help="How many call sites to list."),
+    opens="snapshot",
+    device_help="Device ordinal (default: every device).",
+)  # fmt: skip
+def command(snap: Snapshot, top: int, device: int | None, hide: list[str] | None) -> Answer:
     """Devices, time span, baseline, peak (active and reserved), end state and top sites."""
-    from memlens.views.text.summary import render_summary, summarize
+    from memlens.analysis.summary import summarize
+    from memlens.views.text.summary import render_summary
 
-    snap = open_snapshot(snapshot, no_cache)
-    result = summarize(snap, device, top=top, hide_patterns=hide_patterns(hide))
-    if as_json:
-        emit_json(result)
-    else:
-        click.echo(render_summary(snap, result))
+    return Answer(summarize(snap, device, top=top, hide_patterns=hide), render_summary)

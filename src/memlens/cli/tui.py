@@ -6,19 +6,23 @@ import os
 
 import click
 
-from memlens.cli.options import annotations_option, device_option, no_cache_option, open_snapshot
+from memlens.cli.options import (
+    annotations_option,
+    device_option,
+    no_cache_option,
+    open_snapshot,
+    snapshots_argument,
+)
 from memlens.errors import MemlensError
 
 
 @click.command("tui")
-@click.argument("snapshot", type=click.Path(dir_okay=False))
-@click.argument("snapshot2", type=click.Path(dir_okay=False), required=False)
+@snapshots_argument()
 @device_option
 @no_cache_option
 @annotations_option
 def command(
-    snapshot: str,
-    snapshot2: str | None,
+    paths: tuple[str, str | None],
     device: int | None,
     no_cache: bool,
     annotation_files: tuple[str, ...],
@@ -31,13 +35,13 @@ def command(
     from memlens.views.tui.app import Session, TuiApp
 
     sessions = []
-    for path in (snapshot, snapshot2):
+    for path in paths:
         if path is None:
             continue
         if not os.path.isfile(path):
             raise MemlensError(f"no such snapshot file: {path}")
         # --annotations belong to the first snapshot (the run they were recorded with)
-        extra = annotation_files if path is snapshot else ()
+        extra = annotation_files if path is paths[0] else ()
         snap = open_snapshot(path, no_cache, extra, device)
         dev = snap.device(device)
         if dev.n_events == 0:

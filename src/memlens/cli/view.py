@@ -8,7 +8,13 @@ import webbrowser
 
 import click
 
-from memlens.cli.options import annotations_option, no_cache_option, open_snapshot
+from memlens.cli.options import (
+    annotations_option,
+    device_option,
+    no_cache_option,
+    open_snapshot,
+    snapshots_argument,
+)
 from memlens.errors import MemlensError
 
 
@@ -36,7 +42,7 @@ def url_for(host: str, port: int, device: int | None) -> str:
 
 
 @click.command("view")
-@click.argument("snapshots", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@snapshots_argument()
 @click.option(
     "--port",
     "-p",
@@ -53,17 +59,11 @@ def url_for(host: str, port: int, device: int | None) -> str:
     "remotely; 0.0.0.0 exposes the snapshot to your network.",
 )
 @click.option("--no-browser", is_flag=True, help="Do not open a browser; just print the URL.")
-@click.option(
-    "--device",
-    "-d",
-    type=int,
-    default=None,
-    help="Device shown first (default: the longest trace).",
-)
+@device_option(help="Device shown first (default: the longest trace).")
 @no_cache_option
 @annotations_option
 def command(
-    snapshots: tuple[str, ...],
+    paths: tuple[str, str | None],
     port: int,
     host: str,
     no_browser: bool,
@@ -71,18 +71,17 @@ def command(
     no_cache: bool,
     annotation_files: tuple[str, ...],
 ) -> None:
-    """Open the interactive timeline of SNAPSHOT in the browser (two snapshots: compare).
+    """Open the interactive timeline of SNAPSHOT in the browser (with SNAPSHOT2: compare).
 
     Zoom with the wheel, pan by dragging, hover an allocation for its call site, click it for
     its stack, click the time axis strip for what is live at that moment. Press ? for keys.
     """  # fmt: skip
-    if len(snapshots) > 2:
-        raise MemlensError("view takes one snapshot, or two to compare")
     import uvicorn
 
     from memlens.views.web.data import ViewerData
     from memlens.views.web.server import create_app
 
+    snapshots = [p for p in paths if p is not None]
     # --annotations belong to the first snapshot (the run they were recorded with)
     snaps = [
         open_snapshot(p, no_cache, annotation_files if i == 0 else (), device)
@@ -91,7 +90,7 @@ def command(
     if device is not None:
         for s in snaps:
             s.device(device)  # fails early, with the list of devices
-    data = ViewerData(snaps, list(snapshots))
+    data = ViewerData(snaps, snapshots)
     sock = bind_socket(host, port)
     real_port = sock.getsockname()[1]
     url = url_for(host, real_port, device)

@@ -16,6 +16,7 @@ import numpy as np
 from rich.style import Style
 from rich.text import Text
 
+from memlens.analysis.stages import annotation_rows_for
 from memlens.snapshot.actions import Action
 from memlens.snapshot.model import DeviceTrace
 from memlens.units import format_bytes
@@ -150,9 +151,7 @@ def stage_markers(dev: DeviceTrace) -> list[Marker]:
     ann = snap.annotations
     if len(ann) == 0 or dev.n_events == 0 or dev.time_us[0] < 0:
         return []
-    mine = np.flatnonzero(ann.device == dev.device)
-    if len(mine) == 0:  # some writers leave device at 0 for every annotation
-        mine = np.arange(len(ann))
+    mine = annotation_rows_for(dev)  # the annotations `memlens stages` pairs
     events = np.searchsorted(dev.monotonic_time_us, ann.time_us[mine], side="right")
     out = [
         Marker(int(e), snap.string(int(ann.name[k])), int(ann.stage[k]) != 1)

@@ -1,0 +1,31 @@
+"""Text of `memlens anomalies`: late frees, large temporaries, reserved far above active."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from memlens.units import format_bytes as fb
+from memlens.views.text.lines import sites_lines, when_text
+
+
+def render_anomalies(r: dict[str, Any], device: int, temp_events: int) -> str:
+    """`temp_events`: the --temp-events threshold (the longest lifetime of a temporary)."""
+    lf, lt, rg = r["late_frees"], r["large_temporaries"], r["reserved_gaps"]
+    lines = [f"device {device}", "",
+             f"late frees (completed long after requested: another stream used the block): "
+             f"{lf['count']:,}, {fb(lf['bytes'])}"]  # fmt: skip
+    for it in lf["items"]:
+        d = f", {it['delay_us']:,} µs" if it["delay_us"] is not None else ""
+        lines.append(
+            f"  {fb(it['bytes']):>12}  {it['address']}_{it['version']}  "
+            f"{it['delay_events']:,} events{d}  {it['site']}"
+        )
+    lines += ["", f"large short-lived temporaries (>= {fb(lt['min_bytes'])}, <= {temp_events} events): "
+                  f"{lt['count']:,}, {fb(lt['bytes'])} in total"]  # fmt: skip
+    lines += sites_lines(lt["by_site"])
+    lines += ["", f"reserved far above active: {rg['count']:,} stretches; largest gap "
+                  f"{fb(rg['max_gap_bytes'])} {when_text(rg['max_gap_event'])}"]  # fmt: skip
+    for s in rg["stretches"]:
+        lines.append(f"  events {s['first_event']:,}..{s['last_event']:,}: reserved {fb(s['reserved_bytes'])}, "
+                     f"active {fb(s['active_bytes'])} (gap {fb(s['max_gap_bytes'])})")  # fmt: skip
+    return "\n".join(lines)

@@ -1,0 +1,38 @@
+"""Text of `memlens leaks`: per repeated stage, its growth, occurrences and suspect sites."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from memlens.units import format_bytes as fb
+from memlens.views.text.lines import elide, signed_bytes, sites_lines, table_lines
+
+
+def render_leaks(result: dict[str, Any], device: int) -> str:
+    lines = [f"device {device}: {len(result['groups'])} stage group(s)"]
+    lines += [f"note: {n}" for n in result["notes"]]
+    for g in result["groups"]:
+        lines += ["", f"{g['base_name']} x{g['count']}: growth {signed_bytes(g['growth_bytes'])} "
+                      f"({signed_bytes(g['growth_per_step_bytes'])} per step"
+                      + (f"; {signed_bytes(g['steady_growth_bytes'])} after the first" if g["steady_growth_bytes"] is not None else "")
+                      + "); "
+                      f"suspects {fb(g['suspects_bytes'])} in {g['suspects_count']:,} allocations"]  # fmt: skip
+        shown, hidden = elide(g["occurrences"], 5, 3)
+        rows = [[f"{o['name']} [{o['occurrence']}]", fb(o["start_bytes"]), fb(o["end_bytes"]),
+                 fb(o["left_alive_bytes"])] for o in shown]  # fmt: skip
+        if hidden:
+            rows.insert(5, [f"... {hidden:,} more (--json)", "", "", ""])
+        lines += table_lines(["occurrence", "start", "end", "left alive"], rows)
+        if g["suspects"]:
+            lines.append("  left alive in several occurrences (suspects), by site:")
+            lines += sites_lines(g["suspects"], "    ")
+        if g["first_only"]:
+            lines.append(
+                "  left alive by the first occurrence only (one-time state, not a leak): "
+                + fb(g["first_only_bytes"])
+            )
+            lines += sites_lines(g["first_only"], "    ")
+        if g["grew"]:
+            lines.append("  grew from the first occurrence to the last, by site:")
+            lines += sites_lines(g["grew"], "    ")
+    return "\n".join(lines)

@@ -1,0 +1,53 @@
+"""Text of `memlens peak` and `memlens at`: what is live at one point of the trace."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from memlens.units import format_bytes
+from memlens.views.text.lines import sites_lines, tree_lines, when_text
+
+
+def render_peak(r: dict[str, Any], device: int, at_event: bool) -> str:
+    """`peak` at the peak, or after --event (`at_event`)."""
+    return render_live_set(r, f"device {device} " + ("live set" if at_event else "peak"))
+
+
+def render_at(r: dict[str, Any], device: int, when: str | None) -> str:
+    """`at`: after an event, or at the allocation (`when`: "alloc" or "free") of --addr."""
+    if when is None:
+        return render_live_set(r, f"device {device}")
+    a = r["allocation"]
+    title = f"device {device} at {when} of {a['address']}_{a['version']} ({a['bytes']:,} bytes)"
+    return render_live_set(r, title)
+
+
+def render_live_set(r: dict[str, Any], title: str) -> str:
+    return "\n".join(live_set_lines(r, title))
+
+
+def live_set_lines(r: dict[str, Any], title: str) -> list[str]:
+    lines = [
+        f"{title}: {format_bytes(r['active_bytes'])} active, "
+        f"{format_bytes(r['reserved_bytes'])} reserved, {when_text(r['event'])}"
+        + (f" (time_us {r['time_us']})" if r.get("time_us") is not None else "")
+        + (f", {r['action']}" if r.get("action") else ""),
+        f"{r['live_count']:,} live allocations",
+    ]
+    if r.get("by_site"):
+        lines.append("")
+        lines.append("by first user frame:")
+        lines += sites_lines(r["by_site"])
+    if r.get("tree"):
+        lines.append("")
+        lines.append("by call stack (outermost first):")
+        lines += tree_lines(r["tree"])
+    if r.get("largest"):
+        lines.append("")
+        lines.append("largest live allocations:")
+        for a in r["largest"]:
+            lines.append(
+                f"  {format_bytes(a['bytes']):>12}  {a['address']}_{a['version']}  "
+                f"alloc event {a['alloc_event']}  {a['site']}"
+            )
+    return lines

@@ -1,0 +1,25 @@
+"""Text of `memlens ranks`: peak per rank, the imbalance, the sites that differ."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from memlens.units import format_bytes as fb
+from memlens.views.text.lines import table_lines
+
+
+def render_ranks(r: dict[str, Any]) -> str:
+    lines = table_lines(["rank", "peak active", "peak reserved", "baseline", "end active", "entries"],
+                        [[x["label"], fb(x["peak_active_bytes"]), fb(x["peak_reserved_bytes"]),
+                          fb(x["baseline_bytes"]), fb(x["end_active_bytes"]), f"{x['trace_entries']:,}"]
+                         for x in r["ranks"]], indent="")  # fmt: skip
+    im = r["imbalance"]
+    lines += ["", f"imbalance: max {fb(im['peak_max_bytes'])} ({im['max_label']}), min "
+                  f"{fb(im['peak_min_bytes'])} ({im['min_label']}), spread {fb(im['spread_bytes'])}, "
+                  f"max/mean {im['max_over_mean']:.3f}"]  # fmt: skip
+    if r["sites"]:
+        lines += ["", "sites that differ at each rank's peak:"]
+        lines += table_lines(["site", *[f"#{i}" for i in range(len(r["ranks"]))], "spread"],
+                             [[s["site"][:90], *[fb(b) for b in s["bytes"]], fb(s["spread_bytes"])]
+                              for s in r["sites"]])  # fmt: skip
+    return "\n".join(lines)
