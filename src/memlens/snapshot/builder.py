@@ -181,11 +181,7 @@ def _build_events(trace: list[Any], device: int, ctx: _Context) -> dict[str, np.
     # entries may be one dict shared a million times: what we walk is what we count
     ctx.budget.charge(n + sum(map(len, trace)), f"device {device} trace entries")
     keys = set(itertools.chain.from_iterable(trace))
-    unknown = sorted(str(k) for k in keys - KNOWN_ENTRY_FIELDS)
-    if unknown:
-        ctx.warn(
-            "entry-fields", f"unknown trace-entry fields kept going past: {', '.join(unknown)}"
-        )
+    warn_unknown_entry_fields(keys, ctx)
     if n and "action" not in keys:
         raise SnapshotError(f"device {device}: trace entries have no 'action' field")
 
@@ -273,6 +269,14 @@ def optional_string_ids(values: list[Any], key: str, ctx: _Context) -> np.ndarra
     uniq, first, inverse = np.unique(obj_ids, return_index=True, return_inverse=True)
     table = np.fromiter((code(values[i]) for i in first.tolist()), dtype=np.int32, count=len(uniq))
     return table[inverse.reshape(-1)]
+
+
+def warn_unknown_entry_fields(keys: set[Any], ctx: _Context) -> None:
+    unknown = sorted(str(k) for k in keys - KNOWN_ENTRY_FIELDS)
+    if unknown:
+        ctx.warn(
+            "entry-fields", f"unknown trace-entry fields kept going past: {', '.join(unknown)}"
+        )
 
 
 def _legacy_frames(e: dict[str, Any]) -> Any:

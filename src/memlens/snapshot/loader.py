@@ -11,6 +11,7 @@ from typing import Any
 from memlens.errors import CacheError, SnapshotError
 from memlens.snapshot import cache as column_cache
 from memlens.snapshot.builder import build_snapshot
+from memlens.snapshot.compiled import load_compiled
 from memlens.snapshot.model import Snapshot
 from memlens.snapshot.reader import normalize_top_level, read_source_limited
 
@@ -80,15 +81,19 @@ def load(
             return hit
 
     sink = _WarnOnce(name, warn)
+    # pickle files go through the compiled reader when it is built (see compiled.py)
+    use_compiled = is_path and Path(source).is_file()
     # Unpickling creates millions of small objects; the cyclic GC would rescan them over
     # and over while they are being built. None of them form cycles we need collected.
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
-        raw, name, limits = read_source_limited(source)
-        top = normalize_top_level(raw, name, sink)
-        snap = build_snapshot(top, name, sink, limits)
-        del raw, top
+        snap = load_compiled(Path(source), sink) if use_compiled else None
+        if snap is None:
+            raw, name, limits = read_source_limited(source)
+            top = normalize_top_level(raw, name, sink)
+            snap = build_snapshot(top, name, sink, limits)
+            del raw, top
     except SnapshotError:
         raise
     except RecursionError:

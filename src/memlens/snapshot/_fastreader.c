@@ -1,0 +1,1755 @@
+/*
+ * memlens.snapshot._fastreader: a streaming reader for PyTorch memory-snapshot pickles.
+ *
+ * It runs the pickle opcodes (protocols 2-5; gzip inflated in a stream) itself and writes
+ * every trace entry of device_traces straight into typed columns, so the dict per event
+ * that pickle.load builds never exists. Everything else (segments, settings, annotations,
+ * frames, stacks) is small and is built as plain Python objects exactly as the restricted
+ * unpickler would build it, so memlens' Python builder turns it into the same columns.
+ *
+ * Roles. A container's job is guessed when it is created, from the stack: the root dict,
+ * the list under its "device_traces" key (DT_LIST), the lists in that list (device lists,
+ * built as Columns objects) and the dicts in those (entries, kept as pending rows until
+ * they are appended). The guess is checked as the pickle goes on; whenever the file is
+ * shaped differently (an entry referenced twice, a value we do not type, an opcode of
+ * protocol 0/1, ...) the reader raises Fallback and memlens reads the file with the Python
+ * path instead. Fallback is about speed only; it is never taken for PyTorch's own output.
+ *
+ * Safety. Opcodes that import or call (GLOBAL, STACK_GLOBAL, INST, OBJ, REDUCE, NEWOBJ,
+ * NEWOBJ_EX, EXT1/2/4, PERSID, BINPERSID, BUILD) raise Refused before anything else
+ * happens; every declared length is checked against the bytes left (or grown into as
+ * decompressed bytes arrive, never allocated up front); stack, marks and memo are bounded
+ * by the limits the caller passes. Any failure is a Python exception, never a crash.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <zlib.h>
+
+/* ------------------------------------------------------------------ exceptions */
+static PyObject *Fallback;  /* shape we do not handle: read with the Python path */
+static PyObject *Corrupt;   /* not a readable pickle: args (detail,) */
+static PyObject *Truncated; /* the pickle ends before STOP */
+static PyObject *Refused;   /* args (opcode name, protocol, module or None, name or None) */
+static PyObject *LimitHit;  /* args (limit name, value, limit) */
+static PyObject *GzipBad;   /* args (detail,) */
+
+static int fallback(const char *why) {
+    PyErr_SetString(Fallback, why);
+    return -1;
+}
+
+static int corrupt(const char *fmt, ...) {
+    char msg[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    PyErr_SetString(Corrupt, msg);
+    return -1;
+}
+
+static int limit_hit(const char *name, unsigned long long value, unsigned long long limit) {
+    PyObject *args = Py_BuildValue("(sKK)", name, value, limit);
+    if (args) {
+        PyErr_SetObject(LimitHit, args);
+        Py_DECREF(args);
+    }
+    return -1;
+}
+
+/* ------------------------------------------------------------------ input */
+typedef struct {
+    FILE *fp;
+    int gz;
+    z_stream zs;
+    int zs_live;
+    unsigned char *zin;
+    size_t zin_cap;
+    int zin_eof;
+    int z_end;
+    unsigned char *buf;
+    size_t cap, pos, len;
+    unsigned long long file_left;    /* plain files: bytes not yet read from the file */
+    unsigned long long produced;     /* gzip: decompressed bytes so far */
+    unsigned long long max_produced; /* gzip: limit on them */
+} Input;
+
+#define CHUNK (1u << 20)
+
+/* Read up to `room` bytes into dst; 0 at the end of the data, -1 on error. */
+static Py_ssize_t input_fill(Input *in, unsigned char *dst, size_t room) {
+    if (!in->gz) {
+        size_t got = fread(dst, 1, room, in->fp);
+        if (got == 0 && ferror(in->fp)) {
+            PyErr_SetFromErrno(PyExc_OSError);
+            return -1;
+        }
+        in->file_left -= got < in->file_left ? got : in->file_left;
+        return (Py_ssize_t)got;
+    }
+    if (room > (size_t)UINT32_MAX) room = UINT32_MAX;
+    in->zs.next_out = dst;
+    in->zs.avail_out = (uInt)room;
+    while (in->zs.avail_out == room) {
+        if (in->z_end) {
+            /* another gzip member or trailing bytes: Python's gzip rules apply */
+            if (in->zs.avail_in > 0) return fallback("data after the first gzip member");
+            if (!in->zin_eof) {
+                size_t more = fread(in->zin, 1, 1, in->fp);
+                if (more) return fallback("data after the first gzip member");
+                in->zin_eof = 1;
+            }
+            return 0;
+        }
+        if (in->zs.avail_in == 0 && !in->zin_eof) {
+            size_t got = fread(in->zin, 1, in->zin_cap, in->fp);
+            if (got == 0) {
+                if (ferror(in->fp)) {
+                    PyErr_SetFromErrno(PyExc_OSError);
+                    return -1;
+                }
+                in->zin_eof = 1;
+            }
+            in->zs.next_in = in->zin;
+            in->zs.avail_in = (uInt)got;
+        }
+        int r = inflate(&in->zs, Z_NO_FLUSH);
+        if (r == Z_STREAM_END) {
+            in->z_end = 1;
+        } else if (r == Z_BUF_ERROR) {
+            if (in->zin_eof && in->zs.avail_in == 0) {
+                if (in->zs.avail_out != room) break;
+                /* the compressed data ends before its end marker: truncated */
+                return 0;
+            }
+        } else if (r != Z_OK) {
+            PyErr_SetString(GzipBad, in->zs.msg ? in->zs.msg : "invalid compressed data");
+            return -1;
+        }
+    }
+    size_t got = room - in->zs.avail_out;
+    in->produced += got;
+    if (in->produced > in->max_produced)
+        return limit_hit("decompressed", in->produced, in->max_produced);
+    return (Py_ssize_t)got;
+}
+
+/* Make at least `need` unread bytes available at buf+pos. 0 ok, 1 truncated, -1 error. */
+static int input_need(Input *in, size_t need) {
+    size_t have = in->len - in->pos;
+    if (have >= need) return 0;
+    if (!in->gz && (unsigned long long)(need - have) > in->file_left) return 1;
+    if (in->pos) {
+        memmove(in->buf, in->buf + in->pos, have);
+        in->len = have;
+        in->pos = 0;
+    }
+    while (in->len < need) {
+        if (in->len == in->cap) {
+            /* grow: plain files straight to the need (already checked against the bytes
+               left); gzip by doubling, so a huge declared length costs only the bytes
+               that really arrive */
+            size_t ncap = need;
+            if (in->gz && in->cap * 2 < need) ncap = in->cap * 2;
+            unsigned char *nb = realloc(in->buf, ncap);
+            if (!nb) {
+                PyErr_NoMemory();
+                return -1;
+            }
+            in->buf = nb;
+            in->cap = ncap;
+        }
+        Py_ssize_t got = input_fill(in, in->buf + in->len, in->cap - in->len);
+        if (got < 0) return -1;
+        if (got == 0) return 1;
+        in->len += (size_t)got;
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------ growable buffers */
+typedef struct {
+    char *data;
+    size_t n, cap, item;
+} Buf;
+
+static int buf_reserve(Buf *b, size_t n) {
+    if (n <= b->cap) return 0;
+    size_t ncap = b->cap ? b->cap * 2 : 1024;
+    while (ncap < n) ncap *= 2;
+    char *nd = realloc(b->data, ncap * b->item);
+    if (!nd) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    b->data = nd;
+    b->cap = ncap;
+    return 0;
+}
+
+/* A read-write buffer object that owns malloc'd column memory (numpy views it). */
+typedef struct {
+    PyObject_HEAD char *data;
+    Py_ssize_t nbytes;
+} Chunk;
+
+static void chunk_dealloc(Chunk *self) {
+    free(self->data);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int chunk_getbuffer(Chunk *self, Py_buffer *view, int flags) {
+    return PyBuffer_FillInfo(view, (PyObject *)self, self->data ? self->data : (char *)"",
+                             self->nbytes, 0, flags);
+}
+
+static PyBufferProcs chunk_as_buffer = {(getbufferproc)chunk_getbuffer, NULL};
+
+static PyTypeObject ChunkType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "memlens.snapshot._fastreader.Chunk",
+    .tp_basicsize = sizeof(Chunk),
+    .tp_dealloc = (destructor)chunk_dealloc,
+    .tp_as_buffer = &chunk_as_buffer,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "column memory handed to numpy",
+};
+
+/* Hand a Buf over to a Chunk (the Buf is left empty). */
+static PyObject *buf_to_chunk(Buf *b) {
+    Chunk *c = PyObject_New(Chunk, &ChunkType);
+    if (!c) return NULL;
+    c->data = b->data;
+    c->nbytes = (Py_ssize_t)(b->n * b->item);
+    if (c->data && b->n < b->cap) { /* give the slack back */
+        char *nd = realloc(c->data, b->n ? b->n * b->item : 1);
+        if (nd) c->data = nd;
+    }
+    b->data = NULL;
+    b->n = b->cap = 0;
+    return (PyObject *)c;
+}
+
+/* ------------------------------------------------------------------ interning */
+/* Intern by equality (dict semantics, as Python's set() in builder._coded): the distinct
+   values in order of first appearance plus a one-entry identity cache in front. */
+typedef struct {
+    PyObject *list; /* distinct values, first appearance order */
+    PyObject *map;  /* value -> index */
+    PyObject *last;
+    Py_ssize_t last_idx;
+} EqTable;
+
+static int eq_init(EqTable *t) {
+    t->list = PyList_New(0);
+    t->map = PyDict_New();
+    t->last = NULL;
+    t->last_idx = -1;
+    return (t->list && t->map) ? 0 : -1;
+}
+
+static void eq_clear(EqTable *t) {
+    Py_CLEAR(t->list);
+    Py_CLEAR(t->map);
+    Py_CLEAR(t->last);
+}
+
+static Py_ssize_t eq_index(EqTable *t, PyObject *v) {
+    if (v == t->last) return t->last_idx;
+    PyObject *hit = PyDict_GetItemWithError(t->map, v);
+    Py_ssize_t idx;
+    if (hit) {
+        idx = PyLong_AsSsize_t(hit);
+    } else {
+        if (PyErr_Occurred()) {
+            if (PyErr_ExceptionMatches(PyExc_TypeError)) {
+                PyErr_Clear();
+                fallback("unhashable value in a trace entry");
+            }
+            return -1;
+        }
+        idx = PyList_GET_SIZE(t->list);
+        PyObject *key = PyLong_FromSsize_t(idx);
+        if (!key) return -1;
+        int bad = PyDict_SetItem(t->map, v, key) < 0 || PyList_Append(t->list, v) < 0;
+        Py_DECREF(key);
+        if (bad) return -1;
+    }
+    Py_INCREF(v);
+    Py_XSETREF(t->last, v);
+    t->last_idx = idx;
+    return idx;
+}
+
+/* Intern by identity (the frames lists PyTorch shares through the pickle memo). */
+typedef struct {
+    PyObject **keys;
+    int32_t *vals;
+    size_t mask, used;
+    PyObject *list; /* the distinct objects, first appearance order (keeps them alive) */
+} IdTable;
+
+static int id_init(IdTable *t) {
+    t->mask = 1023;
+    t->used = 0;
+    t->keys = calloc(t->mask + 1, sizeof(PyObject *));
+    t->vals = calloc(t->mask + 1, sizeof(int32_t));
+    t->list = PyList_New(0);
+    if (!t->keys || !t->vals) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    return t->list ? 0 : -1;
+}
+
+static void id_clear(IdTable *t) {
+    free(t->keys);
+    free(t->vals);
+    t->keys = NULL;
+    t->vals = NULL;
+    Py_CLEAR(t->list);
+}
+
+static size_t ptr_hash(PyObject *p) {
+    uint64_t x = (uint64_t)(uintptr_t)p;
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdULL;
+    x ^= x >> 33;
+    return (size_t)x;
+}
+
+static Py_ssize_t id_index(IdTable *t, PyObject *v) {
+    size_t i = ptr_hash(v) & t->mask;
+    while (t->keys[i]) {
+        if (t->keys[i] == v) return t->vals[i];
+        i = (i + 1) & t->mask;
+    }
+    Py_ssize_t idx = PyList_GET_SIZE(t->list);
+    if (idx >= INT32_MAX) return fallback("too many distinct stacks");
+    if (PyList_Append(t->list, v) < 0) return -1;
+    t->keys[i] = v;
+    t->vals[i] = (int32_t)idx;
+    if (++t->used * 2 > t->mask) {
+        size_t nmask = t->mask * 2 + 1;
+        PyObject **nk = calloc(nmask + 1, sizeof(PyObject *));
+        int32_t *nv = calloc(nmask + 1, sizeof(int32_t));
+        if (!nk || !nv) {
+            free(nk);
+            free(nv);
+            PyErr_NoMemory();
+            return -1;
+        }
+        for (size_t j = 0; j <= t->mask; j++) {
+            if (!t->keys[j]) continue;
+            size_t k = ptr_hash(t->keys[j]) & nmask;
+            while (nk[k]) k = (k + 1) & nmask;
+            nk[k] = t->keys[j];
+            nv[k] = t->vals[j];
+        }
+        free(t->keys);
+        free(t->vals);
+        t->keys = nk;
+        t->vals = nv;
+        t->mask = nmask;
+    }
+    return idx;
+}
+
+/* ------------------------------------------------------------------ values */
+enum { V_OBJ = 0, V_INT, V_UINT, V_ENTRY };
+
+typedef struct {
+    int tag;
+    union {
+        PyObject *o;
+        int64_t i;
+        uint64_t u;
+        Py_ssize_t row;
+    } v;
+} Val;
+
+/* Entry fields the reader types; everything else builder.KNOWN_ENTRY_FIELDS names is
+   skipped, and any other key is reported as unknown. */
+enum { F_ACTION, F_ADDR, F_SIZE, F_STREAM, F_TIME, F_FRAMES, F_CC, F_UM, F_FF, F_DEVFREE, NF };
+enum { F_KNOWN_SKIPPED = 100, F_UNKNOWN, F_LEGACY };
+static const char *FIELD_NAMES[NF] = {"action",  "addr",   "size",          "stream",
+                                      "time_us", "frames", "compile_context", "user_metadata",
+                                      "forward_frames", "device_free"};
+
+typedef struct {
+    Val f[NF];
+    unsigned set;
+    int in_use;
+    PyObject *unknown; /* list of unknown keys, or NULL */
+    PyObject *skipped; /* list of known keys the columns do not keep, or NULL */
+} Row;
+
+static void val_release(Val *v) {
+    if (v->tag == V_OBJ) Py_XDECREF(v->v.o);
+    v->tag = V_INT;
+    v->v.i = 0;
+}
+
+/* ------------------------------------------------------------------ device columns */
+enum { C_ACTION, C_ADDR, C_SIZE, C_STREAM, C_TIME, C_FRAMES, C_CC, C_UM, C_FF, C_DF_ROW,
+       C_DF_VAL, NCOL };
+static const char *COL_NAMES[NCOL] = {"action", "addr",  "size", "stream",  "time_us", "frames",
+                                      "compile_context", "user_metadata", "forward_frames",
+                                      "device_free_row", "device_free"};
+static const size_t COL_ITEM[NCOL] = {1, 8, 8, 4, 8, 4, 4, 4, 4, 8, 8};
+
+typedef struct {
+    PyObject_HEAD Py_ssize_t n;
+    Buf col[NCOL];
+    int has_col[NCOL]; /* optional columns exist once their key was seen */
+    EqTable actions, streams, cc, um, ff;
+    IdTable frames;
+    PyObject *unknown; /* set of unknown keys */
+    int has_action;
+    int attached;
+    long long total_keys;
+    int64_t last_stream;
+    int32_t last_stream_idx;
+} Columns;
+
+static void columns_dealloc(Columns *self) {
+    for (int c = 0; c < NCOL; c++) free(self->col[c].data);
+    eq_clear(&self->actions);
+    eq_clear(&self->streams);
+    eq_clear(&self->cc);
+    eq_clear(&self->um);
+    eq_clear(&self->ff);
+    id_clear(&self->frames);
+    Py_XDECREF(self->unknown);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* export() -> dict: n, the columns as buffers (moved out), the distinct tables, flags. */
+static PyObject *columns_export(Columns *self, PyObject *Py_UNUSED(ignored)) {
+    PyObject *d = PyDict_New();
+    if (!d) return NULL;
+    PyObject *n = PyLong_FromSsize_t(self->n);
+    if (!n || PyDict_SetItemString(d, "n", n) < 0) goto fail;
+    Py_CLEAR(n);
+    n = PyLong_FromLongLong(self->total_keys);
+    if (!n || PyDict_SetItemString(d, "total_keys", n) < 0) goto fail;
+    Py_CLEAR(n);
+    for (int c = 0; c < NCOL; c++) {
+        int always = c == C_ACTION || c == C_ADDR || c == C_SIZE || c == C_STREAM ||
+                     c == C_FRAMES || c == C_DF_ROW || c == C_DF_VAL;
+        if (!always && !self->has_col[c]) continue;
+        PyObject *ch = buf_to_chunk(&self->col[c]);
+        if (!ch) goto fail;
+        int bad = PyDict_SetItemString(d, COL_NAMES[c], ch) < 0;
+        Py_DECREF(ch);
+        if (bad) goto fail;
+    }
+    if (PyDict_SetItemString(d, "actions", self->actions.list) < 0 ||
+        PyDict_SetItemString(d, "streams", self->streams.list) < 0 ||
+        PyDict_SetItemString(d, "frames_objects", self->frames.list) < 0 ||
+        PyDict_SetItemString(d, "compile_context_values", self->cc.list) < 0 ||
+        PyDict_SetItemString(d, "user_metadata_values", self->um.list) < 0 ||
+        PyDict_SetItemString(d, "forward_frames_values", self->ff.list) < 0 ||
+        PyDict_SetItemString(d, "unknown_fields", self->unknown) < 0 ||
+        PyDict_SetItemString(d, "has_action", self->has_action ? Py_True : Py_False) < 0)
+        goto fail;
+    return d;
+fail:
+    Py_XDECREF(n);
+    Py_DECREF(d);
+    return NULL;
+}
+
+static PyMethodDef columns_methods[] = {
+    {"export", (PyCFunction)columns_export, METH_NOARGS,
+     "Move the columns out as buffers, with the distinct-value tables."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject ColumnsType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "memlens.snapshot._fastreader.Columns",
+    .tp_basicsize = sizeof(Columns),
+    .tp_dealloc = (destructor)columns_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_methods = columns_methods,
+    .tp_doc = "one device's trace entries, as columns",
+};
+
+static Columns *columns_new(void) {
+    Columns *c = PyObject_New(Columns, &ColumnsType);
+    if (!c) return NULL;
+    c->n = 0;
+    for (int k = 0; k < NCOL; k++) {
+        c->col[k] = (Buf){NULL, 0, 0, COL_ITEM[k]};
+        c->has_col[k] = 0;
+    }
+    c->actions = (EqTable){0};
+    c->streams = (EqTable){0};
+    c->cc = (EqTable){0};
+    c->um = (EqTable){0};
+    c->ff = (EqTable){0};
+    c->frames = (IdTable){0};
+    c->unknown = NULL;
+    c->has_action = 0;
+    c->attached = 0;
+    c->total_keys = 0;
+    c->last_stream = 0;
+    c->last_stream_idx = -1;
+    if (eq_init(&c->actions) < 0 || eq_init(&c->streams) < 0 || eq_init(&c->cc) < 0 ||
+        eq_init(&c->um) < 0 || eq_init(&c->ff) < 0 || id_init(&c->frames) < 0 ||
+        !(c->unknown = PySet_New(NULL))) {
+        Py_DECREF(c);
+        return NULL;
+    }
+    return c;
+}
+
+/* ------------------------------------------------------------------ the machine */
+typedef struct {
+    Input in;
+    Val *stack;
+    Py_ssize_t sp, stack_cap, max_stack;
+    Py_ssize_t *marks;
+    Py_ssize_t nmarks, marks_cap, max_marks;
+    PyObject **memo;
+    size_t memo_cap, memo_len, max_memo;
+    Row *rows;
+    Py_ssize_t rows_cap, rows_live;
+    Py_ssize_t free_row;
+    PyObject *root;     /* owned: the top-level dict */
+    PyObject *dtlist;   /* owned: the list under root["device_traces"] */
+    uint64_t max_string;
+    int proto;
+    int dtlist_attached;
+    Py_ssize_t columns_made, columns_attached;
+    PyObject *marker;   /* memo stand-in for objects only the reader may hold */
+    PyObject *known;    /* set: builder.KNOWN_ENTRY_FIELDS */
+    PyObject *key_cache[64];
+    int key_field[64];
+    int nkeys;
+    PyObject *s_device_traces;
+    /* short ASCII strings seen recently: one object per content (str identity is
+       invisible to the builder, and this keeps millions of "N/A" from costing memory) */
+    PyObject *strcache[4096];
+} VM;
+
+static int push(VM *vm, Val v) {
+    if (vm->sp == vm->stack_cap) {
+        if (vm->stack_cap >= vm->max_stack) {
+            if (v.tag == V_OBJ) Py_XDECREF(v.v.o);
+            return limit_hit("stack", (unsigned long long)vm->sp + 1,
+                             (unsigned long long)vm->max_stack);
+        }
+        Py_ssize_t ncap = vm->stack_cap * 2;
+        if (ncap > vm->max_stack) ncap = vm->max_stack;
+        Val *ns = realloc(vm->stack, (size_t)ncap * sizeof(Val));
+        if (!ns) {
+            if (v.tag == V_OBJ) Py_XDECREF(v.v.o);
+            PyErr_NoMemory();
+            return -1;
+        }
+        vm->stack = ns;
+        vm->stack_cap = ncap;
+    }
+    vm->stack[vm->sp++] = v;
+    return 0;
+}
+
+static int push_obj(VM *vm, PyObject *o) {
+    if (!o) return -1;
+    Val v = {V_OBJ, {.o = o}};
+    return push(vm, v);
+}
+
+static Py_ssize_t fence(VM *vm) { return vm->nmarks ? vm->marks[vm->nmarks - 1] : 0; }
+
+static int is_role(VM *vm, PyObject *o) {
+    return o == vm->root || o == vm->dtlist || Py_IS_TYPE(o, &ColumnsType);
+}
+
+static void row_free(VM *vm, Py_ssize_t r) {
+    Row *row = &vm->rows[r];
+    for (int k = 0; k < NF; k++)
+        if (row->set & (1u << k)) val_release(&row->f[k]);
+    Py_CLEAR(row->unknown);
+    Py_CLEAR(row->skipped);
+    row->set = 0;
+    row->in_use = 0;
+    vm->rows_live--;
+    /* free list threaded through f[0] */
+    row->f[0].tag = V_INT;
+    row->f[0].v.row = vm->free_row;
+    vm->free_row = r;
+}
+
+static void discard(VM *vm, Val *v) {
+    if (v->tag == V_OBJ)
+        Py_XDECREF(v->v.o);
+    else if (v->tag == V_ENTRY)
+        row_free(vm, v->v.row);
+    v->tag = V_INT;
+}
+
+static Py_ssize_t row_alloc(VM *vm) {
+    Py_ssize_t r;
+    if (vm->free_row >= 0) {
+        r = vm->free_row;
+        vm->free_row = vm->rows[r].f[0].v.row;
+    } else {
+        if (vm->rows_cap >= vm->max_stack) {
+            limit_hit("stack", (unsigned long long)vm->rows_cap, (unsigned long long)vm->max_stack);
+            return -1;
+        }
+        Py_ssize_t ncap = vm->rows_cap ? vm->rows_cap * 2 : 2048;
+        Row *nr = realloc(vm->rows, (size_t)ncap * sizeof(Row));
+        if (!nr) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        vm->rows = nr;
+        for (Py_ssize_t i = vm->rows_cap; i < ncap; i++) {
+            nr[i].in_use = 0;
+            nr[i].set = 0;
+            nr[i].unknown = NULL;
+            nr[i].skipped = NULL;
+            nr[i].f[0].tag = V_INT;
+            nr[i].f[0].v.row = i + 1 < ncap ? i + 1 : -1;
+        }
+        vm->free_row = vm->rows_cap;
+        vm->rows_cap = ncap;
+        r = vm->free_row;
+        vm->free_row = vm->rows[r].f[0].v.row;
+    }
+    vm->rows[r].in_use = 1;
+    vm->rows[r].set = 0;
+    vm->rows[r].unknown = NULL;
+    vm->rows[r].skipped = NULL;
+    vm->rows_live++;
+    return r;
+}
+
+/* A Python object for a value (new reference). Entries and reader-only objects cannot
+   become plain values: that shape is left to the Python path. */
+static PyObject *val_object(VM *vm, Val *v) {
+    switch (v->tag) {
+    case V_INT:
+        return PyLong_FromLongLong(v->v.i);
+    case V_UINT:
+        return PyLong_FromUnsignedLongLong(v->v.u);
+    case V_OBJ:
+        if (is_role(vm, v->v.o)) {
+            fallback("a trace list or entry used as a plain value");
+            return NULL;
+        }
+        Py_INCREF(v->v.o);
+        return v->v.o;
+    default:
+        fallback("a trace entry used as a plain value");
+        return NULL;
+    }
+}
+
+static int str_equals(PyObject *o, PyObject *s) {
+    if (o == s) return 1;
+    if (!PyUnicode_Check(o)) return 0;
+    return PyUnicode_Compare(o, s) == 0;
+}
+
+/* Which entry field a key names. */
+static int field_of(VM *vm, PyObject *key) {
+    for (int i = 0; i < vm->nkeys; i++)
+        if (vm->key_cache[i] == key) return vm->key_field[i];
+    if (!PyUnicode_Check(key)) return -2;
+    int f = F_UNKNOWN;
+    for (int k = 0; k < NF; k++)
+        if (PyUnicode_CompareWithASCIIString(key, FIELD_NAMES[k]) == 0) f = k;
+    if (f == F_UNKNOWN && PyUnicode_CompareWithASCIIString(key, "cpp_frames") == 0) f = F_LEGACY;
+    if (f == F_UNKNOWN) {
+        int in = PySet_Contains(vm->known, key);
+        if (in < 0) return -1;
+        if (in) f = F_KNOWN_SKIPPED;
+    }
+    if (vm->nkeys < 64) {
+        Py_INCREF(key);
+        vm->key_cache[vm->nkeys] = key;
+        vm->key_field[vm->nkeys++] = f;
+    }
+    return f;
+}
+
+/* entry[key] = value (takes the value). */
+static int row_set(VM *vm, Row *row, PyObject *key, Val *value) {
+    int f = field_of(vm, key);
+    if (f == -1) return -1;
+    if (f == -2) return fallback("a trace entry with a non-string key");
+    if (f == F_LEGACY) return fallback("legacy cpp_frames entries");
+    if (f == F_KNOWN_SKIPPED) {
+        if (value->tag == V_ENTRY || (value->tag == V_OBJ && is_role(vm, value->v.o)))
+            return fallback("a trace entry inside a trace entry");
+        discard(vm, value);
+        if (!row->skipped && !(row->skipped = PyList_New(0))) return -1;
+        return PyList_Append(row->skipped, key);
+    }
+    if (f == F_UNKNOWN) {
+        if (value->tag == V_ENTRY || (value->tag == V_OBJ && is_role(vm, value->v.o)))
+            return fallback("a trace entry inside a trace entry");
+        discard(vm, value);
+        if (!row->unknown && !(row->unknown = PyList_New(0))) return -1;
+        return PyList_Append(row->unknown, key);
+    }
+    if (value->tag == V_ENTRY || (value->tag == V_OBJ && is_role(vm, value->v.o)))
+        return fallback("a trace entry inside a trace entry");
+    if (row->set & (1u << f)) val_release(&row->f[f]);
+    row->f[f] = *value;
+    row->set |= 1u << f;
+    value->tag = V_INT;
+    return 0;
+}
+
+/* Optional object column: created at the first entry that has the key, with the rows
+   before it filled with None (the Python path's default), in first-appearance order. */
+static int opt_column(Columns *ct, int c, EqTable *t) {
+    if (ct->has_col[c]) return 0;
+    ct->has_col[c] = 1;
+    if (buf_reserve(&ct->col[c], (size_t)ct->n + 1) < 0) return -1;
+    if (ct->n) {
+        Py_ssize_t none = eq_index(t, Py_None);
+        if (none < 0) return -1;
+        int32_t *p = (int32_t *)ct->col[c].data;
+        for (Py_ssize_t i = 0; i < ct->n; i++) p[i] = (int32_t)none;
+    }
+    ct->col[c].n = (size_t)ct->n;
+    return 0;
+}
+
+static int obj_index(VM *vm, Row *row, int f, EqTable *t, Py_ssize_t *out) {
+    PyObject *o;
+    if (row->set & (1u << f)) {
+        o = val_object(vm, &row->f[f]);
+        if (!o) return -1;
+    } else {
+        o = Py_None;
+        Py_INCREF(o);
+    }
+    *out = eq_index(t, o);
+    Py_DECREF(o);
+    return *out < 0 ? -1 : 0;
+}
+
+static int uint_of(Val *v, uint64_t *out) {
+    if (v->tag == V_INT && v->v.i >= 0) {
+        *out = (uint64_t)v->v.i;
+        return 0;
+    }
+    if (v->tag == V_UINT) {
+        *out = v->v.u;
+        return 0;
+    }
+    return -1;
+}
+
+/* Append a finished entry to a device's columns. */
+static int finish_row(VM *vm, Columns *ct, Row *row) {
+    Py_ssize_t i = ct->n;
+    size_t need = (size_t)i + 1;
+    for (int c = 0; c < NCOL; c++) {
+        if (c == C_DF_ROW || c == C_DF_VAL) continue;
+        if ((c == C_TIME || c == C_CC || c == C_UM || c == C_FF) && !ct->has_col[c]) continue;
+        if (buf_reserve(&ct->col[c], need) < 0) return -1;
+    }
+    Py_ssize_t idx;
+    /* action */
+    if (!(row->set & (1u << F_ACTION)) || row->f[F_ACTION].tag != V_OBJ ||
+        !PyUnicode_Check(row->f[F_ACTION].v.o))
+        return fallback("a trace entry whose action is missing or not a string");
+    ct->has_action = 1;
+    if (obj_index(vm, row, F_ACTION, &ct->actions, &idx) < 0) return -1;
+    if (idx > 255) return fallback("more than 255 distinct actions");
+    ((uint8_t *)ct->col[C_ACTION].data)[i] = (uint8_t)idx;
+    /* addr (uint64), size (int64) */
+    uint64_t u = 0;
+    if ((row->set & (1u << F_ADDR)) && uint_of(&row->f[F_ADDR], &u) < 0)
+        return fallback("a trace addr that is not a non-negative integer");
+    ((uint64_t *)ct->col[C_ADDR].data)[i] = u;
+    int64_t s = 0;
+    if (row->set & (1u << F_SIZE)) {
+        if (row->f[F_SIZE].tag != V_INT) return fallback("a trace size that is not an integer");
+        s = row->f[F_SIZE].v.i;
+    }
+    ((int64_t *)ct->col[C_SIZE].data)[i] = s;
+    /* stream: raw values interned by equality (ints; the cache catches repeats) */
+    int64_t sv = 0;
+    int stream_inline = 1, stream_none = 0;
+    if (row->set & (1u << F_STREAM)) {
+        Val *v = &row->f[F_STREAM];
+        if (v->tag == V_INT)
+            sv = v->v.i;
+        else if (v->tag == V_UINT)
+            stream_inline = 0;
+        else if (v->tag == V_OBJ && v->v.o == Py_None)
+            stream_inline = 0, stream_none = 1;
+        else
+            return fallback("a trace stream that is not an integer");
+    }
+    if (stream_inline && ct->last_stream_idx >= 0 && sv == ct->last_stream) {
+        idx = ct->last_stream_idx;
+    } else {
+        PyObject *o = stream_none     ? (Py_INCREF(Py_None), Py_None)
+                      : stream_inline ? PyLong_FromLongLong(sv)
+                                      : PyLong_FromUnsignedLongLong(row->f[F_STREAM].v.u);
+        if (!o) return -1;
+        idx = eq_index(&ct->streams, o);
+        Py_DECREF(o);
+        if (idx < 0) return -1;
+        if (stream_inline) {
+            ct->last_stream = sv;
+            ct->last_stream_idx = (int32_t)idx;
+        }
+    }
+    ((int32_t *)ct->col[C_STREAM].data)[i] = (int32_t)idx;
+    /* time_us */
+    if ((row->set & (1u << F_TIME)) && !ct->has_col[C_TIME]) {
+        ct->has_col[C_TIME] = 1;
+        if (buf_reserve(&ct->col[C_TIME], need) < 0) return -1;
+        for (Py_ssize_t k = 0; k < i; k++) ((int64_t *)ct->col[C_TIME].data)[k] = -1;
+    }
+    if (ct->has_col[C_TIME]) {
+        int64_t t = -1;
+        if (row->set & (1u << F_TIME)) {
+            if (row->f[F_TIME].tag != V_INT) return fallback("a time_us that is not an integer");
+            t = row->f[F_TIME].v.i;
+        }
+        ((int64_t *)ct->col[C_TIME].data)[i] = t;
+    }
+    /* frames: by identity */
+    {
+        PyObject *fr = Py_None;
+        if (row->set & (1u << F_FRAMES)) {
+            if (row->f[F_FRAMES].tag != V_OBJ) return fallback("trace frames that are a number");
+            fr = row->f[F_FRAMES].v.o;
+        }
+        idx = id_index(&ct->frames, fr);
+        if (idx < 0) return -1;
+        ((int32_t *)ct->col[C_FRAMES].data)[i] = (int32_t)idx;
+    }
+    /* optional strings */
+    static const int OPT_F[3] = {F_CC, F_UM, F_FF};
+    static const int OPT_C[3] = {C_CC, C_UM, C_FF};
+    EqTable *opt_t[3] = {&ct->cc, &ct->um, &ct->ff};
+    for (int k = 0; k < 3; k++) {
+        int f = OPT_F[k], c = OPT_C[k];
+        if (row->set & (1u << f)) {
+            Val *v = &row->f[f];
+            /* text or None; lists (forward_frames) and other values go the Python way */
+            if (v->tag != V_OBJ || !(v->v.o == Py_None || PyUnicode_Check(v->v.o)))
+                return fallback("an optional entry field that is not text");
+            if (opt_column(ct, c, opt_t[k]) < 0) return -1;
+        }
+        if (!ct->has_col[c]) continue;
+        if (buf_reserve(&ct->col[c], need) < 0) return -1;
+        if (obj_index(vm, row, f, opt_t[k], &idx) < 0) return -1;
+        ((int32_t *)ct->col[c].data)[i] = (int32_t)idx;
+    }
+    /* device_free (only used for oom rows, decided later when action codes are known) */
+    if (row->set & (1u << F_DEVFREE)) {
+        Val *v = &row->f[F_DEVFREE];
+        uint64_t df = 0;
+        if (uint_of(v, &df) < 0) {
+            if (!(v->tag == V_OBJ && (v->v.o == Py_None || v->v.o == Py_False)))
+                return fallback("a device_free that is not a non-negative integer");
+        }
+        Buf *br = &ct->col[C_DF_ROW], *bv = &ct->col[C_DF_VAL];
+        if (buf_reserve(br, br->n + 1) < 0 || buf_reserve(bv, bv->n + 1) < 0) return -1;
+        ((int64_t *)br->data)[br->n++] = i;
+        ((uint64_t *)bv->data)[bv->n++] = df;
+    }
+    /* len(entry): the Python path charges every key it walks to the 'items' budget */
+    long long nkeys = 0;
+    for (int k = 0; k < NF; k++) nkeys += (row->set >> k) & 1;
+    PyObject *lists[2] = {row->unknown, row->skipped};
+    for (int l = 0; l < 2; l++) {
+        if (!lists[l]) continue;
+        PyObject *distinct = PySet_New(lists[l]);
+        if (!distinct) return -1;
+        nkeys += PySet_GET_SIZE(distinct);
+        if (l == 0) {
+            Py_ssize_t nu = PyList_GET_SIZE(lists[l]);
+            for (Py_ssize_t k = 0; k < nu; k++)
+                if (PySet_Add(ct->unknown, PyList_GET_ITEM(lists[l], k)) < 0) {
+                    Py_DECREF(distinct);
+                    return -1;
+                }
+        }
+        Py_DECREF(distinct);
+    }
+    ct->total_keys += nkeys;
+    ct->n = i + 1;
+    for (int c = 0; c < NCOL; c++) {
+        if (c == C_DF_ROW || c == C_DF_VAL) continue;
+        int optional = c == C_TIME || c == C_CC || c == C_UM || c == C_FF;
+        if (!optional || ct->has_col[c]) ct->col[c].n = (size_t)ct->n;
+    }
+    return 0;
+}
+
+/* A dict (an entry the role guess missed) appended to device columns. */
+static int finish_dict(VM *vm, Columns *ct, PyObject *d) {
+    Py_ssize_t r = row_alloc(vm);
+    if (r < 0) return -1;
+    Py_ssize_t pos = 0;
+    PyObject *k, *v;
+    while (PyDict_Next(d, &pos, &k, &v)) {
+        Val val = {V_OBJ, {.o = v}};
+        Py_INCREF(v);
+        if (row_set(vm, &vm->rows[r], k, &val) < 0) {
+            discard(vm, &val);
+            row_free(vm, r);
+            return -1;
+        }
+    }
+    int rc = finish_row(vm, ct, &vm->rows[r]);
+    row_free(vm, r);
+    return rc;
+}
+
+/* list.append(item) for the containers the reader makes. Takes the item. */
+static int append_to(VM *vm, Val *target, Val *item) {
+    if (target->tag == V_OBJ && Py_IS_TYPE(target->v.o, &ColumnsType)) {
+        Columns *ct = (Columns *)target->v.o;
+        if (item->tag == V_ENTRY) {
+            int rc = finish_row(vm, ct, &vm->rows[item->v.row]);
+            discard(vm, item);
+            return rc;
+        }
+        if (item->tag == V_OBJ && PyDict_CheckExact(item->v.o) && !is_role(vm, item->v.o)) {
+            int rc = finish_dict(vm, ct, item->v.o);
+            discard(vm, item);
+            return rc;
+        }
+        return fallback("a trace entry that is not a dict");
+    }
+    if (target->tag != V_OBJ || !PyList_CheckExact(target->v.o))
+        return fallback("APPEND to something other than a list");
+    PyObject *list = target->v.o;
+    if (list == vm->dtlist) {
+        if (!(item->tag == V_OBJ && Py_IS_TYPE(item->v.o, &ColumnsType)))
+            return fallback("a device trace that is not a list");
+        Columns *ct = (Columns *)item->v.o;
+        if (ct->attached) return fallback("a device trace listed twice");
+        ct->attached = 1;
+        vm->columns_attached++;
+    } else if (item->tag == V_ENTRY || (item->tag == V_OBJ && is_role(vm, item->v.o))) {
+        return fallback("a trace list or entry inside another list");
+    }
+    PyObject *o = item->tag == V_OBJ ? (Py_INCREF(item->v.o), item->v.o) : val_object(vm, item);
+    if (!o) return -1;
+    int rc = PyList_Append(list, o);
+    Py_DECREF(o);
+    discard(vm, item);
+    return rc;
+}
+
+/* dict[key] = value for the containers the reader makes. Takes key and value. */
+static int setitem_to(VM *vm, Val *target, Val *key, Val *value) {
+    if (target->tag == V_ENTRY) {
+        if (key->tag != V_OBJ) return fallback("a trace entry with a non-string key");
+        int rc = row_set(vm, &vm->rows[target->v.row], key->v.o, value);
+        discard(vm, key);
+        return rc;
+    }
+    if (target->tag != V_OBJ || !PyDict_CheckExact(target->v.o))
+        return fallback("SETITEM on something other than a dict");
+    PyObject *d = target->v.o;
+    int dt_value = value->tag == V_OBJ && value->v.o == vm->dtlist && vm->dtlist;
+    if (dt_value) {
+        if (d != vm->root || key->tag != V_OBJ || !str_equals(key->v.o, vm->s_device_traces) ||
+            vm->dtlist_attached)
+            return fallback("the device trace list in an unexpected place");
+        vm->dtlist_attached = 1;
+    } else if (d == vm->root && vm->dtlist_attached && key->tag == V_OBJ &&
+               str_equals(key->v.o, vm->s_device_traces)) {
+        return fallback("device_traces set twice");
+    }
+    PyObject *k = val_object(vm, key);
+    if (!k) return -1;
+    PyObject *v;
+    if (dt_value) {
+        v = value->v.o;
+        Py_INCREF(v);
+    } else {
+        v = val_object(vm, value);
+    }
+    if (!v) {
+        Py_DECREF(k);
+        return -1;
+    }
+    int rc = PyDict_SetItem(d, k, v);
+    Py_DECREF(k);
+    Py_DECREF(v);
+    if (rc < 0 && PyErr_ExceptionMatches(PyExc_TypeError)) {
+        PyErr_Clear();
+        return fallback("an unhashable dict key");
+    }
+    discard(vm, key);
+    discard(vm, value);
+    return rc;
+}
+
+enum { R_NONE, R_ROOT, R_DTLIST, R_DEVLIST, R_ENTRY };
+
+/* The job of a container about to be created, from the stack (see the file comment).
+   Pickler output fills a container either in MARK ... APPENDS/SETITEMS batches (then the
+   container sits right below the top mark) or, for one item, with a bare APPEND/SETITEM
+   (then it is the top item, still empty, or a dict below a pending key). */
+static int role_for(VM *vm, int is_dict) {
+    Py_ssize_t sp = vm->sp, m = vm->nmarks ? vm->marks[vm->nmarks - 1] : -1;
+    if (!is_dict && !vm->root && sp == 0) return R_NONE;
+    if (is_dict && !vm->root && sp == 0 && vm->nmarks == 0) return R_ROOT;
+    if (sp > 0 && sp - 1 >= (m < 0 ? 0 : m)) {
+        Val *t = &vm->stack[sp - 1];
+        if (t->tag == V_OBJ) {
+            PyObject *o = t->v.o;
+            if (!is_dict && o == vm->dtlist && vm->dtlist && PyList_GET_SIZE(o) == 0)
+                return R_DEVLIST;
+            if (is_dict && Py_IS_TYPE(o, &ColumnsType) && ((Columns *)o)->n == 0)
+                return R_ENTRY;
+            if (!is_dict && m < 0 && sp >= 2 && vm->root &&
+                vm->stack[sp - 2].tag == V_OBJ && vm->stack[sp - 2].v.o == vm->root &&
+                str_equals(o, vm->s_device_traces))
+                return vm->dtlist ? R_NONE : R_DTLIST;
+        }
+    }
+    if (m >= 1) {
+        Val *p = &vm->stack[m - 1];
+        if (p->tag != V_OBJ) return R_NONE;
+        Py_ssize_t k = sp - m;
+        if (!is_dict && p->v.o == vm->root && vm->root && (k & 1) &&
+            vm->stack[sp - 1].tag == V_OBJ && str_equals(vm->stack[sp - 1].v.o, vm->s_device_traces))
+            return vm->dtlist ? R_NONE : R_DTLIST;
+        if (!is_dict && p->v.o == vm->dtlist && vm->dtlist) return R_DEVLIST;
+        if (is_dict && Py_IS_TYPE(p->v.o, &ColumnsType)) return R_ENTRY;
+    }
+    return R_NONE;
+}
+
+static int memo_put(VM *vm, size_t idx, Val *top) {
+    if (idx >= vm->max_memo)
+        return limit_hit("memo", (unsigned long long)idx + 1, (unsigned long long)vm->max_memo);
+    if (idx >= vm->memo_cap) {
+        size_t ncap = vm->memo_cap ? vm->memo_cap : 1024;
+        while (ncap <= idx) ncap *= 2;
+        if (ncap > vm->max_memo) ncap = vm->max_memo;
+        PyObject **nm = realloc(vm->memo, ncap * sizeof(PyObject *));
+        if (!nm) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        memset(nm + vm->memo_cap, 0, (ncap - vm->memo_cap) * sizeof(PyObject *));
+        vm->memo = nm;
+        vm->memo_cap = ncap;
+    }
+    PyObject *o;
+    if (top->tag == V_ENTRY || (top->tag == V_OBJ && is_role(vm, top->v.o))) {
+        o = vm->marker;
+        Py_INCREF(o);
+    } else if (top->tag == V_OBJ) {
+        o = top->v.o;
+        Py_INCREF(o);
+    } else {
+        o = val_object(vm, top);
+        if (!o) return -1;
+    }
+    Py_XSETREF(vm->memo[idx], o);
+    if (idx >= vm->memo_len) vm->memo_len = idx + 1;
+    return 0;
+}
+
+static int memo_get(VM *vm, size_t idx) {
+    if (idx >= vm->memo_cap || !vm->memo[idx])
+        return corrupt("Memo value not found at index %zu", idx);
+    PyObject *o = vm->memo[idx];
+    if (o == vm->marker) return fallback("a trace list or entry referenced twice");
+    Py_INCREF(o);
+    return push_obj(vm, o);
+}
+
+static PyObject *make_str(VM *vm, const unsigned char *s, size_t n) {
+    if (n <= 48) {
+        uint64_t h = 1469598103934665603ULL;
+        for (size_t i = 0; i < n; i++) h = (h ^ s[i]) * 1099511628211ULL;
+        size_t slot = (size_t)(h ^ (h >> 29) ^ n) & 4095;
+        PyObject *c = vm->strcache[slot];
+        if (c && (size_t)PyUnicode_GET_LENGTH(c) == n && memcmp(PyUnicode_DATA(c), s, n) == 0) {
+            Py_INCREF(c);
+            return c;
+        }
+        PyObject *o = PyUnicode_DecodeUTF8((const char *)s, (Py_ssize_t)n, "surrogatepass");
+        if (o && PyUnicode_IS_ASCII(o)) {
+            Py_INCREF(o);
+            Py_XSETREF(vm->strcache[slot], o);
+        }
+        return o;
+    }
+    return PyUnicode_DecodeUTF8((const char *)s, (Py_ssize_t)n, "surrogatepass");
+}
+
+static int64_t rd_le(const unsigned char *p, int n) {
+    uint64_t x = 0;
+    for (int i = n - 1; i >= 0; i--) x = (x << 8) | p[i];
+    return (int64_t)x;
+}
+
+/* LONG1/LONG4 payload: two's complement, little endian. */
+static int push_long(VM *vm, const unsigned char *p, size_t n) {
+    if (n == 0) return push(vm, (Val){V_INT, {.i = 0}});
+    if (n <= 8) {
+        uint64_t x = 0;
+        for (size_t i = n; i-- > 0;) x = (x << 8) | p[i];
+        if (n < 8 && (p[n - 1] & 0x80)) x |= ~0ULL << (8 * n);
+        return push(vm, (Val){V_INT, {.i = (int64_t)x}});
+    }
+    if (n == 9 && p[8] == 0) {
+        uint64_t x = (uint64_t)rd_le(p, 8);
+        if (x <= (uint64_t)INT64_MAX) return push(vm, (Val){V_INT, {.i = (int64_t)x}});
+        return push(vm, (Val){V_UINT, {.u = x}});
+    }
+    return push_obj(vm, _PyLong_FromByteArray(p, n, 1, 1));
+}
+
+/* Pop the items above the top mark into a new tuple/list (reader objects refused). */
+static PyObject *pop_mark_items(VM *vm, int as_tuple) {
+    if (!vm->nmarks) {
+        corrupt("could not find MARK");
+        return NULL;
+    }
+    Py_ssize_t m = vm->marks[--vm->nmarks], n = vm->sp - m;
+    PyObject *seq = as_tuple ? PyTuple_New(n) : PyList_New(n);
+    if (!seq) return NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *o = val_object(vm, &vm->stack[m + i]);
+        if (!o) {
+            Py_DECREF(seq);
+            return NULL;
+        }
+        if (as_tuple)
+            PyTuple_SET_ITEM(seq, i, o);
+        else
+            PyList_SET_ITEM(seq, i, o);
+    }
+    for (Py_ssize_t i = m; i < vm->sp; i++) discard(vm, &vm->stack[i]);
+    vm->sp = m;
+    return seq;
+}
+
+static const char *refused_name(int op) {
+    switch (op) {
+    case 'c': return "GLOBAL";
+    case 0x93: return "STACK_GLOBAL";
+    case 'i': return "INST";
+    case 'o': return "OBJ";
+    case 'R': return "REDUCE";
+    case 0x81: return "NEWOBJ";
+    case 0x92: return "NEWOBJ_EX";
+    case 0x82: return "EXT1";
+    case 0x83: return "EXT2";
+    case 0x84: return "EXT4";
+    case 'P': return "PERSID";
+    case 'Q': return "BINPERSID";
+    case 'b': return "BUILD";
+    default: return NULL;
+    }
+}
+
+/* Refused(op, module, name): module/name given for GLOBAL/INST (in the opcode's argument)
+   and STACK_GLOBAL (two strings on the stack), so the message can name them. */
+static int refuse(VM *vm, int op) {
+    PyObject *mod = Py_None, *name = Py_None, *tmp1 = NULL, *tmp2 = NULL;
+    if (op == 'c' || op == 'i') {
+        /* two text lines: look at what is there, at most 512 bytes */
+        size_t have = vm->in.len - vm->in.pos;
+        if (have < 512) {
+            size_t want = 512;
+            if (!vm->in.gz && have + vm->in.file_left < want) want = have + vm->in.file_left;
+            if (input_need(&vm->in, want) < 0) PyErr_Clear();
+        }
+        have = vm->in.len - vm->in.pos;
+        const char *s = (const char *)vm->in.buf + vm->in.pos;
+        const char *nl1 = memchr(s, '\n', have);
+        if (nl1) {
+            const char *nl2 = memchr(nl1 + 1, '\n', have - (size_t)(nl1 + 1 - s));
+            if (nl2) {
+                tmp1 = PyBytes_FromStringAndSize(s, nl1 - s);
+                tmp2 = PyBytes_FromStringAndSize(nl1 + 1, nl2 - nl1 - 1);
+                if (tmp1 && tmp2) {
+                    mod = tmp1;
+                    name = tmp2;
+                }
+            }
+        }
+    } else if (op == 0x93 && vm->sp >= 2 && vm->stack[vm->sp - 1].tag == V_OBJ &&
+               vm->stack[vm->sp - 2].tag == V_OBJ && PyUnicode_Check(vm->stack[vm->sp - 1].v.o) &&
+               PyUnicode_Check(vm->stack[vm->sp - 2].v.o)) {
+        mod = vm->stack[vm->sp - 2].v.o;
+        name = vm->stack[vm->sp - 1].v.o;
+    }
+    PyErr_Clear();
+    PyObject *args = Py_BuildValue("(siOO)", refused_name(op), vm->proto, mod, name);
+    Py_XDECREF(tmp1);
+    Py_XDECREF(tmp2);
+    if (args) {
+        PyErr_SetObject(Refused, args);
+        Py_DECREF(args);
+    }
+    return -1;
+}
+
+#define NEED(n)                                                                        \
+    do {                                                                               \
+        if (in->len - in->pos < (size_t)(n)) {                                         \
+            int _r = input_need(in, (size_t)(n));                                      \
+            if (_r < 0) goto error;                                                    \
+            if (_r > 0) goto truncated;                                                \
+        }                                                                              \
+    } while (0)
+
+#define POP_CHECK(n)                                                                   \
+    do {                                                                               \
+        if (vm->sp - fence(vm) < (n)) {                                                \
+            corrupt("unpickling stack underflow");                                     \
+            goto error;                                                                \
+        }                                                                              \
+    } while (0)
+
+static PyObject *run(VM *vm) {
+    Input *in = &vm->in;
+    for (;;) {
+        NEED(1);
+        int op = in->buf[in->pos++];
+        const unsigned char *p;
+        switch (op) {
+        case 0x80: /* PROTO */
+            NEED(1);
+            if (in->buf[in->pos] > 5) {
+                corrupt("unsupported pickle protocol: %d", in->buf[in->pos]);
+                goto error;
+            }
+            vm->proto = in->buf[in->pos++];
+            break;
+        case 0x95: { /* FRAME: a length hint; it must fit in what is left of the file */
+            NEED(8);
+            uint64_t flen = (uint64_t)rd_le(in->buf + in->pos, 8);
+            in->pos += 8;
+            if (!in->gz && flen > in->file_left + (in->len - in->pos)) goto truncated;
+            break;
+        }
+        case '.': { /* STOP */
+            POP_CHECK(1);
+            Val top = vm->stack[--vm->sp];
+            PyObject *result;
+            if (top.tag == V_OBJ && top.v.o == vm->root && vm->root) {
+                if (vm->columns_attached != vm->columns_made || (vm->dtlist && !vm->dtlist_attached) ||
+                    vm->rows_live) {
+                    discard(vm, &top);
+                    fallback("trace lists or entries outside device_traces");
+                    goto error;
+                }
+                result = top.v.o;
+            } else {
+                if (vm->columns_made || vm->dtlist || vm->rows_live || top.tag == V_ENTRY ||
+                    (top.tag == V_OBJ && is_role(vm, top.v.o))) {
+                    discard(vm, &top);
+                    fallback("the top-level object is not the snapshot dict");
+                    goto error;
+                }
+                result = val_object(vm, &top);
+                discard(vm, &top);
+                if (!result) goto error;
+            }
+            return result;
+        }
+        case '(': /* MARK */
+            if (vm->nmarks == vm->marks_cap) {
+                if (vm->marks_cap >= vm->max_marks) {
+                    limit_hit("depth", (unsigned long long)vm->nmarks + 1,
+                              (unsigned long long)vm->max_marks);
+                    goto error;
+                }
+                Py_ssize_t ncap = vm->marks_cap * 2;
+                if (ncap > vm->max_marks) ncap = vm->max_marks;
+                Py_ssize_t *nm = realloc(vm->marks, (size_t)ncap * sizeof(Py_ssize_t));
+                if (!nm) {
+                    PyErr_NoMemory();
+                    goto error;
+                }
+                vm->marks = nm;
+                vm->marks_cap = ncap;
+            }
+            vm->marks[vm->nmarks++] = vm->sp;
+            break;
+        case '0': /* POP */
+            if (vm->nmarks && vm->marks[vm->nmarks - 1] == vm->sp) {
+                vm->nmarks--;
+            } else {
+                POP_CHECK(1);
+                discard(vm, &vm->stack[--vm->sp]);
+            }
+            break;
+        case '1': /* POP_MARK */
+            if (!vm->nmarks) {
+                corrupt("could not find MARK");
+                goto error;
+            }
+            {
+                Py_ssize_t m = vm->marks[--vm->nmarks];
+                while (vm->sp > m) discard(vm, &vm->stack[--vm->sp]);
+            }
+            break;
+        case '2': { /* DUP */
+            POP_CHECK(1);
+            Val v = vm->stack[vm->sp - 1];
+            if (v.tag == V_ENTRY || (v.tag == V_OBJ && is_role(vm, v.v.o))) {
+                fallback("DUP of a trace list or entry");
+                goto error;
+            }
+            if (v.tag == V_OBJ) Py_INCREF(v.v.o);
+            if (push(vm, v) < 0) goto error;
+            break;
+        }
+        case 'J': /* BININT */
+            NEED(4);
+            p = in->buf + in->pos;
+            in->pos += 4;
+            if (push(vm, (Val){V_INT, {.i = (int32_t)(uint32_t)rd_le(p, 4)}}) < 0) goto error;
+            break;
+        case 'K': /* BININT1 */
+            NEED(1);
+            if (push(vm, (Val){V_INT, {.i = in->buf[in->pos++]}}) < 0) goto error;
+            break;
+        case 'M': /* BININT2 */
+            NEED(2);
+            p = in->buf + in->pos;
+            in->pos += 2;
+            if (push(vm, (Val){V_INT, {.i = rd_le(p, 2)}}) < 0) goto error;
+            break;
+        case 0x8a: { /* LONG1 */
+            NEED(1);
+            size_t n = in->buf[in->pos];
+            NEED(1 + n);
+            p = in->buf + in->pos + 1;
+            in->pos += 1 + n;
+            if (push_long(vm, p, n) < 0) goto error;
+            break;
+        }
+        case 0x8b: { /* LONG4 */
+            NEED(4);
+            int32_t n = (int32_t)(uint32_t)rd_le(in->buf + in->pos, 4);
+            if (n < 0) {
+                corrupt("LONG pickle has negative byte count");
+                goto error;
+            }
+            NEED(4 + (size_t)n);
+            p = in->buf + in->pos + 4;
+            in->pos += 4 + (size_t)n;
+            if (push_long(vm, p, (size_t)n) < 0) goto error;
+            break;
+        }
+        case 'N':
+            Py_INCREF(Py_None);
+            if (push_obj(vm, Py_None) < 0) goto error;
+            break;
+        case 0x88:
+            Py_INCREF(Py_True);
+            if (push_obj(vm, Py_True) < 0) goto error;
+            break;
+        case 0x89:
+            Py_INCREF(Py_False);
+            if (push_obj(vm, Py_False) < 0) goto error;
+            break;
+        case 'G': { /* BINFLOAT: big-endian IEEE double */
+            NEED(8);
+            p = in->buf + in->pos;
+            in->pos += 8;
+            uint64_t bits = 0;
+            for (int i = 0; i < 8; i++) bits = (bits << 8) | p[i];
+            double d;
+            memcpy(&d, &bits, 8);
+            if (push_obj(vm, PyFloat_FromDouble(d)) < 0) goto error;
+            break;
+        }
+        case 0x8c: /* SHORT_BINUNICODE */
+        case 'X':  /* BINUNICODE */
+        case 0x8d: /* BINUNICODE8 */ {
+            int w = op == 0x8c ? 1 : op == 'X' ? 4 : 8;
+            NEED(w);
+            uint64_t n = (uint64_t)rd_le(in->buf + in->pos, w);
+            if (n > vm->max_string) {
+                if (n > (uint64_t)PY_SSIZE_T_MAX - 16) {
+                    corrupt("string length out of range");
+                    goto error;
+                }
+                limit_hit("string", n, vm->max_string);
+                goto error;
+            }
+            NEED((size_t)w + (size_t)n);
+            p = in->buf + in->pos + w;
+            in->pos += (size_t)w + (size_t)n;
+            PyObject *s = make_str(vm, p, (size_t)n);
+            if (!s) {
+                if (PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) {
+                    PyErr_Clear();
+                    corrupt("a string is not valid UTF-8");
+                }
+                goto error;
+            }
+            if (push_obj(vm, s) < 0) goto error;
+            break;
+        }
+        case '}': { /* EMPTY_DICT */
+            int role = role_for(vm, 1);
+            if (role == R_ENTRY) {
+                Py_ssize_t r = row_alloc(vm);
+                if (r < 0) goto error;
+                if (push(vm, (Val){V_ENTRY, {.row = r}}) < 0) goto error;
+            } else {
+                PyObject *d = PyDict_New();
+                if (!d) goto error;
+                if (role == R_ROOT) {
+                    Py_INCREF(d);
+                    vm->root = d;
+                }
+                if (push_obj(vm, d) < 0) goto error;
+            }
+            break;
+        }
+        case ']': { /* EMPTY_LIST */
+            int role = role_for(vm, 0);
+            PyObject *l;
+            if (role == R_DEVLIST) {
+                l = (PyObject *)columns_new();
+                if (l) vm->columns_made++;
+            } else {
+                l = PyList_New(0);
+                if (l && role == R_DTLIST) {
+                    Py_INCREF(l);
+                    vm->dtlist = l;
+                }
+            }
+            if (push_obj(vm, l) < 0) goto error;
+            break;
+        }
+        case ')': /* EMPTY_TUPLE */
+            if (push_obj(vm, PyTuple_New(0)) < 0) goto error;
+            break;
+        case 0x85: /* TUPLE1 */
+        case 0x86: /* TUPLE2 */
+        case 0x87: /* TUPLE3 */ {
+            Py_ssize_t n = op - 0x84;
+            POP_CHECK(n);
+            PyObject *t = PyTuple_New(n);
+            if (!t) goto error;
+            for (Py_ssize_t i = 0; i < n; i++) {
+                PyObject *o = val_object(vm, &vm->stack[vm->sp - n + i]);
+                if (!o) {
+                    Py_DECREF(t);
+                    goto error;
+                }
+                PyTuple_SET_ITEM(t, i, o);
+            }
+            for (Py_ssize_t i = 0; i < n; i++) discard(vm, &vm->stack[--vm->sp]);
+            if (push_obj(vm, t) < 0) goto error;
+            break;
+        }
+        case 't': /* TUPLE */
+            if (push_obj(vm, pop_mark_items(vm, 1)) < 0) goto error;
+            break;
+        case 'l': /* LIST */
+            if (push_obj(vm, pop_mark_items(vm, 0)) < 0) goto error;
+            break;
+        case 'd': { /* DICT */
+            PyObject *items = pop_mark_items(vm, 1);
+            if (!items) goto error;
+            Py_ssize_t n = PyTuple_GET_SIZE(items);
+            if (n & 1) {
+                Py_DECREF(items);
+                corrupt("odd number of items for DICT");
+                goto error;
+            }
+            PyObject *d = PyDict_New();
+            for (Py_ssize_t i = 0; d && i < n; i += 2)
+                if (PyDict_SetItem(d, PyTuple_GET_ITEM(items, i), PyTuple_GET_ITEM(items, i + 1)) < 0)
+                    Py_CLEAR(d);
+            Py_DECREF(items);
+            if (!d) {
+                if (PyErr_ExceptionMatches(PyExc_TypeError)) {
+                    PyErr_Clear();
+                    fallback("an unhashable dict key");
+                }
+                goto error;
+            }
+            if (push_obj(vm, d) < 0) goto error;
+            break;
+        }
+        case 'a': /* APPEND */
+            POP_CHECK(2);
+            {
+                Val item = vm->stack[--vm->sp];
+                if (append_to(vm, &vm->stack[vm->sp - 1], &item) < 0) {
+                    discard(vm, &item);
+                    goto error;
+                }
+            }
+            break;
+        case 'e': /* APPENDS */ {
+            if (!vm->nmarks) {
+                corrupt("could not find MARK");
+                goto error;
+            }
+            Py_ssize_t m = vm->marks[--vm->nmarks];
+            if (m < 1) {
+                corrupt("unpickling stack underflow");
+                goto error;
+            }
+            for (Py_ssize_t i = m; i < vm->sp; i++) {
+                if (append_to(vm, &vm->stack[m - 1], &vm->stack[i]) < 0) {
+                    while (vm->sp > m) discard(vm, &vm->stack[--vm->sp]);
+                    goto error;
+                }
+            }
+            vm->sp = m;
+            break;
+        }
+        case 's': /* SETITEM */
+            POP_CHECK(3);
+            {
+                Val value = vm->stack[--vm->sp];
+                Val key = vm->stack[--vm->sp];
+                if (setitem_to(vm, &vm->stack[vm->sp - 1], &key, &value) < 0) {
+                    discard(vm, &key);
+                    discard(vm, &value);
+                    goto error;
+                }
+            }
+            break;
+        case 'u': /* SETITEMS */ {
+            if (!vm->nmarks) {
+                corrupt("could not find MARK");
+                goto error;
+            }
+            Py_ssize_t m = vm->marks[--vm->nmarks];
+            if (m < 1 || ((vm->sp - m) & 1)) {
+                corrupt(m < 1 ? "unpickling stack underflow" : "odd number of items for SETITEMS");
+                while (vm->sp > m && vm->sp > 0) discard(vm, &vm->stack[--vm->sp]);
+                goto error;
+            }
+            for (Py_ssize_t i = m; i < vm->sp; i += 2) {
+                if (setitem_to(vm, &vm->stack[m - 1], &vm->stack[i], &vm->stack[i + 1]) < 0) {
+                    while (vm->sp > m) discard(vm, &vm->stack[--vm->sp]);
+                    goto error;
+                }
+            }
+            vm->sp = m;
+            break;
+        }
+        case 0x94: /* MEMOIZE */
+            POP_CHECK(1);
+            if (memo_put(vm, vm->memo_len, &vm->stack[vm->sp - 1]) < 0) goto error;
+            break;
+        case 'q': /* BINPUT */
+            NEED(1);
+            POP_CHECK(1);
+            if (memo_put(vm, in->buf[in->pos++], &vm->stack[vm->sp - 1]) < 0) goto error;
+            break;
+        case 'r': /* LONG_BINPUT */
+            NEED(4);
+            POP_CHECK(1);
+            p = in->buf + in->pos;
+            in->pos += 4;
+            if (memo_put(vm, (size_t)(uint32_t)rd_le(p, 4), &vm->stack[vm->sp - 1]) < 0) goto error;
+            break;
+        case 'h': /* BINGET */
+            NEED(1);
+            if (memo_get(vm, in->buf[in->pos++]) < 0) goto error;
+            break;
+        case 'j': /* LONG_BINGET */
+            NEED(4);
+            p = in->buf + in->pos;
+            in->pos += 4;
+            if (memo_get(vm, (size_t)(uint32_t)rd_le(p, 4)) < 0) goto error;
+            break;
+        case 0x97: /* NEXT_BUFFER */
+        case 0x98: /* READONLY_BUFFER */
+            corrupt("pickle stream refers to out-of-band data but no *buffers* argument was given");
+            goto error;
+        /* protocol 0/1 text opcodes, py2 strings, bytes and sets: valid but never written by
+           PyTorch; the Python path reads them */
+        case 'I': case 'L': case 'F': case 'S': case 'V': case 'p': case 'g':
+        case 'T': case 'U': case 'B': case 'C': case 0x8e: case 0x96:
+        case 0x8f: case 0x90: case 0x91:
+            fallback("a pickle opcode of another protocol or type");
+            goto error;
+        default:
+            if (refused_name(op)) {
+                refuse(vm, op);
+                goto error;
+            }
+            corrupt("invalid load key, '\\x%02x'", op);
+            goto error;
+        }
+    }
+truncated:
+    PyErr_SetString(Truncated, "the pickle ends before its STOP opcode");
+error:
+    return NULL;
+}
+
+static void vm_free(VM *vm) {
+    for (Py_ssize_t i = 0; i < vm->sp; i++) discard(vm, &vm->stack[i]);
+    free(vm->stack);
+    free(vm->marks);
+    for (size_t i = 0; i < vm->memo_cap; i++) Py_XDECREF(vm->memo[i]);
+    free(vm->memo);
+    for (Py_ssize_t i = 0; i < vm->rows_cap; i++)
+        if (vm->rows[i].in_use) {
+            for (int k = 0; k < NF; k++)
+                if (vm->rows[i].set & (1u << k)) val_release(&vm->rows[i].f[k]);
+            Py_XDECREF(vm->rows[i].unknown);
+            Py_XDECREF(vm->rows[i].skipped);
+        }
+    free(vm->rows);
+    for (int i = 0; i < vm->nkeys; i++) Py_DECREF(vm->key_cache[i]);
+    for (int i = 0; i < 4096; i++) Py_XDECREF(vm->strcache[i]);
+    if (vm->in.zs_live) inflateEnd(&vm->in.zs);
+    free(vm->in.zin);
+    free(vm->in.buf);
+    if (vm->in.fp) fclose(vm->in.fp);
+    Py_XDECREF(vm->root);
+    Py_XDECREF(vm->dtlist);
+}
+
+PyDoc_STRVAR(read_doc,
+             "read(path, gzip, known_fields, max_memo, max_stack, max_depth, max_decompressed,\n"
+             "     max_string)\n"
+             "--\n\n"
+             "(top-level object, bytes of pickle read): the object has every device trace list\n"
+             "as a Columns.\n"
+             "Raises Fallback, Corrupt, Truncated, Refused, LimitHit, GzipBad or OSError.");
+
+static PyObject *fr_read(PyObject *Py_UNUSED(mod), PyObject *args) {
+    PyObject *path_obj, *known;
+    int gz;
+    unsigned long long max_memo, max_stack, max_depth, max_dec, max_string;
+    if (!PyArg_ParseTuple(args, "O&pO!KKKKK", PyUnicode_FSConverter, &path_obj, &gz, &PySet_Type,
+                          &known, &max_memo, &max_stack, &max_depth, &max_dec, &max_string))
+        return NULL;
+    VM *vm = calloc(1, sizeof(VM));
+    if (!vm) {
+        Py_DECREF(path_obj);
+        return PyErr_NoMemory();
+    }
+    PyObject *result = NULL;
+    vm->known = known;
+    vm->marker = PyList_New(0); /* a private object nobody else can hold */
+    vm->s_device_traces = PyUnicode_InternFromString("device_traces");
+    vm->free_row = -1;
+    vm->max_string = max_string;
+    vm->max_memo = max_memo ? (size_t)max_memo : 1;
+    vm->max_stack = max_stack < 16 ? 16 : (Py_ssize_t)(max_stack > PY_SSIZE_T_MAX / 64 ? PY_SSIZE_T_MAX / 64 : max_stack);
+    vm->max_marks = max_depth < 4 ? 4 : (Py_ssize_t)(max_depth > PY_SSIZE_T_MAX / 64 ? PY_SSIZE_T_MAX / 64 : max_depth);
+    vm->stack_cap = 256 < vm->max_stack ? 256 : vm->max_stack;
+    vm->marks_cap = 64 < vm->max_marks ? 64 : vm->max_marks;
+    vm->stack = malloc((size_t)vm->stack_cap * sizeof(Val));
+    vm->marks = malloc((size_t)vm->marks_cap * sizeof(Py_ssize_t));
+    Input *in = &vm->in;
+    in->cap = CHUNK;
+    in->buf = malloc(in->cap);
+    if (!vm->marker || !vm->s_device_traces || !vm->stack || !vm->marks || !in->buf) {
+        if (!PyErr_Occurred()) PyErr_NoMemory();
+        goto done;
+    }
+    in->fp = fopen(PyBytes_AS_STRING(path_obj), "rb");
+    if (!in->fp) {
+        PyErr_SetFromErrnoWithFilenameObject(PyExc_OSError, path_obj);
+        goto done;
+    }
+    struct stat st;
+    if (fstat(fileno(in->fp), &st) < 0) {
+        PyErr_SetFromErrno(PyExc_OSError);
+        goto done;
+    }
+    in->file_left = (unsigned long long)st.st_size;
+    in->gz = gz;
+    if (gz) {
+        in->zin_cap = CHUNK;
+        in->zin = malloc(in->zin_cap);
+        if (!in->zin) {
+            PyErr_NoMemory();
+            goto done;
+        }
+        if (inflateInit2(&in->zs, 16 + MAX_WBITS) != Z_OK) {
+            PyErr_SetString(PyExc_MemoryError, "zlib could not start");
+            goto done;
+        }
+        in->zs_live = 1;
+        in->max_produced = max_dec;
+    }
+    {
+        PyObject *top = run(vm);
+        if (top) {
+            result = Py_BuildValue("(NK)", top, gz ? vm->in.produced : (unsigned long long)st.st_size);
+        }
+    }
+done:
+    vm_free(vm);
+    Py_XDECREF(vm->marker);
+    Py_XDECREF(vm->s_device_traces);
+    free(vm);
+    Py_DECREF(path_obj);
+    return result;
+}
+
+static PyMethodDef fr_methods[] = {
+    {"read", fr_read, METH_VARARGS, read_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef fr_module = {
+    PyModuleDef_HEAD_INIT,
+    "_fastreader",
+    "Streaming reader of PyTorch memory-snapshot pickles into columns (see compiled.py).",
+    -1,
+    fr_methods,
+    NULL,
+    NULL,
+    NULL,
+    NULL,
+};
+
+PyMODINIT_FUNC PyInit__fastreader(void) {
+    if (PyType_Ready(&ChunkType) < 0 || PyType_Ready(&ColumnsType) < 0) return NULL;
+    PyObject *m = PyModule_Create(&fr_module);
+    if (!m) return NULL;
+    struct {
+        PyObject **slot;
+        const char *name;
+    } excs[] = {{&Fallback, "Fallback"}, {&Corrupt, "Corrupt"},   {&Truncated, "Truncated"},
+                {&Refused, "Refused"},   {&LimitHit, "LimitHit"}, {&GzipBad, "GzipBad"}};
+    for (size_t i = 0; i < sizeof excs / sizeof excs[0]; i++) {
+        char full[96];
+        snprintf(full, sizeof full, "memlens.snapshot._fastreader.%s", excs[i].name);
+        *excs[i].slot = PyErr_NewException(full, NULL, NULL);
+        if (!*excs[i].slot || PyModule_AddObjectRef(m, excs[i].name, *excs[i].slot) < 0) {
+            Py_DECREF(m);
+            return NULL;
+        }
+    }
+    Py_INCREF(&ColumnsType);
+    if (PyModule_AddObject(m, "Columns", (PyObject *)&ColumnsType) < 0) {
+        Py_DECREF(&ColumnsType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

@@ -1,0 +1,234 @@
+"""The compiled snapshot reader: when it is used, and how its columns become events.
+
+`memlens.snapshot._fastreader` (C, built by setup.py when a compiler is present) walks a
+pickle's opcodes itself and returns the top-level dict with each device trace as columns
+(`Columns`): no dict per event is ever built. The small parts (segments, settings,
+annotations, the shared frame lists) come back as the plain objects the restricted
+unpickler would build, so `builder` turns both paths into the same snapshot. Each column
+arrives with its distinct values in first-use order, and those go through the builder's
+own coding functions, so string, stack and action ids are assigned in the same order.
+
+Whenever a file is shaped in a way the C reader does not type (protocol 0/1 opcodes, legacy
+cpp_frames, forward_frames lists, non-integer fields, entries shared by memo, ...) it
+declines and the Python path reads the file instead: a fallback costs time, never a
+different answer. MEMLENS_READER=python forces the Python path; =compiled fails when the
+extension is not built.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import sys
+import zlib
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from memlens.errors import SnapshotError, UnsafePickleError
+from memlens.snapshot.actions import Action
+from memlens.snapshot.builder import (
+    KNOWN_ENTRY_FIELDS,
+    _check_sizes,
+    _coded,
+    _Context,
+    build_snapshot,
+    optional_string_ids,
+    warn_unknown_entry_fields,
+)
+from memlens.snapshot.limits import LimitExceeded, Limits, limits_for
+from memlens.snapshot.model import Snapshot
+from memlens.snapshot.reader import GZIP_MAGIC, normalize_top_level
+from memlens.snapshot.safe_pickle import loads_plain_pickle
+
+try:
+    from memlens.snapshot import _fastreader
+except ImportError:  # built without a C compiler: the Python path reads everything
+    _fastreader = None  # type: ignore[assignment]
+
+READER_ENV = "MEMLENS_READER"  # auto (default) | python | compiled
+# Below this size the Python path is fast enough that its use is not worth a remark.
+LARGE_FILE = 64 << 20
+PROTO = b"\x80"  # protocol 2+ pickles start with PROTO; older ones go the Python way
+NO_LIMIT = 1 << 62
+
+_told_slow = False
+
+
+def available() -> bool:
+    return _fastreader is not None
+
+
+def mode() -> str:
+    value = os.environ.get(READER_ENV, "auto").strip().lower() or "auto"
+    if value not in ("auto", "python", "compiled"):
+        raise SnapshotError(f"{READER_ENV}={value!r}: use auto, python or compiled")
+    if value == "compiled" and not available():
+        raise SnapshotError(
+            f"{READER_ENV}=compiled, but the compiled reader is not built "
+            "(reinstall memlens with a C compiler and zlib headers present)"
+        )
+    return value
+
+
+def load_compiled(path: Path, warn: Any) -> Snapshot | None:
+    """The snapshot at `path` through the compiled reader, or None for the Python path."""
+    if mode() == "python":
+        return None
+    if not available():
+        _tell_slow(path)
+        return None
+    name = str(path)
+    got = _read(path, name)
+    if got is None:
+        return None
+    raw, limits = got
+    top = normalize_top_level(raw, name, warn)
+    top["device_traces"] = [
+        CompiledTrace(t.export()) if isinstance(t, _fastreader.Columns) else t
+        for t in top["device_traces"]
+    ]
+    return build_snapshot(top, name, warn, limits)
+
+
+def _tell_slow(path: Path) -> None:
+    global _told_slow
+    try:
+        large = path.stat().st_size >= LARGE_FILE
+    except OSError:
+        return
+    if large and not _told_slow:
+        _told_slow = True
+        print(
+            "memlens: the compiled snapshot reader is not built (no C compiler at install "
+            "time), so large files load several times slower; see docs/benchmarks.md",
+            file=sys.stderr,
+        )
+
+
+def _read(path: Path, name: str) -> tuple[Any, Limits] | None:
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as fh:
+            head = fh.read(2)
+        gz = head == GZIP_MAGIC
+        if gz:
+            with gzip.open(path) as inner:
+                head = inner.read(1)
+    except (OSError, EOFError, zlib.error):
+        return None  # the Python path says what is wrong, in its words
+    if head[:1] != PROTO:
+        return None
+    what = f"{name} (gzip)" if gz else name
+    # the same limits the Python path derives: from the file, or for a gzip stream from
+    # the ratio its 'decompressed' limit allows (reader._read_stream)
+    lim = limits_for(size * 10 if gz else size)
+    try:
+        raw, total = _fastreader.read(
+            name,
+            gz,
+            KNOWN_ENTRY_FIELDS,
+            lim.memo or NO_LIMIT,
+            lim.items or NO_LIMIT,
+            lim.depth or NO_LIMIT,
+            limits_for(size).decompressed or NO_LIMIT,
+            NO_LIMIT,
+        )
+    except (_fastreader.Fallback, OSError):
+        return None
+    except _fastreader.Truncated:
+        _say_as_python(b"\x80\x02", what)  # EOF before STOP, worded by the unpickler
+        raise AssertionError("unreachable") from None
+    except _fastreader.Refused as exc:
+        raise _refusal(*exc.args, what=what) from None
+    except _fastreader.Corrupt as exc:
+        raise SnapshotError(f"{what} is not a readable pickle ({exc.args[0]})") from None
+    except _fastreader.GzipBad as exc:
+        raise SnapshotError(f"{name}: gzip data is corrupt or truncated ({exc.args[0]})") from None
+    except _fastreader.LimitHit as exc:
+        limit_name, value, limit = exc.args
+        limit_name = "items" if limit_name == "stack" else limit_name
+        raise LimitExceeded(limit_name, limit, f"{value:,} while reading").at(name) from None
+    return raw, limits_for(total)
+
+
+def _say_as_python(data: bytes, what: str) -> None:
+    """Raise the restricted unpickler's own error for `data`, the smallest pickle that fails
+    the same way: both readers then word a refusal or a truncation identically."""
+    loads_plain_pickle(data, what=what)
+
+
+def _refusal(op: str, proto: int, module: Any, name: Any, *, what: str) -> Exception:
+    if module is not None and name is not None:
+        mod = module if isinstance(module, bytes) else str(module).encode("utf-8", "replace")
+        nam = name if isinstance(name, bytes) else str(name).encode("utf-8", "replace")
+        if b"\n" not in mod + nam:
+            header = b"\x80" + bytes([max(2, proto)])
+            try:
+                _say_as_python(header + b"c" + mod + b"\n" + nam + b"\n.", what)
+            except UnsafePickleError as exc:
+                return exc
+            except SnapshotError:
+                pass
+    if op in ("PERSID", "BINPERSID"):
+        try:
+            _say_as_python(b"\x80\x02NQ.", what)
+        except UnsafePickleError as exc:
+            return exc
+    return UnsafePickleError(
+        f"refused to load: the pickle uses {op}, which calls or imports code; "
+        "memory snapshots contain only plain data, so this file is not a safe snapshot "
+        "(nothing was executed)"
+    )
+
+
+class CompiledTrace:
+    """One device's trace as the C reader left it; builder calls build_events."""
+
+    def __init__(self, cols: dict[str, Any]) -> None:
+        self.cols = cols
+
+    def _array(self, key: str, dtype: Any) -> np.ndarray:
+        return np.frombuffer(self.cols[key], dtype=dtype)
+
+    def build_events(self, device: int, ctx: _Context) -> dict[str, np.ndarray]:
+        """The event columns builder._build_events makes from the same entries: each
+        coded column goes through the same function, on its distinct values in first-use
+        order (so every id is handed out in the same order), then is scattered back."""
+        c = self.cols
+        n = c["n"]
+        ctx.budget.charge(n + c["total_keys"], f"device {device} trace entries")
+        warn_unknown_entry_fields(set(c["unknown_fields"]), ctx)
+        action = _coded(c["actions"], ctx.action_code, np.uint8)[self._array("action", np.uint8)]
+        addr = self._array("addr", np.uint64)
+        size = self._array("size", np.int64)
+        _check_sizes(size, f"device {device}: trace entry", "size")
+        free_rows = self._array("device_free_row", np.int64)
+        if len(free_rows):  # oom entries keep the free device bytes where addr would be
+            oom = action[free_rows] == Action.OOM
+            addr[free_rows[oom]] = self._array("device_free", np.uint64)[oom]
+        stream = _coded(c["streams"], ctx.stream_id, np.int32)[self._array("stream", np.int32)]
+        if "time_us" in c:
+            time_us = self._array("time_us", np.int64)
+        else:
+            time_us = np.full(n, -1, dtype=np.int64)
+        stack = ctx.stacks.stack_ids(c["frames_objects"])[self._array("frames", np.int32)]
+
+        def optional(key: str) -> np.ndarray:
+            if key not in c:
+                return np.full(n, -1, dtype=np.int32)
+            ids = optional_string_ids(c[f"{key}_values"], key, ctx)
+            return ids[self._array(key, np.int32)]
+
+        return {
+            "action": action,
+            "addr": addr,
+            "size": size,
+            "stream": stream,
+            "time_us": time_us,
+            "stack": stack,
+            "compile_context": optional("compile_context"),
+            "user_metadata": optional("user_metadata"),
+            "forward_stack": optional("forward_frames"),
+        }
