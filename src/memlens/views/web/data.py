@@ -308,15 +308,16 @@ class ViewerData:
         """The stages of `memlens stages` (analysis.stages.stage_intervals: the same pairing,
         nesting and events), as time spans for the stage strip."""
         stages = stage_intervals(dev)
-        if not stages:
+        span = time_range(dev)
+        if not stages or span is None:  # (stages exist only on a timed trace)
             return {"spans": [], "truncated": False}
-        t_first, t_last = time_range(dev)
+        t_first, t_last = span
         spans = []
         for st in stages:
-            t0, t1 = st["start_time_us"], st["end_time_us"]
+            s0, s1 = st["start_time_us"], st["end_time_us"]  # never both None
             # a stage open at an edge of the ring buffer's window is drawn to that edge
-            t0 = min(t_first, t1) if t0 is None else t0
-            t1 = max(t_last, t0) if t1 is None else t1
+            t0 = s0 if s0 is not None else t_first if s1 is None else min(t_first, s1)
+            t1 = s1 if s1 is not None else max(t_last, t0)
             spans.append((t0, t1, st))
         spans.sort(key=lambda x: (x[0], -x[1]))
         truncated = len(spans) > MAX_ANNOTATIONS

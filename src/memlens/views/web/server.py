@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from collections.abc import Awaitable, Callable
 from importlib.resources import files
-from typing import Any
+from typing import Any, overload
 
 from starlette.applications import Starlette
 from starlette.datastructures import MutableHeaders
@@ -41,6 +41,10 @@ class JSON(Response):
         return json.dumps(content, separators=(",", ":"), allow_nan=False).encode()
 
 
+@overload
+def _int(req: Request, name: str, default: int) -> int: ...
+@overload
+def _int(req: Request, name: str, default: None = None) -> int | None: ...
 def _int(req: Request, name: str, default: int | None = None) -> int | None:
     v = req.query_params.get(name)
     if v is None or v == "":
