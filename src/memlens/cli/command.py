@@ -45,7 +45,9 @@ from memlens.cli.options import (
 #   "snapshot": the Snapshot (the body picks devices; it can ask for `device`)
 #   "pair":     two DeviceTraces, A and B (SNAPSHOT SNAPSHOT2; B's device: --device-b)
 #   "many":     [(path, Snapshot)] of SNAPSHOTS... (one file per rank)
-Opens = Literal["device", "snapshot", "pair", "many"]
+#   "paths":    PATHS... as typed, unopened (files, directories or globs: the body, or its
+#               workers, read them)
+Opens = Literal["device", "snapshot", "pair", "many", "paths"]
 
 # a renderer returns the text for stdout, or (line, to_stderr) pairs (a failed budget
 # goes to stderr so CI logs show it)
@@ -137,6 +139,8 @@ def analysis_command(
         elif opens == "many":
             f = click.argument("paths", metavar="SNAPSHOTS...", nargs=-1, required=True,
                                type=click.Path(dir_okay=False))(f)  # fmt: skip
+        elif opens == "paths":
+            f = click.argument("paths", metavar="PATHS...", nargs=-1, required=True)(f)
         else:
             f = snapshot_argument(f, name="paths")
         return click.command(name)(f)
@@ -152,6 +156,8 @@ def _open(
     device: int | None,
     device_b: int | None,
 ) -> list[Any]:
+    if opens == "paths":
+        return [paths]
     if opens == "many":
         return [[(p, open_snapshot(p, no_cache)) for p in paths]]
     if opens == "pair":

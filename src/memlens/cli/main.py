@@ -30,6 +30,7 @@ COMMANDS: dict[str, str] = {
     "fragmentation": "fragmentation",
     "oom": "oom",
     "ranks": "ranks",
+    "fleet": "fleet",
     "run": "run",
     "simulate": "simulate",
     "inspect-report": "inspect_report",
