@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, TypedDict
 
 from memlens.fleet.record import RankRecord
 
@@ -26,6 +26,22 @@ REL_FLOOR = 0.01  # of the figure's median
 PEAK_FLOOR = 0.002  # of the median peak active bytes
 DEFAULT_Z = 3.5
 DEFAULT_TOLERANCE = 0.05
+
+
+class FlaggedFigure(TypedDict):
+    name: str  # "peak_active_bytes", "stage:forward", "category:activation", ...
+    value: int
+    median: float
+    z: float
+    change_pct: float | None  # None when the median is 0
+
+
+class Outlier(TypedDict):
+    rank: int
+    path: str
+    max_abs_z: float
+    figures: list[FlaggedFigure]  # largest |z| first
+    diff: dict[str, Any] | None  # filled by fleet(): memlens diff against the median rank
 
 
 def figures_of(rec: RankRecord) -> dict[str, int]:
@@ -76,26 +92,27 @@ def outliers(
     stats: dict[str, dict[str, float]],
     z: dict[int, dict[str, float]],
     threshold: float = DEFAULT_Z,
-) -> list[dict[str, Any]]:
+) -> list[Outlier]:
     """Ranks with |z| > threshold on any figure, the most extreme first; each with its
     flagged figures (value, median, z, change_pct), largest |z| first."""
-    out = []
+    out: list[Outlier] = []
     for r in records:
         if not r.ok:
             continue
         figs = figures_of(r)
-        flagged = [
-            {"name": k, "value": figs[k], "median": stats[k]["median"], "z": zk,
-             "change_pct": round(100 * (figs[k] - stats[k]["median"]) / stats[k]["median"], 2)
-             if stats[k]["median"] else None}
-            for k, zk in z[r.rank].items() if abs(zk) > threshold
-        ]  # fmt: skip
+        flagged = [_flagged(k, figs[k], stats[k]["median"], zk)
+                   for k, zk in z[r.rank].items() if abs(zk) > threshold]  # fmt: skip
         if flagged:
             flagged.sort(key=lambda f: (-abs(f["z"]), _figure_order(f["name"])))
-            out.append({"rank": r.rank, "path": r.path, "max_abs_z": abs(flagged[0]["z"]),
-                        "figures": flagged})  # fmt: skip
+            out.append(Outlier(rank=r.rank, path=r.path, max_abs_z=abs(flagged[0]["z"]),
+                               figures=flagged, diff=None))  # fmt: skip
     out.sort(key=lambda o: (-o["max_abs_z"], o["rank"]))
     return out
+
+
+def _flagged(name: str, value: int, median: float, z: float) -> FlaggedFigure:
+    pct = round(100 * (value - median) / median, 2) if median else None
+    return FlaggedFigure(name=name, value=value, median=median, z=z, change_pct=pct)
 
 
 def median_rank(records: Sequence[RankRecord], z: dict[int, dict[str, float]]) -> int | None:
@@ -144,7 +161,7 @@ def stage_imbalance(records: Iterable[RankRecord]) -> list[dict[str, Any]]:
         if r.ok:
             for name, b in r.stage_peaks.items():
                 per.setdefault(name, []).append((b, r.rank))
-    out = []
+    out: list[dict[str, Any]] = []
     for name, vals in per.items():
         vals.sort()
         med = float(statistics.median(v for v, _ in vals))
@@ -155,5 +172,5 @@ def stage_imbalance(records: Iterable[RankRecord]) -> list[dict[str, Any]]:
              "median_bytes": med, "max_bytes": hi, "max_rank": hi_rank,
              "spread_bytes": hi - lo, "max_over_median": round(hi / med, 4) if med else None}
         )  # fmt: skip
-    out.sort(key=lambda s: (-(s["max_over_median"] or 0), s["stage"]))
+    out.sort(key=lambda s: (-float(s["max_over_median"] or 0), str(s["stage"])))
     return out

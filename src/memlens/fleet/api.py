@@ -169,8 +169,6 @@ def _attach_diffs(
     """Each of the first `diffs` outliers gets "diff": memlens diff (median rank -> it),
     run on the executor like the records (the parent never loads a snapshot)."""
     base = result["median_rank"]
-    for o in result["outliers"]:
-        o["diff"] = None
     chosen = result["outliers"][:diffs]
     if base is None or not chosen:
         return

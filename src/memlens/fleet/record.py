@@ -133,7 +133,7 @@ def record_of(
     hide_patterns: Sequence[str] | None = None,
 ) -> RankRecord:
     """The record of one loaded device trace."""
-    from memlens.fleet.compat import device_summary
+    from memlens.analysis.summary import device_summary
 
     s = device_summary(dev, top=top, hide_patterns=hide_patterns)
     return RankRecord(
@@ -175,6 +175,6 @@ def stack_fingerprint(dev: DeviceTrace, hide_patterns: Sequence[str] | None = No
     snap = dev.snapshot
     stacks = np.unique(np.asarray(dev.alloc_stack))
     stacks = stacks[stacks >= 0]
-    sites = np.unique(user_frame_of_stacks(snap, hide_patterns)[stacks]) if len(stacks) else []
-    labels = sorted({frame_label(snap, int(f)) for f in sites})
+    sites = np.unique(user_frame_of_stacks(snap, hide_patterns)[stacks])
+    labels = sorted({frame_label(snap, int(f)) for f in sites.tolist()})
     return hashlib.sha256("\n".join(labels).encode()).hexdigest()[:16]

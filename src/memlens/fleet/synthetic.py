@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from memlens.errors import MemlensError
-from memlens.fleet.compat import generate_trace_dict
+from memlens.simulation.synthetic import generate_trace_dict
 
 SKEWS = ("leak", "activations", "pipeline")
 NOISE = 0.01  # batch jitter, as a fraction
@@ -124,13 +124,13 @@ def parse_skews(specs: Mapping[int, str] | list[str] | tuple[str, ...]) -> dict[
     else:
         out = {}
         for spec in specs:
-            kind, _, rank = spec.partition(":")
-            if not rank.strip().isdigit():
+            kind, _, number = spec.partition(":")
+            if not number.strip().isdigit():
                 raise MemlensError(f"--skew {spec!r}: expected KIND:RANK, e.g. leak:3")
-            out[int(rank)] = kind.strip()
-    for rank, kind in out.items():
-        if kind not in SKEWS:
-            raise MemlensError(f"skew {kind!r} of rank {rank}: one of {', '.join(SKEWS)}")
+            out[int(number)] = kind.strip()
+    for rank, skew in out.items():
+        if skew not in SKEWS:
+            raise MemlensError(f"skew {skew!r} of rank {rank}: one of {', '.join(SKEWS)}")
     return out
 
 
