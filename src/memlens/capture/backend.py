@@ -118,7 +118,8 @@ class TorchCudaBackend:
         self._torch().cuda.memory._record_memory_history(enabled=None)
 
     def snapshot(self) -> dict[str, Any]:
-        return self._torch().cuda.memory._snapshot()
+        snap: dict[str, Any] = self._torch().cuda.memory._snapshot()
+        return snap
 
     def attach_oom_observer(self, callback: OomCallback) -> None:
         attach = getattr(self._torch()._C, "_cuda_attach_out_of_memory_observer", None)
@@ -159,7 +160,10 @@ def _load_from_spec(spec: str) -> Backend:
     except (ImportError, AttributeError) as exc:
         raise RecordError(f"{BACKEND_ENV}={spec!r} cannot be loaded: {exc}") from exc
     # A class or a factory is called once; an object with the backend methods is used as is.
-    return target() if isinstance(target, type) or not hasattr(target, "snapshot") else target
+    backend: Backend = (
+        target() if isinstance(target, type) or not hasattr(target, "snapshot") else target
+    )
+    return backend
 
 
 def get_backend() -> Backend:

@@ -48,7 +48,8 @@ class stage:  # noqa: N801 - used like a function: memlens.stage("forward")
     def _open(self) -> list[Any]:
         if not hasattr(self._local, "open"):
             self._local.open = []
-        return self._local.open
+        opened: list[Any] = self._local.open
+        return opened
 
     def __enter__(self) -> stage:
         ctx = _record_function(self.name)

@@ -31,12 +31,14 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
 from memlens.snapshot.model import DeviceTrace
 from memlens.views.layout.index import LiveIndex, RangeArgmax
+
+T = TypeVar("T")
 
 MAX_WIDTH = 8192
 MAX_HEIGHT = 8192
@@ -120,10 +122,10 @@ class DeviceLayout:
         self._lock = threading.RLock()  # builders may need other indexes
 
     # ---- lazily built indexes ----------------------------------------------------------
-    def _cached(self, name: str, build: Callable[[], Any]) -> Any:
+    def _cached(self, name: str, build: Callable[[], T]) -> T:
         # the server warms the indexes in a background thread; a request that needs one
         # meanwhile waits for it instead of building it a second time
-        value = self._cache.get(name)
+        value: T | None = self._cache.get(name)
         if value is None:
             with self._lock:
                 value = self._cache.get(name)
