@@ -6,7 +6,7 @@ from __future__ import annotations
 import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Self
+from typing import TYPE_CHECKING
 
 from rich.segment import Segment
 from rich.text import Text
@@ -29,6 +29,9 @@ Lines { height: 1fr; text-wrap: nowrap; text-overflow: ellipsis; }
 .title { text-style: bold; }
 .hint { color: $text-muted; }
 """
+
+if TYPE_CHECKING:  # typing.Self is Python 3.11+, and memlens supports 3.10
+    from typing_extensions import Self
 
 
 @dataclass
@@ -153,12 +156,13 @@ class KeyScreen(Screen, inherit_bindings=False):
         if action is None:
             return
         event.stop()
-        self.run_action(action)
+        self.run_key_action(action)
         if self.is_current:  # not after the action pushed or popped a screen
             self.redraw()
 
-    def run_action(self, action: str) -> None:
-        """Call do_<name>(arg) for an action of a key table ("step(-1)", "peak")."""
+    def run_key_action(self, action: str) -> None:
+        """Call do_<name>(arg) for an action of a key table ("step(-1)", "peak"). (Not
+        named run_action: that is textual's async Widget.run_action(action, namespaces).)"""
         name, _, arg = action.partition("(")
         args = [int(arg.rstrip(")"))] if arg else []
         getattr(self, f"do_{name}")(*args)
@@ -244,5 +248,5 @@ class HelpScreen(TextScreen):
         if action is None or not action.startswith(("scroll", "page")):
             self.app.pop_screen()
             return
-        self.run_action(action)
+        self.run_key_action(action)
         self.redraw()
