@@ -9,6 +9,7 @@ from typing import Any
 import click
 
 from memlens.cli.command import Answer, analysis_command
+from memlens.cli.options import top_option
 from memlens.snapshot.model import DeviceTrace
 
 # (option, type, default, help): the thresholds of each kind of anomaly
@@ -32,7 +33,7 @@ def threshold_options(f: Callable[..., Any]) -> Callable[..., Any]:
 @analysis_command(
     "anomalies",
     threshold_options,
-    click.option("--top", type=int, default=10, show_default=True, help="Items listed per kind."),
+    top_option(10, "Items listed per kind."),
 )
 def command(dev: DeviceTrace, late_events: int, late_us: int, temp_min: str, temp_events: int,
             gap_min: str, gap_ratio: float, top: int, hide: list[str] | None) -> Answer:  # fmt: skip

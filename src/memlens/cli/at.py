@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from memlens.cli.command import Answer, analysis_command
-from memlens.cli.options import live_kwargs, tree_options
+from memlens.cli.options import event_option, live_kwargs, tree_options
 from memlens.snapshot.model import DeviceTrace
 
 
@@ -22,8 +22,7 @@ def _one_point(**options: Any) -> dict[str, Any]:
 
 @analysis_command(
     "at",
-    click.option("--event", "-e", type=int, default=None,
-                 help="After this event (-1: before the first)."),
+    event_option(help="After this event (-1: before the first)."),
     click.option("--time-us", type=int, default=None,
                  help="After the last event at or before this time (µs)."),
     click.option("--addr", default=None,

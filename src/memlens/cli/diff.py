@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import click
-
 from memlens.cli.command import Answer, analysis_command
+from memlens.cli.options import top_option
 from memlens.snapshot.model import DeviceTrace
 
 
 @analysis_command(
     "diff",
-    click.option("--top", type=int, default=20, show_default=True, help="How many call sites to list."),
+    top_option(20),
     opens="pair",
     device_help="Device of both (default: longest trace of each).",
 )  # fmt: skip

@@ -6,14 +6,13 @@ from __future__ import annotations
 import click
 
 from memlens.cli.command import Answer, analysis_command
-from memlens.cli.options import points_option
+from memlens.cli.options import event_option, points_option
 from memlens.snapshot.model import DeviceTrace
 
 
 @analysis_command(
     "fragmentation",
-    click.option("--event", "-e", type=int, default=None,
-                 help="Reconstruct segments and blocks after this event (-1: before the first)."),
+    event_option(help="Reconstruct segments and blocks after this event (-1: before the first)."),
     click.option("--blocks/--no-blocks", default=True, show_default=True,
                  help="With --event: list every segment and block (in --json; the text shows segments)."),
     points_option(200),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from memlens.cli.command import Answer, analysis_command
+from memlens.cli.options import top_option
 from memlens.snapshot.model import DeviceTrace
 
 
@@ -12,7 +13,7 @@ from memlens.snapshot.model import DeviceTrace
     "leaks",
     click.option("--stage", default=None,
                  help="Only stages whose name contains this text (one occurrence is enough)."),
-    click.option("--top", type=int, default=10, show_default=True, help="How many call sites to list."),
+    top_option(10),
     annotations=True,
 )  # fmt: skip
 def command(dev: DeviceTrace, stage: str | None, top: int, hide: list[str] | None) -> Answer:

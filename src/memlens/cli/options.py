@@ -6,6 +6,7 @@ import json
 import sys
 import warnings
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import click
@@ -48,12 +49,18 @@ def device_option(f: F | None = None, *, help: str = LONGEST_TRACE) -> Any:
     return option(f) if f is not None else option
 
 
-def event_option(f: F) -> F:
-    """--event for the commands that answer "at the peak" by default."""
-    return click.option(
-        "--event", "-e", type=int, default=None,
-        help="At this event instead of the peak (-1: before the first).",
-    )(f)  # fmt: skip
+AT_PEAK = "At this event instead of the peak (-1: before the first)."
+
+
+def event_option(f: F | None = None, *, help: str = AT_PEAK) -> Any:
+    """--event/-e for the commands that answer "at the peak" (or over the whole trace) by
+    default. `@event_option` or `@event_option(help=...)`."""
+    option = click.option("--event", "-e", type=int, default=None, help=help)
+    return option(f) if f is not None else option
+
+
+def top_option(default: int, help: str = "How many call sites to list.") -> Callable[[F], F]:
+    return click.option("--top", type=int, default=default, show_default=True, help=help)
 
 
 def points_option(default: int) -> Callable[[F], F]:
@@ -65,20 +72,28 @@ def points_option(default: int) -> Callable[[F], F]:
 
 
 def json_option(f: F) -> F:
-    return click.option(
-        "--json",
-        "as_json",
-        is_flag=True,
-        help="Print one JSON object (schema: docs/json-schema.md).",
-    )(f)
+    help = "Print one JSON object (schema: docs/json-schema.md)."
+    return click.option("--json", "as_json", is_flag=True, help=help)(f)
 
 
 def no_cache_option(f: F) -> F:
-    return click.option(
-        "--no-cache",
-        is_flag=True,
-        help="Do not read or write the column cache (MEMLENS_CACHE_DIR).",
-    )(f)
+    help = "Do not read or write the column cache (MEMLENS_CACHE_DIR)."
+    return click.option("--no-cache", is_flag=True, help=help)(f)
+
+
+def script_command(output_help: str) -> Callable[[F], click.Command]:
+    """`run` and `simulate`: SCRIPT [ARGS]... runs as __main__ (everything after SCRIPT is
+    the script's own, options included) and -o/--output names the snapshot to write."""
+
+    def decorate(f: F) -> click.Command:
+        f = click.argument("args", nargs=-1, type=click.UNPROCESSED)(f)
+        f = click.argument("script", type=click.Path(dir_okay=False))(f)
+        output_type = click.Path(dir_okay=False, path_type=Path)
+        f = click.option("--output", "-o", type=output_type, help=output_help)(f)
+        settings = {"ignore_unknown_options": True, "allow_interspersed_args": False}
+        return click.command(context_settings=settings)(f)
+
+    return decorate
 
 
 def hide_option(f: F) -> F:
@@ -91,8 +106,7 @@ def hide_option(f: F) -> F:
 
 def tree_options(f: F) -> F:
     """The live-set tree and site list options of `peak` and `at` (see live_kwargs)."""
-    f = click.option("--top", type=int, default=15, show_default=True,
-                     help="How many call sites to list.")(f)  # fmt: skip
+    f = top_option(15)(f)
     f = click.option("--depth", type=int, default=None,
                      help="Limit the call-stack tree to this many levels.")(f)  # fmt: skip
     f = click.option("--all-frames", is_flag=True,

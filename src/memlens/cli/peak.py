@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-import click
-
 from memlens.cli.command import Answer, analysis_command
-from memlens.cli.options import live_kwargs, tree_options
+from memlens.cli.options import event_option, live_kwargs, tree_options
 from memlens.snapshot.model import DeviceTrace
 
 
 @analysis_command(
     "peak",
-    click.option("--event", "-e", type=int, default=None,
-                 help="Show the live set after this event instead of the peak (-1: before the first)."),
+    event_option(help="Show the live set after this event instead of the peak (-1: before the first)."),
     tree_options,
 )  # fmt: skip
 def command(dev: DeviceTrace, event: int | None, top: int, depth: int | None, all_frames: bool,

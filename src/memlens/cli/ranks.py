@@ -5,15 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
-import click
-
 from memlens.cli.command import Answer, analysis_command
+from memlens.cli.options import top_option
 
 
 @analysis_command(
     "ranks",
-    click.option("--top", type=int, default=15, show_default=True,
-                 help="How many differing sites to list."),
+    top_option(15, "How many differing sites to list."),
     opens="many",
     device_help="Only this device of each file (default: all).",
 )  # fmt: skip

@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from memlens.cli.command import Answer, analysis_command
-from memlens.cli.options import event_option, points_option
+from memlens.cli.options import event_option, points_option, top_option
 from memlens.snapshot.model import DeviceTrace
 
 
@@ -24,7 +24,7 @@ def _load(rules_file: str, **options: Any) -> dict[str, Any]:
     click.argument("rules_file", type=click.Path(dir_okay=False)),
     event_option,
     points_option(400),
-    click.option("--top", type=int, default=3, show_default=True, help="Top call sites per rule."),
+    top_option(3, "Top call sites per rule."),
     prepare=_load,
 )  # fmt: skip
 def command(dev: DeviceTrace, rules: list[Any], event: int | None, points: int, top: int,

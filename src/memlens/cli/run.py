@@ -10,6 +10,7 @@ import click
 
 from memlens.capture.backend import DEFAULT_MAX_ENTRIES, STACKS, RecordSettings
 from memlens.capture.runner import RunOptions, RunResult, run_script
+from memlens.cli.options import script_command
 from memlens.recording import write_report_beside
 
 
@@ -49,15 +50,7 @@ def _print_result(result: RunResult) -> None:
     err.flush()
 
 
-@click.command(
-    context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False},
-)
-@click.option(
-    "--output",
-    "-o",
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="Snapshot file to write (default: memlens-<script>.<pid>.pickle).",
-)
+@script_command("Snapshot file to write (default: memlens-<script>.<pid>.pickle).")
 @click.option(
     "--max-entries",
     type=click.IntRange(min=1),
@@ -84,8 +77,6 @@ def _print_result(result: RunResult) -> None:
     help="Also dump every N memlens.step() calls, to <output>.stepNNNNNN.pickle.",
 )
 @click.option("--no-report", is_flag=True, help="Do not write the HTML report beside it.")
-@click.argument("script", type=click.Path(dir_okay=False))
-@click.argument("args", nargs=-1, type=click.UNPROCESSED)
 def command(
     output: Path | None,
     max_entries: int,

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from memlens.cli.options import script_command
 from memlens.errors import MemlensError
 
 
@@ -28,15 +29,7 @@ def _summary(path: Path) -> str:
     )
 
 
-@click.command(
-    context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False},
-)
-@click.option(
-    "--output",
-    "-o",
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="Snapshot file to write (default: memlens-sim-<script>.<pid>.pickle).",
-)
+@script_command("Snapshot file to write (default: memlens-sim-<script>.<pid>.pickle).")
 @click.option(
     "--device-memory",
     metavar="SIZE",
@@ -78,8 +71,6 @@ def _summary(path: Path) -> str:
     metavar="SIZE",
     help="cuBLAS workspace per thread (8.125MiB before Hopper; 0 to omit).",
 )
-@click.argument("script", type=click.Path(dir_okay=False))
-@click.argument("args", nargs=-1, type=click.UNPROCESSED)
 def command(
     output,
     device_memory,

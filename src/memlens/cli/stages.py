@@ -6,14 +6,14 @@ from __future__ import annotations
 import click
 
 from memlens.cli.command import Answer, analysis_command
+from memlens.cli.options import top_option
 from memlens.snapshot.model import DeviceTrace
 
 
 @analysis_command(
     "stages",
     click.option("--name", default=None, help="Only stages whose name contains this text."),
-    click.option("--top", type=int, default=3, show_default=True,
-                 help="Call sites that grew, per stage (0: skip, faster)."),
+    top_option(3, "Call sites that grew, per stage (0: skip, faster)."),
     click.option("--max-depth", type=int, default=None,
                  help="Only stages nested at most this deep (0: top level)."),
     annotations=True,

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import click
-
 from memlens.cli.command import Answer, analysis_command
+from memlens.cli.options import top_option
 from memlens.snapshot.model import Snapshot
 
 
 @analysis_command(
     "summary",
-    click.option("--top", type=int, default=10, show_default=True, help="How many call sites to list."),
+    top_option(10),
     opens="snapshot",
     device_help="Device ordinal (default: every device).",
 )  # fmt: skip
