@@ -15,6 +15,7 @@ import signal
 import sys
 import threading
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -58,7 +59,7 @@ class _Harness:
         self.options = options
         self.written: list[Path] = []
         self.dumper: oom.OomDumper | None = None
-        self._remove_step_hook = None
+        self._remove_step_hook: Callable[[], None] | None = None
         self._old_sigusr1: Any = None
         self._signals = 0
         # Re-entrant: SIGUSR1's handler runs on the main thread, possibly in the middle of

@@ -32,7 +32,6 @@ import contextlib
 import dataclasses
 import functools
 import inspect as _pyinspect
-import math
 import os
 import platform
 import sys
@@ -47,6 +46,7 @@ from typing import TYPE_CHECKING, Any
 from memlens.inspector import store
 from memlens.inspector.config import InspectConfig
 from memlens.inspector.select import label, owned_parameters, select_modules
+from memlens.inspector.steps import StepCounter
 
 if TYPE_CHECKING:
     import torch
@@ -76,21 +76,21 @@ def inspect(
     return Inspector(model, layers, InspectConfig.from_options(config, options))
 
 
+def _signature() -> _pyinspect.Signature:
+    """inspect()'s signature with the InspectConfig fields as its keywords."""
+    head = list(_pyinspect.signature(inspect).parameters.values())[:3]  # model, layers, config
+    keywords = [
+        _pyinspect.Parameter(
+            f.name, _pyinspect.Parameter.KEYWORD_ONLY, default=f.default, annotation=f.type
+        )
+        for f in dataclasses.fields(InspectConfig)
+    ]
+    return _pyinspect.signature(inspect).replace(parameters=[*head, *keywords])
+
+
 # help() and inspect.signature() show the real keywords and their defaults, from the one
 # place they are written (the dataclass).
-inspect.__signature__ = _pyinspect.signature(
-    inspect
-).replace(  # type: ignore[attr-defined]
-    parameters=[
-        *list(_pyinspect.signature(inspect).parameters.values())[:3],
-        *(
-            _pyinspect.Parameter(
-                f.name, _pyinspect.Parameter.KEYWORD_ONLY, default=f.default, annotation=f.type
-            )
-            for f in dataclasses.fields(InspectConfig)
-        ),
-    ]
-)
+inspect.__signature__ = _signature()  # type: ignore[attr-defined]
 
 
 def _close_at_exit(ref: weakref.ref[Inspector]) -> None:
@@ -146,12 +146,11 @@ class Inspector:
         )
 
         # step state
-        self.step_index = 0
-        self.sampled = False
-        self._manual = config.step_on == "call"
-        self._forwards = 0
+        self._steps = StepCounter(
+            every=config.every, max_per_second=config.max_per_second, step_on=config.step_on
+        )
         self.last_forward_step: int | None = None
-        self._last_sample_t = -math.inf
+        self.sampled = False
         self._captured: set[str] = set()
         self._act_bytes: dict[str, int] = {}
         self._step_time_us: int | None = None
@@ -172,6 +171,10 @@ class Inspector:
         self._atexit = functools.partial(_close_at_exit, weakref.ref(self))
         atexit.register(self._atexit)
         self._begin_step()
+
+    @property
+    def step_index(self) -> int:
+        return self._steps.index
 
     @property
     def samples_sent(self) -> int:
@@ -209,41 +212,33 @@ class Inspector:
         if self.closed:
             return
         with self._lock:
-            if self.config.step_on == "auto":
-                self._manual = True
-            if self.config.step_on == "forward":
+            if self._steps.step_call_ends_step():
+                self._advance()
+            else:
                 self._pump()
-                return
-            self._advance()
 
-    def _advance(self) -> None:
+    def _advance(self, forwards: int = 0) -> None:
         self._end_step()
-        self.step_index += 1
-        self._forwards = 0
+        self._steps.advance(forwards)
         self._begin_step()
 
     def _on_root_forward(self, module: nn.Module, args: tuple[Any, ...]) -> None:
         if self.closed:
             return
         with self._lock:
-            self._forwards += 1
-            if not self._manual and self._forwards > 1:
-                self._advance()
-                self._forwards = 1
+            if self._steps.forward_ends_step():
+                self._advance(forwards=1)
             self.last_forward_step = self.step_index
 
     def _begin_step(self) -> None:
         self._pump()
-        every, per_second = self.config.every, self.config.max_per_second
-        if every is not None and self.step_index % every:
-            return
-        now = time.monotonic()
-        if per_second is not None and now - self._last_sample_t < 1.0 / per_second:
+        now = self._steps.due()
+        if now is None:
             return
         if not self._transport.alive():
             self._warn_once("dead", "memlens inspect: the background process is gone; not sampling")
             return
-        self._last_sample_t = now
+        self._steps.taken(now)
         self.sampled = True
         self._captured.clear()
         self._act_bytes = {}
@@ -259,7 +254,9 @@ class Inspector:
         if not self.sampled:
             return
         try:
-            if "param" in self.config.track and self._forwards:  # params whose module never ran
+            if (
+                "param" in self.config.track and self._steps.forwards
+            ):  # params whose module never ran
                 for pname, owner, p in self._params:
                     self.capture(f"{pname}:param", label(owner), "param", p)
         except Exception as exc:

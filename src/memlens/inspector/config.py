@@ -83,7 +83,7 @@ class InspectConfig:
     chunk_numel: int = 1 << 22
     queue_size: int = 1024
     max_queue_bytes: int = 256 << 20
-    alerts: Mapping[str, float | int | None] | None = None
+    alerts: Mapping[str, Any] | None = None
     video_format: str = "auto"
     fps: int = 8
     live_every_s: float = 60.0

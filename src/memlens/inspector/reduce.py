@@ -190,7 +190,7 @@ def prepare(
             else contextlib.nullcontext()
         )
         with guard:
-            packed, nchunks, heat = reduce_packed(
+            reduced, nchunks, heat = reduce_packed(
                 x, bins=bins, heatmap_size=heatmap_size, chunk_numel=chunk_numel
             )
-        return _to_cpu(packed, "packed", nchunks=nchunks, heat=heat)
+        return _to_cpu(reduced, "packed", nchunks=nchunks, heat=heat)

@@ -23,9 +23,7 @@ from memlens.inspector.store import Run, TensorSeries
 @functools.cache
 def template(name: str) -> str:
     """A file from templates/ (page skeleton, CSS, script), read once."""
-    return (
-        resources.files("memlens.inspector.render").joinpath("templates", name).read_text("utf-8")
-    )
+    return (resources.files("memlens.inspector.render") / "templates" / name).read_text("utf-8")
 
 
 def _media_links(root: Path, s: TensorSeries) -> str:

@@ -74,7 +74,7 @@ def frames(s: TensorSeries, max_frames: int = MAX_FRAMES) -> Iterator[np.ndarray
             h, w = hm.shape
             k = min((FRAME_W - 8) / w, (HEAT_H - 4) / h)
             size = (max(1, int(w * k)), max(1, int(h * k)))
-            rgb = rgb.resize(size, Image.NEAREST)
+            rgb = rgb.resize(size, Image.Resampling.NEAREST)
             im.paste(rgb, ((FRAME_W - size[0]) // 2, HEADER_H + (HEAT_H - size[1]) // 2))
             box = (4, HEADER_H + HEAT_H + 2, FRAME_W - 5, FRAME_H - 3)
         else:
@@ -125,6 +125,7 @@ def _write_mp4(frame_iter: Iterator[np.ndarray], tmp: Path, fps: int, encoder: s
         proc = subprocess.Popen(
             cmd, stdin=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True
         )
+        assert proc.stdin is not None and proc.stderr is not None  # both are PIPE
         try:
             for f in frame_iter:
                 proc.stdin.write(np.ascontiguousarray(f).tobytes())
@@ -143,7 +144,8 @@ def _write_mp4(frame_iter: Iterator[np.ndarray], tmp: Path, fps: int, encoder: s
     kwargs = (
         {"codec": "libx264", "fps": fps} if plugin == "pyav" else {"fps": fps, "codec": "libx264"}
     )
-    with iio.imopen(tmp, "w", plugin=plugin, extension=".mp4") as out:
+    # (the overloads want a literal plugin name; both are valid here)
+    with iio.imopen(tmp, "w", plugin=plugin, extension=".mp4") as out:  # type: ignore[call-overload]
         if plugin == "pyav":
             out.init_video_stream("libx264", fps=fps)
             for f in frame_iter:
