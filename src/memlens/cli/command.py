@@ -126,7 +126,7 @@ def analysis_command(
             f = hide_option(f)
         if annotations:
             f = annotations_option(f)
-        f = no_cache_option(json_option(f))
+        f = json_option(no_cache_option(f))
         if opens == "pair":
             f = click.option(
                 "--device-b", type=int, default=None, help="Device of B when it differs from --device."
