@@ -60,9 +60,9 @@ class LocalPool:
         self._pool: ProcessPoolExecutor | None = None
 
     def _new_pool(self) -> ProcessPoolExecutor:
-        # forkserver, not fork: the parent may run a progress thread (rich) or a Dask
-        # client, and forking a process with threads can deadlock the child
-        ctx = multiprocessing.get_context("forkserver")
+        # spawn, not fork: the parent may run a progress thread (rich) or a Dask client,
+        # and forking a process with threads can deadlock the child
+        ctx = multiprocessing.get_context("spawn")
         return ProcessPoolExecutor(self.workers, mp_context=ctx)
 
     def map_unordered(
