@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from memlens.analysis.oom import oom_entries
+from memlens.analysis.results import DeviceSummary, Summary
 from memlens.analysis.sites import top_sites
 from memlens.analysis.stages import annotation_rows_for
 from memlens.snapshot.model import GHOST, PREEXISTING, DeviceTrace, Snapshot
@@ -29,7 +30,7 @@ _NOTABLE_DEFAULTS = {
 
 
 def notable_settings(settings: dict[str, Any]) -> dict[str, Any]:
-    out = {}
+    out: dict[str, Any] = {}
     for k, v in settings.items():
         if k == "PYTORCH_CUDA_ALLOC_CONF":
             if v:
@@ -52,7 +53,7 @@ def _action_counts(snap: Snapshot, dev: DeviceTrace) -> dict[str, int]:
 
 def device_summary(
     dev: DeviceTrace, *, top: int = 10, hide_patterns: Sequence[str] | None = None
-) -> dict[str, Any]:
+) -> DeviceSummary:
     snap = dev.snapshot
     n = dev.n_events
     has_time = n > 0 and bool(dev.time_us[0] >= 0)
@@ -103,7 +104,7 @@ def summarize(
     *,
     top: int = 10,
     hide_patterns: Sequence[str] | None = None,
-) -> dict[str, Any]:
+) -> Summary:
     devices = [device] if device is not None else snap.devices
     return {
         "schema": SUMMARY_SCHEMA_VERSION,

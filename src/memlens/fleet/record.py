@@ -14,13 +14,14 @@ import hashlib
 import os
 import socket
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
 
 from memlens.analysis.categories import categorize
+from memlens.analysis.results import OomEntry, Site
 from memlens.analysis.sites import frame_label, user_frame_of_stacks
 from memlens.analysis.stages import stage_table
 from memlens.snapshot.model import DeviceTrace
@@ -59,12 +60,12 @@ class RankRecord:
     peak_reserved_bytes: int = 0
     peak_reserved_event_index: int = -1
     end_reserved_bytes: int = 0
-    ooms: list[dict[str, Any]] = field(default_factory=list)
+    ooms: list[OomEntry] = field(default_factory=list)
     # stage base name ("forward", "ProfilerStep", ...) -> highest peak over its occurrences
     stage_peaks: dict[str, int] = field(default_factory=dict)
     # category (memlens categories) -> bytes live at the peak of active memory
     category_bytes: dict[str, int] = field(default_factory=dict)
-    top_sites: list[dict[str, Any]] = field(default_factory=list)
+    top_sites: list[Site] = field(default_factory=list)
     # hash of the set of call sites that allocated on this device: same code, same hash
     fingerprint: str = ""
     worker: str = ""  # host:pid that read the file (which worker to look at)
@@ -136,11 +137,12 @@ def record_of(
     from memlens.analysis.summary import device_summary
 
     s = device_summary(dev, top=top, hide_patterns=hide_patterns)
+    figures: Mapping[str, Any] = s  # (read by name from SUMMARY_FIGURES)
     return RankRecord(
         rank=rank,
         path=path,
         device=dev.device,
-        **{k: s[k] for k in SUMMARY_FIGURES},
+        **{k: figures[k] for k in SUMMARY_FIGURES},
         ooms=s["ooms"],
         stage_peaks=stage_peaks(dev),
         category_bytes=category_bytes_at_peak(dev),

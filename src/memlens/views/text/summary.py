@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
-
+from memlens.analysis.results import Summary
 from memlens.units import format_bytes
 
 
-def render_summary(s: dict[str, Any]) -> str:
+def render_summary(s: Summary) -> str:
     """The text of analysis.summary.summarize's result."""
     lines = [f"memlens summary of {s['source']}"]
     for d in s["devices"]:

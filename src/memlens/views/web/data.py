@@ -13,6 +13,7 @@ import numpy as np
 
 from memlens.analysis.diff import diff
 from memlens.analysis.oom import oom_entries
+from memlens.analysis.results import DeviceSummary
 from memlens.analysis.sites import frame_label, site_of_allocations
 from memlens.analysis.stages import stage_intervals
 from memlens.analysis.summary import device_summary
@@ -56,7 +57,7 @@ class ViewerData:
         self._lock = threading.Lock()
         self._annotations: dict[tuple[int, int], dict[str, Any]] = {}
         self._meta: dict[str, Any] | None = None
-        self._summaries: dict[tuple[int, int], dict[str, Any]] = {}
+        self._summaries: dict[tuple[int, int], DeviceSummary] = {}
         self._meta_lock = threading.Lock()  # computed once, by whoever asks first
         self._ann_lock = threading.Lock()
 
@@ -133,7 +134,7 @@ class ViewerData:
         return {"snapshots": out}
 
     # ---- /api/d/{device}/summary ------------------------------------------------------------
-    def summary(self, s: int, device: int) -> dict[str, Any]:
+    def summary(self, s: int, device: int) -> DeviceSummary:
         """`memlens summary` figures of one device (asked for after the first paint)."""
         key = (s, device)
         with self._meta_lock:
