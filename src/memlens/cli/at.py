@@ -44,7 +44,7 @@ def command(dev: DeviceTrace, event: int | None, time_us: int | None, addr: str 
     kw = live_kwargs(top, depth, all_frames, min_share, hide)
     if addr is not None:
         a, v = parse_address(addr)
-        result = memory_at_allocation(dev, a, version if version is not None else v, when, **kw)
-        return Answer(result, render_at, dev.device, when)
+        at_alloc = memory_at_allocation(dev, a, version if version is not None else v, when, **kw)
+        return Answer(at_alloc, render_at, dev.device, when)
     result = live_set(dev, resolve_event(dev, event=event, time_us=time_us), **kw)
     return Answer(result, render_at, dev.device, None)

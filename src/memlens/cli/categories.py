@@ -48,5 +48,5 @@ def command(dev: DeviceTrace, event: int | None, overrides: list[tuple[str, str]
     from memlens.views.text.categories import render_categories
 
     result = categories(dev, event=event, overrides=overrides, points=points, hide_patterns=hide)
-    result["compile_contexts"] = by_compile_context(dev, event=result["event"])
-    return Answer(result, render_categories, dev.device)
+    contexts = by_compile_context(dev, event=result["event"])
+    return Answer({**result, "compile_contexts": contexts}, render_categories, dev.device)

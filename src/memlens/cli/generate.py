@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 
@@ -48,7 +50,7 @@ def command(
 
     if events < 0 or devices < 1 or layers < 1 or truncate < 0:
         raise MemlensError("--events and --truncate must be >= 0, --devices and --layers >= 1")
-    options = dict(
+    options: dict[str, Any] = dict(
         events=events,
         devices=devices,
         layers=layers,

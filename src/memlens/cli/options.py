@@ -26,7 +26,9 @@ def snapshots_argument(two: bool = False) -> Callable[[F], F]:
     commands that compare two snapshots (view, tui, report, diff). The parameter is
     `paths`: (SNAPSHOT, SNAPSHOT2 or None)."""
 
-    def check(ctx: click.Context, _: click.Parameter, paths: tuple[str, ...]) -> tuple[str, ...]:
+    def check(
+        ctx: click.Context, _: click.Parameter, paths: tuple[str, ...]
+    ) -> tuple[str, str | None]:
         from memlens.errors import MemlensError
 
         if len(paths) > 2 or (two and len(paths) < 2):

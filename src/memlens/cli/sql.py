@@ -69,6 +69,7 @@ def command(snapshot: str, query: str | None, as_csv: bool, limit: int | None, s
             "as columns from information_schema.columns where table_name not like '\\_%' escape '\\' "
             "group by 1 order by 1"
         )
+    assert query is not None  # given, or the --tables query
     if as_json or as_csv:
         result = run(snap, query, limit=limit)
     else:
