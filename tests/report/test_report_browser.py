@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from test_report_snapshots import EVIL_NAME, EVIL_STAGE, step_snapshot, write
+from report_snapshots import EVIL_NAME, EVIL_STAGE, step_snapshot, write
 
 from chromium import BROWSER_MARKS
 from memlens.views.report import write_report

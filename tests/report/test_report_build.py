@@ -7,7 +7,7 @@ import re
 
 import numpy as np
 import pytest
-from test_report_snapshots import MiB, step_snapshot, write
+from report_snapshots import MiB, step_snapshot, write
 
 import memlens
 from memlens.views.report import build_report, default_output, write_report
@@ -183,3 +183,21 @@ def test_empty_trace_degrades(tmp_path):
 def test_report_is_deterministic():
     snap = memlens.load(step_snapshot(evil=False), cache=False)
     assert build_report(snap)[0] == build_report(snap)[0]
+
+
+def test_every_section_module_is_on_the_page():
+    # one module per section (named as its id); a new module must be added to build.SECTIONS
+    import importlib
+    import pkgutil
+
+    from memlens.views.report import build, sections
+
+    names = {m.name for m in pkgutil.iter_modules(sections.__path__)} - {"common"}
+    assert [s.id for s in build.SECTIONS] == [
+        "overview", "diff", "devices", "timeline", "peak", "stages", "categories", "rules",
+        "leaks", "oom", "anomalies", "allocator", "settings",
+    ]  # fmt: skip
+    assert {s.id for s in build.SECTIONS} == names
+    for name in names:
+        module = importlib.import_module(f"memlens.views.report.sections.{name}")
+        assert module.SECTION in build.SECTIONS

@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 from click.testing import CliRunner
-from test_report_snapshots import step_snapshot, write
+from report_snapshots import step_snapshot, write
 
 from memlens.cli.main import cli
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import re
 
-from test_report_snapshots import EVIL_FILE, EVIL_NAME, EVIL_STAGE, step_snapshot
+from report_snapshots import EVIL_FILE, EVIL_NAME, EVIL_STAGE, step_snapshot
 
 import memlens
 from memlens.views.report import build_report

@@ -8,7 +8,6 @@ columns where the band's offset is constant, so the SVG stays small.
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,6 +15,7 @@ import numpy as np
 
 from memlens.analysis.sites import frame_label, site_of_allocations
 from memlens.snapshot.model import DeviceTrace
+from memlens.views.layout import DeviceLayout
 from memlens.views.report.timeline import PLOT_H, Scale
 
 COLUMNS = 500  # horizontal resolution of the bands (the curves have their own, finer)
@@ -34,36 +34,12 @@ class AllocationBands:
     sites: list[str]  # call-site labels the bands refer to (each once)
 
 
-LAYOUT_TIMEOUT_S = 15.0
-
-
 def _layout_view(dev: DeviceTrace, width: int, ymax: int) -> tuple[np.ndarray, Any]:
-    """The viewer's layout of the whole trace, in a worker thread with a time limit: the
-    bands are a decoration, and whatever happens in the layout, the report must finish."""
-    from memlens.views.layout import DeviceLayout
-
-    box: dict[str, Any] = {}
-
-    def work() -> None:
-        try:
-            layout = DeviceLayout(dev)
-            # Workaround: DeviceLayout.live_count builds under a non-reentrant lock and asks
-            # for base_count, which takes the same lock (a deadlock, reported to the lead).
-            # Caching base_count first avoids it; harmless once that is fixed.
-            getattr(layout, "base_count", None)
-            bounds = layout.event_bounds(0, dev.n_events, width)
-            box["result"] = bounds, layout.view(bounds, BAND_HEIGHT_PX, ymax=ymax)
-        except BaseException as exc:  # handed to the caller's thread below
-            box["error"] = exc
-
-    worker = threading.Thread(target=work, name="memlens-report-bands", daemon=True)
-    worker.start()
-    worker.join(LAYOUT_TIMEOUT_S)
-    if worker.is_alive():
-        raise TimeoutError(f"the timeline layout took longer than {LAYOUT_TIMEOUT_S:.0f} s")
-    if "error" in box:
-        raise box["error"]
-    return box["result"]
+    """The viewer's layout of the whole trace at `width` columns: the column bounds and
+    the view (bands at least one band-pixel tall)."""
+    layout = DeviceLayout(dev)
+    bounds = layout.event_bounds(0, dev.n_events, width)
+    return bounds, layout.view(bounds, BAND_HEIGHT_PX, ymax=ymax)
 
 
 def allocation_bands(dev: DeviceTrace, scale: Scale, hide_patterns: Any = None) -> AllocationBands:

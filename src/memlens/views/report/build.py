@@ -2,43 +2,43 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
 
 from memlens.snapshot.model import Snapshot
-from memlens.views.report import analyses as A
-from memlens.views.report import sections as S
-from memlens.views.report.context import ReportContext, guarded
+from memlens.views.report.context import ReportContext, Section, guarded
 from memlens.views.report.page import esc, render_page
+from memlens.views.report.sections import (
+    allocator,
+    anomalies,
+    categories,
+    devices,
+    diff,
+    leaks,
+    oom,
+    overview,
+    peak,
+    rules,
+    settings,
+    stages,
+    timeline,
+)
 
-SectionFn = Callable[[ReportContext], "str | None"]
-
-
-@dataclass
-class Section:
-    id: str
-    title: str
-    fn: SectionFn
-    # built only when this returns True (e.g. the diff needs a second snapshot)
-    when: Callable[[ReportContext], bool] = lambda ctx: True
-
-
+# the page, in order (each module's SECTION says its title and when it is shown)
 SECTIONS: list[Section] = [
-    Section("overview", "Overview", S.overview),
-    # with two snapshots the comparison is what the reader came for: right after A's figures
-    Section("diff", "Diff: A vs B", S.diff_section, S.has_second),
-    Section("devices", "Devices", S.devices_section, S.has_several_devices),
-    Section("timeline", "Timeline", S.timeline_section),
-    Section("peak", "At the peak", S.peak_section),
-    Section("stages", "Stages", A.stages_section),
-    Section("categories", "Categories", A.categories_section),
-    Section("rules", "Rules", A.rules_section, A.has_rules),
-    Section("leaks", "Leaks and growth", A.leaks_section),
-    Section("oom", "Out of memory", A.oom_section, A.has_oom),
-    Section("anomalies", "Anomalies", A.anomalies_section),
-    Section("allocator", "Allocator state", A.allocator_state_section),
-    Section("settings", "Allocator settings", S.settings_section),
+    overview.SECTION,
+    diff.SECTION,
+    devices.SECTION,
+    timeline.SECTION,
+    peak.SECTION,
+    stages.SECTION,
+    categories.SECTION,
+    rules.SECTION,
+    leaks.SECTION,
+    oom.SECTION,
+    anomalies.SECTION,
+    allocator.SECTION,
+    settings.SECTION,
 ]
 
 

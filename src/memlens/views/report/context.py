@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import importlib
 import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from types import ModuleType
 from typing import Any
 
 from memlens.snapshot.model import DeviceTrace, Snapshot
@@ -34,7 +32,7 @@ class ReportContext:
 
     @cached_property
     def summary(self) -> dict[str, Any]:
-        from memlens.views.text.summary import device_summary
+        from memlens.analysis.summary import device_summary
 
         return device_summary(self.dev, top=15, hide_patterns=self.hide_patterns)
 
@@ -43,23 +41,11 @@ class ReportContext:
         return self.dev.live_at(self.dev.peak_event_index)
 
 
-def analysis(name: str) -> ModuleType:
-    """memlens.analysis.<name>, or SectionUnavailable if that analysis is not installed."""
-    try:
-        return importlib.import_module(f"memlens.analysis.{name}")
-    except ModuleNotFoundError as exc:
-        if exc.name and exc.name.startswith("memlens.analysis"):
-            raise SectionUnavailable(
-                f"the {name} analysis is not available in this version of memlens"
-            ) from None
-        raise
-
-
 def guarded(
     ctx: ReportContext, title: str, fn: Callable[..., str | None], *args: Any
 ) -> str | None:
-    """fn(ctx, *args), or a one-line note when it is unavailable or fails: never raises,
-    so one broken analysis never costs the user the rest of the report."""
+    """fn(ctx, *args), or a one-line note when it has nothing to show or fails: never
+    raises, so one broken analysis never costs the user the rest of the report."""
     from memlens.errors import MemlensError
     from memlens.views.report.page import note
 
@@ -67,8 +53,6 @@ def guarded(
         return fn(ctx, *args)
     except SectionUnavailable as exc:
         return note(f"Not available: {exc}")
-    except NotImplementedError:  # an analysis whose signature exists but not its body yet
-        return note(f"Not available: {title.lower()} is not available in this version of memlens.")
     except MemlensError as exc:
         ctx.problems.append(f"{title}: {exc}")
         return note(f"Not available: {exc}")
@@ -76,3 +60,19 @@ def guarded(
         ctx.problems.append(f"{title}: {type(exc).__name__}: {exc}")
         detail = traceback.format_exception_only(type(exc), exc)[-1].strip()
         return note(f"Not available: this section failed ({detail}).")
+
+
+SectionFn = Callable[[ReportContext], "str | None"]
+
+
+@dataclass
+class Section:
+    """One section of the report: each module of memlens.views.report.sections has one
+    (SECTION), and build.SECTIONS puts them in page order."""
+
+    id: str
+    title: str
+    # the section's HTML (already safe), or None to leave it out
+    fn: SectionFn
+    # built only when this returns True (e.g. the diff needs a second snapshot)
+    when: Callable[[ReportContext], bool] = lambda ctx: True
