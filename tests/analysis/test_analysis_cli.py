@@ -191,6 +191,13 @@ GOLDEN_CASES = {
     "diff": ["diff", "{train}", "{train2}"],
     "summary": ["summary", "{oom}"],
     "check": ["check", "{train}", "--max-peak", "1KiB", "--baseline", "{train2}"],
+    "sql": [
+        "sql",
+        "{train}",
+        "select action, count(*) as n, sum(size) from events group by 1 order by 1",
+    ],
+    "sql_csv": ["sql", "{train}", "select * from allocations order by 1 limit 3", "--csv"],
+    "sql_truncated": ["sql", "{train}", "select name from annotations order by 1", "--limit", "2"],
 }
 
 

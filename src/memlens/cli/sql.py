@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import csv
-import sys
 from typing import Any
 
 import click
@@ -78,21 +76,6 @@ def command(snapshot: str, query: str | None, as_csv: bool, limit: int | None, s
     if as_json:
         emit_json({**result, "rows": rows})
         return
-    if as_csv:
-        w = csv.writer(sys.stdout, lineterminator="\n")
-        w.writerow(result["columns"])
-        w.writerows(rows)
-        return
-    from rich.console import Console
-    from rich.table import Table
+    from memlens.views.text.sql import print_csv, print_table
 
-    table = Table(show_lines=False, header_style="bold")
-    for c, t in zip(result["columns"], result["types"]):
-        numeric = any(k in t for k in ("INT", "DOUBLE", "FLOAT", "DECIMAL"))
-        table.add_column(c, justify="right" if numeric else "left")
-    for r in rows:
-        table.add_row(*["NULL" if v is None else str(v) for v in r])
-    console = Console()
-    console.print(table)
-    more = " (more rows not shown: --limit N, --csv or --json)" if result["truncated"] else ""
-    console.print(f"{len(rows):,} rows{more}", style="dim")
+    (print_csv if as_csv else print_table)(result, rows)
