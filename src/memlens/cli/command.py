@@ -7,14 +7,17 @@ options, and prints the body's `Answer`: its result as JSON with --json, else th
 of its renderer (from memlens.views.text). A command module is its options and a body
 that makes one call:
 
-    @analysis_command("leaks", click.option("--top", type=int, default=10), annotations=True)
+    @analysis_command("leaks", top_option(10), annotations=True)
     def command(dev: DeviceTrace, top: int, hide: list[str] | None) -> Answer:
-        \"\"\"Leaks and growth.\"\"\"
-        return Answer(leaks(dev, limit=top, hide_patterns=hide), render_leaks)
+        \"\"\"Leaks and growth (the command's --help).\"\"\"
+        return Answer(leaks(dev, limit=top, hide_patterns=hide), render_leaks, dev.device)
 
 What the body receives: first the opened input(s) (see `Opens`), then its own options by
 name, and of the shared values only those its signature names: `hide` (already the list
 of patterns), `device`, `no_cache`, `as_json`, `paths` (the snapshot paths as typed).
+Checks that should fail before a long load go in `prepare`. A new command also needs its
+name in cli/main.py COMMANDS (loaded lazily) and, with --json, its TypedDict in
+analysis/results.py and its section in docs/json-schema.md.
 """
 
 from __future__ import annotations
