@@ -80,7 +80,7 @@ def load_compiled(path: Path, warn: Any) -> Snapshot | None:
         _tell_slow(path)
         return None
     name = str(path)
-    got = _read(path, name)
+    got = read_compiled(path, name)
     if got is None:
         return None
     raw, limits = got
@@ -107,7 +107,10 @@ def _tell_slow(path: Path) -> None:
         )
 
 
-def _read(path: Path, name: str) -> tuple[Any, Limits] | None:
+def read_compiled(path: Path, name: str) -> tuple[Any, Limits] | None:
+    """(top-level object with device traces as Columns, limits to build it with), or None
+    when the file is for the Python path (not a protocol 2+ pickle, or a shape the C reader
+    declines)."""
     try:
         size = path.stat().st_size
         with open(path, "rb") as fh:
@@ -218,8 +221,9 @@ class CompiledTrace:
         def optional(key: str) -> np.ndarray:
             if key not in c:
                 return np.full(n, -1, dtype=np.int32)
-            ids = optional_string_ids(c[f"{key}_values"], key, ctx)
-            return ids[self._array(key, np.int32)]
+            ids: np.ndarray = optional_string_ids(c[f"{key}_values"], key, ctx)
+            out: np.ndarray = ids[self._array(key, np.int32)]
+            return out
 
         return {
             "action": action,

@@ -1,0 +1,259 @@
+"""The compiled reader and the Python path give the same snapshot, to the byte.
+
+Each file is loaded twice in one process (so Python's string hashing, which orders
+set-based coding, is the same for both): once as is, through the compiled reader, and
+once with MEMLENS_READER=python. The two column caches must be byte-identical: every
+column, the string/frame/stack tables, streams, action names, warnings and notes are in
+them. The test also checks that the compiled reader really read the file (no fallback).
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import pickle
+import warnings
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import memlens
+from memlens.simulation.synthetic import generate_trace_dict
+from memlens.snapshot import compiled
+from memlens.snapshot.cache import entry_dir
+from memlens.snapshot.loader import SnapshotWarning
+
+pytestmark = pytest.mark.skipif(not compiled.available(), reason="compiled reader not built")
+
+
+def _load_into(path: Path, cache_dir: Path, reader: str) -> tuple[list[str], list[str]]:
+    old = {k: os.environ.get(k) for k in ("MEMLENS_CACHE_DIR", compiled.READER_ENV)}
+    os.environ["MEMLENS_CACHE_DIR"] = str(cache_dir)
+    os.environ[compiled.READER_ENV] = reader
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            snap = memlens.load(path)
+        return snap.warnings, [str(w.message) for w in caught if w.category is SnapshotWarning]
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def _entry_bytes(path: Path, cache_dir: Path) -> dict[str, bytes]:
+    old = os.environ.get("MEMLENS_CACHE_DIR")
+    os.environ["MEMLENS_CACHE_DIR"] = str(cache_dir)
+    try:
+        entry, _ = entry_dir(path)
+    finally:
+        if old is None:
+            os.environ.pop("MEMLENS_CACHE_DIR", None)
+        else:
+            os.environ["MEMLENS_CACHE_DIR"] = old
+    return {p.name: p.read_bytes() for p in sorted(entry.iterdir())}
+
+
+def assert_same_both_ways(path: Path, tmp: Path, *, expect_compiled: bool = True) -> None:
+    if expect_compiled:
+        assert compiled.read_compiled(path, str(path)) is not None, "compiled reader declined"
+    fast = _load_into(path, tmp / "compiled", "compiled")
+    slow = _load_into(path, tmp / "python", "python")
+    assert fast == slow  # warnings kept on the snapshot, and those emitted
+    a, b = _entry_bytes(path, tmp / "compiled"), _entry_bytes(path, tmp / "python")
+    assert sorted(a) == sorted(b)
+    different = [name for name in a if a[name] != b[name]]
+    assert not different, f"cache files differ: {different}"
+
+
+def _real_names() -> list[str]:
+    from conftest import real_snapshot_names
+
+    return real_snapshot_names()
+
+
+@pytest.mark.parametrize("name", _real_names() or ["(none)"])
+def test_real_snapshots_identical(name, shared_snapshots_dir, tmp_path):
+    assert_same_both_ways(shared_snapshots_dir / name, tmp_path)
+
+
+def test_real_snapshot_gzipped_identical(shared_snapshots_dir, tmp_path):
+    src = shared_snapshots_dir / "cs336_compiled_ctx128_forward.pickle"
+    gz = tmp_path / "snap.pickle.gz"
+    gz.write_bytes(gzip.compress(src.read_bytes(), compresslevel=1))
+    assert_same_both_ways(gz, tmp_path)
+
+
+GENERATED = [
+    {"events": 3000, "seed": 1},
+    {"events": 2000, "devices": 2, "seed": 2},
+    {"events": 2000, "expandable": True, "oom": True, "seed": 3},
+    {"events": 1500, "truncate": 400, "side_stream": True, "seed": 4},
+]
+
+
+@pytest.mark.parametrize("protocol", [2, 3, 4, 5])
+@pytest.mark.parametrize("options", GENERATED, ids=lambda o: "-".join(map(str, o.values())))
+def test_generated_snapshots_identical(options, protocol, tmp_path):
+    path = tmp_path / "gen.pickle"
+    memlens.generate_snapshot(path, protocol=protocol, **options)
+    assert_same_both_ways(path, tmp_path)
+
+
+def test_generate_cli_output_identical(tmp_path):
+    from click.testing import CliRunner
+
+    from memlens.cli.main import cli
+
+    path = tmp_path / "cli.pickle"
+    result = CliRunner().invoke(cli, ["generate", str(path), "--events", "2500"])
+    assert result.exit_code == 0, result.output
+    assert_same_both_ways(path, tmp_path)
+
+
+# --- hypothesis-built traces: every field the reader types, odd values, odd layouts ---
+
+FRAMES = [
+    {"filename": "/u/train.py", "line": 10, "name": "step"},
+    {"filename": "/site-packages/torch/nn/functional.py", "line": 2380, "name": "linear"},
+    {"filename": "??", "line": 0, "name": "at::empty_cuda(c10::ArrayRef<long>)"},
+    {"filename": "/u/model.py", "line": 2**40, "name": "forward"},
+]
+STACKS = [[FRAMES[0]], [FRAMES[1], FRAMES[0]], [FRAMES[2], FRAMES[1], FRAMES[0]], [], [FRAMES[3]]]
+ACTIONS = [
+    "alloc", "free_requested", "free_completed", "segment_alloc", "segment_free",
+    "segment_map", "segment_unmap", "snapshot", "oom", "made_up_action", "another_one",
+]  # fmt: skip
+STREAMS = [0, 0, 7, 2**47 + 3, 2**63 + 5]
+
+
+@st.composite
+def entries(draw, with_time: bool):
+    e = {"action": draw(st.sampled_from(ACTIONS))}
+    if draw(st.integers(0, 9)):
+        e["addr"] = draw(st.sampled_from([0, 4096, 2**35, 2**63 + 512, 2**64 - 1]))
+    if draw(st.integers(0, 9)):
+        e["size"] = draw(st.integers(0, 2**40))
+    if draw(st.integers(0, 9)):
+        e["stream"] = draw(st.sampled_from([*STREAMS, None]))
+    if with_time and draw(st.integers(0, 9)):
+        e["time_us"] = draw(st.integers(-(2**40), 2**62))
+    if draw(st.integers(0, 3)):
+        # shared lists (as PyTorch writes them) or fresh copies (as JSON would)
+        stack = draw(st.sampled_from(STACKS))
+        e["frames"] = stack if draw(st.booleans()) else [dict(f) for f in stack]
+    if draw(st.integers(0, 2)) == 0:
+        e["compile_context"] = draw(st.sampled_from(["N/A", "Torch-Compiled Region: 0/1", None]))
+    if draw(st.integers(0, 2)) == 0:
+        e["user_metadata"] = draw(st.sampled_from(["", "step=3", "ünïcode ✓", None]))
+    if e["action"] == "oom" and draw(st.booleans()):
+        e["device_free"] = draw(st.sampled_from([0, 123456789, None, False]))
+    if draw(st.integers(0, 20)) == 0:
+        e[draw(st.sampled_from(["mystery", "pool_id", "category"]))] = draw(
+            st.sampled_from([1, "x", [1, 2], {"k": "v"}])
+        )
+    keys = list(e)
+    order = draw(st.permutations(keys))
+    return {k: e[k] for k in order}
+
+
+@st.composite
+def snapshots(draw):
+    devices = []
+    for _ in range(draw(st.integers(0, 3))):
+        with_time = draw(st.booleans())
+        devices.append(draw(st.lists(entries(with_time), max_size=40)))
+    snap: dict = {"device_traces": devices}
+    if draw(st.booleans()):
+        snap["segments"] = [
+            {
+                "device": 0,
+                "address": 2**35,
+                "total_size": 2**21,
+                "stream": draw(st.sampled_from(STREAMS)),
+                "segment_type": "large",
+                "frames": draw(st.sampled_from(STACKS)),
+                "blocks": [
+                    {
+                        "address": 2**35,
+                        "size": 2**21,
+                        "requested_size": 2**20,
+                        "state": "active_allocated",
+                        "frames": STACKS[1],
+                    },
+                ],
+            }  # fmt: skip
+        ]
+    if draw(st.booleans()):
+        snap["allocator_settings"] = {"expandable_segments": draw(st.booleans())}
+    if draw(st.booleans()):
+        snap["external_annotations"] = [
+            {"name": "fwd", "stage": "START", "device": 0, "time_us": 5}
+        ]
+    if draw(st.integers(0, 6)) == 0:
+        snap["extra_top_level"] = 1
+    return snap
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(snap=snapshots(), protocol=st.integers(2, 5), gz=st.booleans())
+def test_hypothesis_traces_identical(tmp_path_factory, snap, protocol, gz):
+    tmp = tmp_path_factory.mktemp("h")
+    data = pickle.dumps(snap, protocol=protocol)
+    path = tmp / ("h.pickle.gz" if gz else "h.pickle")
+    path.write_bytes(gzip.compress(data) if gz else data)
+    try:
+        memlens.load(path, cache=False, warn=False)
+    except memlens.SnapshotError:
+        # not a valid snapshot (e.g. sizes past 2^62 in total): both paths must refuse alike
+        messages = []
+        for reader in ("compiled", "python"):
+            os.environ[compiled.READER_ENV] = reader
+            try:
+                with pytest.raises(memlens.SnapshotError) as info:
+                    memlens.load(path, cache=False, warn=False)
+                messages.append(str(info.value))
+            finally:
+                os.environ.pop(compiled.READER_ENV, None)
+        assert messages[0] == messages[1]
+        return
+    assert_same_both_ways(path, tmp, expect_compiled=False)
+
+
+def test_single_entry_lists_and_dicts(tmp_path):
+    """One device, one entry, one key: the pickler writes APPEND/SETITEM without MARK."""
+    for snap in (
+        {"device_traces": [[{"action": "alloc"}]]},
+        {"device_traces": [[{"action": "alloc", "addr": 4096, "size": 512}]]},
+        {"device_traces": [[], [{"action": "snapshot", "size": 0}]]},
+        {"device_traces": []},
+        {"segments": []},
+    ):
+        path = tmp_path / "one.pickle"
+        path.write_bytes(pickle.dumps(snap, protocol=2))
+        assert_same_both_ways(path, tmp_path / str(len(list(tmp_path.iterdir()))))
+
+
+def test_fallback_shapes_read_alike(tmp_path):
+    """Shapes the C reader declines go through the Python path: same result."""
+    gen = generate_trace_dict(events=300, seed=5)
+    trace = gen["device_traces"][0]
+    trace[3]["forward_frames"] = ["a", "b"]  # forward_frames lists: Python path
+    shared = trace[5]
+    gen["device_traces"][0].append(shared)  # one entry dict twice (memo): Python path
+    path = tmp_path / "odd.pickle"
+    path.write_bytes(pickle.dumps(gen, protocol=4))
+    assert compiled.read_compiled(path, str(path)) is None
+    assert_same_both_ways(path, tmp_path, expect_compiled=False)
+
+
+def test_reader_env_var(tmp_path, monkeypatch):
+    path = tmp_path / "g.pickle"
+    memlens.generate_snapshot(path, events=200)
+    monkeypatch.setenv(compiled.READER_ENV, "bogus")
+    with pytest.raises(memlens.SnapshotError, match="MEMLENS_READER"):
+        memlens.load(path, cache=False)
