@@ -64,7 +64,8 @@ def allocation_bands(dev: DeviceTrace, scale: Scale, hide_patterns: Any = None) 
     sites = site_of_allocations(dev, rows, hide_patterns)
     snap = dev.snapshot
     site_index: dict[int, int] = {}
-    parts, info = [], []
+    parts: list[str] = []
+    info: list[list[Any]] = []
     for k in np.flatnonzero(keep).tolist():
         size = int(sizes[k])
         h = max(scale.y(0) - scale.y(size), 0.3)

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
+from memlens.analysis.results import DeviceSummary
 from memlens.snapshot.model import DeviceTrace, Snapshot
 
 
@@ -31,7 +32,7 @@ class ReportContext:
     problems: list[str] = field(default_factory=list)
 
     @cached_property
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> DeviceSummary:
         from memlens.analysis.summary import device_summary
 
         return device_summary(self.dev, top=15, hide_patterns=self.hide_patterns)

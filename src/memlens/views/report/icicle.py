@@ -7,6 +7,7 @@ page, so the embedded tree stays small however many distinct stacks the trace ha
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from memlens.snapshot.model import DeviceTrace
@@ -16,7 +17,7 @@ MAX_DEPTH = 160
 OTHER_LABEL = "<other>"
 
 
-def compact(node: dict[str, Any]) -> dict[str, Any]:
+def compact(node: Mapping[str, Any]) -> dict[str, Any]:
     """{label, bytes, count, frame?, children} -> {"n", "b", "c", "f"?: "file:line", "k"?,
     "o": 1 for the merged small nodes}."""
     out: dict[str, Any] = {"n": node["label"], "b": int(node["bytes"]), "c": int(node["count"])}

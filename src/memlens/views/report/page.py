@@ -126,7 +126,12 @@ def json_island(element_id: str, data: Any) -> str:
 @cache
 def asset(name: str) -> str:
     """A file from templates/ (CSS, JS, page skeleton), read once."""
-    return resources.files("memlens.views.report").joinpath("templates", name).read_text("utf-8")
+    return (
+        resources.files("memlens.views.report")
+        .joinpath("templates")
+        .joinpath(name)
+        .read_text("utf-8")
+    )
 
 
 def render_page(

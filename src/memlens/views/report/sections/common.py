@@ -3,13 +3,14 @@ tables and curves of categories and rules."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from memlens.views.report.page import Cell, esc, fmt_bytes, fmt_int, num, site_code, table
 from memlens.views.report.stacked import stacked_svg
 
 
-def sites_table(sites: list[dict[str, Any]], total: int | None = None) -> str:
+def sites_table(sites: Sequence[Mapping[str, Any]], total: int | None = None) -> str:
     """Call sites (as top_sites returns them) with bytes, share and count."""
     rows = []
     for s in sites:
@@ -27,11 +28,11 @@ def sites_table(sites: list[dict[str, Any]], total: int | None = None) -> str:
     )
 
 
-def site_cell(s: dict[str, Any]) -> Cell:
+def site_cell(s: Mapping[str, Any]) -> Cell:
     return Cell(site_code(s.get("site", "")))
 
 
-def sites_cell(sites: list[dict[str, Any]], key: str = "bytes") -> Cell:
+def sites_cell(sites: Sequence[Mapping[str, Any]], key: str = "bytes") -> Cell:
     """A few sites in one cell: 'site (bytes)' per line."""
     lines = [f"{site_code(s.get('site', ''))} {fmt_bytes(s.get(key, 0))}" for s in sites]
     return Cell("<br>".join(lines))
@@ -42,7 +43,7 @@ def event_text(e: Any) -> str:
 
 
 def groups_table(
-    kind: str, groups: list[dict[str, Any]], total: int, *, pattern: bool = False
+    kind: str, groups: Sequence[Mapping[str, Any]], total: int, *, pattern: bool = False
 ) -> str:
     """Categories and rules alike: per group, bytes and share at the peak, its own peak,
     what it allocated over the trace and its top sites (rules add their pattern)."""
@@ -64,7 +65,7 @@ def groups_table(
     )  # fmt: skip
 
 
-def curve_chart(curve: dict[str, Any] | None, names: list[str], n_events: int) -> str:
+def curve_chart(curve: Mapping[str, Any] | None, names: list[str], n_events: int) -> str:
     if not curve or not curve.get("event"):
         return ""
     by_name = curve.get("bytes") or {}

@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from memlens.analysis.ranks import ranks
 from memlens.views.report.context import ReportContext, Section
 from memlens.views.report.page import (
@@ -41,7 +44,7 @@ def devices_section(ctx: ReportContext) -> str:
         rows,
         numeric=(1, 2, 3, 4, 5),
     )
-    imb = r.get("imbalance") or {}
+    imb: Mapping[str, Any] = r.get("imbalance") or {}
     if imb:
         out += note(
             f"Peak active from {bytes_text(imb['peak_min_bytes'])} ({imb['min_label']}) to {bytes_text(imb['peak_max_bytes'])} "

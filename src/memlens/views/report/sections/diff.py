@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from memlens.analysis.diff import diff
+from memlens.snapshot.model import DeviceTrace
 from memlens.views.report.context import ReportContext, Section, guarded
 from memlens.views.report.page import (
     Cell,
@@ -32,17 +36,24 @@ FIGURE_LABELS = {
 STATUS = {"both": "", "only_a": "only in A", "only_b": "only in B"}
 
 
-def _pct(figure: dict) -> str:
+def _pct(figure: Mapping[str, Any]) -> str:
     p = figure.get("change_pct")
     if p is None:  # A was 0
         return "" if not figure.get("change") else "new"
     return f"{p:+.2f}%"
 
 
+def _device_b(ctx: ReportContext) -> DeviceTrace:
+    assert ctx.dev2 is not None  # the section is shown only with a second snapshot
+    return ctx.dev2
+
+
 def diff_section(ctx: ReportContext) -> str:
     a_name, b_name = ctx.names
     parts = [
-        note(f"A = {a_name} (device {ctx.dev.device}); B = {b_name} (device {ctx.dev2.device})."),
+        note(
+            f"A = {a_name} (device {ctx.dev.device}); B = {b_name} (device {_device_b(ctx).device})."
+        ),
         guarded(ctx, "Diff", diff_tables),
         "<h3>Timeline of B</h3>",
         guarded(ctx, "Diff timeline", lambda c: timeline_section(c, key="b")),
@@ -52,7 +63,7 @@ def diff_section(ctx: ReportContext) -> str:
 
 def diff_tables(ctx: ReportContext) -> str:
     """The diff analysis: headline figures, per call site at each peak, stage by stage."""
-    r = diff(ctx.dev, ctx.dev2, limit=30, hide_patterns=ctx.hide_patterns)
+    r = diff(ctx.dev, _device_b(ctx), limit=30, hide_patterns=ctx.hide_patterns)
     rows = []
     for f in r.get("figures") or []:
         is_count = f["name"] == "trace_entries"

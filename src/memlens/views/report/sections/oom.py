@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from memlens.analysis.oom import oom_report
@@ -53,7 +54,7 @@ def oom_section(ctx: ReportContext) -> str:
     return "".join(parts) or note("No OOM entries.")
 
 
-def _oom_notes(o: dict[str, Any]) -> str:
+def _oom_notes(o: Mapping[str, Any]) -> str:
     out = []
     site = o.get("stack_site") or o.get("site")
     if site:
@@ -68,7 +69,7 @@ def _oom_notes(o: dict[str, Any]) -> str:
     return "".join(note(t) for t in out)
 
 
-def _sites_table(sites: list[dict[str, Any]]) -> str:
+def _sites_table(sites: Sequence[Mapping[str, Any]]) -> str:
     rows = [[site_cell(s), num(fmt_bytes(s["bytes"])), fmt_int(s.get("count"))] for s in sites]
     return table(["call site", "bytes", "allocations"], rows, numeric=(1, 2))
 

@@ -14,6 +14,7 @@ def has_rules(ctx: ReportContext) -> bool:
 
 
 def rules_section(ctx: ReportContext) -> str:
+    assert ctx.rules_path is not None  # the section is shown only with --rules
     rules = load_rules(ctx.rules_path)
     result = rules_analysis(ctx.dev, rules, hide_patterns=ctx.hide_patterns)
     items = result.get("rules") or []

@@ -3,8 +3,7 @@ compared step by step."""
 
 from __future__ import annotations
 
-from typing import Any
-
+from memlens.analysis.results import StageTable
 from memlens.analysis.stages import compare_steps, sites_that_grew, stage_table
 from memlens.views.report.context import ReportContext, Section, SectionUnavailable
 from memlens.views.report.page import bytes_text, esc, fmt_bytes, fmt_delta, note, num, table
@@ -71,7 +70,7 @@ def stages_section(ctx: ReportContext) -> str:
     return out + steps_html(ctx, result)
 
 
-def steps_html(ctx: ReportContext, result: dict[str, Any]) -> str:
+def steps_html(ctx: ReportContext, result: StageTable) -> str:
     """Repeated stages (training steps, optimizer steps) compared step by step."""
     groups = compare_steps(ctx.dev, table=result).get("groups") or []
     parts = []
