@@ -29,6 +29,7 @@ from typing import Any, Union, get_args, get_origin, get_type_hints, is_typeddic
 import pytest
 
 from memlens.analysis import results as R
+from memlens.fleet.results import FleetResult
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "json-schema.md"
 
@@ -47,6 +48,7 @@ COMMANDS: dict[str, dict[str, Any]] = {
     "fragmentation": {"State": R.AllocatorState, "": R.FragmentationResult},
     "oom": {"": R.OomOutput},
     "ranks": {"": R.RanksResult},
+    "fleet": {"": FleetResult},
     "sql": {"": R.QueryResult},
 }
 SHARED = {

@@ -13,13 +13,14 @@ from typing import Any
 
 from memlens.fleet.api import fleet, summarize_fleet
 from memlens.fleet.record import RankRecord, rank_record
+from memlens.fleet.results import FleetResult
 
 
 class _CallableModule(types.ModuleType):
-    def __call__(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+    def __call__(self, *args: Any, **kwargs: Any) -> FleetResult:
         return fleet(*args, **kwargs)
 
 
 sys.modules[__name__].__class__ = _CallableModule
 
-__all__ = ["RankRecord", "fleet", "rank_record", "summarize_fleet"]
+__all__ = ["FleetResult", "RankRecord", "fleet", "rank_record", "summarize_fleet"]

@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Iterable, Sequence
-from typing import Any, TypedDict
+from typing import Any
 
 from memlens.fleet.record import RankRecord
+from memlens.fleet.results import FigureStats, FlaggedFigure, Group, Outlier, StageImbalance
 
 HEADLINE = ("peak_active_bytes", "peak_reserved_bytes", "baseline_bytes", "end_active_bytes")
 MAD_TO_SIGMA = 1.4826
@@ -26,22 +27,6 @@ REL_FLOOR = 0.01  # of the figure's median
 PEAK_FLOOR = 0.002  # of the median peak active bytes
 DEFAULT_Z = 3.5
 DEFAULT_TOLERANCE = 0.05
-
-
-class FlaggedFigure(TypedDict):
-    name: str  # "peak_active_bytes", "stage:forward", "category:activation", ...
-    value: int
-    median: float
-    z: float
-    change_pct: float | None  # None when the median is 0
-
-
-class Outlier(TypedDict):
-    rank: int
-    path: str
-    max_abs_z: float
-    figures: list[FlaggedFigure]  # largest |z| first
-    diff: dict[str, Any] | None  # filled by fleet(): memlens diff against the median rank
 
 
 def figures_of(rec: RankRecord) -> dict[str, int]:
@@ -53,14 +38,18 @@ def figures_of(rec: RankRecord) -> dict[str, int]:
     return out
 
 
-def robust_stats(values: Sequence[int], peak_median: float) -> dict[str, float]:
+def robust_stats(values: Sequence[int], peak_median: float) -> FigureStats:
     med = float(statistics.median(values))
     mad = float(statistics.median(abs(v - med) for v in values))
     scale = max(MAD_TO_SIGMA * mad, REL_FLOOR * abs(med), PEAK_FLOOR * peak_median, 1.0)
-    return {"median": med, "mad": mad, "scale": scale}
+    return FigureStats(median=med, mad=mad, scale=scale, ranks=len(values))
 
 
-def fleet_stats(records: Sequence[RankRecord]) -> tuple[dict[str, dict[str, float]], dict[int, dict[str, float]]]:  # fmt: skip
+Stats = dict[str, FigureStats]
+Scores = dict[int, dict[str, float]]  # rank -> figure -> z
+
+
+def fleet_stats(records: Sequence[RankRecord]) -> tuple[Stats, Scores]:
     """({figure: {"median", "mad", "scale", "ranks"}}, {rank: {figure: z}}) over the ok
     ranks (a rank without a stage is not judged on it)."""
     figs = {r.rank: figures_of(r) for r in records if r.ok}
@@ -71,9 +60,10 @@ def fleet_stats(records: Sequence[RankRecord]) -> tuple[dict[str, dict[str, floa
     if not figs:
         return {}, {}
     peak_median = float(statistics.median(by_name["peak_active_bytes"]))
-    stats = {}
-    for name in sorted(by_name, key=_figure_order):
-        stats[name] = {**robust_stats(by_name[name], peak_median), "ranks": len(by_name[name])}
+    stats = {
+        name: robust_stats(by_name[name], peak_median)
+        for name in sorted(by_name, key=_figure_order)
+    }
     z = {
         rank: {k: round((v - stats[k]["median"]) / stats[k]["scale"], 3) for k, v in f.items()}
         for rank, f in figs.items()
@@ -89,8 +79,8 @@ def _figure_order(name: str) -> tuple[int, str]:
 
 def outliers(
     records: Sequence[RankRecord],
-    stats: dict[str, dict[str, float]],
-    z: dict[int, dict[str, float]],
+    stats: Stats,
+    z: Scores,
     threshold: float = DEFAULT_Z,
 ) -> list[Outlier]:
     """Ranks with |z| > threshold on any figure, the most extreme first; each with its
@@ -115,7 +105,7 @@ def _flagged(name: str, value: int, median: float, z: float) -> FlaggedFigure:
     return FlaggedFigure(name=name, value=value, median=median, z=z, change_pct=pct)
 
 
-def median_rank(records: Sequence[RankRecord], z: dict[int, dict[str, float]]) -> int | None:
+def median_rank(records: Sequence[RankRecord], z: Scores) -> int | None:
     """The most typical ok rank: smallest sum of |z| over the headline figures (the
     lowest rank on a tie). The outliers are diffed against it."""
     ok = [r.rank for r in records if r.ok]
@@ -126,9 +116,9 @@ def median_rank(records: Sequence[RankRecord], z: dict[int, dict[str, float]]) -
 
 def groups(
     records: Sequence[RankRecord],
-    stats: dict[str, dict[str, float]],
+    stats: Stats,
     tolerance: float = DEFAULT_TOLERANCE,
-) -> list[dict[str, Any]]:
+) -> list[Group]:
     """Ranks that behave alike: the same stack-set fingerprint, and each headline figure
     within `tolerance` (a fraction of the fleet's median of that figure) of the group's
     first rank. Ranks are taken in rank order; largest group first."""
@@ -147,13 +137,13 @@ def groups(
             made.append({"fingerprint": r.fingerprint, "ranks": [r.rank], "_first": r})
     made.sort(key=lambda g: (-len(g["ranks"]), g["ranks"][0]))
     return [
-        {"group": i, "fingerprint": g["fingerprint"], "count": len(g["ranks"]),
-         "ranks": g["ranks"], "peak_active_bytes": g["_first"].peak_active_bytes}
+        Group(group=i, fingerprint=g["fingerprint"], count=len(g["ranks"]), ranks=g["ranks"],
+              peak_active_bytes=g["_first"].peak_active_bytes)
         for i, g in enumerate(made)
     ]  # fmt: skip
 
 
-def stage_imbalance(records: Iterable[RankRecord]) -> list[dict[str, Any]]:
+def stage_imbalance(records: Iterable[RankRecord]) -> list[StageImbalance]:
     """Per stage (base name): its peak over the ranks that have it: min, median, max,
     which ranks, spread and max / median (1.0 = balanced). Most imbalanced first."""
     per: dict[str, list[tuple[int, int]]] = {}
@@ -161,16 +151,17 @@ def stage_imbalance(records: Iterable[RankRecord]) -> list[dict[str, Any]]:
         if r.ok:
             for name, b in r.stage_peaks.items():
                 per.setdefault(name, []).append((b, r.rank))
-    out: list[dict[str, Any]] = []
+    out: list[StageImbalance] = []
     for name, vals in per.items():
         vals.sort()
         med = float(statistics.median(v for v, _ in vals))
         (lo, lo_rank), hi = vals[0], vals[-1][0]
         hi_rank = next(rank for v, rank in vals if v == hi)  # the lowest rank at the max
         out.append(
-            {"stage": name, "ranks": len(vals), "min_bytes": lo, "min_rank": lo_rank,
-             "median_bytes": med, "max_bytes": hi, "max_rank": hi_rank,
-             "spread_bytes": hi - lo, "max_over_median": round(hi / med, 4) if med else None}
+            StageImbalance(stage=name, ranks=len(vals), min_bytes=lo, min_rank=lo_rank,
+                           median_bytes=med, max_bytes=hi, max_rank=hi_rank,
+                           spread_bytes=hi - lo,
+                           max_over_median=round(hi / med, 4) if med else None)
         )  # fmt: skip
-    out.sort(key=lambda s: (-float(s["max_over_median"] or 0), str(s["stage"])))
+    out.sort(key=lambda s: (-(s["max_over_median"] or 0), s["stage"]))
     return out

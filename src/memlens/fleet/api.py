@@ -13,13 +13,14 @@ from __future__ import annotations
 import warnings
 from collections.abc import Callable, Sequence
 from functools import partial
-from typing import Any
+from typing import Any, cast
 
 from memlens.fleet import aggregate as agg
 from memlens.fleet.executors import Executor, TaskLost, make_executor
 from memlens.fleet.naming import expand_paths, rank_ids
 from memlens.fleet.progress import progress_bar
 from memlens.fleet.record import FAILED, RankRecord, one_line, rank_record
+from memlens.fleet.results import FleetResult, FleetRow, OutlierDiff
 
 FLEET_SCHEMA_VERSION = 1
 DIFF_SITES = 10  # call sites kept in each outlier's diff
@@ -36,7 +37,7 @@ def outlier_diff(
     hide_patterns: Sequence[str] | None = None,
     cache: bool = True,
     limit: int = DIFF_SITES,
-) -> dict[str, Any]:
+) -> OutlierDiff:
     """memlens diff of (median rank's file, outlier's file), cut to the call sites and
     stages that changed most; {"error": reason} when either cannot be read."""
     from memlens.analysis.diff import diff
@@ -49,12 +50,16 @@ def outlier_diff(
             b = load(pair[1], cache=cache, warn=False).device(device)
             d = diff(a, b, limit=limit, hide_patterns=hide_patterns)
     except Exception as exc:
-        return {"error": one_line(exc)}
+        return diff_error(one_line(exc))
     stages = d["stages"]
     if stages is not None:  # one row per step would be thousands: the largest changes
         stages = sorted(stages, key=lambda s: -abs(s["peak_change"] or 0))[:limit]
-    return {"figures": d["figures"], "sites": d["sites"], "sites_total": d["sites_total"],
-            "stages": stages}  # fmt: skip
+    return OutlierDiff(error=None, figures=d["figures"], sites=d["sites"],
+                       sites_total=d["sites_total"], stages=stages)  # fmt: skip
+
+
+def diff_error(reason: str) -> OutlierDiff:
+    return OutlierDiff(error=reason, figures=[], sites=[], sites_total=0, stages=None)
 
 
 def fleet(
@@ -73,7 +78,7 @@ def fleet(
     progress: bool | None = False,
     executor: Executor | None = None,
     on_record: Callable[[RankRecord], None] | None = None,
-) -> dict[str, Any]:
+) -> FleetResult:
     """Analyze a fleet of rank snapshots (files, directories or globs).
 
     scheduler: None (a local process pool of `workers`, default the cores),
@@ -91,7 +96,7 @@ def fleet(
         records = _collect(ex, files, ids, progress, on_record, device=device, top=top,
                            hide_patterns=hide_patterns, cache=cache)  # fmt: skip
         result = summarize_fleet(records, threshold=threshold, tolerance=tolerance)
-        result.update(executor=ex.name, rank_source=rank_source)
+        result["executor"], result["rank_source"] = ex.name, rank_source
         _attach_diffs(ex, result, records, diffs, device=device,
                       hide_patterns=hide_patterns, cache=cache)  # fmt: skip
     finally:
@@ -126,7 +131,7 @@ def summarize_fleet(
     *,
     threshold: float = agg.DEFAULT_Z,
     tolerance: float = agg.DEFAULT_TOLERANCE,
-) -> dict[str, Any]:
+) -> FleetResult:
     """The across-rank part of `fleet` on records already made (no diffs)."""
     stats, z = agg.fleet_stats(records)
     found = agg.outliers(records, stats, z, threshold)
@@ -134,8 +139,8 @@ def summarize_fleet(
     group_of = {rank: g["group"] for g in grouped for rank in g["ranks"]}
     flagged = {o["rank"] for o in found}
     table = [
-        {**r.to_dict(), "group": group_of.get(r.rank), "outlier": r.rank in flagged,
-         "z": z.get(r.rank, {})}
+        cast(FleetRow, {**r.to_dict(), "group": group_of.get(r.rank),
+                        "outlier": r.rank in flagged, "z": z.get(r.rank, {})})
         for r in records
     ]  # fmt: skip
     return {
@@ -161,7 +166,7 @@ def summarize_fleet(
 
 def _attach_diffs(
     ex: Executor,
-    result: dict[str, Any],
+    result: FleetResult,
     records: Sequence[RankRecord],
     diffs: int,
     **options: Any,
@@ -175,4 +180,4 @@ def _attach_diffs(
     path_of = {r.rank: r.path for r in records}
     pairs = [(path_of[base], o["path"]) for o in chosen]
     for i, d in ex.map_unordered(partial(outlier_diff, **options), pairs):
-        chosen[i]["diff"] = {"error": d.reason} if isinstance(d, TaskLost) else d
+        chosen[i]["diff"] = diff_error(d.reason) if isinstance(d, TaskLost) else d

@@ -14,6 +14,7 @@ from typing import Any
 
 from memlens.errors import MemlensError
 from memlens.fleet.record import SUMMARY_FIGURES
+from memlens.fleet.results import FleetResult, FleetRow
 
 _FIXED: tuple[tuple[str, str], ...] = (
     ("rank", "int64"), ("path", "string"), ("status", "string"), ("reason", "string"),
@@ -23,14 +24,15 @@ _FIXED: tuple[tuple[str, str], ...] = (
 )  # fmt: skip
 
 
-def flat_rows(table: Sequence[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[str]]:
+def flat_rows(table: Sequence[FleetRow]) -> tuple[list[dict[str, Any]], list[str]]:
     """(rows as flat dicts, the stage/category column names in order)."""
     stages = sorted({k for row in table for k in row["stage_peaks"]})
     cats = sorted({k for row in table for k in row["category_bytes"]})
     extra = [f"stage.{s}.peak_bytes" for s in stages] + [f"category.{c}.bytes" for c in cats]
     rows = []
     for row in table:
-        flat = {k: row[k] for k, _ in _FIXED if k not in ("ooms", "max_abs_z")}
+        values: dict[str, Any] = dict(row)
+        flat = {k: values[k] for k, _ in _FIXED if k not in ("ooms", "max_abs_z")}
         flat["ooms"] = len(row["ooms"])
         flat["max_abs_z"] = max((abs(z) for z in row["z"].values()), default=None)
         flat.update({f"stage.{s}.peak_bytes": row["stage_peaks"].get(s) for s in stages})
@@ -39,7 +41,7 @@ def flat_rows(table: Sequence[dict[str, Any]]) -> tuple[list[dict[str, Any]], li
     return rows, extra
 
 
-def write_parquet(result: dict[str, Any], path: str | Path) -> Path:
+def write_parquet(result: FleetResult, path: str | Path) -> Path:
     """The table of a fleet result as one Parquet file (needs pyarrow: memlens[fleet])."""
     try:
         import pyarrow as pa
