@@ -147,3 +147,13 @@ def test_cli_errors_are_one_line(fleet_dir):
         with pytest.raises(SystemExit) as exc:
             main(args)
         assert exc.value.code == 2
+
+
+def test_memlens_generate_ranks_writes_a_fleet_with_its_skews(tmp_path):
+    out = tmp_path / "job"
+    r = run("generate", str(out), "--ranks", "8", "--skew", "leak:2", "--skew",
+            "activations:5", "--events", "1000")  # fmt: skip
+    assert r.exit_code == 0 and "wrote 8 rank files" in r.output
+    assert sorted(p.name for p in out.iterdir())[:2] == ["rank00000.pickle", "rank00001.pickle"]
+    result = fleet(str(out), workers=2, diffs=0)
+    assert sorted(o["rank"] for o in result["outliers"]) == [2, 5]

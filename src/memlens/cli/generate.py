@@ -1,4 +1,5 @@
-"""`memlens generate OUT`: write a synthetic snapshot in PyTorch's format (for trying memlens)."""
+"""`memlens generate OUT`: write a synthetic snapshot in PyTorch's format (for trying memlens);
+with --ranks, OUT is a directory of rank files with planted skews (for `memlens fleet`)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import click
 
 
 @click.command("generate")
-@click.argument("output", type=click.Path(dir_okay=False))
+@click.argument("output", type=click.Path())
 @click.option(
     "--events",
     type=int,
@@ -30,6 +31,12 @@ import click
 @click.option("--oom", is_flag=True, help="End the trace with an out-of-memory entry.")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Write JSON instead of a pickle.")
+@click.option("--ranks", type=int, default=None,
+              help="Write this many rank files into the directory OUTPUT (a fleet: one "
+              "training loop, per-rank noise; see --skew).")  # fmt: skip
+@click.option("--skew", multiple=True, metavar="KIND:RANK",
+              help="With --ranks: skew that rank (repeatable): leak, activations or "
+              "pipeline, e.g. --skew leak:3.")  # fmt: skip
 def command(
     output: str,
     events: int,
@@ -40,6 +47,8 @@ def command(
     oom: bool,
     seed: int,
     as_json: bool,
+    ranks: int | None,
+    skew: tuple[str, ...],
 ) -> None:
     """Generate a realistic training-loop snapshot: parameters, activations, gradients,
     AdamW state, side-stream frees and ProfilerStep/forward/backward annotations."""
@@ -50,6 +59,10 @@ def command(
 
     if events < 0 or devices < 1 or layers < 1 or truncate < 0:
         raise MemlensError("--events and --truncate must be >= 0, --devices and --layers >= 1")
+    if ranks is not None or skew:
+        _fleet(output, ranks, skew, events, layers, seed,
+               refused=devices != 1 or truncate or expandable or oom or as_json)  # fmt: skip
+        return
     options: dict[str, Any] = dict(
         events=events,
         devices=devices,
@@ -72,3 +85,21 @@ def command(
     click.echo(
         f"wrote {output}: {devices} device(s), {n:,} trace entries, {len(snap['segments'])} segments"
     )
+
+
+def _fleet(output: str, ranks: int | None, skew: tuple[str, ...], events: int, layers: int,
+           seed: int, refused: bool) -> None:  # fmt: skip
+    from memlens.errors import MemlensError
+    from memlens.fleet.synthetic import write_fleet
+
+    if ranks is None or ranks < 1:
+        raise MemlensError("--skew needs --ranks N (N >= 1)")
+    if refused:
+        raise MemlensError("--ranks writes one-device pickles: no --devices, --truncate, "
+                           "--expandable, --oom or --json")  # fmt: skip
+    try:
+        write_fleet(output, ranks, skew, events=events, layers=layers, seed=seed)
+    except OSError as exc:
+        raise MemlensError(f"cannot write {output}: {exc.strerror}") from None
+    planted = ", ".join(skew) if skew else "none"
+    click.echo(f"wrote {ranks:,} rank files into {output} (skews: {planted})")
