@@ -68,6 +68,15 @@ def _checked_int(value: Any, what: str, bounds: tuple[int, int]) -> int:
     return int(value)
 
 
+def _first_bad(values: list[Any], kind: type | tuple[type, ...]) -> tuple[int, Any] | None:
+    """The first (index, value) not of `kind` (subclasses such as bool count as their base);
+    a set of types first, so the usual all-good column costs one C-speed pass."""
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    if set(map(type, values)) <= set(kinds):
+        return None
+    return next(((i, v) for i, v in enumerate(values) if not isinstance(v, kinds)), None)
+
+
 def _short(value: Any) -> str:
     """A bounded, printable glimpse of a bad value for an error message."""
     if isinstance(value, int) and not isinstance(value, bool):
@@ -186,8 +195,8 @@ def _build_events(trace: list[Any], device: int, ctx: _Context) -> dict[str, np.
         raise SnapshotError(f"device {device}: trace entries have no 'action' field")
 
     actions = _column(trace, "action", None)
-    if n and not set(map(type, actions)) <= {str}:
-        i, bad = next((i, a) for i, a in enumerate(actions) if not isinstance(a, str))
+    if n and (first := _first_bad(actions, str)) is not None:
+        i, bad = first
         raise SnapshotError(
             f"device {device}: trace entry {i}: action is a {type(bad).__name__} "
             f"({_short(bad)}), expected a string"
@@ -204,10 +213,8 @@ def _build_events(trace: list[Any], device: int, ctx: _Context) -> dict[str, np.
             0 if free is None else free, f"device {device}: trace entry {r}: 'device_free'", UINT64
         )
     streams = _column(trace, "stream", 0)
-    if n and not set(map(type, streams)) <= {int, type(None)}:
-        i, bad = next(
-            (i, v) for i, v in enumerate(streams) if not isinstance(v, int) and v is not None
-        )
+    if n and (first := _first_bad(streams, (int, type(None)))) is not None:
+        i, bad = first
         raise SnapshotError(
             f"device {device}: trace entry {i}: stream is a {type(bad).__name__} "
             f"({_short(bad)}), expected an integer"

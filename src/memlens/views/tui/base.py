@@ -19,6 +19,7 @@ from textual.widget import Widget
 from textual.widgets import Static
 
 from memlens.snapshot.model import DeviceTrace
+from memlens.views.escape import visible
 from memlens.views.tui import keys
 from memlens.views.tui.chart import Timeline
 from memlens.views.tui.describe import describe_allocation, summary_figures
@@ -55,8 +56,9 @@ class Session:
 
 
 def one_line(text: str) -> Text:
-    """A status/title line: cut with an ellipsis rather than wrapped onto a hidden line."""
-    return Text(text, no_wrap=True, overflow="ellipsis")
+    """A status/title line: cut with an ellipsis rather than wrapped onto a hidden line.
+    Rich Text is never parsed as markup; control characters are shown as escapes."""
+    return Text(visible(text), no_wrap=True, overflow="ellipsis")
 
 
 def wrap_lines(lines: list[str], width: int, indent: int = 4) -> list[str]:
@@ -204,7 +206,7 @@ class TextScreen(KeyScreen):
         lines = wrap_lines(self.text_lines, width)
         self.offset_ = max(0, min(self.offset_, len(lines) - height))
         shown = lines[self.offset_ : self.offset_ + height]
-        return [Text(s, no_wrap=True, overflow="ellipsis") for s in shown]
+        return [Text(visible(s), no_wrap=True, overflow="ellipsis") for s in shown]
 
     def _wheel(self, steps: int) -> None:
         self.do_scroll(3 * steps)

@@ -10,6 +10,7 @@ from rich.style import Style
 from rich.text import Text
 
 from memlens.units import format_bytes
+from memlens.views.escape import visible
 from memlens.views.tui.trees import Node
 
 # heat by share of the parent's total: (upper bound, style, style without colour). RGB, not
@@ -292,7 +293,7 @@ class Outline:
             style = heat_style(share, mono)
             t.append(f"{format_bytes(n.value):>11} {share * 100:5.1f}%", style)
             t.append(" ")
-        t.append(n.label, MATCH if is_match else None)
+        t.append(visible(n.label), MATCH if is_match else None)
         if n.count and not self.diff:
             t.append(f"  ({n.count:,})", DIM)
         if is_cursor:

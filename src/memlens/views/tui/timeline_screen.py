@@ -9,6 +9,7 @@ from textual import events
 from textual.app import ComposeResult
 from textual.widgets import Static
 
+from memlens.views.escape import visible
 from memlens.views.tui import keys
 from memlens.views.tui.base import (
     AllocationScreen,
@@ -166,7 +167,7 @@ class TimelineScreen(KeyScreen):
         the first."""
         ooms = next((s.timeline.ooms for s in self.sessions if len(s.timeline.ooms)), None)
         if ooms is None:
-            self.notify("no out-of-memory entry in this trace")
+            self.notify("no out-of-memory entry in this trace", markup=False)
             return
         after = ooms[ooms > self.view.cursor]
         self.view.goto_event(int(after[0] if len(after) else ooms[0]))
@@ -178,7 +179,10 @@ class TimelineScreen(KeyScreen):
             [e for e in events_ if e > here] if direction > 0 else [e for e in events_ if e < here]
         )
         if not cands:
-            self.notify("no more stage markers" if events_ else "no stage markers in this trace")
+            self.notify(
+                "no more stage markers" if events_ else "no stage markers in this trace",
+                markup=False,
+            )
             return
         self.view.goto_event(cands[0] if direction > 0 else cands[-1])
 
@@ -195,7 +199,7 @@ class TimelineScreen(KeyScreen):
 
     def do_diff_peaks(self) -> None:
         if not self.compare:
-            self.notify("d compares two snapshots: memlens tui A B")
+            self.notify("d compares two snapshots: memlens tui A B", markup=False)
             return
         a, b = self.sessions
         pa, pb = a.dev.peak_event_index, b.dev.peak_event_index
@@ -208,7 +212,11 @@ class TimelineScreen(KeyScreen):
             return
         row = int(s.dev.alloc_row[e])
         if row < 0:
-            self.notify(f"event {e:,} ({s.dev.action_name(e)}) belongs to no allocation")
+            # the action name is the snapshot's: literal text, never markup
+            self.notify(
+                f"event {e:,} ({visible(s.dev.action_name(e))}) belongs to no allocation",
+                markup=False,
+            )
             return
         self.app.push_screen(AllocationScreen(s.dev, row))
 

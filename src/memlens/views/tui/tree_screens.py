@@ -192,7 +192,7 @@ class TreeScreen(KeyScreen):
         self.outline.next_match(n)
 
     def do_allocations(self) -> None:
-        self.notify("no allocation list here")
+        self.notify("no allocation list here", markup=False)
 
     def do_close(self) -> None:
         if self.outline.query:
@@ -317,4 +317,4 @@ class AllocationListScreen(TreeScreen):
             self.do_toggle()
 
     def do_hide(self) -> None:
-        self.notify("the list has no frames to hide")
+        self.notify("the list has no frames to hide", markup=False)
