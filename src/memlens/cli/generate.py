@@ -61,7 +61,7 @@ def command(
         raise MemlensError("--events and --truncate must be >= 0, --devices and --layers >= 1")
     if ranks is not None or skew:
         _fleet(output, ranks, skew, events, layers, seed,
-               refused=devices != 1 or truncate or expandable or oom or as_json)  # fmt: skip
+               refused=devices != 1 or truncate > 0 or expandable or oom or as_json)  # fmt: skip
         return
     options: dict[str, Any] = dict(
         events=events,

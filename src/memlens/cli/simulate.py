@@ -72,17 +72,17 @@ def _summary(path: Path) -> str:
     help="cuBLAS workspace per thread (8.125MiB before Hopper; 0 to omit).",
 )
 def command(
-    output,
-    device_memory,
-    max_entries,
-    stacks,
-    expandable_segments,
-    max_split_size_mb,
-    roundup_power2_divisions,
-    cublas_workspace,
-    script,
-    args,
-):
+    output: Path | None,
+    device_memory: str | None,
+    max_entries: int | None,
+    stacks: str,
+    expandable_segments: bool | None,
+    max_split_size_mb: int | None,
+    roundup_power2_divisions: int | None,
+    cublas_workspace: str,
+    script: str,
+    args: tuple[str, ...],
+) -> None:
     """Run SCRIPT as __main__ with fake CUDA tensors and a model of PyTorch's caching
     allocator, then write the snapshot a GPU run would have recorded. Settings not given
     come from $PYTORCH_CUDA_ALLOC_CONF."""
