@@ -148,10 +148,30 @@ def arrow_tables(snap: Snapshot) -> dict[str, Any]:
             "strings": strings}  # fmt: skip
 
 
-def connect(snap: Snapshot) -> Any:
-    """A DuckDB connection with the snapshot's tables registered (needs memlens[sql])."""
+# A query over an untrusted snapshot's tables should not be able to read or write files,
+# reach the network or load code: DuckDB can do all three (read_csv('/etc/passwd'),
+# COPY ... TO, INSTALL/LOAD, http URLs) unless told otherwise. `allow_files` opts in to
+# files and already-installed extensions; nothing is ever downloaded.
+SANDBOX = {
+    "enable_external_access": False,
+    "autoload_known_extensions": False,
+    "autoinstall_known_extensions": False,
+    "allow_community_extensions": False,
+    "allow_unsigned_extensions": False,
+}
+WITH_FILES = {"autoinstall_known_extensions": False, "allow_community_extensions": False}
+NO_FILES_HINT = (
+    " (memlens sql runs without file, network or extension access; "
+    "--allow-files lets a query read and write files)"
+)
+
+
+def connect(snap: Snapshot, *, allow_files: bool = False) -> Any:
+    """A DuckDB connection with the snapshot's tables registered (needs memlens[sql]).
+    Sandboxed (no files, network or extensions, configuration locked) unless
+    `allow_files`."""
     duckdb, _ = _libs()
-    con = duckdb.connect(":memory:")
+    con = duckdb.connect(":memory:", config=dict(WITH_FILES if allow_files else SANDBOX))
     for name, table in arrow_tables(snap).items():
         con.register(name, table)
     # names resolved from the string table, so users never join `strings` by hand
@@ -168,21 +188,26 @@ def connect(snap: Snapshot) -> Any:
         "CREATE VIEW stack_frames AS SELECT s.stack_id, s.depth, f.* EXCLUDE (frame_id), "
         "s.frame_id FROM stacks s JOIN frames f USING (frame_id)"
     )
+    if not allow_files:
+        con.execute("SET lock_configuration = true")  # a query cannot undo the sandbox
     return con
 
 
-def query(snap: Snapshot, sql: str, *, limit: int | None = None) -> QueryResult:
+def query(
+    snap: Snapshot, sql: str, *, limit: int | None = None, allow_files: bool = False
+) -> QueryResult:
     """Run `sql`: {"columns": [...], "types": [...], "rows": [[...], ...], "truncated":
     bool}. MemlensError (one line) on a SQL error."""
     duckdb, _ = _libs()
-    con = connect(snap)
+    con = connect(snap, allow_files=allow_files)
     try:
         cur = con.execute(sql)
         if cur.description is None:
             return {"columns": [], "types": [], "rows": [], "truncated": False}
         rows = cur.fetchmany(limit + 1) if limit is not None else cur.fetchall()
     except duckdb.Error as exc:
-        raise MemlensError("SQL: " + " ".join(str(exc).split())) from None
+        hint = NO_FILES_HINT if isinstance(exc, duckdb.PermissionException) else ""
+        raise MemlensError("SQL: " + " ".join(str(exc).split()) + hint) from None
     truncated = limit is not None and len(rows) > limit
     rows = rows[:limit] if truncated else rows
     return {

@@ -43,10 +43,15 @@ def _plain(v: Any) -> Any:
 @click.option(
     "--tables", "show_tables", is_flag=True, help="List the tables and their columns, then exit."
 )
+@click.option(
+    "--allow-files",
+    is_flag=True,
+    help="Let the query read and write files (read_csv, COPY, ATTACH...); off by default.",
+)
 @json_option
 @no_cache_option
 def command(snapshot: str, query: str | None, as_csv: bool, limit: int | None, show_tables: bool,
-            as_json: bool, no_cache: bool) -> None:  # fmt: skip
+            allow_files: bool, as_json: bool, no_cache: bool) -> None:  # fmt: skip
     """Run a SQL QUERY (DuckDB dialect) over the snapshot: events, allocations, frames,
     stacks, stack_frames, segments, blocks, annotations, strings.
 
@@ -69,9 +74,10 @@ def command(snapshot: str, query: str | None, as_csv: bool, limit: int | None, s
         )
     assert query is not None  # given, or the --tables query
     if as_json or as_csv:
-        result = run(snap, query, limit=limit)
+        result = run(snap, query, limit=limit, allow_files=allow_files)
     else:
-        result = run(snap, query, limit=limit if limit is not None else 1000)
+        limit = limit if limit is not None else 1000
+        result = run(snap, query, limit=limit, allow_files=allow_files)
     rows = [[_plain(v) for v in r] for r in result["rows"]]
     if as_json:
         emit_json({**result, "rows": rows})
