@@ -12,7 +12,13 @@ FRAME_TORCH = {
     "line": 2380,
     "name": "linear",
 }
+FRAME_FWD = {"filename": "/home/u/model.py", "line": 20, "name": "forward"}
 STACK = [FRAME_TORCH, FRAME_USER]
+
+# an event's time_us is origin + t * step: (origin in microseconds, microseconds per tick)
+Clock = tuple[int, int]
+CLOCK_US: Clock = (1000, 1)  # t microseconds after 1 ms
+CLOCK_MS: Clock = (1_000_000, 1000)  # t milliseconds after 1 s
 
 
 def ev(
@@ -22,14 +28,17 @@ def ev(
     t: int = 0,
     stream: int = 0,
     frames: list | None = None,
+    *,
+    clock: Clock = CLOCK_US,
     **extra: Any,
 ) -> dict:
+    """One trace entry at tick `t` of `clock` (frames default: STACK)."""
     e = {
         "action": action,
         "addr": addr,
         "size": size,
         "stream": stream,
-        "time_us": 1000 + t,
+        "time_us": clock[0] + t * clock[1],
         "frames": STACK if frames is None else frames,
     }
     e.update(extra)

@@ -9,31 +9,16 @@ import copy
 import pickle
 from pathlib import Path
 
-MiB = 1024 * 1024
+from snapshot_builders import FRAME_FWD, FRAME_TORCH, FRAME_USER, MiB, block, ev, segment
 
 EVIL_NAME = "<img src=x onerror=alert(1)>"
 EVIL_FILE = "/home/u/</script><script>alert(2)</script>.py"
 EVIL_STAGE = "<script>alert(3)</script>{{JS}}"
 
-U_TRAIN = {"filename": "/home/u/train.py", "line": 10, "name": "train_step"}
-U_FWD = {"filename": "/home/u/model.py", "line": 20, "name": "forward"}
+U_TRAIN = FRAME_USER  # /home/u/train.py:10 train_step
+U_FWD = FRAME_FWD  # /home/u/model.py:20 forward
 U_EVIL = {"filename": EVIL_FILE, "line": 5, "name": EVIL_NAME}
-T_LINEAR = {
-    "filename": "/usr/lib/python3.11/site-packages/torch/nn/functional.py",
-    "line": 2380,
-    "name": "linear",
-}
-
-
-def _ev(action: str, addr: int, size: int, t: int, frames: list) -> dict:
-    return {
-        "action": action,
-        "addr": addr,
-        "size": size,
-        "stream": 0,
-        "time_us": 1000 + t,
-        "frames": frames,
-    }
+T_LINEAR = FRAME_TORCH  # torch/nn/functional.py:2380 linear
 
 
 def step_snapshot(*, evil: bool = True, scale: int = 1) -> dict:
@@ -47,55 +32,25 @@ def step_snapshot(*, evil: bool = True, scale: int = 1) -> dict:
     mid = U_EVIL if evil else {"filename": "/home/u/model.py", "line": 40, "name": "backward"}
     sa, sb, sc = MiB * scale, 2 * MiB * scale, 3 * MiB * scale
     trace = [
-        _ev("segment_alloc", S, 8 * MiB * scale, 0, []),
-        _ev("alloc", A, sa, 1, [T_LINEAR, U_FWD, U_TRAIN]),
-        _ev("alloc", B, sb, 2, [T_LINEAR, mid, U_TRAIN]),
-        _ev("alloc", C, sc, 3, [U_FWD, U_TRAIN]),
-        _ev("free_requested", A, sa, 4, [T_LINEAR, U_FWD, U_TRAIN]),
-        _ev("free_completed", A, sa, 5, [T_LINEAR, U_FWD, U_TRAIN]),
-        _ev("alloc", D, 512, 6, [U_TRAIN]),
-        _ev("free_requested", C, sc, 7, [U_FWD, U_TRAIN]),
-        _ev("free_completed", C, sc, 8, [U_FWD, U_TRAIN]),
+        ev("segment_alloc", S, 8 * MiB * scale, 0, frames=[]),
+        ev("alloc", A, sa, 1, frames=[T_LINEAR, U_FWD, U_TRAIN]),
+        ev("alloc", B, sb, 2, frames=[T_LINEAR, mid, U_TRAIN]),
+        ev("alloc", C, sc, 3, frames=[U_FWD, U_TRAIN]),
+        ev("free_requested", A, sa, 4, frames=[T_LINEAR, U_FWD, U_TRAIN]),
+        ev("free_completed", A, sa, 5, frames=[T_LINEAR, U_FWD, U_TRAIN]),
+        ev("alloc", D, 512, 6, frames=[U_TRAIN]),
+        ev("free_requested", C, sc, 7, frames=[U_FWD, U_TRAIN]),
+        ev("free_completed", C, sc, 8, frames=[U_FWD, U_TRAIN]),
     ]
     total = 8 * MiB * scale
     blocks = [
-        {"address": S, "size": B - S, "requested_size": 0, "state": "inactive", "frames": []},
-        {
-            "address": B,
-            "size": sb,
-            "requested_size": sb,
-            "state": "active_allocated",
-            "frames": [T_LINEAR, mid, U_TRAIN],
-        },
-        {
-            "address": B + sb,
-            "size": D - B - sb,
-            "requested_size": 0,
-            "state": "inactive",
-            "frames": [],
-        },
-        {
-            "address": D,
-            "size": 512,
-            "requested_size": 512,
-            "state": "active_allocated",
-            "frames": [U_TRAIN],
-        },
-        {
-            "address": D + 512,
-            "size": S + total - D - 512,
-            "requested_size": 0,
-            "state": "inactive",
-            "frames": [],
-        },
+        block(S, B - S, 0, "inactive"),
+        block(B, sb, sb, "active_allocated", [T_LINEAR, mid, U_TRAIN]),
+        block(B + sb, D - B - sb, 0, "inactive"),
+        block(D, 512, 512, "active_allocated", [U_TRAIN]),
+        block(D + 512, S + total - D - 512, 0, "inactive"),
     ]
-    blocks = [b for b in blocks if b["size"] > 0]
-    seg = {
-        "device": 0, "address": S, "total_size": total,
-        "allocated_size": sb + 512, "active_size": sb + 512, "requested_size": sb + 512,
-        "stream": 0, "segment_type": "large", "segment_pool_id": (0, 0), "is_expandable": False,
-        "frames": [], "blocks": blocks,
-    }  # fmt: skip
+    seg = segment(S, [b for b in blocks if b["size"] > 0], segment_type="large")
     annotations = [
         {"name": EVIL_STAGE if evil else "forward", "stage": "START", "device": 0, "time_us": 1000},
         {"name": EVIL_STAGE if evil else "forward", "stage": "END", "device": 0, "time_us": 1003},
@@ -134,25 +89,14 @@ def steps_snapshot(steps: int = 3) -> dict:
     free_completed tmp. Active at each step's start: k MiB; peak (k+2) MiB inside step k.
     """
     S = 0x1000000
-    trace, annotations = (
-        [
-            {
-                "action": "segment_alloc",
-                "addr": S,
-                "size": 16 * MiB,
-                "stream": 0,
-                "time_us": 999,
-                "frames": [],
-            }
-        ],
-        [],
-    )
-    t = 1000
+    trace = [ev("segment_alloc", S, 16 * MiB, -1, frames=[])]  # at 999 us
+    annotations = []
+    t = 0  # ticks of the default clock: 1000 + t microseconds
     blocks = []
     for k in range(steps):
         tmp, cache = S + 8 * MiB, S + k * MiB
         annotations.append(
-            {"name": f"ProfilerStep#{k + 1}", "stage": "START", "device": 0, "time_us": t}
+            {"name": f"ProfilerStep#{k + 1}", "stage": "START", "device": 0, "time_us": 1000 + t}
         )
         for action, addr, frames in [
             ("alloc", tmp, [U_TMP, U_TRAIN]),
@@ -161,44 +105,14 @@ def steps_snapshot(steps: int = 3) -> dict:
             ("free_completed", tmp, [U_TMP, U_TRAIN]),
         ]:
             t += 1
-            trace.append(
-                {
-                    "action": action,
-                    "addr": addr,
-                    "size": MiB,
-                    "stream": 0,
-                    "time_us": t,
-                    "frames": frames,
-                }
-            )
+            trace.append(ev(action, addr, MiB, t, frames=frames))
         t += 1
         annotations.append(
-            {"name": f"ProfilerStep#{k + 1}", "stage": "END", "device": 0, "time_us": t}
+            {"name": f"ProfilerStep#{k + 1}", "stage": "END", "device": 0, "time_us": 1000 + t}
         )
-        blocks.append(
-            {
-                "address": cache,
-                "size": MiB,
-                "requested_size": MiB,
-                "state": "active_allocated",
-                "frames": [U_CACHE, U_TRAIN],
-            }
-        )
-    blocks.append(
-        {
-            "address": S + steps * MiB,
-            "size": (16 - steps) * MiB,
-            "requested_size": 0,
-            "state": "inactive",
-            "frames": [],
-        }
-    )
-    seg = {
-        "device": 0, "address": S, "total_size": 16 * MiB,
-        "allocated_size": steps * MiB, "active_size": steps * MiB, "requested_size": steps * MiB,
-        "stream": 0, "segment_type": "large", "segment_pool_id": (0, 0), "is_expandable": False,
-        "frames": [], "blocks": blocks,
-    }  # fmt: skip
+        blocks.append(block(cache, MiB, MiB, "active_allocated", [U_CACHE, U_TRAIN]))
+    blocks.append(block(S + steps * MiB, (16 - steps) * MiB, 0, "inactive"))
+    seg = segment(S, blocks, segment_type="large")
     return {"segments": [seg], "device_traces": [trace], "external_annotations": annotations}
 
 

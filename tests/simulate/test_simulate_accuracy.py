@@ -8,17 +8,14 @@ process had no history before the trace started.
 from __future__ import annotations
 
 import gc
-import sys
-from pathlib import Path
 
 import pytest
 
 torch = pytest.importorskip("torch")
 
-import memlens  # noqa: E402
+from cs336_model import run  # noqa: E402  (beside this file: on sys.path under pytest)
 
-sys.path.insert(0, str(Path(__file__).parent))
-from cs336_model import run  # noqa: E402
+import memlens  # noqa: E402
 
 # file -> (context, fullstep, mixed, baseline reproducible)
 CASES = {

@@ -306,6 +306,7 @@ def test_rows_under_a_node(dev):
     for hide in (True, False):
         o = Outline(live_stack_tree(dev, 3, hide_internals=hide))
         o.expand_all()
+        assert o.rows  # the loop below must check something
         for node, _ in o.rows:
             rows = rows_under(dev, live, node.path(), hide_internals=hide)
             assert int(dev.alloc_size[rows].sum()) == node.value, node.label
