@@ -32,7 +32,8 @@ from typing import Any
 import numpy as np
 
 from memlens.errors import CacheError
-from memlens.snapshot.model import Annotations, DeviceTrace, Frames, Segments, Snapshot, Stacks
+from memlens.snapshot.annotations import Annotations
+from memlens.snapshot.model import DeviceTrace, Frames, Segments, Snapshot, Stacks
 
 # Bump whenever the columns or their meaning change.
 CACHE_FORMAT = 4
@@ -58,7 +59,7 @@ def cache_root() -> Path:
     return Path(base) / "memlens"
 
 
-def file_identity(path: str | os.PathLike) -> dict[str, Any]:
+def file_identity(path: str | os.PathLike[str]) -> dict[str, Any]:
     """What the cache key is made of (see the module docstring for why this and not more)."""
     p = Path(path).resolve()
     with open(p, "rb") as fh:
@@ -83,7 +84,7 @@ def cache_key(identity: dict[str, Any]) -> str:
     return hashlib.sha256(blob).hexdigest()[:32]
 
 
-def entry_dir(path: str | os.PathLike) -> tuple[Path, dict[str, Any]]:
+def entry_dir(path: str | os.PathLike[str]) -> tuple[Path, dict[str, Any]]:
     ident = file_identity(path)
     return cache_root() / cache_key(ident), ident
 
@@ -113,7 +114,7 @@ def _load_array(src: Path, name: str, manifest: dict[str, Any], mmap: bool) -> n
     path = src / f"{name}.npy"
     if _crc32(path) != want.get("crc32"):
         raise CacheError(f"column {name} was changed after it was written")
-    array = np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
+    array: np.ndarray = np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
     if array.dtype.str != want.get("dtype") or list(array.shape) != want.get("shape"):
         raise CacheError(f"column {name} has the wrong type or shape")
     if array.ndim != 1:
@@ -135,7 +136,7 @@ def _load_dataclass(cls: Any, prefix: str, src: Path, manifest: dict[str, Any], 
     )
 
 
-def save(snap: Snapshot, path: str | os.PathLike) -> Path:
+def save(snap: Snapshot, path: str | os.PathLike[str]) -> Path:
     target, ident = entry_dir(path)
     root = target.parent
     root.mkdir(parents=True, exist_ok=True)
@@ -198,7 +199,7 @@ def _prune(root: Path, keep: Path) -> None:
         shutil.rmtree(p, ignore_errors=True)
 
 
-def load(path: str | os.PathLike, *, mmap: bool = True) -> Snapshot | None:
+def load(path: str | os.PathLike[str], *, mmap: bool = True) -> Snapshot | None:
     """The cached snapshot for `path`, None on a miss; CacheError if the entry is unusable."""
     target, ident = entry_dir(path)
     meta_path = target / "meta.json"
@@ -228,7 +229,7 @@ def load(path: str | os.PathLike, *, mmap: bool = True) -> Snapshot | None:
         )
         for d, scalars in meta["devices"].items():
             dev = int(d)
-            arrays = {
+            arrays: dict[str, Any] = {  # DeviceTrace's array fields, by name
                 name: _load_array(target, f"d{dev}.{name}", columns, mmap)
                 for name in _DEVICE_ARRAYS
             }
@@ -343,6 +344,6 @@ def _check_references(snap: Snapshot) -> None:
                 raise CacheError(f"device {t.device}: negative {name}")
 
 
-def clear(path: str | os.PathLike) -> None:
+def clear(path: str | os.PathLike[str]) -> None:
     target, _ = entry_dir(path)
     shutil.rmtree(target, ignore_errors=True)

@@ -13,6 +13,7 @@ import io
 import json
 import os
 import zlib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -136,7 +137,7 @@ def _read_json(fh: Any, name: str) -> Any:
         raise SnapshotError(f"{name}: JSON value out of range ({exc})") from None
 
 
-def normalize_top_level(raw: Any, name: str, warn) -> dict[str, Any]:
+def normalize_top_level(raw: Any, name: str, warn: Callable[[str, str], None]) -> dict[str, Any]:
     """Check the outer shape and return a dict with at least segments and device_traces."""
     if isinstance(raw, list):
         if raw and not all(
