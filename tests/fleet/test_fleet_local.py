@@ -118,11 +118,14 @@ def test_a_worker_killed_mid_run_is_retried_and_every_rank_comes_once(fleet_dir)
 
 
 def test_cli_text_json_and_parquet(fleet_dir, tmp_path):
-    out = tmp_path / "fleet.parquet"
-    r = run("fleet", str(fleet_dir), "--workers", "2", "--out", str(out), "--diffs", "1")
+    out, html = tmp_path / "fleet.parquet", tmp_path / "fleet.html"
+    r = run("fleet", str(fleet_dir), "--workers", "2", "--out", str(out), "--diffs", "1",
+            "--report", str(html))  # fmt: skip
     assert r.exit_code == 0, r.output
     assert "64 ranks (64 ok, 0 failed) on local pool (2 processes)" in r.output
     assert "outliers (3;" in r.output and "groups (" in r.output
+    page = html.read_text()
+    assert page.count("<rect") == RANKS * 5 and page.count("<title>outlier: rank") == 3
     import pyarrow.parquet as pq
 
     table = pq.read_table(out)

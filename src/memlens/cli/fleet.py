@@ -31,6 +31,9 @@ def _check(**own: Any) -> dict[str, Any]:
                  "(default: rank12, rank_12, ..._12.pickle; else the order given)."),
     click.option("--out", type=click.Path(dir_okay=False), default=None,
                  help="Also write the per-rank table as Parquet (needs pyarrow)."),
+    click.option("--report", type=click.Path(dir_okay=False), default=None,
+                 help="Also write an HTML report: rank x stage heatmap, outliers and "
+                 "their diffs, groups, stages."),
     click.option("--z", "threshold", type=float, default=3.5, show_default=True,
                  help="|robust z| above which a figure makes a rank an outlier."),
     click.option("--tolerance", type=float, default=0.05, show_default=True,
@@ -49,6 +52,7 @@ def command(
     workers: int | None,
     rank_regex: str | None,
     out: str | None,
+    report: str | None,
     threshold: float,
     tolerance: float,
     diffs: int,
@@ -75,4 +79,15 @@ def command(
 
         write_parquet(result, out)
         click.echo(f"wrote {out} ({len(result['table']):,} rows)", err=True)
+    if report is not None:
+        from pathlib import Path
+
+        from memlens.errors import MemlensError
+        from memlens.views.report.sections.fleet import fleet_report
+
+        try:
+            Path(report).write_text(fleet_report(result), encoding="utf-8")
+        except OSError as exc:
+            raise MemlensError(f"cannot write {report}: {exc.strerror or exc}") from None
+        click.echo(f"wrote {report}", err=True)
     return Answer(result, render_fleet)

@@ -47,8 +47,8 @@ def default_workers() -> int:
 
 
 class LocalPool:
-    """concurrent.futures.ProcessPoolExecutor sized to the cores, one task per worker at a
-    time (at most `workers` in flight, so each worker holds one snapshot)."""
+    """concurrent.futures.ProcessPoolExecutor sized to the cores; a worker reads one
+    snapshot at a time (at most two tasks per worker are in flight)."""
 
     ATTEMPTS = 2  # a task whose worker died is resubmitted once
 
@@ -75,7 +75,9 @@ class LocalPool:
         while todo or running:
             pool = self._pool = self._pool or self._new_pool()
             broken = False
-            while todo and len(running) < self.workers and not broken:
+            # two tasks per worker in flight: the next is queued while one runs, so no
+            # worker waits for the parent between files (each still reads one at a time)
+            while todo and len(running) < 2 * self.workers and not broken:
                 i = todo.pop()
                 attempts[i] += 1
                 try:
