@@ -1,10 +1,11 @@
-// Unit tests of the chart's pure geometry (static/js/pane/geometry.js, colour.js) and the
-// API's URL builders (static/js/api.js). Run: node --test tests/js/
+// Unit tests of the chart's pure geometry (static/js/pane/geometry.js, colour.js, and
+// input.js's bandOffset) and the API's URL builders (static/js/api.js).
+// Run: node --test tests/js/
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
 import {
-  annotationLevels, lowerBound, NO_STACK, PALETTE, rangeQuery, siteColor, viewUrl, xTickStep, yTicks,
+  annotationLevels, bandOffset, lowerBound, NO_STACK, PALETTE, rangeQuery, siteColor, viewUrl, xTickStep, yTicks,
 } from "./static.mjs";
 
 test("lowerBound: first index at or after `from` whose value is >= x", () => {
@@ -70,4 +71,15 @@ test("rangeQuery and viewUrl: the viewport request", () => {
     viewUrl(0, 0, 3, 9, "time", 500, 40, { detail: false }),
     "/api/d/0/view?snap=0&t0=3&t1=9&width=500&height=40&detail=0",
   );
+});
+
+test("bandOffset: a band's bottom offset at a column, from its runs", () => {
+  // band 0: offset 0 from column 0, 100 from column 5; band 1: offset 50 from column 2
+  const b = { run_start: [0, 2, 3], run_col: [0, 5, 2], run_off: [0, 100, 50] };
+  assert.equal(bandOffset(b, 0, 0), 0);
+  assert.equal(bandOffset(b, 0, 4), 0);
+  assert.equal(bandOffset(b, 0, 5), 100);
+  assert.equal(bandOffset(b, 0, 9), 100);
+  assert.equal(bandOffset(b, 1, 2), 50);
+  assert.equal(bandOffset(b, 1, 7), 50);
 });

@@ -6,4 +6,5 @@ export * from "../../src/memlens/views/web/static/js/format.js";
 export * from "../../src/memlens/views/web/static/js/live_tree.js";
 export * from "../../src/memlens/views/web/static/js/pane/colour.js";
 export * from "../../src/memlens/views/web/static/js/pane/geometry.js";
+export { bandOffset } from "../../src/memlens/views/web/static/js/pane/input.js";
 export * from "../../src/memlens/views/web/static/js/tooltip.js";

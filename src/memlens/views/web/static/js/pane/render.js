@@ -285,5 +285,3 @@ export function drawOverview(p) {
     ctx.beginPath(); ctx.moveTo(px - 4, 0); ctx.lineTo(px + 4, 0); ctx.lineTo(px, 6); ctx.fill();
   }
 }
-
-// ---- hit testing -------------------------------------------------------------------------
