@@ -8,9 +8,8 @@ a fleet has no one snapshot to open (the workers read them)."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from memlens.fleet.results import FleetResult
 from memlens.views.report.page import (
     Cell,
     bytes_text,
@@ -26,6 +25,9 @@ from memlens.views.report.page import (
     table,
 )
 from memlens.views.text.fleet import figure_label, rank_ranges
+
+if TYPE_CHECKING:  # views never import the fleet package; the result is only its type
+    from memlens.fleet.results import FleetResult
 
 STATUS = {"both": "", "only_a": "only in the median rank", "only_b": "only in this rank"}
 HEAT_WIDTH = 960  # px of the heatmap's cells, whatever the rank count
