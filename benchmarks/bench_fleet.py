@@ -103,7 +103,9 @@ def run_measure(mode: str, paths: list[str], cache: bool, cache_dir: str) -> dic
     )
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
-                         text=True, check=True)  # fmt: skip
+                         text=True)  # fmt: skip
+    if out.returncode:
+        raise SystemExit(f"{mode} on {len(paths)} ranks failed:\n{out.stderr[-3000:]}")
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     os.unlink(fh.name)
     row = json.loads(out.stdout.strip().splitlines()[-1])
