@@ -34,3 +34,20 @@ def test_heatmap_outliers_and_escaping():
     assert EVIL not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
     for sid in ("overview", "heatmap", "outliers", "diffs", "groups", "failed"):
         assert f'<section id="{sid}">' in page
+
+
+def test_progress_bar_counts_files_per_second():
+    import io
+
+    from rich.console import Console
+
+    from memlens.fleet import progress
+
+    console = Console(file=io.StringIO(), force_terminal=True, width=100)
+    with progress.progress_bar(3, "ranks", enabled=True, console=console) as bar:
+        for _ in range(3):
+            bar.advance()
+    text = console.file.getvalue()
+    assert "3/3" in text and "files/s" in text
+    with progress.progress_bar(3, "ranks", enabled=False) as bar:
+        bar.advance()  # no terminal: nothing drawn, nothing fails

@@ -40,8 +40,11 @@ class _Bar:
 
 
 @contextmanager
-def progress_bar(total: int, label: str, enabled: bool | None = None) -> Iterator[Any]:
-    """Yields an object with advance(); a bar only if `enabled` (default: stderr is a TTY)."""
+def progress_bar(
+    total: int, label: str, enabled: bool | None = None, console: Console | None = None
+) -> Iterator[Any]:
+    """Yields an object with advance(); a bar only if `enabled` (default: stderr is a TTY),
+    drawn on `console` (default: stderr)."""
     if enabled is None:
         enabled = sys.stderr.isatty()
     if not enabled:
@@ -49,5 +52,6 @@ def progress_bar(total: int, label: str, enabled: bool | None = None) -> Iterato
         return
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                FilesPerSecond(), TimeRemainingColumn())  # fmt: skip
-    with Progress(*columns, console=Console(stderr=True), transient=True) as progress:
+    console = console or Console(stderr=True)
+    with Progress(*columns, console=console, transient=True) as progress:
         yield _Bar(progress, progress.add_task(label, total=total))
