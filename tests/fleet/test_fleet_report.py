@@ -7,7 +7,7 @@ import re
 
 from memlens.fleet.api import summarize_fleet
 from memlens.fleet.record import FAILED, RankRecord
-from memlens.views.report.sections.fleet import fleet_report
+from memlens.views.report.fleet import fleet_report
 
 MIB = 1 << 20
 EVIL = "<script>alert(1)</script>"

@@ -83,7 +83,7 @@ def command(
         from pathlib import Path
 
         from memlens.errors import MemlensError
-        from memlens.views.report.sections.fleet import fleet_report
+        from memlens.views.report.fleet import fleet_report
 
         try:
             Path(report).write_text(fleet_report(result), encoding="utf-8")
