@@ -33,7 +33,7 @@ HOSTILE_TEXT = {
     "markup": "[b]bold[/b] [red]red[/red] [link=https://example.com]x[/link]",
     "esc": "\x1b]0;pwned title\x07\x1b[2J\x1b[31mred\x1b[0m\r\x08",
     "html": "<!-- </script><script>alert(1)</script> <img src=x onerror=alert(2)>",
-    "bidi": "abc\u202edcba\u2066\x00\x7f",
+    "bidi": "abc\u202edcba\u2066\x00\x7f\ud800",
     "json": '"}]},{"x":\\u0000',
 }
 

@@ -37,7 +37,7 @@ class _Rule:
 # per value), so one item per byte, with a floor for tiny files, is generous; the caps keep
 # a huge file from deriving an absurd limit.
 RULES: dict[str, _Rule] = {
-    "items": _Rule(4_000_000, 1.0, 4_000_000_000, "values walked while reading"),
+    "items": _Rule(1_000_000, 1.0, 4_000_000_000, "values walked while reading"),
     "memo": _Rule(1_000_000, 1.0, 1_000_000_000, "pickle memo index"),
     "depth": _Rule(100, 0.0, 100, "levels of nested containers"),
     # pickled and JSON snapshots compress 5-30x; a gzip bomb, a thousandfold

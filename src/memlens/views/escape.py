@@ -13,9 +13,12 @@ import re
 
 # C0 and C1 controls, DEL, and the Unicode line/paragraph separators and bidi controls.
 # Newline and tab are kept only by `visible_output` (whole outputs, not names).
-_UNSAFE = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+# Lone surrogates too (pickle decodes strings with surrogatepass; stdout cannot encode them).
+_UNSAFE = re.compile(
+    r"[\x00-\x1f\x7f-\x9f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff]"
+)
 _UNSAFE_OUTPUT = re.compile(
-    r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069]"
+    r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff]"
 )
 
 
