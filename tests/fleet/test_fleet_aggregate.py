@@ -76,3 +76,16 @@ def test_stage_imbalance():
     assert s == {"stage": "forward", "ranks": 4, "min_bytes": 40 * MIB, "min_rank": 0,
                  "median_bytes": 65.0 * MIB, "max_bytes": 80 * MIB, "max_rank": 2,
                  "spread_bytes": 40 * MIB, "max_over_median": round(80 / 65, 4)}  # fmt: skip
+
+
+def test_a_fleet_where_every_rank_failed():
+    records = [RankRecord(rank=i, path=f"rank{i}.pickle", status=FAILED, reason="bad")
+               for i in range(3)]  # fmt: skip
+    r = summarize_fleet(records)
+    assert (r["ranks_ok"], r["ranks_failed"], r["median_rank"]) == (0, 3, None)
+    assert r["figures"] == {} and r["outliers"] == [] and r["groups"] == [] == r["stages"]
+    from memlens.views.text.fleet import render_fleet
+
+    r["executor"], r["rank_source"] = "test", "order"
+    text = render_fleet(r)
+    assert "3 ranks (0 ok, 3 failed)" in text and text.count("  rank ") == 3
