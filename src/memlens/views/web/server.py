@@ -7,6 +7,8 @@ the API, and a strict Content-Security-Policy keeps the page to its own scripts.
 from __future__ import annotations
 
 import json
+import math
+import sys
 from collections.abc import Awaitable, Callable
 from importlib.resources import files
 from typing import Any, overload
@@ -22,6 +24,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from memlens.errors import MemlensError
+from memlens.views.escape import visible
 from memlens.views.web.data import PAGE_MIN_PX, ViewerData
 
 # the page and its ES modules (static/js/), package data like the report templates; served
@@ -41,35 +44,58 @@ class JSON(Response):
         return json.dumps(content, separators=(",", ":"), allow_nan=False).encode()
 
 
-@overload
-def _int(req: Request, name: str, default: int) -> int: ...
-@overload
-def _int(req: Request, name: str, default: None = None) -> int | None: ...
-def _int(req: Request, name: str, default: int | None = None) -> int | None:
-    v = req.query_params.get(name)
-    if v is None or v == "":
-        return default
-    try:
-        return int(float(v))
-    except ValueError:
-        raise MemlensError(f"{name} must be a number") from None
+# Bounds of every numeric query parameter: the page never sends anything near them, so a
+# value past one is a hand-made URL; it gets HTTP 400 and a message, never a 500.
+MAX_PIXELS = 100_000  # width, height
+MAX_COUNT = 1 << 62  # event indices, rows, byte counts
+MAX_POSITION = 1e18  # fractional event positions and times (µs since the epoch fit)
 
 
-def _float(req: Request, name: str) -> float | None:
+def _number(req: Request, name: str) -> float | None:
     v = req.query_params.get(name)
     if v is None or v == "":
         return None
+    if len(v) > 40:
+        raise MemlensError(f"{name} must be a number (got {len(v)} characters)")
     try:
         out = float(v)
     except ValueError:
         raise MemlensError(f"{name} must be a number") from None
-    if out != out or out in (float("inf"), float("-inf")):
-        raise MemlensError(f"{name} must be finite")
+    if not math.isfinite(out):
+        raise MemlensError(f"{name} must be a finite number")
+    return out
+
+
+@overload
+def _int(req: Request, name: str, default: int, lo: int = ..., hi: int = ...) -> int: ...
+@overload
+def _int(
+    req: Request, name: str, default: None = None, lo: int = ..., hi: int = ...
+) -> int | None: ...
+def _int(
+    req: Request, name: str, default: int | None = None, lo: int = -1, hi: int = MAX_COUNT
+) -> int | None:
+    """An integer parameter within [lo, hi] (a float such as 3.0 is taken; 1e400, NaN and
+    anything past the bounds are a 400)."""
+    out = _number(req, name)
+    if out is None:
+        return default
+    if not lo <= out <= hi:
+        raise MemlensError(f"{name} must be between {lo} and {hi}")
+    return int(out)
+
+
+def _float(
+    req: Request, name: str, lo: float = -MAX_POSITION, hi: float = MAX_POSITION
+) -> float | None:
+    out = _number(req, name)
+    if out is not None and not lo <= out <= hi:
+        raise MemlensError(f"{name} must be between {lo:g} and {hi:g}")
     return out
 
 
 def _snap(req: Request) -> int:
-    return _int(req, "snap", 0) or 0
+    return _int(req, "snap", 0, lo=0, hi=1 << 20)
 
 
 def create_app(data: ViewerData, host: str = "127.0.0.1") -> Starlette:
@@ -82,43 +108,54 @@ def create_app(data: ViewerData, host: str = "127.0.0.1") -> Starlette:
             except (MemlensError, IndexError, KeyError) as exc:
                 msg = exc.args[0] if exc.args else str(exc)
                 return JSON({"error": str(msg)}, status_code=400)
+            except Exception as exc:  # a bug: one line in the terminal, a message to the page
+                print(
+                    f"memlens view: internal error on {req.url.path}: {type(exc).__name__}: "
+                    f"{visible(str(exc))[:300]}",
+                    file=sys.stderr,
+                )
+                return JSON({"error": f"internal error ({type(exc).__name__})"}, status_code=500)
 
         return endpoint
 
     def device(req: Request) -> int:
-        try:
-            return int(req.path_params["device"])
-        except ValueError:
-            raise MemlensError("device must be an integer") from None
+        raw = req.path_params["device"]
+        if not (raw.isascii() and raw.isdigit() and len(raw) <= 7):
+            raise MemlensError("device must be a small non-negative integer")
+        return int(raw)
 
     def meta(req: Request) -> Any:
         return data.meta()
 
     def view(req: Request) -> Any:
-        min_px = _float(req, "min_px")
+        min_px = _float(req, "min_px", lo=0, hi=MAX_PIXELS)
         return data.view(
             _snap(req),
             device(req),
-            width=_int(req, "width", 1000) or 1,
-            height=_int(req, "height", 400) or 1,
+            # 0 is clamped to 1 px (and wide views to the data's own cap) as always
+            width=_int(req, "width", 1000, lo=0, hi=MAX_PIXELS) or 1,
+            height=_int(req, "height", 400, lo=0, hi=MAX_PIXELS) or 1,
             e0=_float(req, "e0"),
             e1=_float(req, "e1"),
             t0=_float(req, "t0"),
             t1=_float(req, "t1"),
-            ymax=_int(req, "ymax"),
-            ymin=_int(req, "ymin"),
+            ymax=_int(req, "ymax", lo=0),
+            ymin=_int(req, "ymin", lo=0),
             detail=req.query_params.get("detail", "1") != "0",
             min_px=PAGE_MIN_PX if min_px is None else min_px,
         )
 
     def alloc(req: Request) -> Any:
-        return data.allocation(_snap(req), device(req), int(req.path_params["row"]))
+        row = req.path_params["row"]  # {row:int}: digits only, but any number of them
+        if row >= MAX_COUNT:
+            raise MemlensError(f"row must be below {MAX_COUNT}")
+        return data.allocation(_snap(req), device(req), row)
 
     def live(req: Request) -> Any:
         return data.live(
             _snap(req),
             device(req),
-            _int(req, "event", -1),
+            _int(req, "event", -1, lo=-1),
             python_only=req.query_params.get("python_only", "1") != "0",
         )
 
@@ -129,7 +166,7 @@ def create_app(data: ViewerData, host: str = "127.0.0.1") -> Starlette:
         return data.annotations(_snap(req), device(req))
 
     def compare(req: Request) -> Any:
-        return data.compare([_int(req, "d0"), _int(req, "d1")])
+        return data.compare([_int(req, "d0", lo=0, hi=1 << 20), _int(req, "d1", lo=0, hi=1 << 20)])
 
     async def index(req: Request) -> Response:
         return FileResponse(str(STATIC / "index.html"))
