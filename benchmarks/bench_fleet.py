@@ -67,7 +67,7 @@ def ensure_fleet(ranks: int, events: int) -> Path:
 
 # ---- one measurement, in its own process ---------------------------------------------
 def measure(mode: str, paths: list[str], cache: bool) -> dict[str, Any]:
-    from memlens.fleet.api import fleet
+    from memlens.fleet.api import run
     from memlens.fleet.record import rank_record
 
     t0, c0 = time.perf_counter(), time.process_time()
@@ -77,7 +77,7 @@ def measure(mode: str, paths: list[str], cache: bool) -> dict[str, Any]:
             rank_record(p, i, cache=cache)
     else:
         scheduler = "dask-local" if mode == "dask" else None
-        r = fleet(paths, scheduler=scheduler, workers=2, cache=cache, diffs=3)
+        r = run(paths, scheduler=scheduler, workers=2, cache=cache, diffs=3)
         outliers = sorted(o["rank"] for o in r["outliers"])
         assert r["ranks_total"] == len(paths) and r["ranks_failed"] == 0
     wall = time.perf_counter() - t0

@@ -19,7 +19,6 @@ if TYPE_CHECKING:  # the lazy names below, for type checkers and IDEs ("X as X":
     from memlens.capture.markers import stage as stage
     from memlens.capture.markers import step as step
     from memlens.capture.oom import dump_on_oom as dump_on_oom
-    from memlens.fleet.api import fleet as fleet
     from memlens.inspector.api import inspect as inspect
     from memlens.recording import record as record
     from memlens.simulation.api import simulate as simulate
@@ -46,8 +45,6 @@ _LAZY: dict[str, tuple[str, str]] = {
     "simulate": ("memlens.simulation.api", "simulate"),
     # tensor inspector
     "inspect": ("memlens.inspector.api", "inspect"),
-    # many ranks at once (the package memlens.fleet is callable as this function too)
-    "fleet": ("memlens.fleet.api", "fleet"),
 }
 
 __all__ = [

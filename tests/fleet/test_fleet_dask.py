@@ -14,7 +14,7 @@ import time
 import pytest
 from fleet_data import PLANTED, RANKS
 
-from memlens.fleet.api import fleet
+from memlens.fleet.api import run
 
 pytest.importorskip("distributed")
 
@@ -26,11 +26,11 @@ def _figures(result):
 
 @pytest.fixture(scope="module")
 def local_result(fleet_dir):
-    return fleet(str(fleet_dir), workers=2, diffs=0)
+    return run(str(fleet_dir), workers=2, diffs=0)
 
 
 def test_local_cluster_finds_the_same(fleet_dir, local_result):
-    r = fleet(str(fleet_dir), scheduler="dask-local", workers=2, diffs=1)
+    r = run(str(fleet_dir), scheduler="dask-local", workers=2, diffs=1)
     assert r["executor"] == "Dask LocalCluster (2 workers)"
     assert sorted(o["rank"] for o in r["outliers"]) == sorted(PLANTED)
     assert _figures(r) == _figures(local_result)
@@ -94,7 +94,7 @@ def test_scheduler_and_workers_as_processes_with_one_killed(fleet_dir, dask_proc
             killed.append(pid)
             os.kill(pid, signal.SIGKILL)
 
-    r = fleet(str(fleet_dir), scheduler=dask_processes, on_record=kill_one, diffs=0)
+    r = run(str(fleet_dir), scheduler=dask_processes, on_record=kill_one, diffs=0)
     assert r["executor"] == f"Dask cluster at {dask_processes}"
     assert killed
     assert sorted(seen) == list(range(RANKS))  # every rank exactly once
@@ -110,4 +110,4 @@ def test_an_unreachable_scheduler_is_a_one_line_error(fleet_dir, monkeypatch):
     monkeypatch.setattr(DaskExecutor, "CONNECT_TIMEOUT", "1s")
 
     with pytest.raises(MemlensError, match="cannot reach the Dask scheduler"):
-        fleet(str(fleet_dir), scheduler=f"tcp://127.0.0.1:{_free_port()}")
+        run(str(fleet_dir), scheduler=f"tcp://127.0.0.1:{_free_port()}")

@@ -14,17 +14,17 @@ from click.testing import CliRunner
 from fleet_data import PLANTED, RANKS
 
 from memlens.cli.main import cli
-from memlens.fleet.api import fleet
+from memlens.fleet.api import run
 from memlens.fleet.record import SUMMARY_FIGURES
 
 
-def run(*args: str):
+def invoke(*args: str):
     return CliRunner().invoke(cli, list(args), catch_exceptions=False)
 
 
 @pytest.fixture(scope="module")
 def result(fleet_dir):
-    return fleet(str(fleet_dir), workers=2)
+    return run(str(fleet_dir), workers=2)
 
 
 def test_the_planted_outliers_and_nothing_else(result):
@@ -69,7 +69,7 @@ def test_groups_and_stages(result):
 
 def test_figures_equal_memlens_summary_json_to_the_byte(result, fleet_dir):
     for row in result["table"]:
-        r = run("summary", row["path"], "--json")
+        r = invoke("summary", row["path"], "--json")
         assert r.exit_code == 0
         (dev,) = json.loads(r.output)["devices"]
         for key in (*SUMMARY_FIGURES, "ooms", "top_sites", "device"):
@@ -78,12 +78,12 @@ def test_figures_equal_memlens_summary_json_to_the_byte(result, fleet_dir):
 
 def test_stage_and_category_figures_equal_their_commands(result):
     row = result["table"][23]
-    stages = json.loads(run("stages", row["path"], "--json").output)
+    stages = json.loads(invoke("stages", row["path"], "--json").output)
     peaks: dict[str, int] = {}
     for s in stages["stages"]:
         peaks[s["base_name"]] = max(peaks.get(s["base_name"], 0), s["peak_bytes"])
     assert row["stage_peaks"] == peaks
-    cats = json.loads(run("categories", row["path"], "--json").output)
+    cats = json.loads(invoke("categories", row["path"], "--json").output)
     assert row["category_bytes"] == {c["name"]: c["bytes"] for c in cats["categories"]}
 
 
@@ -91,7 +91,7 @@ def test_an_unreadable_file_is_a_failed_row(tmp_path, fleet_dir):
     for i in range(3):
         shutil.copy(fleet_dir / f"rank{i:05d}.pickle", tmp_path)
     (tmp_path / "rank00003.pickle").write_bytes(b"\x80\x04not a snapshot")
-    r = fleet([str(tmp_path), str(tmp_path / "rank00009.pickle")], workers=2)
+    r = run([str(tmp_path), str(tmp_path / "rank00009.pickle")], workers=2)
     assert [(f["rank"], f["reason"].count("\n")) for f in r["failed"]] == [(3, 0), (9, 0)]
     assert r["failed"][0]["reason"].startswith(f"{tmp_path}/rank00003.pickle")
     assert r["failed"][1]["reason"] == f"{tmp_path}/rank00009.pickle: no such file"
@@ -109,7 +109,7 @@ def test_a_worker_killed_mid_run_is_retried_and_every_rank_comes_once(fleet_dir)
             killed.append(pid)
             os.kill(pid, signal.SIGKILL)
 
-    r = fleet(str(fleet_dir), workers=2, on_record=kill_one, diffs=0)
+    r = run(str(fleet_dir), workers=2, on_record=kill_one, diffs=0)
     assert killed
     assert sorted(seen) == list(range(RANKS))  # each rank reported once
     assert [row["rank"] for row in r["table"]] == list(range(RANKS))
@@ -119,7 +119,7 @@ def test_a_worker_killed_mid_run_is_retried_and_every_rank_comes_once(fleet_dir)
 
 def test_cli_text_json_and_parquet(fleet_dir, tmp_path):
     out, html = tmp_path / "fleet.parquet", tmp_path / "fleet.html"
-    r = run("fleet", str(fleet_dir), "--workers", "2", "--out", str(out), "--diffs", "1",
+    r = invoke("fleet", str(fleet_dir), "--workers", "2", "--out", str(out), "--diffs", "1",
             "--report", str(html))  # fmt: skip
     assert r.exit_code == 0, r.output
     assert "64 ranks (64 ok, 0 failed) on local pool (2 processes)" in r.output
@@ -136,7 +136,7 @@ def test_cli_text_json_and_parquet(fleet_dir, tmp_path):
     assert sorted(r for r, o in zip(table["rank"].to_pylist(), table["outlier"].to_pylist())
                   if o) == sorted(PLANTED)  # fmt: skip
     # --json (on a glob of four ranks: the figures were checked above)
-    j = run("fleet", str(fleet_dir / "rank0000[0-3].pickle"), "--workers", "2", "--json")
+    j = invoke("fleet", str(fleet_dir / "rank0000[0-3].pickle"), "--workers", "2", "--json")
     doc = json.loads(j.output)
     assert doc["schema"] == 1 and [row["rank"] for row in doc["table"]] == [0, 1, 2, 3]
     assert doc["outliers"] == [] and doc["ranks_failed"] == 0
@@ -155,9 +155,9 @@ def test_cli_errors_are_one_line(fleet_dir):
 
 def test_memlens_generate_ranks_writes_a_fleet_with_its_skews(tmp_path):
     out = tmp_path / "job"
-    r = run("generate", str(out), "--ranks", "8", "--skew", "leak:2", "--skew",
+    r = invoke("generate", str(out), "--ranks", "8", "--skew", "leak:2", "--skew",
             "activations:5", "--events", "1000")  # fmt: skip
     assert r.exit_code == 0 and "wrote 8 rank files" in r.output
     assert sorted(p.name for p in out.iterdir())[:2] == ["rank00000.pickle", "rank00001.pickle"]
-    result = fleet(str(out), workers=2, diffs=0)
+    result = run(str(out), workers=2, diffs=0)
     assert sorted(o["rank"] for o in result["outliers"]) == [2, 5]

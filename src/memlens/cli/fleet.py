@@ -67,10 +67,10 @@ def command(
 
     PATHS are files, directories or globs. A file that cannot be read is a failed row.
     """
-    from memlens.fleet.api import fleet
+    from memlens.fleet.api import run
     from memlens.views.text.fleet import render_fleet
 
-    result = fleet(list(inputs), scheduler=scheduler, workers=workers, rank_regex=rank_regex,
+    result = run(list(inputs), scheduler=scheduler, workers=workers, rank_regex=rank_regex,
                    device=device, top=top, hide_patterns=hide, cache=not no_cache,
                    threshold=threshold, tolerance=tolerance, diffs=diffs,
                    progress=None)  # fmt: skip

@@ -1,7 +1,8 @@
-"""`memlens.fleet(paths)`: every rank reduced to a record in parallel, then compared.
+"""`memlens.fleet.run(paths)`: every rank reduced to a record in parallel, then compared.
 
-    result = memlens.fleet("run42/")                 # local process pool
-    result = memlens.fleet("run42/*.pickle", scheduler="tcp://10.0.0.5:8786")
+    from memlens import fleet
+    result = fleet.run("run42/")                     # local process pool
+    result = fleet.run("run42/*.pickle", scheduler="tcp://10.0.0.5:8786")
 
 The result is the JSON of `memlens fleet --json` (docs/json-schema.md): one row per rank
 (failed rows too), the figures' medians, outliers with a diff against the median rank,
@@ -63,7 +64,7 @@ def diff_error(reason: str) -> OutlierDiff:
     return OutlierDiff(error=reason, figures=[], sites=[], sites_total=0, stages=None)
 
 
-def fleet(
+def run(
     paths: str | Sequence[str],
     *,
     scheduler: str | None = None,
