@@ -115,10 +115,13 @@ def figures(items: Sequence[tuple[str, str, str]]) -> str:
 
 
 def json_island(element_id: str, data: Any) -> str:
-    """JSON in a non-executed script element. `</` is escaped so no string can close it."""
+    """JSON in a non-executed script element. Every `<`, `>` and `&` is written as its
+    JSON escape (`\\u003c`...), which JSON.parse turns back into the same character: no
+    string can close the element or open a comment (`</script>`, `<!--`), and every
+    string round-trips exactly. (They can only occur inside JSON strings.)"""
     text = json.dumps(data, separators=(",", ":"), ensure_ascii=False, default=json_default)
-    text = text.replace("</", "<\\/").replace("<!--", "<\\!--")
-    # U+2028/2029 are valid in JSON but some parsers treat them as line ends
+    text = text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+    # U+2028/2029 are valid in JSON strings but end a line in older JavaScript parsers
     text = text.replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
     return f'<script type="application/json" id="{esc(element_id)}">{text}</script>'
 
