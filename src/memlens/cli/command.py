@@ -42,6 +42,7 @@ from memlens.cli.options import (
     snapshot_argument,
     snapshots_argument,
 )
+from memlens.views.escape import visible_output
 
 # What the body gets first:
 #   "device":   the DeviceTrace of --device (default: the longest trace)
@@ -172,8 +173,10 @@ def _open(
 
 
 def _echo(text: Text) -> None:
+    """Every analysis command's text goes out here: control characters from the snapshot's
+    names are shown as escapes (`\\x1b`), never sent raw to the terminal."""
     if isinstance(text, str):
-        click.echo(text)
+        click.echo(visible_output(text))
         return
     for line, to_stderr in text:
-        click.echo(line, err=to_stderr)
+        click.echo(visible_output(line), err=to_stderr)

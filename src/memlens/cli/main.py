@@ -4,11 +4,14 @@ used, so `memlens summary` never pays for (or needs) the web server, Textual or 
 from __future__ import annotations
 
 import importlib
+import os
 import sys
+import traceback
 
 import click
 
 from memlens.errors import MemlensError
+from memlens.views.escape import visible
 
 # command name -> module under memlens.cli that defines `command` (a click.Command)
 COMMANDS: dict[str, str] = {
@@ -49,14 +52,50 @@ class LazyGroup(click.Group):
         return command
 
 
+def _set_limits(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> None:
+    """--limit NAME=N: the same as MEMLENS_MAX_<NAME>=N (memlens.snapshot.limits), which is
+    where every reader takes its limits from."""
+    from memlens.snapshot.limits import RULES, env_var
+
+    for item in values:
+        name, _, raw = item.partition("=")
+        name = name.strip().lower()
+        if name not in RULES:
+            raise click.BadParameter(f"{item!r}: NAME is one of {', '.join(RULES)}")
+        try:
+            value = int(float(raw))
+        except (ValueError, OverflowError):
+            raise click.BadParameter(f"{item!r}: N is a count (0 = no limit)") from None
+        if value < 0:
+            raise click.BadParameter(f"{item!r}: N is a count (0 = no limit)")
+        os.environ[env_var(name)] = str(value)
+
+
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="memlens")
-def cli() -> None:
+@click.option(
+    "--limit",
+    "limits",
+    multiple=True,
+    metavar="NAME=N",
+    callback=_set_limits,
+    expose_value=False,
+    help="Raise a hostile-input limit for a file you trust: items, memo, depth, "
+    "decompressed, memory (0 = none; see docs/security.md).",
+)
+@click.option(
+    "--debug",
+    is_flag=True,
+    help="Show the traceback of an unexpected error instead of one line.",
+)
+def cli(debug: bool) -> None:
     """memlens: see exactly where your PyTorch GPU memory goes.
 
     Read a CUDA memory snapshot (torch.cuda.memory._dump_snapshot) safely and fast,
     then summarize, analyze, view in a browser or terminal, or check budgets in CI.
     """
+    if debug:
+        os.environ["MEMLENS_DEBUG"] = "1"
 
 
 def run(argv: list[str] | None = None) -> int:
@@ -67,7 +106,7 @@ def run(argv: list[str] | None = None) -> int:
         # otherwise the command's return value (commands return None: exit 0)
         rc = cli.main(args=argv, standalone_mode=False)
     except MemlensError as exc:
-        click.echo(f"memlens: error: {exc}", err=True)
+        click.echo(f"memlens: error: {visible(str(exc))}", err=True)
         return 2
     except click.exceptions.Abort:
         click.echo("memlens: aborted", err=True)
@@ -77,7 +116,17 @@ def run(argv: list[str] | None = None) -> int:
         return exc.exit_code
     except KeyboardInterrupt:
         return 130
-    # (a last-resort handler for unexpected exceptions belongs here, after the ones above)
+    except Exception as exc:  # last resort: a file we failed to foresee, or a bug
+        if os.environ.get("MEMLENS_DEBUG") == "1":
+            traceback.print_exc()
+        else:
+            detail = visible(str(exc))[:300]
+            click.echo(
+                f"memlens: error: unexpected {type(exc).__name__}: {detail} "
+                "(run with --debug for the traceback, and please report it)",
+                err=True,
+            )
+        return 2
     return rc if isinstance(rc, int) else 0
 
 

@@ -13,6 +13,7 @@ import click
 
 from memlens.analysis.jsonable import json_default
 from memlens.snapshot.model import Snapshot
+from memlens.views.escape import visible
 
 F = Callable[..., Any]
 
@@ -164,7 +165,7 @@ def open_snapshot(
         snap = load(path, cache=not no_cache)
     for w in caught:
         if issubclass(w.category, SnapshotWarning):
-            click.echo(f"memlens: warning: {w.message}", err=True)
+            click.echo(f"memlens: warning: {visible(str(w.message))}", err=True)
     if annotation_files:
         from memlens.inspector.annotations import annotations_from
 
