@@ -73,13 +73,13 @@ def dask_processes():
                 time.sleep(0.5)
         yield address
     finally:
-        for p in procs:
+        for p in reversed(procs):  # workers first: a scheduler left alone exits at once
             p.terminate()
-        for p in procs:
             try:
-                p.wait(timeout=20)
+                p.wait(timeout=5)
             except subprocess.TimeoutExpired:
                 p.kill()
+                p.wait()
 
 
 def test_scheduler_and_workers_as_processes_with_one_killed(fleet_dir, dask_processes,
