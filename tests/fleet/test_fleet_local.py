@@ -161,3 +161,17 @@ def test_memlens_generate_ranks_writes_a_fleet_with_its_skews(tmp_path):
     assert sorted(p.name for p in out.iterdir())[:2] == ["rank00000.pickle", "rank00001.pickle"]
     result = run(str(out), workers=2, diffs=0)
     assert sorted(o["rank"] for o in result["outliers"]) == [2, 5]
+
+
+def test_the_cache_is_used_only_when_the_fleet_fits_in_it(tmp_path, fleet_dir, monkeypatch):
+    from memlens.snapshot import cache
+
+    for i in range(3):
+        shutil.copy(fleet_dir / f"rank{i:05d}.pickle", tmp_path)
+    root = cache.cache_root()
+    monkeypatch.setattr(cache, "MAX_ENTRIES", 2)  # 3 ranks do not fit: no entry written
+    run(str(tmp_path), workers=1, diffs=0)
+    assert not root.exists() or not [p for p in root.iterdir() if not p.name.startswith(".")]
+    monkeypatch.setattr(cache, "MAX_ENTRIES", 32)
+    run(str(tmp_path), workers=1, diffs=0)
+    assert len([p for p in root.iterdir() if not p.name.startswith(".")]) == 3

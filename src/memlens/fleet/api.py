@@ -92,6 +92,7 @@ def run(
     """
     files = expand_paths([paths] if isinstance(paths, str) else list(paths))
     ids, rank_source = rank_ids(files, rank_regex)
+    cache = cache and fits_in_cache(len(files))
     own = executor is None
     ex = executor or make_executor(scheduler, workers)
     try:
@@ -105,6 +106,15 @@ def run(
         if own:
             ex.close()
     return result
+
+
+def fits_in_cache(n_files: int) -> bool:
+    """Whether the column cache can keep every rank (MEMLENS_CACHE_MAX_ENTRIES, 32 by
+    default). A larger fleet is read without it: each file would write an entry that
+    evicts another before it is ever read again, several times the cost of the read."""
+    from memlens.snapshot.cache import MAX_ENTRIES
+
+    return n_files <= MAX_ENTRIES
 
 
 def _collect(
