@@ -18,6 +18,17 @@ import numpy as np
 from memlens.errors import SnapshotError
 from memlens.snapshot.actions import BLOCK_STATES, KNOWN_ACTIONS, Action
 from memlens.snapshot.annotations import Annotations, annotation_columns
+from memlens.snapshot.checks import (
+    INT64,
+    MAX_TOTAL,
+    SIZE,
+    UINT64,
+    check_sizes,
+    check_total,
+    checked_int,
+    first_bad,
+    glimpse,
+)
 from memlens.snapshot.interning import FrameTable, StackTable, StringTable, as_text
 from memlens.snapshot.limits import Budget, LimitExceeded, Limits, bounded_walk, unlimited
 from memlens.snapshot.model import Frames, Segments, Snapshot, Stacks
@@ -45,50 +56,6 @@ KNOWN_BLOCK_FIELDS = {
 
 Warn = Callable[[str, str], None]
 
-# Largest byte count accepted in any size field: 8 PiB is far beyond any device, and 2^53 is
-# where the viewer's JavaScript numbers stop being exact. A size past it, or a negative
-# one, is an error, never a figure.
-MAX_SIZE = 1 << 53
-# Sums of sizes stay below this, so no running total (int64 cumsum) can overflow.
-MAX_TOTAL = 1 << 62
-INT64 = (-(1 << 63), (1 << 63) - 1)
-UINT64 = (0, (1 << 64) - 1)
-SIZE = (0, MAX_SIZE)
-
-
-def _checked_int(value: Any, what: str, bounds: tuple[int, int]) -> int:
-    """An integer field read from the snapshot: ints (and bools) only, within `bounds`."""
-    if not isinstance(value, int):
-        raise SnapshotError(
-            f"{what} is a {type(value).__name__} ({_short(value)}), expected an integer"
-        )
-    lo, hi = bounds
-    if not lo <= value <= hi:
-        raise SnapshotError(f"{what} is out of range ({_short(value)}; allowed {lo}..{hi})")
-    return int(value)
-
-
-def _first_bad(values: list[Any], kind: type | tuple[type, ...]) -> tuple[int, Any] | None:
-    """The first (index, value) not of `kind` (subclasses such as bool count as their base);
-    a set of types first, so the usual all-good column costs one C-speed pass."""
-    kinds = kind if isinstance(kind, tuple) else (kind,)
-    if set(map(type, values)) <= set(kinds):
-        return None
-    return next(((i, v) for i, v in enumerate(values) if not isinstance(v, kinds)), None)
-
-
-def _short(value: Any) -> str:
-    """A bounded, printable glimpse of a bad value for an error message."""
-    if isinstance(value, int) and not isinstance(value, bool):
-        return (
-            str(value) if value.bit_length() <= 128 else f"an integer of {value.bit_length()} bits"
-        )
-    if isinstance(value, (str, bytes)):
-        return repr(value[:40]) + ("..." if len(value) > 40 else "")
-    if isinstance(value, (list, tuple, dict)):
-        return f"{type(value).__name__} of {len(value)}"
-    return type(value).__name__
-
 
 class _Context:
     def __init__(self, warn: Warn, budget: Budget) -> None:
@@ -107,11 +74,11 @@ class _Context:
             raw = 0
         if not isinstance(raw, int):  # also keeps unhashable and deep values out of the dict
             raise SnapshotError(
-                f"a stream is a {type(raw).__name__} ({_short(raw)}), expected an integer"
+                f"a stream is a {type(raw).__name__} ({glimpse(raw)}), expected an integer"
             )
         i = self._stream_ids.get(raw)
         if i is None:
-            value = _checked_int(raw, "a stream", (INT64[0], UINT64[1]))
+            value = checked_int(raw, "a stream", (INT64[0], UINT64[1]))
             i = self._stream_ids.get(value)
             if i is None:
                 i = len(self.streams)
@@ -143,7 +110,7 @@ def _int_column(values: list[Any], dtype: Any, what: str, device: int) -> np.nda
         pass
     info = np.iinfo(dtype)
     for i, v in enumerate(values):
-        _checked_int(
+        checked_int(
             v, f"device {device}: trace entry {i}: {what!r}", (int(info.min), int(info.max))
         )
     raise SnapshotError(f"device {device}: trace field {what!r} cannot be read as integers")
@@ -195,29 +162,29 @@ def _build_events(trace: list[Any], device: int, ctx: _Context) -> dict[str, np.
         raise SnapshotError(f"device {device}: trace entries have no 'action' field")
 
     actions = _column(trace, "action", None)
-    if n and (first := _first_bad(actions, str)) is not None:
+    if n and (first := first_bad(actions, str)) is not None:
         i, bad = first
         raise SnapshotError(
             f"device {device}: trace entry {i}: action is a {type(bad).__name__} "
-            f"({_short(bad)}), expected a string"
+            f"({glimpse(bad)}), expected a string"
         )
     action = _coded(actions, ctx.action_code, np.uint8)
     addr = _int_field(trace, "addr", 0, np.uint64, device)
     size = _int_field(trace, "size", 0, np.int64, device)
-    _check_sizes(size, f"device {device}: trace entry", "size")
+    check_sizes(size, f"device {device}: trace entry", "size")
     for r in np.flatnonzero(
         action == Action.OOM
     ):  # free device bytes are stored where addr would be
         free = trace[r].get("device_free", trace[r].get("addr", 0))
-        addr[r] = _checked_int(
+        addr[r] = checked_int(
             0 if free is None else free, f"device {device}: trace entry {r}: 'device_free'", UINT64
         )
     streams = _column(trace, "stream", 0)
-    if n and (first := _first_bad(streams, (int, type(None)))) is not None:
+    if n and (first := first_bad(streams, (int, type(None)))) is not None:
         i, bad = first
         raise SnapshotError(
             f"device {device}: trace entry {i}: stream is a {type(bad).__name__} "
-            f"({_short(bad)}), expected an integer"
+            f"({glimpse(bad)}), expected an integer"
         )
     stream = _coded(streams, ctx.stream_id, np.int32)
     if "time_us" in keys:
@@ -316,24 +283,22 @@ def _build_segments(raw_segments: list[Any], ctx: _Context) -> Segments:
         if not all(isinstance(b, dict) for b in blocks):
             bad = next(b for b in blocks if not isinstance(b, dict))
             raise SnapshotError(f"{where}: a block is a {type(bad).__name__}, expected a dict")
-        address = _checked_int(seg.get("address", 0), f"{where}: address", UINT64)
+        address = checked_int(seg.get("address", 0), f"{where}: address", UINT64)
         if "total_size" in seg:
-            total = _checked_int(seg["total_size"], f"{where}: total_size", SIZE)
+            total = checked_int(seg["total_size"], f"{where}: total_size", SIZE)
         else:
-            total = sum(
-                _checked_int(b.get("size", 0), f"{where}: block size", SIZE) for b in blocks
-            )
+            total = sum(checked_int(b.get("size", 0), f"{where}: block size", SIZE) for b in blocks)
         pool = seg.get("segment_pool_id") or (0, 0)
         if not isinstance(pool, (list, tuple)) or len(pool) != 2:
             pool = (0, 0)
-        cols["device"].append(_checked_int(seg.get("device", 0), f"{where}: device", (0, 1 << 20)))
+        cols["device"].append(checked_int(seg.get("device", 0), f"{where}: device", (0, 1 << 20)))
         cols["address"].append(address)
         cols["total_size"].append(total)
         stream = seg.get("stream", 0)
         cols["stream"].append(ctx.stream_id(stream))
         cols["is_large"].append(seg.get("segment_type", "large") != "small")
-        cols["pool_id0"].append(_checked_int(pool[0], f"{where}: segment_pool_id", INT64))
-        cols["pool_id1"].append(_checked_int(pool[1], f"{where}: segment_pool_id", INT64))
+        cols["pool_id0"].append(checked_int(pool[0], f"{where}: segment_pool_id", INT64))
+        cols["pool_id1"].append(checked_int(pool[1], f"{where}: segment_pool_id", INT64))
         cols["is_expandable"].append(bool(seg.get("is_expandable", False)))
         cols["stack"].append(stack_id(seg.get("frames")))
         offset = address
@@ -341,19 +306,19 @@ def _build_segments(raw_segments: list[Any], ctx: _Context) -> Segments:
         for b in blocks:
             charge(len(b), "blocks")
             unknown_blk.update(str(k) for k in b if k not in KNOWN_BLOCK_FIELDS)
-            bsize = _checked_int(b.get("size", 0), f"{where}: block size", SIZE)
+            bsize = checked_int(b.get("size", 0), f"{where}: block size", SIZE)
             history = b.get("history") or []
             if not isinstance(history, list):
                 history = []
             h0 = history[0] if history and isinstance(history[0], dict) else {}
             req = b.get("requested_size", h0.get("real_size", b.get("real_size", bsize)))
-            req = _checked_int(req, f"{where}: block requested_size", SIZE)
+            req = checked_int(req, f"{where}: block requested_size", SIZE)
             state_name = b.get("state", "inactive")
             state = BLOCK_STATES.get(state_name, 0) if isinstance(state_name, str) else 0
             frames = b.get("frames")
             if frames is None and h0:
                 frames = _legacy_frames(h0)
-            baddr = _checked_int(b.get("address", offset), f"{where}: block address", UINT64)
+            baddr = checked_int(b.get("address", offset), f"{where}: block address", UINT64)
             bcols["address"].append(baddr)
             bcols["size"].append(bsize)
             bcols["requested_size"].append(req)
@@ -371,10 +336,10 @@ def _build_segments(raw_segments: list[Any], ctx: _Context) -> Segments:
             ("active_size", active_sum),
             ("requested_size", req_sum),
         ):
-            cols[key].append(_checked_int(seg.get(key, derived), f"{where}: {key}", (0, MAX_TOTAL)))
+            cols[key].append(checked_int(seg.get(key, derived), f"{where}: {key}", (0, MAX_TOTAL)))
     for key in ("total_size", "allocated_size", "active_size", "requested_size"):
-        _check_total(cols[key], f"segment {key}s")
-    _check_total(bcols["size"], "block sizes")
+        check_total(cols[key], f"segment {key}s")
+    check_total(bcols["size"], "block sizes")
     if unknown_seg:
         ctx.warn(
             "segment-fields",
@@ -407,30 +372,14 @@ def _build_segments(raw_segments: list[Any], ctx: _Context) -> Segments:
     )
 
 
-def _check_sizes(size: np.ndarray, what: str, field: str) -> None:
-    """Sizes are bytes: never negative, never past MAX_SIZE, and their sum fits int64."""
-    if not len(size):
-        return
-    lo, hi = int(size.min()), int(size.max())
-    if lo < 0 or hi > MAX_SIZE:
-        i = int(np.argmin(size)) if lo < 0 else int(np.argmax(size))
-        raise SnapshotError(f"{what} {i}: {field} {int(size[i])} is out of range (0..{MAX_SIZE})")
-    _check_total(size, f"{what} {field}s")
-
-
-def _check_total(values: Any, what: str) -> None:
-    if float(np.sum(np.asarray(values, dtype=np.float64))) >= MAX_TOTAL:
-        raise SnapshotError(f"{what} add up past 2^62 bytes: not a real snapshot")
-
-
 def _build_annotations(raw: Any, ctx: _Context) -> Annotations:
     if isinstance(raw, list):
         ctx.budget.charge(len(raw), "external_annotations")
         for i, a in enumerate(raw):
             if isinstance(a, dict):
                 where = f"external_annotations[{i}]"
-                _checked_int(a.get("device", 0) or 0, f"{where}: device", (0, 1 << 20))
-                _checked_int(a.get("time_us", -1), f"{where}: time_us", INT64)
+                checked_int(a.get("device", 0) or 0, f"{where}: device", (0, 1 << 20))
+                checked_int(a.get("time_us", -1), f"{where}: time_us", INT64)
     return annotation_columns(raw, ctx.strings)
 
 
@@ -509,7 +458,7 @@ def _jsonable(v: Any) -> Any:
     if isinstance(v, (list, tuple)):
         return [_jsonable(x) for x in v]
     if isinstance(v, int) and not isinstance(v, bool) and not INT64[0] <= v <= INT64[1]:
-        return _short(v)
+        return glimpse(v)
     if isinstance(v, float) and not math.isfinite(v):
         return repr(v)
     if v is None or isinstance(v, (bool, int, float, str)):

@@ -30,13 +30,13 @@ from memlens.errors import SnapshotError, UnsafePickleError
 from memlens.snapshot.actions import Action
 from memlens.snapshot.builder import (
     KNOWN_ENTRY_FIELDS,
-    _check_sizes,
     _coded,
     _Context,
     build_snapshot,
     optional_string_ids,
     warn_unknown_entry_fields,
 )
+from memlens.snapshot.checks import check_sizes
 from memlens.snapshot.limits import LimitExceeded, Limits, limits_for
 from memlens.snapshot.model import Snapshot
 from memlens.snapshot.reader import GZIP_MAGIC, normalize_top_level
@@ -206,7 +206,7 @@ class CompiledTrace:
         action = _coded(c["actions"], ctx.action_code, np.uint8)[self._array("action", np.uint8)]
         addr = self._array("addr", np.uint64)
         size = self._array("size", np.int64)
-        _check_sizes(size, f"device {device}: trace entry", "size")
+        check_sizes(size, f"device {device}: trace entry", "size")
         free_rows = self._array("device_free_row", np.int64)
         if len(free_rows):  # oom entries keep the free device bytes where addr would be
             oom = action[free_rows] == Action.OOM

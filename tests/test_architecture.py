@@ -1,0 +1,301 @@
+"""The import contract: the packages follow the pipeline, and no module grows into a grab-bag.
+
+    capture/simulation -> snapshot (read, replay, cache) -> analysis -> views -> cli
+
+Every import of a memlens module is read from the source by AST: top-level ones and the
+lazy ones inside functions (they run too, only later), plus importlib.import_module with a
+literal name. Imports under `if TYPE_CHECKING:` are left out: they never run.
+
+Rules:
+1. Layers: cli (and the top-level glue `recording`, `__main__`) > views > analysis >
+   snapshot > {units, errors, the `memlens` facade}. A module imports only its own layer or
+   lower ones.
+2. The side packages capture, simulation, inspector and fleet may use snapshot and analysis
+   but never views, cli or the top-level glue; the pipeline below cli (views, analysis,
+   snapshot, units, errors) never imports them (e.g. the synthetic generator is not on the
+   read path).
+3. No import cycle between packages (directories), nor between modules, lazy imports included.
+4. No module over MAX_LINES lines, except ALLOWED_LONG, each with its reason.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "memlens"
+MAX_LINES = 500
+
+# top-level component -> layer; higher may import lower, never the reverse
+LAYERS = {
+    "errors": 0,
+    "units": 1,
+    "memlens": 1,  # the facade's __init__: imports only errors; its lazy names are strings
+    "snapshot": 2,
+    "analysis": 3,
+    "views": 4,
+    "cli": 5,
+    "recording": 5,  # memlens.record: joins capture and the HTML report, above both
+    "__main__": 6,
+}
+SIDE = {"capture", "simulation", "inspector", "fleet"}
+SIDE_MUST_NOT_IMPORT = {"views", "cli", "recording", "__main__"}
+PIPELINE_BELOW_CLI = {"views", "analysis", "snapshot", "units", "errors", "memlens"}
+
+ALLOWED_LONG = {
+    "simulation/allocator.py": "one model of CUDACachingAllocator.cpp (constants, round_size, "
+    "pools, CachingAllocator); the review found it coherent: splitting would cut one algorithm",
+    "analysis/results.py": "declarations only: one TypedDict per JSON object of "
+    "docs/json-schema.md, no logic",
+}
+
+
+@dataclass(frozen=True)
+class Import:
+    source: str  # importing module, dotted
+    target: str  # imported memlens module, dotted
+    line: int
+    lazy: bool
+
+    def __str__(self) -> str:
+        kind = "lazy import" if self.lazy else "import"
+        path = _modules()[self.source][0].relative_to(SRC.parent)
+        return f"{path}:{self.line}: {kind} of {self.target}"
+
+
+def _modules() -> dict[str, tuple[Path, bool]]:
+    """dotted name -> (file, is a package __init__)."""
+    if not hasattr(_modules, "cache"):
+        out = {}
+        for path in sorted(SRC.rglob("*.py")):
+            parts = list(path.relative_to(SRC.parent).with_suffix("").parts)
+            is_pkg = parts[-1] == "__init__"
+            out[".".join(parts[:-1] if is_pkg else parts)] = (path, is_pkg)
+        _modules.cache = out  # type: ignore[attr-defined]
+    return _modules.cache  # type: ignore[attr-defined]
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _imports_of(module: str) -> list[Import]:
+    path, is_pkg = _modules()[module]
+    found: list[Import] = []
+
+    def add(target: str | None, node: ast.AST, lazy: bool) -> None:
+        if target and (target == "memlens" or target.startswith("memlens.")):
+            found.append(Import(module, target, node.lineno, lazy))  # type: ignore[attr-defined]
+
+    def visit(node: ast.AST, lazy: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and _is_type_checking(child.test):
+                for other in child.orelse:  # `else:` of TYPE_CHECKING runs
+                    visit_one(other, lazy)
+                continue
+            visit_one(child, lazy)
+
+    def visit_one(node: ast.AST, lazy: bool) -> None:
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                add(alias.name, node, lazy)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:  # relative: resolve against this module's package
+                base = module.split(".") if is_pkg else module.split(".")[:-1]
+                base = base[: len(base) - (node.level - 1)]
+                parent = ".".join(base + ([node.module] if node.module else []))
+            else:
+                parent = node.module or ""
+            for alias in node.names:
+                sub = f"{parent}.{alias.name}"  # `from pkg import submodule`
+                add(sub if sub in _modules() else parent, node, lazy)
+        else:
+            if (
+                isinstance(node, ast.Call)
+                and getattr(node.func, "attr", getattr(node.func, "id", None)) == "import_module"
+                and node.args
+                and isinstance(node.args[0], ast.Constant)
+                and isinstance(node.args[0].value, str)
+            ):
+                add(node.args[0].value, node, True)
+            inner = lazy or isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
+            visit(node, inner)
+
+    visit(ast.parse(path.read_text(encoding="utf-8"), str(path)), False)
+    return found
+
+
+def _all_imports() -> list[Import]:
+    return [imp for module in _modules() for imp in _imports_of(module)]
+
+
+def _component(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "memlens"
+
+
+def _package(module: str) -> str:
+    """The directory a module lives in (a package __init__ is its own package)."""
+    return module if _modules()[module][1] else module.rsplit(".", 1)[0]
+
+
+def _resolve(target: str) -> str | None:
+    """The memlens module a target names (an attribute import names its module)."""
+    while target and target not in _modules():
+        target = target.rpartition(".")[0]
+    return target or None
+
+
+def test_every_component_is_classified():
+    components = {_component(m) for m in _modules()}
+    unknown = components - set(LAYERS) - SIDE
+    assert not unknown, (
+        f"new top-level package(s) {sorted(unknown)}: give each a layer in LAYERS or add it "
+        "to SIDE in tests/test_architecture.py"
+    )
+
+
+def test_the_walker_sees_lazy_imports_and_skips_type_checking():
+    # a lazy import inside a function is seen; so is one in the builder of the cache
+    lazy = [i for i in _all_imports() if i.lazy]
+    assert lazy, "no lazy import found: the walker would miss half the contract"
+    # simulation.tracker imports simulation.session only under TYPE_CHECKING
+    tracker = [i.target for i in _imports_of("memlens.simulation.tracker")]
+    assert "memlens.simulation.session" not in tracker
+
+
+def test_layers():
+    broken = []
+    for imp in _all_imports():
+        src, dst = _component(imp.source), _component(imp.target)
+        if src == dst:
+            continue
+        if src in LAYERS and dst in LAYERS and LAYERS[dst] > LAYERS[src]:
+            broken.append(f"{imp}: {src} (layer {LAYERS[src]}) must not import {dst} "
+                          f"(layer {LAYERS[dst]}); the pipeline is "
+                          "cli > views > analysis > snapshot > units/errors")  # fmt: skip
+        if src in SIDE and dst in SIDE_MUST_NOT_IMPORT:
+            broken.append(f"{imp}: {src} is a side package and must not import {dst} "
+                          "(pass a callback from the layer above instead)")  # fmt: skip
+        if src in PIPELINE_BELOW_CLI and dst in SIDE:
+            broken.append(f"{imp}: {src} must not import the side package {dst} "
+                          "(only cli and the top-level glue join them)")  # fmt: skip
+    assert not broken, "import layers broken:\n" + "\n".join(sorted(broken))
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one node (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    out: list[list[str]] = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph.get(child, ())))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                comp = []
+                while True:
+                    top = stack.pop()
+                    on_stack.discard(top)
+                    comp.append(top)
+                    if top == node:
+                        break
+                if len(comp) > 1:
+                    out.append(sorted(comp))
+    return out
+
+
+def test_no_cycle_between_packages():
+    graph: dict[str, set[str]] = {}
+    why: dict[tuple[str, str], Import] = {}
+    for imp in _all_imports():
+        target = _resolve(imp.target)
+        if target is None:
+            continue
+        a, b = _package(imp.source), _package(target)
+        graph.setdefault(a, set())
+        graph.setdefault(b, set())
+        # a package and its own parent (an __init__ re-exporting a submodule) is one unit
+        if a == b or a.startswith(b + ".") or b.startswith(a + "."):
+            continue
+        graph[a].add(b)
+        why.setdefault((a, b), imp)
+    cycles = _cycles(graph)
+    lines = []
+    for comp in cycles:
+        members = set(comp)
+        edges = [str(why[(a, b)]) for a in comp for b in sorted(graph[a]) if b in members]
+        lines.append(f"cycle {' <-> '.join(comp)}:\n    " + "\n    ".join(edges))
+    assert not cycles, "import cycles between packages:\n" + "\n".join(lines)
+
+
+def test_no_cycle_between_modules():
+    """Inside a package too: the review's cycle snapshot.builder -> replay -> model ⇢ builder
+    (kept alive by a lazy import) would be invisible to the package check once replay moved
+    into snapshot/. A package __init__ and the modules under it are not counted (re-export)."""
+    graph: dict[str, set[str]] = {}
+    why: dict[tuple[str, str], Import] = {}
+    for imp in _all_imports():
+        target = _resolve(imp.target)
+        if target is None or target == imp.source:
+            continue
+        a, b = imp.source, target
+        graph.setdefault(a, set())
+        graph.setdefault(b, set())
+        if (_modules()[b][1] and a.startswith(b + ".")) or (
+            _modules()[a][1] and b.startswith(a + ".")
+        ):
+            continue
+        graph[a].add(b)
+        why.setdefault((a, b), imp)
+    cycles = _cycles(graph)
+    lines = []
+    for comp in cycles:
+        members = set(comp)
+        edges = [str(why[(a, b)]) for a in comp for b in sorted(graph[a]) if b in members]
+        lines.append(f"cycle {' <-> '.join(comp)}:\n    " + "\n    ".join(edges))
+    assert not cycles, "import cycles between modules:\n" + "\n".join(lines)
+
+
+def test_modules_stay_small():
+    too_long = []
+    for path in sorted(SRC.rglob("*.py")):
+        rel = path.relative_to(SRC).as_posix()
+        n = len(path.read_text(encoding="utf-8").splitlines())
+        if n > MAX_LINES and rel not in ALLOWED_LONG:
+            too_long.append(f"src/memlens/{rel}: {n} lines (> {MAX_LINES}): split it by job, "
+                            "or add it to ALLOWED_LONG with the reason it is one algorithm")  # fmt: skip
+    assert not too_long, "\n".join(too_long)
+
+
+@pytest.mark.parametrize("rel", sorted(ALLOWED_LONG))
+def test_allow_list_is_not_stale(rel):
+    path = SRC / rel
+    assert path.exists(), f"ALLOWED_LONG names {rel}, which no longer exists"
+    n = len(path.read_text(encoding="utf-8").splitlines())
+    assert n > MAX_LINES, f"{rel} is {n} lines now: remove it from ALLOWED_LONG"
