@@ -175,3 +175,19 @@ def test_the_cache_is_used_only_when_the_fleet_fits_in_it(tmp_path, fleet_dir, m
     monkeypatch.setattr(cache, "MAX_ENTRIES", 32)
     run(str(tmp_path), workers=1, diffs=0)
     assert len([p for p in root.iterdir() if not p.name.startswith(".")]) == 3
+
+
+def test_a_file_that_kills_its_worker_is_the_only_failed_row():
+    from fleet_data import die_on_poison
+
+    from memlens.fleet.executors import LocalPool, TaskLost
+
+    items = ["a", "b", "poison", "c", "d", "e", "f"]
+    pool = LocalPool(2)
+    try:
+        got = dict(pool.map_unordered(die_on_poison, items))
+    finally:
+        pool.close()
+    assert sorted(got) == list(range(len(items)))  # each task exactly once
+    assert got[2] == TaskLost("its worker process died while reading it (twice)")
+    assert [got[i] for i in (0, 1, 3, 4, 5, 6)] == ["A", "B", "C", "D", "E", "F"]

@@ -2,7 +2,8 @@
 
 Both stream results back as tasks finish, so the parent holds one small result per rank
 and never a snapshot. A task that is lost with its worker is run again: the local pool
-resubmits it once (a second loss makes it a failed row); Dask reschedules it itself (its
+reruns the tasks that were in flight one at a time, so a second death names the one file
+that causes it (a failed row) and no other; Dask reschedules them itself (its
 `allowed-failures`) and retries a task that raised once (`retries=1`). Each result comes
 out exactly once, tagged with the index of its task.
 """
@@ -50,8 +51,6 @@ class LocalPool:
     """concurrent.futures.ProcessPoolExecutor sized to the cores; a worker reads one
     snapshot at a time (at most two tasks per worker are in flight)."""
 
-    ATTEMPTS = 2  # a task whose worker died is resubmitted once
-
     def __init__(self, workers: int | None = None) -> None:
         self.workers = workers or default_workers()
         if self.workers < 1:
@@ -68,23 +67,26 @@ class LocalPool:
     def map_unordered(
         self, fn: Callable[[Any], Any], items: Sequence[Any]
     ) -> Iterator[tuple[int, Any]]:
-        attempts = [0] * len(items)
         todo = list(range(len(items) - 1, -1, -1))  # a stack: pop() gives index 0 first
+        # Tasks in flight when a worker died: any of them may have killed it. Each runs
+        # again alone, so a second death names the file that causes it and no other.
+        suspects: list[int] = []
         running: dict[Future[Any], int] = {}
-        lost = "its worker process died twice while reading it"
-        while todo or running:
+        while todo or suspects or running:
             pool = self._pool = self._pool or self._new_pool()
-            broken = False
             # two tasks per worker in flight: the next is queued while one runs, so no
             # worker waits for the parent between files (each still reads one at a time)
-            while todo and len(running) < 2 * self.workers and not broken:
-                i = todo.pop()
-                attempts[i] += 1
+            width = 1 if suspects else 2 * self.workers
+            queue = suspects if suspects else todo
+            broken = False
+            while queue and len(running) < width:
+                i = queue.pop()
                 try:
                     running[pool.submit(fn, items[i])] = i
                 except BrokenProcessPool:  # a worker died between two results
                     broken = True
                     running[_lost_future()] = i
+                    break
             if not broken:
                 done, _ = wait(running, return_when=FIRST_COMPLETED)
                 for fut in done:
@@ -99,13 +101,13 @@ class LocalPool:
                         result = TaskLost(" ".join(f"{type(exc).__name__}: {exc}".split()))
                     yield i, result
             if broken:
-                # every task in flight in the broken pool is lost: each runs once more
-                for fut, i in running.items():
+                if width == 1:  # it ran alone: it is the one that kills its worker
+                    (i,) = running.values()
+                    yield i, TaskLost("its worker process died while reading it (twice)")
+                else:
+                    suspects.extend(sorted(running.values(), reverse=True))
+                for fut in running:
                     fut.cancel()
-                    if attempts[i] < self.ATTEMPTS:
-                        todo.append(i)
-                    else:
-                        yield i, TaskLost(lost)
                 running.clear()
                 pool.shutdown(wait=False, cancel_futures=True)
                 self._pool = None
