@@ -7,7 +7,7 @@ import sys
 import warnings
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 import click
 
@@ -45,7 +45,11 @@ def snapshots_argument(two: bool = False) -> Callable[[F], F]:
 LONGEST_TRACE = "Device ordinal (default: the device with the longest trace)."
 
 
-def device_option(f: F | None = None, *, help: str = LONGEST_TRACE) -> Any:
+@overload
+def device_option(f: F, *, help: str = LONGEST_TRACE) -> F: ...
+@overload
+def device_option(f: None = None, *, help: str = LONGEST_TRACE) -> Callable[[F], F]: ...
+def device_option(f: F | None = None, *, help: str = LONGEST_TRACE) -> F | Callable[[F], F]:
     """--device/-d; `help` says what the command does without it. `@device_option` or
     `@device_option(help=...)`."""
     option = click.option("--device", "-d", type=int, default=None, help=help)
@@ -55,7 +59,11 @@ def device_option(f: F | None = None, *, help: str = LONGEST_TRACE) -> Any:
 AT_PEAK = "At this event instead of the peak (-1: before the first)."
 
 
-def event_option(f: F | None = None, *, help: str = AT_PEAK) -> Any:
+@overload
+def event_option(f: F, *, help: str = AT_PEAK) -> F: ...
+@overload
+def event_option(f: None = None, *, help: str = AT_PEAK) -> Callable[[F], F]: ...
+def event_option(f: F | None = None, *, help: str = AT_PEAK) -> F | Callable[[F], F]:
     """--event/-e for the commands that answer "at the peak" (or over the whole trace) by
     default. `@event_option` or `@event_option(help=...)`."""
     option = click.option("--event", "-e", type=int, default=None, help=help)

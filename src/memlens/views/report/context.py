@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
+import numpy as np
+
 from memlens.analysis.results import DeviceSummary
 from memlens.snapshot.model import DeviceTrace, Snapshot
 
@@ -38,7 +40,7 @@ class ReportContext:
         return device_summary(self.dev, top=15, hide_patterns=self.hide_patterns)
 
     @cached_property
-    def peak_rows(self):
+    def peak_rows(self) -> np.ndarray:  # allocation rows live at the peak
         return self.dev.live_at(self.dev.peak_event_index)
 
 
