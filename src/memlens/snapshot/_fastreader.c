@@ -1710,8 +1710,266 @@ done:
     return result;
 }
 
+/* ------------------------------------------------------------------ replay pairing */
+/* The pairing step of snapshot/replay.py in one pass over the trace (it is the numpy
+   version's sort by address, done with a hash map from address to its last alloc/free):
+   per address, a free whose last alloc/free was an alloc closes it; any other free is an
+   allocation from before the trace (an "orphan"); an alloc right after an alloc overwrites
+   it; a free_requested belongs to the open alloc, or (no alloc open) to the orphan free that
+   comes next at its address. Rows: orphans in trace order, then allocs in trace order. */
+typedef struct {
+    uint64_t addr;
+    int used;
+    int last; /* 0 none, 1 alloc, 2 free */
+    int64_t row;
+    int32_t frees;
+    int64_t pend_head, pend_tail; /* pending free_requested events (no alloc open) */
+} AddrState;
+
+typedef struct {
+    AddrState *slots;
+    size_t mask, used;
+} AddrMap;
+
+static AddrState *addr_slot(AddrMap *m, uint64_t a) {
+    uint64_t h = a ^ (a >> 29);
+    h *= 0xbf58476d1ce4e5b9ULL;
+    h ^= h >> 32;
+    size_t i = (size_t)h & m->mask;
+    while (m->slots[i].used && m->slots[i].addr != a) i = (i + 1) & m->mask;
+    if (!m->slots[i].used) {
+        if ((m->used + 1) * 2 > m->mask) {
+            size_t nmask = m->mask * 2 + 1;
+            AddrState *ns = calloc(nmask + 1, sizeof(AddrState));
+            if (!ns) return NULL;
+            for (size_t j = 0; j <= m->mask; j++) {
+                if (!m->slots[j].used) continue;
+                uint64_t b = m->slots[j].addr, g = b ^ (b >> 29);
+                g *= 0xbf58476d1ce4e5b9ULL;
+                g ^= g >> 32;
+                size_t k = (size_t)g & nmask;
+                while (ns[k].used) k = (k + 1) & nmask;
+                ns[k] = m->slots[j];
+            }
+            free(m->slots);
+            m->slots = ns;
+            m->mask = nmask;
+            return addr_slot(m, a);
+        }
+        m->used++;
+        m->slots[i] = (AddrState){a, 1, 0, -1, 0, -1, -1};
+    }
+    return &m->slots[i];
+}
+
+typedef struct {
+    Buf alloc_event, free_event, req_event, version, src_event, flags;
+} Rows;
+
+static int rows_add(Rows *r, int64_t alloc_ev, int64_t free_ev, int32_t version, int64_t src) {
+    size_t k = r->alloc_event.n;
+    if (buf_reserve(&r->alloc_event, k + 1) < 0 || buf_reserve(&r->free_event, k + 1) < 0 ||
+        buf_reserve(&r->req_event, k + 1) < 0 || buf_reserve(&r->version, k + 1) < 0 ||
+        buf_reserve(&r->src_event, k + 1) < 0 || buf_reserve(&r->flags, k + 1) < 0)
+        return -1;
+    ((int64_t *)r->alloc_event.data)[k] = alloc_ev;
+    ((int64_t *)r->free_event.data)[k] = free_ev;
+    ((int64_t *)r->req_event.data)[k] = -1;
+    ((int32_t *)r->version.data)[k] = version;
+    ((int64_t *)r->src_event.data)[k] = src;
+    ((uint8_t *)r->flags.data)[k] = 0;
+    Buf *all[6] = {&r->alloc_event, &r->free_event, &r->req_event,
+                   &r->version,     &r->src_event,  &r->flags};
+    for (int j = 0; j < 6; j++) all[j]->n = k + 1;
+    return 0;
+}
+
+static void rows_init(Rows *r) {
+    r->alloc_event = (Buf){NULL, 0, 0, 8};
+    r->free_event = (Buf){NULL, 0, 0, 8};
+    r->req_event = (Buf){NULL, 0, 0, 8};
+    r->version = (Buf){NULL, 0, 0, 4};
+    r->src_event = (Buf){NULL, 0, 0, 8};
+    r->flags = (Buf){NULL, 0, 0, 1};
+}
+
+static void rows_free(Rows *r) {
+    free(r->alloc_event.data);
+    free(r->free_event.data);
+    free(r->req_event.data);
+    free(r->version.data);
+    free(r->src_event.data);
+    free(r->flags.data);
+}
+
+/* Orphan rows, then alloc rows, into one Buf per column (moved to Chunks). */
+static PyObject *rows_join(Rows *o, Rows *a) {
+    PyObject *d = PyDict_New();
+    if (!d) return NULL;
+    Buf *os[6] = {&o->alloc_event, &o->free_event, &o->req_event,
+                  &o->version,     &o->src_event,  &o->flags};
+    Buf *as[6] = {&a->alloc_event, &a->free_event, &a->req_event,
+                  &a->version,     &a->src_event,  &a->flags};
+    static const char *names[6] = {"alloc_event", "free_event", "req_event",
+                                   "version",     "src_event",  "flags"};
+    for (int j = 0; j < 6; j++) {
+        Buf joined = {NULL, 0, 0, os[j]->item};
+        size_t total = os[j]->n + as[j]->n;
+        if (buf_reserve(&joined, total ? total : 1) < 0) goto fail;
+        if (os[j]->n) memcpy(joined.data, os[j]->data, os[j]->n * os[j]->item);
+        if (as[j]->n) memcpy(joined.data + os[j]->n * os[j]->item, as[j]->data, as[j]->n * as[j]->item);
+        joined.n = total;
+        PyObject *ch = buf_to_chunk(&joined);
+        if (!ch) {
+            free(joined.data);
+            goto fail;
+        }
+        int bad = PyDict_SetItemString(d, names[j], ch) < 0;
+        Py_DECREF(ch);
+        if (bad) goto fail;
+    }
+    return d;
+fail:
+    Py_DECREF(d);
+    return NULL;
+}
+
+PyDoc_STRVAR(pair_doc,
+             "pair_events(action, addr, alloc_code, free_code, request_code)\n--\n\n"
+             "Pairing of allocs, frees and free requests (see snapshot/replay.py). action is\n"
+             "uint8, addr uint64 (C-contiguous buffers); request_code -1 for none. Returns a\n"
+             "dict of buffers: per event 'row' (int32, -1 none) and 'version' (int32, -1);\n"
+             "per row alloc_event, free_event (n: still open), req_event (int64), version\n"
+             "(int32), src_event (int64), flags (uint8: 1 from before the trace, 16\n"
+             "overwritten); and 'orphans', the number of rows from before the trace.");
+
+static PyObject *fr_pair(PyObject *Py_UNUSED(mod), PyObject *args) {
+    PyObject *act_obj, *addr_obj;
+    int alloc_code, free_code, req_code;
+    if (!PyArg_ParseTuple(args, "OOiii", &act_obj, &addr_obj, &alloc_code, &free_code, &req_code))
+        return NULL;
+    Py_buffer av = {0}, dv = {0};
+    if (PyObject_GetBuffer(act_obj, &av, PyBUF_C_CONTIGUOUS) < 0) return NULL;
+    if (PyObject_GetBuffer(addr_obj, &dv, PyBUF_C_CONTIGUOUS) < 0) {
+        PyBuffer_Release(&av);
+        return NULL;
+    }
+    PyObject *result = NULL;
+    Py_ssize_t n = av.len;
+    AddrMap map = {NULL, 1023, 0};
+    Rows orph, allc;
+    rows_init(&orph);
+    rows_init(&allc);
+    Buf row = {NULL, 0, 0, 4}, ver = {NULL, 0, 0, 4}, pend = {NULL, 0, 0, 8};
+    if (dv.len != n * 8 || n >= INT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "action and addr must be uint8 and uint64 of one length");
+        goto done;
+    }
+    map.slots = calloc(map.mask + 1, sizeof(AddrState));
+    if (!map.slots || buf_reserve(&row, (size_t)n + 1) < 0 || buf_reserve(&ver, (size_t)n + 1) < 0) {
+        if (!PyErr_Occurred()) PyErr_NoMemory();
+        goto done;
+    }
+    const uint8_t *action = av.buf;
+    const uint64_t *addr = dv.buf;
+    int32_t *erow = (int32_t *)row.data; /* alloc k -> k; orphan k -> -(k + 2); none -1 */
+    int32_t *ever = (int32_t *)ver.data;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        erow[i] = -1;
+        ever[i] = -1;
+        int a = action[i];
+        int kind = a == alloc_code ? 1 : a == free_code ? 2 : (req_code >= 0 && a == req_code) ? 3 : 0;
+        if (!kind) continue;
+        AddrState *st = addr_slot(&map, addr[i]);
+        if (!st) {
+            PyErr_NoMemory();
+            goto done;
+        }
+        if (kind == 1) {
+            if (st->last == 1) ((uint8_t *)allc.flags.data)[st->row] |= 16; /* OVERWRITTEN */
+            st->pend_head = st->pend_tail = -1; /* requests before an alloc: no row */
+            if (rows_add(&allc, i, n, st->frees, i) < 0) goto done;
+            st->row = (int64_t)allc.alloc_event.n - 1;
+            st->last = 1;
+            erow[i] = (int32_t)st->row;
+            ever[i] = st->frees;
+        } else if (kind == 2) {
+            if (st->last == 1) {
+                ((int64_t *)allc.free_event.data)[st->row] = i;
+                erow[i] = (int32_t)st->row;
+                ever[i] = ((int32_t *)allc.version.data)[st->row];
+            } else {
+                if (rows_add(&orph, -1, i, st->frees, i) < 0) goto done;
+                int64_t r = (int64_t)orph.alloc_event.n - 1;
+                ((uint8_t *)orph.flags.data)[r] = 1; /* PREEXISTING */
+                erow[i] = (int32_t)(-(r + 2));
+                ever[i] = st->frees;
+                /* the requests since the last anchor belong to this orphan; the first wins */
+                for (int64_t p = st->pend_head; p >= 0; p = ((int64_t *)pend.data)[2 * p + 1]) {
+                    int64_t e = ((int64_t *)pend.data)[2 * p];
+                    if (((int64_t *)orph.req_event.data)[r] < 0) ((int64_t *)orph.req_event.data)[r] = e;
+                    erow[e] = (int32_t)(-(r + 2));
+                    ever[e] = st->frees;
+                }
+            }
+            st->pend_head = st->pend_tail = -1;
+            st->frees++;
+            st->last = 2;
+        } else {
+            if (st->last == 1) {
+                int64_t *req = (int64_t *)allc.req_event.data;
+                if (req[st->row] < 0) req[st->row] = i;
+                erow[i] = (int32_t)st->row;
+                ever[i] = ((int32_t *)allc.version.data)[st->row];
+            } else { /* wait for the next anchor at this address */
+                size_t k = pend.n / 2;
+                if (buf_reserve(&pend, pend.n + 2) < 0) goto done;
+                ((int64_t *)pend.data)[2 * k] = i;
+                ((int64_t *)pend.data)[2 * k + 1] = -1;
+                pend.n += 2;
+                if (st->pend_tail >= 0)
+                    ((int64_t *)pend.data)[2 * st->pend_tail + 1] = (int64_t)k;
+                else
+                    st->pend_head = (int64_t)k;
+                st->pend_tail = (int64_t)k;
+            }
+        }
+    }
+    {
+        int32_t n_orphan = (int32_t)orph.alloc_event.n;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            if (erow[i] <= -2)
+                erow[i] = -(erow[i] + 2);
+            else if (erow[i] >= 0)
+                erow[i] += n_orphan;
+        }
+        row.n = ver.n = (size_t)n;
+        result = rows_join(&orph, &allc);
+        if (!result) goto done;
+        PyObject *r = buf_to_chunk(&row), *v = buf_to_chunk(&ver), *no = PyLong_FromLong(n_orphan);
+        if (!r || !v || !no || PyDict_SetItemString(result, "row", r) < 0 ||
+            PyDict_SetItemString(result, "event_version", v) < 0 ||
+            PyDict_SetItemString(result, "orphans", no) < 0)
+            Py_CLEAR(result);
+        Py_XDECREF(r);
+        Py_XDECREF(v);
+        Py_XDECREF(no);
+    }
+done:
+    free(map.slots);
+    rows_free(&orph);
+    rows_free(&allc);
+    free(row.data);
+    free(ver.data);
+    free(pend.data);
+    PyBuffer_Release(&av);
+    PyBuffer_Release(&dv);
+    return result;
+}
+
 static PyMethodDef fr_methods[] = {
     {"read", fr_read, METH_VARARGS, read_doc},
+    {"pair_events", fr_pair, METH_VARARGS, pair_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -37,8 +37,9 @@ from memlens.snapshot.builder import (
     warn_unknown_entry_fields,
 )
 from memlens.snapshot.checks import check_sizes
-from memlens.snapshot.limits import LimitExceeded, Limits, limits_for
+from memlens.snapshot.limits import RULES, LimitExceeded, Limits, limits_for
 from memlens.snapshot.model import Snapshot
+from memlens.snapshot.native import READER_ENV
 from memlens.snapshot.reader import GZIP_MAGIC, normalize_top_level
 from memlens.snapshot.safe_pickle import loads_plain_pickle
 
@@ -47,7 +48,6 @@ try:
 except ImportError:  # built without a C compiler: the Python path reads everything
     _fastreader = None  # type: ignore[assignment]
 
-READER_ENV = "MEMLENS_READER"  # auto (default) | python | compiled
 # Below this size the Python path is fast enough that its use is not worth a remark.
 LARGE_FILE = 64 << 20
 PROTO = b"\x80"  # protocol 2+ pickles start with PROTO; older ones go the Python way
@@ -152,6 +152,10 @@ def read_compiled(path: Path, name: str) -> tuple[Any, Limits] | None:
     except _fastreader.LimitHit as exc:
         limit_name, value, limit = exc.args
         limit_name = "items" if limit_name == "stack" else limit_name
+        if limit_name not in RULES:  # a declared string length past any limit we pass
+            raise SnapshotError(
+                f"{what} is not a readable pickle (a {limit_name} of {value:,} bytes)"
+            ) from None
         raise LimitExceeded(limit_name, limit, f"{value:,} while reading").at(name) from None
     return raw, limits_for(total)
 

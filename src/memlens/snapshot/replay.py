@@ -21,6 +21,7 @@ address, so each free's partner is simply its predecessor in the sorted order.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -34,6 +35,7 @@ from memlens.snapshot.model import (
     DeviceTrace,
     Snapshot,
 )
+from memlens.snapshot.native import native
 
 
 def _last_true_index(mask: np.ndarray) -> np.ndarray:
@@ -49,18 +51,29 @@ def _next_true_index(mask: np.ndarray) -> np.ndarray:
     return np.minimum.accumulate(idx[::-1])[::-1] if n else idx
 
 
-def replay_device(
-    snap: Snapshot, device: int, ev: dict[str, np.ndarray], warn: Callable[[str, str], None]
-) -> DeviceTrace:
-    action, addr, size = ev["action"], ev["addr"], ev["size"]
-    n = len(action)
-    is_alloc = action == Action.ALLOC
-    has_completed = bool(np.any(action == Action.FREE_COMPLETED))
-    frees_from_requested = not has_completed and bool(np.any(action == Action.FREE_REQUESTED))
-    free_code = Action.FREE_REQUESTED if frees_from_requested else Action.FREE_COMPLETED
-    is_free = action == free_code
-    is_request = (action == Action.FREE_REQUESTED) & ~is_free
+_PAIR_DTYPES = {
+    "row": np.int32,
+    "event_version": np.int32,
+    "alloc_event": np.int64,
+    "free_event": np.int64,
+    "req_event": np.int64,
+    "version": np.int32,
+    "src_event": np.int64,
+    "flags": np.uint8,
+}
 
+
+def _pair_numpy(
+    action: np.ndarray,
+    addr: np.ndarray,
+    is_alloc: np.ndarray,
+    is_free: np.ndarray,
+    is_request: np.ndarray,
+) -> dict[str, Any]:
+    """Allocation rows from alloc/free/request events (the compiled pair_events does the
+    same in one pass): per event its row and version, per row its events, version, the
+    event its address/size/stack come from, and flags; `orphans` rows come first."""
+    n = len(action)
     # --- pair allocs and frees: sort (alloc|free|request) events by address, stably ----
     idx = np.flatnonzero(is_alloc | is_free | is_request)
     order = np.argsort(addr[idx], kind="stable")
@@ -134,10 +147,6 @@ def replay_device(
     row_version[n_orphan:] = frees_before[alloc_pos]
     src_pos = np.concatenate([orphan_pos, alloc_pos])
     src_event = sidx[src_pos]
-    row_addr = addr[src_event]
-    row_size = size[src_event]
-    row_stack = ev["stack"][src_event]
-    row_stream = ev["stream"][src_event]
     row_flags = np.zeros(n_rows_trace, dtype=np.uint8)
     row_flags[:n_orphan] |= PREEXISTING
     row_flags[n_orphan:][overwritten[alloc_pos]] |= OVERWRITTEN
@@ -148,6 +157,59 @@ def replay_device(
     has_row = row_of_pos >= 0
     alloc_row[sidx[has_row]] = row_of_pos[has_row]
     version[sidx[has_row]] = row_version[row_of_pos[has_row]]
+    return {
+        "row": alloc_row,
+        "event_version": version,
+        "alloc_event": row_alloc_event,
+        "free_event": row_free_event,
+        "req_event": row_req_event,
+        "version": row_version,
+        "src_event": src_event,
+        "flags": row_flags,
+        "orphans": n_orphan,
+    }
+
+
+def replay_device(
+    snap: Snapshot, device: int, ev: dict[str, np.ndarray], warn: Callable[[str, str], None]
+) -> DeviceTrace:
+    action, addr, size = ev["action"], ev["addr"], ev["size"]
+    n = len(action)
+    is_alloc = action == Action.ALLOC
+    has_completed = bool(np.any(action == Action.FREE_COMPLETED))
+    frees_from_requested = not has_completed and bool(np.any(action == Action.FREE_REQUESTED))
+    free_code = Action.FREE_REQUESTED if frees_from_requested else Action.FREE_COMPLETED
+    is_free = action == free_code
+    is_request = (action == Action.FREE_REQUESTED) & ~is_free
+
+    fast = native()
+    if fast is not None:
+        p = fast.pair_events(
+            np.ascontiguousarray(action, dtype=np.uint8),
+            np.ascontiguousarray(addr, dtype=np.uint64),
+            int(Action.ALLOC),
+            int(free_code),
+            -1 if frees_from_requested else int(Action.FREE_REQUESTED),
+        )
+        pairing = {
+            k: v if k == "orphans" else np.frombuffer(v, dtype=_PAIR_DTYPES[k])
+            for k, v in p.items()
+        }
+    else:
+        pairing = _pair_numpy(action, addr, is_alloc, is_free, is_request)
+    alloc_row = pairing["row"]
+    version = pairing["event_version"]
+    row_alloc_event = pairing["alloc_event"]
+    row_free_event = pairing["free_event"]
+    row_req_event = pairing["req_event"]
+    row_version = pairing["version"]
+    src_event = pairing["src_event"]
+    row_flags = pairing["flags"]
+    row_addr = addr[src_event]
+    row_size = size[src_event]
+    row_stack = ev["stack"][src_event]
+    row_stream = ev["stream"][src_event]
+    del pairing
 
     # --- ghosts: active_allocated blocks of the final state with no open allocation -------
     seg = snap.segments
