@@ -182,9 +182,9 @@ def replay_device(
     is_free = action == free_code
     is_request = (action == Action.FREE_REQUESTED) & ~is_free
 
-    fast = native()
-    if fast is not None:
-        p = fast.pair_events(
+    pair_events = getattr(native(), "pair_events", None)  # None: not built (or stale build)
+    if pair_events is not None:
+        p = pair_events(
             np.ascontiguousarray(action, dtype=np.uint8),
             np.ascontiguousarray(addr, dtype=np.uint64),
             int(Action.ALLOC),
