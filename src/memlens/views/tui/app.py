@@ -46,7 +46,7 @@ __all__ = [
 ]
 
 
-class TuiApp(App):
+class TuiApp(App[None]):
     """memlens tui: one snapshot, or two to compare."""
 
     CSS = CSS

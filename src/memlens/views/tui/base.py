@@ -6,7 +6,7 @@ from __future__ import annotations
 import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rich.segment import Segment
 from rich.text import Text
@@ -98,7 +98,7 @@ class Lines(Widget):
         provider: Callable[[int, int], list[Text]],
         click: Callable[[int, int], None] | None = None,
         wheel: Callable[[int], None] | None = None,
-        **kw,
+        **kw: Any,
     ) -> None:
         super().__init__(**kw)
         self.provider = provider
@@ -109,7 +109,7 @@ class Lines(Widget):
         """All rows as one Text (what tests read; drawing goes through render_line)."""
         return Text("\n", no_wrap=True).join(self.provider(self.size.width, self.size.height))
 
-    def refresh(self, *regions: Region, **kw) -> Self:
+    def refresh(self, *regions: Region, **kw: Any) -> Self:
         self._strips = None
         return super().refresh(*regions, **kw)
 
@@ -145,7 +145,7 @@ class Lines(Widget):
         self._wheel(event, -1)
 
 
-class KeyScreen(Screen, inherit_bindings=False):
+class KeyScreen(Screen[None], inherit_bindings=False):
     """A screen whose keys come from one table of keys.py; each action is a do_* method."""
 
     TABLE: tuple[keys.Key, ...] = ()

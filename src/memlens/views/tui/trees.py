@@ -8,11 +8,12 @@ are lifted into its parent and merged with their new siblings, so totals never c
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from memlens.analysis.events import memo
 from memlens.analysis.sites import NO_STACK_LABEL, site_of_allocations
 from memlens.analysis.tree import ROOT_LABEL, StackNode, build_stack_tree, frame_short_label
 from memlens.snapshot.frames import (
@@ -56,7 +57,7 @@ class Node:
         """Frame ids from the root's child down to this node."""
         return [n.frame_id for n in self.ancestry()]
 
-    def walk(self):
+    def walk(self) -> Iterator[Node]:
         """This node and every descendant, depth first, children in display order."""
         stack = [self]
         while stack:
@@ -110,8 +111,8 @@ def user_frame_mask(snap: Snapshot) -> np.ndarray:
     Torch's own Python, the stdlib and C++ plumbing go; autograd nodes stay because
     backward runs on C++ threads and they name the forward op responsible.
     """
-    cache = snap.__dict__.setdefault("_tui_user_frames", {})
-    if "mask" not in cache:
+
+    def make() -> np.ndarray:
         f = snap.frames
         hidden = hidden_filename_mask(snap.strings, f.filename, DEFAULT_HIDE_PATTERNS)
         names = np.asarray(f.name)
@@ -120,8 +121,10 @@ def user_frame_mask(snap: Snapshot) -> np.ndarray:
         }
         autograd = np.fromiter((int(x) in autograd_ids for x in names), bool, len(names))
         kind = np.asarray(f.kind)
-        cache["mask"] = ((kind == PYTHON) & ~hidden) | autograd
-    return cache["mask"]
+        mask: np.ndarray = ((kind == PYTHON) & ~hidden) | autograd
+        return mask
+
+    return memo(snap, "tui_user_frame_mask", make)
 
 
 def frame_filter(snap: Snapshot, hide_internals: bool) -> Callable[[int], bool]:
