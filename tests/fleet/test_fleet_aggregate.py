@@ -89,3 +89,16 @@ def test_a_fleet_where_every_rank_failed():
     r["executor"], r["rank_source"] = "test", "order"
     text = render_fleet(r)
     assert "3 ranks (0 ok, 3 failed)" in text and text.count("  rank ") == 3
+
+
+def test_text_lists_at_most_twenty_groups_and_failures():
+    from memlens.views.text.fleet import render_fleet
+
+    records = [rec(i, (100 + 10 * i) * MIB, fp=str(i)) for i in range(25)]
+    records += [RankRecord(rank=25 + i, path="x", status=FAILED, reason="bad") for i in range(22)]
+    r = summarize_fleet(records)
+    r["executor"], r["rank_source"] = "test", "order"
+    text = render_fleet(r)
+    assert len(r["groups"]) == 25 and text.count("  group ") == 20
+    assert "  ... 5 more groups (--json, --out)" in text
+    assert "  ... 2 more failed ranks (--json, --out)" in text

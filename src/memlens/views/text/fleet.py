@@ -11,6 +11,11 @@ from memlens.units import format_bytes as fb
 from memlens.views.text.lines import signed_bytes, table_lines
 
 FIGURES_PER_OUTLIER = 4
+TEXT_ROWS = 20  # groups or failed rows printed; --json and --out have them all
+
+
+def _more(n: int, what: str) -> list[str]:
+    return [f"  ... {n - TEXT_ROWS:,} more {what} (--json, --out)"] if n > TEXT_ROWS else []
 
 
 def rank_ranges(ranks: Sequence[int]) -> str:
@@ -51,13 +56,14 @@ def render_fleet(r: dict[str, Any]) -> str:
     lines += ["", *outlier_lines(r, by_rank)]
     if r["groups"]:
         lines += ["", f"groups (same call sites, headline figures within {r['tolerance']:.0%}):"]
-        for g in r["groups"]:
+        for g in r["groups"][:TEXT_ROWS]:
             n = g["count"]
             lines.append(
                 f"  group {g['group']}: {n:,} rank{'s' if n != 1 else ''} "
                 f"({rank_ranges(g['ranks'])}), peak {fb(g['peak_active_bytes'])}, "
                 f"call sites {g['fingerprint']}"
             )
+        lines += _more(len(r["groups"]), "groups")
     if r["stages"]:
         lines += ["", "stages (each stage's peak across the ranks, most imbalanced first):"]
         lines += table_lines(
@@ -69,7 +75,8 @@ def render_fleet(r: dict[str, Any]) -> str:
         )  # fmt: skip
     if r["failed"]:
         lines += ["", f"failed ({len(r['failed'])}):"]
-        lines += [f"  rank {f['rank']}  {f['reason']}" for f in r["failed"]]
+        lines += [f"  rank {f['rank']}  {f['reason']}" for f in r["failed"][:TEXT_ROWS]]
+        lines += _more(len(r["failed"]), "failed ranks")
     return "\n".join(lines)
 
 
