@@ -50,6 +50,7 @@ COMMANDS: dict[str, dict[str, Any]] = {
     "ranks": {"": R.RanksResult},
     "fleet": {"": FleetResult},
     "sql": {"": R.QueryResult},
+    "export": {"": R.ExportResult},
 }
 SHARED = {
     "Site": R.Site,

@@ -87,7 +87,7 @@ def test_diff_needs_two(hand_file, capsys):
 
 def test_device_help_says_the_default():
     """--device said "default: every device" where most commands take the longest trace."""
-    every = {"summary", "oom", "check", "ranks"}
+    every = {"summary", "oom", "check", "ranks", "export"}
     ctx = cli.make_context("memlens", ["--help"], resilient_parsing=True)
     for name in COMMANDS:
         command = cli.get_command(ctx, name)

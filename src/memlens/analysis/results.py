@@ -568,6 +568,24 @@ class QueryResult(TypedDict):
     truncated: bool
 
 
+# --- export ------------------------------------------------------------------------------------
+
+
+class ExportOutput(TypedDict):
+    format: Literal["chrome-trace", "snapshot-json", "parquet"]
+    path: str
+    bytes: int
+    files: list[str]
+
+
+class ExportResult(TypedDict):
+    source: str
+    outputs: list[ExportOutput]
+    merged_into: str | None
+    clock_base_us: int
+    warnings: list[str]
+
+
 # --- summary -----------------------------------------------------------------------------------
 
 

@@ -34,6 +34,7 @@ COMMANDS: dict[str, str] = {
     "oom": "oom",
     "ranks": "ranks",
     "fleet": "fleet",
+    "export": "export",
     "run": "run",
     "simulate": "simulate",
     "inspect-report": "inspect_report",

@@ -1,0 +1,2 @@
+"""Snapshots in other tools' formats: Chrome Trace Event Format (Perfetto, chrome://tracing,
+merged into a torch.profiler trace) and Parquet (`memlens export`)."""
