@@ -126,6 +126,10 @@ def install(patches: Patches, cuda_api: dict[str, Callable]) -> None:
         "__torch_dispatch__",
         _cpu_prim_device(FakeTensorMode.__torch_dispatch__, is_class=False),
     )
+    # FakeTensorMode asks torch.cuda.is_available() (True here) to decide whether it may
+    # materialize small constant tensors on the device (`torch.tensor(0.0, device="cuda")`
+    # in HF's Trainer): a CPU-only build has no CUDA kernels, so it must keep avoiding that.
+    patches.set(FakeTensorMode, "avoid_device_init", property(lambda self: True))
     # `.is_cuda` reads the C++ keys, which are CPU ones here; answer from the fake device.
     patches.set(FakeTensor, "is_cuda", property(lambda self: self.fake_device.type == "cuda"))
     to = make_to(torch.Tensor.to)

@@ -14,6 +14,7 @@ import pickle
 import threading
 import time
 import weakref
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,12 @@ from memlens.simulation import cuda_stubs, fake_cuda
 from memlens.simulation.allocator import AllocatorSettings, CachingAllocator, SimulatedOOM
 from memlens.simulation.frames import FrameCollector
 from memlens.simulation.tracker import Tracker, is_cuda
+
+# torch._C._cuda_attach_out_of_memory_observer callbacks: (device, bytes requested, device
+# total, device free). Process-wide, as in PyTorch's allocator: code that attaches once per
+# process (memlens.dump_on_oom) must still hear OOMs in a later simulation.
+OomObserver = Callable[[int, int, int, int], None]
+_oom_observers: list[OomObserver] = []
 
 
 class Simulation:
@@ -56,6 +63,9 @@ class Simulation:
         self._trace_start = 0
         self._trace_stop: int | None = None
         self._recording = True
+        # True once the code itself switched history on (torch._C._cuda_isHistoryEnabled);
+        # the whole-run recording a simulation starts with does not count.
+        self._history_on = False
         self._patches = fake_cuda.Patches()
         self._fake_mode: FakeTensorMode | None = None
         self._tracker: Tracker | None = None
@@ -66,6 +76,7 @@ class Simulation:
     def __enter__(self) -> Simulation:
         fake_cuda.install(self._patches, self._cuda_api())
         self._patch_record_function()
+        self._patch_private_api()
         self._fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
         self._tracker = Tracker(self)
         # torch.tensor(data, device="cuda") must build on CPU and move inside the fake
@@ -112,6 +123,10 @@ class Simulation:
         try:
             return self.allocator.malloc(nbytes, 0, self.frames.collect())
         except SimulatedOOM as oom:
+            # PyTorch calls the observers after the `oom` trace entry, before raising.
+            total = self.allocator.device_memory or 0
+            for observer in list(_oom_observers):
+                observer(0, oom.size, total, oom.device_free)
             raise torch.OutOfMemoryError(self._oom_message(oom)) from None
 
     def _oom_message(self, oom: SimulatedOOM) -> str:
@@ -153,14 +168,17 @@ class Simulation:
         def reset_peak(device=None):
             alloc.peak_allocated, alloc.peak_reserved = alloc.allocated, alloc.reserved
 
-        def record_history(enabled="all", *args, **kwargs):
+        def record_history(enabled="all", *args, clear_history=False, **kwargs):
             if enabled is None or enabled is False:
-                self._recording = False
+                self._recording = self._history_on = False
                 self._trace_stop = len(alloc.trace)
             else:
-                self._recording = True
-                self._trace_start, self._trace_stop = len(alloc.trace), None
-                self.annotations.clear()
+                # As on a GPU: switching history on while it is on keeps what was recorded
+                # (unless clear_history); switching it on after off starts afresh.
+                if not self._history_on or clear_history:
+                    self._trace_start, self._trace_stop = len(alloc.trace), None
+                    self.annotations.clear()
+                self._recording = self._history_on = True
 
         def dump_snapshot(filename="dump_snapshot.pickle", *args, **kwargs):
             self.write(filename)
@@ -202,6 +220,12 @@ class Simulation:
             "memory._dump_snapshot": dump_snapshot,
             "memory._snapshot": lambda device=None, **kw: self.build_snapshot(),
         }
+
+    def _patch_private_api(self) -> None:
+        # torch._C functions a CPU-only build lacks and memlens's own capture code calls
+        # (memlens.record, memlens.dump_on_oom, the trainer callbacks).
+        self._patches.set(torch._C, "_cuda_isHistoryEnabled", lambda: self._history_on)
+        self._patches.set(torch._C, "_cuda_attach_out_of_memory_observer", _oom_observers.append)
 
     def _patch_record_function(self) -> None:
         # record_function ranges become external_annotations, as PyTorch's RecordFunction

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import torch
-from torch._subclasses.fake_tensor import FakeTensor
+from torch._subclasses.fake_tensor import DataDependentOutputException, FakeTensor
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_map
 
@@ -35,6 +35,12 @@ _GEMM_OPS = {
 }
 
 
+def _zero(dtype: torch.dtype) -> float | bool | int:
+    if dtype.is_floating_point:
+        return 0.0
+    return False if dtype == torch.bool else 0
+
+
 def is_cuda(t: Any) -> bool:
     return isinstance(t, FakeTensor) and t.fake_device.type == "cuda"
 
@@ -52,13 +58,17 @@ class Tracker(TorchDispatchMode):
             device = kwargs["device"]
             if device is None or torch.device(device).type == "cpu":
                 kwargs = {**kwargs, "device": fake_cuda.CUDA0}
-        if func is _aten._local_scalar_dense.default and self._touches_cuda(args, kwargs):
-            # `.item()` on a fake CUDA tensor (printing a loss): there is no value, so
-            # answer a zero of the right type rather than stop the run.
-            dtype = args[0].dtype
-            if dtype.is_floating_point:
-                return 0.0
-            return False if dtype == torch.bool else 0
+        if func is _aten._local_scalar_dense.default:
+            # `.item()` on a fake CUDA tensor (printing a loss), or on a CPU tensor made
+            # inside the block (DataLoader's seed, a sampler's indices): there is no value,
+            # so answer a zero of the right type rather than stop the run. CPU constants
+            # the fake mode still knows keep their value.
+            if not self._touches_cuda(args, kwargs):
+                try:
+                    return func(*args, **kwargs)
+                except DataDependentOutputException:
+                    pass
+            return _zero(args[0].dtype)
         if _SEEDED in func.tags and self._touches_cuda(args, kwargs):
             out = self._random(func, args, kwargs)
         else:

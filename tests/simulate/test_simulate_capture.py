@@ -1,0 +1,84 @@
+"""What memlens's own capture layer and the trainers need from a simulation: history state
+as torch reports it, the OOM observer, scalar tensors on the device, CPU values."""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import memlens  # noqa: E402
+from memlens.capture import oom  # noqa: E402
+from memlens.simulation import session  # noqa: E402
+
+MiB = 2**20
+
+
+def sizes(snapshot: dict) -> list[int]:
+    return [e["size"] for e in snapshot["device_traces"][0] if e["action"] == "alloc"]
+
+
+def test_history_is_off_until_the_code_switches_it_on_and_reenabling_keeps_it():
+    with memlens.simulate(cublas_workspace=0) as sim:
+        assert torch._C._cuda_isHistoryEnabled() is False  # the whole-run recording
+        torch.empty(1000, device="cuda")
+        torch.cuda.memory._record_memory_history()
+        assert torch._C._cuda_isHistoryEnabled() is True
+        torch.empty(2000, device="cuda")
+        torch.cuda.memory._record_memory_history()  # on again: history kept, as on a GPU
+        torch.empty(3000, device="cuda")
+        kept = sizes(torch.cuda.memory._snapshot())
+        torch.cuda.memory._record_memory_history(clear_history=True)
+        torch.empty(4000, device="cuda")
+        cleared = sizes(torch.cuda.memory._snapshot())
+        torch.cuda.memory._record_memory_history(enabled=None)
+        assert torch._C._cuda_isHistoryEnabled() is False
+    assert kept == [8000, 12000] and cleared == [16000]
+    assert sizes(sim.snapshot) == [16000]
+    assert not hasattr(torch._C, "_cuda_isHistoryEnabled")  # restored on exit (CPU build)
+
+
+def test_memlens_record_runs_inside_a_simulation(tmp_path):
+    out = tmp_path / "step.pickle"
+    with memlens.simulate(cublas_workspace=0):
+        torch.empty(1000, device="cuda")
+        with memlens.record(out, report=False), memlens.stage("work"):
+            torch.empty(2000, device="cuda")
+    snap = pickle.loads(out.read_bytes())
+    assert sizes(snap) == [8000]
+    assert [(a["name"], a["stage"]) for a in snap["external_annotations"]] == [
+        ("work", "START"),
+        ("work", "END"),
+    ]
+
+
+def test_oom_observers_hear_the_simulated_oom_before_the_error(tmp_path):
+    heard: list[tuple[int, int, int, int]] = []
+    observer = heard.append
+    try:
+        with memlens.simulate(device_memory="64MiB", cublas_workspace=0):
+            torch._C._cuda_attach_out_of_memory_observer(lambda *a: observer(a))
+            with memlens.dump_on_oom(tmp_path) as dumper:
+                keep = torch.empty(10 * MiB // 4, device="cuda")
+                with pytest.raises(torch.OutOfMemoryError):
+                    torch.empty(100 * MiB // 4, device="cuda")
+                del keep
+    finally:
+        # observers live as long as the process, as torch's do; drop the test's own
+        session._oom_observers.clear()
+        oom._reset_for_tests()
+    assert heard == [(0, 100 * MiB, 64 * MiB, 54 * MiB)]  # device, size, total, free
+    (path,) = dumper.paths
+    assert pickle.loads(path.read_bytes())["device_traces"][0][-1]["action"] == "oom"
+
+
+def test_scalar_tensors_on_the_device_and_values_of_cpu_tensors():
+    with memlens.simulate(cublas_workspace=0) as sim:
+        zero = torch.tensor(0.0, device=torch.device("cuda", 0))  # HF Trainer's loss total
+        assert zero.is_cuda
+        seed = torch.empty((), dtype=torch.int64).random_().item()  # DataLoader's seed
+        assert seed == 0
+        assert torch.tensor(3.5).item() == 3.5  # a constant the fake mode knows keeps it
+    assert sizes(sim.snapshot) == [4]
