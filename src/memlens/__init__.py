@@ -20,6 +20,7 @@ if TYPE_CHECKING:  # the lazy names below, for type checkers and IDEs ("X as X":
     from memlens.capture.markers import step as step
     from memlens.capture.oom import dump_on_oom as dump_on_oom
     from memlens.inspector.api import inspect as inspect
+    from memlens.notebook import load_ipython_extension as load_ipython_extension
     from memlens.recording import record as record
     from memlens.simulation.api import simulate as simulate
     from memlens.simulation.synthetic import generate_snapshot as generate_snapshot
@@ -45,6 +46,8 @@ _LAZY: dict[str, tuple[str, str]] = {
     "simulate": ("memlens.simulation.api", "simulate"),
     # tensor inspector
     "inspect": ("memlens.inspector.api", "inspect"),
+    # `%load_ext memlens`: IPython looks this name up on the module (memlens[notebook])
+    "load_ipython_extension": ("memlens.notebook", "load_ipython_extension"),
 }
 
 __all__ = [

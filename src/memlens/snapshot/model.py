@@ -201,6 +201,10 @@ class DeviceTrace:
         code = KNOWN_ACTIONS[action] if isinstance(action, str) else int(action)
         return np.flatnonzero(self.action == code)
 
+    def _repr_html_(self) -> str:
+        """Jupyter's display of this device: figures and timeline, static (see Snapshot)."""
+        return _notebook_html("device_html", self)
+
 
 @dataclass
 class Segments:
@@ -313,6 +317,11 @@ class Snapshot:
             f"{self.strings[f.name[frame_id]]}"
         )
 
+    def _repr_html_(self) -> str:
+        """Jupyter's display of a snapshot: the headline figures and the timeline as
+        static HTML + SVG (no script: it stays in a saved notebook, GitHub renders it)."""
+        return _notebook_html("snapshot_html", self)
+
     def stack_frames(self, stack_id: int) -> list[dict[str, Any]]:
         """Frames of a stack as PyTorch-style dicts, innermost first."""
         f = self.frames
@@ -324,3 +333,17 @@ class Snapshot:
             }
             for i in self.stacks.frames_of(stack_id)
         ]
+
+
+# Display hook. IPython finds `_repr_html_` only on the object's class, but drawing is the
+# views layer's job and snapshot must not depend on views. So the view is named by string,
+# as the facade names its lazy attributes, and imported only when a notebook displays a
+# snapshot: an extension point, not a dependency (declared in tests/test_architecture.py).
+NOTEBOOK_VIEW = "memlens.views.notebook"
+
+
+def _notebook_html(function: str, obj: Snapshot | DeviceTrace) -> str:
+    import importlib
+
+    html: str = getattr(importlib.import_module(NOTEBOOK_VIEW), function)(obj)
+    return html

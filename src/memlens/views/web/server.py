@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import math
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from importlib.resources import files
 from typing import Any, overload
 
@@ -98,8 +98,12 @@ def _snap(req: Request) -> int:
     return _int(req, "snap", 0, lo=0, hi=1 << 20)
 
 
-def create_app(data: ViewerData, host: str = "127.0.0.1") -> Starlette:
-    """The viewer app for `data`. `host` is the bind address (it decides allowed Hosts)."""
+def create_app(
+    data: ViewerData, host: str = "127.0.0.1", frame_ancestors: Sequence[str] = ()
+) -> Starlette:
+    """The viewer app for `data`. `host` is the bind address (it decides allowed Hosts).
+    `frame_ancestors`: origins that may show the page in a frame (a notebook's iframe,
+    memlens.notebook); by default none may."""
 
     def api(fn: Callable[[Request], Any]) -> Callable[[Request], Awaitable[Response]]:
         async def endpoint(req: Request) -> Response:
@@ -186,7 +190,7 @@ def create_app(data: ViewerData, host: str = "127.0.0.1") -> Starlette:
     app = Starlette(
         routes=routes,
         middleware=[
-            Middleware(SecurityHeaders),
+            Middleware(SecurityHeaders, frame_ancestors=tuple(frame_ancestors)),
             Middleware(TrustedHostMiddleware, allowed_hosts=allowed),
         ],
     )
@@ -197,8 +201,9 @@ def create_app(data: ViewerData, host: str = "127.0.0.1") -> Starlette:
 class SecurityHeaders:
     """Pure ASGI middleware: security headers on every response, CSP on the page."""
 
-    def __init__(self, app: ASGIApp) -> None:
+    def __init__(self, app: ASGIApp, frame_ancestors: tuple[str, ...] = ()) -> None:
         self.app = app
+        self.page_headers = _page_headers(frame_ancestors)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -213,12 +218,16 @@ class SecurityHeaders:
                 headers["Referrer-Policy"] = "no-referrer"
                 headers["Cache-Control"] = "no-store"
                 if page:
-                    for k, v in _page_headers().items():
+                    for k, v in self.page_headers.items():
                         headers[k] = v
             await send(message)
 
         await self.app(scope, receive, send_with_headers)
 
 
-def _page_headers() -> dict[str, str]:
-    return {"Content-Security-Policy": CSP, "X-Frame-Options": "DENY"}
+def _page_headers(frame_ancestors: tuple[str, ...] = ()) -> dict[str, str]:
+    if not frame_ancestors:
+        return {"Content-Security-Policy": CSP, "X-Frame-Options": "DENY"}
+    # X-Frame-Options cannot name origins; CSP frame-ancestors supersedes it where given
+    csp = CSP.replace("frame-ancestors 'none'", "frame-ancestors " + " ".join(frame_ancestors))
+    return {"Content-Security-Policy": csp}

@@ -1,0 +1,132 @@
+"""`%%memlens record [options]` and `%%memlens simulate [options]`: run the cell while
+recording CUDA memory (a GPU), or on fake CUDA tensors (no GPU), then show the snapshot.
+
+Errors memlens knows (no GPU, an unwritable path, a bad option) are the command line's
+one line, `memlens: error: ...`, and fail the cell without a traceback. An exception of
+the cell itself is shown by IPython as usual, and the snapshot is still shown (it is what
+explains an out-of-memory error).
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+from pathlib import Path
+from typing import Any
+
+from IPython.core.magic import Magics, cell_magic, magics_class
+from IPython.display import display
+
+from memlens.errors import MemlensError
+
+USAGE = "%%memlens record [options]  |  %%memlens simulate [options]  (--help for each)"
+
+
+class MagicError(MemlensError):
+    """A MemlensError shown the way the CLI shows it: one line, no traceback (IPython
+    prints what `_render_traceback_` returns instead of the traceback)."""
+
+    def _render_traceback_(self) -> list[str]:
+        return [f"memlens: error: {self}"]
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> Any:  # never sys.exit inside a kernel
+        raise MagicError(f"{self.prog}: {message}")
+
+    def exit(self, status: int = 0, message: str | None = None) -> Any:
+        raise _HelpShown
+
+
+class _HelpShown(Exception):
+    pass
+
+
+def _parser(name: str) -> _Parser:
+    p = _Parser(prog=f"%%memlens {name}", add_help=True)
+    p.add_argument("-o", "--output", help="snapshot file (default: memlens-cell-N.pickle)")
+    p.add_argument("--max-entries", type=int, default=None, help="trace entries kept")
+    p.add_argument("--no-show", action="store_true", help="do not display the snapshot")
+    return p
+
+
+RECORD = _parser("record")
+RECORD.add_argument("--stacks", choices=["python", "all"], default="python")
+RECORD.add_argument("--no-report", action="store_true", help="no HTML report beside it")
+SIMULATE = _parser("simulate")
+SIMULATE.add_argument("--device-memory", metavar="SIZE", help="e.g. 24GiB; beyond: OOM")
+SIMULATE.add_argument("--expandable-segments", action="store_true", default=None)
+SIMULATE.add_argument("--max-split-size-mb", type=int, default=None)
+SIMULATE.add_argument("--cublas-workspace", metavar="SIZE", default="32MiB")
+
+
+@magics_class
+class MemlensMagics(Magics):
+    @cell_magic
+    def memlens(self, line: str, cell: str) -> None:
+        """%%memlens record|simulate [options]: the cell under memlens (see --help)."""
+        try:
+            words = shlex.split(line)
+        except ValueError as exc:
+            raise MagicError(f"%%memlens: {exc}") from None
+        if not words or words[0] not in ("record", "simulate"):
+            raise MagicError(f"usage: {USAGE}")
+        parser = RECORD if words[0] == "record" else SIMULATE
+        try:
+            args = parser.parse_args(words[1:])
+        except _HelpShown:
+            parser.print_help()
+            return
+        count = getattr(self.shell, "execution_count", 0)
+        try:
+            if words[0] == "record":
+                path = Path(args.output or f"memlens-cell-{count}.pickle")
+                self._record(path, args, cell)
+            else:
+                path = Path(args.output or f"memlens-sim-cell-{count}.pickle")
+                self._simulate(path, args, cell)
+            if not args.no_show:
+                from memlens.snapshot.loader import load
+
+                display(load(path))
+        except MagicError:
+            raise
+        except MemlensError as exc:
+            raise MagicError(str(exc)) from None
+
+    def _run(self, cell: str) -> None:
+        assert self.shell is not None
+        self.shell.run_cell(cell, store_history=False)
+
+    def _record(self, path: Path, args: argparse.Namespace, cell: str) -> None:
+        from memlens.capture.backend import DEFAULT_MAX_ENTRIES
+        from memlens.recording import record
+
+        recording = record(
+            path,
+            max_entries=args.max_entries or DEFAULT_MAX_ENTRIES,
+            stacks=args.stacks,
+            report=not args.no_report,
+        )
+        with recording:
+            self._run(cell)
+        print(f"memlens: snapshot written to {path}")
+
+    def _simulate(self, path: Path, args: argparse.Namespace, cell: str) -> None:
+        try:
+            import torch  # noqa: F401
+        except ImportError:
+            raise MagicError("%%memlens simulate needs PyTorch: pip install torch") from None
+        from memlens.simulation.api import simulate
+
+        sim = simulate(
+            path,
+            device_memory=args.device_memory,
+            max_entries=args.max_entries,
+            expandable_segments=args.expandable_segments,
+            max_split_size_mb=args.max_split_size_mb,
+            cublas_workspace=args.cublas_workspace,
+        )
+        with sim:
+            self._run(cell)
+        print(f"memlens: simulated snapshot written to {path}")
