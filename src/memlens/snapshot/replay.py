@@ -252,15 +252,19 @@ def replay_device(
         [seg.stream[seg_of_blk] if n_ghost else np.zeros(0, np.int32), row_stream]
     )
     row_flags = np.concatenate([np.full(n_ghost, PREEXISTING | GHOST, np.uint8), row_flags])
-    alloc_row[alloc_row >= 0] += n_ghost
+    if n_ghost:
+        alloc_row[alloc_row >= 0] += n_ghost
     row_flags[row_free_event == n] |= LIVE_AT_END
     row_flags[(row_free_event == n) & (row_req_event >= 0)] |= PENDING_FREE
 
     # --- active curve ----------------------------------------------------------------------
+    # each alloc and each free event belongs to one row at most, so plain indexed adds are
+    # exact (and much faster than np.add.at)
     delta = np.zeros(n + 1, dtype=np.int64)
-    np.add.at(delta, row_alloc_event[row_alloc_event >= 0], row_size[row_alloc_event >= 0])
+    started = row_alloc_event >= 0
+    delta[row_alloc_event[started]] += row_size[started]
     freed = row_free_event < n
-    np.subtract.at(delta, row_free_event[freed], row_size[freed])
+    delta[row_free_event[freed]] -= row_size[freed]
     baseline = int(row_size[row_alloc_event < 0].sum())
     active_after = baseline + np.cumsum(delta[:n])
 
@@ -309,14 +313,14 @@ def replay_device(
         alloc_event=row_alloc_event,
         free_requested_event=row_req_event,
         free_event=row_free_event,
-        alloc_addr=row_addr.astype(np.uint64),
-        alloc_version=row_version.astype(np.int32),
-        alloc_size=row_size.astype(np.int64),
-        alloc_stack=row_stack.astype(np.int32),
-        alloc_stream=row_stream.astype(np.int32),
+        alloc_addr=row_addr.astype(np.uint64, copy=False),
+        alloc_version=row_version.astype(np.int32, copy=False),
+        alloc_size=row_size.astype(np.int64, copy=False),
+        alloc_stack=row_stack.astype(np.int32, copy=False),
+        alloc_stream=row_stream.astype(np.int32, copy=False),
         alloc_flags=row_flags,
-        active_after=active_after.astype(np.int64),
-        reserved_after=reserved_after.astype(np.int64),
+        active_after=active_after.astype(np.int64, copy=False),
+        reserved_after=reserved_after.astype(np.int64, copy=False),
         baseline_bytes=baseline,
         reserved_start_bytes=int(reserved_start),
         frees_from_requested=frees_from_requested,
