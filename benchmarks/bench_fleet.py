@@ -135,7 +135,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--ranks", type=int, default=1000)
     ap.add_argument("--events", type=int, default=20_000)
-    ap.add_argument("--serial", type=int, default=100, help="ranks of the one-process run")
+    ap.add_argument(
+        "--serial", type=int, default=None, help="ranks of the one-process run (default: all)"
+    )
     ap.add_argument("--cache", action="store_true", help="through the column cache")
     ap.add_argument("--skip-dask", action="store_true")
     ap.add_argument("--write", action="store_true", help=f"write {DOC.name}")
@@ -146,7 +148,11 @@ def main() -> None:
     size_mib = sum(os.path.getsize(p) for p in paths) / len(paths) / 2**20
     rows = []
     with tempfile.TemporaryDirectory() as cache_dir:
-        plan = [("serial", paths[: args.serial]), ("local", paths[:100]), ("local", paths)]
+        plan = [
+            ("serial", paths[: args.serial or len(paths)]),
+            ("local", paths[:100]),
+            ("local", paths),
+        ]
         if not args.skip_dask:
             plan += [("dask", paths[:100]), ("dask", paths)]
         for mode, subset in plan:
