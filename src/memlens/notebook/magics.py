@@ -74,8 +74,7 @@ class MemlensMagics(Magics):
         parser = RECORD if words[0] == "record" else SIMULATE
         try:
             args = parser.parse_args(words[1:])
-        except _HelpShown:
-            parser.print_help()
+        except _HelpShown:  # -h/--help: argparse has printed it
             return
         count = getattr(self.shell, "execution_count", 0)
         try:
