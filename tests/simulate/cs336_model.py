@@ -44,10 +44,14 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(d, device=device, dtype=dtype))
 
     def forward(self, x):
+        # upcast, normalise, scale (weight first: its autocast copy is made first in the
+        # recording), back to the input dtype (a 4-byte copy per element under autocast)
+        in_dtype = x.dtype
+        x = x.to(torch.float32)
         norm = torch.linalg.vector_norm(x, dim=-1, keepdim=True)
-        rms = 1.0 / (norm.square() / self.d + self.eps).sqrt()
-        x = x * rms
-        return torch.einsum("...d,d->...d", x, self.weight)
+        rms = (norm**2 / self.d + self.eps).sqrt()
+        x = x / rms
+        return torch.einsum("d,...d->...d", self.weight, x).to(in_dtype)
 
 
 class RoPE(nn.Module):

@@ -8,8 +8,8 @@ How it works (checked on torch 2.13 CPU):
   Python `.device`, `.is_cuda` and FakeTensorMode's own device checks still say `cuda:0`.
   Autograd, optimizers and `nn.Module.to` then run as on CPU.
 - Consequence: CUDA autocast would not apply to CPU-keyed tensors, so entering
-  `torch.autocast("cuda", dtype)` also enables CPU autocast with the same dtype (its cast
-  lists are close to, not identical with, CUDA's; see docs/simulation.md).
+  `torch.autocast("cuda", dtype)` also switches the AutocastCPU key on, whose kernels
+  follow CUDA's cast lists while simulating (autocast.py).
 - `Tensor.to`/`.cuda` go straight to `aten._to_copy` because their Python bindings would
   initialise CUDA. `torch.utils.swap_tensors` (used by `Module.to` on fake parameters)
   fails on the fake-tensor converter's memo weakrefs, which we drop first.
@@ -24,36 +24,43 @@ from typing import Any
 import torch
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 
+from memlens.simulation.autocast import CudaAutocast
+
 CPU = torch.device("cpu")
 CUDA0 = torch.device("cuda", 0)
 _PRIM_DEVICE = torch.ops.prim.device.default
 
 
 class Patches:
-    """Remembers every attribute it replaces so that restore() puts them all back."""
-
-    def __init__(self) -> None:
-        self._saved: list[tuple[Any, str | None, Any]] = []  # name None: a list append
+    """Remembers how to undo every change so that restore() puts everything back."""
 
     _ABSENT = object()  # the attribute was inherited, not set on the owner itself
 
+    def __init__(self) -> None:
+        self._undo: list[Callable[[], None]] = []
+
     def set(self, owner: Any, name: str, value: Any) -> None:
-        self._saved.append((owner, name, vars(owner).get(name, self._ABSENT)))
+        saved = vars(owner).get(name, self._ABSENT)
+
+        def undo() -> None:
+            if saved is self._ABSENT:
+                delattr(owner, name)
+            else:
+                setattr(owner, name, saved)
+
+        self._undo.append(undo)
         setattr(owner, name, value)
 
     def append(self, items: list, value: Any) -> None:
         items.append(value)
-        self._saved.append((items, None, value))
+        self._undo.append(lambda: items.remove(value))
+
+    def on_restore(self, undo: Callable[[], None]) -> None:
+        self._undo.append(undo)
 
     def restore(self) -> None:
-        while self._saved:
-            owner, name, value = self._saved.pop()
-            if name is None:
-                owner.remove(value)
-            elif value is self._ABSENT:
-                delattr(owner, name)
-            else:
-                setattr(owner, name, value)
+        while self._undo:
+            self._undo.pop()()
 
 
 def _cpu_keys_make_subclass(original: Callable) -> Callable:
@@ -141,6 +148,15 @@ def install(patches: Patches, cuda_api: dict[str, Callable]) -> None:
         )
 
     patches.set(torch.Tensor, "cuda", cuda)
+    # `.cpu()` checks the C++ device, which says `cpu` here: it would return the CUDA fake
+    # itself (Lightning's teardown moving the model off the GPU would keep its memory).
+    patches.set(
+        torch.Tensor,
+        "cpu",
+        lambda self, memory_format=torch.preserve_format: to(
+            self, CPU, memory_format=memory_format
+        ),
+    )
     # Pinned host memory and cross-stream bookkeeping have no meaning without a device.
     patches.set(torch.Tensor, "pin_memory", lambda self, device=None: self)
     patches.set(torch.Tensor, "is_pinned", lambda self, device=None: False)
@@ -153,7 +169,18 @@ def install(patches: Patches, cuda_api: dict[str, Callable]) -> None:
                 memo = t.fake_mode.fake_tensor_converter.tensor_memo
                 for key in [k for k, v in list(memo.items()) if v is t]:
                     del memo[key]
-        return original_swap(t1, t2)
+        try:
+            return original_swap(t1, t2)
+        except RuntimeError:
+            if not (isinstance(t1, FakeTensor) and isinstance(t2, FakeTensor)):
+                raise
+        # Other references to t1 (a failed step's autograd graph, held by its traceback,
+        # when Lightning moves the model to CPU after an OOM): `Module._apply` swaps only
+        # because these are fakes; a GPU build would assign `.data`, so do that instead.
+        with torch.no_grad():
+            t1.data = t2
+        t1.fake_device = t2.fake_device
+        return None
 
     patches.set(torch.utils, "swap_tensors", swap_tensors)
     # Rejection sampling asks `mask.any()`, a value fake tensors do not have; values do
@@ -174,23 +201,33 @@ def install(patches: Patches, cuda_api: dict[str, Callable]) -> None:
 
 
 def _install_autocast(patches: Patches) -> None:
-    cls = torch.amp.autocast_mode.autocast
+    # CUDA autocast's policy on the AutocastCPU key (fakes carry CPU keys): see autocast.py.
+    policy = CudaAutocast()
+    policy.install()
+    patches.on_restore(policy.remove)
+    cls = torch.amp.autocast_mode.autocast  # torch.cuda.amp.autocast subclasses it
     enter, exit_ = cls.__enter__, cls.__exit__
 
     def __enter__(self):
         result = enter(self)
         if self.device == "cuda":
-            self._memlens_cpu = (torch.is_autocast_enabled("cpu"), torch.get_autocast_dtype("cpu"))
+            self._memlens_cpu = torch.is_autocast_enabled("cpu")
             torch.set_autocast_enabled("cpu", self._enabled)
-            torch.set_autocast_dtype("cpu", self.fast_dtype)
         return result
 
     def __exit__(self, *exc):
         saved = getattr(self, "_memlens_cpu", None)
         if saved is not None:
-            torch.set_autocast_enabled("cpu", saved[0])
-            torch.set_autocast_dtype("cpu", saved[1])
+            torch.set_autocast_enabled("cpu", saved)
         return exit_(self, *exc)
+
+    clear = torch.clear_autocast_cache
+
+    def clear_autocast_cache() -> None:
+        # called when the outermost autocast exits
+        policy.clear_cache()
+        clear()
 
     patches.set(cls, "__enter__", __enter__)
     patches.set(cls, "__exit__", __exit__)
+    patches.set(torch, "clear_autocast_cache", clear_autocast_cache)
