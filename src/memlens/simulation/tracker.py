@@ -49,6 +49,7 @@ class Tracker(TorchDispatchMode):
     def __init__(self, sim: Simulation):
         super().__init__()
         self.sim = sim
+        self._composite: dict[Any, bool] = {}
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -69,6 +70,15 @@ class Tracker(TorchDispatchMode):
                 except DataDependentOutputException:
                     pass
             return _zero(args[0].dtype)
+        if self._is_composite(func):
+            # Under inference_mode (or with autograd off) a CompositeImplicitAutograd op
+            # such as einsum reaches the dispatch modes whole; on a GPU it decomposes at
+            # the CUDA key. Decompose it here, through this mode again, so its GEMMs
+            # (cuBLAS workspace) and internal temporaries are seen as on the GPU.
+            with self:
+                out = func.decompose(*args, **kwargs)
+            if out is not NotImplemented:
+                return out
         if _SEEDED in func.tags and self._touches_cuda(args, kwargs):
             out = self._random(func, args, kwargs)
         else:
@@ -77,6 +87,16 @@ class Tracker(TorchDispatchMode):
         if func in _GEMM_OPS and self._touches_cuda(args, kwargs):
             self.sim._ensure_workspace()
         return out
+
+    def _is_composite(self, func) -> bool:
+        composite = self._composite.get(func)
+        if composite is None:
+            # prim ops (prim::device) are not dispatcher operators
+            composite = func.namespace == "aten" and torch._C._dispatch_has_kernel_for_dispatch_key(
+                func.name(), "CompositeImplicitAutograd"
+            )
+            self._composite[func] = composite
+        return composite
 
     @staticmethod
     def _touches_cuda(args, kwargs) -> bool:
