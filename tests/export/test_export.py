@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from dataclasses import fields
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -115,17 +116,16 @@ def profiler_trace(path: Path) -> None:
     prof.export_chrome_trace(str(path))
 
 
-def test_merge_into_a_real_profiler_trace(tmp_path: Path) -> None:
-    prof = tmp_path / "profile.json"
-    profiler_trace(prof)
+def snapshot_in_window(prof: Path, path: Path) -> tuple[dict[str, Any], int]:
+    """A snapshot (JSON) whose entries fall inside the profiled window, on the epoch clock:
+    2 MiB reserved, 1000 bytes allocated and freed, a 'forward' stage of 3 us, starting at
+    the profiler's first complete event. Returns (that event, its ts as whole us)."""
     original = json.loads(prof.read_text())
     base_us = original["baseTimeNanoseconds"] // 1000
-    # a snapshot whose entries fall inside the profiled window, on the epoch clock
     kernel = next(e for e in original["traceEvents"] if e.get("ph") == "X")
     kt = int(kernel["ts"])  # the profiler's ts are fractional microseconds
     t0 = base_us + kt
-    snap_path = tmp_path / "snap.json"
-    snap_path.write_text(json.dumps({
+    path.write_text(json.dumps({
         "segments": [], "external_annotations": [
             {"name": "forward", "stage": "START", "device": 0, "time_us": t0},
             {"name": "forward", "stage": "END", "device": 0, "time_us": t0 + 3}],
@@ -135,6 +135,16 @@ def test_merge_into_a_real_profiler_trace(tmp_path: Path) -> None:
             {"action": "free_requested", "addr": 4096, "size": 1000, "stream": 0, "time_us": t0 + 2},
             {"action": "free_completed", "addr": 4096, "size": 1000, "stream": 0, "time_us": t0 + 2}]],
     }))  # fmt: skip
+    return kernel, kt
+
+
+def test_merge_into_a_real_profiler_trace(tmp_path: Path) -> None:
+    prof = tmp_path / "profile.json"
+    profiler_trace(prof)
+    original = json.loads(prof.read_text())
+    base_us = original["baseTimeNanoseconds"] // 1000
+    snap_path = tmp_path / "snap.json"
+    _, kt = snapshot_in_window(prof, snap_path)
     out = tmp_path / "merged.json"
     status = json.loads(
         run("export", str(snap_path), "--chrome-trace", str(out), "--merge", str(prof), "--json")

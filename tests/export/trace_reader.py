@@ -1,12 +1,9 @@
 """A strict reader of Trace Event Format JSON (the subset Perfetto and chrome://tracing
-import from a torch.profiler trace), for checking what `memlens export` writes.
-
-No maintained Python package reads TEF counters here: Perfetto's trace processor is not
-installable from PyPI or Debian without a run-time binary download, chrometrace only
-writes, and HolisticTraceAnalysis drops every event without a duration (counters).
-So this reads the format as its specification says and fails on anything a viewer would
-reject or silently mis-draw: unknown phases, non-numeric ts, a counter arg that is not a
-number, an E without its B, a negative duration.
+import from a torch.profiler trace), for the fast checks of what `memlens export` writes:
+it fails on anything a viewer would reject or silently mis-draw (unknown phases,
+non-numeric ts, a counter arg that is not a number, an E without its B, a negative
+duration). The same files are also read by Perfetto's own trace processor in
+test_export_perfetto.py (slower: a browser).
 """
 
 from __future__ import annotations
