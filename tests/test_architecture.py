@@ -16,6 +16,10 @@ Rules:
    read path).
 3. No import cycle between packages (directories), nor between modules, lazy imports included.
 4. No module over MAX_LINES lines, except ALLOWED_LONG, each with its reason.
+
+One extension point is named by string, not imported: Snapshot._repr_html_ (IPython looks
+it up on the class) reaches the views layer's memlens.views.notebook through
+snapshot.model.NOTEBOOK_VIEW, as the facade reaches its lazy names.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ LAYERS = {
     "views": 4,
     "cli": 5,
     "recording": 5,  # memlens.record: joins capture and the HTML report, above both
+    "notebook": 5,  # Jupyter: joins the viewer's server, memlens.record and the simulator
     "__main__": 6,
 }
 SIDE = {"capture", "simulation", "inspector", "fleet"}
