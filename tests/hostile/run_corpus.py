@@ -73,6 +73,8 @@ def _child(path: str, command: str, out_dir: str) -> None:
     sys.stdout = open(1, "w", encoding="utf-8", closefd=False)  # noqa: SIM115
     sys.stderr = open(2, "w", encoding="utf-8", closefd=False)  # noqa: SIM115
     os.environ["MEMLENS_NO_CACHE"] = "1"
+    for key in [k for k in os.environ if k.startswith("MEMLENS_MAX_") or k == "MEMLENS_DEBUG"]:
+        del os.environ[key]  # the default limits, whatever the calling process set
     code = 0
     try:
         if command == "view-api":

@@ -3,7 +3,7 @@ in its own process with 20 s and 2 GB: exit 0 or 2, no traceback, no negative or
 figure, no raw control character (issue 16, "How we will know").
 
 The default run takes a bounded selection (every bomb, every hostile-text file through
-every command, each mutated field with three of the bad values); MEMLENS_HOSTILE_FULL=1
+every command, each mutated field with two of the bad values); MEMLENS_HOSTILE_FULL=1
 runs every case through every command (about 2,000 runs, several minutes on 2 cores).
 """
 
@@ -35,7 +35,7 @@ def _selected() -> list[tuple[str, bytes, tuple[str, ...]]]:
         m = re.match(r"type-(.+)=(.+)\.pickle", name)
         if m and not FULL:
             k = fields.index(m.group(1))
-            if labels.index(m.group(2)) % 4 != k % 4:  # 3 of the 12 values per field
+            if labels.index(m.group(2)) % 6 != k % 6:  # 2 of the 12 values per field
                 continue
         cases.append((name, data, COMMANDS if FULL else ("summary",)))
     for name, data in hostile_text():
@@ -65,8 +65,10 @@ def check(result: dict) -> list[str]:
         problems.append("traceback")
     if result["seconds"] > TIME_LIMIT_S:
         problems.append(f"{result['seconds']} s")
-    if result["exit"] == 2 and len(err.strip().splitlines()) != 1:
-        problems.append("error is not one line")
+    if result["exit"] == 2:
+        lines = [x for x in err.strip().splitlines() if not x.startswith("memlens: warning: ")]
+        if len(lines) != 1 or not lines[0].startswith("memlens: error: "):
+            problems.append("error is not one line")
     if NEGATIVE.search(out) or ABSURD.search(out):
         problems.append("negative or overflowed figure")
     if result["command"] in ("summary", "peak") and re.search(r"[\x00-\x08\x0b-\x1f\x7f]", out):

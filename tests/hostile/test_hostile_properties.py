@@ -21,7 +21,7 @@ from memlens.snapshot.safe_pickle import loads_plain_pickle
 from snapshot_builders import hand_snapshot
 
 SETTINGS = settings(
-    max_examples=10,
+    max_examples=6,
     deadline=None,
     derandomize=True,  # the same cases every run: a failure reproduces
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],

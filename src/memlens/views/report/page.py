@@ -18,10 +18,17 @@ from typing import Any
 from memlens.analysis.jsonable import json_default
 from memlens.units import format_bytes
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _escape_surrogate(m: re.Match[str]) -> str:
+    return f"\\u{ord(m.group()):04x}"
+
 
 def esc(value: Any) -> str:
-    """HTML-escape anything (quotes too, so the result is safe inside attributes)."""
-    return html.escape(str(value), quote=True)
+    """HTML-escape anything (quotes too, so the result is safe inside attributes); a lone
+    surrogate (pickle strings may hold one, UTF-8 cannot) is shown as its escape."""
+    return html.escape(_SURROGATE.sub(_escape_surrogate, str(value)), quote=True)
 
 
 def bytes_text(n: Any) -> str:
@@ -123,6 +130,8 @@ def json_island(element_id: str, data: Any) -> str:
     text = text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
     # U+2028/2029 are valid in JSON strings but end a line in older JavaScript parsers
     text = text.replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
+    # a lone surrogate cannot be written as UTF-8, but its JSON escape parses back to it
+    text = _SURROGATE.sub(_escape_surrogate, text)
     return f'<script type="application/json" id="{esc(element_id)}">{text}</script>'
 
 
