@@ -147,6 +147,6 @@ def snapshot_html(snap: Snapshot) -> str:
         )
     parts.append(
         f'<div style="color:{MUTED};font-size:12px">interactive: '
-        "<code>memlens.notebook.view(snap)</code></div></div>"
+        "<code>import memlens.notebook; memlens.notebook.view(snap)</code></div></div>"
     )
     return "".join(parts)
