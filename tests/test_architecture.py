@@ -44,6 +44,7 @@ LAYERS = {
     "cli": 5,
     "recording": 5,  # memlens.record: joins capture and the HTML report, above both
     "notebook": 5,  # Jupyter: joins the viewer's server, memlens.record and the simulator
+    "integrations": 5,  # trainer callbacks: drive capture, write the report via recording
     "__main__": 6,
 }
 SIDE = {"capture", "simulation", "inspector", "fleet"}

@@ -82,3 +82,18 @@ def test_scalar_tensors_on_the_device_and_values_of_cpu_tensors():
         assert seed == 0
         assert torch.tensor(3.5).item() == 3.5  # a constant the fake mode knows keeps it
     assert sizes(sim.snapshot) == [4]
+
+
+def test_a_module_moves_to_cpu_and_back_even_while_its_graph_holds_the_weights():
+    with memlens.simulate(cublas_workspace=0):
+        m = torch.nn.Linear(8, 8).cuda()
+        out = m(torch.randn(4, 8, device="cuda", requires_grad=True))
+        # The graph holds the weight, so the fake parameters cannot be swapped; `.data` is
+        # assigned instead, as a GPU build does (Lightning's teardown after an OOM).
+        m.cpu()
+        assert m.weight.device.type == "cpu" and not m.weight.is_cuda
+        del out
+        assert torch.cuda.memory_allocated() == 0  # the CUDA copies were freed
+        m.cuda()
+        assert m.weight.is_cuda and torch.cuda.memory_allocated() == 1024  # 2 x 512 B blocks
+        assert torch.randn(3, device="cuda").cpu().device.type == "cpu"
