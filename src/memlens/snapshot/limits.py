@@ -38,7 +38,7 @@ class _Rule:
 # a huge file from deriving an absurd limit.
 RULES: dict[str, _Rule] = {
     "items": _Rule(1_000_000, 1.0, 4_000_000_000, "values walked while reading"),
-    "memo": _Rule(1_000_000, 1.0, 1_000_000_000, "pickle memo index"),
+    "memo": _Rule(1_000_000, 1.0, 1_000_000_000, "pickle memo slots"),
     "depth": _Rule(100, 0.0, 100, "levels of nested containers"),
     # pickled and JSON snapshots compress 5-30x; a gzip bomb, a thousandfold
     "decompressed": _Rule(256 * MiB, 64.0, 256 * GiB, "decompressed bytes"),
