@@ -2,10 +2,17 @@
 
     python benchmarks/bench_load.py                 # 10k, 100k, 1M events
     python benchmarks/bench_load.py --sizes 10000 100000 1000000 5000000
+    python benchmarks/bench_load.py --whole --tiles 50 150 --generated 10000000
 
 Snapshots are generated (memlens.simulation.synthetic) into benchmarks/data/ once and reused.
 Every load is timed in a fresh process so peak RSS (ru_maxrss) belongs to that load alone.
 Prints a Markdown table (paste it into docs/benchmarks.md); --json prints the raw figures.
+
+--whole times whole processes (issue 11): `pickle.load` of the file, then
+`memlens summary --no-cache` with the compiled reader and with MEMLENS_READER=python; wall
+time, CPU time (user + system) and peak RSS of each child (os.wait4). Files: a real
+recording tiled N times (../shared/tools/tile_snapshot.py; --tile-source picks the
+recording) and generated ones.
 """
 
 from __future__ import annotations
@@ -130,6 +137,79 @@ def table(rows: list[dict]) -> str:
     return head + "\n".join(lines) + "\n"
 
 
+REPO = HERE.parent
+TILE_TOOL = REPO.parent / "shared" / "tools" / "tile_snapshot.py"
+TILE_SOURCE = REPO.parent / "shared" / "snapshots" / "wedson_medium_128_training.pickle"
+
+
+def ensure_tiled(source: Path, tiles: int) -> Path:
+    DATA.mkdir(parents=True, exist_ok=True)
+    path = DATA / f"real_tiled_{tiles}.pickle"
+    if not path.exists():
+        subprocess.run(
+            [sys.executable, str(TILE_TOOL), str(source), str(path), "-n", str(tiles)], check=True
+        )
+    return path
+
+
+def measure(cmd: list[str], env: dict[str, str] | None = None) -> dict:
+    """Wall time, CPU time and peak RSS of one child process."""
+    t = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - t
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    err = proc.stderr.read().decode() if proc.stderr else ""
+    if proc.returncode:
+        raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}): {err[-2000:]}")
+    return {
+        "wall_s": wall,
+        "cpu_s": usage.ru_utime + usage.ru_stime,
+        "rss_mb": usage.ru_maxrss / 1024,
+    }
+
+
+def whole(path: Path, label: str, repeat: int) -> dict:
+    pickle_cmd = [sys.executable, "-c", "import pickle,sys; pickle.load(open(sys.argv[1],'rb'))"]
+    summary_cmd = [sys.executable, "-m", "memlens", "summary", "--no-cache", str(path)]
+    python_env = {**os.environ, "MEMLENS_READER": "python"}
+    compiled_env = {k: v for k, v in os.environ.items() if k != "MEMLENS_READER"}
+    runs: dict[str, list[dict]] = {"pickle": [], "compiled": [], "python": []}
+    for _ in range(repeat):  # interleaved, so a busy spell on the machine hits all three
+        runs["pickle"].append(measure([*pickle_cmd, str(path)]))
+        runs["compiled"].append(measure(summary_cmd, compiled_env))
+        runs["python"].append(measure(summary_cmd, python_env))
+    best = {k: min(v, key=lambda r: r["wall_s"]) for k, v in runs.items()}
+    import memlens
+
+    events = sum(t.n_events for t in memlens.load(path, cache=False).traces.values())
+    return {"file": label, "events": events, "file_mb": path.stat().st_size / 2**20, **{
+        f"{k}_{m}": best[k][m] for k in best for m in ("wall_s", "cpu_s", "rss_mb")
+    }}  # fmt: skip
+
+
+def whole_table(rows: list[dict]) -> str:
+    head = (
+        "| file | events | size | `pickle.load` wall / CPU / RSS | memlens summary, compiled | "
+        "time vs pickle.load (wall, CPU) | RSS vs pickle.load | memlens summary, Python path |\n"
+        "|---|---:|---:|---:|---:|---:|---:|---:|\n"
+    )
+
+    def cell(r: dict, k: str) -> str:
+        return (
+            f"{r[k + '_wall_s']:.1f} s / {r[k + '_cpu_s']:.1f} s / {r[k + '_rss_mb'] / 1024:.2f} GB"
+        )
+
+    lines = [
+        f"| {r['file']} | {r['events']:,} | {r['file_mb']:.0f} MB | {cell(r, 'pickle')} | "
+        f"{cell(r, 'compiled')} | {r['compiled_wall_s'] / r['pickle_wall_s']:.2f}x, "
+        f"{r['compiled_cpu_s'] / r['pickle_cpu_s']:.2f}x | "
+        f"{r['compiled_rss_mb'] / r['pickle_rss_mb']:.2f}x | {cell(r, 'python')} |"
+        for r in rows
+    ]
+    return head + "\n".join(lines) + "\n"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -137,7 +217,20 @@ def main() -> None:
     ap.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--whole", action="store_true", help="whole processes (issue 11)")
+    ap.add_argument("--tiles", type=int, nargs="*", default=[50, 150])
+    ap.add_argument("--tile-source", type=Path, default=TILE_SOURCE)
+    ap.add_argument("--generated", type=int, nargs="*", default=[10_000_000])
     a = ap.parse_args()
+    if a.whole:
+        files = [(ensure_tiled(a.tile_source, n), f"real x{n}") for n in a.tiles]
+        files += [(ensure_snapshot(n), f"generated {n:,}") for n in a.generated]
+        rows = []
+        for path, label in files:
+            print(f"benchmarking {label} ({path.name})...", file=sys.stderr)
+            rows.append(whole(path, label, a.repeat))
+        print(json.dumps(rows, indent=1) if a.json else whole_table(rows))
+        return
     rows = []
     for n in a.sizes:
         print(f"benchmarking {n:,} events...", file=sys.stderr)
