@@ -257,3 +257,20 @@ def test_reader_env_var(tmp_path, monkeypatch):
     monkeypatch.setenv(compiled.READER_ENV, "bogus")
     with pytest.raises(memlens.SnapshotError, match="MEMLENS_READER"):
         memlens.load(path, cache=False)
+
+
+def test_without_the_extension_large_files_say_so_once(tmp_path, monkeypatch, capsys):
+    """No compiler at install time: the Python path reads everything, and a large file
+    gets one line on stderr saying why it is slow (small files none)."""
+    path = tmp_path / "g.pickle"
+    memlens.generate_snapshot(path, events=300)
+    monkeypatch.setattr(compiled, "_fastreader", None)
+    monkeypatch.setattr(compiled, "_told_slow", False)
+    memlens.load(path, cache=False)
+    assert capsys.readouterr().err == ""
+    monkeypatch.setattr(compiled, "LARGE_FILE", 1)
+    snap = memlens.load(path, cache=False)
+    memlens.load(path, cache=False)
+    err = capsys.readouterr().err
+    assert err.count("compiled snapshot reader is not built") == 1
+    assert snap.device(0).n_events > 0
