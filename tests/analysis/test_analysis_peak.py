@@ -7,13 +7,13 @@ from analysis_snapshots import BIG_SIZE, A, G, training_snapshot
 
 import memlens
 from memlens.analysis.peak import (
-    NO_PYTHON_LABEL,
     live_set,
     memory_at_allocation,
     parse_address,
     peak,
     resolve_event,
 )
+from memlens.analysis.sites import NO_PYTHON_LABEL
 from memlens.errors import MemlensError
 from snapshot_builders import hand_snapshot
 

@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
+import pytest
+
 import memlens
 from memlens.analysis.sites import frame_label, top_sites
-from memlens.snapshot.frames import CPP, NOISE, PYTHON, classify_frame, short_cpp_name
+from memlens.snapshot.frames import (
+    CPP,
+    NOISE,
+    PYTHON,
+    autograd_node_mask,
+    classify_frame,
+    short_cpp_name,
+)
 from snapshot_builders import ev
 
 UNWIND = {"filename": "??", "line": 0, "name": "torch::unwind::unwind()"}
@@ -102,3 +111,91 @@ def test_top_sites_group_and_order():
         ("torch::autograd::generated::MmBackward0::apply", 400, 1),
     ]
     assert sites[0]["filename"] == "/home/me/model.py" and sites[0]["line"] == 42
+
+
+# Frames as PyTorch 2.x records them on autograd's backward thread (names shortened to the
+# parts the rule reads; the real ones carry full parameter lists, as here).
+def _cpp(name: str, filename: str = "??") -> dict:
+    return {"filename": filename, "line": 0, "name": name}
+
+
+WRAPPER = _cpp(
+    "at::(anonymous namespace)::(anonymous namespace)::wrapper_CUDA__empty_strided("
+    "c10::ArrayRef<c10::SymInt>, c10::ArrayRef<c10::SymInt>)",
+    "RegisterCUDA_0.cpp",
+)
+EMPTY = _cpp("at::detail::empty_strided_cuda(c10::ArrayRef<long>, c10::ArrayRef<long>)")
+OPS = _cpp("at::_ops::empty_strided::call(c10::ArrayRef<c10::SymInt>)")
+VARTYPE = _cpp(
+    "torch::autograd::VariableType::(anonymous namespace)::new_empty_strided(c10::DispatchKeySet)",
+    "VariableType_2.cpp",
+)
+CLONE = _cpp("torch::autograd::utils::clone_obey_contract(at::Tensor const&, at::Tensor const&)")
+ACC_IMPL = _cpp(
+    "torch::autograd::(anonymous namespace)::AccumulateGrad_apply_impl(std::vector<at::Tensor>&&)",
+    "accumulate_grad.cpp",
+)
+ACC = _cpp("torch::autograd::AccumulateGrad::apply(std::vector<at::Tensor>&&)")
+NODE_CALL = _cpp("torch::autograd::Node::operator()(std::vector<at::Tensor>&&)")
+EVALUATE = _cpp("torch::autograd::Engine::evaluate_function(std::shared_ptr<GraphTask>&)")
+THREAD = _cpp("torch::autograd::Engine::thread_main(std::shared_ptr<GraphTask> const&)")
+ENGINE_TAIL = [NODE_CALL, EVALUATE, THREAD, _cpp("__clone")]
+COPY_IMPL = _cpp(
+    "std::vector<at::Tensor> torch::autograd::CopySlices::apply_impl<torch::autograd::"
+    "CopySlices::apply(std::vector<at::Tensor>&&)::{lambda(std::vector<at::Tensor>&&)#1}>"
+    "(std::vector<at::Tensor>&&)"
+)
+COPY = _cpp("torch::autograd::CopySlices::apply(std::vector<at::Tensor>&&)")
+REDUCE = _cpp("torch::autograd::InputMetadata::reduce_grad(at::Tensor&) const")
+SUM_TO = _cpp("at::Tensor at::_sum_to<c10::SymInt>(at::Tensor, c10::ArrayRef<c10::SymInt>, bool)")
+BINDING = _cpp(
+    "_object* torch::autograd::TypeError_to_NotImplemented_<&torch::autograd::THPVariable_add>"
+    "(_object*, _object*, _object*)"
+)
+FN_FORWARD = _cpp("at::Tensor torch::autograd::Function<MyFn>::apply<at::Tensor&>(at::Tensor&)")
+MY_OP = _cpp("myext::fused_op(at::Tensor const&)", "fused.cpp")
+OPTIM = {"filename": "/venv/lib/python3.11/site-packages/torch/optim/adamw.py", "line": 9,
+         "name": "_multi_tensor_adamw"}  # fmt: skip
+
+SITE_CASES = [
+    # gradients: AccumulateGrad names them, not the dispatcher wrapper that allocated
+    ([UNWIND, ALLOC, EMPTY, WRAPPER, OPS, VARTYPE, CLONE, ACC_IMPL, ACC, *ENGINE_TAIL],
+     "torch::autograd::AccumulateGrad::apply"),
+    # a generated node (and its helper frames) in the same position
+    ([UNWIND, ALLOC, WRAPPER, NODE, *ENGINE_TAIL],
+     "torch::autograd::generated::MmBackward0::apply"),
+    # CopySlices: its apply_impl frame mentions `CopySlices::apply(` in a template
+    # argument, but only the node's own frame is the node
+    ([UNWIND, ALLOC, WRAPPER, COPY_IMPL, COPY, *ENGINE_TAIL], "torch::autograd::CopySlices::apply"),
+    # engine work outside any node: the innermost engine frame, past op plumbing
+    ([UNWIND, ALLOC, WRAPPER, OPS, VARTYPE, SUM_TO, REDUCE, EVALUATE, THREAD],
+     "torch::autograd::InputMetadata::reduce_grad"),
+    # a C++ extension's op with dispatcher frames inside it: the extension, not the wrapper
+    ([UNWIND, ALLOC, EMPTY, WRAPPER, OPS, MY_OP], "myext::fused_op (fused.cpp)"),
+    # only torch's own Python and its C++ bindings: the Python frame, never the binding
+    ([UNWIND, ALLOC, WRAPPER, BINDING, EVAL, OPTIM],
+     "_multi_tensor_adamw (/venv/lib/python3.11/site-packages/torch/optim/adamw.py:9)"),
+    # a C++ custom function's forward entry is not a node: the user's frame wins anyway,
+    # and without one the extension op inside it
+    ([UNWIND, ALLOC, WRAPPER, MY_OP, FN_FORWARD, USER], "block (/home/me/model.py:42)"),
+    ([UNWIND, ALLOC, WRAPPER, MY_OP, FN_FORWARD], "myext::fused_op (fused.cpp)"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("stack", "site"), SITE_CASES)
+def test_site_is_the_innermost_meaningful_frame(stack, site):
+    snap = _snap(stack)
+    d = snap.device(0)
+    (row,) = top_sites(d, d.live_at(0), limit=None)
+    assert row["site"] == site
+
+
+def test_autograd_node_mask_reads_the_function_name_only():
+    snap = _snap([ACC, COPY_IMPL, COPY, NODE, NODE_CALL, EVALUATE, FN_FORWARD, REDUCE, USER])
+    names = [snap.strings[int(n)] for n in snap.frames.name]
+    nodes = {short_cpp_name(n) for n, hit in zip(names, autograd_node_mask(snap)) if hit}
+    assert nodes == {
+        "torch::autograd::AccumulateGrad::apply",
+        "torch::autograd::CopySlices::apply",
+        "torch::autograd::generated::MmBackward0::apply",
+    }

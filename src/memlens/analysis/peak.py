@@ -18,13 +18,12 @@ from typing import TYPE_CHECKING, TypedDict
 
 import numpy as np
 
-from memlens.analysis.events import event_info, has_time, memo
+from memlens.analysis.events import event_info, has_time
 from memlens.analysis.results import Allocation, AllocationLiveSet, LiveSet, PeakResult, TreeNode
 from memlens.analysis.sites import frame_label, site_of_allocations, top_sites
 from memlens.analysis.tree import StackNode, build_stack_tree
 from memlens.errors import MemlensError
-from memlens.snapshot.frames import PYTHON
-from memlens.snapshot.model import GHOST, PREEXISTING, DeviceTrace, Snapshot
+from memlens.snapshot.model import GHOST, PREEXISTING, DeviceTrace
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -243,57 +242,10 @@ def tree_dict(
     min_share: float = 0.0,
 ) -> TreeNode:
     """The call-stack tree of allocation `rows` as a dict, pruned (see live_set)."""
-    snap = dev.snapshot
-    stacks = dev.alloc_stack[rows]
-    if not python_only:
-        root = build_stack_tree(snap, stacks, dev.alloc_size[rows])
-    else:
-        # Backward allocations have no Python frames at all: rather than lumping them with
-        # "no stack", group them under one node by their site (the autograd node).
-        py = stack_has_python(snap)
-        # (indexed only where a stack exists: a trace recorded without stacks has none)
-        no_py = np.zeros(len(stacks), dtype=bool)
-        recorded = stacks >= 0
-        no_py[recorded] = ~py[stacks[recorded]]
-        root = build_stack_tree(
-            snap, stacks[~no_py], dev.alloc_size[rows][~no_py], python_only=True
-        )
-        if no_py.any():
-            _add_cpp_group(dev, root, rows[no_py])
+    root = build_stack_tree(
+        dev.snapshot, dev.alloc_stack[rows], dev.alloc_size[rows], python_only=python_only
+    )
     return prune_tree(root, dev, max_depth=max_depth, min_bytes=int(root.bytes * min_share))
-
-
-NO_PYTHON_LABEL = "<no Python frames: C++ / backward>"
-
-
-def stack_has_python(snap: Snapshot) -> np.ndarray:
-    """Per stack id: does it hold at least one Python frame? (cached on the snapshot)"""
-
-    def make() -> np.ndarray:
-        st = snap.stacks
-        if len(st) == 0:
-            return np.zeros(0, bool)
-        is_py = (snap.frames.kind[st.frame_ids] == PYTHON).astype(np.int64)
-        cum = np.concatenate([[0], np.cumsum(is_py)])
-        has: np.ndarray = (cum[st.offsets[1:]] - cum[st.offsets[:-1]]) > 0
-        return has
-
-    return memo(snap, "has_python", make)
-
-
-def _add_cpp_group(dev: DeviceTrace, root: StackNode, rows: np.ndarray) -> None:
-    site = site_of_allocations(dev, rows)
-    sizes = dev.alloc_size[rows]
-    group = StackNode(-1, NO_PYTHON_LABEL)
-    for fid in np.unique(site).tolist():
-        m = site == fid
-        b, c = int(sizes[m].sum()), int(m.sum())
-        group.children[fid] = StackNode(fid, frame_label(dev.snapshot, fid), b, c)
-        group.bytes += b
-        group.count += c
-    root.children[-2] = group
-    root.bytes += group.bytes
-    root.count += group.count
 
 
 def prune_tree(

@@ -11,7 +11,11 @@ from memlens.analysis.results import Frame, NetSite, Site
 from memlens.snapshot.frames import PYTHON, first_user_frames, short_cpp_name
 from memlens.snapshot.model import DeviceTrace, Snapshot
 
+# The two names of allocations without a site frame, the same in every view: no stack
+# was recorded at all, or (in a Python-frames-only tree, analysis.tree) the stack holds
+# C++ frames only - autograd's backward threads, C++ code.
 NO_STACK_LABEL = "<no stack recorded>"
+NO_PYTHON_LABEL = "<no Python frames: C++ / backward>"
 
 
 def user_frame_of_stacks(snap: Snapshot, hide_patterns: Sequence[str] | None = None) -> np.ndarray:

@@ -11,11 +11,20 @@ from typing import Any, Literal
 
 import numpy as np
 
+from memlens.analysis.events import memo
 from memlens.analysis.results import TreeFrame, TreeNode
+from memlens.analysis.sites import (
+    NO_PYTHON_LABEL,
+    NO_STACK_LABEL,
+    frame_label,
+    user_frame_of_stacks,
+)
 from memlens.snapshot.frames import NOISE, PYTHON, short_cpp_name
 from memlens.snapshot.model import DeviceTrace, Snapshot
 
 ROOT_LABEL = "all"
+NO_STACK_ID = -1  # frame id of the "<no stack recorded>" node (and of the root)
+NO_PYTHON_ID = -3  # frame id of the "<no Python frames: C++ / backward>" node
 # frame kind code (snapshot.frames PYTHON, CPP, NOISE) -> its JSON name
 _KIND_NAMES: tuple[Literal["python"], Literal["cpp"], Literal["noise"]] = ("python", "cpp", "noise")
 
@@ -70,11 +79,20 @@ def build_stack_tree(
     *,
     python_only: bool = False,
     hide_noise: bool = True,
+    group_no_python: bool | None = None,
 ) -> StackNode:
     """Tree of the given allocations (their stack ids and sizes), outermost frame at the top.
 
     python_only drops C++ frames (most users want the Python view first); hide_noise drops
     the unwinder/interpreter frames PyTorch's viewer hides too.
+
+    The labelling rule every view shares (CLI, report, viewer, TUI): with python_only, an
+    allocation whose recorded stack holds no Python frame at all (autograd's backward
+    threads, C++ code) goes under one NO_PYTHON_LABEL node with a child per site, named by
+    analysis.sites (the autograd node, e.g. `torch::autograd::AccumulateGrad::apply`);
+    only an allocation without a recorded stack is NO_STACK_LABEL. group_no_python (default:
+    python_only) applies that grouping without dropping C++ frames elsewhere (the TUI's
+    "user frames" view, which keeps autograd nodes).
     """
     stack_ids = np.asarray(stack_ids)
     sizes = np.asarray(sizes, dtype=np.int64)
@@ -88,10 +106,16 @@ def build_stack_tree(
     per_count = np.bincount(inv, minlength=len(uniq))
     kind = snap.frames.kind
     label_cache: dict[int, str] = {}
+    no_python = StackNode(NO_PYTHON_ID, NO_PYTHON_LABEL)
+    group = python_only if group_no_python is None else group_no_python
+    has_python = stack_has_python(snap) if group else None
     for k, s1 in enumerate(uniq.tolist()):
         b, c = int(per_bytes[k]), int(per_count[k])
         root.bytes += b
         root.count += c
+        if has_python is not None and s1 > 0 and not has_python[s1 - 1]:
+            _add_to_group(snap, no_python, s1 - 1, b, c)
+            continue
         node = root
         frames = snap.stacks.frames_of(s1 - 1)[::-1]  # outermost first
         for fid in frames.tolist():
@@ -108,10 +132,39 @@ def build_stack_tree(
             child.count += c
             node = child
         if node is root:  # no frames survived: keep the bytes visible under a named leaf
-            child = node.children.setdefault(-1, StackNode(-1, "<no stack recorded>"))
+            child = node.children.setdefault(NO_STACK_ID, StackNode(NO_STACK_ID, NO_STACK_LABEL))
             child.bytes += b
             child.count += c
+    if no_python.count:
+        root.children[NO_PYTHON_ID] = no_python
     return root
+
+
+def _add_to_group(snap: Snapshot, group: StackNode, stack_id: int, b: int, c: int) -> None:
+    """Count a stack without Python frames in the group, under its site's child."""
+    site = int(user_frame_of_stacks(snap)[stack_id])
+    child = group.children.get(site)
+    if child is None:
+        child = group.children[site] = StackNode(site, frame_label(snap, site))
+    child.bytes += b
+    child.count += c
+    group.bytes += b
+    group.count += c
+
+
+def stack_has_python(snap: Snapshot) -> np.ndarray:
+    """Per stack id: does it hold at least one Python frame? (cached on the snapshot)"""
+
+    def make() -> np.ndarray:
+        st = snap.stacks
+        if len(st) == 0:
+            return np.zeros(0, bool)
+        is_py = (snap.frames.kind[st.frame_ids] == PYTHON).astype(np.int64)
+        cum = np.concatenate([[0], np.cumsum(is_py)])
+        has: np.ndarray = (cum[st.offsets[1:]] - cum[st.offsets[:-1]]) > 0
+        return has
+
+    return memo(snap, "has_python", make)
 
 
 def live_tree(dev: DeviceTrace, event: int, **kw: Any) -> StackNode:

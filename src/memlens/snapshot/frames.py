@@ -79,35 +79,71 @@ def hidden_filename_mask(
     )
 
 
-AUTOGRAD_NODE = re.compile(r"autograd::generated::\w+::apply|Backward\d*::apply")
+# Patterns below are matched against a C++ frame's name without its parameter list
+# (short_cpp_name), so a node's name inside a template argument of another frame, e.g.
+# `CopySlices::apply_impl<...CopySlices::apply(...)...>`, never matches.
+#
+# An autograd graph node: `torch::autograd::<Node>::apply` - the generated
+# `...::MmBackward0::apply`, `AccumulateGrad::apply` (writes .grad), `CopySlices::apply`,
+# `CopyBackwards::apply`, C++ custom functions' `CppNode<F>::apply` - or any
+# `...Backward<N>::apply`. Backward runs on C++ threads without Python frames; the node
+# names what the memory is for (the forward op, or the gradient being accumulated).
+# `torch::autograd::Function<F>::apply` is a C++ custom function's *forward* entry: not a node.
+AUTOGRAD_NODE = re.compile(
+    r"(?:^|\s)torch::autograd::(?!Function<)(?:\w+::)*\w+(?:<.*>)?::apply$|Backward\d*::apply$"
+)
+# The autograd engine's own work outside a node (summing two gradients of one input in
+# `torch::autograd::accumulate`, reducing a gradient to its input's shape in
+# `InputMetadata::reduce_grad`). VariableType is the dispatcher's autograd kernel: it
+# only forwards to the op, so it says nothing; Function<F>::apply is a forward entry.
+AUTOGRAD_ENGINE = re.compile(r"(?:^|\s)torch::autograd::(?!VariableType::|Function<)")
+# Allocator, tensor-factory and dispatcher plumbing: frames that say how memory was
+# obtained, not who wanted it (`wrapper_CUDA__empty_strided`, `create_out`, `at::_ops::`).
 ALLOCATOR_NAME = re.compile(
-    r"^(c10::|at::cuda::getNewWorkspace|at::detail::empty|at::empty|at::native::empty)"
+    r"^(c10::|at::cuda::getNewWorkspace|at::detail::empty|at::empty|at::native::empty"
+    r"|at::_ops::|at::meta::|at::TensorIteratorBase::|at::\(anonymous namespace\)::"
+    r"|torch::autograd::VariableType::)"
 )
 
 
 def _name_mask(snapshot: Snapshot, rx: re.Pattern[str]) -> np.ndarray:
+    """Per frame: does its name (without parameters) match `rx`?"""
     names = snapshot.frames.name
     uniq = np.unique(names)
-    hit = {int(u) for u in uniq if rx.search(snapshot.strings[u])}
+    hit = {int(u) for u in uniq if rx.search(short_cpp_name(snapshot.strings[u]))}
     return np.fromiter((int(x) in hit for x in names), dtype=bool, count=len(names))
+
+
+def autograd_node_mask(snapshot: Snapshot) -> np.ndarray:
+    """Per frame: is it an autograd node's `apply` (see AUTOGRAD_NODE)?"""
+    mask: np.ndarray = _name_mask(snapshot, AUTOGRAD_NODE) & (
+        np.asarray(snapshot.frames.kind) == CPP
+    )
+    return mask
 
 
 def first_user_frames(snapshot: Snapshot, hide_patterns: Sequence[str] | None = None) -> np.ndarray:
     """For every stack, the frame id that best answers "who allocated this?", or -1.
 
-    Preference, innermost first within each tier:
+    This is THE site-naming rule: every view (peak, summary, diff, leaks, viewer, TUI,
+    report) names an allocation by this frame (analysis.sites.frame_label). Preference,
+    innermost first within each tier:
     1. a Python frame not matching the hide patterns (the user's code);
-    2. an autograd node (`...::BmmBackward0::apply`): backward runs on C++ threads with
-       no Python frames, and the node names the forward op responsible;
-    3. any Python frame (torch internals);
-    4. a C++ frame outside the allocator and tensor-factory plumbing;
-    5. any C++ frame that is not recording noise.
+    2. an autograd node (`...::BmmBackward0::apply`, `AccumulateGrad::apply`): backward
+       runs on C++ threads with no Python frames, and the node names the forward op
+       responsible, or the gradient being accumulated;
+    3. in a stack without Python frames, the autograd engine's own work
+       (`torch::autograd::accumulate`, `InputMetadata::reduce_grad`);
+    4. any Python frame (torch internals);
+    5. a C++ frame outside the allocator, tensor-factory and dispatcher plumbing;
+    6. any C++ frame that is not recording noise.
     """
     patterns = DEFAULT_HIDE_PATTERNS if hide_patterns is None else tuple(hide_patterns)
     frames, stacks = snapshot.frames, snapshot.stacks
     hidden = hidden_filename_mask(snapshot.strings, frames.filename, patterns)
     kind = np.asarray(frames.kind)
-    autograd = _name_mask(snapshot, AUTOGRAD_NODE)
+    autograd = autograd_node_mask(snapshot)
+    engine = _name_mask(snapshot, AUTOGRAD_ENGINE)
     plumbing = _name_mask(snapshot, ALLOCATOR_NAME)
     n = len(stacks)
     out = np.full(n, -1, dtype=np.int32)
@@ -117,7 +153,19 @@ def first_user_frames(snapshot: Snapshot, hide_patterns: Sequence[str] | None = 
     owner = np.repeat(np.arange(n), np.diff(stacks.offsets))
     pos = np.arange(len(fids))
     py, cpp = kind[fids] == PYTHON, kind[fids] == CPP
-    for good in (py & ~hidden[fids], cpp & autograd[fids], py, cpp & ~plumbing[fids], cpp):
+    no_python = np.ones(n, dtype=bool)
+    no_python[owner[py]] = False
+    tiers = (
+        py & ~hidden[fids],
+        autograd[fids],
+        # engine frames only on a backward thread: in a Python stack, torch::autograd::
+        # also holds the Python bindings (THPVariable_add), which Python frames beat
+        cpp & engine[fids] & ~plumbing[fids] & no_python[owner],
+        py,
+        cpp & ~plumbing[fids],
+        cpp,
+    )
+    for good in tiers:
         todo = out < 0
         if not todo.any():
             break

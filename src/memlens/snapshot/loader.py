@@ -74,6 +74,11 @@ def load(
             column_cache.clear(source)
             hit = None
         if hit is not None:
+            # The entry is keyed by the file's content, not its name, so it holds the path
+            # string of whichever open wrote it (maybe relative to another directory). The
+            # source is the path given this time, as a cold load would have it: as typed
+            # (not made absolute), so output is the same with and without the cache.
+            hit.source = name
             # the cache keeps the load's warnings: say them again, as the cold load did
             if warn:
                 for message in hit.warnings:

@@ -15,12 +15,19 @@ import numpy as np
 
 from memlens.analysis.events import memo
 from memlens.analysis.sites import NO_STACK_LABEL, site_of_allocations
-from memlens.analysis.tree import ROOT_LABEL, StackNode, build_stack_tree, frame_short_label
+from memlens.analysis.tree import (
+    NO_PYTHON_ID,
+    ROOT_LABEL,
+    StackNode,
+    build_stack_tree,
+    frame_short_label,
+    stack_has_python,
+)
 from memlens.snapshot.frames import (
-    AUTOGRAD_NODE,
     DEFAULT_HIDE_PATTERNS,
     NOISE,
     PYTHON,
+    autograd_node_mask,
     hidden_filename_mask,
 )
 from memlens.snapshot.model import DeviceTrace, Snapshot
@@ -81,13 +88,18 @@ class _Builder:
         return c
 
 
+def _keep_all(frame_id: int) -> bool:
+    return True
+
+
 def _absorb(target: _Builder, children: dict[int, StackNode], keep: Callable[[int], bool]) -> None:
     for c in children.values():
         if c.frame_id < 0 or keep(c.frame_id):
             t = target.child(c.frame_id, c.label)
             t.bytes += c.bytes
             t.count += c.count
-            _absorb(t, c.children, keep)
+            # the C++-only group's children are sites, named by the one site rule: kept
+            _absorb(t, c.children, _keep_all if c.frame_id == NO_PYTHON_ID else keep)
         else:
             _absorb(target, c.children, keep)
             own_b = c.bytes - sum(x.bytes for x in c.children.values())
@@ -115,13 +127,8 @@ def user_frame_mask(snap: Snapshot) -> np.ndarray:
     def make() -> np.ndarray:
         f = snap.frames
         hidden = hidden_filename_mask(snap.strings, f.filename, DEFAULT_HIDE_PATTERNS)
-        names = np.asarray(f.name)
-        autograd_ids = {
-            int(u) for u in np.unique(names) if AUTOGRAD_NODE.search(snap.strings[int(u)])
-        }
-        autograd = np.fromiter((int(x) in autograd_ids for x in names), bool, len(names))
         kind = np.asarray(f.kind)
-        mask: np.ndarray = ((kind == PYTHON) & ~hidden) | autograd
+        mask: np.ndarray = ((kind == PYTHON) & ~hidden) | autograd_node_mask(snap)
         return mask
 
     return memo(snap, "tui_user_frame_mask", make)
@@ -139,8 +146,10 @@ def frame_filter(snap: Snapshot, hide_internals: bool) -> Callable[[int], bool]:
 def stack_tree(
     snap: Snapshot, stack_ids: np.ndarray, sizes: np.ndarray, *, hide_internals: bool
 ) -> Node:
-    """The tree of these allocations; with hide_internals, only user frames are levels."""
-    raw = build_stack_tree(snap, stack_ids, sizes, hide_noise=True)
+    """The tree of these allocations; with hide_internals, only user frames are levels and
+    stacks without Python frames go under "<no Python frames: C++ / backward>", one child
+    per site, as in every other view (analysis.tree.build_stack_tree)."""
+    raw = build_stack_tree(snap, stack_ids, sizes, hide_noise=True, group_no_python=hide_internals)
     root = _Builder(-1, ROOT_LABEL)
     root.bytes, root.count = raw.bytes, raw.count
     _absorb(root, raw.children, frame_filter(snap, hide_internals))
@@ -161,18 +170,27 @@ def rows_under(
 
     A stack belongs to the node if its shown frames start with the path; a trailing
     negative id (no stack / inside hidden frames) means "no shown frame after the prefix".
+    With hide_internals, stacks without Python frames belong to the NO_PYTHON_ID group
+    only (its children: by site).
     """
     snap = dev.snapshot
     keep = frame_filter(snap, hide_internals)
+    stacks = dev.alloc_stack[rows]
+    grouped = np.zeros(len(rows), dtype=bool)
+    if hide_internals and len(snap.stacks):
+        grouped = (stacks >= 0) & ~stack_has_python(snap)[np.maximum(stacks, 0)]
+    if path and path[0] == NO_PYTHON_ID:
+        if len(path) > 1:
+            grouped &= site_of_allocations(dev, rows) == path[1]
+        return rows[grouped]
     exact = bool(path) and path[-1] < 0
     prefix = path[:-1] if exact else path
-    stacks = dev.alloc_stack[rows]
     ok_stacks = []
-    for s in np.unique(stacks).tolist():
+    for s in np.unique(stacks[~grouped]).tolist():
         shown = [f for f in snap.stacks.frames_of(s)[::-1].tolist() if keep(f)]
         if shown[: len(prefix)] == prefix and (not exact or len(shown) == len(prefix)):
             ok_stacks.append(s)
-    return rows[np.isin(stacks, ok_stacks)]
+    return rows[np.isin(stacks, ok_stacks) & ~grouped]
 
 
 _LINE = re.compile(r":\d+\)$")
