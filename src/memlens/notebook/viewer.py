@@ -50,7 +50,12 @@ class Viewer:
         height: int = 600,
         frame_ancestors: tuple[str, ...] = FRAME_ANCESTORS,
     ) -> None:
-        import uvicorn
+        try:
+            import uvicorn
+        except ImportError:
+            raise MemlensError(
+                "the viewer needs its web server: pip install 'memlens[notebook]'"
+            ) from None
 
         from memlens.cli.view import bind_socket, url_for
         from memlens.views.web.data import ViewerData
