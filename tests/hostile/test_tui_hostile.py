@@ -115,3 +115,31 @@ def test_unknown_action_toast_is_not_markup(name, monkeypatch):
     asyncio.run(main())
     assert notes and all(markup is False for _, markup in notes)
     assert name in notes[-1][0]
+
+
+def test_every_toast_and_static_in_the_tui_is_literal():
+    """A guard for code written later: each notify() passes markup=False, and each Static or
+    Label gets a string literal (no snapshot data) or a rich Text (never parsed as markup)."""
+    import ast
+
+    tui = Path(memlens.__file__).parent / "views" / "tui"
+    offenders = []
+    for path in sorted(tui.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.Call):
+                continue
+            name = getattr(node.func, "attr", getattr(node.func, "id", ""))
+            if name == "notify":
+                markup = [k for k in node.keywords if k.arg == "markup"]
+                if not (markup and isinstance(markup[0].value, ast.Constant)
+                        and markup[0].value.value is False):  # fmt: skip
+                    offenders.append(f"{path.name}:{node.lineno} notify without markup=False")
+            elif name in ("Static", "Label") and node.args:
+                arg = node.args[0]
+                literal = isinstance(arg, ast.Constant) and isinstance(arg.value, str)
+                text = isinstance(arg, ast.Call) and getattr(
+                    arg.func, "id", getattr(arg.func, "attr", "")
+                ) in ("one_line", "Text")
+                if not (literal or text):
+                    offenders.append(f"{path.name}:{node.lineno} {name}() of a non-Text value")
+    assert offenders == []
