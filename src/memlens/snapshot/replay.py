@@ -229,8 +229,11 @@ def replay_device(
         ghost_addr = seg.block_address[ghost_blk]
         # a ghost's version: how many allocations at its address ended inside the trace
         ended = row_addr[~live_end]
-        ghost_version = np.searchsorted(np.sort(ended), ghost_addr, side="right") - np.searchsorted(
-            np.sort(ended), ghost_addr, side="left"
+        keys = np.unique(ghost_addr)  # few: keep only the ended allocations at those first
+        pos = np.minimum(np.searchsorted(keys, ended), len(keys) - 1)
+        ended = np.sort(ended[keys[pos] == ended])
+        ghost_version = np.searchsorted(ended, ghost_addr, side="right") - np.searchsorted(
+            ended, ghost_addr, side="left"
         )
         seg_of_blk = np.searchsorted(seg.block_offsets, ghost_blk, side="right") - 1
     row_alloc_event = np.concatenate([np.full(n_ghost, -1, np.int64), row_alloc_event])
@@ -266,13 +269,18 @@ def replay_device(
     freed = row_free_event < n
     delta[row_free_event[freed]] -= row_size[freed]
     baseline = int(row_size[row_alloc_event < 0].sum())
-    active_after = baseline + np.cumsum(delta[:n])
+    active_after = np.cumsum(delta[:n])
+    active_after += baseline  # in place: a fresh 8-byte-per-event array costs page faults
 
     # --- reserved curve, anchored on the final segments so truncation does not matter ----
-    sign = np.zeros(n, dtype=np.int64)
-    sign[(action == Action.SEGMENT_ALLOC) | (action == Action.SEGMENT_MAP)] = 1
-    sign[(action == Action.SEGMENT_FREE) | (action == Action.SEGMENT_UNMAP)] = -1
-    seg_cum = np.cumsum(sign * size)
+    # segment events are few: set their signed sizes, then one cumsum
+    seg_delta = np.zeros(n, dtype=np.int64)
+    grow = np.flatnonzero((action == Action.SEGMENT_ALLOC) | (action == Action.SEGMENT_MAP))
+    shrink = np.flatnonzero((action == Action.SEGMENT_FREE) | (action == Action.SEGMENT_UNMAP))
+    seg_delta[grow] = size[grow]
+    seg_delta[shrink] = -size[shrink]
+    seg_cum = np.cumsum(seg_delta)
+    del seg_delta
     total_change = int(seg_cum[-1]) if n else 0
     if len(seg_rows):
         end_reserved = int(seg.total_size[seg_rows].sum())
@@ -280,7 +288,8 @@ def replay_device(
     else:
         # No final state to anchor on: start as low as the events allow without going negative.
         reserved_start = max(0, -int(seg_cum.min())) if n else 0
-    reserved_after = reserved_start + seg_cum
+    seg_cum += reserved_start
+    reserved_after = seg_cum
 
     n_over = int(np.count_nonzero(row_flags & OVERWRITTEN))
     if n_over:
