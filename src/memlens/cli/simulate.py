@@ -65,11 +65,31 @@ def _summary(path: Path) -> str:
     help="Model roundup_power2_divisions (one value for every size).",
 )
 @click.option(
+    "--gpu",
+    metavar="NAME",
+    default=None,
+    help="Card or generation to simulate: h100/hopper (default), a100/ampere, a100-40gb, "
+    "a10, l4/ada, rtx4090, v100/volta, t4/turing. Sets the cuBLAS workspace, the device "
+    "memory (unless --device-memory) and what torch.cuda answers.",
+)
+@click.option(
     "--cublas-workspace",
-    default="32MiB",
-    show_default=True,
+    default=None,
     metavar="SIZE",
-    help="cuBLAS workspace per thread (8.125MiB before Hopper; 0 to omit).",
+    help="cuBLAS workspace per thread (default from --gpu: 32MiB from Hopper on, "
+    "8519680 bytes before; 0 to omit).",
+)
+@click.option(
+    "--nvtx-annotations/--no-nvtx-annotations",
+    default=True,
+    show_default=True,
+    help="Write torch.cuda.nvtx ranges as annotations, like record_function.",
+)
+@click.option(
+    "--early-stacks",
+    is_flag=True,
+    help="Keep the stacks of blocks allocated before the script switched history on "
+    "(the GPU recorder has none for them).",
 )
 def command(
     output: Path | None,
@@ -79,38 +99,66 @@ def command(
     expandable_segments: bool | None,
     max_split_size_mb: int | None,
     roundup_power2_divisions: int | None,
-    cublas_workspace: str,
+    gpu: str | None,
+    cublas_workspace: str | None,
+    nvtx_annotations: bool,
+    early_stacks: bool,
     script: str,
     args: tuple[str, ...],
 ) -> None:
     """Run SCRIPT as __main__ with fake CUDA tensors and a model of PyTorch's caching
-    allocator, then write the snapshot a GPU run would have recorded. Settings not given
-    come from $PYTORCH_CUDA_ALLOC_CONF."""
+    allocator, then write the snapshot a GPU run would have recorded: the script's own
+    last torch.cuda.memory._dump_snapshot when it makes one (same window, same state),
+    else the whole run. Settings not given come from $PYTORCH_CUDA_ALLOC_CONF."""
     try:
-        import torch
+        import torch  # noqa: F401
     except ImportError:
         raise MemlensError("memlens simulate needs PyTorch: pip install torch") from None
     from memlens.simulation.api import run_script
+    from memlens.simulation.gpus import gpu_preset
+    from memlens.simulation.script import ScriptFailed
 
-    output = output or _default_output(script)
-    options = dict(
-        output=output,
-        device_memory=device_memory,
-        max_entries=max_entries,
-        stacks=None if stacks == "none" else "python",
-        expandable_segments=expandable_segments,
-        max_split_size_mb=max_split_size_mb,
-        roundup_power2_divisions=roundup_power2_divisions,
-        cublas_workspace=cublas_workspace,
+    card = gpu_preset(gpu)
+    workspace = card.cublas_workspace if cublas_workspace is None else cublas_workspace
+    memory = device_memory or (f"{card.memory} bytes" if gpu else "unlimited")
+    click.echo(
+        f"memlens: simulating {card.name} (sm {card.capability[0]}.{card.capability[1]}): "
+        f"cuBLAS workspace {workspace} bytes per thread, device memory {memory}"
+        + ("" if gpu else "; --gpu NAME for another card"),
+        err=True,
     )
-    failed = None
+    output = output or _default_output(script)
     try:
-        run_script(script, list(args), **options)
-    except torch.OutOfMemoryError as oom:
-        failed = oom
+        run = run_script(
+            script,
+            list(args),
+            output,
+            device_memory=device_memory,
+            max_entries=max_entries,
+            stacks=None if stacks == "none" else "python",
+            expandable_segments=expandable_segments,
+            max_split_size_mb=max_split_size_mb,
+            roundup_power2_divisions=roundup_power2_divisions,
+            gpu=gpu,
+            cublas_workspace=cublas_workspace,
+            nvtx_annotations=nvtx_annotations,
+            early_stacks=early_stacks,
+        )
+    except ScriptFailed as failed:
+        click.echo(failed.traceback, err=True, nl=False)
+        click.echo(f"memlens: {failed}", err=True)
+        click.get_current_context().exit(1)
+    for note in run.notes:
+        click.echo(f"memlens: note: {note}", err=True)
+    if run.own_dump:
+        click.echo(
+            f"memlens: the script dumped its own snapshot ({run.sim.dumps[-1]}); "
+            f"{output} is the same window and state",
+            err=True,
+        )
     click.echo(f"memlens: simulated snapshot written to {output}", err=True)
     click.echo(_summary(output), err=True)
     click.echo(f"memlens: view it with: memlens view {output}", err=True)
-    if failed is not None:
-        click.echo(f"memlens: the script ran out of memory: {failed}", err=True)
+    if run.oom is not None:
+        click.echo(f"memlens: the script ran out of memory: {run.oom}", err=True)
         click.get_current_context().exit(1)

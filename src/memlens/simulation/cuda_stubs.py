@@ -1,20 +1,90 @@
 """Stand-ins for torch.cuda objects a CPU-only build cannot create (device properties,
-events, streams). The simulated device has one stream and nothing ever runs on it."""
+events, streams, NVTX). The simulated device has one stream and nothing ever runs on it."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
+
+from memlens.simulation.gpus import Gpu
 
 
 class DeviceProperties:
-    """What torch.cuda.get_device_properties answers (an H100-like card)."""
+    """What torch.cuda.get_device_properties answers (from the --gpu preset)."""
 
-    def __init__(self, total_memory: int):
-        self.name = "memlens simulated GPU"
+    def __init__(self, gpu: Gpu, total_memory: int):
+        self.name = gpu.name
         self.total_memory = total_memory
-        self.major, self.minor = 9, 0
-        self.multi_processor_count = 132
+        self.major, self.minor = gpu.capability
+        self.multi_processor_count = gpu.multiprocessors
         self.is_integrated = False
+
+
+class Nvtx:
+    """Stands in for torch.cuda.nvtx's compiled `_nvtx` (absent from CPU-only builds).
+
+    torch.cuda.nvtx.range / range_push / range_pop / range_start / range_end / mark all
+    call it; ranges become annotations, as record_function's do (`annotate(name, stage)`,
+    None to keep them out of the snapshot). Nothing runs, so marks are dropped.
+    """
+
+    def __init__(self, annotate: Callable[[str, str], None] | None):
+        self._annotate = annotate
+        self._stack: list[str] = []
+        self._open: dict[int, str] = {}
+        self._next_id = 1
+
+    def _emit(self, name: str, stage: str) -> None:
+        if self._annotate is not None:
+            self._annotate(name, stage)
+
+    def rangePushA(self, msg: str) -> int:  # noqa: N802 (the compiled module's names)
+        self._stack.append(msg)
+        self._emit(msg, "START")
+        return len(self._stack) - 1
+
+    def rangePop(self) -> int:  # noqa: N802
+        if not self._stack:
+            return -1
+        self._emit(self._stack.pop(), "END")
+        return len(self._stack)
+
+    def rangeStartA(self, msg: str) -> int:  # noqa: N802
+        range_id, self._next_id = self._next_id, self._next_id + 1
+        self._open[range_id] = msg
+        self._emit(msg, "START")
+        return range_id
+
+    def rangeEnd(self, range_id: int) -> None:  # noqa: N802
+        name = self._open.pop(range_id, None)
+        if name is not None:
+            self._emit(name, "END")
+
+    def markA(self, msg: str) -> None:  # noqa: N802
+        pass
+
+    def deviceRangeStart(self, msg: str, stream: int = 0) -> object:  # noqa: N802
+        return self.rangeStartA(msg)
+
+    def deviceRangeEnd(self, handle: object, stream: int = 0) -> None:  # noqa: N802
+        if isinstance(handle, int):
+            self.rangeEnd(handle)
+
+
+def memory_stats(allocated: int, reserved: int, peak_allocated: int, peak_reserved: int) -> dict:
+    """The torch.cuda.memory_stats() keys scripts read most (byte counts, pool 'all')."""
+    stats = {}
+    for metric, current, peak in (
+        ("allocated_bytes", allocated, peak_allocated),
+        ("active_bytes", allocated, peak_allocated),
+        ("reserved_bytes", reserved, peak_reserved),
+    ):
+        for pool in ("all", "large_pool", "small_pool"):
+            both = pool == "all"
+            stats[f"{metric}.{pool}.current"] = current if both else 0
+            stats[f"{metric}.{pool}.peak"] = peak if both else 0
+    return stats
 
 
 class Event:

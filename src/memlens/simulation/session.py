@@ -26,6 +26,7 @@ from memlens.errors import MemlensError
 from memlens.simulation import cuda_stubs, fake_cuda
 from memlens.simulation.allocator import AllocatorSettings, CachingAllocator, SimulatedOOM
 from memlens.simulation.frames import FrameCollector
+from memlens.simulation.gpus import Gpu, gpu_preset
 from memlens.simulation.tracker import Tracker, is_cuda
 
 # torch._C._cuda_attach_out_of_memory_observer callbacks: (device, bytes requested, device
@@ -46,8 +47,11 @@ class Simulation:
         settings: AllocatorSettings | None = None,
         alloc_conf: str = "",
         stacks: str | None = "python",
-        cublas_workspace: int = 32 * 2**20,
+        cublas_workspace: int | None = None,
         max_entries: int | None = None,
+        gpu: Gpu | None = None,
+        nvtx_annotations: bool = True,
+        early_stacks: bool = False,
     ):
         if stacks not in (None, "python", "all"):
             raise MemlensError(f"stacks must be 'python', 'all' or None, not {stacks!r}")
@@ -55,7 +59,19 @@ class Simulation:
         self.alloc_conf = alloc_conf
         self.allocator = CachingAllocator(device_memory, settings)
         self.frames = FrameCollector(enabled=stacks is not None)
-        self.cublas_workspace = cublas_workspace
+        self.gpu = gpu or gpu_preset(None)
+        self.cublas_workspace = (
+            self.gpu.cublas_workspace if cublas_workspace is None else cublas_workspace
+        )
+        self.nvtx_annotations = nvtx_annotations
+        # The GPU recorder keeps no stack for blocks allocated before history was switched
+        # on; early_stacks=True keeps the ones the simulation knows.
+        self.early_stacks = early_stacks
+        # Approximations the run went through (one line each, in order, no repeats).
+        self.notes: list[str] = []
+        # What the code's own torch.cuda.memory._dump_snapshot calls wrote, newest last.
+        self.dumps: list[Path] = []
+        self.last_dump: dict[str, Any] | None = None
         self.max_entries = max_entries  # like the recorder's ring buffer: keep the newest
         self.annotations: list[dict[str, Any]] = []
         self._live: dict[int, int] = {}  # StorageImpl address -> block address
@@ -77,6 +93,7 @@ class Simulation:
         fake_cuda.install(self._patches, self._cuda_api())
         self._patch_record_function()
         self._patch_private_api()
+        self._patch_cuda_extras()
         self._fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
         self._tracker = Tracker(self)
         # torch.tensor(data, device="cuda") must build on CPU and move inside the fake
@@ -181,9 +198,16 @@ class Simulation:
                 self._recording = self._history_on = True
 
         def dump_snapshot(filename="dump_snapshot.pickle", *args, **kwargs):
-            self.write(filename)
+            self.last_dump = self.build_snapshot()
+            self.dumps.append(self.write(filename, self.last_dump))
 
-        total = alloc.device_memory or 80 * 2**30
+        def stats(device=None):
+            return cuda_stubs.memory_stats(
+                alloc.allocated, alloc.reserved, alloc.peak_allocated, alloc.peak_reserved
+            )
+
+        gpu = self.gpu
+        total = alloc.device_memory or gpu.memory
         return {
             "is_available": lambda: True,
             "device_count": lambda: 1,
@@ -193,10 +217,20 @@ class Simulation:
             "_lazy_init": lambda: None,
             "init": lambda: None,
             "synchronize": lambda device=None: None,
-            "is_bf16_supported": lambda including_emulation=True: True,
-            "get_device_name": lambda device=None: "memlens simulated GPU",
-            "get_device_capability": lambda device=None: (9, 0),
-            "get_device_properties": lambda device=None: cuda_stubs.DeviceProperties(total),
+            "is_bf16_supported": lambda including_emulation=True: gpu.bf16,
+            "get_device_name": lambda device=None: gpu.name,
+            "get_device_capability": lambda device=None: gpu.capability,
+            "get_device_properties": lambda device=None: cuda_stubs.DeviceProperties(gpu, total),
+            "_exchange_device": lambda device: 0,
+            "_maybe_exchange_device": lambda device: 0,
+            "get_rng_state": lambda device="cuda": torch.zeros(16, dtype=torch.uint8),
+            "set_rng_state": lambda new_state, device="cuda": None,
+            "memory_stats": stats,
+            "memory_summary": lambda device=None, abbreviated=False: (
+                f"memlens simulation: {alloc.allocated:,} bytes allocated, "
+                f"{alloc.reserved:,} bytes reserved"
+            ),
+            "memory.memory_stats": stats,
             "Event": cuda_stubs.Event,
             "Stream": cuda_stubs.Stream,
             "current_stream": lambda device=None: cuda_stubs.Stream(),
@@ -227,6 +261,27 @@ class Simulation:
         self._patches.set(torch._C, "_cuda_isHistoryEnabled", lambda: self._history_on)
         self._patches.set(torch._C, "_cuda_attach_out_of_memory_observer", _oom_observers.append)
 
+    def _patch_cuda_extras(self) -> None:
+        # torch.cuda.nvtx: ranges become annotations (like record_function) unless opted out.
+        annotate = self._annotate if self.nvtx_annotations else None
+        self._patches.set(torch.cuda.nvtx, "_nvtx", cuda_stubs.Nvtx(annotate))
+        original_compile = torch.compile
+
+        def compile_eagerly(model=None, **kwargs):
+            # Dynamo would trace the fakes; run the code as written (no fusion) and say so.
+            self.note("torch.compile ran eagerly: compiled kernels' fusions are not simulated")
+            if model is None:
+                return lambda fn: fn
+            return model
+
+        compile_eagerly.__wrapped__ = original_compile  # type: ignore[attr-defined]
+        self._patches.set(torch, "compile", compile_eagerly)
+
+    def note(self, text: str) -> None:
+        """Record that the run took a path known to be approximate (once per text)."""
+        if text not in self.notes:
+            self.notes.append(text)
+
     def _patch_record_function(self) -> None:
         # record_function ranges become external_annotations, as PyTorch's RecordFunction
         # callback writes them while history is recorded.
@@ -254,22 +309,43 @@ class Simulation:
 
     # ------------------------------------------------------------ output
     def build_snapshot(self) -> dict[str, Any]:
-        trace = self.allocator.trace[self._trace_start : self._trace_stop]
+        window = self.allocator.trace[self._trace_start : self._trace_stop]
+        trace = window
         if self.max_entries is not None and len(trace) > self.max_entries:
             trace = trace[len(trace) - self.max_entries :]
+        segments = self.allocator.segments_snapshot(0)
+        if self._trace_start > 0 and not self.early_stacks:
+            segments = _without_early_stacks(segments, window)
         return {
-            "segments": self.allocator.segments_snapshot(0),
+            "segments": segments,
             "device_traces": [trace],
             "allocator_settings": self.allocator.settings.as_snapshot_dict(self.alloc_conf),
             "external_annotations": list(self.annotations),
         }
 
-    def write(self, path: str | Path) -> Path:
+    def write(self, path: str | Path, snapshot: dict[str, Any] | None = None) -> Path:
         path = Path(path)
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             with open(path, "wb") as f:
-                pickle.dump(self.build_snapshot(), f, protocol=4)
+                pickle.dump(snapshot or self.build_snapshot(), f, protocol=4)
         except OSError as err:
             raise MemlensError(f"cannot write the snapshot to {path}: {err.strerror}") from None
         return path
+
+
+def _without_early_stacks(segments: list[dict[str, Any]], window: list[dict]) -> list[dict]:
+    """Segments as the GPU recorder shows them: blocks and segments made before history
+    was switched on have no frames (their allocation was never recorded)."""
+    allocs = {e["addr"] for e in window if e["action"] == "alloc"}
+    made = {e["addr"] for e in window if e["action"] in ("segment_alloc", "segment_map")}
+    out = []
+    for seg in segments:
+        blocks = [
+            b if b["state"] != "active_allocated" or b["address"] in allocs else {**b, "frames": []}
+            for b in seg["blocks"]
+        ]
+        out.append(
+            {**seg, "blocks": blocks, "frames": seg["frames"] if seg["address"] in made else []}
+        )
+    return out

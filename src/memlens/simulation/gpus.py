@@ -1,0 +1,77 @@
+"""GPU presets for `memlens simulate --gpu NAME|generation`: what the simulation assumes.
+
+Two figures change the snapshot: the cuBLAS workspace cuBLAS takes from the caching
+allocator on the first GEMM of a thread (PyTorch's default CUBLAS_WORKSPACE_CONFIG is
+":4096:8" = 32 MiB from compute capability 9.0 (Hopper) on, "4096:2,16:8" = 8 MiB +
+128 KiB = 8,519,680 bytes before), and the card's memory (the limit before
+torch.OutOfMemoryError; the CUDA context takes a few hundred MiB of it on a real card,
+pass --device-memory with what torch.cuda.mem_get_info() reports there to be exact).
+Name and compute capability are what torch.cuda.get_device_name / _capability answer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from memlens.errors import MemlensError
+
+MiB = 2**20
+HOPPER_WORKSPACE = 32 * MiB
+OLDER_WORKSPACE = 4096 * 1024 * 2 + 16 * 1024 * 8  # 8,519,680
+
+
+@dataclass(frozen=True)
+class Gpu:
+    key: str
+    name: str
+    capability: tuple[int, int]
+    memory: int  # bytes, as nvidia-smi reports the card's total
+    multiprocessors: int
+
+    @property
+    def cublas_workspace(self) -> int:
+        return HOPPER_WORKSPACE if self.capability >= (9, 0) else OLDER_WORKSPACE
+
+    @property
+    def bf16(self) -> bool:
+        return self.capability >= (8, 0)
+
+    def describe(self) -> str:
+        return (
+            f"{self.name} (sm {self.capability[0]}.{self.capability[1]}, "
+            f"{self.memory / 2**30:.1f} GiB, cuBLAS workspace {self.cublas_workspace:,} bytes)"
+        )
+
+
+GPUS = {
+    g.key: g
+    for g in (
+        Gpu("h100", "NVIDIA H100 80GB HBM3", (9, 0), 81559 * MiB, 132),
+        Gpu("a100", "NVIDIA A100-SXM4-80GB", (8, 0), 81920 * MiB, 108),
+        Gpu("a100-40gb", "NVIDIA A100-SXM4-40GB", (8, 0), 40960 * MiB, 108),
+        Gpu("a10", "NVIDIA A10", (8, 6), 23028 * MiB, 72),
+        Gpu("l4", "NVIDIA L4", (8, 9), 23034 * MiB, 58),
+        Gpu("rtx4090", "NVIDIA GeForce RTX 4090", (8, 9), 24564 * MiB, 128),
+        Gpu("v100", "Tesla V100-SXM2-32GB", (7, 0), 32768 * MiB, 80),
+        Gpu("t4", "Tesla T4", (7, 5), 15360 * MiB, 40),
+    )
+}
+GENERATIONS = {
+    "hopper": "h100",
+    "ampere": "a100",
+    "ada": "l4",
+    "lovelace": "l4",
+    "volta": "v100",
+    "turing": "t4",
+}
+DEFAULT = "h100"
+
+
+def gpu_preset(name: str | None) -> Gpu:
+    """The preset for a card name or generation (case-insensitive); None: the default."""
+    key = (name or DEFAULT).strip().lower().replace(" ", "")
+    key = GENERATIONS.get(key, key)
+    if key not in GPUS:
+        known = ", ".join([*GPUS, *GENERATIONS])
+        raise MemlensError(f"unknown GPU {name!r}: use one of {known}")
+    return GPUS[key]

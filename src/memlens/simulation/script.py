@@ -1,0 +1,42 @@
+"""A simulated script that failed: its own traceback, without memlens's frames."""
+
+from __future__ import annotations
+
+import os
+import runpy
+import traceback
+from pathlib import Path
+
+from memlens.errors import MemlensError
+
+_MEMLENS_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_RUNPY = runpy.__file__
+
+
+class ScriptFailed(MemlensError):
+    """The simulated script raised or exited non-zero; nothing was written."""
+
+    def __init__(self, script: Path, reason: str, traceback_text: str):
+        super().__init__(f"{script} failed ({reason}); no snapshot written")
+        self.traceback = traceback_text
+
+
+def _ours(filename: str) -> bool:
+    return filename.startswith(_MEMLENS_DIR) or filename == _RUNPY
+
+
+def script_traceback(exc: BaseException) -> str:
+    """The traceback Python would print for the script alone (memlens and runpy frames
+    removed, chained exceptions kept)."""
+    te = traceback.TracebackException.from_exception(exc)
+    seen: set[int] = set()
+    todo = [te]
+    while todo:
+        current = todo.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        frames = [f for f in current.stack if not _ours(f.filename)]
+        current.stack = traceback.StackSummary.from_list(frames)
+        todo.extend(t for t in (current.__cause__, current.__context__) if t is not None)
+    return "".join(te.format())
