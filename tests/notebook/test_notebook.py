@@ -78,6 +78,10 @@ CELLS = {
         "loss = model(torch.randn(32, 256, device='cuda')).square().mean()\n"
         "loss.backward()\n"
     ),
+    "simulate_oom": (
+        "%%memlens simulate -o oom.pickle --device-memory 64MiB --cublas-workspace 0\n"
+        "big = torch.empty(128 << 20, dtype=torch.uint8, device='cuda')\n"
+    ),
 }
 
 
@@ -254,3 +258,14 @@ def test_viewer_stops_with_the_kernel(run: Run) -> None:
             return
         time.sleep(0.2)
     pytest.fail(f"{url} still answers after the kernel exited")
+
+
+def test_a_cell_that_runs_out_of_memory_shows_its_snapshot_then_fails(run: Run) -> None:
+    oom, last = run.errors("simulate_oom")  # the cell's own error, then the magic's line
+    assert oom["ename"] == "OutOfMemoryError"
+    assert last["traceback"] == [
+        "memlens: the cell raised OutOfMemoryError (above); its snapshot is oom.pickle"
+    ]
+    assert "peak active" in run.html("simulate_oom")  # the snapshot, displayed
+    dev = memlens.load(run.folder / "oom.pickle").device(0)
+    assert dev.action_name(dev.n_events - 1) == "oom"

@@ -3,8 +3,8 @@ recording CUDA memory (a GPU), or on fake CUDA tensors (no GPU), then show the s
 
 Errors memlens knows (no GPU, an unwritable path, a bad option) are the command line's
 one line, `memlens: error: ...`, and fail the cell without a traceback. An exception of
-the cell itself is shown by IPython as usual, and the snapshot is still shown (it is what
-explains an out-of-memory error).
+the cell itself is shown by IPython as usual, the snapshot is still written and shown
+(it is what explains an out-of-memory error), then the cell fails with one line saying so.
 """
 
 from __future__ import annotations
@@ -28,6 +28,14 @@ class MagicError(MemlensError):
 
     def _render_traceback_(self) -> list[str]:
         return [f"memlens: error: {self}"]
+
+
+class CellFailed(Exception):
+    """The cell itself raised (IPython has shown that error): the magic's cell fails too,
+    after the snapshot, so "Run All" stops there as it would without the magic."""
+
+    def _render_traceback_(self) -> list[str]:
+        return [str(self)]
 
 
 class _Parser(argparse.ArgumentParser):
@@ -80,10 +88,10 @@ class MemlensMagics(Magics):
         try:
             if words[0] == "record":
                 path = Path(args.output or f"memlens-cell-{count}.pickle")
-                self._record(path, args, cell)
+                error = self._record(path, args, cell)
             else:
                 path = Path(args.output or f"memlens-sim-cell-{count}.pickle")
-                self._simulate(path, args, cell)
+                error = self._simulate(path, args, cell)
             if not args.no_show:
                 from memlens.snapshot.loader import load
 
@@ -92,12 +100,19 @@ class MemlensMagics(Magics):
             raise
         except MemlensError as exc:
             raise MagicError(str(exc)) from None
+        if error is not None:
+            raise CellFailed(
+                f"memlens: the cell raised {type(error).__name__} (above); its snapshot is {path}"
+            )
 
-    def _run(self, cell: str) -> None:
+    def _run(self, cell: str) -> BaseException | None:
+        """Run the cell as IPython does (it shows the cell's own error); that error."""
         assert self.shell is not None
-        self.shell.run_cell(cell, store_history=False)
+        result = self.shell.run_cell(cell, store_history=False)
+        error: BaseException | None = result.error_before_exec or result.error_in_exec
+        return error
 
-    def _record(self, path: Path, args: argparse.Namespace, cell: str) -> None:
+    def _record(self, path: Path, args: argparse.Namespace, cell: str) -> BaseException | None:
         from memlens.capture.backend import DEFAULT_MAX_ENTRIES
         from memlens.recording import record
 
@@ -108,10 +123,11 @@ class MemlensMagics(Magics):
             report=not args.no_report,
         )
         with recording:
-            self._run(cell)
+            error = self._run(cell)
         print(f"memlens: snapshot written to {path}")
+        return error
 
-    def _simulate(self, path: Path, args: argparse.Namespace, cell: str) -> None:
+    def _simulate(self, path: Path, args: argparse.Namespace, cell: str) -> BaseException | None:
         try:
             import torch  # noqa: F401
         except ImportError:
@@ -127,5 +143,6 @@ class MemlensMagics(Magics):
             cublas_workspace=args.cublas_workspace,
         )
         with sim:
-            self._run(cell)
+            error = self._run(cell)
         print(f"memlens: simulated snapshot written to {path}")
+        return error
