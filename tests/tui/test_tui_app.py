@@ -126,8 +126,12 @@ def test_zoom_and_pan_on_a_long_trace():
         await press(pilot, "pageup")
         assert "event 885 " in status(app)
         assert view(app) == "1 event/column · events 778–886 of 999 shown"
-        axis = chart(app).splitlines()[-1]
+        axis, labels = chart(app).splitlines()[-2:]
         assert axis.index("▲") == 11 + 107  # the cursor keeps its place on screen
+        # the x axis's event numbers: every 10th column from a multiple of 10
+        assert (
+            labels == "     event " + "".join(f"  {e}     " for e in range(780, 890, 10)).rstrip()
+        )
         await press(pilot, "0")
         assert view(app).startswith("10 events/column · events 0–998 ")
 
@@ -197,14 +201,16 @@ def test_detail_tree_navigation_focus_and_hide(dev):
         await press(pilot, "p", "right_square_bracket")
         assert shown(app, "#status").startswith("row 5/5 · 2.00 MiB")
         await press(pilot, "left_square_bracket", "f")
+        # heat and % by share of the whole tree (the default), focused or not
         assert shown(app, "#tree") == "\n".join(
             [
-                "▾   12.00 MiB 100.0% forward (model.py:20)  (2)",
-                "  ·   12.00 MiB 100.0% <inside hidden frames>  (2)",
+                "▾   12.00 MiB  85.7% forward (model.py:20)  (2)",
+                "  ·   12.00 MiB  85.7% <inside hidden frames>  (2)",
             ]
         )
         assert shown(app, "#status") == (
-            "row 1/2 · 12.00 MiB · 100.0% of 12.00 MiB · focused on forward (model.py:20) (1 deep, b back)"
+            "row 1/2 · 12.00 MiB · 85.7% of 14.00 MiB · 100.0% of 12.00 MiB"
+            " · focused on forward (model.py:20) (1 deep, b back)"
         )
         await press(pilot, "b")
         assert shown(app, "#tree").splitlines()[0] == "▾   14.00 MiB 100.0% all  (3)"
@@ -217,8 +223,8 @@ def test_detail_tree_navigation_focus_and_hide(dev):
         assert app.screen.outline.current.label == "forward (model.py:20)"
         await press(pilot, "home", "e")
         assert shown(app, "#tree").splitlines()[3:5] == [
-            "      ▾   12.00 MiB 100.0% linear (functional.py:2380)  (2)",
-            "        ·   12.00 MiB 100.0% at::native::empty_cuda  (2)",
+            "      ▾   12.00 MiB  85.7% linear (functional.py:2380)  (2)",
+            "        ·   12.00 MiB  85.7% at::native::empty_cuda  (2)",
         ]
         await press(pilot, "c")
         assert len(shown(app, "#tree").splitlines()) == 2
@@ -305,13 +311,14 @@ def test_compare_shared_cursor_and_diff_tree(dev):
         assert chart(app, 0).splitlines()[0].startswith(" 25.00 MiB│")
         assert chart(app, 1).splitlines()[0].startswith(" 25.00 MiB│")
         # and the same height: the same y-axis labels (40 lines: 2 x (2 summary + 1 status)
-        # + view + hint leave 32, 15 rows of bars and the axis row each)
+        # + view + hint leave 32, 14 rows of bars, the axis row and the event labels each)
         axes = [[line[:11] for line in chart(app, k).splitlines()] for k in (0, 1)]
         assert axes[0] == axes[1] and len(axes[0]) == 16
         assert [a for a in axes[0] if a.strip() not in ("│", "└")] == [
             " 25.00 MiB│",
-            " 12.50 MiB│",
+            " 11.61 MiB│",
             "       0 B│",
+            "     event ",
         ]
         await press(pilot, "right")
         assert shown(app, "#status0").startswith("event 4 ")
@@ -386,12 +393,12 @@ def test_compare_allocations_under_a_diff_row(dev):
         assert shown(app, "#tree").splitlines() == [
             "▾   35.00 MiB 100.0% allocations of both snapshots  (5)",
             "  ▾   23.00 MiB  65.7% B: 3 allocations  (3)",
-            "    ·   16.00 MiB  69.6% #2 forward (model.py:23) · event 3",
-            "    ·    4.00 MiB  17.4% #0 forward (model.py:23) · event 1",
-            "    ·    3.00 MiB  13.0% #3 forward (model.py:23) · event 4",
+            "    ·   16.00 MiB  45.7% #2 forward (model.py:23) · event 3",
+            "    ·    4.00 MiB  11.4% #0 forward (model.py:23) · event 1",
+            "    ·    3.00 MiB   8.6% #3 forward (model.py:23) · event 4",
             "  ▾   12.00 MiB  34.3% A: 2 allocations  (2)",
-            "    ·    8.00 MiB  66.7% #2 forward (model.py:20) · event 3",
-            "    ·    4.00 MiB  33.3% #0 forward (model.py:20) · event 1",
+            "    ·    8.00 MiB  22.9% #2 forward (model.py:20) · event 3",
+            "    ·    4.00 MiB  11.4% #0 forward (model.py:20) · event 1",
         ]
         assert shown(app, "#status").startswith("row 3/8 · 16.00 MiB")
         await press(pilot, "enter")  # B's allocation #2, not A's

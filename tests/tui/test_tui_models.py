@@ -234,20 +234,25 @@ def test_snapshot_summary_figures(dev, tmp_path):
 def test_live_tree_user_frames_and_all_frames(dev):
     o = Outline(live_stack_tree(dev, 3, hide_internals=True))
     o.expand_all()
+    # the % (and the heat colour) is the row's share of the whole tree by default...
     assert plain(o.render(100, 20)) == "\n".join(
         [
             "▾   14.00 MiB 100.0% all  (3)",
             "  ▾   14.00 MiB 100.0% main (train.py:5)  (3)",
             "    ▾   12.00 MiB  85.7% forward (model.py:20)  (2)",
-            "      ·   12.00 MiB 100.0% <inside hidden frames>  (2)",
+            "      ·   12.00 MiB  85.7% <inside hidden frames>  (2)",
             "    ·    2.00 MiB  14.3% step (optim.py:7)  (1)",
         ]
+    )
+    # ... or of its parent's bytes
+    assert plain(o.render(100, 20, heat="parent")).splitlines()[3] == (
+        "      ·   12.00 MiB 100.0% <inside hidden frames>  (2)"
     )
     o = Outline(live_stack_tree(dev, 3, hide_internals=False))
     o.expand_all()
     assert plain(o.render(100, 20)).splitlines()[3:5] == [
-        "      ▾   12.00 MiB 100.0% linear (functional.py:2380)  (2)",
-        "        ·   12.00 MiB 100.0% at::native::empty_cuda  (2)",
+        "      ▾   12.00 MiB  85.7% linear (functional.py:2380)  (2)",
+        "        ·   12.00 MiB  85.7% at::native::empty_cuda  (2)",
     ]
 
 

@@ -21,16 +21,25 @@ from memlens.errors import MemlensError
 @device_option
 @no_cache_option
 @annotations_option
+@click.option(
+    "--heat",
+    type=click.Choice(["total", "parent"]),
+    default="total",
+    show_default=True,
+    help="Colour and % of a tree row: its share of the whole tree, or of its parent "
+    "(% inside the TUI switches).",
+)
 def command(
     paths: tuple[str, str | None],
     device: int | None,
     no_cache: bool,
     annotation_files: tuple[str, ...],
+    heat: str,
 ) -> None:
     """Explore a snapshot in the terminal: timeline, live call-stack tree, allocations.
 
-    With SNAPSHOT2, compare: both timelines share one cursor and Enter shows the diff tree
-    of call sites (B - A). Press ? inside for every key.
+    With SNAPSHOT2, compare: both timelines share one cursor (Tab moves one pane alone) and
+    Enter shows the diff tree of call sites (B - A). Press ? inside for every key.
     """
     from memlens.views.tui.app import Session, TuiApp
 
@@ -50,4 +59,4 @@ def command(
                 "(record with torch.cuda.memory._record_memory_history())"
             )
         sessions.append(Session.of(os.path.basename(path), dev))
-    TuiApp(sessions, freeze_gc=True).run()
+    TuiApp(sessions, freeze_gc=True, heat=heat).run()

@@ -18,6 +18,7 @@ from memlens.views.tui.base import (
     KeyScreen,
     Lines,
     Session,
+    Settings,
     SummaryScreen,
     TextScreen,
 )
@@ -38,6 +39,7 @@ __all__ = [
     "Lines",
     "LiveTreeScreen",
     "Session",
+    "Settings",
     "SummaryScreen",
     "TextScreen",
     "TimelineScreen",
@@ -53,10 +55,13 @@ class TuiApp(App[None]):
     ENABLE_COMMAND_PALETTE = False
     TITLE = "memlens"
 
-    def __init__(self, sessions: list[Session], *, freeze_gc: bool = False) -> None:
+    def __init__(
+        self, sessions: list[Session], *, freeze_gc: bool = False, heat: str = "total"
+    ) -> None:
         super().__init__()
         self.sessions = sessions
         self.freeze_gc = freeze_gc
+        self.settings = Settings(heat=heat)
 
     def on_mount(self) -> None:
         self.push_screen(TimelineScreen(self.sessions))

@@ -35,6 +35,16 @@ if TYPE_CHECKING:  # typing.Self is Python 3.11+, and memlens supports 3.10
     from typing_extensions import Self
 
 
+HEAT_MODES = ("total", "parent")  # what a tree row's colour and % are a share of
+
+
+@dataclass
+class Settings:
+    """Choices that hold across screens (the app's)."""
+
+    heat: str = "total"  # one of HEAT_MODES
+
+
 @dataclass
 class Session:
     """One opened snapshot device: its name on screen, its trace and its timeline."""
@@ -177,11 +187,23 @@ class KeyScreen(Screen[None], inherit_bindings=False):
         for w in self.query(Lines):
             w.refresh()
 
+    @property
+    def settings(self) -> Settings:
+        """The app's settings (defaults when the screen runs in another app, as in tests)."""
+        found = getattr(self.app, "settings", None)
+        return found if isinstance(found, Settings) else _DEFAULT_SETTINGS
+
     def do_help(self) -> None:
         self.app.push_screen(HelpScreen())
 
     def do_close(self) -> None:
         self.app.pop_screen()
+
+    def do_quit(self) -> None:
+        self.app.exit()
+
+
+_DEFAULT_SETTINGS = Settings()
 
 
 class TextScreen(KeyScreen):
@@ -244,11 +266,14 @@ class HelpScreen(TextScreen):
     def __init__(self) -> None:
         super().__init__(keys.help_lines())
 
-    def on_key(self, event: events.Key) -> None:
-        event.stop()
+    def intercept(self, event: events.Key) -> bool:
+        """Every key is the help's: scrolling keys scroll, any other closes this screen
+        only. (Not an on_key of its own: Textual also runs the base class's on_key, whose
+        table would have closed the screen below too.)"""
         action = keys.lookup(keys.TEXT, event.key, event.character)
         if action is None or not action.startswith(("scroll", "page")):
             self.app.pop_screen()
-            return
+            return True
         self.run_key_action(action)
         self.redraw()
+        return True

@@ -29,6 +29,10 @@ OOM_GLYPH = "✕"  # an out-of-memory entry: where the allocator gave up
 AXIS_WIDTH = 11  # y-axis labels ("1023.99 MiB") plus a separator
 CURSOR_LINE_GLYPH = "┊"  # without colour, the cursor's column above its bar
 MIN_WIDTH, MIN_HEIGHT = 30, 2  # below this the chart says so instead of drawing
+# From this height on, a line of event numbers goes under the axis row (below it, the rows
+# are worth more as bars).
+LABELS_MIN_HEIGHT = 8
+_TICKS = (5, 10, 20, 50, 100, 200, 500)  # columns between two event labels
 _MAX_CACHED_LEVELS = 12
 
 # Colours are given as RGB, not ANSI names: Textual maps the 16 ANSI colours through its
@@ -178,6 +182,12 @@ class Viewport:
         self.bucket = self.fit_bucket
         self._clamp()
 
+    def copy_from(self, other: Viewport) -> None:
+        """Take another viewport's place (linked panes in compare)."""
+        self.width, self.bucket, self.start = other.width, other.bucket, other.start
+        self.cursor, self.floor = other.cursor, other.floor
+        self._clamp()
+
     # ---- geometry --------------------------------------------------------------------
     @property
     def fit_bucket(self) -> int:
@@ -267,7 +277,8 @@ def render_chart(
     top: int | None = None,
     mono: bool = False,
 ) -> list[Text]:
-    """Rows of the chart (bars, then an axis row with the cursor and stage markers).
+    """Rows of the chart (bars, an axis row with the cursor and stage markers, then from
+    LABELS_MIN_HEIGHT lines on the event numbers of the x axis).
 
     `width` and `height` are the whole area; the y-axis labels take AXIS_WIDTH columns and
     the axis row one line. Too small an area gives a one-line notice instead. `mono`
@@ -276,7 +287,8 @@ def render_chart(
     if width < MIN_WIDTH or height < MIN_HEIGHT:
         return [Text(f"(too small: {width}x{height})", style=AXIS)]
     cols = width - AXIS_WIDTH
-    rows = height - 1
+    labels = height >= LABELS_MIN_HEIGHT
+    rows = height - 1 - labels
     top = timeline.top if top is None else top
     floor = min(view.floor, max(top - 1, 0))
     span = max(top - floor, 1)
@@ -323,7 +335,28 @@ def render_chart(
                 line.append("".join(row_chars[a:b]), styles[int(row_kind[a])])
         out.append(line)
     out.append(_axis_row(timeline, view, cols, mono))
+    if labels:
+        out.append(event_labels(view, cols))
     return out
+
+
+def event_labels(view: Viewport, cols: int) -> Text:
+    """The x axis's numbers: the first event of every few columns, written from that
+    column on. Labelled columns are multiples of one tick, so a label stays on its column
+    while the view pans; the tick is the smallest that keeps labels apart."""
+    last = min((view.start + cols) * view.bucket, max(view.n_events - 1, 0))
+    need = len(f"{last:,}") + 4  # at least 4 spaces between two labels
+    tick = next((t for t in _TICKS if t >= need), _TICKS[-1])
+    cells = [" "] * cols
+    col = -(-view.start // tick) * tick  # the first multiple of tick on screen
+    while col < view.start + cols and col * view.bucket < view.n_events:
+        text = f"{col * view.bucket:,}"
+        x = col - view.start
+        if x + len(text) > cols:
+            break
+        cells[x : x + len(text)] = text
+        col += tick
+    return Text(f"{'event':>{AXIS_WIDTH - 1}} " + "".join(cells), style=AXIS, no_wrap=True)
 
 
 def _axis_row(timeline: Timeline, view: Viewport, cols: int, mono: bool) -> Text:

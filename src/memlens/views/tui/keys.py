@@ -22,6 +22,7 @@ _SHOWN = {
     "shift+left": "Shift+←", "shift+right": "Shift+→",
     "pageup": "PgUp", "pagedown": "PgDn", "home": "Home", "end": "End",
     "enter": "Enter", "escape": "Esc", "space": "Space", "backspace": "Backspace",
+    "tab": "Tab",
 }  # fmt: skip
 
 TIMELINE = (
@@ -29,6 +30,10 @@ TIMELINE = (
     Key(("right",), "step(1)", "cursor one column right"),
     Key(("shift+left", ","), "step(-10)", "jump 10 columns left"),
     Key(("shift+right", "."), "step(10)", "jump 10 columns right"),
+    Key(("b",), "step(-15)", "jump 15 columns left (ptmem's b)"),
+    Key(("f",), "step(15)", "jump 15 columns right (ptmem's f)"),
+    Key(("[",), "quarter(-1)", "jump a quarter of the screen left"),
+    Key(("]",), "quarter(1)", "jump a quarter of the screen right"),
     Key(("pageup",), "pan(-1)", "pan one screen left"),
     Key(("pagedown",), "pan(1)", "pan one screen right"),
     Key(("home",), "first", "first event"),
@@ -48,8 +53,14 @@ TIMELINE = (
     Key(("d",), "diff_peaks", "compare: diff tree of the two peaks"),
     Key(("a",), "event_allocation", "the allocation of the event at the cursor"),
     Key(("s",), "summary", "summary: memory, allocation and file figures"),
+    Key(
+        ("tab", "{", "}"),
+        "switch_pane",
+        "compare: switch the active pane; the keys then move its cursor alone",
+    ),
+    Key(("l",), "link", "compare: link the panes again (both follow the active one)"),
     Key(("?",), "help", "this help"),
-    Key(("q",), "quit", "quit"),
+    Key(("q", "Q"), "quit", "quit"),
 )
 
 TREE = (
@@ -68,20 +79,20 @@ TREE = (
     Key(("o",), "first_child", "go to the first child"),
     Key(("[",), "sibling(-1)", "previous sibling"),
     Key(("]",), "sibling(1)", "next sibling"),
+    Key(("enter",), "open", "expand or collapse (in an allocation list: that allocation)"),
     Key(("f",), "focus", "focus: show only the subtree at the cursor"),
     Key(("b",), "back", "back out of the last focus"),
     Key(("r",), "unfocus", "back to the whole tree"),
     Key(("h",), "hide", "hide/show torch, stdlib and C++ frames"),
+    Key(("%",), "heat", "heat colour and %: share of the total / of the parent"),
     Key(("/",), "search", "incremental search (Enter keeps it, Esc drops it)"),
     Key(("n",), "match(1)", "next match"),
     Key(("N",), "match(-1)", "previous match"),
-    Key(
-        ("a", "enter"),
-        "allocations",
-        "allocations under the cursor (diff: of both; in a list: that allocation)",
-    ),
+    Key(("a",), "allocations", "allocations under the cursor (diff: of both; list: that one)"),
     Key(("?",), "help", "this help"),
-    Key(("q", "escape"), "close", "back (Esc first clears a search)"),
+    Key(("q",), "close_or_back", "back out of the last focus, else back (ptmem's q)"),
+    Key(("escape",), "close", "back (first clears a search)"),
+    Key(("Q",), "quit", "quit memlens"),
 )
 
 TEXT = (
@@ -93,6 +104,7 @@ TEXT = (
     Key(("end",), "scroll(1000000000)", "bottom"),
     Key(("?",), "help", "this help"),
     Key(("q", "escape"), "close", "back"),
+    Key(("Q",), "quit", "quit memlens"),
 )
 
 SECTIONS = (

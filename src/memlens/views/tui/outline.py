@@ -13,8 +13,10 @@ from memlens.units import format_bytes
 from memlens.views.escape import visible
 from memlens.views.tui.trees import Node
 
-# heat by share of the parent's total: (upper bound, style, style without colour). RGB, not
-# ANSI names, which Textual's theme remaps (yellow and dark orange came out the same).
+# heat by share (of the whole tree's total by default, or of the parent's): (upper bound,
+# style, style without colour). By the total, the colour says how much of the memory a row
+# holds wherever it is; by the parent, every only child would be red whatever its size.
+# RGB, not ANSI names, which Textual's theme remaps (yellow and dark orange came out the same).
 # Without colour (NO_COLOR) the heaviest rows are bold, the lightest dim, and the % is there.
 HEAT = (
     (0.05, Style(dim=True), Style(dim=True)),
@@ -255,8 +257,12 @@ class Outline:
         return 0, len(self.matches)
 
     # ---- drawing ---------------------------------------------------------------------
-    def render(self, width: int, height: int, mono: bool = False) -> list[Text]:
-        """The visible window of rows, scrolled so the cursor is shown; `mono`: no colour."""
+    def render(
+        self, width: int, height: int, mono: bool = False, heat: str = "total"
+    ) -> list[Text]:
+        """The visible window of rows, scrolled so the cursor is shown; `mono`: no colour;
+        `heat`: a row's colour and % are its share of the "total" (the whole tree) or of
+        its "parent"."""
         height = max(height, 1)
         if self.cursor < self.scroll:
             self.scroll = self.cursor
@@ -267,12 +273,28 @@ class Outline:
         out = []
         for i in range(self.scroll, min(self.scroll + height, len(self._rows))):
             n, depth = self._rows[i]
-            row = self._row_text(n, depth, i == self.cursor, id(n) in match_ids, width, mono)
-            out.append(row)
+            is_cursor, is_match = i == self.cursor, id(n) in match_ids
+            out.append(self._row_text(n, depth, is_cursor, is_match, width, mono, heat))
         return out
 
+    def share(self, n: Node, heat: str = "total") -> float:
+        """The row's share of the whole tree's bytes, or of its parent's (heat="parent";
+        the focused root is 100% of itself)."""
+        if heat == "parent":
+            total = n.parent.value if n.parent is not None and n is not self.root else n.value
+        else:
+            total = self.tree_root.value
+        return n.value / total if total else 0.0
+
     def _row_text(
-        self, n: Node, depth: int, is_cursor: bool, is_match: bool, width: int, mono: bool
+        self,
+        n: Node,
+        depth: int,
+        is_cursor: bool,
+        is_match: bool,
+        width: int,
+        mono: bool,
+        heat: str,
     ) -> Text:
         if n.children:
             marker = "▾" if id(n) in self.expanded else "▸"
@@ -288,8 +310,7 @@ class Outline:
                 t.append(f"  {format_bytes(n.before):>10} → {format_bytes(n.after):>10}")
             t.append("  ")
         else:
-            total = n.parent.value if n.parent is not None and n is not self.root else n.value
-            share = n.value / total if total else 0.0
+            share = self.share(n, heat)
             style = heat_style(share, mono)
             t.append(f"{format_bytes(n.value):>11} {share * 100:5.1f}%", style)
             t.append(" ")
@@ -300,6 +321,23 @@ class Outline:
             t.stylize(CURSOR)
         t.truncate(width, overflow="ellipsis")
         return t
+
+
+CRUMB_SEPARATOR = " › "
+
+
+def breadcrumb(node: Node, width: int) -> str:
+    """The path from the tree's root to `node` on one line; when it does not fit, the
+    outer frames go first (the innermost ones tell rows apart)."""
+    labels: list[str] = []
+    n: Node | None = node
+    while n is not None:
+        labels.append(visible(n.label))
+        n = n.parent
+    text = CRUMB_SEPARATOR.join(reversed(labels))
+    if len(text) <= width or width < 2:
+        return text
+    return "…" + text[len(text) - width + 1 :]
 
 
 def signed_bytes(n: int) -> str:

@@ -25,29 +25,55 @@ from memlens.views.tui.tree_screens import DiffScreen, LiveTreeScreen
 
 
 class TimelineScreen(KeyScreen):
+    """In compare, each pane has its own viewport. Linked (the default), every move is made
+    on the active pane's and copied to the other, so one cursor moves both; Tab, { or }
+    unlinks them and switches the active pane, whose cursor then moves alone; l links them
+    again."""
+
     TABLE = keys.TIMELINE
 
     def __init__(self, sessions: list[Session]) -> None:
         super().__init__()
         self.sessions = sessions
         self.compare = len(sessions) > 1
-        self.view = Viewport(max(s.dev.n_events for s in sessions))
+        # same number of events in both: a column is the same events in both panes
+        n = max(s.dev.n_events for s in sessions)
+        self.views = [Viewport(n) for _ in sessions]
+        self.active = 0
+        self.linked = True
         self.y_top = max(s.timeline.top for s in sessions)
         self._chart_width = 0
 
     @property
+    def view(self) -> Viewport:
+        """The viewport the keys move: the active pane's."""
+        return self.views[self.active]
+
+    @property
     def primary(self) -> Session:
-        return self.sessions[0]
+        """The active pane's session (A unless the panes were switched)."""
+        return self.sessions[self.active]
 
     def compose(self) -> ComposeResult:
-        for k, s in enumerate(self.sessions):
+        for k in range(len(self.sessions)):
             yield Static(one_line(self._summary_parts(k)[0]), classes="title", id=f"summary{k}")
-            yield Lines(self._chart_provider(s), self._click, self._wheel, id=f"chart{k}")
+            yield Lines(self._chart_provider(k), self._clicker(k), self._wheel, id=f"chart{k}")
             yield Static("", classes="line", id=f"status{k}")
         yield Static("", classes="line", id="view")
         hint = "←→ move  +/- zoom  ↑↓ floor  p peak  m stage  Enter "
-        hint += "diff" if self.compare else "detail"
+        hint += "diff  Tab pane" if self.compare else "detail"
         yield Static(one_line(hint + "  s summary  ? help  q quit"), classes="hint")
+
+    def run_key_action(self, action: str) -> None:
+        super().run_key_action(action)
+        self._sync()
+
+    def _sync(self) -> None:
+        """Linked panes: the other viewports take the active one's place."""
+        if self.linked:
+            for v in self.views:
+                if v is not self.view:
+                    v.copy_from(self.view)
 
     def on_mount(self) -> None:
         self.redraw()
@@ -56,7 +82,9 @@ class TimelineScreen(KeyScreen):
         s = self.sessions[k]
         parts = summary_parts(s.name, s.dev)
         if self.compare:
-            parts[0] = f"{'AB'[k]}: {parts[0]}"
+            # unlinked, the active pane (the one the keys move) is marked
+            mark = "▶ " if not self.linked and k == self.active else ""
+            parts[0] = f"{mark}{'AB'[k]}: {parts[0]}"
         return parts
 
     def _wrap_summaries(self) -> None:
@@ -76,10 +104,12 @@ class TimelineScreen(KeyScreen):
             for k in range(len(self.sessions)):
                 self.query_one(f"#chart{k}", Lines).styles.height = chart_height
 
-    def _chart_provider(self, s: Session) -> Callable[[int, int], list[Text]]:
+    def _chart_provider(self, k: int) -> Callable[[int, int], list[Text]]:
+        s = self.sessions[k]
+
         def provide(width: int, height: int) -> list[Text]:
             return render_chart(
-                s.timeline, self.view, width, height, top=self.y_top, mono=self.app.no_color
+                s.timeline, self.views[k], width, height, top=self.y_top, mono=self.app.no_color
             )
 
         return provide
@@ -93,33 +123,68 @@ class TimelineScreen(KeyScreen):
         if width > 0 and width != self._chart_width:
             first = self._chart_width == 0
             self._chart_width = width
-            self.view.resize(width)
+            for v in self.views:
+                v.resize(width)
             if first:  # open on the peak: the moment people come to look at
                 self.view.zoom_fit()
                 self.do_peak()
+                self._sync()
             self.redraw()
 
     def redraw(self) -> None:
         super().redraw()
         for k, s in enumerate(self.sessions):
             self.query_one(f"#status{k}", Static).update(
-                one_line(cursor_line(s.dev, s.timeline, self.view))
+                one_line(cursor_line(s.dev, s.timeline, self.views[k]))
             )
-        self.query_one("#view", Static).update(one_line(view_line(self.view)))
+        line = view_line(self.view)
+        if self.compare and not self.linked:
+            line = f"{'AB'[self.active]} moves alone (Tab: switch, l: link) · {line}"
+        self.query_one("#view", Static).update(one_line(line))
 
-    def _click(self, x: int, y: int) -> None:
-        col = column_at(x, self.view)
-        if col is not None:
-            self.view.goto_column(col, self.primary.timeline)
-            self.redraw()
+    def _clicker(self, k: int) -> Callable[[int, int], None]:
+        def click(x: int, y: int) -> None:
+            """A click on a pane's chart; unlinked, that pane becomes the active one."""
+            if not self.linked and k != self.active:
+                self.active = k
+                self._retitle()
+            col = column_at(x, self.view)
+            if col is not None:
+                self.view.goto_column(col, self.primary.timeline)
+                self._sync()
+                self.redraw()
+
+        return click
+
+    def _retitle(self) -> None:
+        self._wrap_summaries()
 
     def _wheel(self, steps: int) -> None:
         self.do_step(steps)
+        self._sync()
         self.redraw()
 
     # ---- actions ---------------------------------------------------------------------
     def do_step(self, n: int) -> None:
         self.view.step(n, self.primary.timeline)
+
+    def do_quarter(self, n: int) -> None:
+        """ptmem's [ and ]: a quarter of the chart's width."""
+        self.view.step(n * max(self.view.width // 4, 1), self.primary.timeline)
+
+    def do_switch_pane(self) -> None:
+        if not self.compare:
+            self.notify("Tab switches panes when comparing: memlens tui A B", markup=False)
+            return
+        self.linked = False
+        self.active = 1 - self.active
+        self._retitle()
+
+    def do_link(self) -> None:
+        if not self.compare:
+            return
+        self.linked = True
+        self._retitle()
 
     def do_pan(self, n: int) -> None:
         self.view.pan(n * self.view.width, self.primary.timeline)
@@ -146,9 +211,12 @@ class TimelineScreen(KeyScreen):
         self.view.floor = 0
 
     def _goto_peak(self, peaks: list[int]) -> None:
-        """To A's peak; in compare, when already there, to B's."""
+        """To A's peak; in compare, when already there, to B's. Unlinked, the active pane
+        goes to its own snapshot's peak."""
         peaks = [max(p, 0) for p in peaks]
-        if self.compare and self.view.cursor == peaks[0]:
+        if self.compare and not self.linked:
+            self.view.goto_event(peaks[self.active])
+        elif self.compare and self.view.cursor == peaks[0]:
             self.view.goto_event(peaks[1])
         else:
             self.view.goto_event(peaks[0])
@@ -186,16 +254,16 @@ class TimelineScreen(KeyScreen):
             return
         self.view.goto_event(cands[0] if direction > 0 else cands[-1])
 
-    def _event_of(self, s: Session) -> int:
-        return min(self.view.cursor, s.dev.n_events - 1)
+    def _event_of(self, k: int) -> int:
+        """The event at pane k's cursor (a shorter trace: its last event)."""
+        return min(self.views[k].cursor, self.sessions[k].dev.n_events - 1)
 
     def do_detail(self) -> None:
         if self.compare:
             a, b = self.sessions
-            self.app.push_screen(DiffScreen(a, self._event_of(a), b, self._event_of(b)))
+            self.app.push_screen(DiffScreen(a, self._event_of(0), b, self._event_of(1)))
         else:
-            s = self.primary
-            self.app.push_screen(LiveTreeScreen(s.dev, self._event_of(s)))
+            self.app.push_screen(LiveTreeScreen(self.primary.dev, self._event_of(0)))
 
     def do_diff_peaks(self) -> None:
         if not self.compare:
@@ -207,7 +275,7 @@ class TimelineScreen(KeyScreen):
 
     def do_event_allocation(self) -> None:
         s = self.primary
-        e = self._event_of(s)
+        e = self._event_of(self.active)
         if e < 0:
             return
         row = int(s.dev.alloc_row[e])
@@ -219,6 +287,3 @@ class TimelineScreen(KeyScreen):
             )
             return
         self.app.push_screen(AllocationScreen(s.dev, row))
-
-    def do_quit(self) -> None:
-        self.app.exit()

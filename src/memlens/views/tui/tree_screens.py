@@ -12,9 +12,9 @@ from textual.widgets import Static
 from memlens.snapshot.model import DeviceTrace
 from memlens.units import format_bytes
 from memlens.views.tui import keys
-from memlens.views.tui.base import AllocationScreen, KeyScreen, Lines, Session, one_line
+from memlens.views.tui.base import HEAT_MODES, AllocationScreen, KeyScreen, Lines, Session, one_line
 from memlens.views.tui.describe import event_time
-from memlens.views.tui.outline import Outline, signed_bytes
+from memlens.views.tui.outline import Outline, breadcrumb, signed_bytes
 from memlens.views.tui.trees import (
     Node,
     allocation_list,
@@ -48,11 +48,12 @@ class TreeScreen(KeyScreen):
     def compose(self) -> ComposeResult:
         yield Static(one_line(self.heading()), classes="title", id="title")
         yield Lines(self._provide, self._click, self._wheel, id="tree")
+        yield Static("", classes="line", id="crumb")
         yield Static("", classes="line", id="status")
         yield Static(
             one_line(
-                "↑↓ move  →← open/close  e/c all  f focus  b back  h frames  / search"
-                "  a allocations  ? help  q back"
+                "↑↓ move  Enter open/close  f focus  b back  h frames  % heat  / search"
+                "  a allocations  ? help  q back  Q quit"
             ),
             classes="hint",
         )
@@ -62,7 +63,7 @@ class TreeScreen(KeyScreen):
 
     def _provide(self, width: int, height: int) -> list[Text]:
         self._page = max(height - 1, 1)
-        return self.outline.render(width, height, mono=self.app.no_color)
+        return self.outline.render(width, height, mono=self.app.no_color, heat=self.settings.heat)
 
     def _click(self, x: int, y: int) -> None:
         """Select the row; a click on the selected row opens or closes it."""
@@ -94,13 +95,18 @@ class TreeScreen(KeyScreen):
         return where
 
     def row_figures(self, n: Node) -> str:
-        """The cursor row's figures for the status line."""
-        root = self.outline.root.value
-        share = f" · {n.value / root * 100:.1f}% of {format_bytes(root)}" if root else ""
-        return format_bytes(n.value) + share
+        """The cursor row's figures for the status line: its share of the whole tree, and
+        of the focused subtree when there is one."""
+        figures = format_bytes(n.value)
+        for total in dict.fromkeys([self.outline.tree_root.value, self.outline.root.value]):
+            if total:
+                figures += f" · {n.value / total * 100:.1f}% of {format_bytes(total)}"
+        return figures
 
     def redraw(self) -> None:
         super().redraw()
+        crumb = breadcrumb(self.outline.current, max(self.size.width, 20))
+        self.query_one("#crumb", Static).update(one_line(crumb))
         self.query_one("#status", Static).update(one_line(self.status_text()))
         self.query_one("#title", Static).update(one_line(self.heading()))
 
@@ -143,6 +149,15 @@ class TreeScreen(KeyScreen):
 
     def do_toggle(self) -> None:
         self.outline.toggle()
+
+    def do_open(self) -> None:
+        """Enter, as in ptmem: expand or collapse the row."""
+        self.outline.toggle()
+
+    def do_heat(self) -> None:
+        s = self.settings
+        s.heat = HEAT_MODES[(HEAT_MODES.index(s.heat) + 1) % len(HEAT_MODES)]
+        self.notify(f"heat colour and %: share of the {s.heat}", markup=False)
 
     def do_expand_all(self) -> None:
         self.outline.expand_all()
@@ -199,6 +214,13 @@ class TreeScreen(KeyScreen):
             self.outline.clear_search()
         else:
             super().do_close()
+
+    def do_close_or_back(self) -> None:
+        """q, as in ptmem: out of the last focus first, then back to the screen below."""
+        if self.outline.focus_stack:
+            self.outline.back()
+        else:
+            self.do_close()
 
 
 def _frames_note(hide: bool) -> str:
@@ -315,6 +337,10 @@ class AllocationListScreen(TreeScreen):
             self.app.push_screen(AllocationScreen(n.dev, n.row))
         else:
             self.do_toggle()
+
+    def do_open(self) -> None:
+        """Enter on an allocation opens it (a list's rows have nothing to expand)."""
+        self.do_allocations()
 
     def do_hide(self) -> None:
         self.notify("the list has no frames to hide", markup=False)
