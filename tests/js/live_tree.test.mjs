@@ -3,7 +3,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { passChain, subtreeMatches, tooltipLines } from "./static.mjs";
+import { hatchReasons, hatchSummary, passChain, subtreeMatches, tooltipLines } from "./static.mjs";
 
 const node = (label, bytes, children = []) => ({ label, bytes, children });
 
@@ -19,16 +19,39 @@ test("tooltipLines: a band's size, site, flags and moment", () => {
   assert.equal(tooltipLines({ ...h, flags: 0 }).length, 3);
 });
 
-test("tooltipLines: the aggregate band and an empty spot", () => {
-  const small = { kind: "small", count: 1234, sbytes: 4096, event: -1, active: 0, reserved: 1024 };
+test("tooltipLines: the aggregate band says its share, and why, and an empty spot", () => {
+  const small = { kind: "small", count: 1234, sbytes: 4096, cut: 0, cutBytes: 0, minSize: 64, event: -1, active: 8192, reserved: 1024 };
   assert.deepEqual(tooltipLines(small), [
-    ["t-size", "1,234 small allocations: 4.00 KiB"],
-    ["t-muted", "each under one pixel at this zoom; zoom in to separate them"],
-    ["t-muted", "before the first event · active 0 B · reserved 1.00 KiB"],
+    ["t-size", "hatched: 1,234 allocations summed, 4.00 KiB (50% of this column)"],
+    ["t-muted", "each under 64 B, a 16th of a pixel here (4.00 KiB): Shift + wheel zooms the memory axis to separate them"],
+    ["t-muted", "before the first event · active 8.00 KiB · reserved 1.00 KiB"],
   ]);
   assert.deepEqual(tooltipLines({ kind: "empty", event: 0, active: 1, reserved: 2 }), [
     ["t-muted", "after event 0 · active 1 B · reserved 2 B"],
   ]);
+});
+
+test("hatchReasons: zoom in on time only for what the budget left out", () => {
+  assert.deepEqual(hatchReasons(10, 10, 3072, 3072, 64), [
+    "10 of them (3.00 KiB) left out to bound the drawing at this zoom: zoom in on time to separate them",
+  ]);
+  assert.deepEqual(hatchReasons(10, 4, 2048, 3072, 64), [
+    "4 of them (2.00 KiB) left out to bound the drawing at this zoom: zoom in on time to separate them",
+    "6 under 64 B, a 16th of a pixel here (1.00 KiB): Shift + wheel zooms the memory axis to separate them",
+  ]);
+  assert.deepEqual(hatchReasons(0, 0, 0, 0, 64), []);
+});
+
+test("hatchSummary: share and count at the tallest column, empty when nothing is hatched", () => {
+  const v = {
+    active: [100, 400, 200], bytes_per_px: 2,
+    small: { bytes: [0, 100, 50], count: [0, 7, 3], cut_count: [0, 2, 0], cut_bytes: [0, 60, 0], min_size: 1 },
+  };
+  assert.equal(hatchSummary(v),
+    "Hatched band at the tallest column: 25% of it, 100 B in 7 allocations (2 B a pixel here). "
+    + "2 of them (60 B) left out to bound the drawing at this zoom: zoom in on time to separate them; "
+    + "5 under 1 B, a 16th of a pixel here (40 B): Shift + wheel zooms the memory axis to separate them.");
+  assert.equal(hatchSummary({ ...v, small: { ...v.small, count: [0, 0, 0], bytes: [0, 0, 0] } }), "");
 });
 
 test("passChain: the run of frames that pass all their bytes to one callee", () => {

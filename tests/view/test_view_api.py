@@ -61,7 +61,8 @@ def test_view_geometry(client):
     assert b["site"] == [0, 0, 0]
     assert v["small"] == {"offset": [0, 100, 100, 400, 400, 300, 350],
                           "bytes": [0, 0, 10, 10, 0, 0, 0], "count": [0, 0, 1, 1, 0, 0, 0],
-                          "max_size": 49}  # fmt: skip
+                          "max_size": 49, "min_size": 50, "cut_count": [0] * 7,
+                          "cut_bytes": [0] * 7}  # fmt: skip
     assert v["times"] == [1000, 1010, 1020, 1030, 1040, 1050, 1060, 1060]
 
 
@@ -94,7 +95,8 @@ def test_view_draws_sub_pixel_allocations_for_the_page(client):
     assert b["c0"] == [1, 2, 3, 6] and b["c1"] == [5, 4, 7, 7]
     assert b["run_col"] == [1, 2, 3, 4, 5, 6] and b["run_off"] == [0, 100, 110, 100, 0, 300]
     assert v["small"] == {"offset": v["active"], "bytes": [0] * 7, "count": [0] * 7,
-                          "max_size": 3}  # fmt: skip
+                          "max_size": 3, "min_size": 4, "cut_count": [0] * 7,
+                          "cut_bytes": [0] * 7}  # fmt: skip
     # min_px=0.25 (12.5 bytes): B is aggregated again, bounded by 12 bytes
     v = client.get("/api/d/0/view?e0=0&e1=7&width=7&height=20&min_px=0.25").json()
     assert v["bands"]["row"] == [0, 2, 3]

@@ -8,7 +8,7 @@ from view_fixtures import small_snapshot
 
 import memlens
 from memlens.simulation.synthetic import generate_snapshot
-from memlens.views.layout import MAX_DETAIL_CELLS, DeviceLayout, LiveIndex, RangeArgmax
+from memlens.views.layout import MAX_DETAIL_RUNS, DeviceLayout, LiveIndex, RangeArgmax
 
 
 @pytest.fixture
@@ -18,10 +18,18 @@ def lay() -> DeviceLayout:
 
 def bands(v) -> dict[int, list[tuple[int, int]]]:
     """row -> [(column, offset)] from a View."""
-    out, pos = {}, 0
-    for r, c0, c1 in zip(v.band_rows, v.band_c0, v.band_c1):
-        out[int(r)] = [(c, int(v.band_offsets[pos + c - c0])) for c in range(c0, c1)]
-        pos += c1 - c0
+    out = {}
+    for k, (r, c0, c1) in enumerate(zip(v.band_rows, v.band_c0, v.band_c1)):
+        i0, i1 = int(v.run_start[k]), int(v.run_start[k + 1])
+        assert v.run_col[i0] == c0  # a band's first run starts at its first column
+        ends = [*v.run_col[i0 + 1 : i1].tolist(), int(c1)]
+        out[int(r)] = [
+            (c, int(v.run_off[i]))
+            for i, end in zip(range(i0, i1), ends, strict=True)
+            for c in range(int(v.run_col[i]), end)
+        ]
+        # runs are maximal: neighbours differ
+        assert all(v.run_off[i] != v.run_off[i + 1] for i in range(i0, i1 - 1))
     return out
 
 
@@ -98,10 +106,10 @@ def test_sub_pixel_allocations_down_to_min_px_become_bands(lay):
     assert v.small_max == 31
 
 
-def test_cell_budget_keeps_the_largest_first(lay):
+def test_run_budget_keeps_the_largest_first(lay):
     b = lay.event_bounds(0, 7, 7)
-    # 8 cells: C (300 bytes, 4 columns) then A (100, 4 columns); D (50, 1 column) would pass
-    v = lay.view(b, **SUB_PIXEL, min_px=1 / 64, max_cells=8)
+    # 8 runs at most: C (300 bytes, 4 segments) then A (100, 4); D (50, 1) would pass
+    v = lay.view(b, **SUB_PIXEL, min_px=1 / 64, max_runs=8, max_work=8)
     assert bands(v) == {
         0: [(1, 0), (2, 0), (3, 0), (4, 0)],
         2: [(3, 100), (4, 100), (5, 0), (6, 0)],  # B is aggregated: C sits right on A
@@ -110,14 +118,14 @@ def test_cell_budget_keeps_the_largest_first(lay):
     assert v.small_bytes.tolist() == [0, 0, 10, 10, 0, 0, 50]  # B, then D
     assert v.small_count.tolist() == [0, 0, 1, 1, 0, 0, 1]
     assert v.small_max == 50  # D, the largest left out
-    # 7 cells: C only; the cut is by size, so D (which would fit) is not taken after A
-    v = lay.view(b, **SUB_PIXEL, min_px=1 / 64, max_cells=7)
+    # 7 runs: C only; the cut is by size, so D (which would fit) is not taken after A
+    v = lay.view(b, **SUB_PIXEL, min_px=1 / 64, max_runs=7, max_work=7)
     assert bands(v) == {2: [(3, 0), (4, 0), (5, 0), (6, 0)]}
     assert v.small_offset.tolist() == [0, 0, 0, 300, 300, 300, 300]
     assert v.small_bytes.tolist() == [0, 100, 110, 110, 100, 0, 50]
     assert v.small_max == 100
     # an allocation a pixel tall is drawn whatever the budget (250 bytes a pixel: C)
-    v = lay.view(b, height=4, min_px=1 / 64, max_cells=0)
+    v = lay.view(b, height=4, min_px=1 / 64, max_runs=0)
     assert bands(v) == {2: [(3, 0), (4, 0), (5, 0), (6, 0)]}
     assert (v.small_offset + v.small_bytes).tolist() == v.active.tolist()
 
@@ -186,13 +194,13 @@ def test_random_viewports_match_a_brute_force_stack(generated):
         width, height = int(rng.integers(3, 80)), int(rng.choice([50, 400, 3000]))
         # every other viewport with sub-pixel detail, some under a tight cell budget
         min_px = 1.0 if i % 2 else float(rng.choice([1 / 16, 1 / 256]))
-        max_cells = int(rng.choice([50, 500, MAX_DETAIL_CELLS]))
-        v = lay.view(lay.event_bounds(e0, e1, width), height, min_px=min_px, max_cells=max_cells)
+        max_runs = int(rng.choice([50, 500, MAX_DETAIL_RUNS]))
+        v = lay.view(lay.event_bounds(e0, e1, width), height, min_px=min_px, max_runs=max_runs)
         got = bands(v)
         drawn = np.array(sorted(got), dtype=np.int64)
         sizes = dev.alloc_size.astype(np.int64)
         thin = drawn[sizes[drawn] < v.bytes_per_px]
-        assert sum(len(got[r]) for r in thin.tolist()) <= max_cells
+        assert int(np.diff(v.run_start)[np.isin(v.band_rows, thin)].sum()) <= max_runs
         assert sizes[thin].min(initial=2**62) >= np.ceil(v.bytes_per_px * min_px)
         for c, s in enumerate(v.sample.tolist()):
             live = dev.live_at(s)

@@ -6,7 +6,7 @@ queries (range maxima of the curves, rows alive at an event).
 
 from memlens.views.layout.index import LiveIndex, RangeArgmax
 from memlens.views.layout.viewport import (
-    MAX_DETAIL_CELLS,
+    MAX_DETAIL_RUNS,
     MAX_HEIGHT,
     MAX_WIDTH,
     DeviceLayout,
@@ -15,7 +15,7 @@ from memlens.views.layout.viewport import (
 )
 
 __all__ = [
-    "MAX_DETAIL_CELLS",
+    "MAX_DETAIL_RUNS",
     "MAX_HEIGHT",
     "MAX_WIDTH",
     "DeviceLayout",

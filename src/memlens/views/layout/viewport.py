@@ -12,18 +12,24 @@ sampled at pixel-column resolution:
   last event before it;
 * an allocation at least one pixel tall (size >= bytes per pixel) is always drawn as its
   own band; allocations of at least `min_px` of a pixel are drawn too, largest first,
-  while the drawn (band, column) cells stay within MAX_DETAIL_CELLS (thin coloured stripes show
+  while the drawn bands' runs stay within MAX_DETAIL_RUNS (thin coloured stripes show
   the structure of a trace whose every tensor is under a pixel, e.g. 50 GiB of 100 MiB
-  tensors). Drawn bands are stacked in allocation order; everything else is summed into
-  one aggregate band on top, so the stack height of every column equals the active bytes
-  at its sample exactly (nothing is dropped);
+  tensors). A run is a stretch of columns where a band keeps its offset, i.e. one edge of
+  its polygon: it is what the page draws and hit-tests, and a band stays one run however
+  many columns it covers while nothing under it changes, so a narrow time window (few
+  events, so few offset changes) draws every allocation of at least `min_px` of a pixel.
+  Drawn bands are stacked in allocation order; everything else is summed into one
+  aggregate band on top, so the stack height of every column equals the active bytes at
+  its sample exactly (nothing is dropped); per column it says how many of those were left
+  out by the run budget (zooming in on time separates them) rather than for their size
+  (only the memory axis's zoom does);
 * the reserved line is the maximum reserved bytes over the column's events.
 
 Cost per viewport: O(width x log n) for the range maxima (a pyramid of argmax indices)
-plus O(candidates log candidates + cells), where candidates are allocations of at least
-`min_px` of a pixel alive in the viewport and cells are the drawn (band, column) pairs:
-at most MAX_DETAIL_CELLS beyond those of the bands a pixel tall, which are at most
-width x height. Never O(events).
+plus O(candidates log candidates + runs), where candidates are allocations of at least
+`min_px` of a pixel alive in the viewport and runs are bounded by MAX_DETAIL_RUNS beyond
+those of the bands a pixel tall (at most width x height). Never O(events), never
+O(bands x columns).
 """
 
 from __future__ import annotations
@@ -42,9 +48,12 @@ T = TypeVar("T")
 
 MAX_WIDTH = 8192
 MAX_HEIGHT = 8192
-# (band, column) cells up to which a viewport takes sub-pixel bands: bounds the server's work
-# and the JSON (benchmarks-view.md). Bands a pixel tall count, but are drawn even past it.
-MAX_DETAIL_CELLS = 300_000
+# Two budgets for the sub-pixel bands (bands a pixel tall count, but are drawn even past
+# them), largest first: the stacking's work, counted in each band's segments between
+# consecutive candidate ends (an upper bound on its runs), and the runs sent, which bound
+# the response and the page's drawing and hit testing (benchmarks-view.md).
+MAX_DETAIL_WORK = 300_000
+MAX_DETAIL_RUNS = 30_000
 
 
 @dataclass
@@ -60,11 +69,20 @@ class View:
     band_rows: np.ndarray  # int64 [K] allocation rows drawn individually, in stacking order
     band_c0: np.ndarray  # int64 [K] first column of each band
     band_c1: np.ndarray  # int64 [K] one past its last column
-    band_offsets: np.ndarray  # int64 [sum(c1-c0)], band-major: bottom of band k at column c
+    # band k's bottom: runs run_start[k]:run_start[k+1], run i from column run_col[i] (to the
+    # next run of the band or c1[k]) at offset run_off[i]
+    run_start: np.ndarray  # int64 [K+1]
+    run_col: np.ndarray  # int64 [R]
+    run_off: np.ndarray  # int64 [R]
     small_offset: np.ndarray  # int64 [width]: bottom of the aggregate band (= sum of bands)
     small_bytes: np.ndarray  # int64 [width]: height of the aggregate band
     small_count: np.ndarray  # int64 [width]: allocations it stands for
     small_max: int  # no allocation in the aggregate band is larger (an upper bound)
+    # of those, the ones at least `small_min` bytes, left out by the run budget (zooming in
+    # on time separates them); the others are under min_px of a pixel (y zoom does)
+    cut_count: np.ndarray  # int64 [width]
+    cut_bytes: np.ndarray  # int64 [width]
+    small_min: int = 1  # candidates' size threshold: ceil(min_px x bytes per pixel)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -85,30 +103,20 @@ class View:
                 "bytes": self.small_bytes.tolist(),
                 "count": self.small_count.tolist(),
                 "max_size": int(self.small_max),
+                "min_size": int(self.small_min),
+                "cut_count": self.cut_count.tolist(),
+                "cut_bytes": self.cut_bytes.tolist(),
             },
         }
 
     def offset_runs(self) -> dict[str, list[int]]:
-        """Band offsets run-length encoded: band k's runs are run_start[k]:run_start[k+1],
-        run i starting at column run_col[i] with offset run_off[i] (it lasts until the next
-        run of the band or the band's end). Zoomed in, most bands are flat for many columns."""
-        lengths = self.band_c1 - self.band_c0
-        n = len(self.band_offsets)
-        first = np.zeros(n, dtype=bool)
-        starts = np.cumsum(lengths) - lengths
-        first[starts[lengths > 0]] = True
-        change = first.copy()
-        if n:
-            change[1:] |= self.band_offsets[1:] != self.band_offsets[:-1]
-        band_of = np.repeat(np.arange(len(lengths)), lengths)
-        cells = np.flatnonzero(change)
-        col = self.band_c0[band_of[cells]] + (cells - starts[band_of[cells]])
-        run_start = np.zeros(len(lengths) + 1, dtype=np.int64)
-        np.cumsum(np.bincount(band_of[cells], minlength=len(lengths)), out=run_start[1:])
+        """The band runs as lists: band k's runs are run_start[k]:run_start[k+1], run i
+        starting at column run_col[i] with offset run_off[i] (it lasts until the next run of
+        the band or the band's end). Zoomed in, most bands are flat for many columns."""
         return {
-            "run_start": run_start.tolist(),
-            "run_col": col.tolist(),
-            "run_off": self.band_offsets[cells].tolist(),
+            "run_start": self.run_start.tolist(),
+            "run_col": self.run_col.tolist(),
+            "run_off": self.run_off.tolist(),
         }
 
 
@@ -218,12 +226,14 @@ class DeviceLayout:
         ymin: int = 0,
         detail: bool = True,
         min_px: float = 1.0,
-        max_cells: int = MAX_DETAIL_CELLS,
+        max_runs: int = MAX_DETAIL_RUNS,
+        max_work: int | None = None,
     ) -> View:
         """The viewport whose columns are `bounds`, `height` pixels showing bytes
         [ymin, ymax] (ymax None: fit the visible maximum). An allocation is drawn on its own
         when it is at least one pixel, (ymax - ymin) / height bytes; or when it is at least
-        `min_px` of a pixel and among the largest such that fit in `max_cells` cells."""
+        `min_px` of a pixel and among the largest such that fit in `max_runs` runs (and
+        `max_work` segments, MAX_DETAIL_WORK by default)."""
         dev = self.dev
         bounds = np.asarray(bounds, dtype=np.int64)
         width = len(bounds) - 1
@@ -255,8 +265,9 @@ class DeviceLayout:
         e = np.zeros(0, dtype=np.int64)
         live = self.curve_at(sample, self.live_count, self.base_count) if self.n else zeros
         if not detail or width == 0:
-            return View(bounds, sample, active, reserved, ymax, bpp, e, e, e, e, zeros,
-                        active.copy(), live, int(active.max(initial=0)))  # fmt: skip
+            return View(bounds, sample, active, reserved, ymax, bpp, e, e, e, np.zeros(1, np.int64),
+                        e, e, zeros, active.copy(), live, int(active.max(initial=0)), zeros,
+                        zeros)  # fmt: skip
         min_size = max(int(np.ceil(bpp * min(max(min_px, 0.0), 1.0))), 1)
         rows = self._candidates(sample, min_size)
         a = dev.alloc_event[rows].astype(np.int64)
@@ -267,9 +278,22 @@ class DeviceLayout:
         keep = c0 < c1
         rows, c0, c1 = rows[keep], c0[keep], c1[keep]
         sizes = dev.alloc_size[rows].astype(np.int64)
-        drawn, small_max = _within_budget(sizes, c1 - c0, bpp, max_cells, min_size - 1)
+        # an upper bound on each band's runs: the segments between the candidates' ends it
+        # spans (drawing fewer bands only merges segments)
+        edges = np.unique(np.concatenate([c0, c1]))
+        spans = np.searchsorted(edges, c1) - np.searchsorted(edges, c0)
+        work = max(MAX_DETAIL_WORK, max_runs) if max_work is None else max_work
+        drawn, small_max = _within_budget(sizes, spans, bpp, work, min_size - 1)
+        stacked = _stack(c0[drawn], c1[drawn], sizes[drawn], width)
+        runs = np.diff(stacked[0])
+        if int(runs.sum()) > max_runs:
+            # dropping a band only merges the runs of those above it: stack once more
+            keep, small_max = _within_budget(sizes[drawn], runs, bpp, max_runs, small_max)
+            drawn[np.flatnonzero(drawn)[~keep]] = False
+            stacked = _stack(c0[drawn], c1[drawn], sizes[drawn], width)
+        run_start, run_col, run_off, drawn_sum, drawn_count = stacked
+        cut_count, cut_bytes = _per_column(c0[~drawn], c1[~drawn], sizes[~drawn], width)
         rows, c0, c1, sizes = rows[drawn], c0[drawn], c1[drawn], sizes[drawn]
-        offsets, drawn_sum, drawn_count = _stack(c0, c1, sizes, width)
         return View(
             bounds=bounds,
             sample=sample,
@@ -280,11 +304,16 @@ class DeviceLayout:
             band_rows=rows.astype(np.int64),
             band_c0=c0.astype(np.int64),
             band_c1=c1.astype(np.int64),
-            band_offsets=offsets,
+            run_start=run_start,
+            run_col=run_col,
+            run_off=run_off,
             small_offset=drawn_sum,
             small_bytes=active - drawn_sum,
             small_count=live - drawn_count,
             small_max=small_max,
+            cut_count=cut_count,
+            cut_bytes=cut_bytes,
+            small_min=min_size,
         )
 
     def _candidates(self, sample: np.ndarray, min_size: int) -> np.ndarray:
@@ -326,13 +355,14 @@ class DeviceLayout:
 
 def _stack(
     c0: np.ndarray, c1: np.ndarray, sizes: np.ndarray, width: int
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Stack bands (in row order, band k on columns [c0[k], c1[k])) per column: the bottom
-    of each band at each of its columns (band-major), and the bytes and count per column.
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Stack bands (in row order, band k on columns [c0[k], c1[k])): each band's runs of
+    constant bottom offset (run_start [K+1], run_col, run_off, band-major), and the bytes
+    and count of the drawn bands per column.
 
     The set of bands changes only at their ends, so the stacking is done once per segment
-    between consecutive ends (zoomed in, a few hundred instead of every column) and only
-    then repeated over the segment's columns.
+    between consecutive ends (zoomed in, a few hundred instead of every column), and a
+    band's consecutive segments at the same offset make one run: never O(bands x columns).
     """
     edges = np.unique(np.concatenate([c0, c1]))
     s0, s1 = np.searchsorted(edges, c0), np.searchsorted(edges, c1)
@@ -351,31 +381,51 @@ def _stack(
     np.cumsum(np.bincount(s_seg, weights=s_size, minlength=n_seg).astype(np.int64), out=before[1:])
     seg_off = np.empty(n_cells, dtype=np.int64)
     seg_off[order] = np.cumsum(s_size) - s_size - before[s_seg]
-    seg_cols = np.diff(edges)
-    offsets = np.repeat(seg_off, seg_cols[seg])
+    # runs: a band's first segment, and every segment whose offset differs from the last
+    change = np.ones(n_cells, dtype=bool)
+    if n_cells:
+        change[1:] = seg_off[1:] != seg_off[:-1]
+        change[starts[lengths > 0]] = True
+    band_of = np.repeat(np.arange(len(lengths), dtype=np.int64), lengths)
+    cells = np.flatnonzero(change)
+    run_start = np.zeros(len(lengths) + 1, dtype=np.int64)
+    np.cumsum(np.bincount(band_of[cells], minlength=len(lengths)), out=run_start[1:])
     drawn_sum = np.zeros(width, dtype=np.int64)
     drawn_count = np.zeros(width, dtype=np.int64)
     if n_seg:
+        seg_cols = np.diff(edges)
         drawn_sum[edges[0] : edges[-1]] = np.repeat(np.diff(before), seg_cols)
         count = np.bincount(seg, minlength=n_seg).astype(np.int64)
         drawn_count[edges[0] : edges[-1]] = np.repeat(count, seg_cols)
-    return offsets, drawn_sum, drawn_count
+    return run_start, edges[seg[cells]].astype(np.int64), seg_off[cells], drawn_sum, drawn_count
+
+
+def _per_column(
+    c0: np.ndarray, c1: np.ndarray, sizes: np.ndarray, width: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """How many of the bands (band k on columns [c0[k], c1[k])) cover each column, and
+    their bytes: O(bands + width) by differences."""
+    n = np.bincount(c0, minlength=width + 1) - np.bincount(c1, minlength=width + 1)
+    b = np.bincount(c0, weights=sizes, minlength=width + 1) - np.bincount(
+        c1, weights=sizes, minlength=width + 1
+    )
+    return np.cumsum(n[:width]).astype(np.int64), np.cumsum(b[:width]).round().astype(np.int64)
 
 
 def _within_budget(
-    sizes: np.ndarray, lengths: np.ndarray, bpp: float, max_cells: int, below: int
+    sizes: np.ndarray, runs: np.ndarray, bpp: float, max_runs: int, below: int
 ) -> tuple[np.ndarray, int]:
     """Which candidate bands to draw, and an upper bound on what is left to the aggregate.
 
     Bands at least a pixel tall are all drawn; the thinner ones (sizes in row order, each
-    alive `lengths` columns) are taken largest first, ties in row order, until the cells of
-    all drawn bands would pass `max_cells`. `below` bounds the sizes that were no candidates.
+    of at most `runs` runs) are taken largest first, ties in row order, until the runs of
+    all drawn bands would pass `max_runs`. `below` bounds the sizes that were no candidates.
     """
     drawn = sizes >= bpp
     thin = np.flatnonzero(~drawn)
     thin = thin[np.argsort(-sizes[thin], kind="stable")]
-    room = max_cells - int(lengths[drawn].sum())
-    n_take = int(np.searchsorted(np.cumsum(lengths[thin]), room, side="right"))
+    room = max_runs - int(runs[drawn].sum())
+    n_take = int(np.searchsorted(np.cumsum(runs[thin]), room, side="right"))
     drawn[thin[:n_take]] = True
     if n_take < len(thin):
         return drawn, int(sizes[thin[n_take]])  # the largest one left out

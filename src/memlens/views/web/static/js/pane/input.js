@@ -50,7 +50,9 @@ export function hitTest(p, x, y) {
     if (sc > best) { best = sc; bestK = k; }
   }
   const s = v.small;
-  if (score(s.offset[c], s.bytes[c]) > best) return { ...hit, kind: "small", count: s.count[c], sbytes: s.bytes[c] };
+  if (score(s.offset[c], s.bytes[c]) > best) {
+    return { ...hit, kind: "small", count: s.count[c], sbytes: s.bytes[c], cut: s.cut_count[c], cutBytes: s.cut_bytes[c], minSize: s.min_size };
+  }
   if (bestK >= 0) {
     const k = bestK;
     return { ...hit, kind: "band", k, row: b.row[k], size: b.size[k], site: v.sites[b.site[k]], flags: b.flags[k] };

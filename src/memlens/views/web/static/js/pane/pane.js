@@ -7,6 +7,7 @@ import { $, dpr, el, setStatus } from "../dom.js";
 import { fmtBytes, fmtInt, fmtSeconds } from "../format.js";
 import { openLive } from "../live_tree.js";
 import { state } from "../state.js";
+import { hatchSummary } from "../tooltip.js";
 import { annotationLevels, MB, ML, MR, MT } from "./geometry.js";
 import { bindInput } from "./input.js";
 import { drawOverview, drawPane, renderOff } from "./render.js";
@@ -104,17 +105,9 @@ export class Pane {
     });
   }
 
-  // when most of the tallest column is the aggregate band, say what is in it and how to
-  // separate it
-  renderHint() {
-    const v = this.view;
-    let c = 0;
-    for (let i = 1; i < v.active.length; i++) if (v.active[i] > v.active[c]) c = i;
-    const share = v.active[c] > 0 ? v.small.bytes[c] / v.active[c] : 0;
-    this.hint.textContent = share > 0.5
-      ? `${Math.floor(share * 100)}% of the tallest column is the hatched band: ${fmtInt(v.small.count[c])} allocations of at most ${fmtBytes(v.small.max_size)} each (${fmtBytes(v.bytes_per_px)} a pixel here), too many to draw one by one: zoom in, or Shift + wheel to zoom the memory axis, to separate them.`
-      : "";
-  }
+  // what the hatched band holds at the tallest column, and what separates it: always said
+  // when it holds anything, so the budget's choice is never silent
+  renderHint() { this.hint.textContent = hatchSummary(this.view); }
 
   renderFigures() {
     const s = this.summary;
