@@ -179,6 +179,7 @@ def main() -> None:
     first, count = int(sys.argv[2]), int(sys.argv[3])
     import memlens
     from memlens.errors import MemlensError
+    from memlens.views.escape import visible
 
     for base in bases:  # warm up: imports, numpy, one plain load of each base
         memlens.load(base, cache=False, warn=False)
@@ -196,8 +197,8 @@ def main() -> None:
         try:
             memlens.load(path, cache=False, warn=False)
             outcome = "0"
-        except MemlensError as exc:
-            outcome = "2" if "\n" not in str(exc) else "multi-line error"
+        except MemlensError as exc:  # the CLI prints visible(message): one line, exit 2
+            outcome = "2" if "\n" not in visible(str(exc)) else "multi-line error"
         except Exception as exc:  # would be a traceback (exit 1) from the CLI
             outcome = f"{type(exc).__name__}: {str(exc)[:200]}"
         growth = (_status_kb("VmHWM") - before) * 1024 if resettable else -1
