@@ -60,5 +60,6 @@ export function hatchSummary(v) {
   const cut = s.cut_count ? s.cut_count[c] : 0, cutBytes = s.cut_bytes ? s.cut_bytes[c] : 0;
   const head = `Hatched band at the tallest column: ${percent(bytes / v.active[c])} of it, ${fmtBytes(bytes)} in ${fmtInt(s.count[c])} allocations (${fmtBytes(v.bytes_per_px)} a pixel here).`;
   const why = hatchReasons(s.count[c], cut, cutBytes, bytes, s.min_size || 1);
-  return why.length ? `${head} ${why.join("; ")}.` : head;
+  const text = why.join("; ");
+  return text ? `${head} ${text[0].toUpperCase()}${text.slice(1)}.` : head;
 }
