@@ -571,8 +571,11 @@ class QueryResult(TypedDict):
 # --- export ------------------------------------------------------------------------------------
 
 
+ExportFormat = Literal["chrome-trace", "snapshot-json", "parquet"]
+
+
 class ExportOutput(TypedDict):
-    format: Literal["chrome-trace", "snapshot-json", "parquet"]
+    format: ExportFormat
     path: str
     bytes: int
     files: list[str]

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from memlens.analysis.results import ExportOutput, ExportResult
+from memlens.analysis.results import ExportFormat, ExportOutput, ExportResult
 from memlens.errors import MemlensError
 from memlens.snapshot.model import Snapshot
 
 
-def _output(fmt: str, path: Path, files: list[Path]) -> ExportOutput:
+def _output(fmt: ExportFormat, path: Path, files: list[Path]) -> ExportOutput:
     return {
-        "format": fmt,  # type: ignore[typeddict-item]
+        "format": fmt,
         "path": str(path),
         "bytes": sum(f.stat().st_size for f in files),
         "files": [str(f) for f in files],
