@@ -50,22 +50,25 @@ class _HelpShown(Exception):
     pass
 
 
-def _parser(name: str) -> _Parser:
+def _parser(name: str, default_output: str) -> _Parser:
     p = _Parser(prog=f"%%memlens {name}", add_help=True)
-    p.add_argument("-o", "--output", help="snapshot file (default: memlens-cell-N.pickle)")
+    p.add_argument("-o", "--output", help=f"snapshot file (default: {default_output})")
     p.add_argument("--max-entries", type=int, default=None, help="trace entries kept")
     p.add_argument("--no-show", action="store_true", help="do not display the snapshot")
     return p
 
 
-RECORD = _parser("record")
-RECORD.add_argument("--stacks", choices=["python", "all"], default="python")
+RECORD = _parser("record", "memlens-cell-N.pickle, N = the execution count")
+RECORD.add_argument("--stacks", choices=["python", "all"], default="python",
+                    help="'all' adds C++ frames (dumps can then take minutes)")  # fmt: skip
 RECORD.add_argument("--no-report", action="store_true", help="no HTML report beside it")
-SIMULATE = _parser("simulate")
+SIMULATE = _parser("simulate", "memlens-sim-cell-N.pickle")
 SIMULATE.add_argument("--device-memory", metavar="SIZE", help="e.g. 24GiB; beyond: OOM")
-SIMULATE.add_argument("--expandable-segments", action="store_true", default=None)
-SIMULATE.add_argument("--max-split-size-mb", type=int, default=None)
-SIMULATE.add_argument("--cublas-workspace", metavar="SIZE", default="32MiB")
+SIMULATE.add_argument("--expandable-segments", action="store_true", default=None,
+                      help="model expandable_segments:True")  # fmt: skip
+SIMULATE.add_argument("--max-split-size-mb", type=int, default=None, help="model max_split_size_mb")
+SIMULATE.add_argument("--cublas-workspace", metavar="SIZE", default="32MiB",
+                      help="cuBLAS workspace (default 32MiB; 0 to omit)")  # fmt: skip
 
 
 @magics_class
