@@ -22,7 +22,7 @@ class ScriptFailed(MemlensError):
 
 
 def _ours(filename: str) -> bool:
-    return filename.startswith(_MEMLENS_DIR) or filename == _RUNPY
+    return filename.startswith(_MEMLENS_DIR) or filename in (_RUNPY, "<frozen runpy>")
 
 
 def script_traceback(exc: BaseException) -> str:

@@ -1,0 +1,207 @@
+"""CUDA-only calls scripts make do not stop a simulation (issue 13), nvtx ranges become
+annotations, --gpu presets, inference_mode decomposition, and the CLI's failure path."""
+
+from __future__ import annotations
+
+import pickle
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import memlens  # noqa: E402
+from memlens.simulation.gpus import OLDER_WORKSPACE, gpu_preset  # noqa: E402
+
+MiB = 2**20
+
+
+def stages(sim) -> list[tuple[str, str]]:
+    return [(a["name"], a["stage"]) for a in sim.snapshot["external_annotations"]]
+
+
+def test_nvtx_ranges_become_annotations():
+    @torch.cuda.nvtx.range("decorated")
+    def f(x):
+        return x * 2
+
+    with memlens.simulate() as sim:
+        x = torch.ones(4, device="cuda")
+        with torch.cuda.nvtx.range("block {}", 1):
+            f(x)
+        torch.cuda.nvtx.range_push("pushed")
+        torch.cuda.nvtx.mark("a mark")
+        assert torch.cuda.nvtx.range_pop() == 0
+        torch.cuda.nvtx.range_end(torch.cuda.nvtx.range_start("started"))
+    assert stages(sim) == [
+        ("block 1", "START"), ("decorated", "START"), ("decorated", "END"), ("block 1", "END"),
+        ("pushed", "START"), ("pushed", "END"), ("started", "START"), ("started", "END"),
+    ]  # fmt: skip
+
+
+def test_nvtx_annotations_can_be_left_out():
+    with (
+        memlens.simulate(nvtx_annotations=False) as sim,
+        torch.cuda.nvtx.range("r"),
+        torch.autograd.profiler.record_function("kept"),
+    ):
+        torch.ones(4, device="cuda")
+    assert stages(sim) == [("kept", "START"), ("kept", "END")]
+
+
+def test_synchronize_events_and_streams():
+    with memlens.simulate():
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        side = torch.cuda.Stream()
+        with torch.cuda.stream(side):
+            y = torch.ones(4, device="cuda") * 2
+        torch.cuda.current_stream().wait_stream(side)
+        end.record()
+        end.wait()
+        end.synchronize()
+        torch.cuda.synchronize()
+        assert start.elapsed_time(end) == 0.0
+        assert y.shape == (4,)
+
+
+def test_backend_flags_device_queries_and_stats():
+    with memlens.simulate(gpu="t4"):
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+        torch.backends.cudnn.benchmark = True
+        torch.backends.cuda.enable_flash_sdp(True)
+        torch.set_float32_matmul_precision("high")
+        assert torch.cuda.get_device_name() == "Tesla T4"
+        assert torch.cuda.get_device_capability(0) == (7, 5)
+        assert not torch.cuda.is_bf16_supported()  # Turing has no bf16
+        x = torch.ones(1024, device="cuda")
+        assert torch.cuda.memory_stats()["allocated_bytes.all.current"] == 4096
+        with torch.cuda.device(0):
+            assert x.device.type == "cuda"
+        torch.cuda.set_rng_state(torch.cuda.get_rng_state())
+    torch.backends.cudnn.benchmark = False
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = True
+
+
+@pytest.mark.filterwarnings("ignore::FutureWarning")
+def test_cuda_amp_grad_scaler_and_autocast():
+    with memlens.simulate():
+        w = torch.nn.Parameter(torch.ones(8, 8, device="cuda"))
+        opt = torch.optim.SGD([w], lr=0.1)
+        scaler = torch.cuda.amp.GradScaler()
+        with torch.cuda.amp.autocast():
+            loss = (w @ w).sum()
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+        assert w.grad is not None and w.grad.dtype == torch.float32
+
+
+def test_torch_compile_runs_eagerly_with_a_note():
+    with memlens.simulate() as sim:
+        lin = torch.compile(torch.nn.Linear(4, 4, device="cuda"))
+        double = torch.compile(lambda t: t * 2)
+
+        @torch.compile(mode="reduce-overhead")
+        def triple(t):
+            return t * 3
+
+        x = torch.ones(2, 4, device="cuda")
+        assert lin(x).shape == (2, 4) and double(x).shape == triple(x).shape == (2, 4)
+    assert sim.notes == ["torch.compile ran eagerly: compiled kernels' fusions are not simulated"]
+
+
+def test_gpu_presets_set_workspace_and_memory():
+    with memlens.simulate(gpu="ampere") as sim:
+        torch.ones(4, 4, device="cuda") @ torch.ones(4, 4, device="cuda")
+        assert torch.cuda.mem_get_info()[1] == gpu_preset("a100").memory
+    sizes = [e["size"] for e in sim.snapshot["device_traces"][0] if e["action"] == "alloc"]
+    assert OLDER_WORKSPACE in sizes and 32 * MiB not in sizes
+    assert gpu_preset("Hopper").cublas_workspace == 32 * MiB
+    with pytest.raises(memlens.MemlensError, match="unknown GPU 'x'"):
+        memlens.simulate(gpu="x")
+
+
+def test_inference_mode_decomposes_einsum_so_its_gemm_and_autocast_apply():
+    with memlens.simulate(cublas_workspace="8MiB") as sim, torch.inference_mode():
+        a = torch.ones(4, 16, 8, device="cuda")
+        b = torch.ones(4, 8, 16, device="cuda")
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            out = torch.einsum("bij,bjk->bik", a, b)
+        assert out.dtype == torch.bfloat16
+    sizes = [e["size"] for e in sim.snapshot["device_traces"][0] if e["action"] == "alloc"]
+    # a, b, their bf16 copies, the result of the bmm inside einsum, then its workspace
+    assert sizes == [4 * 16 * 8 * 4, 4 * 8 * 16 * 4, 4 * 16 * 8 * 2, 4 * 8 * 16 * 2,
+                     4 * 16 * 16 * 2, 8 * MiB]  # fmt: skip
+
+
+def test_early_blocks_have_no_stacks_unless_asked():
+    def run(**kw):
+        with memlens.simulate(**kw) as sim:
+            early = torch.ones(256, device="cuda")
+            torch.cuda.memory._record_memory_history(max_entries=1000)
+            late = torch.ones(256, device="cuda")
+        frames = {b["size"]: b["frames"] for s in sim.snapshot["segments"] for b in s["blocks"]
+                  if b["state"] == "active_allocated"}  # fmt: skip
+        del early, late
+        return sim.snapshot, frames
+
+    snap, _ = run()
+    blocks = [b for s in snap["segments"] for b in s["blocks"] if b["state"] == "active_allocated"]
+    assert [bool(b["frames"]) for b in blocks] == [False, True]
+    snap, _ = run(early_stacks=True)
+    blocks = [b for s in snap["segments"] for b in s["blocks"] if b["state"] == "active_allocated"]
+    assert [bool(b["frames"]) for b in blocks] == [True, True]
+
+
+def simulate_cli(tmp_path, source: str, *extra: str) -> subprocess.CompletedProcess:
+    script = tmp_path / "script.py"
+    script.write_text(textwrap.dedent(source))
+    return subprocess.run(
+        [sys.executable, "-m", "memlens", "simulate", "-o", str(tmp_path / "out.pickle"),
+         *extra, str(script)],
+        capture_output=True, text=True, cwd=tmp_path, timeout=300,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "source, error",
+    [
+        ("def f(:\n", "SyntaxError"),
+        ("import no_such_module_here\n", "ModuleNotFoundError: No module named"),
+        ("import torch\nx = torch.ones(4, device='cuda')\nraise ValueError('boom')\n", "boom"),
+        ("import sys\nsys.exit(3)\n", "exited with code 3"),
+    ],
+)
+def test_a_failing_script_leaves_no_snapshot_and_shows_its_own_traceback(tmp_path, source, error):
+    done = simulate_cli(tmp_path, source)
+    assert done.returncode == 1
+    assert not (tmp_path / "out.pickle").exists()
+    assert "memlens/" not in done.stderr and "runpy" not in done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("memlens: ") and "no snapshot written" in last and error in done.stderr
+
+
+def test_the_output_is_the_scripts_own_dump_when_it_makes_one(tmp_path):
+    done = simulate_cli(
+        tmp_path,
+        """
+        import torch
+        keep = torch.ones(2**20, device="cuda")
+        torch.cuda.memory._record_memory_history()
+        big = torch.ones(2**28, device="cuda")  # 1 GiB, alive at the dump
+        torch.cuda.memory._dump_snapshot("own.pickle")
+        del big
+        """,
+        "--gpu", "a100",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    own = (tmp_path / "own.pickle").read_bytes()
+    assert (tmp_path / "out.pickle").read_bytes() == own
+    assert "predicted peak active 1.00 GiB" in done.stderr
+    assert "simulating NVIDIA A100-SXM4-80GB (sm 8.0): cuBLAS workspace 8519680" in done.stderr
+    assert pickle.loads(own)["device_traces"][0][0]["action"] == "segment_alloc"
