@@ -20,6 +20,7 @@ from memlens.snapshot.actions import BLOCK_STATES, KNOWN_ACTIONS, Action
 from memlens.snapshot.annotations import Annotations, annotation_columns
 from memlens.snapshot.checks import (
     INT64,
+    MAX_SIZE,
     MAX_TOTAL,
     SIZE,
     UINT64,
@@ -31,7 +32,7 @@ from memlens.snapshot.checks import (
 )
 from memlens.snapshot.interning import FrameTable, StackTable, StringTable, as_text
 from memlens.snapshot.limits import Budget, LimitExceeded, Limits, bounded_walk, unlimited
-from memlens.snapshot.model import Frames, Segments, Snapshot, Stacks
+from memlens.snapshot.model import DeviceTrace, Frames, Segments, Snapshot, Stacks
 from memlens.snapshot.replay import replay_device
 
 KNOWN_ENTRY_FIELDS = {
@@ -383,6 +384,33 @@ def _build_annotations(raw: Any, ctx: _Context) -> Annotations:
     return annotation_columns(raw, ctx.strings)
 
 
+def _checked_replay(t: DeviceTrace, warn: Warn) -> DeviceTrace:
+    """Figures the replay derives must be real byte counts too: an OOM's free memory is a
+    size, and a reserved curve below zero means the segment events contradict the final
+    segments (e.g. segment_free dropped by skip_actions): the curve is lifted to start at
+    the least reserved memory that explains the events, with a warning, never shown < 0."""
+    oom = t.action == Action.OOM
+    if oom.any() and int(t.addr[oom].max()) > MAX_SIZE:
+        row = int(np.flatnonzero(oom)[np.argmax(t.addr[oom])])
+        raise SnapshotError(
+            f"device {t.device}: trace entry {row}: device_free {int(t.addr[row])} is out of "
+            f"range (0..{MAX_SIZE})"
+        )
+    low = min(
+        int(t.reserved_start_bytes), int(t.reserved_after.min()) if len(t.reserved_after) else 0
+    )
+    if low < 0:
+        t.reserved_after = t.reserved_after - low
+        t.reserved_start_bytes = int(t.reserved_start_bytes) - low
+        warn(
+            f"reserved-lift:{t.device}",
+            f"device {t.device}: the segment events do not add up to the segments at the end "
+            f"(a segment_free or segment_unmap missing?); reserved memory lifted by {-low:,} "
+            "bytes so it never goes below 0",
+        )
+    return t
+
+
 def build_snapshot(
     top: dict[str, Any], source: str, warn: Warn, limits: Limits | None = None
 ) -> Snapshot:
@@ -392,6 +420,10 @@ def build_snapshot(
         return _build_snapshot(top, source, warn, Budget(limits or unlimited()))
     except LimitExceeded as exc:
         raise exc.at(source) from None
+    except SnapshotError as exc:  # say which file, once
+        if str(exc).startswith(source):
+            raise
+        raise SnapshotError(f"{source}: {exc}") from None
 
 
 def _build_snapshot(top: dict[str, Any], source: str, warn: Warn, budget: Budget) -> Snapshot:
@@ -446,7 +478,7 @@ def _build_snapshot(top: dict[str, Any], source: str, warn: Warn, budget: Budget
     seg_devices = {int(d) for d in np.unique(segments.device)}
     for device in sorted(set(events_per_device) | seg_devices):
         ev = events_per_device.get(device) or _build_events([], device, ctx)
-        snap.traces[device] = replay_device(snap, device, ev, warn)
+        snap.traces[device] = _checked_replay(replay_device(snap, device, ev, warn), warn)
     return snap
 
 
