@@ -3,7 +3,14 @@ diff`, the report and the viewer), in the page's JSON shape: fields only added."
 
 from __future__ import annotations
 
+import os
+
+import pytest
+from browser_page import Page
+from view_fixtures import serving, small_snapshot, stacked_snapshot
+
 import memlens
+from chromium import CHROMIUM
 from memlens.analysis.diff import diff
 from memlens.simulation.synthetic import generate_trace_dict
 from memlens.views.web.data import ViewerData
@@ -30,3 +37,36 @@ def test_compare_is_analysis_diff():
     assert set(c) >= {"names", "peaks", "sites", "n_sites"}
     assert set(c["peaks"][0]) == {"device", "peak_bytes", "peak_event", "peak_reserved_bytes"}
     assert set(c["sites"][0]) >= {"site", "a_bytes", "b_bytes", "a_count", "b_count", "diff"}
+
+
+@pytest.mark.browser
+@pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="needs Debian's chromium")
+def test_compare_shares_one_y_scale_with_a_toggle(browser):
+    # A peaks at 410 bytes (reserved 1000), B at 780 (reserved 1000 too): same scale;
+    # a B with twice the reserved memory shows the sharing
+    a = memlens.load(small_snapshot())
+    big = stacked_snapshot()
+    big["device_traces"][0][0]["size"] = 2000
+    b = memlens.load(big)
+    with serving(ViewerData([a, b], ["small", "stacked"])) as url:
+        pg = Page(browser, url)
+        page = pg.page
+        scales = "() => window.memlens.panes.map((p) => [p.view.ymin, p.view.ymax])"
+        assert page.evaluate(scales) == [[0, 2000], [0, 2000]]  # the larger peak, both panes
+        assert page.is_visible("#yscale-ctl")
+        # the same 300-byte allocation is drawn equally tall in both: C of A / C of B
+        pg.shot("compare_shared.png")
+        before = [p for p in page.evaluate("() => window.memlens.panes.map((p) => p.reqCount)")]
+        page.keyboard.press("y")
+        page.wait_for_function(
+            "(b) => window.memlens.panes.every((p, i) => p.reqCount > b[i] && !p.inflight)",
+            arg=before,
+        )
+        assert page.evaluate(scales) == [[0, 1000], [0, 2000]]  # each fits its own
+        assert page.is_checked("#yscale")
+        pg.shot("compare_independent.png")
+        page.click("#yscale")  # back to one scale
+        page.wait_for_function(
+            "() => window.memlens.panes.every((p) => p.view.ymax === 2000 && !p.inflight)"
+        )
+        assert not pg.errors

@@ -59,6 +59,7 @@ function onKey(e) {
   else if (k === "0" || k === "Home") { const [a, b] = p.fullRange(); p.yzoom = null; p.setRange(a, b); }
   else if (k === "p") p.jumpToPeak();
   else if (k === "t") { const s = $("#axis"); s.value = s.value === "time" ? "event" : "time"; s.dispatchEvent(new Event("change")); }
+  else if (k === "y" && state.panes.length > 1) { const b = $("#yscale"); b.checked = !b.checked; b.dispatchEvent(new Event("change")); }
   else if (k === "d") applyTheme(!document.documentElement.classList.contains("dark"));
   else if (k === "l" && state.mouse) state.mouse.pane.liveAtX(state.mouse.x);
   else if (k === "/") { $("#live").hidden = false; $("#live-search").focus(); }
@@ -86,7 +87,15 @@ async function main() {
   }
   const warns = meta.snapshots.flatMap((s) => s.warnings);
   setStatus(warns.length ? `note: ${warns.join(" · ")}` : "");
-  if (state.panes.length > 1) loadCompare();
+  if (compact) for (const p of state.panes) p.setDevice(p.device);
+  if (state.panes.length > 1) {
+    loadCompare();
+    $("#yscale-ctl").hidden = false;
+  }
+  $("#yscale").addEventListener("change", (e) => {
+    state.independentY = e.target.checked;
+    for (const p of state.panes) { p.yzoom = null; p.request(); }
+  });
   $("#axis").addEventListener("change", (e) => {
     state.axis = e.target.value;
     if (state.axis === "time" && !state.panes.every((p) => p.hasTime)) setStatus("this trace has no timestamps: staying on event order", true);

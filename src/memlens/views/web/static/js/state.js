@@ -4,6 +4,7 @@ export const state = {
   panes: [],
   axis: "event",
   link: true,
+  independentY: false, // compare: each pane fits its own y scale (default: one shared)
   live: null, // {pane, event, u, axis, data, focus: [path of labels]}
   pinned: null, // {pane, row}
   mouse: null, // {pane, x, y}

@@ -12,6 +12,16 @@ import { annotationLevels, MB, ML, MR, MT } from "./geometry.js";
 import { bindInput } from "./input.js";
 import { drawOverview, drawPane, renderOff } from "./render.js";
 
+// Compare: one memory scale for every pane (0 to the largest peak of any, reserved or
+// active), so a 6.5 GiB peak is drawn lower than an 11.6 GiB one; null when alone or when
+// the user asked for independent scales (each pane fits what it shows).
+export function sharedY(st) {
+  if (st.panes.length < 2 || st.independentY) return null;
+  let top = 1;
+  for (const p of st.panes) top = Math.max(top, p.dm.peak.peak_reserved_bytes, p.dm.peak.peak_active_bytes);
+  return [0, top];
+}
+
 export class Pane {
   constructor(root, snapMeta, device, compact) {
     this.snap = snapMeta;
@@ -60,7 +70,9 @@ export class Pane {
     this.section = sec;
     this.mainH = compact ? 300 : 440;
     bindInput(this);
-    this.setDevice(device);
+    this.device = device;
+    // compare: the first request waits for every pane (they share one y scale)
+    if (!compact) this.setDevice(device);
   }
 
   get dm() { return this.snap.devices.find((d) => d.device === this.device); }
@@ -196,7 +208,7 @@ export class Pane {
     const axis = this.axis, x0 = this.x0, x1 = this.x1, w = this.plotW, h = this.plotH, dev = this.device;
     const t = performance.now();
     try {
-      const v = await getJSON(viewUrl(this.s, dev, x0, x1, axis, w, h, { yzoom: this.yzoom }));
+      const v = await getJSON(viewUrl(this.s, dev, x0, x1, axis, w, h, { yzoom: this.yzoom || sharedY(state) }));
       if (dev === this.device) {
         v.axis = axis; v.vx0 = x0; v.vx1 = x1;
         this.view = v;
