@@ -8,6 +8,10 @@ need_apt=()
 command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
 command -v tmux >/dev/null 2>&1 || need_apt+=(tmux)
 command -v ffmpeg >/dev/null 2>&1 || need_apt+=(ffmpeg)
+command -v node >/dev/null 2>&1 || need_apt+=(nodejs)   # the viewer's JS unit tests
+# zlib's header: the compiled snapshot reader inflates .pickle.gz itself (without it the
+# optional extension is skipped and memlens falls back to the slower Python reader).
+[ -f /usr/include/zlib.h ] || need_apt+=(zlib1g-dev)
 if [ "${#need_apt[@]}" -gt 0 ] && [ "${MEMLENS_SKIP_APT:-0}" != "1" ]; then
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
   $SUDO apt-get update -qq
