@@ -206,3 +206,29 @@ def test_errors_are_one_line(
         {"action": "alloc", "addr": 1, "size": 8, "stream": 0}]]}))  # fmt: skip
     assert cli_run(["export", str(untimed), "--chrome-trace", str(tmp_path / "u.json")]) == 2
     assert "has no timestamps" in capsys.readouterr().err
+
+
+def test_a_trace_from_another_run_is_merged_with_a_warning(generated: Path, tmp_path: Path) -> None:
+    other = tmp_path / "other.json"  # array format, epoch ts (no baseTimeNanoseconds)
+    other.write_text(json.dumps([{"name": "k", "ph": "X", "ts": 5, "dur": 1, "pid": 1, "tid": 1}]))
+    out = tmp_path / "m.json"
+    status = json.loads(
+        run("export", str(generated), "--chrome-trace", str(out), "--merge", str(other), "--json")
+    )
+    assert status["clock_base_us"] == 0
+    assert status["warnings"] == [
+        f"the snapshot's time range does not overlap {other}'s: were they recorded in the same run?"
+    ]
+    events = read_tef(out).events
+    assert events[0] == {"name": "k", "ph": "X", "ts": 5, "dur": 1, "pid": 1, "tid": 1}
+
+
+def test_a_value_json_cannot_hold_is_a_memlens_error(generated: Path, tmp_path: Path) -> None:
+    # the loader already turns NaN settings into text; a snapshot built in code may not
+    from memlens.errors import MemlensError
+    from memlens.snapshot.pytorch_layout import write_json
+
+    snap = memlens.load(generated)
+    snap.allocator_settings = {"garbage_collection_threshold": float("nan")}
+    with pytest.raises(MemlensError, match="cannot write the snapshot as JSON"):
+        write_json(snap, tmp_path / "o.json")

@@ -17,6 +17,7 @@ from typing import IO, Any
 
 import numpy as np
 
+from memlens.errors import MemlensError
 from memlens.snapshot.actions import BLOCK_STATE_NAMES, Action
 from memlens.snapshot.model import DeviceTrace, Snapshot
 
@@ -144,11 +145,15 @@ def write_json(snap: Snapshot, out: str | Path | IO[str]) -> None:
     """Write `to_pytorch_layout(snap)` as compact JSON. Written in slices of entries with
     json.dumps (the C encoder; json.dump streams through the pure-Python one, ~3x slower)
     so no single string holds the whole file."""
-    if isinstance(out, (str, Path)):
-        with open(out, "w", encoding="utf-8") as fh:
-            _write(to_pytorch_layout(snap), fh)
-    else:
-        _write(to_pytorch_layout(snap), out)
+    data = to_pytorch_layout(snap)
+    try:
+        if isinstance(out, (str, Path)):
+            with open(out, "w", encoding="utf-8") as fh:
+                _write(data, fh)
+        else:
+            _write(data, out)
+    except ValueError as exc:  # allow_nan=False: a NaN or infinity (allocator_settings)
+        raise MemlensError(f"cannot write the snapshot as JSON: {exc}") from None
 
 
 SLICE = 20_000  # trace entries per json.dumps call

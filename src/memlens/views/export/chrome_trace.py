@@ -158,6 +158,22 @@ def profiler_base_us(trace: dict[str, Any]) -> int:
     return base // 1000
 
 
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _span(events: list[Any]) -> tuple[float, float] | None:
+    """(first ts, last ts + dur) over the timed events, or None if none is timed."""
+    times: list[float] = []
+    for e in events:
+        if not isinstance(e, dict) or e.get("ph") == "M" or not _is_number(e.get("ts")):
+            continue
+        times.append(e["ts"])
+        if _is_number(e.get("dur")):
+            times.append(e["ts"] + e["dur"])
+    return (min(times), max(times)) if times else None
+
+
 def merge(
     snap: Snapshot, trace: dict[str, Any], devices: list[int] | None = None
 ) -> tuple[dict[str, Any], bool]:
@@ -165,21 +181,8 @@ def merge(
     and whether the two time ranges overlap (False: probably not the same run)."""
     base = profiler_base_us(trace)
     ours = memory_events(snap, devices, base)
-    theirs = [
-        e
-        for e in trace["traceEvents"]
-        if isinstance(e, dict) and isinstance(e.get("ts"), (int, float)) and e.get("ph") != "M"
-    ]
-    overlap = True
-    if theirs:
-        lo = min(e["ts"] for e in theirs)
-        hi = max(
-            e["ts"] + (e.get("dur") or 0)
-            for e in theirs
-            if isinstance(e.get("dur", 0), (int, float))
-        )
-        mine = [e["ts"] for e in ours if "ts" in e]
-        overlap = bool(mine) and min(mine) <= hi and max(mine) >= lo
+    theirs, mine = _span(trace["traceEvents"]), _span(ours)
+    overlap = theirs is None or (mine is not None and mine[0] <= theirs[1] and mine[1] >= theirs[0])
     merged = dict(trace)
     merged["traceEvents"] = [*trace["traceEvents"], *ours]
     return merged, overlap

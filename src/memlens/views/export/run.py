@@ -64,6 +64,4 @@ def export(
             result["outputs"].append(_output("parquet", parquet, files))
     except OSError as exc:
         raise MemlensError(f"cannot write {exc.filename}: {exc.strerror or exc}") from None
-    except ValueError as exc:  # json: a NaN in allocator_settings
-        raise MemlensError(f"cannot write JSON: {exc}") from None
     return result
