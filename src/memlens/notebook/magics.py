@@ -121,7 +121,7 @@ class MemlensMagics(Magics):
 
         recording = record(
             path,
-            max_entries=args.max_entries or DEFAULT_MAX_ENTRIES,
+            max_entries=DEFAULT_MAX_ENTRIES if args.max_entries is None else args.max_entries,
             stacks=args.stacks,
             report=not args.no_report,
         )
