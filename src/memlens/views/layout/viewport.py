@@ -271,12 +271,17 @@ class DeviceLayout:
         min_size = max(int(np.ceil(bpp * min(max(min_px, 0.0), 1.0))), 1)
         rows = self._candidates(sample, min_size)
         a = dev.alloc_event[rows].astype(np.int64)
-        f = dev.free_event[rows].astype(np.int64)
         # sample is non-decreasing, so each allocation is live on one contiguous column run
-        c0 = np.searchsorted(sample, a, side="left")
-        c1 = np.searchsorted(sample, f, side="left")
-        keep = c0 < c1
-        rows, c0, c1 = rows[keep], c0[keep], c1[keep]
+        # from c0, the first column whose sample is at or after its alloc event; rows (so
+        # alloc events) ascend, so c0 comes from `width` searches, not one per row
+        first = np.searchsorted(a, sample, side="right")  # rows allocated by each sample
+        c0 = np.cumsum(np.bincount(first, minlength=len(a) + 1))[: len(a)]
+        # alive at its first column's sample, or at none: most rows of a wide view never are
+        f = dev.free_event[rows]
+        keep = c0 < width
+        keep[keep] = f[keep] > sample[c0[keep]]
+        rows, c0 = rows[keep], c0[keep]
+        c1 = np.searchsorted(sample, f[keep].astype(np.int64), side="left")
         sizes = dev.alloc_size[rows].astype(np.int64)
         # an upper bound on each band's runs: the segments between the candidates' ends it
         # spans (drawing fewer bands only merges segments)
