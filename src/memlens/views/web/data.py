@@ -29,6 +29,7 @@ from memlens.snapshot.model import (
     Snapshot,
 )
 from memlens.views.layout import MAX_HEIGHT, MAX_WIDTH, DeviceLayout, time_range
+from memlens.views.web.allocator_view import allocator_state
 
 FLAG_NAMES = {
     PREEXISTING: "preexisting",
@@ -295,6 +296,12 @@ class ViewerData:
             "reserved": dev.reserved_at(event),
             "tree": tree.to_dict(dev.snapshot),
         }
+
+    # ---- /api/d/{device}/state -------------------------------------------------------------------
+    def state(self, s: int, device: int, event: int) -> dict[str, Any]:
+        """Segments and blocks right after `event` (clamped to the trace; -1: before it)."""
+        dev = self.dev(s, device)
+        return allocator_state(dev, int(min(max(event, -1), dev.n_events - 1)))
 
     # ---- /api/d/{device}/annotations ---------------------------------------------------------------
     def annotations(self, s: int, device: int) -> dict[str, Any]:

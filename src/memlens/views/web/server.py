@@ -163,6 +163,9 @@ def create_app(
             python_only=req.query_params.get("python_only", "1") != "0",
         )
 
+    def allocator(req: Request) -> Any:
+        return data.state(_snap(req), device(req), _int(req, "event", -1, lo=-1))
+
     def summary(req: Request) -> Any:
         return data.summary(_snap(req), device(req))
 
@@ -183,6 +186,7 @@ def create_app(
         Route("/api/d/{device}/live", api(live)),
         Route("/api/d/{device}/annotations", api(annotations)),
         Route("/api/d/{device}/summary", api(summary)),
+        Route("/api/d/{device}/state", api(allocator)),
         Route("/api/compare", api(compare)),
         Mount("/static", StaticFiles(directory=str(STATIC)), name="static"),
     ]

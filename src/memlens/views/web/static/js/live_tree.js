@@ -1,4 +1,5 @@
 // The live tree: what is allocated at one moment, by call stack, with search and focus.
+import { followCursor } from "./allocator.js";
 import { getJSON } from "./api.js";
 import { $, col, el } from "./dom.js";
 import { fmtBytes, fmtInt, fmtSeconds } from "./format.js";
@@ -10,6 +11,7 @@ export async function openLive(pane, event, u) {
   const py = $("#live-py").checked;
   state.live = { pane, event, u, axis: pane.axis, data: null, focus: [] };
   for (const p of state.panes) p.draw();
+  followCursor(pane, event);
   try {
     const d = await getJSON(`/api/d/${pane.device}/live?snap=${pane.s}&event=${event}&python_only=${py ? 1 : 0}`);
     if (!state.live || state.live.event !== event || state.live.pane !== pane) return;

@@ -13,6 +13,7 @@
 //                 pane/colour.js are pure
 //   tooltip.js, details.js, live_tree.js, compare.js: the tooltip and the side cards
 import { getJSON } from "./api.js";
+import { openState, stepState } from "./allocator.js";
 import { loadCompare } from "./compare.js";
 import { $, forgetThemeColours, setStatus } from "./dom.js";
 import { openLive, renderLive } from "./live_tree.js";
@@ -51,7 +52,7 @@ function onKey(e) {
   const k = e.key;
   if (k !== "?" && k !== "d") hideTooltip(); // it described the picture before the key
   if (k === "?") toggleHelp();
-  else if (k === "Escape") { toggleHelp(false); $("#details").hidden = true; $("#live").hidden = true; state.pinned = null; state.live = null; for (const q of state.panes) q.draw(); }
+  else if (k === "Escape") { toggleHelp(false); $("#details").hidden = true; $("#live").hidden = true; $("#state").hidden = true; state.pinned = null; state.live = null; state.allocator = null; for (const q of state.panes) q.draw(); }
   else if (k === "ArrowLeft") p.setRange(p.x0 - span * 0.15, p.x1 - span * 0.15);
   else if (k === "ArrowRight") p.setRange(p.x0 + span * 0.15, p.x1 + span * 0.15);
   else if (k === "+" || k === "=" || k === "ArrowUp") p.zoomAt(mid, 0.6);
@@ -62,9 +63,18 @@ function onKey(e) {
   else if (k === "y" && state.panes.length > 1) { const b = $("#yscale"); b.checked = !b.checked; b.dispatchEvent(new Event("change")); }
   else if (k === "d") applyTheme(!document.documentElement.classList.contains("dark"));
   else if (k === "l" && state.mouse) state.mouse.pane.liveAtX(state.mouse.x);
+  else if (k === "a") openStateAtCursor();
+  else if (k === ",") stepState(-1);
+  else if (k === ".") stepState(1);
   else if (k === "/") { $("#live").hidden = false; $("#live-search").focus(); }
   else return;
   e.preventDefault();
+}
+
+// the allocator state at the live cursor, else at the mouse (which also sets the cursor)
+function openStateAtCursor() {
+  if (state.live) openState(state.live.pane, state.live.event);
+  else if (state.mouse) { state.mouse.pane.liveAtX(state.mouse.x); if (state.live) openState(state.live.pane, state.live.event); }
 }
 
 async function main() {
@@ -112,15 +122,19 @@ async function main() {
       if (id === "help") toggleHelp(false); else $(`#${id}`).hidden = true;
       if (id === "details") state.pinned = null;
       if (id === "live") state.live = null;
+      if (id === "state") state.allocator = null;
       for (const p of state.panes) p.draw();
     });
   }
-  const cards = ["#details", "#live", "#compare"].map((id) => $(id));
+  const cards = ["#details", "#live", "#compare", "#state"].map((id) => $(id));
   const guide = () => { $("#guide").hidden = cards.some((c) => !c.hidden); };
   const watch = new MutationObserver(guide);
   for (const c of cards) watch.observe(c, { attributes: true, attributeFilter: ["hidden"] });
   guide();
   $("#live-search").addEventListener("input", () => renderLive());
+  $("#live-state").addEventListener("click", openStateAtCursor);
+  $("#state-prev").addEventListener("click", () => stepState(-1));
+  $("#state-next").addEventListener("click", () => stepState(1));
   $("#live-py").addEventListener("change", () => { const L = state.live; if (L) openLive(L.pane, L.event, L.u); });
   document.addEventListener("keydown", onKey);
   let rt = null;

@@ -7,6 +7,7 @@ export const state = {
   independentY: false, // compare: each pane fits its own y scale (default: one shared)
   live: null, // {pane, event, u, axis, data, focus: [path of labels]}
   pinned: null, // {pane, row}
+  allocator: null, // {pane, event, data}: the Allocator State card
   mouse: null, // {pane, x, y}
   firstPaint: null,
 };

@@ -1,0 +1,51 @@
+"""The viewer's Allocator State card (MemoryViz's Allocator State History): the segments and
+blocks right after one event, from analysis.allocator_state.state_at (what `memlens
+fragmentation --event N --json` prints), cut to what a card can draw.
+
+The card draws one row per segment, so at most MAX_SEGMENTS segments (lowest addresses
+first) and MAX_BLOCKS blocks come with their blocks; the summary figures always cover all.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from memlens.analysis.allocator_state import ROUND, state_at
+from memlens.snapshot.model import DeviceTrace
+
+MAX_SEGMENTS = 300  # rows of the card's canvas
+MAX_BLOCKS = 20_000
+
+
+def allocator_state(dev: DeviceTrace, event: int) -> dict[str, Any]:
+    """state_at(dev, event) with segments by address (the first MAX_SEGMENTS, their blocks up
+    to MAX_BLOCKS in all), each block's offset in its segment, and the rounding waste: bytes
+    of the live blocks' 512-byte rounding (the allocator's smallest block), inside `free_bytes`."""
+    st = state_at(dev, event, blocks=True)
+    segments = sorted(st.pop("segments", []), key=lambda s: int(s["address"], 16))
+    waste = 0
+    drawn: list[dict[str, Any]] = []
+    n_blocks = 0
+    for seg in segments:
+        base = int(seg["address"], 16)
+        blocks = seg["blocks"]
+        for b in blocks:
+            waste += max(ROUND, -(-b["size"] // ROUND) * ROUND) - b["size"]
+        if len(drawn) >= MAX_SEGMENTS:
+            continue
+        keep = blocks[: max(MAX_BLOCKS - n_blocks, 0)]
+        n_blocks += len(keep)
+        drawn.append(
+            {
+                **{k: v for k, v in seg.items() if k != "blocks"},
+                "blocks": [{**b, "offset": int(b["address"], 16) - base} for b in keep],
+                "blocks_total": len(blocks),
+            }
+        )
+    return {
+        **st,
+        "rounding_waste_bytes": waste,
+        "segments": drawn,
+        "segments_shown": len(drawn),
+        "blocks_shown": n_blocks,
+    }
