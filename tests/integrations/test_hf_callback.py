@@ -66,6 +66,7 @@ def test_an_oom_is_dumped_with_its_step_in_the_name(tmp_path):
         callback.close()  # the Trainer has no exception hook: stop what it left on
     oom = tmp_path / "memlens" / "oom" / "oom_step1_rank0.pickle"
     assert callback.oom_paths == [oom]
+    assert oom.with_suffix(".html").exists()  # close() wrote its report, out of the allocator
     assert callback.snapshot_path is None  # the window (steps 2-3) was never reached
     trace = pickle.loads(oom.read_bytes())["device_traces"][0]
     assert trace[-1]["action"] == "oom"

@@ -59,3 +59,17 @@ def test_without_cuda_it_says_so_once_and_records_nothing(tmp_path, capsys):
     recorder.finish()
     assert capsys.readouterr().err.startswith("memlens: no CUDA device")
     assert recorder.snapshot_path is None and list(tmp_path.iterdir()) == []
+
+
+def test_a_run_that_raised_is_stopped_by_the_next_one(tmp_path):
+    first = TrainingRecorder((1, 2), report=False)
+    with pytest.raises(RuntimeError), memlens.simulate(cublas_workspace=0):
+        first.start(tmp_path / "a", rank=0)
+        first.begin_step(1)
+        first.enter("forward")
+        raise RuntimeError("the training died; no finish(), no abandon()")
+    second = TrainingRecorder((1, 1), report=False)
+    run(second, tmp_path / "b", 0, steps=1)  # its start() ends the first's recordings
+    assert first.snapshot_path is None and second.snapshot_path is not None
+    names = [s["name"] for s in stage_intervals(memlens.load(second.snapshot_path).device(0))]
+    assert names == ["memlens.step#1", "forward"]  # nothing of the first run
