@@ -234,6 +234,7 @@ def test_compare_panes_move_alone_after_tab_and_together_after_l(dev):
         assert shown(app, "#summary1").startswith("▶ B: snap1")
         assert shown(app, "#summary0").startswith("A: snap0")
         assert shown(app, "#view").startswith("B moves alone (Tab: switch, l: link)")
+        assert _dimmed(app, 0) and not _dimmed(app, 1)  # A, which the keys skip, is dimmed
         await press(pilot, "right_curly_bracket", "left")  # } : to A, which moves alone
         assert events() == ["3", "6"]
         await press(pilot, "enter")  # each pane at its own cursor
@@ -243,5 +244,17 @@ def test_compare_panes_move_alone_after_tab_and_together_after_l(dev):
         await press(pilot, "l", "right")
         assert events() == ["4", "4"]  # linked again, following A
         assert shown(app, "#summary0").startswith("A: snap0")
+        assert not _dimmed(app, 0) and not _dimmed(app, 1)
 
     run([dev, other], script)
+
+
+def _dimmed(app, k: int) -> bool:
+    """Is every row of pane k's chart drawn dim?"""
+    text = app.screen.query_one(f"#chart{k}").render()
+    return all(
+        any(
+            s.start == 0 and s.end == len(row) and getattr(s.style, "dim", False) for s in row.spans
+        )
+        for row in text.split("\n")
+    )

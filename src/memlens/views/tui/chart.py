@@ -327,7 +327,9 @@ def render_chart(
             label = format_bytes(floor + span * (rows - r - 0.5) / rows)
         else:
             label = ""
-        line = Text(f"{label:>{AXIS_WIDTH - 1}}│", style=AXIS, no_wrap=True, overflow="crop")
+        # the axis style on its own span: as the Text's style it would dim the bars too
+        line = Text(no_wrap=True, overflow="crop")
+        line.append(f"{label:>{AXIS_WIDTH - 1}}│", AXIS)
         row_chars, row_kind = chars[r], kind[r]
         cuts = [0, *(np.flatnonzero(np.diff(row_kind)) + 1).tolist(), len(row_kind)]
         for a, b in zip(cuts, cuts[1:]):
@@ -372,7 +374,8 @@ def _axis_row(timeline: Timeline, view: Viewport, cols: int, mono: bool) -> Text
     x = view.cursor_column - view.start
     if 0 <= x < cols:
         cells[x], styles[x] = CURSOR_GLYPH, cursor
-    line = Text(" " * (AXIS_WIDTH - 1) + "└", style=AXIS, no_wrap=True, overflow="crop")
+    line = Text(no_wrap=True, overflow="crop")
+    line.append(" " * (AXIS_WIDTH - 1) + "└", AXIS)
     for ch, st in zip(cells, styles):
         line.append(ch, st)
     return line

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from rich.style import Style
 from rich.text import Text
 from textual import events
 from textual.app import ComposeResult
@@ -22,6 +23,8 @@ from memlens.views.tui.base import (
 from memlens.views.tui.chart import AXIS_WIDTH, Viewport, column_at, render_chart
 from memlens.views.tui.describe import cursor_line, summary_parts, view_line, wrap_parts
 from memlens.views.tui.tree_screens import DiffScreen, LiveTreeScreen
+
+DIM = Style(dim=True)
 
 
 class TimelineScreen(KeyScreen):
@@ -108,9 +111,13 @@ class TimelineScreen(KeyScreen):
         s = self.sessions[k]
 
         def provide(width: int, height: int) -> list[Text]:
-            return render_chart(
+            rows = render_chart(
                 s.timeline, self.views[k], width, height, top=self.y_top, mono=self.app.no_color
             )
+            if not self.linked and k != self.active:  # as in ptmem: the pane keys skip
+                for row in rows:
+                    row.stylize(DIM)
+            return rows
 
         return provide
 
@@ -157,7 +164,9 @@ class TimelineScreen(KeyScreen):
         return click
 
     def _retitle(self) -> None:
+        """The active pane changed: its title mark, and which chart is dimmed."""
         self._wrap_summaries()
+        self.redraw()
 
     def _wheel(self, steps: int) -> None:
         self.do_step(steps)
