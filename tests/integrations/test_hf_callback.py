@@ -21,10 +21,11 @@ from memlens.fleet.naming import rank_ids  # noqa: E402
 from memlens.integrations.hf import MemlensCallback  # noqa: E402
 
 
-def train(output_dir: Path, callback: MemlensCallback, max_steps: int) -> None:
+def train(output_dir: Path, callback: MemlensCallback, max_steps: int, accumulate: int = 1) -> None:
     args = TrainingArguments(
         output_dir=str(output_dir),
         per_device_train_batch_size=4,
+        gradient_accumulation_steps=accumulate,
         max_steps=max_steps,
         report_to="none",
         save_strategy="no",
@@ -54,6 +55,20 @@ def test_steps_2_to_3_are_recorded_with_their_stages_and_report(tmp_path):
     steps = [s for s in stage_intervals(dev) if s["base_name"] == "memlens.step"]
     assert all(s["last_event"] >= s["first_event"] for s in steps)  # events inside each
     assert rank_ids([str(callback.snapshot_path)]) == ([0], "file name")
+
+
+def test_gradient_accumulation_puts_two_passes_in_one_step(tmp_path):
+    callback = MemlensCallback(record_steps=(2, 2), report=False, dump_on_oom=False)
+    with memlens.simulate(cublas_workspace="8MiB"):
+        train(tmp_path, callback, max_steps=2, accumulate=2)
+    assert sorted(p.name for p in (tmp_path / "memlens").iterdir()) == ["steps2-2_rank0.pickle"]
+    stages = our_stages(stage_intervals(memlens.load(callback.snapshot_path).device(0)))
+    passes = [(name, 1, "memlens.step#2") for name in ("forward", "backward") * 2]
+    assert stages == [
+        ("memlens.step#2", 0, None),
+        *passes,
+        ("optimizer", 1, "memlens.step#2"),
+    ]
 
 
 def test_an_oom_is_dumped_with_its_step_in_the_name(tmp_path):
