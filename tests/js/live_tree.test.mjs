@@ -3,7 +3,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { hatchReasons, hatchSummary, passChain, subtreeMatches, tooltipLines } from "./static.mjs";
+import { hatchReasons, hatchSummary, passChain, shortSite, shownChain, splitLabel, subtreeMatches, tooltipLines } from "./static.mjs";
 
 const node = (label, bytes, children = []) => ({ label, bytes, children });
 
@@ -74,4 +74,24 @@ test("subtreeMatches: the node or anything under it (case-folded query)", () => 
   assert.ok(!subtreeMatches(t, "conv"));
   assert.ok(!subtreeMatches(t.children[1], "matmul"));
   assert.ok(subtreeMatches({ label: "no children key" }, "children"));
+});
+
+test("shownChain: a search keeps the folding of the frames before the first match", () => {
+  const leaf = node("leaf", 10);
+  const d = node("d", 10, [leaf]);
+  const c = node("match_me", 10, [d]);
+  const b = node("b", 10, [c]);
+  const a = node("a", 10, [b]);
+  assert.deepEqual(shownChain(a, "").map((n) => n.label), ["a", "b", "match_me", "d", "leaf"]);
+  assert.deepEqual(shownChain(a, "match").map((n) => n.label), ["a", "b", "match_me"]);
+  assert.deepEqual(shownChain(a, "zzz").map((n) => n.label), ["a", "b", "match_me", "d", "leaf"]);
+});
+
+test("splitLabel / shortSite: the location that tells rows apart stays whole", () => {
+  assert.deepEqual(splitLabel("train_step (train.py:30)"), ["train_step", " (train.py:30)"]);
+  assert.deepEqual(splitLabel("<no stack recorded>"), ["<no stack recorded>", ""]);
+  assert.deepEqual(splitLabel("f (a (b).py:3)"), ["f (a (b).py:3)", ""]);
+  assert.equal(shortSite("step (/home/u/proj/train.py:30)"), "step (train.py:30)");
+  assert.equal(shortSite("step (train.py:30)"), "step (train.py:30)");
+  assert.equal(shortSite("<no Python frames: C++ / backward>"), "<no Python frames: C++ / backward>");
 });

@@ -149,7 +149,9 @@ def test_hover_and_click_name_the_band_under_the_pointer(browser, layered):
     tip = pg.page.inner_text("#tooltip")
     assert "2.93 KiB" in tip and "build_head (/home/u/model.py:99)" in tip
     pg.page.mouse.move(box["x"] + x(AFTER), box["y"] + y(7280))
-    assert "312 small allocations: 312 B" in pg.page.inner_text("#tooltip")
+    tip = pg.page.inner_text("#tooltip")
+    assert "hatched: 312 allocations summed, 312 B (4.2% of this column)" in tip
+    assert "each under 2 B, a 16th of a pixel here (312 B): Shift + wheel" in tip
     pg.page.mouse.click(box["x"] + x(AFTER), box["y"] + y(5500))
     pg.page.wait_for_selector("#details .frames li")
     assert not pg.page.is_visible("#guide")
@@ -209,9 +211,9 @@ def test_hint_says_what_the_aggregate_band_holds(browser):
     with serving(ViewerData([snap], ["dust"])) as url:
         pg = Page(browser, url)
         assert pg.page.inner_text(".hint") == (
-            "100% of the tallest column is the hatched band: 4,000 allocations of at most 1 B "
-            "each (24 B a pixel here), too many to draw one by one: zoom in, or Shift + wheel "
-            "to zoom the memory axis, to separate them."
+            "Hatched band at the tallest column: 100% of it, 3.91 KiB in 4,000 allocations "
+            "(24 B a pixel here). Each under 2 B, a 16th of a pixel here (3.91 KiB): Shift + "
+            "wheel zooms the memory axis to separate them."
         )
         assert not pg.errors
 

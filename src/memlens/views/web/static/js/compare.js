@@ -3,7 +3,13 @@ import { getJSON } from "./api.js";
 import { kv } from "./details.js";
 import { $, el } from "./dom.js";
 import { fmtBytes } from "./format.js";
+import { splitLabel } from "./live_tree.js";
 import { state } from "./state.js";
+
+// "name (/a/b/file.py:12)" -> "name (file.py:12)". Pure.
+export function shortSite(label) {
+  return label.replace(/\(([^()]*\/)([^()/]*:\d+)\)$/, "($2)");
+}
 
 export async function loadCompare() {
   const card = $("#compare"), body = $(".body", card);
@@ -23,7 +29,12 @@ export async function loadCompare() {
     tbl.append(head);
     for (const r of c.sites) {
       const tr = el("tr");
-      tr.append(el("td", null, r.site), el("td", null, fmtBytes(r.a_bytes)), el("td", null, fmtBytes(r.b_bytes)));
+      // one line per site: the file's base name (the full path in the tooltip)
+      const [name, loc] = splitLabel(shortSite(r.site));
+      const td = el("td", null, name);
+      td.append(el("span", "ln", loc));
+      td.title = r.site;
+      tr.append(td, el("td", null, fmtBytes(r.a_bytes)), el("td", null, fmtBytes(r.b_bytes)));
       const d = el("td", r.diff > 0 ? "up" : r.diff < 0 ? "down" : "", (r.diff > 0 ? "+" : "") + fmtBytes(r.diff));
       tr.append(d);
       tbl.append(tr);

@@ -48,6 +48,23 @@ export function passChain(n) {
   return out;
 }
 
+// The frames one row stands for under a search (q lower-cased, "" for none): the pass-on
+// run from `n` (passChain), cut at the first frame that matches, so a match is always its
+// own row, marked, and the folding of the frames before it stays. Pure.
+export function shownChain(n, q) {
+  const chain = passChain(n);
+  if (!q) return chain;
+  const i = chain.findIndex((c) => c.label.toLowerCase().includes(q));
+  return i < 0 ? chain : chain.slice(0, i + 1);
+}
+
+// "name (file:line)" -> ["name", " (file:line)"]: the location is what tells sibling rows
+// apart, so the row truncates the name, never it. Pure.
+export function splitLabel(label) {
+  const m = / \([^()]*:\d+\)$/.exec(label);
+  return m ? [label.slice(0, m.index), label.slice(m.index)] : [label, ""];
+}
+
 // does this node or one below it match the search (q lower-cased)? Pure.
 export function subtreeMatches(node, q) {
   if (node.label.toLowerCase().includes(q)) return true;
@@ -109,7 +126,10 @@ export function renderLive() {
     const open = q ? subtreeMatches(node, q) && depth < 40 : depth < 2;
     const tog = el("span", "tog", kids.length ? (open ? "▾" : "▸") : "");
     const lbl = el("span", "lbl");
-    const matched = markText(lbl, node.label, q);
+    const [name, loc] = splitLabel(node.label);
+    const nm = el("span", "nm"), ln = el("span", "ln");
+    lbl.append(nm, ln);
+    const matched = markText(nm, name, q) | markText(ln, loc, q);
     if (matched) row.classList.add("match");
     lbl.title = node.frame ? `${node.frame.filename}:${node.frame.line} ${node.frame.name}` : node.label;
     row.append(bar, tog, lbl, el("span", "bytes", fmtBytes(node.bytes)), el("span", "pct", `${(share * 100).toFixed(1)}%`));
@@ -128,7 +148,7 @@ export function renderLive() {
       rendered = true;
       for (const c of kids) {
         if (q && !subtreeMatches(c, q)) continue;
-        const chain = q ? [c] : passChain(c);
+        const chain = shownChain(c, q);
         if (chain.length > 3) {
           const last = chain[chain.length - 1];
           childBox.append(chainRow(chain.slice(0, -1)));

@@ -127,14 +127,22 @@ export function drawPane(p) {
     ctx.drawImage(p.off, dx, MT, dw, plotH);
     const y = (bytes) => MT + plotH - ((bytes - v.ymin) / (v.ymax - v.ymin)) * plotH;
     const colX = p.colXFn(v);
-    for (const [which, color, width] of [["pinned", col("--cursor"), 2], ["hover", col("--hl"), 2]]) {
+    for (const [which, color, width] of [["pinned", col("--cursor"), 2.5], ["hover", col("--hl"), 2]]) {
       const row = which === "pinned" ? (state.pinned && state.pinned.pane === p ? state.pinned.row : -1) : (p.hover ? p.hover.row : -1);
       if (row < 0) continue;
       const k = v.bands.row.indexOf(row);
       if (k < 0) continue;
+      const path = bandPath(v, k, y, colX);
+      if (which === "pinned") {
+        // the clicked band: filled and outlined, so it stands out among same-coloured ones
+        ctx.globalAlpha = 0.6;
+        ctx.fillStyle = col("--hl");
+        ctx.fill(path);
+        ctx.globalAlpha = 1;
+      }
       ctx.strokeStyle = color;
       ctx.lineWidth = width;
-      ctx.stroke(bandPath(v, k, y, colX));
+      ctx.stroke(path);
     }
   }
   // peak marker
@@ -148,10 +156,19 @@ export function drawPane(p) {
       ctx.lineWidth = 1;
       ctx.beginPath(); ctx.moveTo(px, MT); ctx.lineTo(px, MT + plotH); ctx.stroke();
       ctx.setLineDash([]);
-      ctx.fillStyle = col("--peak");
       ctx.font = "11px system-ui, sans-serif";
       ctx.textAlign = "left"; // the axis labels leave it "right"
-      ctx.fillText(`peak ${fmtBytes(s.peak_active_bytes)}`, Math.min(px + 4, ML + plotW - 90), MT + 12);
+      // on a backing box inside the plot, clear of the y axis; above a y zoom, it says so
+      const above = v && s.peak_active_bytes > v.ymax;
+      const label = `peak ${fmtBytes(s.peak_active_bytes)}${above ? " ↑ above the view" : ""}`;
+      const tw = ctx.measureText(label).width;
+      const lx = Math.max(ML + 4, Math.min(px + 4, ML + plotW - tw - 4));
+      ctx.fillStyle = col("--bg");
+      ctx.globalAlpha = 0.85;
+      ctx.fillRect(lx - 2, MT + 2, tw + 4, 14);
+      ctx.globalAlpha = 1;
+      ctx.fillStyle = col("--peak");
+      ctx.fillText(label, lx, MT + 13);
     }
   }
   // out-of-memory entries: where the allocator gave up (the request and the free memory
