@@ -71,6 +71,10 @@ test("rangeQuery and viewUrl: the viewport request", () => {
     viewUrl(0, 0, 3, 9, "time", 500, 40, { detail: false }),
     "/api/d/0/view?snap=0&t0=3&t1=9&width=500&height=40&detail=0",
   );
+  assert.equal(
+    viewUrl(0, 0, 3, 9, "event", 500, 40, { q: "a&b c" }),
+    "/api/d/0/view?snap=0&e0=3&e1=9&width=500&height=40&q=a%26b%20c",
+  );
 });
 
 test("bandOffset: a band's bottom offset at a column, from its runs", () => {

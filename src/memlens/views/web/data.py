@@ -30,6 +30,7 @@ from memlens.snapshot.model import (
 )
 from memlens.views.layout import MAX_HEIGHT, MAX_WIDTH, DeviceLayout, time_range
 from memlens.views.web.allocator_view import allocator_state
+from memlens.views.web.search import address_hits, band_matches, parse_query
 
 FLAG_NAMES = {
     PREEXISTING: "preexisting",
@@ -159,6 +160,7 @@ class ViewerData:
         ymin: int | None = None,
         detail: bool = True,
         min_px: float = PAGE_MIN_PX,
+        q: str | None = None,
     ) -> dict[str, Any]:
         width = int(min(max(width, 1), MAX_WIDTH))
         if not 0 < min_px <= 1:
@@ -201,6 +203,11 @@ class ViewerData:
         out["bands"]["flags"] = dev.alloc_flags[rows].tolist()
         out["sites"] = [frame_label(snap, int(u)) for u in uniq]
         out["site_ids"] = uniq.tolist()  # frame ids: stable colour keys across views
+        if q:  # the find box: which bands match, and for an address where it was
+            query = parse_query(q)
+            out["bands"]["match"] = band_matches(dev, rows, query).astype(np.uint8).tolist()
+            if isinstance(query, int):
+                out["address"] = address_hits(dev, query)
         return out
 
     # ---- /api/d/{device}/alloc/{row} -----------------------------------------------------------

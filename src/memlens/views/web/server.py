@@ -147,6 +147,7 @@ def create_app(
             ymin=_int(req, "ymin", lo=0),
             detail=req.query_params.get("detail", "1") != "0",
             min_px=PAGE_MIN_PX if min_px is None else min_px,
+            q=req.query_params.get("q"),
         )
 
     def alloc(req: Request) -> Any:

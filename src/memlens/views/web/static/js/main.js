@@ -66,6 +66,7 @@ function onKey(e) {
   else if (k === "a") openStateAtCursor();
   else if (k === ",") stepState(-1);
   else if (k === ".") stepState(1);
+  else if (k === "f") $("#find").focus();
   else if (k === "/") { $("#live").hidden = false; $("#live-search").focus(); }
   else return;
   e.preventDefault();
@@ -133,6 +134,11 @@ async function main() {
   guide();
   $("#live-search").addEventListener("input", () => renderLive());
   $("#live-state").addEventListener("click", openStateAtCursor);
+  let ft = null;
+  $("#find").addEventListener("input", (e) => {
+    clearTimeout(ft);
+    ft = setTimeout(() => { state.find = e.target.value.trim(); for (const p of state.panes) p.request(); }, 250);
+  });
   $("#state-prev").addEventListener("click", () => stepState(-1));
   $("#state-next").addEventListener("click", () => stepState(1));
   $("#live-py").addEventListener("change", () => { const L = state.live; if (L) openLive(L.pane, L.event, L.u); });

@@ -65,7 +65,8 @@ export class Pane {
     this.canvas.setAttribute("aria-label", "active memory timeline");
     this.ovCanvas = el("canvas", "overview");
     this.hint = el("div", "hint");
-    sec.append(head, this.warnings, this.annCanvas, this.canvas, this.ovCanvas, this.hint);
+    this.findLine = el("div", "hint find");
+    sec.append(head, this.warnings, this.annCanvas, this.canvas, this.ovCanvas, this.hint, this.findLine);
     root.append(sec);
     this.section = sec;
     this.mainH = compact ? 300 : 440;
@@ -120,6 +121,20 @@ export class Pane {
   // what the hatched band holds at the tallest column, and what separates it: always said
   // when it holds anything, so the budget's choice is never silent
   renderHint() { this.hint.textContent = hatchSummary(this.view); }
+
+  // the find box's answer for this pane: how many bands match; for an address, where it was
+  renderFind() {
+    const v = this.view, out = [];
+    if (state.find && v.bands.match) {
+      const n = v.bands.match.reduce((a, m) => a + m, 0);
+      out.push(`find "${state.find}": ${fmtInt(n)} of the ${fmtInt(v.bands.row.length)} drawn allocations match (highlighted)`);
+      if (v.address) {
+        const hits = v.address.hits.slice(0, 5).map((h) => `${fmtBytes(h.size)} at ${h.address}, events ${h.alloc_event < 0 ? "before" : fmtInt(h.alloc_event)}–${h.free_event >= this.dm.n_events ? "end" : fmtInt(h.free_event)} (row ${h.row})`);
+        out.push(`${fmtInt(v.address.total)} allocations held it over the trace${hits.length ? ": " + hits.join("; ") : ""}`);
+      }
+    }
+    this.findLine.textContent = out.join(". ");
+  }
 
   renderFigures() {
     const s = this.summary;
@@ -208,7 +223,7 @@ export class Pane {
     const axis = this.axis, x0 = this.x0, x1 = this.x1, w = this.plotW, h = this.plotH, dev = this.device;
     const t = performance.now();
     try {
-      const v = await getJSON(viewUrl(this.s, dev, x0, x1, axis, w, h, { yzoom: this.yzoom || sharedY(state) }));
+      const v = await getJSON(viewUrl(this.s, dev, x0, x1, axis, w, h, { yzoom: this.yzoom || sharedY(state), q: state.find }));
       if (dev === this.device) {
         v.axis = axis; v.vx0 = x0; v.vx1 = x1;
         this.view = v;
@@ -216,6 +231,7 @@ export class Pane {
         this.renderOff();
         this.draw();
         this.renderHint();
+        this.renderFind();
         this.timings.push(performance.now() - t);
         if (this.timings.length > 200) this.timings.shift();
         if (!state.firstPaint && state.panes.every((p) => p.view)) {

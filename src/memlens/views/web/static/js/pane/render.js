@@ -127,6 +127,15 @@ export function drawPane(p) {
     ctx.drawImage(p.off, dx, MT, dw, plotH);
     const y = (bytes) => MT + plotH - ((bytes - v.ymin) / (v.ymax - v.ymin)) * plotH;
     const colX = p.colXFn(v);
+    // the find box: matching bands painted over in the mark colour
+    if (v.bands.match) {
+      ctx.globalAlpha = 0.8;
+      ctx.fillStyle = col("--mark");
+      const found = new Path2D();
+      for (let k = 0; k < v.bands.row.length; k++) if (v.bands.match[k]) found.addPath(bandPath(v, k, y, colX));
+      ctx.fill(found);
+      ctx.globalAlpha = 1;
+    }
     for (const [which, color, width] of [["pinned", col("--cursor"), 2.5], ["hover", col("--hl"), 2]]) {
       const row = which === "pinned" ? (state.pinned && state.pinned.pane === p ? state.pinned.row : -1) : (p.hover ? p.hover.row : -1);
       if (row < 0) continue;

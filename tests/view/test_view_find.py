@@ -1,0 +1,53 @@
+"""The viewer's find box: a frame text or a 0x address flags the bands of a viewport that
+match (any frame of the stack / the address inside the allocation), and the page paints
+them and says how many."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from browser_page import Page
+from view_fixtures import serving, small_snapshot
+
+import memlens
+from chromium import CHROMIUM
+from memlens.views.web.data import ViewerData
+
+
+def test_frame_and_address_find():
+    # A, B, D: [train_step]; C: [c10::malloc (CUDACachingAllocator.cpp), train_step]
+    data = ViewerData([memlens.load(small_snapshot())])
+    q = {"e0": 0, "e1": 7, "width": 7, "height": 100}
+    v = data.view(0, 0, **q, q="CachingAllocator")  # a C++ file name, not the site
+    assert v["bands"]["row"] == [0, 1, 2, 3] and v["bands"]["match"] == [0, 0, 1, 0]
+    assert data.view(0, 0, **q, q="TRAIN_step")["bands"]["match"] == [1, 1, 1, 1]
+    assert data.view(0, 0, **q, q="nowhere")["bands"]["match"] == [0, 0, 0, 0]
+    assert "match" not in data.view(0, 0, **q)["bands"]
+    # 0x3000 + 299 is the last byte of C (300 bytes); 0x3000 + 300 is past it
+    v = data.view(0, 0, **q, q="0x312b")
+    assert v["bands"]["match"] == [0, 0, 1, 0]
+    assert v["address"] == {
+        "total": 1,
+        "hits": [{"row": 2, "address": "0x3000", "size": 300, "alloc_event": 3, "free_event": 7}],
+    }
+    assert data.view(0, 0, **q, q="0x312c")["address"]["total"] == 0
+
+
+@pytest.mark.browser
+@pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="needs Debian's chromium")
+def test_find_box_highlights_on_the_timeline(browser):
+    with serving(ViewerData([memlens.load(small_snapshot())], ["small"])) as url:
+        pg = Page(browser, url)
+        page = pg.page
+        page.fill("#find", "CachingAllocator")
+        page.wait_for_function("() => window.memlens.panes[0].view.bands.match !== undefined")
+        text = page.inner_text(".find")
+        assert 'find "CachingAllocator": 1 of the 4 drawn allocations match' in text, text
+        pg.shot("find_frame.png")
+        page.fill("#find", "0x3000")
+        page.wait_for_function("() => !!window.memlens.panes[0].view.address")
+        assert "1 allocations held it over the trace: 300 B at 0x3000, events 3–end (row 2)" in (
+            page.inner_text(".find")
+        )
+        assert not pg.errors
