@@ -40,7 +40,7 @@ def as_cli(st: dict) -> dict:
     out = {
         k: v
         for k, v in st.items()
-        if k not in ("rounding_waste_bytes", "segments_shown", "blocks_shown")
+        if k not in ("rounding_waste_bytes", "segments_shown", "blocks_shown", "settings")
     }
     out["segments"] = [
         {**{k: v for k, v in s.items() if k != "blocks_total"},
@@ -66,6 +66,8 @@ def test_api_is_fragmentation_json(snap_path):
             for b in s["blocks"]
         )
         assert st["rounding_waste_bytes"] == waste
+        settings = dev.snapshot.allocator_settings
+        assert [k for k, _ in st["settings"]] == sorted(settings)
 
 
 @pytest.mark.browser

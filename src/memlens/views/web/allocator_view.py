@@ -15,6 +15,17 @@ from memlens.snapshot.model import DeviceTrace
 
 MAX_SEGMENTS = 300  # rows of the card's canvas
 MAX_BLOCKS = 20_000
+MAX_SETTINGS = 200
+
+
+def settings_list(settings: dict[str, Any]) -> list[list[str]]:
+    """The snapshot's allocator settings as [name, value] text pairs (MemoryViz's Allocator
+    Settings), sorted by name; values that are not plain scalars as their repr."""
+    out = []
+    for k in sorted(settings, key=str)[:MAX_SETTINGS]:
+        v = settings[k]
+        out.append([str(k)[:200], (v if isinstance(v, str) else repr(v))[:2000]])
+    return out
 
 
 def allocator_state(dev: DeviceTrace, event: int) -> dict[str, Any]:
@@ -48,4 +59,5 @@ def allocator_state(dev: DeviceTrace, event: int) -> dict[str, Any]:
         "segments": drawn,
         "segments_shown": len(drawn),
         "blocks_shown": n_blocks,
+        "settings": settings_list(dev.snapshot.allocator_settings),
     }

@@ -90,6 +90,14 @@ function renderState() {
   body.append(cv);
   body.append(el("div", "t-muted", "one row per segment (by address), as long as its size; blocks in the accent colour, pending frees (another stream) in orange, free space grey. Click a block for its allocation."));
   drawState(cv, d);
+  if (d.settings.length) {
+    const det = el("details");
+    det.append(el("summary", null, `allocator settings (${d.settings.length})`));
+    const sl = el("dl", "kv");
+    for (const [k, v] of d.settings) kv(sl, k, v);
+    det.append(sl);
+    body.append(det);
+  }
   cv.addEventListener("mousemove", (e) => {
     const r = cv.getBoundingClientRect(), h = stateHit(d, e.clientX - r.left, e.clientY - r.top, r.width);
     if (!h) { hideTooltip(); return; }
