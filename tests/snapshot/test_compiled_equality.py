@@ -274,3 +274,16 @@ def test_without_the_extension_large_files_say_so_once(tmp_path, monkeypatch, ca
     err = capsys.readouterr().err
     assert err.count("compiled snapshot reader is not built") == 1
     assert snap.device(0).n_events > 0
+
+
+def test_stack_and_memo_past_the_readers_bounds_go_to_the_python_path(tmp_path):
+    """The C reader keeps its memo and stack near the file's size; a file that needs more
+    (never PyTorch's) is read by the Python path, under its own limits: same answer."""
+    deep = tmp_path / "deep.pickle"
+    deep.write_bytes(b"\x80\x04" + b"N" * 300_000 + b"0" * 299_999 + b".")
+    memo = tmp_path / "memo.pickle"
+    memo.write_bytes(b"\x80\x04" + b"N\x94" * 1_100_000 + b".")
+    for path in (deep, memo):
+        assert compiled.read_compiled(path, str(path)) is None
+        with pytest.raises(memlens.SnapshotError, match="NoneType"):
+            memlens.load(path, cache=False)

@@ -126,14 +126,22 @@ def read_compiled(path: Path, name: str) -> tuple[Any, Limits] | None:
     what = f"{name} (gzip)" if gz else name
     # the same limits the Python path derives: from the file, or for a gzip stream from
     # the ratio its 'decompressed' limit allows (reader._read_stream)
-    lim = limits_for(size * 10 if gz else size)
+    expected = size * 10 if gz else size
+    lim = limits_for(expected)
+    # The C reader's own memory stays near the file's size: its memo (8 bytes an entry)
+    # and stack (16) get at most a quarter and an eighth of an entry per byte. PyTorch's
+    # pickles need far less; a file that needs more is left to the Python path, whose
+    # 'memory' limit then applies.
+    memo_cap, stack_cap = max(1 << 20, expected // 4), max(1 << 16, expected // 8)
+    max_memo = min(lim.memo or NO_LIMIT, memo_cap)
+    max_stack = min(lim.items or NO_LIMIT, stack_cap)
     try:
         raw, total = _fastreader.read(
             name,
             gz,
             KNOWN_ENTRY_FIELDS,
-            lim.memo or NO_LIMIT,
-            lim.items or NO_LIMIT,
+            max_memo,
+            max_stack,
             lim.depth or NO_LIMIT,
             limits_for(size).decompressed or NO_LIMIT,
             NO_LIMIT,
@@ -151,6 +159,8 @@ def read_compiled(path: Path, name: str) -> tuple[Any, Limits] | None:
         raise SnapshotError(f"{name}: gzip data is corrupt or truncated ({exc.args[0]})") from None
     except _fastreader.LimitHit as exc:
         limit_name, value, limit = exc.args
+        if (limit_name, limit) in (("memo", memo_cap), ("stack", stack_cap)):
+            return None  # the reader's own bound, not a user limit: the Python path decides
         limit_name = "items" if limit_name == "stack" else limit_name
         if limit_name not in RULES:  # a declared string length past any limit we pass
             raise SnapshotError(
