@@ -4,10 +4,14 @@ autograd (internals), other — inferred from allocation stacks and lifetimes.
 Rules, first match wins (docs/analyses.md has the long form; the regexes are below):
   0. user overrides: (category, regex) pairs matched over the allocation's frames;
   1. gradient: allocated under autograd's AccumulateGrad;
-  2. optimizer_state: allocated under an optimizer step (torch/optim frames) and alive at
-     the end of the trace; other optimizer allocations are temporary;
+  2. optimizer_state: allocated in an optimizer step (torch/optim frames, zero_grad
+     excluded) and outliving that step: alive at the end, or freed in another step (m and
+     v replaced at every step), or made before the trace and freed in a step that began
+     inside it. temporary: made and freed inside one step (its scratch). A step is an
+     optimizer-step stage (annotation) or else one optimizer call (analysis.optimizer_steps);
   3. gradient: allocated in backward (autograd engine / a Backward node) and alive at the
-     end, or freed under the optimizer (zero_grad);
+     end, or freed under the optimizer (zero_grad); made before the trace and freed by
+     zero_grad;
   4. autograd: allocated in backward and freed (intermediate gradients, engine buffers);
   5. parameter: alive for the whole window (before the first event to after the last), or
      made during module construction / .to() / init and alive at the end;
@@ -28,6 +32,7 @@ import numpy as np
 from memlens.analysis.curves import group_summary, group_totals
 from memlens.analysis.events import event_info
 from memlens.analysis.matching import rows_matching, stack_matches
+from memlens.analysis.optimizer_steps import step_of_events
 from memlens.analysis.results import CategoriesResult, CompileContexts, ContextRow
 from memlens.errors import MemlensError
 from memlens.snapshot.model import LIVE_AT_END, PREEXISTING, DeviceTrace
@@ -50,6 +55,7 @@ BACKWARD = (
     r"CopyBackwards|CopySlices|[/\\]torch[/\\]autograd[/\\].*:(backward|_engine_run_backward)$"
 )
 OPTIMIZER = r"[/\\]torch[/\\]optim[/\\]|Optimizer\.step|zero_grad"
+ZERO_GRAD = r"zero_grad"
 CONSTRUCTION = (
     r"[/\\]torch[/\\]nn[/\\]modules[/\\]module\.py:\d+:(_apply|to|cuda|load_state_dict)$|"
     r"[/\\]torch[/\\]nn[/\\]init\.py|:reset_parameters$|[/\\]torch[/\\]nn[/\\]parameter\.py"
@@ -83,20 +89,24 @@ def categorize(
 
     alive_end = (dev.alloc_flags & LIVE_AT_END) != 0
     freed = dev.free_event < n
+    pre = (dev.alloc_flags & PREEXISTING) != 0
     in_bw_stack = stack_matches(snap, BACKWARD)
     in_opt_stack = stack_matches(snap, OPTIMIZER)
+    in_zero_grad = stack_matches(snap, ZERO_GRAD)
     bw = rows_matching(in_bw_stack, stacks)
-    opt = rows_matching(in_opt_stack, stacks)
-    assign(rows_matching(stack_matches(snap, ACCUMULATE_GRAD), stacks), GRADIENT)
-    assign(opt & alive_end, OPTIMIZER_STATE)
-    assign(opt & ~bw, TEMPORARY)
     # who freed it: the stack of the free event (free-site stack with context='all')
     free_stack = np.full(dev.n_allocations, -1, dtype=np.int64)
     free_stack[freed] = dev.stack[dev.free_event[freed]]
+    assign(rows_matching(stack_matches(snap, ACCUMULATE_GRAD), stacks), GRADIENT)
+    in_step_stack = in_opt_stack & ~in_zero_grad
+    step = rows_matching(in_step_stack, stacks)
+    scratch = _step_scratch(dev, in_step_stack, pre, freed)
+    assign(step & ~scratch & (alive_end | ~bw), OPTIMIZER_STATE)
+    assign(step & ~bw, TEMPORARY)
     freed_by_opt = rows_matching(in_opt_stack, free_stack)
+    assign(pre & rows_matching(in_zero_grad, free_stack), GRADIENT)
     assign(bw & (alive_end | freed_by_opt), GRADIENT)
     assign(bw, AUTOGRAD)
-    pre = (dev.alloc_flags & PREEXISTING) != 0
     assign(pre & alive_end, PARAMETER)
     assign(rows_matching(stack_matches(snap, CONSTRUCTION), stacks) & alive_end, PARAMETER)
     # activation: a backward event happens between its alloc and its free
@@ -108,6 +118,23 @@ def categorize(
     assign(freed & ~pre, TEMPORARY)
     assign(np.ones(len(cat), dtype=bool), OTHER)
     return cat, names
+
+
+def _step_scratch(
+    dev: DeviceTrace, step_stack: np.ndarray, pre: np.ndarray, freed: np.ndarray
+) -> np.ndarray:
+    """Per allocation: made and freed inside the same optimizer step. One made before the
+    trace counts as made in the step already running at the first event (if any)."""
+    step_of, open_at_start = step_of_events(dev, step_stack)
+    n = dev.n_events
+    made_in = np.full(dev.n_allocations, -1, dtype=np.int64)
+    made = dev.alloc_event >= 0
+    made_in[made] = step_of[dev.alloc_event[made]]
+    made_in[pre] = open_at_start
+    freed_in = np.full(dev.n_allocations, -2, dtype=np.int64)
+    freed_in[freed] = step_of[np.minimum(dev.free_event[freed], n - 1)]
+    scratch: np.ndarray = (made_in >= 0) & (made_in == freed_in)
+    return scratch
 
 
 def _next_true(mask: np.ndarray) -> np.ndarray:
