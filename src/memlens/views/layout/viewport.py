@@ -50,8 +50,9 @@ MAX_WIDTH = 8192
 MAX_HEIGHT = 8192
 # Two budgets for the sub-pixel bands (bands a pixel tall count, but are drawn even past
 # them), largest first: the stacking's work, counted in each band's segments between
-# consecutive candidate ends (an upper bound on its runs), and the runs sent, which bound
-# the response and the page's drawing and hit testing (benchmarks-view.md).
+# consecutive candidate ends (an upper bound on its runs), and the runs sent plus one per
+# band (its own fields), which bound the response and the page's drawing and hit testing
+# (benchmarks-view.md).
 MAX_DETAIL_WORK = 300_000
 MAX_DETAIL_RUNS = 30_000
 
@@ -290,10 +291,11 @@ class DeviceLayout:
         work = max(MAX_DETAIL_WORK, max_runs) if max_work is None else max_work
         drawn, small_max = _within_budget(sizes, spans, bpp, work, min_size - 1)
         stacked = _stack(c0[drawn], c1[drawn], sizes[drawn], width)
-        runs = np.diff(stacked[0])
-        if int(runs.sum()) > max_runs:
+        # what a band costs the response and the page: its runs, and its own fields
+        cost = np.diff(stacked[0]) + 1
+        if int(cost.sum()) > max_runs:
             # dropping a band only merges the runs of those above it: stack once more
-            keep, small_max = _within_budget(sizes[drawn], runs, bpp, max_runs, small_max)
+            keep, small_max = _within_budget(sizes[drawn], cost, bpp, max_runs, small_max)
             drawn[np.flatnonzero(drawn)[~keep]] = False
             stacked = _stack(c0[drawn], c1[drawn], sizes[drawn], width)
         run_start, run_col, run_off, drawn_sum, drawn_count = stacked
