@@ -32,7 +32,7 @@ export async function loadCompare() {
       // one line per site: the file's base name (the full path in the tooltip)
       const [name, loc] = splitLabel(shortSite(r.site));
       const td = el("td", null, name);
-      td.append(el("span", "ln", loc));
+      td.append(el("span", "ln", loc && `\u00a0${loc.trimStart()}`));
       td.title = r.site;
       tr.append(td, el("td", null, fmtBytes(r.a_bytes)), el("td", null, fmtBytes(r.b_bytes)));
       const d = el("td", r.diff > 0 ? "up" : r.diff < 0 ? "down" : "", (r.diff > 0 ? "+" : "") + fmtBytes(r.diff));
