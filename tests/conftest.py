@@ -4,21 +4,11 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-SHARED_SNAPSHOTS = Path(
-    os.environ.get("MEMLENS_SHARED_SNAPSHOTS", REPO_ROOT.parent / "shared" / "snapshots")
-)
-
-
-def real_snapshot_names() -> list[str]:
-    if not SHARED_SNAPSHOTS.is_dir():
-        return []
-    return sorted(p.name for p in SHARED_SNAPSHOTS.glob("*.pickle"))
+from shared_data import SHARED_SNAPSHOTS
 
 
 @pytest.fixture(scope="session")

@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 
 import memlens
-from conftest import real_snapshot_names
 from memlens.analysis.diff import diff
 from memlens.analysis.peak import peak
 from memlens.analysis.sites import NO_PYTHON_LABEL, frame_label, user_frame_of_stacks
@@ -17,6 +16,7 @@ from memlens.analysis.tree import stack_has_python
 from memlens.snapshot.frames import ALLOCATOR_NAME, CPP, autograd_node_mask, short_cpp_name
 from memlens.views.tui.trees import live_stack_tree
 from memlens.views.web.data import ViewerData
+from shared_data import real_snapshot_names
 
 ACCUMULATE = "torch::autograd::AccumulateGrad::apply"
 

@@ -1,6 +1,6 @@
 """Fixtures for the capture tests: a fresh fake backend per test, and clean module state.
 
-Not a conftest.py: other test modules do `from conftest import ...`, and a second module
+Not a conftest.py: other test modules do `from shared_data import ...`, and a second module
 named conftest would shadow the top-level one. Each test module turns these into fixtures:
 
     _clean = pytest.fixture(autouse=True)(record_fixtures.clean_capture_state)

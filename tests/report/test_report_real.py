@@ -10,9 +10,9 @@ import time
 import pytest
 
 import memlens
-from conftest import real_snapshot_names
 from memlens.units import format_bytes
 from memlens.views.report import build_report
+from shared_data import real_snapshot_names
 
 NAMES = real_snapshot_names()
 ISLAND = re.compile(r'<script type="application/json" id="memlens-data">(.*?)</script>', re.S)

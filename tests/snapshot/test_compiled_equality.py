@@ -71,7 +71,7 @@ def assert_same_both_ways(path: Path, tmp: Path, *, expect_compiled: bool = True
 
 
 def _real_names() -> list[str]:
-    from conftest import real_snapshot_names
+    from shared_data import real_snapshot_names
 
     return real_snapshot_names()
 

@@ -56,7 +56,7 @@ def _bases(tmp: Path) -> list[Path]:
     gz = tmp / "gen0.pickle.gz"
     gz.write_bytes(gzip.compress(out[0].read_bytes()))
     out.append(gz)
-    from conftest import SHARED_SNAPSHOTS
+    from shared_data import SHARED_SNAPSHOTS
 
     real = SHARED_SNAPSHOTS / REAL_BASE
     if real.exists():

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 import memlens
-from conftest import real_snapshot_names
 from memlens.snapshot.safe_pickle import load_plain_pickle
+from shared_data import real_snapshot_names
 from snapshot_reference import memoryviz_replay, naive_reserved
 
 NAMES = real_snapshot_names()

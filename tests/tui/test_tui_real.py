@@ -7,9 +7,9 @@ import pytest
 from tui_pilot import press, run, shown
 
 import memlens
-from conftest import real_snapshot_names
 from memlens.units import format_bytes
 from memlens.views.tui.app import TimelineScreen
+from shared_data import real_snapshot_names
 
 # with ../shared absent the list is empty and the one placeholder case skips (fixture)
 NAMES = real_snapshot_names() or ["<none>"]
