@@ -272,7 +272,10 @@ def test_memlens_run_subprocess_with_fake_backend(tmp_path):
         proc.stderr
     )
     assert proc.stderr.rstrip().endswith("memlens: view it with: memlens view out/run.pickle")
-    summary = summary_text(tmp_path / "out" / "run.pickle")
+    # the summary names the file as the command was given it (relative to the run's cwd)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(tmp_path)
+        summary = summary_text(Path("out") / "run.pickle")
     assert not summary.startswith("(no summary") and summary in proc.stderr
     snap = read_snapshot_file(tmp_path / "out" / "run.pickle")
     assert [e["size"] for e in snap["device_traces"][0] if e["action"] == "alloc"] == [1 << 20] * 4
