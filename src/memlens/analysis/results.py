@@ -269,6 +269,7 @@ class SiteChange(Frame):
     a_count: int
     b_count: int
     status: Status
+    key: str  # machine-independent: function (path in its package/project:line)
 
 
 class StageChange(TypedDict):
