@@ -159,7 +159,11 @@ def read_compiled(path: Path, name: str) -> tuple[Any, Limits] | None:
         raise SnapshotError(f"{name}: gzip data is corrupt or truncated ({exc.args[0]})") from None
     except _fastreader.LimitHit as exc:
         limit_name, value, limit = exc.args
-        if (limit_name, limit) in (("memo", memo_cap), ("stack", stack_cap)):
+        own = {
+            "memo": memo_cap < (lim.memo or NO_LIMIT),
+            "stack": stack_cap < (lim.items or NO_LIMIT),
+        }
+        if own.get(limit_name):
             return None  # the reader's own bound, not a user limit: the Python path decides
         limit_name = "items" if limit_name == "stack" else limit_name
         if limit_name not in RULES:  # a declared string length past any limit we pass
