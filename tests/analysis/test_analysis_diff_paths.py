@@ -141,3 +141,17 @@ def test_real_snapshot_under_two_prefixes_diffs_to_zero(shared_snapshots_dir):
     b = _moved(raw, (venv, "/opt/conda/lib/python3.12/site-packages/"),
                (home, "/mnt/runs/cs336/"))  # fmt: skip
     _assert_no_change(raw, b)
+
+
+def test_tui_compare_and_fleet_fingerprint_use_the_same_key():
+    from memlens.fleet.record import stack_fingerprint
+    from memlens.views.tui.trees import diff_tree, live_stack_tree
+
+    snap = training_snapshot()
+    a = memlens.load(_moved(snap, ("/home/u/", "/home/alice/proj/"))).device(0)
+    b = memlens.load(_moved(snap, ("/home/u/", "/srv/ci/src/"))).device(0)
+    ta = live_stack_tree(a, a.peak_event_index, hide_internals=False)
+    tb = live_stack_tree(b, b.peak_event_index, hide_internals=False)
+    tree = diff_tree(ta, tb, a.snapshot, b.snapshot)
+    assert tree.children and all(n.value == 0 and n.before == n.after for n in tree.walk())
+    assert stack_fingerprint(a) == stack_fingerprint(b)

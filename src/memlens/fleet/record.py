@@ -21,8 +21,9 @@ from typing import Any
 import numpy as np
 
 from memlens.analysis.categories import categorize
+from memlens.analysis.matching import key_text, site_key
 from memlens.analysis.results import OomEntry, Site
-from memlens.analysis.sites import frame_label, user_frame_of_stacks
+from memlens.analysis.sites import user_frame_of_stacks
 from memlens.analysis.stages import stage_table
 from memlens.snapshot.model import DeviceTrace
 
@@ -178,5 +179,6 @@ def stack_fingerprint(dev: DeviceTrace, hide_patterns: Sequence[str] | None = No
     stacks = np.unique(np.asarray(dev.alloc_stack))
     stacks = stacks[stacks >= 0]
     sites = np.unique(user_frame_of_stacks(snap, hide_patterns)[stacks])
-    labels = sorted({frame_label(snap, int(f)) for f in sites.tolist()})
+    # machine-independent keys: ranks on hosts with other install/project paths agree
+    labels = sorted({key_text(site_key(snap, int(f))) for f in sites.tolist()})
     return hashlib.sha256("\n".join(labels).encode()).hexdigest()[:16]

@@ -270,7 +270,7 @@ class DiffScreen(TreeScreen):
         h = self.hide_internals
         self.live_a = live_stack_tree(self.a.dev, self.event_a, hide_internals=h)
         self.live_b = live_stack_tree(self.b.dev, self.event_b, hide_internals=h)
-        return diff_tree(self.live_a, self.live_b)
+        return diff_tree(self.live_a, self.live_b, self.a.dev.snapshot, self.b.dev.snapshot)
 
     def do_allocations(self) -> None:
         """Both snapshots' allocations that the row accounts for (B's first)."""
@@ -283,7 +283,7 @@ class DiffScreen(TreeScreen):
             live = s.dev.live_at(event)
             found = [
                 rows_under(s.dev, live, n.path(), hide_internals=self.hide_internals)
-                for n in matching_nodes(tree, keys)
+                for n in matching_nodes(tree, keys, s.dev.snapshot)
             ]
             rows = np.unique(np.concatenate(found)) if found else live[:0]
             parts.append((tag, s.dev, rows))

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from memlens.analysis.events import memo
+from memlens.analysis.matching import site_key
 from memlens.analysis.sites import NO_STACK_LABEL, site_of_allocations
 from memlens.analysis.tree import (
     NO_PYTHON_ID,
@@ -205,55 +206,75 @@ def diff_key(label: str) -> str:
     return _LINE.sub(")", label)
 
 
-def diff_tree(before: Node, after: Node) -> Node:
+# how a tree's rows are matched: its snapshot's machine-independent frame keys, or the
+# label alone (trees without a snapshot)
+Keyer = Callable[[Node], str]
+
+
+def node_key(snap: Snapshot | None) -> Keyer:
+    """A row's diff key: with `snap`, its frame's site key (analysis.matching.site_key:
+    function and path inside its package or project, so two machines' trees merge) without
+    the line, as diff_key drops it; otherwise diff_key of the label."""
+
+    def key(n: Node) -> str:
+        if snap is None or not 0 <= n.frame_id < len(snap.frames):
+            return diff_key(n.label)
+        name, path, _ = site_key(snap, n.frame_id)
+        return f"{name} ({path})" if path else name
+
+    return key
+
+
+def diff_tree(
+    before: Node, after: Node, snap_a: Snapshot | None = None, snap_b: Snapshot | None = None
+) -> Node:
     """Merge two trees by call path (function and file, not line); value = after - before,
     largest change first. Rows that merge several lines of one function are summed."""
-    root = _diff(before, after, None)
+    root = _diff(before, after, None, node_key(snap_a), node_key(snap_b))
     root.label = ROOT_LABEL
     return root
 
 
-def _diff(a: Node | None, b: Node | None, parent: Node | None) -> Node:
-    some = a if a is not None else b
-    assert some is not None
-    n = Node(diff_key(some.label), parent=parent)
+def _diff(a: Node | None, b: Node | None, parent: Node | None, ka: Keyer, kb: Keyer) -> Node:
+    n = Node(ka(a) if a is not None else kb(b) if b is not None else "", parent=parent)
     n.before = a.value if a is not None else 0
     n.after = b.value if b is not None else 0
     n.value = n.after - n.before
     n.count = (b.count if b is not None else 0) - (a.count if a is not None else 0)
-    ka = _by_key(a.children) if a is not None else {}
-    kb = _by_key(b.children) if b is not None else {}
-    labels = list(ka) + [k for k in kb if k not in ka]
-    kids = [_diff(ka.get(k), kb.get(k), n) for k in labels]
+    ca = _by_key(a.children, ka) if a is not None else {}
+    cb = _by_key(b.children, kb) if b is not None else {}
+    labels = list(ca) + [k for k in cb if k not in ca]
+    kids = [_diff(ca.get(k), cb.get(k), n, ka, kb) for k in labels]
     n.children = sorted(kids, key=lambda k: (-abs(k.value), -k.after, k.label))
     return n
 
 
-def _by_key(children: list[Node]) -> dict[str, Node]:
+def _by_key(children: list[Node], key: Keyer) -> dict[str, Node]:
     """Children by diff key; children sharing a key are merged into one (summed) node."""
     out: dict[str, Node] = {}
     for c in children:
-        k = diff_key(c.label)
+        k = key(c)
         have = out.get(k)
         if have is None:
             out[k] = c
         else:
-            out[k] = _merge(have, c)
+            out[k] = _merge(have, c, key)
     return out
 
 
-def _merge(x: Node, y: Node) -> Node:
+def _merge(x: Node, y: Node, key: Keyer) -> Node:
     m = Node(x.label, x.value + y.value, x.count + y.count, x.frame_id)
-    m.children = list(_by_key(x.children + y.children).values())
+    m.children = list(_by_key(x.children + y.children, key).values())
     return m
 
 
-def matching_nodes(root: Node, keys: list[str]) -> list[Node]:
-    """The nodes of a live tree that a diff-tree row with this path of diff keys merges
-    (several when lines of one function were summed)."""
+def matching_nodes(root: Node, keys: list[str], snap: Snapshot | None = None) -> list[Node]:
+    """The nodes of a live tree (of `snap`) that a diff-tree row with this path of diff
+    keys merges (several when lines of one function were summed)."""
+    key = node_key(snap)
     level = [root]
     for k in keys:
-        level = [c for n in level for c in n.children if diff_key(c.label) == k]
+        level = [c for n in level for c in n.children if key(c) == k]
     return level
 
 
