@@ -16,18 +16,15 @@ only: evaluation passes are not stages), `backward` runs from the end of that fo
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
 from typing import Any
 
 import torch
 from transformers import TrainerCallback
 
-from memlens.capture.backend import DEFAULT_MAX_ENTRIES
-from memlens.integrations.recorder import TrainingRecorder
+from memlens.integrations.callback import RecorderCallback
 
 
-class MemlensCallback(TrainerCallback):
+class MemlensCallback(RecorderCallback, TrainerCallback):
     """Record steps `record_steps` (first, last; from 1) of a `transformers.Trainer` run into
     `<output_dir>/memlens/` (default: `args.output_dir`), one file per rank, with the HTML
     report beside it, and dump a snapshot on the first CUDA OOM
@@ -40,39 +37,8 @@ class MemlensCallback(TrainerCallback):
     recording it left on.
     """
 
-    def __init__(
-        self,
-        record_steps: tuple[int, int] | None = (3, 5),
-        *,
-        output_dir: str | os.PathLike[str] | None = None,
-        dump_on_oom: bool = True,
-        report: bool = True,
-        max_entries: int = DEFAULT_MAX_ENTRIES,
-        stacks: str = "python",
-        context: str | None = "all",
-    ) -> None:
-        self.recorder = TrainingRecorder(
-            record_steps,
-            output_dir=output_dir,
-            dump_on_oom=dump_on_oom,
-            report=report,
-            max_entries=max_entries,
-            stacks=stacks,
-            context=context,
-        )
-        self._hooks: list[Any] = []
-
-    @property
-    def snapshot_path(self) -> Path | None:
-        return self.recorder.snapshot_path
-
-    @property
-    def report_path(self) -> Path | None:
-        return self.recorder.report_path
-
-    @property
-    def oom_paths(self) -> list[Path]:
-        return self.recorder.oom_paths
+    # The model's forward hook handles while training (the constructor is the shared one).
+    _hooks: tuple[Any, ...] = ()
 
     def close(self) -> None:
         """Stop what a run that raised left on (recording, OOM watch, model hooks)."""
@@ -118,12 +84,12 @@ class MemlensCallback(TrainerCallback):
                 recorder.exit("forward")
                 recorder.enter("backward")
 
-        self._hooks = [
+        self._hooks = (
             model.register_forward_pre_hook(before_forward),
             model.register_forward_hook(after_forward),
-        ]
+        )
 
     def _unhook(self) -> None:
         for handle in self._hooks:
             handle.remove()
-        self._hooks = []
+        self._hooks = ()

@@ -15,17 +15,14 @@ accumulation one step holds several forward/backward pairs).
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
 from typing import Any
 
 from lightning.pytorch import Callback
 
-from memlens.capture.backend import DEFAULT_MAX_ENTRIES
-from memlens.integrations.recorder import TrainingRecorder
+from memlens.integrations.callback import RecorderCallback
 
 
-class MemlensCallback(Callback):
+class MemlensCallback(RecorderCallback, Callback):
     """Record steps `record_steps` (first, last; from 1) of a Lightning run into
     `<output_dir>/memlens/` (default: `trainer.log_dir`, which is `default_root_dir` without
     a logger), one file per rank (`trainer.global_rank`), with the HTML report beside it,
@@ -36,40 +33,6 @@ class MemlensCallback(Callback):
     `max_entries`, `stacks` and `context` are `memlens.record`'s. After training:
     `snapshot_path`, `report_path`, `oom_paths`.
     """
-
-    def __init__(
-        self,
-        record_steps: tuple[int, int] | None = (3, 5),
-        *,
-        output_dir: str | os.PathLike[str] | None = None,
-        dump_on_oom: bool = True,
-        report: bool = True,
-        max_entries: int = DEFAULT_MAX_ENTRIES,
-        stacks: str = "python",
-        context: str | None = "all",
-    ) -> None:
-        super().__init__()
-        self.recorder = TrainingRecorder(
-            record_steps,
-            output_dir=output_dir,
-            dump_on_oom=dump_on_oom,
-            report=report,
-            max_entries=max_entries,
-            stacks=stacks,
-            context=context,
-        )
-
-    @property
-    def snapshot_path(self) -> Path | None:
-        return self.recorder.snapshot_path
-
-    @property
-    def report_path(self) -> Path | None:
-        return self.recorder.report_path
-
-    @property
-    def oom_paths(self) -> list[Path]:
-        return self.recorder.oom_paths
 
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
         folder = trainer.log_dir or trainer.default_root_dir
