@@ -25,6 +25,7 @@ snapshot.model.NOTEBOOK_VIEW, as the facade reaches its lazy names.
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -236,56 +237,55 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return out
 
 
-def test_no_cycle_between_packages():
+def _assert_no_cycles(edges: Iterator[tuple[str, str, Import]], between: str) -> None:
+    """Fail naming every import on every cycle of the graph of `edges` (from, to, why)."""
     graph: dict[str, set[str]] = {}
     why: dict[tuple[str, str], Import] = {}
-    for imp in _all_imports():
-        target = _resolve(imp.target)
-        if target is None:
-            continue
-        a, b = _package(imp.source), _package(target)
-        graph.setdefault(a, set())
+    for a, b, imp in edges:
+        graph.setdefault(a, set()).add(b)
         graph.setdefault(b, set())
-        # a package and its own parent (an __init__ re-exporting a submodule) is one unit
-        if a == b or a.startswith(b + ".") or b.startswith(a + "."):
-            continue
-        graph[a].add(b)
         why.setdefault((a, b), imp)
     cycles = _cycles(graph)
     lines = []
     for comp in cycles:
         members = set(comp)
-        edges = [str(why[(a, b)]) for a in comp for b in sorted(graph[a]) if b in members]
-        lines.append(f"cycle {' <-> '.join(comp)}:\n    " + "\n    ".join(edges))
-    assert not cycles, "import cycles between packages:\n" + "\n".join(lines)
+        edges_on = [str(why[(a, b)]) for a in comp for b in sorted(graph[a]) if b in members]
+        lines.append(f"cycle {' <-> '.join(comp)}:\n    " + "\n    ".join(edges_on))
+    assert not cycles, f"import cycles between {between}:\n" + "\n".join(lines)
+
+
+def test_no_cycle_between_packages():
+    def edges() -> Iterator[tuple[str, str, Import]]:
+        for imp in _all_imports():
+            target = _resolve(imp.target)
+            if target is None:
+                continue
+            a, b = _package(imp.source), _package(target)
+            # a package and its own parent (an __init__ re-exporting a submodule) is one unit
+            if not (a == b or a.startswith(b + ".") or b.startswith(a + ".")):
+                yield a, b, imp
+
+    _assert_no_cycles(edges(), "packages")
 
 
 def test_no_cycle_between_modules():
     """Inside a package too: the review's cycle snapshot.builder -> replay -> model ⇢ builder
     (kept alive by a lazy import) would be invisible to the package check once replay moved
     into snapshot/. A package __init__ and the modules under it are not counted (re-export)."""
-    graph: dict[str, set[str]] = {}
-    why: dict[tuple[str, str], Import] = {}
-    for imp in _all_imports():
-        target = _resolve(imp.target)
-        if target is None or target == imp.source:
-            continue
-        a, b = imp.source, target
-        graph.setdefault(a, set())
-        graph.setdefault(b, set())
-        if (_modules()[b][1] and a.startswith(b + ".")) or (
-            _modules()[a][1] and b.startswith(a + ".")
-        ):
-            continue
-        graph[a].add(b)
-        why.setdefault((a, b), imp)
-    cycles = _cycles(graph)
-    lines = []
-    for comp in cycles:
-        members = set(comp)
-        edges = [str(why[(a, b)]) for a in comp for b in sorted(graph[a]) if b in members]
-        lines.append(f"cycle {' <-> '.join(comp)}:\n    " + "\n    ".join(edges))
-    assert not cycles, "import cycles between modules:\n" + "\n".join(lines)
+
+    def edges() -> Iterator[tuple[str, str, Import]]:
+        for imp in _all_imports():
+            target = _resolve(imp.target)
+            if target is None or target == imp.source:
+                continue
+            a, b = imp.source, target
+            if not (
+                (_modules()[b][1] and a.startswith(b + "."))
+                or (_modules()[a][1] and b.startswith(a + "."))
+            ):
+                yield a, b, imp
+
+    _assert_no_cycles(edges(), "modules")
 
 
 def test_modules_stay_small():
