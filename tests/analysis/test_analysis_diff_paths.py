@@ -155,3 +155,12 @@ def test_tui_compare_and_fleet_fingerprint_use_the_same_key():
     tree = diff_tree(ta, tb, a.snapshot, b.snapshot)
     assert tree.children and all(n.value == 0 and n.before == n.after for n in tree.walk())
     assert stack_fingerprint(a) == stack_fingerprint(b)
+
+
+def test_project_root_of_unrelated_directories_is_none():
+    from memlens.analysis.matching import project_root
+
+    snap = memlens.load(_site_snapshot([_frame("/home/u/proj/m.py"), _frame("/tmp/cell_1.py")]))
+    assert project_root(snap) == ""
+    moved = memlens.load(_site_snapshot([_frame("/home/u/proj/m.py")]))
+    assert project_root(moved) == "/home/u/proj/"

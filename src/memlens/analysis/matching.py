@@ -84,7 +84,7 @@ def _clean(filename: str) -> str:
 
 def project_root(snap: Snapshot) -> str:
     """The common directory (with its trailing "/") of the snapshot's source files outside
-    installed packages and the standard library; "" when there are none."""
+    installed packages and the standard library; "" when there are none or it is "/"."""
 
     def make() -> str:
         f = snap.frames
@@ -94,7 +94,9 @@ def project_root(snap: Snapshot) -> str:
         if not own:
             return ""
         root = posixpath.commonpath(own) if len(own) > 1 else posixpath.dirname(own[0])
-        return root.rstrip("/") + "/"
+        # files with nothing in common but "/" (a notebook's /tmp cell and the project):
+        # no project root; the home directory is then the only prefix dropped
+        return "" if root == "/" else root.rstrip("/") + "/"
 
     return memo(snap, "project_root", make)
 
