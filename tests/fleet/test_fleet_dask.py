@@ -4,15 +4,13 @@ SIGKILLed mid-run."""
 
 from __future__ import annotations
 
-import os
-import signal
 import socket
 import subprocess
 import sys
 import time
 
 import pytest
-from fleet_data import PLANTED, RANKS
+from fleet_data import PLANTED, RANKS, KillFirstWorker
 
 from memlens.fleet.api import run
 
@@ -84,20 +82,11 @@ def dask_processes():
 
 def test_scheduler_and_workers_as_processes_with_one_killed(fleet_dir, dask_processes,
                                                             local_result):  # fmt: skip
-    killed: list[int] = []
-    seen: list[int] = []
-
-    def kill_one(rec) -> None:
-        seen.append(rec.rank)
-        if not killed:
-            pid = int(rec.worker.rsplit(":", 1)[1])
-            killed.append(pid)
-            os.kill(pid, signal.SIGKILL)
-
+    kill_one = KillFirstWorker()
     r = run(str(fleet_dir), scheduler=dask_processes, on_record=kill_one, diffs=0)
     assert r["executor"] == f"Dask cluster at {dask_processes}"
-    assert killed
-    assert sorted(seen) == list(range(RANKS))  # every rank exactly once
+    assert kill_one.killed
+    assert sorted(kill_one.seen) == list(range(RANKS))  # every rank exactly once
     assert r["ranks_failed"] == 0
     assert sorted(o["rank"] for o in r["outliers"]) == sorted(PLANTED)
     assert _figures(r) == _figures(local_result)

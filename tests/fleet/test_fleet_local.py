@@ -5,13 +5,11 @@ worker SIGKILLed mid-run, the CLI's text, JSON and Parquet."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import signal
 
 import pytest
 from click.testing import CliRunner
-from fleet_data import PLANTED, RANKS
+from fleet_data import PLANTED, RANKS, KillFirstWorker
 
 from memlens.cli.main import cli
 from memlens.fleet.api import run
@@ -99,19 +97,10 @@ def test_an_unreadable_file_is_a_failed_row(tmp_path, fleet_dir):
 
 
 def test_a_worker_killed_mid_run_is_retried_and_every_rank_comes_once(fleet_dir):
-    killed: list[int] = []
-    seen: list[int] = []
-
-    def kill_one(rec) -> None:
-        seen.append(rec.rank)
-        if not killed:
-            pid = int(rec.worker.rsplit(":", 1)[1])
-            killed.append(pid)
-            os.kill(pid, signal.SIGKILL)
-
+    kill_one = KillFirstWorker()
     r = run(str(fleet_dir), workers=2, on_record=kill_one, diffs=0)
-    assert killed
-    assert sorted(seen) == list(range(RANKS))  # each rank reported once
+    assert kill_one.killed
+    assert sorted(kill_one.seen) == list(range(RANKS))  # each rank reported once
     assert [row["rank"] for row in r["table"]] == list(range(RANKS))
     assert r["ranks_failed"] == 0
     assert sorted(o["rank"] for o in r["outliers"]) == sorted(PLANTED)
