@@ -275,3 +275,13 @@ def test_real_categories_follow_the_models_shapes(shared_snapshots_dir):
     assert got["optimizer_state"]["bytes"] == expected["optimizer_state"]
     assert got["gradient"]["bytes"] == expected["gradient"]
     assert got["activation"]["peak_bytes"] == activations
+
+
+def test_step_stage_names():
+    from memlens.analysis.optimizer_steps import STEP_STAGE
+
+    steps = ["Optimizer.step#AdamW.step", "optimizer step", "optimizer_step", "Optimizer.step",
+             "step optimizer", "opt-step"]  # fmt: skip
+    others = ["Optimizer.zero_grad#AdamW.zero_grad", "ProfilerStep#3", "forward", "backward pass"]
+    assert [bool(STEP_STAGE.search(s)) for s in steps] == [True] * 5 + [False]
+    assert not any(STEP_STAGE.search(s) for s in others)
