@@ -445,13 +445,24 @@ def _within_budget(
     """
     drawn = sizes >= bpp
     thin = np.flatnonzero(~drawn)
-    thin = thin[np.argsort(-sizes[thin], kind="stable")]
     room = max_runs - int(runs[drawn].sum())
+    k = max(room, 0)  # each band costs at least 1: at most `room` can be taken
+    left_max = below  # the largest thin one not considered
+    if k < len(thin):
+        # only the k largest can be taken: select them in O(n) before sorting (ties at the
+        # k-th size in row order, as the stable sort would)
+        s = sizes[thin]
+        kth = int(np.partition(s, len(s) - k)[len(s) - k]) if k else int(s.max()) + 1
+        above = thin[s > kth]
+        ties = thin[s == kth]
+        thin = np.concatenate([above, ties[: k - len(above)]])
+        left_max = kth if len(ties) > k - len(above) else max(int(s[s < kth].max(initial=0)), below)
+    thin = thin[np.argsort(-sizes[thin], kind="stable")]
     n_take = int(np.searchsorted(np.cumsum(runs[thin]), room, side="right"))
     drawn[thin[:n_take]] = True
     if n_take < len(thin):
         return drawn, int(sizes[thin[n_take]])  # the largest one left out
-    return drawn, below
+    return drawn, left_max
 
 
 def _gather_ranges(
