@@ -8,8 +8,14 @@ Measures, per size:
 * in the browser: request -> drawn per viewport while panning, frame time while dragging
   (requestAnimationFrame intervals), JS heap (CDP Performance.getMetrics).
 
+* over HTTP: GET /api/d/D/view of the same 40 windows against a running `memlens view`
+  (request -> body read) and the bytes per viewport;
+
 Usage: python benchmarks/bench_view.py [--sizes 100000,1000000,5000000] [--files A.pickle,...]
-       [--parts paint,server,browser] [--out FILE.md]
+       [--parts paint,server,http,browser] [--out FILE.md]
+Real-stack files: tile a real recording, e.g.
+  python /work/shared/tools/tile_snapshot.py -n 190 wedson_medium_128_training.pickle
+  benchmarks/data/wedson_x190.pickle   (3.6M events; -n 63: 1.2M)
 Snapshots are generated into benchmarks/data/ (git-ignored) when missing; --files measures
 given snapshots instead (e.g. a real one); --parts runs only some of the measurements.
 """
@@ -78,6 +84,48 @@ def first_paint(browser, path: Path, cache_dir: str) -> tuple[float, float]:
         proc.wait(10)
 
 
+def windows(n: int, count: int) -> list[tuple[float, float]]:
+    """The whole trace, then random windows of 1/10,000 of it to all of it (log-uniform)."""
+    rng = np.random.default_rng(0)
+    out = []
+    for i in range(count):
+        span = n if i == 0 else n * 10 ** rng.uniform(-4, 0)
+        e0 = rng.uniform(0, n - span)
+        out.append((e0, e0 + span))
+    return out
+
+
+def http_viewports(path: Path, cache_dir: str, n_views: int = 40) -> dict[str, float]:
+    """End to end over HTTP against a running `memlens view`: GET /api/d/D/view of random
+    windows (indexes warm), request sent -> body read; the bytes on the wire."""
+    import urllib.request
+
+    import memlens
+
+    dev = memlens.load(path, warn=False).device()
+    proc, url, _ = start_server(path, cache_dir)
+    try:
+        times, sizes = [], []
+        wins = windows(dev.n_events, n_views)
+        for k, (e0, e1) in enumerate([wins[0], *wins]):  # the first one warms the indexes
+            q = f"{url}api/d/{dev.device}/view?e0={e0}&e1={e1}&width=1300&height=420"
+            t = time.perf_counter()
+            with urllib.request.urlopen(q, timeout=600) as r:
+                body = r.read()
+            if k:
+                times.append((time.perf_counter() - t) * 1000)
+                sizes.append(len(body) / 1024)
+        return {
+            "http_ms_p50": pct(times, 50),
+            "http_ms_p95": pct(times, 95),
+            "http_kb_p50": pct(sizes, 50),
+            "http_kb_max": max(sizes),
+        }
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
 def server_viewports(path: Path, n_views: int = 40) -> dict[str, float]:
     """In-process layout + JSON time of random viewports (indexes warm)."""
     import memlens
@@ -90,15 +138,13 @@ def server_viewports(path: Path, n_views: int = 40) -> dict[str, float]:
     warm_s = time.perf_counter() - t
     dev = snap.device()
     n = dev.n_events
-    rng = np.random.default_rng(0)
-    times, bands, sizes = [], [], []
-    for i in range(n_views):
-        span = n if i == 0 else n * 10 ** rng.uniform(-4, 0)
-        e0 = rng.uniform(0, n - span)
-        t = time.perf_counter()
-        v = data.view(0, dev.device, width=1300, height=420, e0=e0, e1=e0 + span)
+    times, cpu, bands, sizes = [], [], [], []
+    for e0, e1 in windows(n, n_views):
+        t, c = time.perf_counter(), time.process_time()
+        v = data.view(0, dev.device, width=1300, height=420, e0=e0, e1=e1)
         body = json.dumps(v, separators=(",", ":"))
         times.append((time.perf_counter() - t) * 1000)
+        cpu.append((time.process_time() - c) * 1000)
         bands.append(len(v["bands"]["row"]))
         sizes.append(len(body) / 1024)
     return {
@@ -106,6 +152,8 @@ def server_viewports(path: Path, n_views: int = 40) -> dict[str, float]:
         "view_ms_p50": pct(times, 50),
         "view_ms_p95": pct(times, 95),
         "view_ms_max": max(times),
+        "view_cpu_ms_p50": pct(cpu, 50),
+        "view_cpu_ms_p95": pct(cpu, 95),
         "full_view_ms": times[0],
         "bands_max": max(bands),
         "full_bands": bands[0],
@@ -174,12 +222,12 @@ def main() -> None:
     )
     ap.add_argument("--sizes", default="100000,1000000,5000000")
     ap.add_argument("--files", default=None, help="comma-separated snapshots instead of sizes")
-    ap.add_argument("--parts", default="paint,server,browser")
+    ap.add_argument("--parts", default="paint,server,http,browser")
     ap.add_argument("--out", default=None, help="write a markdown table here")
     args = ap.parse_args()
     parts = set(args.parts.split(","))
-    if not parts <= {"paint", "server", "browser"}:
-        ap.error("--parts takes paint, server, browser")
+    if not parts <= {"paint", "server", "http", "browser"}:
+        ap.error("--parts takes paint, server, http, browser")
     from playwright.sync_api import sync_playwright
 
     import memlens
@@ -203,6 +251,8 @@ def main() -> None:
                 row["events"] = memlens.load(path, warn=False).device().n_events
                 if "server" in parts:
                     row.update(server_viewports(path))
+                if "http" in parts:
+                    row.update(http_viewports(path, cache))
                 if "browser" in parts:
                     row.update(browser_session(browser, path, cache))
             row["name"] = path.name
@@ -218,6 +268,10 @@ def write_markdown(rows: list[dict], out: Path) -> None:
         ("name", "snapshot", "{}"), ("events", "events", "{:,}"), ("file_mb", "pickle MiB", "{:.0f}"),
         ("cold_paint_s", "first paint cold (s)", "{:.2f}"), ("warm_paint_s", "first paint warm (s)", "{:.2f}"),
         ("view_ms_p50", "server view p50 (ms)", "{:.1f}"), ("view_ms_p95", "server view p95 (ms)", "{:.1f}"),
+        ("view_cpu_ms_p50", "server view CPU p50 (ms)", "{:.1f}"),
+        ("view_cpu_ms_p95", "server view CPU p95 (ms)", "{:.1f}"),
+        ("http_ms_p50", "HTTP view p50 (ms)", "{:.1f}"), ("http_ms_p95", "HTTP view p95 (ms)", "{:.1f}"),
+        ("http_kb_max", "HTTP max (KiB)", "{:.0f}"),
         ("full_view_ms", "server full view (ms)", "{:.1f}"),
         ("full_bands", "bands full view", "{:,}"), ("full_json_kb", "JSON full view (KiB)", "{:.0f}"),
         ("json_kb_max", "JSON max (KiB)", "{:.0f}"),
