@@ -16,6 +16,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_map
 
 from memlens.simulation import fake_cuda
+from memlens.simulation.inplace import BackwardInPlace
 
 if TYPE_CHECKING:
     from memlens.simulation.session import Simulation
@@ -34,15 +35,6 @@ _GEMM_OPS = {
     _aten.mv.default,
 }
 
-# Known approximation (docs/simulation.md): C++ autograd sees fake tensors (and any active
-# dispatch mode) as tensor subclasses (at::isTensorSubclassLike) and takes out-of-place
-# paths where a GPU works in place.
-BACKWARD_NOTE = (
-    "backward ran on fake tensors, which autograd treats as tensor subclasses: gradient "
-    "accumulation and some formulas (gather, index) allocate out of place where a GPU works "
-    "in place (a few % more allocations; peaks measured within 0.1 %)"
-)
-
 
 def _zero(dtype: torch.dtype) -> float | bool | int:
     if dtype.is_floating_point:
@@ -59,14 +51,17 @@ class Tracker(TorchDispatchMode):
         super().__init__()
         self.sim = sim
         self._composite: dict[Any, bool] = {}
-        self._in_backward_noted = False
+        self._backward = BackwardInPlace()
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if not self._in_backward_noted and torch._C._current_autograd_node() is not None:
-            self._in_backward_noted = True
-            self.sim.note(BACKWARD_NOTE)
-        if "device" in kwargs and torch._C._current_autograd_node() is not None:
+        node = torch._C._current_autograd_node()
+        if node is not None:
+            inplace = self._backward.replacement(node, func, args, kwargs)
+            if inplace is not None:
+                inplace(*args, **kwargs)  # allocates nothing: the GPU's in-place path
+                return args[0]
+        if "device" in kwargs and node is not None:
             # Backward formulas build tensors from a CUDA tensor's options(), whose C++
             # device reads `cpu` here (see fake_cuda); on a GPU they land on the GPU.
             device = kwargs["device"]
@@ -98,6 +93,8 @@ class Tracker(TorchDispatchMode):
         else:
             out = func(*args, **kwargs)
         self.sim._track_outputs(out)
+        if node is not None:
+            self._backward.made(func, out)
         if func in _GEMM_OPS and self._touches_cuda(args, kwargs):
             self.sim._ensure_workspace()
         return out

@@ -1,0 +1,62 @@
+"""Backward takes the GPU's in-place paths although fakes look like tensor subclasses
+to C++ autograd (simulation/inplace.py): gradient accumulation and scatter-into-zeros
+formulas allocate nothing where a GPU allocates nothing."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import memlens  # noqa: E402
+
+KIB16 = 64 * 64 * 4
+
+
+def backward_allocs(build) -> list[int]:
+    with memlens.simulate(cublas_workspace=0) as sim:
+        loss = build()
+        start = len(sim.allocator.trace)
+        loss.backward()
+    return [e["size"] for e in sim.allocator.trace[start:] if e["action"] == "alloc"]
+
+
+def test_gradient_accumulation_is_in_place_when_the_buffer_holds_the_only_reference():
+    def build():
+        w = torch.nn.Parameter(torch.randn(64, 64, device="cuda"))
+        a = w * torch.randn(64, 64, device="cuda")
+        return (a.sin() + a.cos()).sum()
+
+    # ones; cos path: sin(a), neg, mul (stored in a's buffer); sin path: cos(a), mul,
+    # added in place into the buffer (out of place would allocate one more); w's gradient
+    assert backward_allocs(build) == [4, KIB16, KIB16, KIB16, KIB16, KIB16, KIB16]
+
+
+def test_shared_gradients_are_still_accumulated_out_of_place():
+    def build():
+        w = torch.nn.Parameter(torch.randn(64, 64, device="cuda"))
+        a = w * torch.randn(64, 64, device="cuda")
+        return (a + (a.sin() + a.cos())).sum()  # a's first gradient is also the sum's
+
+    allocs = backward_allocs(build)
+    # ones; cos path (3); the out-of-place sum (the first gradient is shared); sin path
+    # (2), added in place; w's gradient (1)
+    assert allocs == [4] + [KIB16] * 7
+
+
+def test_gather_backward_scatters_into_its_zeros_in_place():
+    def build():
+        w = torch.nn.Parameter(torch.randn(64, 64, device="cuda"))
+        idx = torch.zeros(64, 1, dtype=torch.long, device="cuda")
+        return w.gather(1, idx).sum()
+
+    assert backward_allocs(build) == [4, KIB16]  # ones, the zeros scattered into
+
+
+def test_embedding_style_index_backward_puts_into_its_zeros_in_place():
+    def build():
+        w = torch.nn.Parameter(torch.randn(64, 64, device="cuda"))
+        ids = torch.zeros(8, dtype=torch.long, device="cuda")
+        return w[ids].sum()
+
+    assert backward_allocs(build) == [4, KIB16]
