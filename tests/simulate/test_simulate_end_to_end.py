@@ -182,6 +182,16 @@ def test_expandable_segments_option():
     del a, b
 
 
+def memlens_simulate(*args: str) -> subprocess.CompletedProcess[str]:
+    """`python -m memlens simulate ARGS` in a child process, its output captured."""
+    return subprocess.run(
+        [sys.executable, "-m", "memlens", "simulate", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
 def test_cli_runs_a_script_as_main(tmp_path):
     script = tmp_path / "train.py"
     script.write_text(
@@ -194,24 +204,7 @@ def test_cli_runs_a_script_as_main(tmp_path):
     """)
     )
     out = tmp_path / "sim.pickle"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "memlens",
-            "simulate",
-            "-o",
-            str(out),
-            "--cublas-workspace",
-            "0",
-            str(script),
-            "--n",
-            "512",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    proc = memlens_simulate("-o", str(out), "--cublas-workspace", "0", str(script), "--n", "512")
     assert proc.returncode == 0, proc.stderr
     assert "allocated" in proc.stdout and f"written to {out}" in proc.stderr
     snap = pickle.loads(out.read_bytes())
@@ -222,22 +215,7 @@ def test_cli_reports_simulated_oom(tmp_path):
     script = tmp_path / "big.py"
     script.write_text("import torch\nx = torch.empty(2**30, device='cuda')\n")
     out = tmp_path / "big.pickle"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "memlens",
-            "simulate",
-            "-o",
-            str(out),
-            "--device-memory",
-            "1GiB",
-            str(script),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    proc = memlens_simulate("-o", str(out), "--device-memory", "1GiB", str(script))
     assert proc.returncode == 1
     assert "ran out of memory" in proc.stderr and out.exists()
 
@@ -257,7 +235,9 @@ def test_scalars_tensors_from_data_and_timing_events_do_not_stop_a_script():
         end.record()
         torch.cuda.synchronize()
         assert start.elapsed_time(end) == 0.0
-        assert torch.cuda.get_device_properties(0).total_memory == 81559 * 2**20  # the default H100 preset
+        assert (
+            torch.cuda.get_device_properties(0).total_memory == 81559 * 2**20
+        )  # the default H100 preset
     sizes = [e["size"] for e in sim.snapshot["device_traces"][0] if e["action"] == "alloc"]
     assert sizes[:2] == [32, 4]  # randn(8) fp32, then the sum
 
