@@ -4,11 +4,13 @@
 from __future__ import annotations
 
 import json
+import pickle
 from pathlib import Path
 
 import pytest
 
 from shared_data import SHARED_SNAPSHOTS
+from snapshot_builders import hand_snapshot
 
 
 @pytest.fixture(scope="session")
@@ -24,6 +26,14 @@ def expected_figures(shared_snapshots_dir: Path) -> dict:
     if not path.exists():
         pytest.skip("../shared/snapshots/expected.json is absent")
     return json.loads(path.read_text())
+
+
+@pytest.fixture
+def hand_file(tmp_path: Path) -> Path:
+    """docs/concepts.md's worked example (snapshot_builders.hand_snapshot) as a pickle file."""
+    p = tmp_path / "hand.pickle"
+    p.write_bytes(pickle.dumps(hand_snapshot(), protocol=4))
+    return p
 
 
 @pytest.fixture(autouse=True)

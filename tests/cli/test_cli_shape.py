@@ -3,7 +3,6 @@ take their arguments, --device help that says what each command does by default.
 
 from __future__ import annotations
 
-import pickle
 import subprocess
 import sys
 
@@ -11,7 +10,6 @@ import pytest
 from click.testing import CliRunner
 
 from memlens.cli.main import COMMANDS, cli, run
-from snapshot_builders import hand_snapshot
 
 # a command that ends with ctx.exit(3), run through memlens's own entry point
 EXIT_3 = """
@@ -31,13 +29,6 @@ sys.modules["memlens.cli.three"] = module
 m.COMMANDS["three"] = "three"
 m.main(["three"])
 """
-
-
-@pytest.fixture
-def hand_file(tmp_path):
-    p = tmp_path / "hand.pickle"
-    p.write_bytes(pickle.dumps(hand_snapshot(), protocol=4))
-    return p
 
 
 def test_ctx_exit_code_reaches_the_process():

@@ -7,7 +7,6 @@ import pickle
 import subprocess
 import sys
 
-import pytest
 from click.testing import CliRunner
 
 from memlens.cli.main import cli
@@ -16,13 +15,6 @@ from snapshot_builders import hand_snapshot
 
 def run(*args: str):
     return CliRunner().invoke(cli, list(args), catch_exceptions=False)
-
-
-@pytest.fixture
-def hand_file(tmp_path):
-    p = tmp_path / "hand.pickle"
-    p.write_bytes(pickle.dumps(hand_snapshot(), protocol=4))
-    return p
 
 
 def test_summary_json_schema_and_values(hand_file):

@@ -29,13 +29,6 @@ def fingerprint(snap) -> dict:
     return out
 
 
-@pytest.fixture
-def snap_file(tmp_path):
-    p = tmp_path / "s.pickle"
-    p.write_bytes(pickle.dumps(hand_snapshot(), protocol=4))
-    return p
-
-
 def _entry(path):
     memlens.load(path)  # writes the entry
     entry, _ = column_cache.entry_dir(path)
@@ -111,18 +104,18 @@ def _meta_dir(entry):
 
 
 @pytest.mark.parametrize("how", list(TAMPERINGS))
-def test_tampered_entry_is_rebuilt_with_the_right_figures(snap_file, how):
-    truth = fingerprint(memlens.load(snap_file, cache=False))
-    entry = _entry(snap_file)
+def test_tampered_entry_is_rebuilt_with_the_right_figures(hand_file, how):
+    truth = fingerprint(memlens.load(hand_file, cache=False))
+    entry = _entry(hand_file)
     TAMPERINGS[how](entry)
     with warnings.catch_warnings(record=True):
         warnings.simplefilter("always")
         try:
-            snap = memlens.load(snap_file)
+            snap = memlens.load(hand_file)
         except memlens.SnapshotError:  # pragma: no cover - would be acceptable, not a crash
             pytest.fail("a damaged cache should be rebuilt, not refused")
     assert fingerprint(snap) == truth
-    again = memlens.load(snap_file)  # the rebuilt entry is good
+    again = memlens.load(hand_file)  # the rebuilt entry is good
     assert again.from_cache and fingerprint(again) == truth
 
 
@@ -146,7 +139,7 @@ def test_rewritten_in_place_with_same_size_and_mtime_misses(tmp_path):
     assert int(second.device(0).size[0]) == int(first.device(0).size[0]) + 1
 
 
-def test_killed_writer_temp_dirs_are_pruned(snap_file):
+def test_killed_writer_temp_dirs_are_pruned(hand_file):
     root = column_cache.cache_root()
     root.mkdir(parents=True, exist_ok=True)
     stale = root / ".deadbeef.abc123"
@@ -156,6 +149,6 @@ def test_killed_writer_temp_dirs_are_pruned(snap_file):
     os.utime(stale, (old, old))
     fresh = root / ".cafe.def456"  # may belong to a writer running right now: kept
     fresh.mkdir()
-    memlens.load(snap_file)
+    memlens.load(hand_file)
     assert not stale.exists()
     assert fresh.exists()

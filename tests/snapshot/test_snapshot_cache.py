@@ -15,13 +15,6 @@ from memlens.snapshot.loader import SnapshotWarning
 from snapshot_builders import hand_snapshot
 
 
-@pytest.fixture
-def snap_file(tmp_path):
-    p = tmp_path / "s.pickle"
-    p.write_bytes(pickle.dumps(hand_snapshot(), protocol=4))
-    return p
-
-
 def _same(a, b):
     da, db = a.device(0), b.device(0)
     for name in (
@@ -40,63 +33,63 @@ def _same(a, b):
     assert a.strings == b.strings and a.streams == b.streams
 
 
-def test_second_open_is_memory_mapped_from_cache(snap_file, tmp_path):
-    first = memlens.load(snap_file)
+def test_second_open_is_memory_mapped_from_cache(hand_file, tmp_path):
+    first = memlens.load(hand_file)
     assert not first.from_cache
     entries = list(column_cache.cache_root().iterdir())
     assert len(entries) == 1 and str(entries[0]).startswith(os.environ["MEMLENS_CACHE_DIR"])
-    second = memlens.load(snap_file)
+    second = memlens.load(hand_file)
     assert second.from_cache
     assert isinstance(second.device(0).active_after, np.memmap)
     _same(first, second)
     assert second.device(0).peak_active_bytes == 1510
 
 
-def test_changed_file_misses(snap_file):
-    memlens.load(snap_file)
+def test_changed_file_misses(hand_file):
+    memlens.load(hand_file)
     raw = hand_snapshot()
     raw["device_traces"][0] = raw["device_traces"][0][:5]
     time.sleep(0.01)
-    snap_file.write_bytes(pickle.dumps(raw, protocol=4))
-    again = memlens.load(snap_file)
+    hand_file.write_bytes(pickle.dumps(raw, protocol=4))
+    again = memlens.load(hand_file)
     assert not again.from_cache
     assert again.device(0).n_events == 5
 
 
-def test_corrupt_cache_is_rebuilt_with_a_warning(snap_file):
-    memlens.load(snap_file)
-    entry, _ = column_cache.entry_dir(snap_file)
+def test_corrupt_cache_is_rebuilt_with_a_warning(hand_file):
+    memlens.load(hand_file)
+    entry, _ = column_cache.entry_dir(hand_file)
     victim = entry / "d0.active_after.npy"
     victim.write_bytes(victim.read_bytes()[:20])
     with pytest.warns(SnapshotWarning, match="rebuilding"):
-        again = memlens.load(snap_file)
+        again = memlens.load(hand_file)
     assert not again.from_cache
     assert again.device(0).active_after.tolist()[-1] == 1310
-    assert memlens.load(snap_file).from_cache
+    assert memlens.load(hand_file).from_cache
 
 
-def test_stale_format_is_rebuilt(snap_file):
-    memlens.load(snap_file)
-    entry, _ = column_cache.entry_dir(snap_file)
+def test_stale_format_is_rebuilt(hand_file):
+    memlens.load(hand_file)
+    entry, _ = column_cache.entry_dir(hand_file)
     meta = entry / "meta.json"
     text = meta.read_text()
     meta.write_text(text.replace(f'"format": {column_cache.CACHE_FORMAT}', '"format": -1', 1))
     with pytest.warns(SnapshotWarning, match="stale"):
-        assert not memlens.load(snap_file).from_cache
+        assert not memlens.load(hand_file).from_cache
 
 
-def test_no_cache_writes_nothing(snap_file):
-    memlens.load(snap_file, cache=False)
+def test_no_cache_writes_nothing(hand_file):
+    memlens.load(hand_file, cache=False)
     root = column_cache.cache_root()
     assert not root.exists() or not any(root.iterdir())
 
 
-def test_cli_no_cache_flag(snap_file):
+def test_cli_no_cache_flag(hand_file):
     from click.testing import CliRunner
 
     from memlens.cli.main import cli
 
-    r = CliRunner().invoke(cli, ["summary", str(snap_file), "--no-cache", "--json"])
+    r = CliRunner().invoke(cli, ["summary", str(hand_file), "--no-cache", "--json"])
     assert r.exit_code == 0, r.output
     root = column_cache.cache_root()
     assert not root.exists() or not any(root.iterdir())
