@@ -42,7 +42,9 @@ _SCATTER_INTO_ZEROS = {
 def _unique(t: torch.Tensor) -> bool:
     storage = t.untyped_storage()
     return (
-        t._use_count() <= UNIQUE_TENSOR_REFS
+        # Tensor._use_count exists at run time (TensorImpl's reference count); torch's
+        # stubs do not declare it
+        t._use_count() <= UNIQUE_TENSOR_REFS  # type: ignore[attr-defined]
         and torch._C._storage_Use_Count(storage._cdata) <= UNIQUE_STORAGE_REFS
         and t.is_contiguous()
         and t.storage_offset() == 0

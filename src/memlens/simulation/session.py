@@ -208,7 +208,25 @@ class Simulation:
 
         gpu = self.gpu
         total = alloc.device_memory or gpu.memory
+        # torch.cuda re-exports torch.cuda.memory's functions: patch both names
+        memory: dict[str, Callable[..., Any]] = {
+            "memory_allocated": lambda device=None: alloc.allocated,
+            "max_memory_allocated": lambda device=None: alloc.peak_allocated,
+            "memory_reserved": lambda device=None: alloc.reserved,
+            "max_memory_reserved": lambda device=None: alloc.peak_reserved,
+            "reset_peak_memory_stats": reset_peak,
+            "reset_max_memory_allocated": reset_peak,
+            "mem_get_info": lambda device=None: (total - alloc.reserved, total),
+            "memory_stats": stats,
+            "memory_summary": lambda device=None, abbreviated=False: (
+                f"memlens simulation: {alloc.allocated:,} bytes allocated, "
+                f"{alloc.reserved:,} bytes reserved"
+            ),
+            "empty_cache": self.empty_cache,
+        }
         return {
+            **memory,
+            **{f"memory.{name}": fn for name, fn in memory.items()},
             "is_available": lambda: True,
             "device_count": lambda: 1,
             "current_device": lambda: 0,
@@ -225,31 +243,11 @@ class Simulation:
             "_maybe_exchange_device": lambda device: 0,
             "get_rng_state": lambda device="cuda": torch.zeros(16, dtype=torch.uint8),
             "set_rng_state": lambda new_state, device="cuda": None,
-            "memory_stats": stats,
-            "memory_summary": lambda device=None, abbreviated=False: (
-                f"memlens simulation: {alloc.allocated:,} bytes allocated, "
-                f"{alloc.reserved:,} bytes reserved"
-            ),
-            "memory.memory_stats": stats,
             "Event": cuda_stubs.Event,
             "Stream": cuda_stubs.Stream,
             "current_stream": lambda device=None: cuda_stubs.Stream(),
             "default_stream": lambda device=None: cuda_stubs.Stream(),
             "stream": lambda stream=None: contextlib.nullcontext(stream),
-            "empty_cache": self.empty_cache,
-            "memory.empty_cache": self.empty_cache,
-            "memory_allocated": lambda device=None: alloc.allocated,
-            "max_memory_allocated": lambda device=None: alloc.peak_allocated,
-            "memory_reserved": lambda device=None: alloc.reserved,
-            "max_memory_reserved": lambda device=None: alloc.peak_reserved,
-            "reset_peak_memory_stats": reset_peak,
-            "reset_max_memory_allocated": reset_peak,
-            "mem_get_info": lambda device=None: (total - alloc.reserved, total),
-            "memory.memory_allocated": lambda device=None: alloc.allocated,
-            "memory.max_memory_allocated": lambda device=None: alloc.peak_allocated,
-            "memory.memory_reserved": lambda device=None: alloc.reserved,
-            "memory.max_memory_reserved": lambda device=None: alloc.peak_reserved,
-            "memory.reset_peak_memory_stats": reset_peak,
             "memory._record_memory_history": record_history,
             "memory._dump_snapshot": dump_snapshot,
             "memory._snapshot": lambda device=None, **kw: self.build_snapshot(),
