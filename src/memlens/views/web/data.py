@@ -29,6 +29,7 @@ from memlens.snapshot.model import (
     Snapshot,
 )
 from memlens.views.layout import MAX_HEIGHT, MAX_WIDTH, DeviceLayout, time_range
+from memlens.views.layout.segments import segment_view
 from memlens.views.web.allocator_view import allocator_state
 from memlens.views.web.search import address_hits, band_matches, parse_query
 
@@ -168,20 +169,7 @@ class ViewerData:
         height = int(min(max(height, 1), MAX_HEIGHT))
         lay = self.layout(s, device)
         dev = lay.dev
-        if t0 is not None and t1 is not None:
-            if time_range(dev) is None:
-                raise MemlensError("this trace has no timestamps; use the event axis")
-            if not t1 > t0:
-                raise MemlensError("t1 must be greater than t0")
-            bounds = lay.time_bounds(t0, t1, width)
-            x = {"mode": "time", "t0": t0, "t1": t1}
-        else:
-            e0 = 0.0 if e0 is None else float(e0)
-            e1 = float(max(dev.n_events, 1)) if e1 is None else float(e1)
-            if not e1 > e0:
-                raise MemlensError("e1 must be greater than e0")
-            bounds = lay.event_bounds(e0, e1, width)
-            x = {"mode": "event", "e0": e0, "e1": e1}
+        bounds, x = self._columns(lay, width, e0, e1, t0, t1)
         ymin = int(ymin or 0)
         if ymax is not None and not ymax > ymin >= 0:
             raise MemlensError("need 0 <= ymin < ymax")
@@ -208,6 +196,68 @@ class ViewerData:
             out["bands"]["match"] = band_matches(dev, rows, query).astype(np.uint8).tolist()
             if isinstance(query, int):
                 out["address"] = address_hits(dev, query)
+        return out
+
+    @staticmethod
+    def _columns(
+        lay: DeviceLayout,
+        width: int,
+        e0: float | None,
+        e1: float | None,
+        t0: float | None,
+        t1: float | None,
+    ) -> tuple[np.ndarray, dict[str, Any]]:
+        """Column bounds of a viewport on the event or the time axis, and its "x" echo."""
+        dev = lay.dev
+        if t0 is not None and t1 is not None:
+            if time_range(dev) is None:
+                raise MemlensError("this trace has no timestamps; use the event axis")
+            if not t1 > t0:
+                raise MemlensError("t1 must be greater than t0")
+            return lay.time_bounds(t0, t1, width), {"mode": "time", "t0": t0, "t1": t1}
+        e0 = 0.0 if e0 is None else float(e0)
+        e1 = float(max(dev.n_events, 1)) if e1 is None else float(e1)
+        if not e1 > e0:
+            raise MemlensError("e1 must be greater than e0")
+        return lay.event_bounds(e0, e1, width), {"mode": "event", "e0": e0, "e1": e1}
+
+    # ---- /api/d/{device}/segments --------------------------------------------------------------
+    def segments(
+        self,
+        s: int,
+        device: int,
+        *,
+        width: int,
+        height: int,
+        e0: float | None = None,
+        e1: float | None = None,
+        t0: float | None = None,
+        t1: float | None = None,
+    ) -> dict[str, Any]:
+        """The Active Cached Segment Timeline: the view's shape, a band per segment, its
+        stream as the "site" (colour), its address in bands.address."""
+        width = int(min(max(width, 1), MAX_WIDTH))
+        height = int(min(max(height, 1), MAX_HEIGHT))
+        lay = self.layout(s, device)
+        bounds, x = self._columns(lay, width, e0, e1, t0, t1)
+        v, segs = segment_view(lay, bounds, height)
+        out = v.to_json()
+        out.update(ymin=0, x=x, width=width, height=height, kind="segments")
+        dev = lay.dev
+        if time_range(dev) is not None:
+            out["times"] = dev.monotonic_time_us[np.clip(bounds, 0, dev.n_events - 1)].tolist()
+        rows = v.band_rows
+        streams = self.snap(s).streams
+        uniq, inv = np.unique(segs.stream[rows], return_inverse=True)
+        out["bands"]["size"] = segs.size[rows].tolist()
+        out["bands"]["site"] = inv.tolist()
+        out["bands"]["flags"] = [0] * len(rows)
+        out["bands"]["address"] = [f"0x{int(a):x}" for a in segs.addr[rows].tolist()]
+        out["sites"] = [
+            f"segment on stream 0x{int(streams[u]) if 0 <= u < len(streams) else int(u):x}"
+            for u in uniq.tolist()
+        ]
+        out["site_ids"] = uniq.tolist()
         return out
 
     # ---- /api/d/{device}/alloc/{row} -----------------------------------------------------------

@@ -164,6 +164,18 @@ def create_app(
             python_only=req.query_params.get("python_only", "1") != "0",
         )
 
+    def segments(req: Request) -> Any:
+        return data.segments(
+            _snap(req),
+            device(req),
+            width=_int(req, "width", 1000, lo=0, hi=MAX_PIXELS) or 1,
+            height=_int(req, "height", 400, lo=0, hi=MAX_PIXELS) or 1,
+            e0=_float(req, "e0"),
+            e1=_float(req, "e1"),
+            t0=_float(req, "t0"),
+            t1=_float(req, "t1"),
+        )
+
     def allocator(req: Request) -> Any:
         return data.state(_snap(req), device(req), _int(req, "event", -1, lo=-1))
 
@@ -188,6 +200,7 @@ def create_app(
         Route("/api/d/{device}/annotations", api(annotations)),
         Route("/api/d/{device}/summary", api(summary)),
         Route("/api/d/{device}/state", api(allocator)),
+        Route("/api/d/{device}/segments", api(segments)),
         Route("/api/compare", api(compare)),
         Mount("/static", StaticFiles(directory=str(STATIC)), name="static"),
     ]

@@ -19,3 +19,8 @@ export function viewUrl(snap, device, x0, x1, axis, width, height, { yzoom = nul
   const fq = q ? `&q=${encodeURIComponent(q)}` : "";
   return `/api/d/${device}/view?snap=${snap}&${rangeQuery(x0, x1, axis)}&width=${width}&height=${height}${yq}${detail ? "" : "&detail=0"}${fq}`;
 }
+
+// GET /api/d/{device}/segments: the Active Cached Segment Timeline, the view's shape
+export function segmentsUrl(snap, device, x0, x1, axis, width, height) {
+  return `/api/d/${device}/segments?snap=${snap}&${rangeQuery(x0, x1, axis)}&width=${width}&height=${height}`;
+}

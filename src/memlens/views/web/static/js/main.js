@@ -59,6 +59,7 @@ function onKey(e) {
   else if (k === "-" || k === "_" || k === "ArrowDown") p.zoomAt(mid, 1 / 0.6);
   else if (k === "0" || k === "Home") { const [a, b] = p.fullRange(); p.yzoom = null; p.setRange(a, b); }
   else if (k === "p") p.jumpToPeak();
+  else if (k === "g") { const s = $("#chart"); s.value = s.value === "segments" ? "allocations" : "segments"; s.dispatchEvent(new Event("change")); }
   else if (k === "t") { const s = $("#axis"); s.value = s.value === "time" ? "event" : "time"; s.dispatchEvent(new Event("change")); }
   else if (k === "y" && state.panes.length > 1) { const b = $("#yscale"); b.checked = !b.checked; b.dispatchEvent(new Event("change")); }
   else if (k === "d") applyTheme(!document.documentElement.classList.contains("dark"));
@@ -106,6 +107,10 @@ async function main() {
   $("#yscale").addEventListener("change", (e) => {
     state.independentY = e.target.checked;
     for (const p of state.panes) { p.yzoom = null; p.request(); }
+  });
+  $("#chart").addEventListener("change", (e) => {
+    state.chart = e.target.value;
+    for (const p of state.panes) { p.view = null; p.draw(); p.request(); }
   });
   $("#axis").addEventListener("change", (e) => {
     state.axis = e.target.value;

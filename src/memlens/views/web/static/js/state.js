@@ -4,6 +4,7 @@ export const state = {
   panes: [],
   axis: "event",
   link: true,
+  chart: "allocations", // or "segments": the Active Cached Segment Timeline
   find: "", // the find box: frame text or 0x address, highlighted on the timeline
   independentY: false, // compare: each pane fits its own y scale (default: one shared)
   live: null, // {pane, event, u, axis, data, focus: [path of labels]}

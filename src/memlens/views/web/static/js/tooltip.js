@@ -20,7 +20,7 @@ export function tooltipLines(h) {
   const lines = [];
   if (h.kind === "band") {
     lines.push(["t-size", fmtBytes(h.size)]);
-    lines.push(["t-site", h.site]);
+    lines.push(["t-site", h.address ? `${h.site} at ${h.address}` : h.site]);
     const fl = [];
     if (h.flags & 1) fl.push(h.flags & 2 ? "alive before the trace (from the final segments)" : "allocated before the trace");
     if (h.flags & 8) fl.push("freed but pending (another stream)");

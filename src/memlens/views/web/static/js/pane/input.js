@@ -1,4 +1,5 @@
 // Hit testing and mouse input on a pane's canvases. Functions of a Pane (pane.js).
+import { openState } from "../allocator.js";
 import { pin } from "../details.js";
 import { fmtInt, fmtSeconds } from "../format.js";
 import { openLive } from "../live_tree.js";
@@ -55,7 +56,7 @@ export function hitTest(p, x, y) {
   }
   if (bestK >= 0) {
     const k = bestK;
-    return { ...hit, kind: "band", k, row: b.row[k], size: b.size[k], site: v.sites[b.site[k]], flags: b.flags[k] };
+    return { ...hit, kind: "band", k, row: b.row[k], size: b.size[k], site: v.sites[b.site[k]], flags: b.flags[k], address: b.address ? b.address[k] : undefined };
   }
   return { ...hit, kind: "empty" };
 }
@@ -157,6 +158,6 @@ export function bindInput(p) {
 function click(p, x, y) {
   const h = hitTest(p, x, y);
   if (!h) return;
-  if (h.kind === "band") pin(p, h.row);
+  if (h.kind === "band" && p.view.kind === "segments") { openLive(p, h.event, h.u); openState(p, h.event); } else if (h.kind === "band") pin(p, h.row);
   else openLive(p, h.event, h.u);
 }

@@ -1,7 +1,7 @@
 // One chart pane: a snapshot's device, its x range and y zoom, the data requests, and the
 // page furniture around the canvases. Drawing is pane/render.js, hit testing and mouse
 // input pane/input.js.
-import { getJSON, viewUrl } from "../api.js";
+import { getJSON, segmentsUrl, viewUrl } from "../api.js";
 import { loadCompare } from "../compare.js";
 import { $, dpr, el, setStatus } from "../dom.js";
 import { fmtBytes, fmtInt, fmtSeconds } from "../format.js";
@@ -120,7 +120,7 @@ export class Pane {
 
   // what the hatched band holds at the tallest column, and what separates it: always said
   // when it holds anything, so the budget's choice is never silent
-  renderHint() { this.hint.textContent = hatchSummary(this.view); }
+  renderHint() { this.hint.textContent = this.view.kind === "segments" ? "Active cached segments: one band per segment (cudaMalloc), stacked in the order they were made, coloured by stream; each column at its peak of reserved memory. Click for the allocator state there." : hatchSummary(this.view); }
 
   // the find box's answer for this pane: how many bands match; for an address, where it was
   renderFind() {
@@ -223,7 +223,10 @@ export class Pane {
     const axis = this.axis, x0 = this.x0, x1 = this.x1, w = this.plotW, h = this.plotH, dev = this.device;
     const t = performance.now();
     try {
-      const v = await getJSON(viewUrl(this.s, dev, x0, x1, axis, w, h, { yzoom: this.yzoom || sharedY(state), q: state.find }));
+      const url = state.chart === "segments"
+        ? segmentsUrl(this.s, dev, x0, x1, axis, w, h)
+        : viewUrl(this.s, dev, x0, x1, axis, w, h, { yzoom: this.yzoom || sharedY(state), q: state.find });
+      const v = await getJSON(url);
       if (dev === this.device) {
         v.axis = axis; v.vx0 = x0; v.vx1 = x1;
         this.view = v;
