@@ -58,6 +58,18 @@ class Stacks:
         return self.frame_ids[self.offsets[stack_id] : self.offsets[stack_id + 1]]
 
 
+def _peak(start: int, after: np.ndarray) -> tuple[int, int]:
+    """The highest of a curve: `start` (before the first event) or `after[i]`, and the first
+    event reaching it; -1 when nothing in the trace rises above the start."""
+    if len(after) == 0:
+        return start, -1
+    i = int(np.argmax(after))
+    top = int(after[i])
+    if start >= top:
+        return start, -1
+    return top, i
+
+
 @dataclass
 class DeviceTrace:
     """One device: its events, and the replay of them into allocations and curves."""
@@ -104,13 +116,7 @@ class DeviceTrace:
     # ---- headline figures -------------------------------------------------------------
     @cached_property
     def _active_peak(self) -> tuple[int, int]:
-        if self.n_events == 0:
-            return self.baseline_bytes, -1
-        i = int(np.argmax(self.active_after))
-        top = int(self.active_after[i])
-        if self.baseline_bytes >= top:
-            return self.baseline_bytes, -1
-        return top, i
+        return _peak(self.baseline_bytes, self.active_after)
 
     @property
     def peak_active_bytes(self) -> int:
@@ -127,13 +133,7 @@ class DeviceTrace:
 
     @cached_property
     def _reserved_peak(self) -> tuple[int, int]:
-        if self.n_events == 0:
-            return self.reserved_start_bytes, -1
-        i = int(np.argmax(self.reserved_after))
-        top = int(self.reserved_after[i])
-        if self.reserved_start_bytes >= top:
-            return self.reserved_start_bytes, -1
-        return top, i
+        return _peak(self.reserved_start_bytes, self.reserved_after)
 
     @property
     def peak_reserved_bytes(self) -> int:
