@@ -60,3 +60,26 @@ def test_embedding_style_index_backward_puts_into_its_zeros_in_place():
         return w[ids].sum()
 
     assert backward_allocs(build) == [4, KIB16]
+
+
+def test_backward_allocations_are_named_by_their_autograd_node_as_on_a_gpu():
+    from memlens.analysis.peak import peak
+
+    with memlens.simulate(cublas_workspace=0) as sim:
+        w = torch.nn.Parameter(torch.randn(64, 64, device="cuda"))
+        x = torch.randn(64, 64, device="cuda")
+        (x @ w).sum().backward()
+        keep = w.grad
+    # the backward thread has no Python frames on a GPU: the node's apply names it
+    sites = {s["site"] for s in peak(memlens.load(sim.snapshot).device(0))["by_site"]}
+    assert any("MmBackward0::apply" in s for s in sites), sites
+    frames = [e["frames"] for e in sim.snapshot["device_traces"][0] if e["action"] == "alloc"]
+    assert frames[-1] == [
+        {
+            "filename": "??",
+            "line": 0,
+            "name": "torch::autograd::generated::MmBackward0::apply"
+            "(std::vector<at::Tensor, std::allocator<at::Tensor> >&&)",
+        }
+    ]
+    del keep

@@ -34,7 +34,8 @@ _HIDDEN_PREFIXES = tuple(
     )
 )
 _OWN_DIR = os.path.dirname(os.path.abspath(__file__))
-_WEAKREF_FILE = weakref.__file__  # weakref.finalize.__call__ runs our free callback
+_WEAKREF_FILE = weakref.__file__
+_APPLY_ARGS = "std::vector<at::Tensor, std::allocator<at::Tensor> >&&"  # Node::apply's  # weakref.finalize.__call__ runs our free callback
 
 
 class FrameCollector:
@@ -44,6 +45,7 @@ class FrameCollector:
         self._frames: dict[tuple[Any, int], dict[str, Any]] = {}
         self._stacks: dict[tuple[int, ...], list[dict[str, Any]]] = {}
         self._hidden: dict[str, bool] = {}
+        self._node_stacks: dict[str, list[dict[str, Any]]] = {}
 
     def _is_hidden(self, filename: str) -> bool:
         hidden = self._hidden.get(filename)
@@ -80,3 +82,18 @@ class FrameCollector:
         if shared is None:
             self._stacks[stack_key] = shared = out
         return shared
+
+    def autograd_node(self, node_name: str) -> list[dict[str, Any]]:
+        """The stack of an allocation inside a C++ autograd node's backward: on a GPU it
+        runs on the autograd engine's thread, without Python frames; the recorder's C++
+        frames name the node's `apply`, as this one frame does."""
+        if not self.enabled:
+            return []
+        stack = self._node_stacks.get(node_name)
+        if stack is None:
+            qualified = (
+                node_name if "::" in node_name else f"torch::autograd::generated::{node_name}"
+            )
+            stack = [{"filename": "??", "line": 0, "name": f"{qualified}::apply({_APPLY_ARGS})"}]
+            self._node_stacks[node_name] = stack
+        return stack

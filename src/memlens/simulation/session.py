@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.autograd.function import BackwardCFunction
 from torch.utils._pytree import tree_flatten
 
 from memlens.errors import MemlensError
@@ -136,9 +137,15 @@ class Simulation:
             self._live[key] = self._malloc(nbytes)
             weakref.finalize(storage, self._on_storage_freed, key)
 
+    def _stack(self) -> list[dict[str, Any]]:
+        node = torch._C._current_autograd_node()
+        if node is None or isinstance(node, BackwardCFunction):
+            return self.frames.collect()  # forward, or a Python autograd.Function's backward
+        return self.frames.autograd_node(node.name())
+
     def _malloc(self, nbytes: int) -> int:
         try:
-            return self.allocator.malloc(nbytes, 0, self.frames.collect())
+            return self.allocator.malloc(nbytes, 0, self._stack())
         except SimulatedOOM as oom:
             # PyTorch calls the observers after the `oom` trace entry, before raising.
             total = self.allocator.device_memory or 0
@@ -161,7 +168,7 @@ class Simulation:
     def _on_storage_freed(self, key: int) -> None:
         address = self._live.pop(key, None)
         if address is not None:
-            self.allocator.free(address, self.frames.collect())
+            self.allocator.free(address, self._stack())
 
     def _ensure_workspace(self) -> None:
         # cuBLAS keeps one workspace per handle; forward and backward run on different
