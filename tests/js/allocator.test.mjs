@@ -3,7 +3,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { blockSpan, stateHit } from "./static.mjs";
+import { blockSpan, poolText, stateHit } from "./static.mjs";
 
 const seg = (size, blocks) => ({ size, blocks: blocks.map(([offset, s, row]) => ({ offset, size: s, row })) });
 
@@ -22,4 +22,10 @@ test("stateHit: the row by y (10 px rows, 3 px gaps), the block by x, the bar's 
   assert.equal(stateHit(st, 10.5, 14, 200).block.row, 9);
   assert.equal(stateHit(st, 30, 14, 200), null); // past the 20 px bar of segment 1
   assert.equal(stateHit(st, 10, 40, 200), null); // below the last row
+});
+
+test("poolText: default, private, unknown", () => {
+  assert.equal(poolText([0, 0]), "default (0, 0)");
+  assert.equal(poolText([1, 3]), "private (1, 3)");
+  assert.equal(poolText(null), "unknown (the segment is gone by the snapshot's end)");
 });

@@ -43,7 +43,7 @@ def as_cli(st: dict) -> dict:
         if k not in ("rounding_waste_bytes", "segments_shown", "blocks_shown", "settings")
     }
     out["segments"] = [
-        {**{k: v for k, v in s.items() if k != "blocks_total"},
+        {**{k: v for k, v in s.items() if k not in ("blocks_total", "pool")},
          "blocks": [{k: v for k, v in b.items() if k != "offset"} for b in s["blocks"]]}
         for s in st["segments"]
     ]  # fmt: skip
@@ -106,13 +106,20 @@ def test_card_follows_the_cursor_and_steps(browser, snap_path):
         # a click in the chart moves the cursor: the card follows
         box = page.locator("canvas.main").bounding_box()
         page.mouse.click(box["x"] + box["width"] * 0.3, box["y"] + 12)
-        page.wait_for_function("() => window.memlens.allocator.event === window.memlens.live.event")
-        # a block opens its allocation
-        seg = page.evaluate(
-            "() => window.memlens.allocator.data.segments.findIndex((s) => s.blocks.length)"
+        page.wait_for_function(
+            "() => { const a = window.memlens.allocator, l = window.memlens.live;"
+            " return a.event === l.event && a.data && a.data.event === l.event; }"
         )
-        page.wait_for_function("() => window.memlens.allocator.data !== null")
+        # a block opens its allocation: the middle of the first block of the first segment
+        # that has one (the canvas is drawn once the data is in)
+        page.wait_for_selector("#state canvas.segments")
+        pt = page.evaluate("""() => { const d = window.memlens.allocator.data;
+          const i = d.segments.findIndex((s) => s.blocks.length), s = d.segments[i], b = s.blocks[0];
+          const w = document.querySelector('#state canvas.segments').getBoundingClientRect().width;
+          const max = d.segments.reduce((m, x) => Math.max(m, x.size), 1), bar = Math.max(2, s.size / max * w);
+          return {x: (b.offset + b.size / 2) / s.size * bar, y: i * 13 + 5, row: b.row}; }""")
         cv = page.locator("#state canvas.segments").bounding_box()
-        page.mouse.click(cv["x"] + 1, cv["y"] + seg * 13 + 5)
+        page.mouse.click(cv["x"] + pt["x"], cv["y"] + pt["y"])
         page.wait_for_selector("#details .kv")
+        assert page.evaluate("() => window.memlens.pinned.row") == pt["row"]
         assert not pg.errors

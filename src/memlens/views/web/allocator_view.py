@@ -28,11 +28,27 @@ def settings_list(settings: dict[str, Any]) -> list[list[str]]:
     return out
 
 
+def final_pools(dev: DeviceTrace) -> dict[int, list[int]]:
+    """Memory pool (id pair; (0, 0) is the default pool, anything else a private pool such
+    as a CUDA graph's) of each segment of the snapshot's final state, by address: a
+    segment freed before the end has no recorded pool."""
+    seg = dev.snapshot.segments
+    rows = seg.of_device(dev.device)
+    return {
+        int(a): [int(p0), int(p1)]
+        for a, p0, p1 in zip(
+            seg.address[rows].tolist(), seg.pool_id0[rows].tolist(), seg.pool_id1[rows].tolist()
+        )
+    }
+
+
 def allocator_state(dev: DeviceTrace, event: int) -> dict[str, Any]:
     """state_at(dev, event) with segments by address (the first MAX_SEGMENTS, their blocks up
     to MAX_BLOCKS in all), each block's offset in its segment, and the rounding waste: bytes
-    of the live blocks' 512-byte rounding (the allocator's smallest block), inside `free_bytes`."""
+    of the live blocks' 512-byte rounding (the allocator's smallest block), inside `free_bytes`;
+    each drawn segment's `pool` when it is in the final state (else None)."""
     st = state_at(dev, event, blocks=True)
+    pools = final_pools(dev)
     segments = sorted(st.pop("segments", []), key=lambda s: int(s["address"], 16))
     waste = 0
     drawn: list[dict[str, Any]] = []
@@ -51,6 +67,7 @@ def allocator_state(dev: DeviceTrace, event: int) -> dict[str, Any]:
                 **{k: v for k, v in seg.items() if k != "blocks"},
                 "blocks": [{**b, "offset": int(b["address"], 16) - base} for b in keep],
                 "blocks_total": len(blocks),
+                "pool": pools.get(base),
             }
         )
     return {

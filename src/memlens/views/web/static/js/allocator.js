@@ -34,6 +34,13 @@ export function stateHit(st, x, y, width) {
   return x <= Math.max(2, (seg.size / maxSize) * width) ? { seg, block: null } : null;
 }
 
+// A segment's memory pool: (0, 0) is the default pool; any other id pair is a private pool
+// (CUDA graphs, torch.cuda.MemPool). Known only for segments still there at the end. Pure.
+export function poolText(pool) {
+  if (!pool) return "unknown (the segment is gone by the snapshot's end)";
+  return pool[0] || pool[1] ? `private (${pool[0]}, ${pool[1]})` : "default (0, 0)";
+}
+
 // Open (or refresh) the card at `event` of `pane`.
 export async function openState(pane, event) {
   const card = $("#state");
@@ -88,7 +95,7 @@ function renderState() {
   const cv = el("canvas", "segments");
   cv.setAttribute("aria-label", "segments and blocks");
   body.append(cv);
-  body.append(el("div", "t-muted", "one row per segment (by address), as long as its size; blocks in the accent colour, pending frees (another stream) in orange, free space grey. Click a block for its allocation."));
+  body.append(el("div", "t-muted", "one row per segment (by address), as long as its size; blocks in the accent colour, pending frees (another stream) in orange, free space grey; a dark edge under a row marks a private pool. Click a block for its allocation."));
   drawState(cv, d);
   if (d.settings.length) {
     const det = el("details");
@@ -107,6 +114,7 @@ function renderState() {
       lines.push(["t-muted", `${h.block.state === "active_pending_free" ? "freed, pending (another stream)" : "allocated"} · allocation row ${h.block.row}`]);
     }
     lines.push(["t-muted", `segment ${s.address}: ${fmtBytes(s.size)}, ${fmtBytes(s.free_bytes)} free (largest ${fmtBytes(s.largest_free_bytes)}), ${fmtInt(s.blocks_total)} blocks, stream ${s.stream}${s.is_expandable ? ", expandable" : ""}`]);
+    lines.push(["t-muted", `pool: ${poolText(s.pool)}`]);
     showTooltip(e, lines);
   });
   cv.addEventListener("mouseleave", hideTooltip);
@@ -129,6 +137,10 @@ function drawState(cv, d) {
     const y = i * (ROW_H + ROW_GAP);
     ctx.fillStyle = col("--small");
     ctx.fillRect(0, y, Math.max(2, (s.size / maxSize) * w), ROW_H);
+    if (s.pool && (s.pool[0] || s.pool[1])) { // a private pool: a dark edge under the row
+      ctx.fillStyle = col("--fg");
+      ctx.fillRect(0, y + ROW_H - 2, Math.max(2, (s.size / maxSize) * w), 2);
+    }
     for (const b of s.blocks) {
       const [x0, x1] = blockSpan(s, b, maxSize, w);
       ctx.fillStyle = b.state === "active_pending_free" ? "#f28e2b" : col("--accent");
