@@ -23,7 +23,8 @@ def hostile_snapshot(target: Path) -> dict:
     snap = base_snapshot()
     trace = snap["device_traces"][0]
     frames = trace[1]["frames"]
-    frames[0]["name"] = f"{click} [b]bold[/b] \x1b]0;pwned\x07\x1b[2J"
+    # escapes first: a long tmp path (under xdist) makes the row end in an ellipsis
+    frames[0]["name"] = f"\x1b]0;pwned\x07\x1b[2J [b]bold[/b] {click}"
     frames[1]["name"] = click
     frames[1]["filename"] = "/x/[red]file[/red]\x1b[31m.py"
     # a live allocation with the hostile stack, and an unknown action named with markup last
