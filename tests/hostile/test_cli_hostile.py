@@ -81,3 +81,19 @@ def test_control_characters_are_shown_as_escapes(tmp_path, monkeypatch, capsys, 
         assert "\x1b" not in stream and "\x07" not in stream and "\r" not in stream
     if command in ("summary", "peak"):
         assert "\\x1b" in out.out  # shown, visibly
+
+
+def test_status_lines_show_control_characters_in_file_names(tmp_path, monkeypatch, capsys):
+    """The lines a command prints besides its analysis ("wrote X", "serving X") name files
+    the user or a snapshot chose: they go through cli.options.status like the analyses."""
+    monkeypatch.setenv("MEMLENS_NO_CACHE", "1")
+    snap = tmp_path / "s\x1b]0;t\x07.pickle"
+    assert run(["generate", str(snap), "--events", "200"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"wrote {tmp_path}/s\\x1b]0;t\\x07.pickle: 1 device(s), ")
+    html = tmp_path / "r\x1b[2J.html"
+    assert run(["report", str(snap), "-o", str(html)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"wrote {tmp_path}/r\\x1b[2J.html (") and out.endswith(" s)\n")
+    assert "\x1b" not in out and "\x07" not in out
+    assert html.is_file()

@@ -41,8 +41,8 @@ from memlens.cli.options import (
     open_snapshot,
     snapshot_argument,
     snapshots_argument,
+    status,
 )
-from memlens.views.escape import visible_output
 
 # What the body gets first:
 #   "device":   the DeviceTrace of --device (default: the longest trace)
@@ -176,7 +176,7 @@ def _echo(text: Text) -> None:
     """Every analysis command's text goes out here: control characters from the snapshot's
     names are shown as escapes (`\\x1b`), never sent raw to the terminal."""
     if isinstance(text, str):
-        click.echo(visible_output(text))
+        status(text)
         return
     for line, to_stderr in text:
-        click.echo(visible_output(line), err=to_stderr)
+        status(line, err=to_stderr)

@@ -8,6 +8,7 @@ from typing import Any
 import click
 
 from memlens.cli.command import Answer, analysis_command
+from memlens.cli.options import status
 
 
 def _check(**own: Any) -> dict[str, Any]:
@@ -78,7 +79,7 @@ def command(
         from memlens.fleet.table import write_parquet
 
         write_parquet(result, out)
-        click.echo(f"wrote {out} ({len(result['table']):,} rows)", err=True)
+        status(f"wrote {out} ({len(result['table']):,} rows)", err=True)
     if report is not None:
         from pathlib import Path
 
@@ -89,5 +90,5 @@ def command(
             Path(report).write_text(fleet_report(result), encoding="utf-8")
         except OSError as exc:
             raise MemlensError(f"cannot write {report}: {exc.strerror or exc}") from None
-        click.echo(f"wrote {report}", err=True)
+        status(f"wrote {report}", err=True)
     return Answer(result, render_fleet)

@@ -7,6 +7,8 @@ from typing import Any
 
 import click
 
+from memlens.cli.options import status
+
 
 @click.command("generate")
 @click.argument("output", type=click.Path())
@@ -82,7 +84,7 @@ def command(
     except OSError as exc:
         raise MemlensError(f"cannot write {output}: {exc.strerror}") from None
     n = sum(len(t) for t in snap["device_traces"])
-    click.echo(
+    status(
         f"wrote {output}: {devices} device(s), {n:,} trace entries, {len(snap['segments'])} segments"
     )
 
@@ -102,4 +104,4 @@ def _fleet(output: str, ranks: int | None, skew: tuple[str, ...], events: int, l
     except OSError as exc:
         raise MemlensError(f"cannot write {output}: {exc.strerror}") from None
     planted = ", ".join(skew) if skew else "none"
-    click.echo(f"wrote {ranks:,} rank files into {output} (skews: {planted})")
+    status(f"wrote {ranks:,} rank files into {output} (skews: {planted})")

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import click
 
+from memlens.cli.options import status
+
 
 @click.command("inspect-report")
 @click.argument("run_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
@@ -32,12 +34,12 @@ def command(run_dir: Path, videos: bool, plots: bool, video_format: str, fps: in
 
     run = load_run(run_dir)
     if not run.tensors:
-        click.echo(f"{run_dir}: no saved samples yet; writing an empty dashboard", err=True)
+        status(f"{run_dir}: no saved samples yet; writing an empty dashboard", err=True)
     result = render_run(run_dir, videos=videos, plots=plots, video_format=video_format, fps=fps)
-    status = run.meta.get("status", "unknown")
-    click.echo(
+    run_status = run.meta.get("status", "unknown")
+    status(
         f"{len(run.tensors)} tensors, {sum(len(s) for s in run.tensors.values())} samples "
-        f"(run status: {status}); {len(result['plots'])} plots, {len(result['videos'])} videos "
+        f"(run status: {run_status}); {len(result['plots'])} plots, {len(result['videos'])} videos "
         f"in {result['seconds']:.1f}s"
     )
-    click.echo(f"dashboard: {result['dashboard']}")
+    status(f"dashboard: {result['dashboard']}")

@@ -13,7 +13,7 @@ import click
 
 from memlens.analysis.jsonable import json_default
 from memlens.snapshot.model import Snapshot
-from memlens.views.escape import visible
+from memlens.views.escape import visible, visible_output
 
 F = Callable[..., Any]
 
@@ -155,6 +155,13 @@ def annotations_option(f: F) -> F:
         "sampled forward pass, with its activation bytes) or a JSON list of "
         '{"name", "stage": "START"|"END", "time_us"} entries.',
     )(f)  # fmt: skip
+
+
+def status(message: str, *, err: bool = False) -> None:
+    """A status line ("wrote X", "serving X", a summary on stderr): it names files and may
+    quote a snapshot's names, so control characters are shown as escapes (`\\x1b`) as in
+    every analysis's text (cli/command.py's _echo), never sent raw to the terminal."""
+    click.echo(visible_output(message), err=err)
 
 
 def open_snapshot(

@@ -15,6 +15,7 @@ from memlens.cli.options import (
     no_cache_option,
     open_snapshot,
     snapshots_argument,
+    status,
 )
 from memlens.errors import MemlensError
 
@@ -70,6 +71,6 @@ def command(
     except OSError as exc:
         raise MemlensError(f"cannot write {out}: {exc.strerror or exc}") from None
     for p in problems:
-        click.echo(f"memlens: warning: report section {p}", err=True)
+        status(f"memlens: warning: report section {p}", err=True)
     size = len(text.encode("utf-8"))
-    click.echo(f"wrote {out} ({size / 1e6:.2f} MB in {time.perf_counter() - t0:.1f} s)")
+    status(f"wrote {out} ({size / 1e6:.2f} MB in {time.perf_counter() - t0:.1f} s)")

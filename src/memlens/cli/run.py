@@ -10,7 +10,7 @@ import click
 
 from memlens.capture.backend import DEFAULT_MAX_ENTRIES, STACKS, RecordSettings
 from memlens.capture.runner import RunOptions, RunResult, run_script
-from memlens.cli.options import script_command
+from memlens.cli.options import script_command, status
 from memlens.recording import write_report_beside
 
 
@@ -37,16 +37,16 @@ def _print_result(result: RunResult) -> None:
     err = sys.stderr
     main = result.main_snapshot
     if main is None:
-        click.echo("memlens: no snapshot written (no out-of-memory error happened)", err=True)
+        status("memlens: no snapshot written (no out-of-memory error happened)", err=True)
         return
-    click.echo(f"memlens: snapshot written to {main}", err=True)
-    click.echo(summary_text(main), err=True)
+    status(f"memlens: snapshot written to {main}", err=True)
+    status(summary_text(main), err=True)
     others = [p for p in result.snapshots if p != main]
     if others:
-        click.echo("memlens: other snapshots: " + ", ".join(str(p) for p in others), err=True)
+        status("memlens: other snapshots: " + ", ".join(str(p) for p in others), err=True)
     if result.report is not None:
-        click.echo(f"memlens: HTML report: {result.report}", err=True)
-    click.echo(f"memlens: view it with: memlens view {main}", err=True)
+        status(f"memlens: HTML report: {result.report}", err=True)
+    status(f"memlens: view it with: memlens view {main}", err=True)
     err.flush()
 
 

@@ -14,6 +14,7 @@ from memlens.cli.options import (
     no_cache_option,
     open_snapshot,
     snapshots_argument,
+    status,
 )
 from memlens.errors import MemlensError
 
@@ -98,7 +99,7 @@ def command(
     config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off")
     server = uvicorn.Server(config)
     threading.Thread(target=data.warm, name="memlens-warm", daemon=True).start()
-    click.echo(f"memlens view: serving {', '.join(snapshots)} at {url}  (Ctrl+C to stop)")
+    status(f"memlens view: serving {', '.join(snapshots)} at {url}  (Ctrl+C to stop)")
     if host not in ("127.0.0.1", "localhost", "::1"):
         click.echo("memlens: warning: listening beyond loopback; anyone who can reach this "
                    "port can read the snapshot", err=True)  # fmt: skip
