@@ -51,3 +51,23 @@ def test_find_box_highlights_on_the_timeline(browser):
             page.inner_text(".find")
         )
         assert not pg.errors
+
+
+def test_new_endpoints_refuse_bad_parameters():
+    from starlette.testclient import TestClient
+
+    from memlens.views.web.server import create_app
+
+    app = create_app(ViewerData([memlens.load(small_snapshot())], ["small"]))
+    c = TestClient(app, base_url="http://127.0.0.1")
+    for url, needle in [
+        ("/api/d/0/view?q=" + "x" * 201, "q must be at most 200 characters"),
+        ("/api/d/0/segments?e0=5&e1=5", "e1 must be greater than e0"),
+        ("/api/d/0/segments?width=1e400", "width must be a finite number"),
+        ("/api/d/0/state?event=abc", "event must be a number"),
+        ("/api/d/9/state?event=1", "device"),
+    ]:
+        r = c.get(url)
+        assert r.status_code == 400 and needle in r.json()["error"], (url, r.text)
+    assert c.get("/api/d/0/state?event=99").json()["event"] == 6  # clamped to the last
+    assert c.get("/api/d/0/segments?width=7").json()["kind"] == "segments"

@@ -28,7 +28,7 @@ from memlens.snapshot.model import (
     DeviceTrace,
     Snapshot,
 )
-from memlens.views.layout import MAX_HEIGHT, MAX_WIDTH, DeviceLayout, time_range
+from memlens.views.layout import MAX_HEIGHT, MAX_WIDTH, DeviceLayout, View, time_range
 from memlens.views.layout.segments import segment_view
 from memlens.views.web.allocator_view import allocator_state
 from memlens.views.web.search import address_hits, band_matches, parse_query
@@ -163,25 +163,17 @@ class ViewerData:
         min_px: float = PAGE_MIN_PX,
         q: str | None = None,
     ) -> dict[str, Any]:
-        width = int(min(max(width, 1), MAX_WIDTH))
         if not 0 < min_px <= 1:
             raise MemlensError("min_px must be in (0, 1]")
-        height = int(min(max(height, 1), MAX_HEIGHT))
         lay = self.layout(s, device)
         dev = lay.dev
-        bounds, x = self._columns(lay, width, e0, e1, t0, t1)
+        width, height, bounds, x = self._columns(lay, width, height, e0, e1, t0, t1)
         ymin = int(ymin or 0)
         if ymax is not None and not ymax > ymin >= 0:
             raise MemlensError("need 0 <= ymin < ymax")
         v = lay.view(bounds, height, ymax=ymax, ymin=ymin, detail=detail, min_px=min_px)
-        out = v.to_json()
+        out = self._shape(v, dev, bounds, x, width, height)
         out["ymin"] = ymin
-        out["x"] = x
-        if time_range(dev) is not None:
-            # time of each column boundary: lets the page switch axes keeping the range
-            mono = dev.monotonic_time_us
-            out["times"] = mono[np.clip(bounds, 0, dev.n_events - 1)].tolist()
-        out["width"], out["height"] = width, height
         rows = v.band_rows
         site = site_of_allocations(dev, rows)
         uniq, inv = np.unique(site, return_inverse=True)
@@ -202,24 +194,42 @@ class ViewerData:
     def _columns(
         lay: DeviceLayout,
         width: int,
+        height: int,
         e0: float | None,
         e1: float | None,
         t0: float | None,
         t1: float | None,
-    ) -> tuple[np.ndarray, dict[str, Any]]:
-        """Column bounds of a viewport on the event or the time axis, and its "x" echo."""
+    ) -> tuple[int, int, np.ndarray, dict[str, Any]]:
+        """A viewport's width and height (clamped), its column bounds on the event or the
+        time axis, and its "x" echo."""
+        width = int(min(max(width, 1), MAX_WIDTH))
+        height = int(min(max(height, 1), MAX_HEIGHT))
         dev = lay.dev
         if t0 is not None and t1 is not None:
             if time_range(dev) is None:
                 raise MemlensError("this trace has no timestamps; use the event axis")
             if not t1 > t0:
                 raise MemlensError("t1 must be greater than t0")
-            return lay.time_bounds(t0, t1, width), {"mode": "time", "t0": t0, "t1": t1}
+            x: dict[str, Any] = {"mode": "time", "t0": t0, "t1": t1}
+            return width, height, lay.time_bounds(t0, t1, width), x
         e0 = 0.0 if e0 is None else float(e0)
         e1 = float(max(dev.n_events, 1)) if e1 is None else float(e1)
         if not e1 > e0:
             raise MemlensError("e1 must be greater than e0")
-        return lay.event_bounds(e0, e1, width), {"mode": "event", "e0": e0, "e1": e1}
+        x = {"mode": "event", "e0": e0, "e1": e1}
+        return width, height, lay.event_bounds(e0, e1, width), x
+
+    @staticmethod
+    def _shape(
+        v: View, dev: DeviceTrace, bounds: np.ndarray, x: dict[str, Any], width: int, height: int
+    ) -> dict[str, Any]:
+        """A chart's response without its bands' labels: the View, the x range, the size,
+        and the time of each column boundary (lets the page switch axes keeping the range)."""
+        out = v.to_json()
+        out.update(x=x, width=width, height=height)
+        if time_range(dev) is not None:
+            out["times"] = dev.monotonic_time_us[np.clip(bounds, 0, dev.n_events - 1)].tolist()
+        return out
 
     # ---- /api/d/{device}/segments --------------------------------------------------------------
     def segments(
@@ -236,16 +246,11 @@ class ViewerData:
     ) -> dict[str, Any]:
         """The Active Cached Segment Timeline: the view's shape, a band per segment, its
         stream as the "site" (colour), its address in bands.address."""
-        width = int(min(max(width, 1), MAX_WIDTH))
-        height = int(min(max(height, 1), MAX_HEIGHT))
         lay = self.layout(s, device)
-        bounds, x = self._columns(lay, width, e0, e1, t0, t1)
+        width, height, bounds, x = self._columns(lay, width, height, e0, e1, t0, t1)
         v, segs = segment_view(lay, bounds, height)
-        out = v.to_json()
-        out.update(ymin=0, x=x, width=width, height=height, kind="segments")
-        dev = lay.dev
-        if time_range(dev) is not None:
-            out["times"] = dev.monotonic_time_us[np.clip(bounds, 0, dev.n_events - 1)].tolist()
+        out = self._shape(v, lay.dev, bounds, x, width, height)
+        out.update(ymin=0, kind="segments")
         rows = v.band_rows
         streams = self.snap(s).streams
         uniq, inv = np.unique(segs.stream[rows], return_inverse=True)

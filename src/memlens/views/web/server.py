@@ -11,7 +11,7 @@ import math
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from importlib.resources import files
-from typing import Any, overload
+from typing import Any, TypedDict, overload
 
 from starlette.applications import Starlette
 from starlette.datastructures import MutableHeaders
@@ -94,6 +94,28 @@ def _float(
     return out
 
 
+class Window(TypedDict):
+    width: int
+    height: int
+    e0: float | None
+    e1: float | None
+    t0: float | None
+    t1: float | None
+
+
+def _window(req: Request) -> Window:
+    """A viewport's size and x range (event or time), as the charts' endpoints take them."""
+    return {
+        # 0 is clamped to 1 px (and wide views to the data's own cap) as always
+        "width": _int(req, "width", 1000, lo=0, hi=MAX_PIXELS) or 1,
+        "height": _int(req, "height", 400, lo=0, hi=MAX_PIXELS) or 1,
+        "e0": _float(req, "e0"),
+        "e1": _float(req, "e1"),
+        "t0": _float(req, "t0"),
+        "t1": _float(req, "t1"),
+    }
+
+
 def _snap(req: Request) -> int:
     return _int(req, "snap", 0, lo=0, hi=1 << 20)
 
@@ -136,13 +158,7 @@ def create_app(
         return data.view(
             _snap(req),
             device(req),
-            # 0 is clamped to 1 px (and wide views to the data's own cap) as always
-            width=_int(req, "width", 1000, lo=0, hi=MAX_PIXELS) or 1,
-            height=_int(req, "height", 400, lo=0, hi=MAX_PIXELS) or 1,
-            e0=_float(req, "e0"),
-            e1=_float(req, "e1"),
-            t0=_float(req, "t0"),
-            t1=_float(req, "t1"),
+            **_window(req),
             ymax=_int(req, "ymax", lo=0),
             ymin=_int(req, "ymin", lo=0),
             detail=req.query_params.get("detail", "1") != "0",
@@ -165,16 +181,7 @@ def create_app(
         )
 
     def segments(req: Request) -> Any:
-        return data.segments(
-            _snap(req),
-            device(req),
-            width=_int(req, "width", 1000, lo=0, hi=MAX_PIXELS) or 1,
-            height=_int(req, "height", 400, lo=0, hi=MAX_PIXELS) or 1,
-            e0=_float(req, "e0"),
-            e1=_float(req, "e1"),
-            t0=_float(req, "t0"),
-            t1=_float(req, "t1"),
-        )
+        return data.segments(_snap(req), device(req), **_window(req))
 
     def allocator(req: Request) -> Any:
         return data.state(_snap(req), device(req), _int(req, "event", -1, lo=-1))
