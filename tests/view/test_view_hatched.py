@@ -117,3 +117,22 @@ def test_hatched_band_is_stated_then_separates(browser):
         assert page.inner_text(".hint") == ""
         pg.shot("hatched_narrow.png")
         assert not pg.errors
+
+
+def test_real_training_peak_one_event_window(shared_snapshots_dir):
+    # issue 17: at wedson's training peak the old cell budget left 40% of the memory in the
+    # hatched band even on a one-event window; now only allocations under 1/16 px stay there
+    snap = memlens.load(shared_snapshots_dir / "wedson_medium_128_training.pickle", warn=False)
+    data = ViewerData([snap])
+    dev = snap.device()
+    pk = dev.peak_event_index
+    v = data.view(0, dev.device, width=1300, height=412, e0=pk, e1=pk + 1)
+    live = dev.live_at(pk)
+    small = v["small"]
+    drawn = set(v["bands"]["row"])
+    assert small["cut_count"] == [0] * 1300  # nothing left out by the budget
+    # every allocation of at least the threshold is its own band; the rest are summed
+    big = {int(r) for r in live if dev.alloc_size[r] >= small["min_size"]}
+    assert big <= drawn and len(big) > 600
+    assert small["count"][0] == len(live) - len(drawn)
+    assert small["bytes"][0] / v["active"][0] < 0.001
