@@ -113,6 +113,11 @@ def test_cli_text_json_and_parquet(fleet_dir, tmp_path):
     assert r.exit_code == 0, r.output
     assert "64 ranks (64 ok, 0 failed) on local pool (2 processes)" in r.output
     assert "outliers (3;" in r.output and "groups (" in r.output
+    # --diffs 1: the leak rank (largest |z|) against the median rank, its new call site first
+    diffed = r.output.split("rank 5 vs median rank ")[1].splitlines()
+    assert (
+        diffed[1] == "   +440.00 KiB  train_step (/home/user/project/train.py:41)  (only in rank 5)"
+    )
     page = html.read_text()
     assert page.count("<rect") == RANKS * 5 and page.count("<title>outlier: rank") == 3
     import pyarrow.parquet as pq

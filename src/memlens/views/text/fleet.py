@@ -99,7 +99,7 @@ def outlier_lines(r: dict[str, Any], by_rank: dict[int, dict[str, Any]]) -> list
             continue
         lines += ["", f"rank {o['rank']} vs median rank {r['median_rank']} "
                       f"({o['path']}), call sites at the peak:"]  # fmt: skip
-        if "error" in d:
+        if d["error"] is not None:  # the key is always there (OutlierDiff): None = a diff
             lines.append(f"  (no diff: {d['error']})")
             continue
         changed = [s for s in d["sites"] if s["change"]]
