@@ -1,10 +1,13 @@
-"""Cost and accuracy of `memlens simulate` on the cs336 workload (3.4B parameters).
+"""Cost and accuracy of `memlens simulate` on every workload in ../shared.
 
-    python benchmarks/bench_simulate.py            # every case, markdown table on stdout
-    python benchmarks/bench_simulate.py --case ctx128_fullstep
+    python benchmarks/bench_simulate.py                 # every case, markdown on stdout
+    python benchmarks/bench_simulate.py --case wedson_training
 
-Each case runs in a fresh interpreter so that its wall time and peak RSS are its own.
-Accuracy columns need ../shared/snapshots (skipped when absent). Results are kept in
+Cases: the cs336 3.4B-parameter model rebuilt in tests/simulate/cs336_model.py (against
+the cs336_* recordings), and the third-party script in ../shared/workloads/cs336_medium run
+unedited with --gpu a100 (against the wedson_* recordings; its own dump is compared).
+Each case runs in a fresh interpreter so that its wall time, CPU time and peak RSS are its
+own. Recordings without a script to run are listed as such. Results are kept in
 docs/benchmarks-simulate.md.
 """
 
@@ -15,71 +18,154 @@ import json
 import os
 import platform
 import resource
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("MEMLENS_SHARED_SNAPSHOTS", ROOT.parent / "shared" / "snapshots"))
-CASES = {  # name -> (context, fullstep, mixed, recorded file)
+WORKLOAD = SHARED.parent / "workloads" / "cs336_medium"
+MODEL = "--context_length 128 --d_model 1024 --d_ff 4096 --num_layers 24 --num_heads 16"
+CS336 = {  # name -> (context, fullstep, mixed, recorded file)
     "ctx128_forward": (128, False, False, "cs336_memory_ctx128_forward.pickle"),
     "ctx128_forward_mixed": (128, False, True, "cs336_memory_ctx128_forward_mixed.pickle"),
     "ctx128_fullstep": (128, True, False, "cs336_memory_ctx128_fullstep.pickle"),
     "ctx256_fullstep": (256, True, False, "cs336_memory_ctx256_fullstep.pickle"),
     "ctx512_forward": (512, False, False, "cs336_memory_ctx512_forward.pickle"),
 }
+WEDSON = {  # name -> (script, flags, recorded file)
+    "wedson_training": (
+        "nsys_profile.py",
+        "--memory-profile true --pattern full-training-step",
+        "wedson_medium_128_training.pickle",
+    ),
+    "wedson_inference": (
+        "nsys_profile.py",
+        "--memory-profile true --pattern forward-only",
+        "wedson_medium_128_inference.pickle",
+    ),
+    "wedson_inference_nvtx": (
+        "nsys_profile_annotated.py",
+        "--memory-profiler pytorch --pattern forward-only",
+        "wedson_medium_128_inference.pickle",
+    ),
+}
+NOT_RUN = {
+    "cs336_compiled_ctx128_forward.pickle": "torch.compile run: simulation runs compiled code "
+    "eagerly (no fusion), so it is not compared",
+    "eor_nn_train.pickle": "no script in ../shared",
+    "ftcourse_finetune.pickle": "no script in ../shared",
+}
 
 
-def run_case(name: str) -> dict:
-    """Simulate one case in this process; returns its figures."""
-    sys.path.insert(0, str(ROOT / "tests" / "simulate"))
-    from cs336_model import run
-
+def figures(snapshot) -> dict:
     import memlens
+    from memlens.analysis.peak import peak
 
-    context, fullstep, mixed, recorded = CASES[name]
-    start = time.perf_counter()
-    with memlens.simulate() as sim:
-        keep = run(context, fullstep, mixed)
-    seconds = time.perf_counter() - start
-    del keep
-    dev = memlens.load(sim.snapshot).device(0)
-    out = {
-        "case": name,
-        "seconds": round(seconds, 2),
-        "max_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
+    dev = memlens.load(snapshot).device(0)
+    top = peak(dev, top=5, tree=False, largest=0)["by_site"]
+    return {
         "events": dev.n_events,
         "baseline": dev.baseline_bytes,
         "peak_active": dev.peak_active_bytes,
         "peak_reserved": dev.peak_reserved_bytes,
         "end_reserved": dev.end_reserved_bytes,
+        "top": [
+            [
+                f"{s['name']} ({Path(s['filename']).name}:{s['line']})"
+                if s["filename"]
+                else s["site"],
+                s["bytes"],
+            ]
+            for s in top
+        ],
     }
-    expected = SHARED / "expected.json"
-    if expected.exists():
-        real = json.loads(expected.read_text())[recorded]
-        out["real"] = {
-            k: real[k + "_bytes"]
-            for k in ("baseline", "peak_active", "peak_reserved", "end_reserved")
-        }
-        out["real"]["events"] = real["trace_entries"]
+
+
+def run_case(name: str) -> dict:
+    """Simulate one case in this process; returns its figures and the recording's."""
+    import memlens
+
+    start, cpu = time.perf_counter(), time.process_time()
+    if name in CS336:
+        sys.path.insert(0, str(ROOT / "tests" / "simulate"))
+        from cs336_model import run
+
+        context, fullstep, mixed, recorded = CS336[name]
+        with memlens.simulate() as sim:
+            keep = run(context, fullstep, mixed)
+        del keep
+        snapshot = sim.snapshot
+    else:
+        from memlens.simulation.api import run_script
+
+        script, flags, recorded = WEDSON[name]
+        work = Path(tempfile.mkdtemp())
+        shutil.copytree(WORKLOAD / "cs336_basics", work / "cs336_basics")
+        shutil.copytree(WORKLOAD, work / "cs336_systems", ignore=shutil.ignore_patterns("cs336_*"))
+        os.chdir(work / "cs336_systems")
+        sys.path.insert(0, str(work))
+        args = [*MODEL.split(), "--model_name", "sim", *flags.split()]
+        snapshot = run_script(script, args, work / "out.pickle", gpu="a100").snapshot
+    out = {
+        "case": name,
+        "seconds": round(time.perf_counter() - start, 1),
+        "cpu_seconds": round(time.process_time() - cpu, 1),
+        "max_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
+        "sim": figures(snapshot),
+    }
+    if (SHARED / recorded).exists():
+        out["real"] = figures(SHARED / recorded)
     return out
 
 
 def pct(sim: int, real: int) -> str:
-    return f"{100 * (sim - real) / real:+.3f} %"
+    return f"{100 * (sim - real) / real:+.3f} %" if real else "n/a"
+
+
+def report(results: list[dict]) -> None:
+    gib = 2**30
+    print(
+        "| case | wall s (CPU s) | peak RSS MiB | entries sim / real | peak active GiB (error) "
+        "| peak reserved GiB (error) | baseline GiB (error) |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    for r in results:
+        s, real = r["sim"], r.get("real")
+
+        def cell(key: str, s: dict = s, real: dict | None = real) -> str:
+            return f"{s[key] / gib:.3f}" + (f" ({pct(s[key], real[key])})" if real else "")
+
+        events = f"{s['events']} / {real['events']}" if real else str(s["events"])
+        print(
+            f"| {r['case']} | {r['seconds']} ({r['cpu_seconds']}) | {r['max_rss_mib']} | {events} "
+            f"| {cell('peak_active')} | {cell('peak_reserved')} | {cell('baseline')} |"
+        )
+    for name, why in NOT_RUN.items():
+        print(f"| {name} | not simulated: {why} | | | | | |")
+    print("\nTop 5 call sites at the peak (MiB), simulated | real:\n")
+    for r in results:
+        if "real" not in r:
+            continue
+        print(f"**{r['case']}**\n\n| simulated | MiB | real | MiB |\n|---|---|---|---|")
+        for (a, x), (b, y) in zip(r["sim"]["top"], r["real"]["top"], strict=False):
+            print(f"| {a} | {x / 2**20:.1f} | {b} | {y / 2**20:.1f} |")
+        print()
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--case", choices=list(CASES))
+    parser.add_argument("--case", choices=[*CS336, *WEDSON])
     parser.add_argument("--json", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.case and args.json:
         print(json.dumps(run_case(args.case)))
         return
     results = []
-    for name in [args.case] if args.case else list(CASES):
+    for name in [args.case] if args.case else [*CS336, *WEDSON]:
         proc = subprocess.run(
             [sys.executable, __file__, "--case", name, "--json"],
             capture_output=True,
@@ -87,30 +173,11 @@ def main() -> None:
             check=True,
         )
         results.append(json.loads(proc.stdout.strip().splitlines()[-1]))
-    gib = 2**30
     print(
         f"Python {platform.python_version()}, {os.cpu_count()} CPUs, "
-        f"torch {__import__('torch').__version__}\n"
+        f"torch {__import__('torch').__version__}, load average {os.getloadavg()[0]:.1f}\n"
     )
-    print(
-        "| case | wall s | peak RSS MiB | events (real) | peak active GiB (error) "
-        "| peak reserved GiB (error) | end reserved (error) | baseline (error) |"
-    )
-    print("|---|---|---|---|---|---|---|---|")
-    for r in results:
-        real = r.get("real")
-
-        def err(key: str, r: dict = r, real: dict | None = real) -> str:
-            return f" ({pct(r[key], real[key])})" if real else ""
-
-        events = f"{r['events']} ({real['events']})" if real else str(r["events"])
-        print(
-            f"| {r['case']} | {r['seconds']} | {r['max_rss_mib']} | {events} "
-            f"| {r['peak_active'] / gib:.3f}{err('peak_active')} "
-            f"| {r['peak_reserved'] / gib:.3f}{err('peak_reserved')} "
-            f"| {r['end_reserved'] / gib:.3f}{err('end_reserved')} "
-            f"| {r['baseline'] / gib:.3f}{err('baseline')} |"
-        )
+    report(results)
 
 
 if __name__ == "__main__":
