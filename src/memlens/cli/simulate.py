@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from memlens.cli.options import script_command
+from memlens.cli.options import script_command, status
 from memlens.errors import MemlensError
 
 
@@ -121,7 +121,7 @@ def command(
     card = gpu_preset(gpu)
     workspace = card.cublas_workspace if cublas_workspace is None else cublas_workspace
     memory = device_memory or (f"{card.memory} bytes" if gpu else "unlimited")
-    click.echo(
+    status(
         f"memlens: simulating {card.name} (sm {card.capability[0]}.{card.capability[1]}): "
         f"cuBLAS workspace {workspace} bytes per thread, device memory {memory}"
         + ("" if gpu else "; --gpu NAME for another card"),
@@ -145,20 +145,21 @@ def command(
             early_stacks=early_stacks,
         )
     except ScriptFailed as failed:
-        click.echo(failed.traceback, err=True, nl=False)
-        click.echo(f"memlens: {failed}", err=True)
+        if failed.traceback:
+            status(failed.traceback.rstrip("\n"), err=True)
+        status(f"memlens: {failed}", err=True)
         click.get_current_context().exit(1)
     for note in run.notes:
-        click.echo(f"memlens: note: {note}", err=True)
+        status(f"memlens: note: {note}", err=True)
     if run.own_dump:
-        click.echo(
+        status(
             f"memlens: the script dumped its own snapshot ({run.sim.dumps[-1]}); "
             f"{output} is the same window and state",
             err=True,
         )
-    click.echo(f"memlens: simulated snapshot written to {output}", err=True)
-    click.echo(_summary(output), err=True)
-    click.echo(f"memlens: view it with: memlens view {output}", err=True)
+    status(f"memlens: simulated snapshot written to {output}", err=True)
+    status(_summary(output), err=True)
+    status(f"memlens: view it with: memlens view {output}", err=True)
     if run.oom is not None:
-        click.echo(f"memlens: the script ran out of memory: {run.oom}", err=True)
+        status(f"memlens: the script ran out of memory: {run.oom}", err=True)
         click.get_current_context().exit(1)
