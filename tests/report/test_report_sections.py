@@ -88,6 +88,8 @@ def test_leaks_section(steps_report):
     assert "ProfilerStep: 3 occurrences" in body
     figs = re.findall(r'<div class="fig-value">(.*?)</div>', body)
     assert [re.sub(r"<[^>]+>", "", f) for f in figs[:2]] == ["+2.00 MiB", "+1.00 MiB"]
+    subs = re.findall(r'<div class="fig-sub">(.*?)</div>', body)
+    assert subs[:2] == ["first start to last start", "average; +1.00 MiB after the first"]
     grew = [r for r in rows(body) if r and r[0] == "remember (/home/u/cache.py:7)"]
     assert grew and grew[-1][1] == "+2.00 MiB"
 

@@ -40,14 +40,18 @@ def fmt_bytes(n: Any) -> str:
     return esc(format_bytes(int(n))) if n is not None else "&ndash;"
 
 
+def delta_text(n: int) -> str:
+    """Plain text (for note() and figure sub-lines, which escape): '+1.00 MiB', '-512 B', '0 B'."""
+    return ("+" if n > 0 else "") + format_bytes(n)
+
+
 def fmt_delta(n: Any) -> str:
     """Signed byte change: '+1.00 MiB', '-512 B', '0 B'."""
     if n is None:
         return "&ndash;"
     n = int(n)
     cls = "up" if n > 0 else "down" if n < 0 else "same"
-    text = ("+" if n > 0 else "") + format_bytes(n)
-    return f'<span class="{cls}">{esc(text)}</span>'
+    return f'<span class="{cls}">{esc(delta_text(n))}</span>'
 
 
 def fmt_int(n: Any) -> str:

@@ -7,6 +7,7 @@ from memlens.analysis.leaks import leaks
 from memlens.views.report.context import ReportContext, Section
 from memlens.views.report.page import (
     bytes_text,
+    delta_text,
     esc,
     figures,
     fmt_bytes,
@@ -29,12 +30,15 @@ def leaks_section(ctx: ReportContext) -> str:
         )
     parts = [notes]
     for g in groups:
+        # growth in the first step alone (optimizer state made lazily) is no leak: say so
+        steady = g["steady_growth_bytes"]
+        per_step = "average" if steady is None else f"average; {delta_text(steady)} after the first"
         parts.append(
             f"<h3>{esc(g['base_name'])}: {int(g['count']):,} occurrences</h3>"
             + figures(
                 [
                     ("growth", fmt_delta(g["growth_bytes"]), "first start to last start"),
-                    ("per step", fmt_delta(g["growth_per_step_bytes"]), "average"),
+                    ("per step", fmt_delta(g["growth_per_step_bytes"]), per_step),
                     (
                         "suspects",
                         fmt_bytes(g["suspects_bytes"]),
