@@ -83,6 +83,16 @@ def test_repeated_steps_compared(steps_report):
     ]
 
 
+def test_repeats_of_one_stage_name_are_numbered_as_in_the_text():
+    snap = steps_snapshot()
+    for a in snap["external_annotations"]:
+        a["name"] = "train"  # one name for the three steps: occurrences 0, 1, 2
+    text, problems = build_report(memlens.load(snap, cache=False))
+    assert problems == []
+    names = [r[0] for r in rows(section(text, "stages")) if r and r[0].startswith("train")]
+    assert names == ["train", "train [1]", "train [2]"] * 2  # stage table, then the steps
+
+
 def test_leaks_section(steps_report):
     body = section(steps_report, "leaks")
     assert "ProfilerStep: 3 occurrences" in body

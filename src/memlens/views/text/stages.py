@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from memlens.units import format_bytes as fb
@@ -10,7 +11,9 @@ from memlens.views.text.lines import elide, signed_bytes, sites_lines, table_lin
 TEXT_STAGES = 40  # stages listed; the rest are counted (the JSON has them all)
 
 
-def _occurrence(s: dict[str, Any]) -> str:
+def occurrence_suffix(s: Mapping[str, Any]) -> str:
+    """' [n]' after the n-th repeat of a stage name (the first has none): 'forward [3]'. The
+    report names stages the same way."""
     return f" [{s['occurrence']}]" if s["occurrence"] else ""
 
 
@@ -22,7 +25,7 @@ def render_stages(result: dict[str, Any], device: int) -> str:
     rows = []
     shown, hidden = elide(result["stages"], TEXT_STAGES)
     for s in shown:
-        label = "  " * s["depth"] + s["name"] + _occurrence(s)
+        label = "  " * s["depth"] + s["name"] + occurrence_suffix(s)
         ev = (
             f"{s['first_event']}..{s['last_event']}"
             if s["last_event"] >= s["first_event"]
@@ -38,7 +41,7 @@ def render_stages(result: dict[str, Any], device: int) -> str:
     if hidden:
         lines.append(f"  ... {hidden:,} more stages (--name TEXT, --max-depth N or --json)")
     for s in [s for s in shown if s.get("grew")][:10]:
-        lines += ["", f"sites that grew in {s['name']}{_occurrence(s)}:"]
+        lines += ["", f"sites that grew in {s['name']}{occurrence_suffix(s)}:"]
         lines += sites_lines(s["grew"])
     for g in result["repeated"]:
         lines.append("")

@@ -8,6 +8,7 @@ from memlens.analysis.stages import compare_steps, sites_that_grew, stage_table
 from memlens.views.report.context import ReportContext, Section, SectionUnavailable
 from memlens.views.report.page import bytes_text, esc, fmt_bytes, fmt_delta, note, num, table
 from memlens.views.report.sections.common import sites_cell
+from memlens.views.text.stages import occurrence_suffix
 
 MAX_STAGE_ROWS = 100
 
@@ -24,7 +25,7 @@ def stages_section(ctx: ReportContext) -> str:
         )
     rows = []
     for s in stages[:MAX_STAGE_ROWS]:
-        name = ("\u2003" * int(s.get("depth") or 0)) + str(s["name"])
+        name = ("\u2003" * int(s.get("depth") or 0)) + str(s["name"]) + occurrence_suffix(s)
         edge = (
             " (began before the trace)"
             if s.get("open_start")
@@ -76,7 +77,7 @@ def steps_html(ctx: ReportContext, result: StageTable) -> str:
     parts = []
     for g in groups:
         rows = [
-            [str(st["name"]), num(fmt_bytes(st["peak_bytes"])), num(fmt_delta(st.get("delta_peak_bytes"))),
+            [str(st["name"]) + occurrence_suffix(st), num(fmt_bytes(st["peak_bytes"])), num(fmt_delta(st.get("delta_peak_bytes"))),
              num(fmt_bytes(st["active_start_bytes"])), num(fmt_bytes(st["active_end_bytes"])),
              num(fmt_delta(st.get("delta_end_bytes"))), num(fmt_delta(st["net_bytes"]))]
             for st in (g.get("steps") or [])[:MAX_STAGE_ROWS]
