@@ -8,7 +8,7 @@ peak and reserved within 1 %, trace entries within 5 % (issue 13).
 
 Cost (2-core machine): each forward-only run takes about 7 s of CPU, the training run
 about 35 s of CPU (95 s wall on a busy machine): the two forward-only runs are in the
-default suite (marked slow), the training run only with MEMLENS_SLOW_SIMULATIONS=1.
+default suite (marked slow), the training run only with MEMLENS_SLOW_SIMULATIONS=1 (scripts/test.sh, and so CI, sets it).
 """
 
 from __future__ import annotations
