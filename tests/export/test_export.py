@@ -221,6 +221,12 @@ def test_a_trace_from_another_run_is_merged_with_a_warning(generated: Path, tmp_
     ]
     events = read_tef(out).events
     assert events[0] == {"name": "k", "ph": "X", "ts": 5, "dur": 1, "pid": 1, "tid": 1}
+    text = run("export", str(generated), "--chrome-trace", str(out), "--merge", str(other))
+    assert text.splitlines()[1:] == [
+        f"with {other}'s events, unchanged, and the memory tracks (ts = time_us - 0)",
+        f"warning: the snapshot's time range does not overlap {other}'s: were they recorded in "
+        "the same run?",
+    ]
 
 
 def test_a_value_json_cannot_hold_is_a_memlens_error(generated: Path, tmp_path: Path) -> None:
