@@ -1,0 +1,20 @@
+"""CI must test the compiled reader, not only the fallback: scripts/setup.sh installs a C
+compiler's needs (zlib1g-dev) and `pip install -e .` builds the extension, so on CI a
+missing extension is a broken build, not a machine without a compiler. Elsewhere the
+Python path is a supported configuration and this test skips."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from memlens.snapshot.native import built
+
+
+def test_the_compiled_reader_is_built_on_ci() -> None:
+    if os.environ.get("CI", "").lower() not in ("1", "true", "yes"):
+        pytest.skip("only enforced on CI (CI=true)")
+    module = built()
+    assert module is not None, "memlens.snapshot._fastreader was not built (see setup.py)"
+    assert hasattr(module, "pair_events")
