@@ -67,7 +67,21 @@ def test_synchronize_events_and_streams():
         assert y.shape == (4,)
 
 
-def test_backend_flags_device_queries_and_stats():
+@pytest.fixture
+def restore_backend_flags():
+    """The flags are process-wide: a test that sets them leaves them for every later test in
+    the same worker (Lightning then refused to start: mixed legacy/new matmul precision)."""
+    precision = torch.get_float32_matmul_precision()
+    cudnn = (torch.backends.cudnn.allow_tf32, torch.backends.cudnn.benchmark)
+    flash = torch.backends.cuda.flash_sdp_enabled()
+    yield
+    torch.set_float32_matmul_precision(precision)
+    torch.backends.cudnn.allow_tf32, torch.backends.cudnn.benchmark = cudnn
+    torch.backends.cuda.enable_flash_sdp(flash)
+    assert torch.get_float32_matmul_precision() == precision
+
+
+def test_backend_flags_device_queries_and_stats(restore_backend_flags):
     with memlens.simulate(gpu="t4"):
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
@@ -82,9 +96,6 @@ def test_backend_flags_device_queries_and_stats():
         with torch.cuda.device(0):
             assert x.device.type == "cuda"
         torch.cuda.set_rng_state(torch.cuda.get_rng_state())
-    torch.backends.cudnn.benchmark = False
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = True
 
 
 @pytest.mark.filterwarnings("ignore::FutureWarning")
