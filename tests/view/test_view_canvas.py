@@ -291,6 +291,9 @@ def test_overview_brush_selects_and_dragging_pans(browser, stacked):
     snap, url = stacked
     pg = Page(browser, url)
     page = pg.page
+    # the overview and the figures arrive after the chart and can move the overview canvas:
+    # measure it only once they are in (under load the drag otherwise missed the canvas)
+    page.wait_for_function("() => window.memlens.panes[0].ov && window.memlens.panes[0].summary")
     x, _ = geometry(pg, n=43, top=1000)
     rng = "() => [window.memlens.panes[0].x0, window.memlens.panes[0].x1]"
     ov = page.locator("canvas.overview").bounding_box()
