@@ -18,6 +18,7 @@ import numpy as np
 from memlens.analysis.allocator_state import SegmentIntervals
 from memlens.errors import MemlensError
 from memlens.snapshot.actions import Action
+from memlens.views.layout.budget import size_ranks, within_budget
 from memlens.views.layout.viewport import (
     MAX_DETAIL_RUNS,
     DeviceLayout,
@@ -25,7 +26,6 @@ from memlens.views.layout.viewport import (
     _edges,
     _per_column,
     _stack,
-    _within_budget,
 )
 
 
@@ -74,9 +74,10 @@ def segment_view(lay: DeviceLayout, bounds: np.ndarray, height: int, *, ymax: in
     c1 = np.searchsorted(sample, segs.end, side="left")
     idx = np.flatnonzero(c0 < c1)
     c0, c1, sizes = c0[idx], c1[idx], segs.size[idx].astype(np.int64)
-    edges = _edges(c0, c1, width)
-    spans = np.searchsorted(edges, c1) - np.searchsorted(edges, c0)
-    drawn, small_max = _within_budget(sizes, spans + 1, base.bytes_per_px, max_runs, 0)
+    _, slot = _edges(c0, c1, width)
+    spans = slot[c1] - slot[c0]
+    ranks = size_ranks(sizes)
+    drawn, small_max = within_budget(sizes, ranks, spans + 1, base.bytes_per_px, max_runs, 0)
     run_start, run_col, run_off, drawn_sum, drawn_count = _stack(
         c0[drawn], c1[drawn], sizes[drawn], width
     )

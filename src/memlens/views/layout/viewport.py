@@ -26,9 +26,10 @@ sampled at pixel-column resolution:
 * the reserved line is the maximum reserved bytes over the column's events.
 
 Cost per viewport: O(width x log n) for the range maxima (a pyramid of argmax indices)
-plus O(candidates log candidates + runs), where candidates are allocations of at least
-`min_px` of a pixel alive in the viewport and runs are bounded by MAX_DETAIL_RUNS beyond
-those of the bands a pixel tall (at most width x height). Never O(events), never
+plus O(candidates + allocations + runs) with a small constant (candidates are deduplicated
+and put in size order through masks, never sorted), where candidates are allocations of at
+least `min_px` of a pixel alive in the viewport and runs are bounded by MAX_DETAIL_RUNS
+beyond those of the bands a pixel tall (at most width x height). Never O(events), never
 O(bands x columns).
 """
 
@@ -42,6 +43,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from memlens.snapshot.model import DeviceTrace
+from memlens.views.layout.budget import within_budget
 from memlens.views.layout.index import LiveIndex, RangeArgmax
 
 T = TypeVar("T")
@@ -170,6 +172,20 @@ class DeviceLayout:
         return self._cached("by_size", build)
 
     @property
+    def size_rank(self) -> np.ndarray:
+        """Each row's position in `by_size` (largest first, ties in row order): distinct
+        small integers, so candidates are put in that order through a mask, not a sort."""
+
+        def build() -> np.ndarray:
+            order = self.by_size[0]
+            kind = np.int32 if len(order) < 1 << 31 else np.int64  # half the memory traffic
+            rank = np.empty(len(order), dtype=kind)
+            rank[order] = np.arange(len(order), dtype=kind)
+            return rank
+
+        return self._cached("size_rank", build)
+
+    @property
     def live_index(self) -> LiveIndex:
         return self._cached("live_index", lambda: LiveIndex(self.dev))
 
@@ -195,7 +211,7 @@ class DeviceLayout:
 
     def warm(self) -> None:
         """Build every index now (the server does this in the background after startup)."""
-        _ = self.active_max, self.reserved_max, self.live_count, self.live_index, self.by_size
+        _ = self.active_max, self.reserved_max, self.live_count, self.live_index, self.size_rank
 
     # ---- x axis ------------------------------------------------------------------------------
     def event_bounds(self, e0: float, e1: float, width: int) -> np.ndarray:
@@ -286,16 +302,19 @@ class DeviceLayout:
         sizes = dev.alloc_size[rows].astype(np.int64)
         # an upper bound on each band's runs: the segments between the candidates' ends it
         # spans (drawing fewer bands only merges segments)
-        edges = _edges(c0, c1, width)
-        spans = np.searchsorted(edges, c1) - np.searchsorted(edges, c0)
+        _, slot = _edges(c0, c1, width)
+        spans = slot[c1] - slot[c0]
         work = max(MAX_DETAIL_WORK, max_runs) if max_work is None else max_work
-        drawn, small_max = _within_budget(sizes, spans, bpp, work, min_size - 1)
+        ranks = self.size_rank[rows]
+        drawn, small_max = within_budget(sizes, ranks, spans, bpp, work, min_size - 1)
         stacked = _stack(c0[drawn], c1[drawn], sizes[drawn], width)
         # what a band costs the response and the page: its runs, and its own fields
         cost = np.diff(stacked[0]) + 1
         if int(cost.sum()) > max_runs:
             # dropping a band only merges the runs of those above it: stack once more
-            keep, small_max = _within_budget(sizes[drawn], cost, bpp, max_runs, small_max)
+            keep, small_max = within_budget(
+                sizes[drawn], ranks[drawn], cost, bpp, max_runs, small_max
+            )
             drawn[np.flatnonzero(drawn)[~keep]] = False
             stacked = _stack(c0[drawn], c1[drawn], sizes[drawn], width)
         run_start, run_col, run_off, drawn_sum, drawn_count = stacked
@@ -378,8 +397,8 @@ def _stack(
     between consecutive ends (zoomed in, a few hundred instead of every column), and a
     band's consecutive segments at the same offset make one run: never O(bands x columns).
     """
-    edges = _edges(c0, c1, width)
-    s0, s1 = np.searchsorted(edges, c0), np.searchsorted(edges, c1)
+    edges, slot = _edges(c0, c1, width)
+    s0, s1 = slot[c0], slot[c1]
     lengths = s1 - s0
     n_cells = int(lengths.sum())
     starts = np.cumsum(lengths) - lengths
@@ -414,12 +433,14 @@ def _stack(
     return run_start, edges[seg[cells]].astype(np.int64), seg_off[cells], drawn_sum, drawn_count
 
 
-def _edges(c0: np.ndarray, c1: np.ndarray, width: int) -> np.ndarray:
-    """The sorted distinct columns in c0 and c1 (all in [0, width]), without a sort."""
+def _edges(c0: np.ndarray, c1: np.ndarray, width: int) -> tuple[np.ndarray, np.ndarray]:
+    """The sorted distinct columns in c0 and c1 (all in [0, width]), without a sort, and
+    for each of those columns its index among them (a table lookup, where a binary search
+    per band costs milliseconds on a wide view's half a million candidates)."""
     seen = np.zeros(width + 1, dtype=bool)
     seen[c0] = True
     seen[c1] = True
-    return np.flatnonzero(seen)
+    return np.flatnonzero(seen), np.cumsum(seen) - 1
 
 
 def _per_column(
@@ -432,37 +453,6 @@ def _per_column(
         c1, weights=sizes, minlength=width + 1
     )
     return np.cumsum(n[:width]).astype(np.int64), np.cumsum(b[:width]).round().astype(np.int64)
-
-
-def _within_budget(
-    sizes: np.ndarray, runs: np.ndarray, bpp: float, max_runs: int, below: int
-) -> tuple[np.ndarray, int]:
-    """Which candidate bands to draw, and an upper bound on what is left to the aggregate.
-
-    Bands at least a pixel tall are all drawn; the thinner ones (sizes in row order, each
-    of at most `runs` runs) are taken largest first, ties in row order, until the runs of
-    all drawn bands would pass `max_runs`. `below` bounds the sizes that were no candidates.
-    """
-    drawn = sizes >= bpp
-    thin = np.flatnonzero(~drawn)
-    room = max_runs - int(runs[drawn].sum())
-    k = max(room, 0)  # each band costs at least 1: at most `room` can be taken
-    left_max = below  # the largest thin one not considered
-    if k < len(thin):
-        # only the k largest can be taken: select them in O(n) before sorting (ties at the
-        # k-th size in row order, as the stable sort would)
-        s = sizes[thin]
-        kth = int(np.partition(s, len(s) - k)[len(s) - k]) if k else int(s.max()) + 1
-        above = thin[s > kth]
-        ties = thin[s == kth]
-        thin = np.concatenate([above, ties[: k - len(above)]])
-        left_max = kth if len(ties) > k - len(above) else max(int(s[s < kth].max(initial=0)), below)
-    thin = thin[np.argsort(-sizes[thin], kind="stable")]
-    n_take = int(np.searchsorted(np.cumsum(runs[thin]), room, side="right"))
-    drawn[thin[:n_take]] = True
-    if n_take < len(thin):
-        return drawn, int(sizes[thin[n_take]])  # the largest one left out
-    return drawn, left_max
 
 
 def _gather_ranges(
