@@ -190,12 +190,22 @@ def _prune_stale_tmp(root: Path) -> None:
 
 
 def _prune(root: Path, keep: Path) -> None:
-    entries = [p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".") and p != keep]
+    # Several processes (memlens fleet's workers) may prune one cache at once: an entry can
+    # vanish between listing it and reading its mtime, which must not fail the save.
+    entries: list[tuple[float, Path]] = []
+    for p in root.iterdir():
+        if p.name.startswith(".") or p == keep:
+            continue
+        try:
+            if p.is_dir():
+                entries.append((p.stat().st_mtime, p))
+        except FileNotFoundError:
+            continue
     excess = len(entries) + 1 - MAX_ENTRIES
     if excess <= 0:
         return
-    entries.sort(key=lambda p: p.stat().st_mtime)
-    for p in entries[:excess]:
+    entries.sort(key=lambda e: e[0])
+    for _, p in entries[:excess]:
         shutil.rmtree(p, ignore_errors=True)
 
 
