@@ -14,14 +14,19 @@ Semantics (docs/concepts.md has the long form; they match PyTorch's MemoryViz
 * if a trace has `free_requested` but no `free_completed` at all (skip_actions), the
   requests are taken as the frees.
 
-Pairing is done without a Python loop: the alloc/free events are stably sorted by
-address, so each free's partner is simply its predecessor in the sorted order.
+Two implementations give the same columns, to the byte (tests/snapshot/test_fastreplay.py):
+the compiled one (_fastreplay.c) pairs events with a hash map from address to its last
+alloc/free and builds rows and curves in that one pass over the events; the numpy one, used
+when it is not built or MEMLENS_READER=python, pairs them without a Python loop: the
+alloc/free events are stably sorted by address, so each free's partner is simply its
+predecessor in the sorted order, and each column is then one array pass.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from types import ModuleType
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -33,9 +38,10 @@ from memlens.snapshot.model import (
     PENDING_FREE,
     PREEXISTING,
     DeviceTrace,
+    Segments,
     Snapshot,
 )
-from memlens.snapshot.native import native
+from memlens.snapshot.native import native_replay
 
 
 def _last_true_index(mask: np.ndarray) -> np.ndarray:
@@ -51,18 +57,6 @@ def _next_true_index(mask: np.ndarray) -> np.ndarray:
     return np.minimum.accumulate(idx[::-1])[::-1] if n else idx
 
 
-_PAIR_DTYPES = {
-    "row": np.int32,
-    "event_version": np.int32,
-    "alloc_event": np.int64,
-    "free_event": np.int64,
-    "req_event": np.int64,
-    "version": np.int32,
-    "src_event": np.int64,
-    "flags": np.uint8,
-}
-
-
 def _pair_numpy(
     action: np.ndarray,
     addr: np.ndarray,
@@ -70,8 +64,8 @@ def _pair_numpy(
     is_free: np.ndarray,
     is_request: np.ndarray,
 ) -> dict[str, Any]:
-    """Allocation rows from alloc/free/request events (the compiled pair_events does the
-    same in one pass): per event its row and version, per row its events, version, the
+    """Allocation rows from alloc/free/request events (the compiled replay does the same
+    in its one pass): per event its row and version, per row its events, version, the
     event its address/size/stack come from, and flags; `orphans` rows come first."""
     n = len(action)
     # --- pair allocs and frees: sort (alloc|free|request) events by address, stably ----
@@ -170,9 +164,90 @@ def _pair_numpy(
     }
 
 
-def replay_device(
-    snap: Snapshot, device: int, ev: dict[str, np.ndarray], warn: Callable[[str, str], None]
-) -> DeviceTrace:
+class _Candidates(NamedTuple):
+    """The final state's active_allocated blocks of one device: the ghosts are those with
+    no allocation alive at the end at their address."""
+
+    addr: np.ndarray  # uint64
+    size: np.ndarray  # int64, requested bytes
+    stack: np.ndarray  # int32
+    stream: np.ndarray  # int32, the segment's
+
+
+def _ghost_candidates(seg: Segments, seg_rows: np.ndarray) -> _Candidates:
+    if len(seg_rows):
+        blk = np.concatenate(
+            [np.arange(seg.block_offsets[s], seg.block_offsets[s + 1]) for s in seg_rows]
+        ).astype(np.int64)
+        blk = blk[seg.block_state[blk] == 1]
+    else:
+        blk = np.zeros(0, dtype=np.int64)
+    seg_of_blk = np.searchsorted(seg.block_offsets, blk, side="right") - 1
+    return _Candidates(
+        addr=np.ascontiguousarray(seg.block_address[blk], dtype=np.uint64),
+        size=np.ascontiguousarray(seg.block_requested_size[blk], dtype=np.int64),
+        stack=np.ascontiguousarray(seg.block_stack[blk], dtype=np.int32),
+        stream=np.ascontiguousarray(seg.stream[seg_of_blk], dtype=np.int32),
+    )
+
+
+_SEGMENT_GROW = bytes([Action.SEGMENT_ALLOC, Action.SEGMENT_MAP])
+_SEGMENT_SHRINK = bytes([Action.SEGMENT_FREE, Action.SEGMENT_UNMAP])
+
+# the compiled replay's buffers, by DeviceTrace field
+_COMPILED_DTYPES = {
+    "alloc_row": np.int32,
+    "version": np.int32,
+    "active_after": np.int64,
+    "reserved_after": np.int64,
+    "alloc_event": np.int64,
+    "free_event": np.int64,
+    "free_requested_event": np.int64,
+    "alloc_version": np.int32,
+    "alloc_addr": np.uint64,
+    "alloc_size": np.int64,
+    "alloc_stack": np.int32,
+    "alloc_stream": np.int32,
+    "alloc_flags": np.uint8,
+}
+
+
+def _replay_compiled(
+    fast: ModuleType, ev: dict[str, np.ndarray], ghosts: _Candidates, end_reserved: int | None
+) -> dict[str, Any]:
+    """The whole replay in one pass over the events (_fastreplay.c); same result as
+    _replay_numpy, to the byte."""
+    out = fast.replay(
+        (
+            np.ascontiguousarray(ev["action"], dtype=np.uint8),
+            np.ascontiguousarray(ev["addr"], dtype=np.uint64),
+            np.ascontiguousarray(ev["size"], dtype=np.int64),
+            np.ascontiguousarray(ev["stack"], dtype=np.int32),
+            np.ascontiguousarray(ev["stream"], dtype=np.int32),
+        ),
+        tuple(ghosts),
+        (
+            int(Action.ALLOC),
+            int(Action.FREE_COMPLETED),
+            int(Action.FREE_REQUESTED),
+            _SEGMENT_GROW,
+            _SEGMENT_SHRINK,
+        ),
+        True,
+        end_reserved,
+    )
+    cols: dict[str, Any] = {
+        name: np.frombuffer(out.pop(name), dtype=dtype) for name, dtype in _COMPILED_DTYPES.items()
+    }
+    for name in ("baseline_bytes", "reserved_start_bytes", "overwritten", "frees_from_requested"):
+        cols[name] = out[name]
+    return cols
+
+
+def _replay_numpy(
+    ev: dict[str, np.ndarray], ghosts: _Candidates, end_reserved: int | None
+) -> dict[str, Any]:
+    """The replay with numpy array passes (no compiled replay, or MEMLENS_READER=python)."""
     action, addr, size = ev["action"], ev["addr"], ev["size"]
     n = len(action)
     is_alloc = action == Action.ALLOC
@@ -181,117 +256,113 @@ def replay_device(
     free_code = Action.FREE_REQUESTED if frees_from_requested else Action.FREE_COMPLETED
     is_free = action == free_code
     is_request = (action == Action.FREE_REQUESTED) & ~is_free
-
-    pair_events = getattr(native(), "pair_events", None)  # None: not built (or stale build)
-    if pair_events is not None:
-        p = pair_events(
-            np.ascontiguousarray(action, dtype=np.uint8),
-            np.ascontiguousarray(addr, dtype=np.uint64),
-            int(Action.ALLOC),
-            int(free_code),
-            -1 if frees_from_requested else int(Action.FREE_REQUESTED),
-        )
-        pairing = {
-            k: v if k == "orphans" else np.frombuffer(v, dtype=_PAIR_DTYPES[k])
-            for k, v in p.items()
-        }
-    else:
-        pairing = _pair_numpy(action, addr, is_alloc, is_free, is_request)
+    pairing = _pair_numpy(action, addr, is_alloc, is_free, is_request)
+    del is_alloc, is_free, is_request
     alloc_row = pairing["row"]
-    version = pairing["event_version"]
-    row_alloc_event = pairing["alloc_event"]
-    row_free_event = pairing["free_event"]
-    row_req_event = pairing["req_event"]
-    row_version = pairing["version"]
     src_event = pairing["src_event"]
-    row_flags = pairing["flags"]
-    row_addr = addr[src_event]
-    row_size = size[src_event]
-    row_stack = ev["stack"][src_event]
-    row_stream = ev["stream"][src_event]
-    del pairing
+    rows = {
+        "alloc_event": pairing["alloc_event"],
+        "free_event": pairing["free_event"],
+        "free_requested_event": pairing["req_event"],
+        "alloc_version": pairing["version"],
+        "alloc_addr": addr[src_event].astype(np.uint64, copy=False),
+        "alloc_size": size[src_event].astype(np.int64, copy=False),
+        "alloc_stack": ev["stack"][src_event].astype(np.int32, copy=False),
+        "alloc_stream": ev["stream"][src_event].astype(np.int32, copy=False),
+        "alloc_flags": pairing["flags"],
+    }
 
     # --- ghosts: active_allocated blocks of the final state with no open allocation -------
-    seg = snap.segments
-    seg_rows = seg.of_device(device)
-    live_end = row_free_event == n
-    open_addrs = np.unique(row_addr[live_end])
-    if len(seg_rows):
-        blk = np.concatenate(
-            [np.arange(seg.block_offsets[s], seg.block_offsets[s + 1]) for s in seg_rows]
-        ).astype(np.int64)
-    else:
-        blk = np.zeros(0, dtype=np.int64)
-    active_blk = blk[seg.block_state[blk] == 1] if len(blk) else blk
-    ghost_blk = active_blk[~np.isin(seg.block_address[active_blk], open_addrs)]
-    n_ghost = len(ghost_blk)
+    live_end = rows["free_event"] == n
+    is_ghost = ~np.isin(ghosts.addr, np.unique(rows["alloc_addr"][live_end]))
+    n_ghost = int(np.count_nonzero(is_ghost))
     if n_ghost:
-        ghost_addr = seg.block_address[ghost_blk]
+        ghost_addr = ghosts.addr[is_ghost]
         # a ghost's version: how many allocations at its address ended inside the trace
-        ended = row_addr[~live_end]
+        ended = rows["alloc_addr"][~live_end]
         keys = np.unique(ghost_addr)  # few: keep only the ended allocations at those first
         pos = np.minimum(np.searchsorted(keys, ended), len(keys) - 1)
         ended = np.sort(ended[keys[pos] == ended])
         ghost_version = np.searchsorted(ended, ghost_addr, side="right") - np.searchsorted(
             ended, ghost_addr, side="left"
         )
-        seg_of_blk = np.searchsorted(seg.block_offsets, ghost_blk, side="right") - 1
-    row_alloc_event = np.concatenate([np.full(n_ghost, -1, np.int64), row_alloc_event])
-    row_free_event = np.concatenate([np.full(n_ghost, n, np.int64), row_free_event])
-    row_req_event = np.concatenate([np.full(n_ghost, -1, np.int64), row_req_event])
-    row_addr = np.concatenate(
-        [seg.block_address[ghost_blk] if n_ghost else np.zeros(0, np.uint64), row_addr]
-    )
-    row_version = np.concatenate(
-        [ghost_version.astype(np.int32) if n_ghost else np.zeros(0, np.int32), row_version]
-    )
-    row_size = np.concatenate(
-        [seg.block_requested_size[ghost_blk] if n_ghost else np.zeros(0, np.int64), row_size]
-    )
-    row_stack = np.concatenate(
-        [seg.block_stack[ghost_blk] if n_ghost else np.zeros(0, np.int32), row_stack]
-    )
-    row_stream = np.concatenate(
-        [seg.stream[seg_of_blk] if n_ghost else np.zeros(0, np.int32), row_stream]
-    )
-    row_flags = np.concatenate([np.full(n_ghost, PREEXISTING | GHOST, np.uint8), row_flags])
-    if n_ghost:
+        front = {
+            "alloc_event": np.full(n_ghost, -1, np.int64),
+            "free_event": np.full(n_ghost, n, np.int64),
+            "free_requested_event": np.full(n_ghost, -1, np.int64),
+            "alloc_version": ghost_version.astype(np.int32),
+            "alloc_addr": ghost_addr,
+            "alloc_size": ghosts.size[is_ghost],
+            "alloc_stack": ghosts.stack[is_ghost],
+            "alloc_stream": ghosts.stream[is_ghost],
+            "alloc_flags": np.full(n_ghost, PREEXISTING | GHOST, np.uint8),
+        }
+        rows = {k: np.concatenate([front[k], v]) for k, v in rows.items()}
         alloc_row[alloc_row >= 0] += n_ghost
-    row_flags[row_free_event == n] |= LIVE_AT_END
-    row_flags[(row_free_event == n) & (row_req_event >= 0)] |= PENDING_FREE
+        live_end = rows["free_event"] == n
+    flags = rows["alloc_flags"]
+    flags[live_end] |= LIVE_AT_END
+    flags[live_end & (rows["free_requested_event"] >= 0)] |= PENDING_FREE
 
     # --- active curve ----------------------------------------------------------------------
     # each alloc and each free event belongs to one row at most, so plain indexed adds are
-    # exact (and much faster than np.add.at)
+    # exact (and much faster than np.add.at); cumsum and the baseline in place: a fresh
+    # 8-byte-per-event array costs page faults
+    row_size = rows["alloc_size"]
     delta = np.zeros(n + 1, dtype=np.int64)
-    started = row_alloc_event >= 0
-    delta[row_alloc_event[started]] += row_size[started]
-    freed = row_free_event < n
-    delta[row_free_event[freed]] -= row_size[freed]
-    baseline = int(row_size[row_alloc_event < 0].sum())
-    active_after = np.cumsum(delta[:n])
-    active_after += baseline  # in place: a fresh 8-byte-per-event array costs page faults
+    started = rows["alloc_event"] >= 0
+    delta[rows["alloc_event"][started]] += row_size[started]
+    freed = rows["free_event"] < n
+    delta[rows["free_event"][freed]] -= row_size[freed]
+    baseline = int(row_size[~started].sum())
+    active_after = np.cumsum(delta[:n], out=delta[:n])
+    if baseline:
+        active_after += baseline
 
     # --- reserved curve, anchored on the final segments so truncation does not matter ----
     # segment events are few: set their signed sizes, then one cumsum
-    seg_delta = np.zeros(n, dtype=np.int64)
+    reserved_after = np.zeros(n, dtype=np.int64)
     grow = np.flatnonzero((action == Action.SEGMENT_ALLOC) | (action == Action.SEGMENT_MAP))
     shrink = np.flatnonzero((action == Action.SEGMENT_FREE) | (action == Action.SEGMENT_UNMAP))
-    seg_delta[grow] = size[grow]
-    seg_delta[shrink] = -size[shrink]
-    seg_cum = np.cumsum(seg_delta)
-    del seg_delta
-    total_change = int(seg_cum[-1]) if n else 0
-    if len(seg_rows):
-        end_reserved = int(seg.total_size[seg_rows].sum())
+    reserved_after[grow] = size[grow]
+    reserved_after[shrink] = -size[shrink]
+    np.cumsum(reserved_after, out=reserved_after)
+    total_change = int(reserved_after[-1]) if n else 0
+    if end_reserved is not None:
         reserved_start = end_reserved - total_change
     else:
         # No final state to anchor on: start as low as the events allow without going negative.
-        reserved_start = max(0, -int(seg_cum.min())) if n else 0
-    seg_cum += reserved_start
-    reserved_after = seg_cum
+        reserved_start = max(0, -int(reserved_after.min())) if n else 0
+    if reserved_start:
+        reserved_after += reserved_start
 
-    n_over = int(np.count_nonzero(row_flags & OVERWRITTEN))
+    return {
+        "version": pairing["event_version"],
+        "alloc_row": alloc_row,
+        **rows,
+        "active_after": active_after,
+        "reserved_after": reserved_after,
+        "baseline_bytes": baseline,
+        "reserved_start_bytes": int(reserved_start),
+        "overwritten": int(np.count_nonzero(flags & OVERWRITTEN)),
+        "frees_from_requested": frees_from_requested,
+    }
+
+
+def replay_device(
+    snap: Snapshot, device: int, ev: dict[str, np.ndarray], warn: Callable[[str, str], None]
+) -> DeviceTrace:
+    seg = snap.segments
+    seg_rows = seg.of_device(device)
+    ghosts = _ghost_candidates(seg, seg_rows)
+    end_reserved = int(seg.total_size[seg_rows].sum()) if len(seg_rows) else None
+    fast = native_replay()
+    if fast is not None:
+        cols = _replay_compiled(fast, ev, ghosts, end_reserved)
+    else:
+        cols = _replay_numpy(ev, ghosts, end_reserved)
+
+    n_over = cols.pop("overwritten")
     if n_over:
         warn(
             f"overwritten:{device}",
@@ -299,7 +370,7 @@ def replay_device(
             "(a free is missing from the trace); the earlier ones are kept alive to the end, "
             "as PyTorch's viewer does",
         )
-    if frees_from_requested:
+    if cols["frees_from_requested"]:
         warn(
             f"requested-only:{device}",
             f"device {device}: no free_completed in the trace; free_requested taken as the free",
@@ -308,29 +379,14 @@ def replay_device(
     return DeviceTrace(
         device=device,
         snapshot=snap,
-        action=action,
-        addr=addr,
-        size=size,
+        action=ev["action"],
+        addr=ev["addr"],
+        size=ev["size"],
         stream=ev["stream"],
         time_us=ev["time_us"],
         stack=ev["stack"],
         compile_context=ev["compile_context"],
         user_metadata=ev["user_metadata"],
         forward_stack=ev["forward_stack"],
-        version=version,
-        alloc_row=alloc_row,
-        alloc_event=row_alloc_event,
-        free_requested_event=row_req_event,
-        free_event=row_free_event,
-        alloc_addr=row_addr.astype(np.uint64, copy=False),
-        alloc_version=row_version.astype(np.int32, copy=False),
-        alloc_size=row_size.astype(np.int64, copy=False),
-        alloc_stack=row_stack.astype(np.int32, copy=False),
-        alloc_stream=row_stream.astype(np.int32, copy=False),
-        alloc_flags=row_flags,
-        active_after=active_after.astype(np.int64, copy=False),
-        reserved_after=reserved_after.astype(np.int64, copy=False),
-        baseline_bytes=baseline,
-        reserved_start_bytes=int(reserved_start),
-        frees_from_requested=frees_from_requested,
+        **cols,
     )
