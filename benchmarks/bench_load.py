@@ -12,7 +12,8 @@ Prints a Markdown table (paste it into docs/benchmarks.md); --json prints the ra
 `memlens summary --no-cache` with the compiled reader and with MEMLENS_READER=python; wall
 time, CPU time (user + system) and peak RSS of each child (os.wait4). Files: a real
 recording tiled N times (../shared/tools/tile_snapshot.py; --tile-source picks the
-recording) and generated ones.
+recording), the same with a frames list per allocation as PyTorch writes them (--fresh),
+and generated ones. Children run with bytecode caching on, as an installed memlens does.
 """
 
 from __future__ import annotations
@@ -152,6 +153,45 @@ def ensure_tiled(source: Path, tiles: int) -> Path:
     return path
 
 
+def ensure_fresh_stacks(tiled: Path) -> Path:
+    """The tiled file rewritten the way a long PyTorch recording is: a new frames list per
+    allocation (made of the shared frame dicts), shared only by that allocation's frees.
+    The tile tool repeats one list object per stack, which hides the cost of interning a
+    stack per allocation."""
+    path = tiled.with_name(tiled.name.replace("real_tiled_", "real_fresh_"))
+    if path.exists():
+        return path
+    import pickle
+
+    from memlens.snapshot.safe_pickle import loads_plain_pickle
+
+    snap = loads_plain_pickle(tiled.read_bytes(), what=str(tiled))
+    for trace in snap["device_traces"]:
+        current: dict[int, list] = {}
+        for e in trace:
+            frames = e.get("frames")
+            if frames is None:
+                continue
+            if e["action"] == "alloc":
+                e["frames"] = current[e["addr"]] = list(frames)
+            elif e["action"] in ("free_requested", "free_completed") and e["addr"] in current:
+                e["frames"] = current[e["addr"]]
+    with open(path, "wb") as f:
+        pickle.dump(snap, f, protocol=pickle.HIGHEST_PROTOCOL)
+    return path
+
+
+def child_env(**extra: str) -> dict[str, str]:
+    """The environment of a timed child: as an installed memlens runs, with its modules'
+    bytecode cached (pip compiles it at install), whatever this shell says."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("PYTHONDONTWRITEBYTECODE", "MEMLENS_READER")
+    }
+    return {**env, **extra}
+
+
 def measure(cmd: list[str], env: dict[str, str] | None = None) -> dict:
     """Wall time, CPU time and peak RSS of one child process."""
     t = time.perf_counter()
@@ -172,11 +212,12 @@ def measure(cmd: list[str], env: dict[str, str] | None = None) -> dict:
 def whole(path: Path, label: str, repeat: int) -> dict:
     pickle_cmd = [sys.executable, "-c", "import pickle,sys; pickle.load(open(sys.argv[1],'rb'))"]
     summary_cmd = [sys.executable, "-m", "memlens", "summary", "--no-cache", str(path)]
-    python_env = {**os.environ, "MEMLENS_READER": "python"}
-    compiled_env = {k: v for k, v in os.environ.items() if k != "MEMLENS_READER"}
+    python_env = child_env(MEMLENS_READER="python")
+    compiled_env = child_env()
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(REPO / "src")], check=True)
     runs: dict[str, list[dict]] = {"pickle": [], "compiled": [], "python": []}
     for _ in range(repeat):  # interleaved, so a busy spell on the machine hits all three
-        runs["pickle"].append(measure([*pickle_cmd, str(path)]))
+        runs["pickle"].append(measure([*pickle_cmd, str(path)], child_env()))
         runs["compiled"].append(measure(summary_cmd, compiled_env))
         runs["python"].append(measure(summary_cmd, python_env))
     best = {k: min(v, key=lambda r: r["wall_s"]) for k, v in runs.items()}
@@ -221,9 +262,17 @@ def main() -> None:
     ap.add_argument("--tiles", type=int, nargs="*", default=[50, 150])
     ap.add_argument("--tile-source", type=Path, default=TILE_SOURCE)
     ap.add_argument("--generated", type=int, nargs="*", default=[10_000_000])
+    ap.add_argument(
+        "--fresh", type=int, nargs="*", default=[50],
+        help="tile counts to also time with a frames list per allocation, as PyTorch writes",
+    )  # fmt: skip
     a = ap.parse_args()
     if a.whole:
         files = [(ensure_tiled(a.tile_source, n), f"real x{n}") for n in a.tiles]
+        files += [
+            (ensure_fresh_stacks(ensure_tiled(a.tile_source, n)), f"real x{n}, list per alloc")
+            for n in a.fresh
+        ]
         files += [(ensure_snapshot(n), f"generated {n:,}") for n in a.generated]
         rows = []
         for path, label in files:

@@ -11,7 +11,7 @@ import pytest
 from corpus import _shared_blocks, hostile_text
 
 from memlens.cli.main import main, run
-from memlens.snapshot import loader
+from memlens.snapshot import builder
 
 
 @pytest.fixture
@@ -27,7 +27,7 @@ def test_unexpected_exception_is_one_line_exit_2(snap_path, monkeypatch, capsys)
     def boom(*a, **k):
         raise ValueError("something nobody foresaw")
 
-    monkeypatch.setattr(loader, "build_snapshot", boom)
+    monkeypatch.setattr(builder, "_build_snapshot", boom)  # both readers build through it
     monkeypatch.setenv("MEMLENS_NO_CACHE", "1")
     monkeypatch.delenv("MEMLENS_DEBUG", raising=False)
     assert run(["summary", str(snap_path)]) == 2
@@ -40,7 +40,7 @@ def test_debug_shows_the_traceback(snap_path, monkeypatch, capsys):
     def boom(*a, **k):
         raise ValueError("something nobody foresaw")
 
-    monkeypatch.setattr(loader, "build_snapshot", boom)
+    monkeypatch.setattr(builder, "_build_snapshot", boom)  # both readers build through it
     monkeypatch.setenv("MEMLENS_NO_CACHE", "1")
     monkeypatch.setenv("MEMLENS_DEBUG", "")  # restored after the test (--debug sets it)
     assert run(["--debug", "summary", str(snap_path)]) == 2

@@ -124,6 +124,7 @@ FRAMES = [
     {"filename": "/u/model.py", "line": 2**40, "name": "forward"},
 ]
 STACKS = [[FRAMES[0]], [FRAMES[1], FRAMES[0]], [FRAMES[2], FRAMES[1], FRAMES[0]], [], [FRAMES[3]]]
+FORWARD = ["  File a.py, line 1\n", "    f()\n"]  # one list shared by several entries
 ACTIONS = [
     "alloc", "free_requested", "free_completed", "segment_alloc", "segment_free",
     "segment_map", "segment_unmap", "snapshot", "oom", "made_up_action", "another_one",
@@ -143,9 +144,18 @@ def entries(draw, with_time: bool):
     if with_time and draw(st.integers(0, 9)):
         e["time_us"] = draw(st.integers(-(2**40), 2**62))
     if draw(st.integers(0, 3)):
-        # shared lists (as PyTorch writes them) or fresh copies (as JSON would)
+        # one shared list, a fresh list of the shared frame dicts (as PyTorch writes an
+        # allocation's), or fresh copies of everything (as JSON would)
         stack = draw(st.sampled_from(STACKS))
-        e["frames"] = stack if draw(st.booleans()) else [dict(f) for f in stack]
+        shape = draw(st.sampled_from(["shared", "fresh list", "copies"]))
+        e["frames"] = (
+            stack if shape == "shared" else list(stack) if shape == "fresh list"
+            else [dict(f) for f in stack]
+        )  # fmt: skip
+    if draw(st.integers(0, 4)) == 0:
+        e["forward_frames"] = draw(
+            st.sampled_from([[], ["a\n"], ["  File x, line 3\n", "    y()\n"], FORWARD, None])
+        )
     if draw(st.integers(0, 2)) == 0:
         e["compile_context"] = draw(st.sampled_from(["N/A", "Torch-Compiled Region: 0/1", None]))
     if draw(st.integers(0, 2)) == 0:
@@ -242,7 +252,7 @@ def test_fallback_shapes_read_alike(tmp_path):
     """Shapes the C reader declines go through the Python path: same result."""
     gen = generate_trace_dict(events=300, seed=5)
     trace = gen["device_traces"][0]
-    trace[3]["forward_frames"] = ["a", "b"]  # forward_frames lists: Python path
+    trace[3]["forward_frames"] = ["", ""]  # joins to "": text, not "empty" (Python path)
     shared = trace[5]
     gen["device_traces"][0].append(shared)  # one entry dict twice (memo): Python path
     path = tmp_path / "odd.pickle"
@@ -287,3 +297,127 @@ def test_stack_and_memo_past_the_readers_bounds_go_to_the_python_path(tmp_path):
         assert compiled.read_compiled(path, str(path)) is None
         with pytest.raises(memlens.SnapshotError, match="NoneType"):
             memlens.load(path, cache=False)
+
+
+# --- the shapes PyTorch writes, which the reader takes a shortcut through ---------------
+
+
+def _pytorch_shaped(n_allocs: int, devices: int = 1, seed: int = 0) -> dict:
+    """Every allocation gets a new frames list made of shared frame dicts and its free
+    shares that list, as `torch.cuda.memory._snapshot()` builds them; stacks run from 0 to
+    2,001 frames (the pickler writes lists in batches of 1,000, and a batch of one as a
+    bare APPEND); some entries have no frames, forward_frames lists, or both."""
+    import random
+
+    rng = random.Random(seed)
+    frames = [{"filename": f"/m/f{i % 7}.py", "line": i, "name": f"fn{i}"} for i in range(60)]
+    frames.append(dict(frames[3]))  # equal content, another object
+    lengths = [0, 1, 2, 5, 30, 999, 1000, 1001, 2001]
+    traces = []
+    for d in range(devices):
+        trace = []
+        for k in range(n_allocs):
+            length = rng.choice(lengths)
+            stack = [frames[(k + j * 3) % 9 if k % 4 else j % len(frames)] for j in range(length)]
+            addr = 2**35 + 512 * rng.randrange(64)
+            alloc = {"action": "alloc", "addr": addr, "size": 512 * (1 + k % 5), "stream": 0,
+                     "time_us": 1000 * d + k, "frames": stack}  # fmt: skip
+            if k % 9 == 4:
+                del alloc["frames"]
+            if k % 5 == 2:
+                alloc["forward_frames"] = [f"  File t.py, line {k % 4}\n", "    loss()\n"]
+            trace.append(alloc)
+            for action in ("free_requested", "free_completed"):
+                free = dict(alloc, action=action)  # shares the alloc's frames list object
+                trace.append(free)
+        traces.append(trace)
+    return {
+        "device_traces": traces,
+        "segments": [
+            {"device": 0, "address": 2**35, "total_size": 2**20, "stream": 0,
+             "segment_type": "small", "frames": traces[0][0].get("frames", []),
+             "blocks": [{"address": 2**35, "size": 512, "requested_size": 512,
+                         "state": "active_allocated", "frames": traces[0][3].get("frames")}]}
+        ],
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize("protocol", [2, 4, 5])
+@pytest.mark.parametrize("segments_first", [False, True])
+def test_pytorch_shaped_stacks_identical(protocol, segments_first, tmp_path):
+    """Frames lists a few hundred distinct stacks long, some met first in the segments
+    (built as plain objects, then referenced from entries) and some first in entries (read
+    by the shortcut, then referenced from the segments): same columns, same stack table."""
+    snap = _pytorch_shaped(400, devices=2, seed=protocol)
+    if segments_first:
+        snap = {"segments": snap["segments"], "device_traces": snap["device_traces"]}
+    path = tmp_path / "torch.pickle"
+    path.write_bytes(pickle.dumps(snap, protocol=protocol))
+    assert_same_both_ways(path, tmp_path)
+    loaded = memlens.load(path, cache=False)
+    trace = loaded.device(0)
+    # the free shares its alloc's stack
+    assert (trace.stack[1::3] == trace.stack[0::3]).all()
+    stacks = loaded.stacks
+    lengths = {
+        int(stacks.offsets[s + 1] - stacks.offsets[s]) for s in set(trace.stack.tolist()) if s >= 0
+    }
+    assert {1000, 1001, 2001} <= lengths
+
+
+def test_forward_frames_lists_read_by_the_compiled_reader(tmp_path):
+    """forward_frames (a list of strings per backward allocation, PyTorch 2026) no longer
+    sends the file to the Python path; they are joined as MemoryViz shows them."""
+    snap = _pytorch_shaped(60)
+    path = tmp_path / "fwd.pickle"
+    path.write_bytes(pickle.dumps(snap, protocol=4))
+    assert_same_both_ways(path, tmp_path)
+    loaded = memlens.load(path, cache=False)
+    texts = {loaded.strings[i] for i in loaded.device(0).forward_stack.tolist() if i >= 0}
+    assert texts == {f"  File t.py, line {k}\n    loss()\n" for k in range(4)}
+
+
+def test_memoize_counts_filled_slots(tmp_path):
+    """MEMOIZE puts at the number of filled memo slots (as CPython's unpickler does), not
+    past the highest index a BINPUT used."""
+    data = (
+        b"\x80\x04}q\x05("  # the top-level dict, memo slot 5
+        b"\x8c\rdevice_traces\x94"  # MEMOIZE: slot 1 (one slot is filled)
+        b"]\x94"  # slot 2
+        b"\x8c\x04note\x94"
+        b"h\x01"  # BINGET 1: "device_traces"
+        b"u."
+    )
+    assert pickle.loads(data) == {"device_traces": [], "note": "device_traces"}
+    path = tmp_path / "memo.pickle"
+    path.write_bytes(data)
+    assert_same_both_ways(path, tmp_path)
+
+
+@pytest.mark.parametrize("segments_first", [False, True])
+def test_item_budget_trips_alike(segments_first, tmp_path, monkeypatch):
+    """The reader charges the frames it reads as the Python path charges them (each list
+    object's items, once, wherever it is met again), so the 'items' limit stops both at
+    exactly the same value."""
+    snap = _pytorch_shaped(12)
+    if segments_first:
+        snap = {"segments": snap["segments"], "device_traces": snap["device_traces"]}
+    path = tmp_path / "budget.pickle"
+    path.write_bytes(pickle.dumps(snap, protocol=4))
+
+    def outcome(reader: str, items: int) -> str:
+        monkeypatch.setenv(compiled.READER_ENV, reader)
+        monkeypatch.setenv("MEMLENS_MAX_ITEMS", str(items))
+        try:
+            memlens.load(path, cache=False, warn=False)
+        except memlens.SnapshotError as exc:
+            return str(exc)
+        return "ok"
+
+    low, high = 1, 1_000_000  # the Python path's smallest limit that lets the file through
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (low, middle) if outcome("python", middle) == "ok" else (middle, high)
+    assert high > 5_000  # the stacks are most of it
+    assert outcome("compiled", high) == "ok"
+    assert outcome("compiled", high - 1) == outcome("python", high - 1) != "ok"

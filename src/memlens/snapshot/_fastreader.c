@@ -235,30 +235,33 @@ static PyObject *buf_to_chunk(Buf *b) {
 
 /* ------------------------------------------------------------------ interning */
 /* Intern by equality (dict semantics, as Python's set() in builder._coded): the distinct
-   values in order of first appearance plus a one-entry identity cache in front. */
+   values in order of first appearance, with a small identity cache in front (actions
+   alternate between a few memo-shared strings, so one entry is not enough). */
+#define EQ_RECENT 4
 typedef struct {
     PyObject *list; /* distinct values, first appearance order */
     PyObject *map;  /* value -> index */
-    PyObject *last;
-    Py_ssize_t last_idx;
+    PyObject *recent[EQ_RECENT];
+    Py_ssize_t recent_idx[EQ_RECENT];
+    unsigned next;
 } EqTable;
 
 static int eq_init(EqTable *t) {
+    *t = (EqTable){0};
     t->list = PyList_New(0);
     t->map = PyDict_New();
-    t->last = NULL;
-    t->last_idx = -1;
     return (t->list && t->map) ? 0 : -1;
 }
 
 static void eq_clear(EqTable *t) {
     Py_CLEAR(t->list);
     Py_CLEAR(t->map);
-    Py_CLEAR(t->last);
+    for (int k = 0; k < EQ_RECENT; k++) Py_CLEAR(t->recent[k]);
 }
 
 static Py_ssize_t eq_index(EqTable *t, PyObject *v) {
-    if (v == t->last) return t->last_idx;
+    for (int k = 0; k < EQ_RECENT; k++)
+        if (t->recent[k] == v) return t->recent_idx[k];
     PyObject *hit = PyDict_GetItemWithError(t->map, v);
     Py_ssize_t idx;
     if (hit) {
@@ -278,18 +281,21 @@ static Py_ssize_t eq_index(EqTable *t, PyObject *v) {
         Py_DECREF(key);
         if (bad) return -1;
     }
+    unsigned k = t->next++ % EQ_RECENT;
     Py_INCREF(v);
-    Py_XSETREF(t->last, v);
-    t->last_idx = idx;
+    Py_XSETREF(t->recent[k], v);
+    t->recent_idx[k] = idx;
     return idx;
 }
 
-/* Intern by identity (the frames lists PyTorch shares through the pickle memo). */
+/* Objects by identity -> an index the caller chose (frames values the fast path did not
+   see being built). Holding a reference keeps an address from being reused by another
+   object while it is a key. */
 typedef struct {
     PyObject **keys;
     int32_t *vals;
     size_t mask, used;
-    PyObject *list; /* the distinct objects, first appearance order (keeps them alive) */
+    PyObject *list; /* the keys, kept alive */
 } IdTable;
 
 static int id_init(IdTable *t) {
@@ -321,17 +327,22 @@ static size_t ptr_hash(PyObject *p) {
     return (size_t)x;
 }
 
-static Py_ssize_t id_index(IdTable *t, PyObject *v) {
+/* The index stored for v, or -2 when v is not a key. */
+static Py_ssize_t id_get(IdTable *t, PyObject *v) {
     size_t i = ptr_hash(v) & t->mask;
     while (t->keys[i]) {
         if (t->keys[i] == v) return t->vals[i];
         i = (i + 1) & t->mask;
     }
-    Py_ssize_t idx = PyList_GET_SIZE(t->list);
-    if (idx >= INT32_MAX) return fallback("too many distinct stacks");
+    return -2;
+}
+
+static int id_put(IdTable *t, PyObject *v, int32_t idx) {
+    size_t i = ptr_hash(v) & t->mask;
+    while (t->keys[i]) i = (i + 1) & t->mask;
     if (PyList_Append(t->list, v) < 0) return -1;
     t->keys[i] = v;
-    t->vals[i] = (int32_t)idx;
+    t->vals[i] = idx;
     if (++t->used * 2 > t->mask) {
         size_t nmask = t->mask * 2 + 1;
         PyObject **nk = calloc(nmask + 1, sizeof(PyObject *));
@@ -355,11 +366,123 @@ static Py_ssize_t id_index(IdTable *t, PyObject *v) {
         t->vals = nv;
         t->mask = nmask;
     }
-    return idx;
+    return 0;
+}
+
+/* Distinct stacks by content. PyTorch writes a new frames list for every allocation (its
+   free shares it through the memo), made of memo-shared frame dicts, so a million entries
+   hold a few hundred distinct stacks. A stack here is its sequence of frame objects (by
+   identity): equal sequences are one stack, and one list per stack (its representative)
+   is all the builder ever sees, instead of a list per entry. Python's StackTable then
+   interns the representatives by frame content, in the same first-use order. */
+typedef struct {
+    PyObject **items; /* the frame objects of every stack, back to back (borrowed: each
+                         representative list holds them) */
+    size_t n_items, cap_items;
+    size_t *off; /* stack g is items[off[g] .. off[g + 1]) */
+    uint64_t *hash;
+    PyObject **rep; /* owned: one list per stack */
+    size_t n, cap;
+    int32_t *slots; /* open addressing: stack + 1, 0 for empty */
+    size_t mask;
+} StackSet;
+
+static uint64_t items_hash(PyObject *const *items, size_t k) {
+    uint64_t h = 0x9e3779b97f4a7c15ULL ^ k;
+    for (size_t i = 0; i < k; i++) h = (h ^ ptr_hash(items[i])) * 0x100000001b3ULL;
+    return h ^ (h >> 31);
+}
+
+static void stackset_clear(StackSet *t) {
+    for (size_t g = 0; g < t->n; g++) Py_XDECREF(t->rep[g]);
+    free(t->items);
+    free(t->off);
+    free(t->hash);
+    free(t->rep);
+    free(t->slots);
+    *t = (StackSet){0};
+}
+
+static int stackset_grow_slots(StackSet *t) {
+    size_t nmask = t->mask ? t->mask * 2 + 1 : 1023;
+    int32_t *ns = calloc(nmask + 1, sizeof(int32_t));
+    if (!ns) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (size_t g = 0; g < t->n; g++) {
+        size_t i = (size_t)t->hash[g] & nmask;
+        while (ns[i]) i = (i + 1) & nmask;
+        ns[i] = (int32_t)(g + 1);
+    }
+    free(t->slots);
+    t->slots = ns;
+    t->mask = nmask;
+    return 0;
+}
+
+/* The stack made of items[0..k), added if new (*added set). -1 on error. */
+static Py_ssize_t stackset_index(StackSet *t, PyObject *const *items, size_t k, int *added) {
+    *added = 0;
+    if (!t->slots && stackset_grow_slots(t) < 0) return -1;
+    uint64_t h = items_hash(items, k);
+    size_t i = (size_t)h & t->mask;
+    while (t->slots[i]) {
+        size_t g = (size_t)t->slots[i] - 1;
+        if (t->hash[g] == h && t->off[g + 1] - t->off[g] == k &&
+            memcmp(t->items + t->off[g], items, k * sizeof(PyObject *)) == 0)
+            return (Py_ssize_t)g;
+        i = (i + 1) & t->mask;
+    }
+    if (t->n >= INT32_MAX - 1) return fallback("too many distinct stacks");
+    if (t->n + 1 >= t->cap) {
+        size_t ncap = t->cap ? t->cap * 2 : 256;
+        size_t *no = realloc(t->off, (ncap + 1) * sizeof(size_t));
+        if (no) t->off = no;
+        uint64_t *nh = realloc(t->hash, ncap * sizeof(uint64_t));
+        if (nh) t->hash = nh;
+        PyObject **nr = realloc(t->rep, ncap * sizeof(PyObject *));
+        if (nr) t->rep = nr;
+        if (!no || !nh || !nr) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        if (!t->cap) t->off[0] = 0;
+        t->cap = ncap;
+    }
+    if (t->n_items + k > t->cap_items) {
+        size_t ncap = t->cap_items ? t->cap_items * 2 : 4096;
+        while (ncap < t->n_items + k) ncap *= 2;
+        PyObject **ni = realloc(t->items, ncap * sizeof(PyObject *));
+        if (!ni) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        t->items = ni;
+        t->cap_items = ncap;
+    }
+    PyObject *rep = PyList_New((Py_ssize_t)k);
+    if (!rep) return -1;
+    for (size_t j = 0; j < k; j++) {
+        Py_INCREF(items[j]);
+        PyList_SET_ITEM(rep, (Py_ssize_t)j, items[j]);
+    }
+    size_t g = t->n++;
+    memcpy(t->items + t->n_items, items, k * sizeof(PyObject *));
+    t->n_items += k;
+    t->off[g + 1] = t->n_items;
+    t->hash[g] = h;
+    t->rep[g] = rep;
+    t->slots[i] = (int32_t)(g + 1);
+    *added = 1;
+    if (t->n * 2 > t->mask && stackset_grow_slots(t) < 0) return -1;
+    return (Py_ssize_t)g;
 }
 
 /* ------------------------------------------------------------------ values */
-enum { V_OBJ = 0, V_INT, V_UINT, V_ENTRY };
+/* V_ENTRY: an entry dict (v.row: its pending Row, written to the columns when APPENDed);
+   V_STACK: inside a Row only, a frames list as its index in the VM's stack table. */
+enum { V_OBJ = 0, V_INT, V_UINT, V_ENTRY, V_STACK };
 
 typedef struct {
     int tag;
@@ -385,6 +508,7 @@ typedef struct {
     int in_use;
     PyObject *unknown; /* list of unknown keys, or NULL */
     PyObject *skipped; /* list of known keys the columns do not keep, or NULL */
+    long long frames_items; /* items of a frames list the fast path read for this entry */
 } Row;
 
 static void val_release(Val *v) {
@@ -403,10 +527,19 @@ static const size_t COL_ITEM[NCOL] = {1, 8, 8, 4, 8, 4, 4, 4, 4, 8, 8};
 
 typedef struct {
     PyObject_HEAD Py_ssize_t n;
+    size_t room; /* rows every per-entry column has room for (0: look again) */
     Buf col[NCOL];
     int has_col[NCOL]; /* optional columns exist once their key was seen */
     EqTable actions, streams, cc, um, ff;
-    IdTable frames;
+    /* frames values, by their local index (the "frames" column): a stack's representative
+       list, or any other object (None, a tuple...) as it is */
+    PyObject *frames_objects;
+    int32_t *g2l; /* VM stack index -> local index, -1 for none yet */
+    size_t g2l_cap;
+    IdTable frames; /* frames objects seen as they are (not as a VM stack) -> local index */
+    long long frames_items; /* items of the distinct frames lists, for the builder's budget */
+    IdTable ff_lists;       /* forward_frames lists met (each counted once) */
+    long long ff_items;     /* their items, for the builder's budget */
     PyObject *unknown; /* set of unknown keys */
     int has_action;
     int attached;
@@ -423,6 +556,9 @@ static void columns_dealloc(Columns *self) {
     eq_clear(&self->um);
     eq_clear(&self->ff);
     id_clear(&self->frames);
+    id_clear(&self->ff_lists);
+    Py_XDECREF(self->frames_objects);
+    free(self->g2l);
     Py_XDECREF(self->unknown);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
@@ -437,6 +573,24 @@ static PyObject *columns_export(Columns *self, PyObject *Py_UNUSED(ignored)) {
     n = PyLong_FromLongLong(self->total_keys);
     if (!n || PyDict_SetItemString(d, "total_keys", n) < 0) goto fail;
     Py_CLEAR(n);
+    n = PyLong_FromLongLong(self->frames_items);
+    if (!n || PyDict_SetItemString(d, "frames_items", n) < 0) goto fail;
+    Py_CLEAR(n);
+    n = PyLong_FromLongLong(self->ff_items);
+    if (!n || PyDict_SetItemString(d, "forward_frames_items", n) < 0) goto fail;
+    Py_CLEAR(n);
+    /* the frames values met as objects, with their local index: the builder must know
+       them by identity too, should the segments refer to them */
+    n = PyList_New(PyList_GET_SIZE(self->frames.list));
+    if (!n) goto fail;
+    for (Py_ssize_t k = 0; k < PyList_GET_SIZE(self->frames.list); k++) {
+        PyObject *o = PyList_GET_ITEM(self->frames.list, k);
+        PyObject *pair = Py_BuildValue("(On)", o, id_get(&self->frames, o));
+        if (!pair) goto fail;
+        PyList_SET_ITEM(n, k, pair);
+    }
+    if (PyDict_SetItemString(d, "frames_aliases", n) < 0) goto fail;
+    Py_CLEAR(n);
     for (int c = 0; c < NCOL; c++) {
         int always = c == C_ACTION || c == C_ADDR || c == C_SIZE || c == C_STREAM ||
                      c == C_FRAMES || c == C_DF_ROW || c == C_DF_VAL;
@@ -449,7 +603,7 @@ static PyObject *columns_export(Columns *self, PyObject *Py_UNUSED(ignored)) {
     }
     if (PyDict_SetItemString(d, "actions", self->actions.list) < 0 ||
         PyDict_SetItemString(d, "streams", self->streams.list) < 0 ||
-        PyDict_SetItemString(d, "frames_objects", self->frames.list) < 0 ||
+        PyDict_SetItemString(d, "frames_objects", self->frames_objects) < 0 ||
         PyDict_SetItemString(d, "compile_context_values", self->cc.list) < 0 ||
         PyDict_SetItemString(d, "user_metadata_values", self->um.list) < 0 ||
         PyDict_SetItemString(d, "forward_frames_values", self->ff.list) < 0 ||
@@ -482,6 +636,7 @@ static Columns *columns_new(void) {
     Columns *c = PyObject_New(Columns, &ColumnsType);
     if (!c) return NULL;
     c->n = 0;
+    c->room = 0;
     for (int k = 0; k < NCOL; k++) {
         c->col[k] = (Buf){NULL, 0, 0, COL_ITEM[k]};
         c->has_col[k] = 0;
@@ -492,6 +647,12 @@ static Columns *columns_new(void) {
     c->um = (EqTable){0};
     c->ff = (EqTable){0};
     c->frames = (IdTable){0};
+    c->frames_objects = NULL;
+    c->g2l = NULL;
+    c->g2l_cap = 0;
+    c->frames_items = 0;
+    c->ff_lists = (IdTable){0};
+    c->ff_items = 0;
     c->unknown = NULL;
     c->has_action = 0;
     c->attached = 0;
@@ -499,7 +660,8 @@ static Columns *columns_new(void) {
     c->last_stream = 0;
     c->last_stream_idx = -1;
     if (eq_init(&c->actions) < 0 || eq_init(&c->streams) < 0 || eq_init(&c->cc) < 0 ||
-        eq_init(&c->um) < 0 || eq_init(&c->ff) < 0 || id_init(&c->frames) < 0 ||
+        eq_init(&c->um) < 0 || eq_init(&c->ff) < 0 || id_init(&c->frames) < 0 || id_init(&c->ff_lists) < 0 ||
+        !(c->frames_objects = PyList_New(0)) ||
         !(c->unknown = PySet_New(NULL))) {
         Py_DECREF(c);
         return NULL;
@@ -514,8 +676,15 @@ typedef struct {
     Py_ssize_t sp, stack_cap, max_stack;
     Py_ssize_t *marks;
     Py_ssize_t nmarks, marks_cap, max_marks;
+    /* memo slots hold an owned object, or a VM stack as MEMO_STACK(g) (a frames list the
+       fast path read: it never became an object of its own) */
     PyObject **memo;
-    size_t memo_cap, memo_len, max_memo;
+    size_t memo_cap, max_memo;
+    size_t memo_count; /* filled slots: where MEMOIZE puts (as CPython's unpickler does) */
+    StackSet stacks;
+    PyObject **tmp_items; /* the fast path's frames list being read */
+    size_t tmp_cap;
+
     Row *rows;
     Py_ssize_t rows_cap, rows_live;
     Py_ssize_t free_row;
@@ -530,11 +699,25 @@ typedef struct {
     PyObject *key_cache[64];
     int key_field[64];
     int nkeys;
+    /* entry field by the memo slot its key string is in (PyTorch's keys are memo-shared:
+       every entry names them by the same few slots); slot + 1, 0 for none */
+    struct {
+        size_t slot1;
+        int field;
+    } field_by_slot[256];
     PyObject *s_device_traces;
     /* short ASCII strings seen recently: one object per content (str identity is
        invisible to the builder, and this keeps millions of "N/A" from costing memory) */
     PyObject *strcache[4096];
 } VM;
+
+#define MEMO_IS_STACK(o) (((uintptr_t)(o)) & 1u)
+#define MEMO_STACK(g) ((PyObject *)(((uintptr_t)(g) << 1) | 1u))
+#define MEMO_STACK_INDEX(o) ((size_t)(((uintptr_t)(o)) >> 1))
+
+static void memo_release(PyObject *o) {
+    if (o && !MEMO_IS_STACK(o)) Py_DECREF(o);
+}
 
 static int push(VM *vm, Val v) {
     if (vm->sp == vm->stack_cap) {
@@ -593,6 +776,11 @@ static void discard(VM *vm, Val *v) {
     v->tag = V_INT;
 }
 
+/* An entry or a container with a role: never a plain value. */
+static int is_entry_val(VM *vm, Val *v) {
+    return v->tag == V_ENTRY || (v->tag == V_OBJ && is_role(vm, v->v.o));
+}
+
 static Py_ssize_t row_alloc(VM *vm) {
     Py_ssize_t r;
     if (vm->free_row >= 0) {
@@ -627,6 +815,7 @@ static Py_ssize_t row_alloc(VM *vm) {
     vm->rows[r].set = 0;
     vm->rows[r].unknown = NULL;
     vm->rows[r].skipped = NULL;
+    vm->rows[r].frames_items = 0;
     vm->rows_live++;
     return r;
 }
@@ -687,20 +876,20 @@ static int row_set(VM *vm, Row *row, PyObject *key, Val *value) {
     if (f == -2) return fallback("a trace entry with a non-string key");
     if (f == F_LEGACY) return fallback("legacy cpp_frames entries");
     if (f == F_KNOWN_SKIPPED) {
-        if (value->tag == V_ENTRY || (value->tag == V_OBJ && is_role(vm, value->v.o)))
+        if (is_entry_val(vm, value))
             return fallback("a trace entry inside a trace entry");
         discard(vm, value);
         if (!row->skipped && !(row->skipped = PyList_New(0))) return -1;
         return PyList_Append(row->skipped, key);
     }
     if (f == F_UNKNOWN) {
-        if (value->tag == V_ENTRY || (value->tag == V_OBJ && is_role(vm, value->v.o)))
+        if (is_entry_val(vm, value))
             return fallback("a trace entry inside a trace entry");
         discard(vm, value);
         if (!row->unknown && !(row->unknown = PyList_New(0))) return -1;
         return PyList_Append(row->unknown, key);
     }
-    if (value->tag == V_ENTRY || (value->tag == V_OBJ && is_role(vm, value->v.o)))
+    if (is_entry_val(vm, value))
         return fallback("a trace entry inside a trace entry");
     if (row->set & (1u << f)) val_release(&row->f[f]);
     row->f[f] = *value;
@@ -714,6 +903,7 @@ static int row_set(VM *vm, Row *row, PyObject *key, Val *value) {
 static int opt_column(Columns *ct, int c, EqTable *t) {
     if (ct->has_col[c]) return 0;
     ct->has_col[c] = 1;
+    ct->room = 0;
     if (buf_reserve(&ct->col[c], (size_t)ct->n + 1) < 0) return -1;
     if (ct->n) {
         Py_ssize_t none = eq_index(t, Py_None);
@@ -726,16 +916,16 @@ static int opt_column(Columns *ct, int c, EqTable *t) {
 }
 
 static int obj_index(VM *vm, Row *row, int f, EqTable *t, Py_ssize_t *out) {
-    PyObject *o;
-    if (row->set & (1u << f)) {
-        o = val_object(vm, &row->f[f]);
-        if (!o) return -1;
+    if (!(row->set & (1u << f))) {
+        *out = eq_index(t, Py_None);
+    } else if (row->f[f].tag == V_OBJ && !is_role(vm, row->f[f].v.o)) {
+        *out = eq_index(t, row->f[f].v.o); /* the row holds a reference meanwhile */
     } else {
-        o = Py_None;
-        Py_INCREF(o);
+        PyObject *o = val_object(vm, &row->f[f]);
+        if (!o) return -1;
+        *out = eq_index(t, o);
+        Py_DECREF(o);
     }
-    *out = eq_index(t, o);
-    Py_DECREF(o);
     return *out < 0 ? -1 : 0;
 }
 
@@ -751,14 +941,98 @@ static int uint_of(Val *v, uint64_t *out) {
     return -1;
 }
 
-/* Append a finished entry to a device's columns. */
+/* The local index of VM stack g in ct (a new one when ct meets it first). */
+static Py_ssize_t stack_local(VM *vm, Columns *ct, size_t g) {
+    if (g >= ct->g2l_cap) {
+        size_t ncap = ct->g2l_cap ? ct->g2l_cap : 256;
+        while (ncap <= g) ncap *= 2;
+        int32_t *nl = realloc(ct->g2l, ncap * sizeof(int32_t));
+        if (!nl) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        for (size_t k = ct->g2l_cap; k < ncap; k++) nl[k] = -1;
+        ct->g2l = nl;
+        ct->g2l_cap = ncap;
+    }
+    if (ct->g2l[g] >= 0) return ct->g2l[g];
+    Py_ssize_t idx = PyList_GET_SIZE(ct->frames_objects);
+    if (PyList_Append(ct->frames_objects, vm->stacks.rep[g]) < 0) return -1;
+    ct->g2l[g] = (int32_t)idx;
+    return idx;
+}
+
+/* The local index of an entry's frames value. Lists become VM stacks (by their items),
+   each distinct list object counted once for the budget, as the Python path charges
+   them; any other value is kept as itself, by identity (Python's StackTable decides what
+   it means). */
+static Py_ssize_t frames_local(VM *vm, Columns *ct, Val *v) {
+    if (v->tag == V_STACK) return stack_local(vm, ct, (size_t)v->v.i);
+    if (v->tag != V_OBJ) return fallback("trace frames that are a number");
+    PyObject *o = v->v.o;
+    Py_ssize_t idx = id_get(&ct->frames, o);
+    if (idx != -2) return idx;
+    if (PyList_CheckExact(o)) {
+        size_t k = (size_t)PyList_GET_SIZE(o);
+        int added;
+        Py_ssize_t g = stackset_index(&vm->stacks, ((PyListObject *)o)->ob_item, k, &added);
+        if (g < 0) return -1;
+        /* a representative stands for a list the fast path read and counted already */
+        if (o != vm->stacks.rep[g]) ct->frames_items += (long long)k;
+        idx = stack_local(vm, ct, (size_t)g);
+    } else {
+        if (PyTuple_CheckExact(o)) ct->frames_items += (long long)PyTuple_GET_SIZE(o);
+        idx = PyList_GET_SIZE(ct->frames_objects);
+        if (idx >= INT32_MAX) return fallback("too many distinct stacks");
+        if (PyList_Append(ct->frames_objects, o) < 0) return -1;
+    }
+    if (idx < 0 || id_put(&ct->frames, o, (int32_t)idx) < 0) return -1;
+    return idx;
+}
+
+/* A forward_frames list of strings as the one text the builder makes of it (joined, as
+   MemoryViz shows it; None for an empty list); its items counted once per list object for
+   the budget, as the Python path charges them. Other lists go the Python way. */
+static PyObject *forward_frames_text(Columns *ct, PyObject *list) {
+    Py_ssize_t n = PyList_GET_SIZE(list);
+    for (Py_ssize_t k = 0; k < n; k++)
+        if (!PyUnicode_CheckExact(PyList_GET_ITEM(list, k))) {
+            fallback("forward_frames that are not all text");
+            return NULL;
+        }
+    if (id_get(&ct->ff_lists, list) == -2) {
+        if (id_put(&ct->ff_lists, list, 0) < 0) return NULL;
+        ct->ff_items += n;
+    }
+    if (n == 0) {
+        Py_INCREF(Py_None);
+        return Py_None;
+    }
+    PyObject *empty = PyUnicode_New(0, 0);
+    if (!empty) return NULL;
+    PyObject *text = PyUnicode_Join(empty, list);
+    Py_DECREF(empty);
+    if (text && PyUnicode_GET_LENGTH(text) == 0) { /* [""]: text to the builder, not None */
+        Py_DECREF(text);
+        fallback("forward_frames of empty strings");
+        return NULL;
+    }
+    return text;
+}
+
+/* Write a finished entry to a device's columns, at index ct->n. */
 static int finish_row(VM *vm, Columns *ct, Row *row) {
     Py_ssize_t i = ct->n;
     size_t need = (size_t)i + 1;
-    for (int c = 0; c < NCOL; c++) {
-        if (c == C_DF_ROW || c == C_DF_VAL) continue;
-        if ((c == C_TIME || c == C_CC || c == C_UM || c == C_FF) && !ct->has_col[c]) continue;
-        if (buf_reserve(&ct->col[c], need) < 0) return -1;
+    if (need > ct->room) { /* room: the smallest capacity among the per-entry columns */
+        size_t room = SIZE_MAX;
+        for (int c = 0; c < NCOL; c++) {
+            if (c == C_DF_ROW || c == C_DF_VAL) continue;
+            if ((c == C_TIME || c == C_CC || c == C_UM || c == C_FF) && !ct->has_col[c]) continue;
+            if (buf_reserve(&ct->col[c], need) < 0) return -1;
+            if (ct->col[c].cap < room) room = ct->col[c].cap;
+        }
+        ct->room = room;
     }
     Py_ssize_t idx;
     /* action */
@@ -813,6 +1087,7 @@ static int finish_row(VM *vm, Columns *ct, Row *row) {
     /* time_us */
     if ((row->set & (1u << F_TIME)) && !ct->has_col[C_TIME]) {
         ct->has_col[C_TIME] = 1;
+        ct->room = 0;
         if (buf_reserve(&ct->col[C_TIME], need) < 0) return -1;
         for (Py_ssize_t k = 0; k < i; k++) ((int64_t *)ct->col[C_TIME].data)[k] = -1;
     }
@@ -824,14 +1099,10 @@ static int finish_row(VM *vm, Columns *ct, Row *row) {
         }
         ((int64_t *)ct->col[C_TIME].data)[i] = t;
     }
-    /* frames: by identity */
+    /* frames */
     {
-        PyObject *fr = Py_None;
-        if (row->set & (1u << F_FRAMES)) {
-            if (row->f[F_FRAMES].tag != V_OBJ) return fallback("trace frames that are a number");
-            fr = row->f[F_FRAMES].v.o;
-        }
-        idx = id_index(&ct->frames, fr);
+        Val none = {V_OBJ, {.o = Py_None}};
+        idx = frames_local(vm, ct, (row->set & (1u << F_FRAMES)) ? &row->f[F_FRAMES] : &none);
         if (idx < 0) return -1;
         ((int32_t *)ct->col[C_FRAMES].data)[i] = (int32_t)idx;
     }
@@ -843,7 +1114,12 @@ static int finish_row(VM *vm, Columns *ct, Row *row) {
         int f = OPT_F[k], c = OPT_C[k];
         if (row->set & (1u << f)) {
             Val *v = &row->f[f];
-            /* text or None; lists (forward_frames) and other values go the Python way */
+            if (f == F_FF && v->tag == V_OBJ && PyList_CheckExact(v->v.o)) {
+                PyObject *text = forward_frames_text(ct, v->v.o);
+                if (!text) return -1;
+                Py_SETREF(v->v.o, text);
+            }
+            /* text or None; other values go the Python way */
             if (v->tag != V_OBJ || !(v->v.o == Py_None || PyUnicode_Check(v->v.o)))
                 return fallback("an optional entry field that is not text");
             if (opt_column(ct, c, opt_t[k]) < 0) return -1;
@@ -867,8 +1143,7 @@ static int finish_row(VM *vm, Columns *ct, Row *row) {
         ((uint64_t *)bv->data)[bv->n++] = df;
     }
     /* len(entry): the Python path charges every key it walks to the 'items' budget */
-    long long nkeys = 0;
-    for (int k = 0; k < NF; k++) nkeys += (row->set >> k) & 1;
+    long long nkeys = __builtin_popcount(row->set);
     PyObject *lists[2] = {row->unknown, row->skipped};
     for (int l = 0; l < 2; l++) {
         if (!lists[l]) continue;
@@ -886,6 +1161,7 @@ static int finish_row(VM *vm, Columns *ct, Row *row) {
         Py_DECREF(distinct);
     }
     ct->total_keys += nkeys;
+    ct->frames_items += row->frames_items;
     ct->n = i + 1;
     for (int c = 0; c < NCOL; c++) {
         if (c == C_DF_ROW || c == C_DF_VAL) continue;
@@ -941,7 +1217,7 @@ static int append_to(VM *vm, Val *target, Val *item) {
         if (ct->attached) return fallback("a device trace listed twice");
         ct->attached = 1;
         vm->columns_attached++;
-    } else if (item->tag == V_ENTRY || (item->tag == V_OBJ && is_role(vm, item->v.o))) {
+    } else if (is_entry_val(vm, item)) {
         return fallback("a trace list or entry inside another list");
     }
     PyObject *o = item->tag == V_OBJ ? (Py_INCREF(item->v.o), item->v.o) : val_object(vm, item);
@@ -1000,6 +1276,7 @@ static int setitem_to(VM *vm, Val *target, Val *key, Val *value) {
 
 enum { R_NONE, R_ROOT, R_DTLIST, R_DEVLIST, R_ENTRY };
 
+
 /* The job of a container about to be created, from the stack (see the file comment).
    Pickler output fills a container either in MARK ... APPENDS/SETITEMS batches (then the
    container sits right below the top mark) or, for one item, with a bare APPEND/SETITEM
@@ -1035,7 +1312,20 @@ static int role_for(VM *vm, int is_dict) {
     return R_NONE;
 }
 
-static int memo_put(VM *vm, size_t idx, Val *top) {
+/* memo[idx] = o (takes o: an owned object or a MEMO_STACK); the slot must exist. */
+static void memo_store(VM *vm, size_t idx, PyObject *o) {
+    PyObject *old = vm->memo[idx];
+    vm->memo[idx] = o;
+    if (old) {
+        memo_release(old);
+        if (vm->field_by_slot[idx & 255].slot1 == idx + 1) vm->field_by_slot[idx & 255].slot1 = 0;
+    } else {
+        vm->memo_count++;
+    }
+}
+
+/* Make memo slot idx exist (within the limit). */
+static int memo_room(VM *vm, size_t idx) {
     if (idx >= vm->max_memo)
         return limit_hit("memo", (unsigned long long)idx + 1, (unsigned long long)vm->max_memo);
     if (idx >= vm->memo_cap) {
@@ -1051,8 +1341,13 @@ static int memo_put(VM *vm, size_t idx, Val *top) {
         vm->memo = nm;
         vm->memo_cap = ncap;
     }
+    return 0;
+}
+
+static int memo_put(VM *vm, size_t idx, Val *top) {
+    if (memo_room(vm, idx) < 0) return -1;
     PyObject *o;
-    if (top->tag == V_ENTRY || (top->tag == V_OBJ && is_role(vm, top->v.o))) {
+    if (is_entry_val(vm, top)) {
         o = vm->marker;
         Py_INCREF(o);
     } else if (top->tag == V_OBJ) {
@@ -1062,8 +1357,7 @@ static int memo_put(VM *vm, size_t idx, Val *top) {
         o = val_object(vm, top);
         if (!o) return -1;
     }
-    Py_XSETREF(vm->memo[idx], o);
-    if (idx >= vm->memo_len) vm->memo_len = idx + 1;
+    memo_store(vm, idx, o);
     return 0;
 }
 
@@ -1072,6 +1366,7 @@ static int memo_get(VM *vm, size_t idx) {
         return corrupt("Memo value not found at index %zu", idx);
     PyObject *o = vm->memo[idx];
     if (o == vm->marker) return fallback("a trace list or entry referenced twice");
+    if (MEMO_IS_STACK(o)) o = vm->stacks.rep[MEMO_STACK_INDEX(o)]; /* the list it stands for */
     Py_INCREF(o);
     return push_obj(vm, o);
 }
@@ -1117,6 +1412,322 @@ static int push_long(VM *vm, const unsigned char *p, size_t n) {
         return push(vm, (Val){V_UINT, {.u = x}});
     }
     return push_obj(vm, _PyLong_FromByteArray(p, n, 1, 1));
+}
+
+/* ------------------------------------------------------------------ fast entries */
+/* A trace entry as PyTorch writes it, read in one go: EMPTY_DICT, its memo put, MARK,
+   key/value pairs, SETITEMS. Keys are memo-shared strings naming typed fields; values are
+   small ints, strings, None, memo references, or a frames list of memo-shared frames. The
+   entry becomes the same pending Row the machine would have made. Anything else (a key seen for the first time, a new frame dict, an unknown
+   field, a value the columns do not type, the lookahead running out) and nothing has
+   happened: the machine reads the entry opcode by opcode instead. The opcode machine is
+   the reference; this is a shortcut through it for the common shape, with the same
+   outcome (tests/snapshot/test_compiled_equality.py compares both with the Python path). */
+
+#define FAST_LOOKAHEAD 8192
+#define FAST_PUTS 16
+
+typedef struct {
+    size_t idx;
+    PyObject *o; /* owned object, or a MEMO_STACK */
+} PendingPut;
+
+typedef struct {
+    const unsigned char *p, *end;
+    PendingPut put[FAST_PUTS]; /* memo puts, applied only once the whole entry is read */
+    int nput;
+    size_t new_slots;    /* puts into empty slots: where the next MEMOIZE goes moves with them */
+    long long items;     /* items of the frames lists read (for the builder's budget) */
+} Fast;
+
+static void fast_drop_puts(Fast *f) {
+    for (int k = 0; k < f->nput; k++) memo_release(f->put[k].o);
+    f->nput = 0;
+}
+
+/* The memo as it will be once the pending puts are applied (borrowed, maybe a MEMO_STACK). */
+static inline PyObject *fast_memo(VM *vm, Fast *f, size_t idx) {
+    for (int k = f->nput - 1; k >= 0; k--)
+        if (f->put[k].idx == idx) return f->put[k].o;
+    return idx < vm->memo_cap ? vm->memo[idx] : NULL;
+}
+
+/* A memo opcode at f->p records a put of o (taken on 1). 1 put, 0 no memo opcode there,
+   -1 not for the shortcut (a slot overwritten, a limit, the lookahead's end). */
+static int fast_put(VM *vm, Fast *f, PyObject *o) {
+    const unsigned char *p = f->p;
+    size_t idx;
+    if (p >= f->end) return -1;
+    if (*p == 0x94) {
+        idx = vm->memo_count + f->new_slots;
+        p += 1;
+    } else if (*p == 'q') {
+        if (f->end - p < 2) return -1;
+        idx = p[1];
+        p += 2;
+    } else if (*p == 'r') {
+        if (f->end - p < 5) return -1;
+        idx = (size_t)(uint32_t)rd_le(p + 1, 4);
+        p += 5;
+    } else {
+        return 0;
+    }
+    if (idx >= vm->max_memo || f->nput == FAST_PUTS || fast_memo(vm, f, idx)) return -1;
+    f->put[f->nput++] = (PendingPut){idx, o};
+    f->new_slots++;
+    f->p = p;
+    return 1;
+}
+
+/* A BINGET/LONG_BINGET at f->p: its memo index, or -1 when there is none. */
+static inline Py_ssize_t fast_get_index(Fast *f) {
+    const unsigned char *p = f->p;
+    if (p < f->end && *p == 'h' && f->end - p >= 2) {
+        f->p = p + 2;
+        return p[1];
+    }
+    if (p < f->end && *p == 'j' && f->end - p >= 5) {
+        f->p = p + 5;
+        return (Py_ssize_t)(uint32_t)rd_le(p + 1, 4);
+    }
+    return -1;
+}
+
+/* A frames list being built (EMPTY_LIST at f->p): its items must all be memo references
+   to plain objects. *out becomes its VM stack. 1 ok, 0 not for the shortcut, -1 error. */
+static int fast_frames(VM *vm, Fast *f, Val *out) {
+    f->p++;
+    int slot = f->nput;
+    Py_INCREF(vm->marker); /* stands for the list until its stack is known */
+    int r = fast_put(vm, f, vm->marker);
+    if (r != 1) {
+        Py_DECREF(vm->marker);
+        if (r < 0) return 0;
+        slot = -1;
+    }
+    size_t k = 0;
+    /* the machine would push every item of a MARK batch: the same stack limit applies */
+    size_t room = vm->max_stack > vm->sp ? (size_t)(vm->max_stack - vm->sp) : 0;
+    for (;;) {
+        if (f->p >= f->end) return 0;
+        int batch = *f->p == '(';
+        const unsigned char *back = f->p;
+        if (batch) f->p++;
+        for (;;) {
+            if (batch && f->p < f->end && *f->p == 'e') {
+                f->p++;
+                break;
+            }
+            Py_ssize_t idx = fast_get_index(f);
+            if (idx < 0) {
+                if (batch) return 0;
+                break;
+            }
+            PyObject *it = fast_memo(vm, f, (size_t)idx);
+            if (!it || it == vm->marker || MEMO_IS_STACK(it)) return 0;
+            if (!batch) { /* one item alone is APPENDed; without the APPEND it was a key */
+                if (f->p >= f->end || *f->p != 'a') {
+                    f->p = back;
+                    break;
+                }
+                f->p++;
+            }
+            if (k >= room) return 0;
+            if (k == vm->tmp_cap) {
+                size_t ncap = vm->tmp_cap ? vm->tmp_cap * 2 : 256;
+                PyObject **nt = realloc(vm->tmp_items, ncap * sizeof(PyObject *));
+                if (!nt) {
+                    PyErr_NoMemory();
+                    return -1;
+                }
+                vm->tmp_items = nt;
+                vm->tmp_cap = ncap;
+            }
+            vm->tmp_items[k++] = it;
+            if (!batch) break;
+        }
+        if (!batch && f->p == back) break;
+    }
+    int added;
+    Py_ssize_t g = stackset_index(&vm->stacks, vm->tmp_items, k, &added);
+    if (g < 0) return -1;
+    if (slot >= 0) {
+        Py_DECREF(vm->marker);
+        f->put[slot].o = MEMO_STACK(g);
+    }
+    f->items += (long long)k;
+    *out = (Val){V_STACK, {.i = g}};
+    return 1;
+}
+
+/* One value at f->p, for field fld, into *out (owned). 1 ok, 0 not for the shortcut, -1 error. */
+static inline int fast_value(VM *vm, Fast *f, int fld, Val *out) {
+    const unsigned char *p = f->p, *end = f->end;
+    if (p >= end) return 0;
+    switch (*p) {
+    case 'K':
+        if (end - p < 2) return 0;
+        *out = (Val){V_INT, {.i = p[1]}};
+        f->p = p + 2;
+        return 1;
+    case 'M':
+        if (end - p < 3) return 0;
+        *out = (Val){V_INT, {.i = rd_le(p + 1, 2)}};
+        f->p = p + 3;
+        return 1;
+    case 'J':
+        if (end - p < 5) return 0;
+        *out = (Val){V_INT, {.i = (int32_t)(uint32_t)rd_le(p + 1, 4)}};
+        f->p = p + 5;
+        return 1;
+    case 0x8a: { /* LONG1, as push_long reads it */
+        if (end - p < 2) return 0;
+        size_t n = p[1];
+        if ((size_t)(end - p) < 2 + n) return 0;
+        const unsigned char *b = p + 2;
+        if (n <= 8) {
+            uint64_t x = 0;
+            for (size_t i = n; i-- > 0;) x = (x << 8) | b[i];
+            if (n && n < 8 && (b[n - 1] & 0x80)) x |= ~0ULL << (8 * n);
+            *out = (Val){V_INT, {.i = (int64_t)x}};
+        } else if (n == 9 && b[8] == 0) {
+            uint64_t x = (uint64_t)rd_le(b, 8);
+            *out = x <= (uint64_t)INT64_MAX ? (Val){V_INT, {.i = (int64_t)x}}
+                                             : (Val){V_UINT, {.u = x}};
+        } else {
+            return 0;
+        }
+        f->p = p + 2 + n;
+        return 1;
+    }
+    case 'N':
+    case 0x88:
+    case 0x89: {
+        PyObject *o = *p == 'N' ? Py_None : *p == 0x88 ? Py_True : Py_False;
+        Py_INCREF(o);
+        *out = (Val){V_OBJ, {.o = o}};
+        f->p = p + 1;
+        return 1;
+    }
+    case 'h':
+    case 'j': {
+        Py_ssize_t idx = fast_get_index(f);
+        PyObject *o = idx < 0 ? NULL : fast_memo(vm, f, (size_t)idx);
+        if (!o || o == vm->marker) return 0;
+        if (MEMO_IS_STACK(o)) {
+            if (fld != F_FRAMES) return 0;
+            *out = (Val){V_STACK, {.i = (int64_t)MEMO_STACK_INDEX(o)}};
+        } else {
+            Py_INCREF(o);
+            *out = (Val){V_OBJ, {.o = o}};
+        }
+        return 1;
+    }
+    case 0x8c: { /* SHORT_BINUNICODE, then usually its memo put */
+        if (end - p < 2) return 0;
+        size_t n = p[1];
+        if ((size_t)(end - p) < 2 + n || n > vm->max_string) return 0;
+        PyObject *s = make_str(vm, p + 2, n);
+        if (!s) {
+            if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) return -1;
+            PyErr_Clear(); /* the machine says it in its words */
+            return 0;
+        }
+        f->p = p + 2 + n;
+        Py_INCREF(s);
+        int r = fast_put(vm, f, s);
+        if (r != 1) Py_DECREF(s);
+        if (r < 0) {
+            Py_DECREF(s);
+            return 0;
+        }
+        *out = (Val){V_OBJ, {.o = s}};
+        return 1;
+    }
+    case ']':
+        return fld == F_FRAMES ? fast_frames(vm, f, out) : 0;
+    default:
+        return 0;
+    }
+}
+
+/* Right after an entry's EMPTY_DICT: 1 the entry was read and pushed as a pending row;
+   0 nothing happened (the machine reads it); -1 error. */
+static int fast_entry(VM *vm) {
+    if (vm->nmarks + 2 > vm->max_marks || vm->sp + 1 > vm->max_stack) return 0;
+    Input *in = &vm->in;
+    size_t have = in->len - in->pos;
+    if (have < FAST_LOOKAHEAD) {
+        size_t want = FAST_LOOKAHEAD;
+        if (!in->gz && have + in->file_left < want) want = have + (size_t)in->file_left;
+        /* an input error here is left for the machine to meet when it gets there */
+        if (input_need(in, want) < 0) PyErr_Clear();
+    }
+    Fast f; /* not zeroed as a whole: put[] is written before it is read */
+    f.p = in->buf + in->pos;
+    f.end = in->buf + in->len;
+    f.nput = 0;
+    f.new_slots = 0;
+    f.items = 0;
+    Py_ssize_t r_row = row_alloc(vm);
+    if (r_row < 0) {
+        PyErr_Clear(); /* the row limit: the machine meets it again */
+        return 0;
+    }
+    Row *row = &vm->rows[r_row];
+    Py_INCREF(vm->marker); /* the entry's own memo slot, as the machine fills it */
+    int r = fast_put(vm, &f, vm->marker);
+    if (r != 1) Py_DECREF(vm->marker);
+    if (r < 0 || f.p >= f.end || *f.p != '(') goto bail;
+    f.p++;
+    for (;;) {
+        if (f.p >= f.end) goto bail;
+        if (*f.p == 'u') {
+            f.p++;
+            break;
+        }
+        Py_ssize_t idx = fast_get_index(&f);
+        if (idx < 0) goto bail;
+        int fld;
+        if (vm->field_by_slot[idx & 255].slot1 == (size_t)idx + 1) {
+            /* a filled slot: pending puts only go to empty ones, so this is the key */
+            fld = vm->field_by_slot[idx & 255].field;
+        } else {
+            PyObject *key = fast_memo(vm, &f, (size_t)idx);
+            if (!key || MEMO_IS_STACK(key) || !PyUnicode_CheckExact(key)) goto bail;
+            fld = field_of(vm, key);
+            if (fld < 0) {
+                PyErr_Clear();
+                goto bail;
+            }
+            if (key == (idx < (Py_ssize_t)vm->memo_cap ? vm->memo[idx] : NULL)) {
+                vm->field_by_slot[idx & 255].slot1 = (size_t)idx + 1;
+                vm->field_by_slot[idx & 255].field = fld;
+            }
+        }
+        if (fld >= NF || (row->set & (1u << fld))) goto bail;
+        int rv = fast_value(vm, &f, fld, &row->f[fld]);
+        if (rv < 0) goto error;
+        if (rv == 0) goto bail;
+        row->set |= 1u << fld;
+    }
+    for (int k = 0; k < f.nput; k++) {
+        if (memo_room(vm, f.put[k].idx) < 0) goto error;
+        memo_store(vm, f.put[k].idx, f.put[k].o);
+        f.put[k].o = NULL;
+    }
+    f.nput = 0;
+    in->pos = (size_t)(f.p - in->buf);
+    row->frames_items = f.items;
+    return push(vm, (Val){V_ENTRY, {.row = r_row}}) < 0 ? -1 : 1;
+bail:
+    row_free(vm, r_row);
+    fast_drop_puts(&f);
+    return 0;
+error:
+    row_free(vm, r_row);
+    fast_drop_puts(&f);
+    return -1;
 }
 
 /* Pop the items above the top mark into a new tuple/list (reader objects refused). */
@@ -1258,8 +1869,7 @@ static PyObject *run(VM *vm) {
                 }
                 result = top.v.o;
             } else {
-                if (vm->columns_made || vm->dtlist || vm->rows_live || top.tag == V_ENTRY ||
-                    (top.tag == V_OBJ && is_role(vm, top.v.o))) {
+                if (vm->columns_made || vm->dtlist || vm->rows_live || is_entry_val(vm, &top)) {
                     discard(vm, &top);
                     fallback("the top-level object is not the snapshot dict");
                     goto error;
@@ -1310,7 +1920,7 @@ static PyObject *run(VM *vm) {
         case '2': { /* DUP */
             POP_CHECK(1);
             Val v = vm->stack[vm->sp - 1];
-            if (v.tag == V_ENTRY || (v.tag == V_OBJ && is_role(vm, v.v.o))) {
+            if (is_entry_val(vm, &v)) {
                 fallback("DUP of a trace list or entry");
                 goto error;
             }
@@ -1410,6 +2020,9 @@ static PyObject *run(VM *vm) {
         case '}': { /* EMPTY_DICT */
             int role = role_for(vm, 1);
             if (role == R_ENTRY) {
+                int fr = fast_entry(vm);
+                if (fr < 0) goto error;
+                if (fr > 0) break;
                 Py_ssize_t r = row_alloc(vm);
                 if (r < 0) goto error;
                 if (push(vm, (Val){V_ENTRY, {.row = r}}) < 0) goto error;
@@ -1555,7 +2168,7 @@ static PyObject *run(VM *vm) {
         }
         case 0x94: /* MEMOIZE */
             POP_CHECK(1);
-            if (memo_put(vm, vm->memo_len, &vm->stack[vm->sp - 1]) < 0) goto error;
+            if (memo_put(vm, vm->memo_count, &vm->stack[vm->sp - 1]) < 0) goto error;
             break;
         case 'q': /* BINPUT */
             NEED(1);
@@ -1609,7 +2222,9 @@ static void vm_free(VM *vm) {
     for (Py_ssize_t i = 0; i < vm->sp; i++) discard(vm, &vm->stack[i]);
     free(vm->stack);
     free(vm->marks);
-    for (size_t i = 0; i < vm->memo_cap; i++) Py_XDECREF(vm->memo[i]);
+    for (size_t i = 0; i < vm->memo_cap; i++) memo_release(vm->memo[i]);
+    stackset_clear(&vm->stacks);
+    free(vm->tmp_items);
     free(vm->memo);
     for (Py_ssize_t i = 0; i < vm->rows_cap; i++)
         if (vm->rows[i].in_use) {

@@ -139,9 +139,11 @@ def _int_field(
 
 
 def _coded(values: list[Any], code_of: Callable[[Any], int], dtype: Any) -> np.ndarray:
-    """Map a column with few distinct values through `code_of`, calling it once per value."""
+    """Map a column with few distinct values through `code_of`, calling it once per value,
+    in order of first use (the ids code_of hands out must not depend on hashing, and the
+    compiled reader passes its distinct values in that order)."""
     try:
-        distinct = set(values)
+        distinct = dict.fromkeys(values)
     except TypeError:  # unhashable values (dict metadata): map them one by one
         return np.asarray([code_of(v) for v in values], dtype=dtype)
     table = {v: code_of(v) for v in distinct}
@@ -242,7 +244,12 @@ def optional_string_ids(values: list[Any], key: str, ctx: _Context) -> np.ndarra
     # so a shared value is converted once and nothing unhashable or deep is hashed
     obj_ids = np.fromiter(map(id, values), dtype=np.uint64, count=len(values))
     uniq, first, inverse = np.unique(obj_ids, return_index=True, return_inverse=True)
-    table = np.fromiter((code(values[i]) for i in first.tolist()), dtype=np.int32, count=len(uniq))
+    # in order of first use, not of memory address: string ids must not vary between loads
+    order = np.argsort(first, kind="stable")
+    table = np.empty(len(uniq), dtype=np.int32)
+    table[order] = np.fromiter(
+        (code(values[i]) for i in first[order].tolist()), dtype=np.int32, count=len(uniq)
+    )
     return table[inverse.reshape(-1)]
 
 

@@ -9,7 +9,7 @@ arrives with its distinct values in first-use order, and those go through the bu
 own coding functions, so string, stack and action ids are assigned in the same order.
 
 Whenever a file is shaped in a way the C reader does not type (protocol 0/1 opcodes, legacy
-cpp_frames, forward_frames lists, non-integer fields, entries shared by memo, ...) it
+cpp_frames, non-integer fields, entries shared by memo, ...) it
 declines and the Python path reads the file instead: a fallback costs time, never a
 different answer. MEMLENS_READER=python forces the Python path; =compiled fails when the
 extension is not built.
@@ -234,7 +234,16 @@ class CompiledTrace:
             time_us = self._array("time_us", np.int64)
         else:
             time_us = np.full(n, -1, dtype=np.int64)
-        stack = ctx.stacks.stack_ids(c["frames_objects"])[self._array("frames", np.int32)]
+        # one list per distinct stack; the reader counted the items of every frames list
+        # object it read, which is what the Python path charges
+        ctx.budget.charge(c["frames_items"], "stack frames")
+        stacks = ctx.stacks.stack_ids(c["frames_objects"], charge=False)
+        for obj, local in c["frames_aliases"]:
+            ctx.stacks.alias(obj, int(stacks[local]))
+        stack = stacks[self._array("frames", np.int32)]
+
+        # forward_frames lists arrive joined; their items are charged as the Python path does
+        ctx.budget.charge(c["forward_frames_items"], "forward_frames")
 
         def optional(key: str) -> np.ndarray:
             if key not in c:

@@ -179,14 +179,22 @@ def first_user_frames(snapshot: Snapshot, hide_patterns: Sequence[str] | None = 
     return out
 
 
+_ANGLE_OR_PAREN = re.compile(r"[<>(]")
+
+
 def short_cpp_name(name: str) -> str:
     """Drop the parameter list of a demangled C++ name: `ns::f(int, long) const` -> `ns::f`."""
+    if "(" not in name:
+        return name
     depth = 0
-    for i, ch in enumerate(name):
+    # only the brackets matter: templated names run to hundreds of characters
+    for m in _ANGLE_OR_PAREN.finditer(name):
+        i = m.start()
+        ch = name[i]
         if ch == "<":
             depth += 1
         elif ch == ">":
             depth = max(depth - 1, 0)
-        elif ch == "(" and depth == 0 and i > 0 and not name.startswith("(anonymous", i):
+        elif depth == 0 and i > 0 and not name.startswith("(anonymous", i):
             return name[:i]
     return name

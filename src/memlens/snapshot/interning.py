@@ -104,36 +104,53 @@ class StackTable:
         self._frames = frames
         self._by_obj: dict[int, int] = {}
         self._by_key: dict[tuple[int, ...], int] = {}
+        # by the identities of the frame objects: PyTorch writes a new list per allocation
+        # but shares the frame dicts, so most lists repeat a sequence already seen
+        self._by_frame_objs: dict[tuple[int, ...], int] = {}
         self._keep: list[Any] = []
         self.offsets: list[int] = [0]
         self.frame_ids: list[int] = []
 
-    def stack_id(self, frames: Any) -> int:
-        """Stack id of a frames list (innermost first); -1 for a missing or empty one."""
+    def stack_id(self, frames: Any, *, charge: bool = True) -> int:
+        """Stack id of a frames list (innermost first); -1 for a missing or empty one.
+        `charge=False` when the caller charged the budget for the frames already."""
         i = self._by_obj.get(id(frames))
         if i is not None:
             return i
         if not frames or not isinstance(frames, (list, tuple)):
             i = -1
         else:
-            self._frames._strings.budget.charge(len(frames), "stack frames")
-            fid = self._frames.frame_id
-            key = tuple(fid(f) for f in frames)
-            i = self._by_key.get(key)
+            if charge:
+                self._frames._strings.budget.charge(len(frames), "stack frames")
+            objs = tuple(map(id, frames))  # the frames stay alive in self._keep
+            i = self._by_frame_objs.get(objs)
             if i is None:
-                i = self._by_key[key] = len(self.offsets) - 1
-                self.frame_ids.extend(key)
-                self.offsets.append(len(self.frame_ids))
+                fid = self._frames.frame_id
+                key = tuple(fid(f) for f in frames)
+                i = self._by_key.get(key)
+                if i is None:
+                    i = self._by_key[key] = len(self.offsets) - 1
+                    self.frame_ids.extend(key)
+                    self.offsets.append(len(self.frame_ids))
+                self._by_frame_objs[objs] = i
         self._by_obj[id(frames)] = i
         self._keep.append(frames)
         return i
 
-    def stack_ids(self, frame_lists: list[Any]) -> np.ndarray:
+    def alias(self, frames: Any, stack: int) -> None:
+        """Know `frames` as stack `stack` already (an object the compiled reader met and
+        charged, whose stack it passed as another list with the same frames)."""
+        if id(frames) not in self._by_obj:
+            self._by_obj[id(frames)] = stack
+            self._keep.append(frames)
+
+    def stack_ids(self, frame_lists: list[Any], *, charge: bool = True) -> np.ndarray:
         """Stack ids for a column of frame lists, interning each distinct list object once.
 
-        PyTorch's pickles share one list per distinct traceback, so the ids of a million
-        events take only a few thousand distinct values: find those with numpy, intern
-        them, and scatter back.
+        An allocation's free shares its frames list through the pickle memo, so a million
+        events hold far fewer distinct list objects: find those with numpy, intern them,
+        and scatter back. (The compiled reader goes further and passes one list per
+        distinct stack; it charges the budget itself, hence `charge`.)
         """
         n = len(frame_lists)
         if n == 0:
@@ -145,7 +162,7 @@ class StackTable:
         order = np.argsort(first, kind="stable")
         table = np.empty(len(uniq), dtype=np.int32)
         table[order] = np.fromiter(
-            (self.stack_id(frame_lists[i]) for i in first[order].tolist()),
+            (self.stack_id(frame_lists[i], charge=charge) for i in first[order].tolist()),
             dtype=np.int32,
             count=len(uniq),
         )
