@@ -175,6 +175,7 @@ class _Candidates(NamedTuple):
 
 
 def _ghost_candidates(seg: Segments, seg_rows: np.ndarray) -> _Candidates:
+    """The active_allocated blocks of the segments `seg_rows`, in block order."""
     if len(seg_rows):
         blk = np.concatenate(
             [np.arange(seg.block_offsets[s], seg.block_offsets[s + 1]) for s in seg_rows]
@@ -233,7 +234,7 @@ def _replay_compiled(
             _SEGMENT_GROW,
             _SEGMENT_SHRINK,
         ),
-        True,
+        True,  # no free_completed at all: the requests are the frees
         end_reserved,
     )
     cols: dict[str, Any] = {
