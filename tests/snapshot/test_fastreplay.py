@@ -338,7 +338,7 @@ def test_bad_argument_shapes_are_type_errors():
 INT64 = st.integers(-(1 << 63), (1 << 63) - 1)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     rows=st.lists(
         st.tuples(
@@ -387,6 +387,33 @@ def test_any_values_never_crash_and_agree_where_numpy_can(rows, ghost_rows, end)
             assert (a.dtype, a.tobytes()) == (b.dtype, b.tobytes()), k
         else:
             assert (type(a), a) == (type(b), b), k
+
+
+CODE = st.integers(-1, 5)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    actions=st.lists(st.integers(0, 5), max_size=30),
+    n_ghosts=st.integers(0, 3),
+    codes=st.tuples(CODE, CODE, CODE, st.binary(max_size=3), st.binary(max_size=3)),
+    requests_as_frees=st.booleans(),
+)
+def test_any_action_codes_never_crash(actions, n_ghosts, codes, requests_as_frees):
+    """Codes that coincide or are absent (the loader never passes such): rows stay within
+    their arrays and every event's row is a real one."""
+    fast = built_replay()
+    assert fast is not None
+    n = len(actions)
+    events = (np.array(actions, np.uint8), np.arange(n, dtype=np.uint64) % 3, *_columns(n)[2:])
+    ghosts = (np.arange(n_ghosts, dtype=np.uint64), *_ghosts(n_ghosts)[1:])
+    out = fast.replay(events, ghosts, codes, requests_as_frees, None)
+    rows = np.frombuffer(out["alloc_event"], np.int64)
+    row_of = np.frombuffer(out["alloc_row"], np.int32)
+    assert len(row_of) == n and row_of.max(initial=-1) < len(rows)
+    assert out["ghosts"] + out["orphans"] <= len(rows)
+    for name in ("free_event", "free_requested_event", "alloc_size", "alloc_addr"):
+        assert memoryview(out[name]).nbytes == 8 * len(rows)
 
 
 # --- real snapshots --------------------------------------------------------------------------
