@@ -421,3 +421,48 @@ def test_item_budget_trips_alike(segments_first, tmp_path, monkeypatch):
     assert high > 5_000  # the stacks are most of it
     assert outcome("compiled", high) == "ok"
     assert outcome("compiled", high - 1) == outcome("python", high - 1) != "ok"
+
+
+def test_a_memo_slot_written_again_is_seen(tmp_path):
+    """The reader remembers frames list bodies by their bytes; a BINPUT over a filled memo
+    slot (legal, though no pickler writes it) changes what the same bytes mean, and the
+    reader must see that as the unpickler does."""
+    import pickletools
+
+    fa = {"filename": "/fa.py", "line": 1, "name": "a"}
+    fb = {"filename": "/fb.py", "line": 2, "name": "b"}
+    trace = [
+        {"action": "alloc", "addr": 4096, "size": 512, "frames": [fb]},
+        {"action": "alloc", "addr": 8192, "size": 512, "frames": [fa]},
+        {"action": "alloc", "addr": 12288, "size": 512, "frames": [fa, fa]},  # remembered
+        {"action": "alloc", "addr": 16384, "size": 777_777, "frames": [fa, fa]},  # same bytes
+    ]
+    data = pickle.dumps({"device_traces": [trace]}, protocol=2)
+    ops = list(pickletools.genops(data))
+
+    def dict_slot(filename: str) -> int:
+        for i, (op, _, _) in enumerate(ops):
+            if op.name == "EMPTY_DICT" and any(arg == filename for _, arg, _ in ops[i : i + 8]):
+                return ops[i + 1][1]
+        raise AssertionError(filename)
+
+    last_entry = max(
+        pos
+        for op, _, pos in ops[: [a for _, a, _ in ops].index(777_777)]
+        if op.name == "EMPTY_DICT"
+    )
+    overwrite = bytes([ord("h"), dict_slot("/fb.py"), ord("q"), dict_slot("/fa.py"), ord("0")])
+    path = tmp_path / "overwrite.pickle"
+    path.write_bytes(data[:last_entry] + overwrite + data[last_entry:])
+    assert pickle.loads(path.read_bytes())["device_traces"][0][3]["frames"] == [fb, fb]
+    assert_same_both_ways(path, tmp_path)
+    snap = memlens.load(path, cache=False)
+    frames = snap.frames
+    names = [
+        [
+            snap.strings[frames.name[f]]
+            for f in snap.stacks.frame_ids[snap.stacks.offsets[s] : snap.stacks.offsets[s + 1]]
+        ]
+        for s in snap.device(0).stack.tolist()
+    ]
+    assert names == [["b"], ["a"], ["a", "a"], ["b", "b"]]

@@ -479,6 +479,121 @@ static Py_ssize_t stackset_index(StackSet *t, PyObject *const *items, size_t k, 
     return (Py_ssize_t)g;
 }
 
+/* Frames list bodies by their bytes. Inside a file, the same memo references in the same
+   order are the same frame objects, as long as no memo slot is overwritten (never, in a
+   pickler's output: a BINPUT over a filled slot starts the table afresh), so an allocation's
+   new list whose bytes were seen before is that stack, without looking at its items. */
+#define SPAN_MAX_BYTES 8192
+#define SPAN_TOTAL_BYTES (64u << 20)
+
+typedef struct {
+    unsigned char *bytes; /* every body, back to back */
+    size_t n_bytes, cap_bytes;
+    size_t *off; /* body i: bytes[off[i] .. off[i + 1]) */
+    uint64_t *hash;
+    int32_t *stack, *n_items;
+    size_t n, cap;
+    int32_t *slots; /* open addressing: body + 1, 0 for empty */
+    size_t mask;
+    unsigned long long generation; /* the memo's overwrite count the bodies belong to */
+} SpanSet;
+
+static uint64_t bytes_hash(const unsigned char *p, size_t n) {
+    uint64_t h = 0x243f6a8885a308d3ULL ^ n;
+    while (n >= 8) {
+        uint64_t w;
+        memcpy(&w, p, 8);
+        h = (h ^ w) * 0x9fb21c651e98df25ULL;
+        h ^= h >> 29;
+        p += 8;
+        n -= 8;
+    }
+    uint64_t w = 0;
+    memcpy(&w, p, n);
+    h = (h ^ w) * 0x9fb21c651e98df25ULL;
+    return h ^ (h >> 32);
+}
+
+static void spanset_clear(SpanSet *t) {
+    free(t->bytes);
+    free(t->off);
+    free(t->hash);
+    free(t->stack);
+    free(t->n_items);
+    free(t->slots);
+    *t = (SpanSet){0};
+}
+
+/* The body's index, or -1. */
+static Py_ssize_t spanset_find(SpanSet *t, const unsigned char *p, size_t n, uint64_t h,
+                               unsigned long long generation) {
+    if (t->generation != generation) {
+        spanset_clear(t);
+        t->generation = generation;
+    }
+    if (!t->slots) return -1;
+    size_t i = (size_t)h & t->mask;
+    while (t->slots[i]) {
+        size_t b = (size_t)t->slots[i] - 1;
+        if (t->hash[b] == h && t->off[b + 1] - t->off[b] == n &&
+            memcmp(t->bytes + t->off[b], p, n) == 0)
+            return (Py_ssize_t)b;
+        i = (i + 1) & t->mask;
+    }
+    return -1;
+}
+
+/* Remember a body (best effort: on a full table or no memory it is simply not kept). */
+static void spanset_add(SpanSet *t, const unsigned char *p, size_t n, uint64_t h, int32_t stack,
+                        int32_t n_items) {
+    if (n > SPAN_MAX_BYTES || t->n_bytes + n > SPAN_TOTAL_BYTES || t->n >= INT32_MAX - 1) return;
+    if (!t->slots || (t->n + 1) * 2 > t->mask) {
+        size_t nmask = t->mask ? t->mask * 2 + 1 : 1023;
+        int32_t *ns = calloc(nmask + 1, sizeof(int32_t));
+        if (!ns) return;
+        for (size_t b = 0; b < t->n; b++) {
+            size_t i = (size_t)t->hash[b] & nmask;
+            while (ns[i]) i = (i + 1) & nmask;
+            ns[i] = (int32_t)(b + 1);
+        }
+        free(t->slots);
+        t->slots = ns;
+        t->mask = nmask;
+    }
+    if (t->n + 1 >= t->cap) {
+        size_t ncap = t->cap ? t->cap * 2 : 256;
+        size_t *no = realloc(t->off, (ncap + 1) * sizeof(size_t));
+        if (no) t->off = no;
+        uint64_t *nh = realloc(t->hash, ncap * sizeof(uint64_t));
+        if (nh) t->hash = nh;
+        int32_t *nst = realloc(t->stack, ncap * sizeof(int32_t));
+        if (nst) t->stack = nst;
+        int32_t *nk = realloc(t->n_items, ncap * sizeof(int32_t));
+        if (nk) t->n_items = nk;
+        if (!no || !nh || !nst || !nk) return;
+        if (!t->cap) t->off[0] = 0;
+        t->cap = ncap;
+    }
+    if (t->n_bytes + n > t->cap_bytes) {
+        size_t ncap = t->cap_bytes ? t->cap_bytes * 2 : 1 << 16;
+        while (ncap < t->n_bytes + n) ncap *= 2;
+        unsigned char *nb = realloc(t->bytes, ncap);
+        if (!nb) return;
+        t->bytes = nb;
+        t->cap_bytes = ncap;
+    }
+    size_t b = t->n++;
+    memcpy(t->bytes + t->n_bytes, p, n);
+    t->n_bytes += n;
+    t->off[b + 1] = t->n_bytes;
+    t->hash[b] = h;
+    t->stack[b] = stack;
+    t->n_items[b] = n_items;
+    size_t i = (size_t)h & t->mask;
+    while (t->slots[i]) i = (i + 1) & t->mask;
+    t->slots[i] = (int32_t)(b + 1);
+}
+
 /* ------------------------------------------------------------------ values */
 /* V_ENTRY: an entry dict (v.row: its pending Row, written to the columns when APPENDed);
    V_STACK: inside a Row only, a frames list as its index in the VM's stack table. */
@@ -682,6 +797,8 @@ typedef struct {
     size_t memo_cap, max_memo;
     size_t memo_count; /* filled slots: where MEMOIZE puts (as CPython's unpickler does) */
     StackSet stacks;
+    SpanSet spans;
+    unsigned long long memo_overwrites; /* filled memo slots written again */
     PyObject **tmp_items; /* the fast path's frames list being read */
     size_t tmp_cap;
 
@@ -1318,6 +1435,7 @@ static void memo_store(VM *vm, size_t idx, PyObject *o) {
     vm->memo[idx] = o;
     if (old) {
         memo_release(old);
+        vm->memo_overwrites++;
         if (vm->field_by_slot[idx & 255].slot1 == idx + 1) vm->field_by_slot[idx & 255].slot1 = 0;
     } else {
         vm->memo_count++;
@@ -1438,6 +1556,11 @@ typedef struct {
     int nput;
     size_t new_slots;    /* puts into empty slots: where the next MEMOIZE goes moves with them */
     long long items;     /* items of the frames lists read (for the builder's budget) */
+    /* a frames list body read item by item, to remember once the entry is accepted */
+    const unsigned char *span;
+    size_t span_n;
+    uint64_t span_hash;
+    int32_t span_stack, span_items;
 } Fast;
 
 static void fast_drop_puts(Fast *f) {
@@ -1493,6 +1616,36 @@ static inline Py_ssize_t fast_get_index(Fast *f) {
     return -1;
 }
 
+/* The k items of a frames list body at f->p, memo reference by memo reference, as a VM
+   stack; -1 with no error set when they are not all plain objects. */
+static Py_ssize_t frames_items_stack(VM *vm, Fast *f, size_t k) {
+    if (k > vm->tmp_cap) {
+        size_t ncap = vm->tmp_cap ? vm->tmp_cap : 256;
+        while (ncap < k) ncap *= 2;
+        PyObject **nt = realloc(vm->tmp_items, ncap * sizeof(PyObject *));
+        if (!nt) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        vm->tmp_items = nt;
+        vm->tmp_cap = ncap;
+    }
+    for (size_t j = 0; j < k;) {
+        if (*f->p == '(' || *f->p == 'e') {
+            f->p++;
+            continue;
+        }
+        Py_ssize_t idx = fast_get_index(f);
+        PyObject *it = idx < 0 ? NULL : fast_memo(vm, f, (size_t)idx);
+        if (!it || it == vm->marker || MEMO_IS_STACK(it)) return -1;
+        if (f->p < f->end && *f->p == 'a') f->p++;
+        vm->tmp_items[j++] = it;
+    }
+    if (f->p < f->end && *f->p == 'e') f->p++; /* the last batch's end */
+    int added;
+    return stackset_index(&vm->stacks, vm->tmp_items, k, &added);
+}
+
 /* A frames list being built (EMPTY_LIST at f->p): its items must all be memo references
    to plain objects. *out becomes its VM stack. 1 ok, 0 not for the shortcut, -1 error. */
 static int fast_frames(VM *vm, Fast *f, Val *out) {
@@ -1505,52 +1658,49 @@ static int fast_frames(VM *vm, Fast *f, Val *out) {
         if (r < 0) return 0;
         slot = -1;
     }
+    /* the body's extent: MARK batches of memo references, or one reference and APPEND */
+    const unsigned char *p0 = f->p, *q = f->p, *end = f->end;
     size_t k = 0;
+    for (;;) {
+        if (q >= end) return 0;
+        if (*q == '(') {
+            for (q++;; k++) {
+                if (q < end && *q == 'e') break;
+                if (q < end && *q == 'h' && end - q >= 2)
+                    q += 2;
+                else if (q < end && *q == 'j' && end - q >= 5)
+                    q += 5;
+                else
+                    return 0;
+            }
+            q++;
+        } else if (*q == 'h' && end - q >= 3 && q[2] == 'a') {
+            q += 3, k++;
+        } else if (*q == 'j' && end - q >= 6 && q[5] == 'a') {
+            q += 6, k++;
+        } else {
+            break;
+        }
+    }
     /* the machine would push every item of a MARK batch: the same stack limit applies */
     size_t room = vm->max_stack > vm->sp ? (size_t)(vm->max_stack - vm->sp) : 0;
-    for (;;) {
-        if (f->p >= f->end) return 0;
-        int batch = *f->p == '(';
-        const unsigned char *back = f->p;
-        if (batch) f->p++;
-        for (;;) {
-            if (batch && f->p < f->end && *f->p == 'e') {
-                f->p++;
-                break;
-            }
-            Py_ssize_t idx = fast_get_index(f);
-            if (idx < 0) {
-                if (batch) return 0;
-                break;
-            }
-            PyObject *it = fast_memo(vm, f, (size_t)idx);
-            if (!it || it == vm->marker || MEMO_IS_STACK(it)) return 0;
-            if (!batch) { /* one item alone is APPENDed; without the APPEND it was a key */
-                if (f->p >= f->end || *f->p != 'a') {
-                    f->p = back;
-                    break;
-                }
-                f->p++;
-            }
-            if (k >= room) return 0;
-            if (k == vm->tmp_cap) {
-                size_t ncap = vm->tmp_cap ? vm->tmp_cap * 2 : 256;
-                PyObject **nt = realloc(vm->tmp_items, ncap * sizeof(PyObject *));
-                if (!nt) {
-                    PyErr_NoMemory();
-                    return -1;
-                }
-                vm->tmp_items = nt;
-                vm->tmp_cap = ncap;
-            }
-            vm->tmp_items[k++] = it;
-            if (!batch) break;
-        }
-        if (!batch && f->p == back) break;
+    if (k > room) return 0;
+    size_t n = (size_t)(q - p0);
+    uint64_t h = bytes_hash(p0, n);
+    Py_ssize_t seen = spanset_find(&vm->spans, p0, n, h, vm->memo_overwrites);
+    Py_ssize_t g;
+    if (seen >= 0) {
+        g = vm->spans.stack[seen];
+        f->p = q;
+    } else {
+        g = frames_items_stack(vm, f, k);
+        if (g < 0 || f->p != q) return g < 0 && PyErr_Occurred() ? -1 : 0;
+        f->span = p0;
+        f->span_n = n;
+        f->span_hash = h;
+        f->span_stack = (int32_t)g;
+        f->span_items = (int32_t)k;
     }
-    int added;
-    Py_ssize_t g = stackset_index(&vm->stacks, vm->tmp_items, k, &added);
-    if (g < 0) return -1;
     if (slot >= 0) {
         Py_DECREF(vm->marker);
         f->put[slot].o = MEMO_STACK(g);
@@ -1669,6 +1819,7 @@ static int fast_entry(VM *vm) {
     f.nput = 0;
     f.new_slots = 0;
     f.items = 0;
+    f.span = NULL;
     Py_ssize_t r_row = row_alloc(vm);
     if (r_row < 0) {
         PyErr_Clear(); /* the row limit: the machine meets it again */
@@ -1717,6 +1868,8 @@ static int fast_entry(VM *vm) {
         f.put[k].o = NULL;
     }
     f.nput = 0;
+    if (f.span)
+        spanset_add(&vm->spans, f.span, f.span_n, f.span_hash, f.span_stack, f.span_items);
     in->pos = (size_t)(f.p - in->buf);
     row->frames_items = f.items;
     return push(vm, (Val){V_ENTRY, {.row = r_row}}) < 0 ? -1 : 1;
@@ -2224,6 +2377,7 @@ static void vm_free(VM *vm) {
     free(vm->marks);
     for (size_t i = 0; i < vm->memo_cap; i++) memo_release(vm->memo[i]);
     stackset_clear(&vm->stacks);
+    spanset_clear(&vm->spans);
     free(vm->tmp_items);
     free(vm->memo);
     for (Py_ssize_t i = 0; i < vm->rows_cap; i++)

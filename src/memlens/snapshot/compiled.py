@@ -28,15 +28,15 @@ import numpy as np
 
 from memlens.errors import SnapshotError, UnsafePickleError
 from memlens.snapshot.actions import Action
-from memlens.snapshot.builder import (
+from memlens.snapshot.builder import build_snapshot
+from memlens.snapshot.checks import check_sizes
+from memlens.snapshot.context import BuildContext
+from memlens.snapshot.entries import (
     KNOWN_ENTRY_FIELDS,
-    _coded,
-    _Context,
-    build_snapshot,
+    coded,
     optional_string_ids,
     warn_unknown_entry_fields,
 )
-from memlens.snapshot.checks import check_sizes
 from memlens.snapshot.limits import RULES, LimitExceeded, Limits, limits_for
 from memlens.snapshot.model import Snapshot
 from memlens.snapshot.native import READER_ENV
@@ -213,15 +213,15 @@ class CompiledTrace:
     def _array(self, key: str, dtype: Any) -> np.ndarray:
         return np.frombuffer(self.cols[key], dtype=dtype)
 
-    def build_events(self, device: int, ctx: _Context) -> dict[str, np.ndarray]:
-        """The event columns builder._build_events makes from the same entries: each
+    def build_events(self, device: int, ctx: BuildContext) -> dict[str, np.ndarray]:
+        """The event columns entries.build_events makes from the same entries: each
         coded column goes through the same function, on its distinct values in first-use
         order (so every id is handed out in the same order), then is scattered back."""
         c = self.cols
         n = c["n"]
         ctx.budget.charge(n + c["total_keys"], f"device {device} trace entries")
         warn_unknown_entry_fields(set(c["unknown_fields"]), ctx)
-        action = _coded(c["actions"], ctx.action_code, np.uint8)[self._array("action", np.uint8)]
+        action = coded(c["actions"], ctx.action_code, np.uint8)[self._array("action", np.uint8)]
         addr = self._array("addr", np.uint64)
         size = self._array("size", np.int64)
         check_sizes(size, f"device {device}: trace entry", "size")
@@ -229,7 +229,7 @@ class CompiledTrace:
         if len(free_rows):  # oom entries keep the free device bytes where addr would be
             oom = action[free_rows] == Action.OOM
             addr[free_rows[oom]] = self._array("device_free", np.uint64)[oom]
-        stream = _coded(c["streams"], ctx.stream_id, np.int32)[self._array("stream", np.int32)]
+        stream = coded(c["streams"], ctx.stream_id, np.int32)[self._array("stream", np.int32)]
         if "time_us" in c:
             time_us = self._array("time_us", np.int64)
         else:
