@@ -17,7 +17,7 @@ def test_the_compiled_reader_is_built_on_ci() -> None:
         pytest.skip("only enforced on CI (CI=true)")
     module = built()
     assert module is not None, "memlens.snapshot._fastreader was not built (see setup.py)"
-    assert hasattr(module, "pair_events")
+    assert hasattr(module, "read")
 
 
 def test_the_compiled_replay_is_built_on_ci() -> None:

@@ -23,6 +23,3 @@ def read(
     max_string: int,
     /,
 ) -> tuple[Any, int]: ...
-def pair_events(
-    action: Any, addr: Any, alloc_code: int, free_code: int, request_code: int, /
-) -> dict[str, Any]: ...

@@ -5,6 +5,7 @@ the replay. Nothing here keeps a Python object per event after it returns.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from typing import Any
 
@@ -161,14 +162,32 @@ def _build_segments(raw_segments: list[Any], ctx: BuildContext) -> Segments:
 
 
 def _build_annotations(raw: Any, ctx: BuildContext) -> Annotations:
-    if isinstance(raw, list):
-        ctx.budget.charge(len(raw), "external_annotations")
-        for i, a in enumerate(raw):
-            if isinstance(a, dict):
-                where = f"external_annotations[{i}]"
-                checked_int(a.get("device", 0) or 0, f"{where}: device", (0, 1 << 20))
-                checked_int(a.get("time_us", -1), f"{where}: time_us", INT64)
+    if not isinstance(raw, list):
+        return annotation_columns(raw, ctx.strings)
+    ctx.budget.charge(len(raw), "external_annotations")
+    annotations = None
+    if not _has_non_int(raw):
+        with contextlib.suppress(SnapshotError):  # a time past int64: said below
+            annotations = annotation_columns(raw, ctx.strings)
+    if annotations is not None:
+        devices = annotations.device
+        if not len(devices) or (devices.min() >= 0 and devices.max() <= 1 << 20):
+            return annotations
+    for i, a in enumerate(raw):  # one by one, to say which one is wrong and why
+        if isinstance(a, dict):
+            where = f"external_annotations[{i}]"
+            checked_int(a.get("device", 0) or 0, f"{where}: device", (0, 1 << 20))
+            checked_int(a.get("time_us", -1), f"{where}: time_us", INT64)
     return annotation_columns(raw, ctx.strings)
+
+
+def _has_non_int(raw: list[Any]) -> bool:
+    """Does an annotation's device or time_us need checked_int's eyes (not a plain int)?"""
+    dicts = [a for a in raw if isinstance(a, dict)]
+    return not (
+        set(map(type, [a.get("device", 0) or 0 for a in dicts])) <= {int}
+        and set(map(type, [a.get("time_us", -1) for a in dicts])) <= {int}
+    )
 
 
 def _checked_replay(t: DeviceTrace, warn: Warn) -> DeviceTrace:
