@@ -804,6 +804,7 @@ typedef struct {
 
     Row *rows;
     Py_ssize_t rows_cap, rows_live;
+    size_t rows_hint; /* entries the file probably holds (0: no guess) */
     Py_ssize_t free_row;
     PyObject *root;     /* owned: the top-level dict */
     PyObject *dtlist;   /* owned: the list under root["device_traces"] */
@@ -1142,11 +1143,17 @@ static int finish_row(VM *vm, Columns *ct, Row *row) {
     Py_ssize_t i = ct->n;
     size_t need = (size_t)i + 1;
     if (need > ct->room) { /* room: the smallest capacity among the per-entry columns */
-        size_t room = SIZE_MAX;
+        size_t room = SIZE_MAX, want = need;
+        if (want < vm->rows_hint) { /* the first device's columns: as many rows as the file
+                                       suggests, so they never grow by copying (untouched
+                                       pages cost nothing) */
+            want = vm->rows_hint;
+            vm->rows_hint = 0;
+        }
         for (int c = 0; c < NCOL; c++) {
             if (c == C_DF_ROW || c == C_DF_VAL) continue;
             if ((c == C_TIME || c == C_CC || c == C_UM || c == C_FF) && !ct->has_col[c]) continue;
-            if (buf_reserve(&ct->col[c], need) < 0) return -1;
+            if (buf_reserve(&ct->col[c], want) < 0) return -1;
             if (ct->col[c].cap < room) room = ct->col[c].cap;
         }
         ct->room = room;
@@ -1447,15 +1454,18 @@ static int memo_room(VM *vm, size_t idx) {
     if (idx >= vm->max_memo)
         return limit_hit("memo", (unsigned long long)idx + 1, (unsigned long long)vm->max_memo);
     if (idx >= vm->memo_cap) {
-        size_t ncap = vm->memo_cap ? vm->memo_cap : 1024;
+        /* a memo slot per entry: start at the file's guess rather than copy on each doubling */
+        size_t ncap = vm->memo_cap ? vm->memo_cap : 1024 + vm->rows_hint;
         while (ncap <= idx) ncap *= 2;
         if (ncap > vm->max_memo) ncap = vm->max_memo;
-        PyObject **nm = realloc(vm->memo, ncap * sizeof(PyObject *));
+        /* calloc the first time: pages of the guess that are never used are never touched */
+        PyObject **nm = vm->memo ? realloc(vm->memo, ncap * sizeof(PyObject *))
+                                 : calloc(ncap, sizeof(PyObject *));
         if (!nm) {
             PyErr_NoMemory();
             return -1;
         }
-        memset(nm + vm->memo_cap, 0, (ncap - vm->memo_cap) * sizeof(PyObject *));
+        if (vm->memo) memset(nm + vm->memo_cap, 0, (ncap - vm->memo_cap) * sizeof(PyObject *));
         vm->memo = nm;
         vm->memo_cap = ncap;
     }
@@ -1509,11 +1519,24 @@ static PyObject *make_str(VM *vm, const unsigned char *s, size_t n) {
     return PyUnicode_DecodeUTF8((const char *)s, (Py_ssize_t)n, "surrogatepass");
 }
 
-static int64_t rd_le(const unsigned char *p, int n) {
+/* Little-endian loads of pickle arguments (whatever the host's byte order). */
+static inline uint64_t ld_le(const unsigned char *p, int n) {
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    uint64_t x = 0;
+    memcpy(&x, p, (size_t)n);
+    return x;
+#else
     uint64_t x = 0;
     for (int i = n - 1; i >= 0; i--) x = (x << 8) | p[i];
-    return (int64_t)x;
+    return x;
+#endif
 }
+
+static inline uint32_t ld32(const unsigned char *p) {
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static int64_t rd_le(const unsigned char *p, int n) { return (int64_t)ld_le(p, n); }
 
 /* LONG1/LONG4 payload: two's complement, little endian. */
 static int push_long(VM *vm, const unsigned char *p, size_t n) {
@@ -1590,7 +1613,7 @@ static int fast_put(VM *vm, Fast *f, PyObject *o) {
         p += 2;
     } else if (*p == 'r') {
         if (f->end - p < 5) return -1;
-        idx = (size_t)(uint32_t)rd_le(p + 1, 4);
+        idx = (size_t)ld32(p + 1);
         p += 5;
     } else {
         return 0;
@@ -1611,7 +1634,7 @@ static inline Py_ssize_t fast_get_index(Fast *f) {
     }
     if (p < f->end && *p == 'j' && f->end - p >= 5) {
         f->p = p + 5;
-        return (Py_ssize_t)(uint32_t)rd_le(p + 1, 4);
+        return (Py_ssize_t)ld32(p + 1);
     }
     return -1;
 }
@@ -1727,7 +1750,7 @@ static inline int fast_value(VM *vm, Fast *f, int fld, Val *out) {
         return 1;
     case 'J':
         if (end - p < 5) return 0;
-        *out = (Val){V_INT, {.i = (int32_t)(uint32_t)rd_le(p + 1, 4)}};
+        *out = (Val){V_INT, {.i = (int32_t)ld32(p + 1)}};
         f->p = p + 5;
         return 1;
     case 0x8a: { /* LONG1, as push_long reads it */
@@ -1736,8 +1759,7 @@ static inline int fast_value(VM *vm, Fast *f, int fld, Val *out) {
         if ((size_t)(end - p) < 2 + n) return 0;
         const unsigned char *b = p + 2;
         if (n <= 8) {
-            uint64_t x = 0;
-            for (size_t i = n; i-- > 0;) x = (x << 8) | b[i];
+            uint64_t x = n ? ld_le(b, (int)n) : 0;
             if (n && n < 8 && (b[n - 1] & 0x80)) x |= ~0ULL << (8 * n);
             *out = (Val){V_INT, {.i = (int64_t)x}};
         } else if (n == 9 && b[8] == 0) {
@@ -2449,6 +2471,9 @@ static PyObject *fr_read(PyObject *Py_UNUSED(mod), PyObject *args) {
         goto done;
     }
     in->file_left = (unsigned long long)st.st_size;
+    /* PyTorch's entries take 70-80 bytes of pickle: a slight overestimate for plain files
+       (a gzip stream's size says too little) */
+    vm->rows_hint = gz ? 0 : (size_t)(st.st_size / 64);
     in->gz = gz;
     if (gz) {
         in->zin_cap = CHUNK;
