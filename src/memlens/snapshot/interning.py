@@ -125,8 +125,7 @@ class StackTable:
             objs = tuple(map(id, frames))  # the frames stay alive in self._keep
             i = self._by_frame_objs.get(objs)
             if i is None:
-                fid = self._frames.frame_id
-                key = tuple(fid(f) for f in frames)
+                key = tuple(map(self._frames.frame_id, frames))
                 i = self._by_key.get(key)
                 if i is None:
                     i = self._by_key[key] = len(self.offsets) - 1
