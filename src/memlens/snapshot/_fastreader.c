@@ -26,7 +26,6 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <zlib.h>
 
@@ -77,24 +76,7 @@ typedef struct {
     unsigned long long file_left;    /* plain files: bytes not yet read from the file */
     unsigned long long produced;     /* gzip: decompressed bytes so far */
     unsigned long long max_produced; /* gzip: limit on them */
-    int mapped;    /* plain files: buf is the whole file, mapped (len = cap = its size) */
-    size_t dropped; /* mapped: bytes before this were handed back (not in our RSS) */
 } Input;
-
-#define DROP_STEP (32u << 20)
-
-/* A mapped file's pages already read leave the process's resident set (the page cache
-   keeps them): memory stays the columns', not the file's. */
-static void input_drop_consumed(Input *in) {
-#ifdef MADV_DONTNEED
-    if (!in->mapped || in->pos - in->dropped < DROP_STEP) return;
-    size_t page = 4096, end = in->pos & ~(page - 1);
-    if (end > in->dropped && madvise(in->buf + in->dropped, end - in->dropped, MADV_DONTNEED) == 0)
-        in->dropped = end;
-#else
-    (void)in;
-#endif
-}
 
 #define CHUNK (1u << 20)
 
@@ -1846,7 +1828,6 @@ static inline int fast_value(VM *vm, Fast *f, int fld, Val *out) {
 static int fast_entry(VM *vm) {
     if (vm->nmarks + 2 > vm->max_marks || vm->sp + 1 > vm->max_stack) return 0;
     Input *in = &vm->in;
-    input_drop_consumed(in);
     size_t have = in->len - in->pos;
     if (have < FAST_LOOKAHEAD) {
         size_t want = FAST_LOOKAHEAD;
@@ -2433,10 +2414,7 @@ static void vm_free(VM *vm) {
     for (int i = 0; i < 4096; i++) Py_XDECREF(vm->strcache[i]);
     if (vm->in.zs_live) inflateEnd(&vm->in.zs);
     free(vm->in.zin);
-    if (vm->in.mapped)
-        munmap(vm->in.buf, vm->in.cap);
-    else
-        free(vm->in.buf);
+    free(vm->in.buf);
     if (vm->in.fp) fclose(vm->in.fp);
     Py_XDECREF(vm->root);
     Py_XDECREF(vm->dtlist);
@@ -2497,21 +2475,6 @@ static PyObject *fr_read(PyObject *Py_UNUSED(mod), PyObject *args) {
        (a gzip stream's size says too little) */
     vm->rows_hint = gz ? 0 : (size_t)(st.st_size / 64);
     in->gz = gz;
-    if (!gz && S_ISREG(st.st_mode) && st.st_size > 0 && (uint64_t)st.st_size <= SIZE_MAX) {
-        /* read in place: no copy from the page cache into a buffer */
-        void *map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fileno(in->fp), 0);
-        if (map != MAP_FAILED) {
-#ifdef MADV_SEQUENTIAL
-            madvise(map, (size_t)st.st_size, MADV_SEQUENTIAL);
-#endif
-            free(in->buf);
-            in->buf = map;
-            in->cap = in->len = (size_t)st.st_size;
-            in->pos = 0;
-            in->file_left = 0;
-            in->mapped = 1;
-        }
-    }
     if (gz) {
         in->zin_cap = CHUNK;
         in->zin = malloc(in->zin_cap);
