@@ -87,11 +87,13 @@ def run(code: str, *args: str, env: dict | None = None) -> dict:
 def ensure_snapshot(events: int) -> Path:
     DATA.mkdir(parents=True, exist_ok=True)
     path = DATA / f"gen_{events}.pickle"
-    if not path.exists():
-        from memlens.simulation.synthetic import generate_snapshot
-
+    if not path.exists():  # in a child, so this process stays small (see whole())
         t = time.perf_counter()
-        generate_snapshot(path, events=events, layers=24, seed=1)
+        code = (
+            "import sys; from memlens.simulation.synthetic import generate_snapshot;"
+            "generate_snapshot(sys.argv[1], events=int(sys.argv[2]), layers=24, seed=1)"
+        )
+        subprocess.run([sys.executable, "-c", code, str(path), str(events)], check=True)
         print(f"  generated {path.name} in {time.perf_counter() - t:.1f} s", file=sys.stderr)
     return path
 
@@ -159,8 +161,14 @@ def ensure_fresh_stacks(tiled: Path) -> Path:
     The tile tool repeats one list object per stack, which hides the cost of interning a
     stack per allocation."""
     path = tiled.with_name(tiled.name.replace("real_tiled_", "real_fresh_"))
-    if path.exists():
-        return path
+    if not path.exists():  # in a child: this process must stay small (see whole())
+        code = f"import sys; sys.path.insert(0, {str(HERE)!r}); import bench_load; bench_load.write_fresh_stacks(sys.argv[1], sys.argv[2])"
+        subprocess.run([sys.executable, "-c", code, str(tiled), str(path)], check=True)
+    return path
+
+
+def write_fresh_stacks(tiled_name: str, out_name: str) -> None:
+    tiled, path = Path(tiled_name), Path(out_name)
     import pickle
 
     from memlens.snapshot.safe_pickle import loads_plain_pickle
@@ -178,7 +186,6 @@ def ensure_fresh_stacks(tiled: Path) -> Path:
                 e["frames"] = current[e["addr"]]
     with open(path, "wb") as f:
         pickle.dump(snap, f, protocol=pickle.HIGHEST_PROTOCOL)
-    return path
 
 
 def child_env(**extra: str) -> dict[str, str]:
@@ -221,9 +228,11 @@ def whole(path: Path, label: str, repeat: int) -> dict:
         runs["compiled"].append(measure(summary_cmd, compiled_env))
         runs["python"].append(measure(summary_cmd, python_env))
     best = {k: min(v, key=lambda r: r["wall_s"]) for k, v in runs.items()}
-    import memlens
-
-    events = sum(t.n_events for t in memlens.load(path, cache=False).traces.values())
+    # counted in a child: a child's peak RSS starts from this process's at fork, so this
+    # process must not hold a loaded snapshot while the next file's children run
+    count = "import memlens,sys; print(sum(t.n_events for t in memlens.load(sys.argv[1], cache=False).traces.values()))"
+    events = int(subprocess.run([sys.executable, "-c", count, str(path)], capture_output=True,
+                                text=True, check=True).stdout)  # fmt: skip
     return {"file": label, "events": events, "file_mb": path.stat().st_size / 2**20, **{
         f"{k}_{m}": best[k][m] for k in best for m in ("wall_s", "cpu_s", "rss_mb")
     }}  # fmt: skip
@@ -238,13 +247,13 @@ def whole_table(rows: list[dict]) -> str:
 
     def cell(r: dict, k: str) -> str:
         return (
-            f"{r[k + '_wall_s']:.1f} s / {r[k + '_cpu_s']:.1f} s / {r[k + '_rss_mb'] / 1024:.2f} GB"
+            f"{r[k + '_wall_s']:.2f} s / {r[k + '_cpu_s']:.2f} s / {r[k + '_rss_mb'] / 1024:.2f} GB"
         )
 
     lines = [
         f"| {r['file']} | {r['events']:,} | {r['file_mb']:.0f} MB | {cell(r, 'pickle')} | "
-        f"{cell(r, 'compiled')} | {r['compiled_wall_s'] / r['pickle_wall_s']:.2f}x, "
-        f"{r['compiled_cpu_s'] / r['pickle_cpu_s']:.2f}x | "
+        f"{cell(r, 'compiled')} | {r['compiled_wall_s'] / r['pickle_wall_s']:.3f}x, "
+        f"{r['compiled_cpu_s'] / r['pickle_cpu_s']:.3f}x | "
         f"{r['compiled_rss_mb'] / r['pickle_rss_mb']:.2f}x | {cell(r, 'python')} |"
         for r in rows
     ]
