@@ -22,6 +22,10 @@ REQUIRED: list[tuple[str, int, str]] = [
     ("memlens/views/report/templates/report.css", 1, "report styles"),
     ("memlens/views/report/templates/report.js", 1, "report script"),
     ("memlens/inspector/render/templates/*", 2, "inspector dashboard assets"),
+    # optional at `pip install` (no compiler: the Python path), never missing from CI's build
+    ("memlens/snapshot/_fastreader*.so", 1, "compiled snapshot reader"),
+    ("memlens/snapshot/_fastreplay*.so", 1, "compiled replay"),
+    ("memlens/snapshot/_fast*.pyi", 2, "types of the compiled modules"),
 ]
 
 # Nothing from the tests, benchmarks or local data may ship.

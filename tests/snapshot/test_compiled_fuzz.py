@@ -50,6 +50,10 @@ def _bases(tmp: Path) -> list[Path]:
             snap["device_traces"][0][2]["mystery_field"] = [1, 2]
             snap["device_traces"][0][4]["action"] = "annotate"
             snap["device_traces"][0][5]["compile_context"] = "Torch-Compiled Region: 0/1"
+            forward = ["  File a.py, line 1\n", "    f()\n"]  # joined by the reader
+            for k in (6, 7, 9):
+                snap["device_traces"][0][k]["forward_frames"] = forward
+            snap["device_traces"][0][8]["forward_frames"] = []
         path = tmp / f"gen{i}.pickle"
         path.write_bytes(pickle.dumps(snap, protocol=protocol))
         out.append(path)
