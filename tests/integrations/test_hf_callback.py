@@ -97,3 +97,35 @@ def test_an_oom_is_dumped_with_its_step_in_the_name(tmp_path):
 def test_record_steps_must_be_a_range_from_1(bad):
     with pytest.raises(RecordError, match="record_steps"):
         MemlensCallback(record_steps=bad)
+
+
+def test_evaluation_runs_under_simulation(tmp_path):
+    """The evaluation loop gathers losses with `.cpu().numpy()`: on fake tensors that is
+    zeros of the right shape (their values are fake), noted, instead of an error."""
+    callback = MemlensCallback(record_steps=(2, 3), report=False, dump_on_oom=False)
+    with memlens.simulate(cublas_workspace="8MiB") as sim:
+        args = TrainingArguments(  # inside: the Trainer picks its device from CUDA's state
+            output_dir=str(tmp_path),
+            per_device_train_batch_size=4,
+            per_device_eval_batch_size=4,
+            max_steps=4,
+            eval_strategy="steps",
+            eval_steps=1,
+            report_to="none",
+            save_strategy="no",
+            disable_tqdm=True,
+            dataloader_pin_memory=False,
+        )
+        trainer = Trainer(
+            model=tiny_llama(),
+            args=args,
+            train_dataset=Tokens(),
+            eval_dataset=Tokens(),
+            callbacks=[callback],
+        )
+        trainer.train()
+        metrics = trainer.evaluate()
+    assert metrics["eval_loss"] == 0.0
+    assert "tensor values are fake: .numpy() answered zeros" in sim.notes
+    dev = memlens.load(callback.snapshot_path).device(0)
+    assert our_stages(stage_intervals(dev)) == expected_stages(range(2, 4))

@@ -216,3 +216,22 @@ def test_the_output_is_the_scripts_own_dump_when_it_makes_one(tmp_path):
     assert "predicted peak active 1.00 GiB" in done.stderr
     assert "simulating NVIDIA A100-SXM4-80GB (sm 8.0): cuBLAS workspace 8519680" in done.stderr
     assert pickle.loads(own)["device_traces"][0][0]["action"] == "segment_alloc"
+
+
+def test_numpy_of_fake_tensors_is_zeros_as_on_the_host():
+    """`.numpy()` of a fake host tensor gives zeros of its shape and dtype (noted); a fake
+    CUDA tensor and bfloat16 are refused as torch refuses them."""
+    import numpy as np
+
+    with memlens.simulate() as sim:
+        x = torch.ones(2, 3, device="cuda")
+        with pytest.raises(TypeError, match="cuda:0 device type tensor"):
+            x.numpy()
+        host = (x * 2).cpu()
+        got = host.numpy()
+        assert got.shape == (2, 3) and got.dtype == np.float32 and not got.any()
+        assert host.to(torch.int64).numpy().dtype == np.int64
+        with pytest.raises(TypeError, match="BFloat16|bfloat16"):
+            host.to(torch.bfloat16).numpy()
+    assert "tensor values are fake: .numpy() answered zeros" in sim.notes
+    assert torch.ones(2).numpy().tolist() == [1.0, 1.0]  # restored afterwards

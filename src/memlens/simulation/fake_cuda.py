@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import torch
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 
@@ -115,8 +116,40 @@ def make_to(original_to: Callable) -> Callable:
     return to
 
 
-def install(patches: Patches, cuda_api: dict[str, Callable]) -> None:
-    """Install the tensor-level patches and the torch.cuda functions in `cuda_api`."""
+# torch dtypes numpy has (bfloat16 and the float8s have none: torch's `.numpy()` refuses them)
+_NUMPY_DTYPES = {
+    torch.float64: "float64", torch.float32: "float32", torch.float16: "float16",
+    torch.int64: "int64", torch.int32: "int32", torch.int16: "int16", torch.int8: "int8",
+    torch.uint8: "uint8", torch.bool: "bool", torch.complex64: "complex64",
+    torch.complex128: "complex128",
+}  # fmt: skip
+
+
+def make_numpy(original_numpy: Callable, note: Callable[[str], None]) -> Callable:
+    """`.numpy()` of a fake host tensor: zeros of its shape and dtype (its values are fake;
+    Hugging Face's evaluation loop gathers losses and logits this way). A fake CUDA tensor
+    is refused as on a GPU."""
+
+    def numpy(self, *, force=False):
+        if not isinstance(self, FakeTensor):
+            return original_numpy(self, force=force)
+        if self.fake_device.type == "cuda" and not force:
+            raise TypeError(
+                f"can't convert {self.fake_device} device type tensor to numpy. "
+                "Use Tensor.cpu() to copy the tensor to host memory first."
+            )
+        name = _NUMPY_DTYPES.get(self.dtype)
+        if name is None:
+            raise TypeError(f"Got unsupported ScalarType {str(self.dtype).split('.')[-1]}")
+        note("tensor values are fake: .numpy() answered zeros")
+        return np.zeros(tuple(self.shape), dtype=name)
+
+    return numpy
+
+
+def install(patches: Patches, cuda_api: dict[str, Callable], note: Callable[[str], None]) -> None:
+    """Install the tensor-level patches and the torch.cuda functions in `cuda_api`; `note`
+    records a path known to be approximate."""
     patches.set(
         torch.Tensor,
         "_make_subclass",
@@ -157,6 +190,7 @@ def install(patches: Patches, cuda_api: dict[str, Callable]) -> None:
             self, CPU, memory_format=memory_format
         ),
     )
+    patches.set(torch.Tensor, "numpy", make_numpy(torch.Tensor.numpy, note))
     # Pinned host memory and cross-stream bookkeeping have no meaning without a device.
     patches.set(torch.Tensor, "pin_memory", lambda self, device=None: self)
     patches.set(torch.Tensor, "is_pinned", lambda self, device=None: False)

@@ -91,7 +91,7 @@ class Simulation:
 
     # ------------------------------------------------------------ context manager
     def __enter__(self) -> Simulation:
-        fake_cuda.install(self._patches, self._cuda_api())
+        fake_cuda.install(self._patches, self._cuda_api(), self.note)
         self._patch_record_function()
         self._patch_private_api()
         self._patch_cuda_extras()
