@@ -430,7 +430,7 @@ static Py_ssize_t stackset_index(StackSet *t, PyObject *const *items, size_t k, 
     while (t->slots[i]) {
         size_t g = (size_t)t->slots[i] - 1;
         if (t->hash[g] == h && t->off[g + 1] - t->off[g] == k &&
-            memcmp(t->items + t->off[g], items, k * sizeof(PyObject *)) == 0)
+            (k == 0 || memcmp(t->items + t->off[g], items, k * sizeof(PyObject *)) == 0))
             return (Py_ssize_t)g;
         i = (i + 1) & t->mask;
     }
@@ -468,7 +468,7 @@ static Py_ssize_t stackset_index(StackSet *t, PyObject *const *items, size_t k, 
         PyList_SET_ITEM(rep, (Py_ssize_t)j, items[j]);
     }
     size_t g = t->n++;
-    memcpy(t->items + t->n_items, items, k * sizeof(PyObject *));
+    if (k) memcpy(t->items + t->n_items, items, k * sizeof(PyObject *)); /* (NULL when empty) */
     t->n_items += k;
     t->off[g + 1] = t->n_items;
     t->hash[g] = h;
@@ -536,7 +536,7 @@ static Py_ssize_t spanset_find(SpanSet *t, const unsigned char *p, size_t n, uin
     while (t->slots[i]) {
         size_t b = (size_t)t->slots[i] - 1;
         if (t->hash[b] == h && t->off[b + 1] - t->off[b] == n &&
-            memcmp(t->bytes + t->off[b], p, n) == 0)
+            (n == 0 || memcmp(t->bytes + t->off[b], p, n) == 0))
             return (Py_ssize_t)b;
         i = (i + 1) & t->mask;
     }
@@ -583,7 +583,7 @@ static void spanset_add(SpanSet *t, const unsigned char *p, size_t n, uint64_t h
         t->cap_bytes = ncap;
     }
     size_t b = t->n++;
-    memcpy(t->bytes + t->n_bytes, p, n);
+    if (n) memcpy(t->bytes + t->n_bytes, p, n);
     t->n_bytes += n;
     t->off[b + 1] = t->n_bytes;
     t->hash[b] = h;
