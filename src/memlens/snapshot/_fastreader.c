@@ -403,21 +403,28 @@ static void stackset_clear(StackSet *t) {
     *t = (StackSet){0};
 }
 
-static int stackset_grow_slots(StackSet *t) {
-    size_t nmask = t->mask ? t->mask * 2 + 1 : 1023;
+/* An open-addressing table of indexes + 1 (0: empty) over n entries with hashes `hash`,
+   rebuilt twice as large (1,024 slots the first time). -1 when out of memory. */
+static int slots_grow(int32_t **slots, size_t *mask, const uint64_t *hash, size_t n) {
+    size_t nmask = *mask ? *mask * 2 + 1 : 1023;
     int32_t *ns = calloc(nmask + 1, sizeof(int32_t));
-    if (!ns) {
+    if (!ns) return -1;
+    for (size_t e = 0; e < n; e++) {
+        size_t i = (size_t)hash[e] & nmask;
+        while (ns[i]) i = (i + 1) & nmask;
+        ns[i] = (int32_t)(e + 1);
+    }
+    free(*slots);
+    *slots = ns;
+    *mask = nmask;
+    return 0;
+}
+
+static int stackset_grow_slots(StackSet *t) {
+    if (slots_grow(&t->slots, &t->mask, t->hash, t->n) < 0) {
         PyErr_NoMemory();
         return -1;
     }
-    for (size_t g = 0; g < t->n; g++) {
-        size_t i = (size_t)t->hash[g] & nmask;
-        while (ns[i]) i = (i + 1) & nmask;
-        ns[i] = (int32_t)(g + 1);
-    }
-    free(t->slots);
-    t->slots = ns;
-    t->mask = nmask;
     return 0;
 }
 
@@ -547,19 +554,8 @@ static Py_ssize_t spanset_find(SpanSet *t, const unsigned char *p, size_t n, uin
 static void spanset_add(SpanSet *t, const unsigned char *p, size_t n, uint64_t h, int32_t stack,
                         int32_t n_items) {
     if (n > SPAN_MAX_BYTES || t->n_bytes + n > SPAN_TOTAL_BYTES || t->n >= INT32_MAX - 1) return;
-    if (!t->slots || (t->n + 1) * 2 > t->mask) {
-        size_t nmask = t->mask ? t->mask * 2 + 1 : 1023;
-        int32_t *ns = calloc(nmask + 1, sizeof(int32_t));
-        if (!ns) return;
-        for (size_t b = 0; b < t->n; b++) {
-            size_t i = (size_t)t->hash[b] & nmask;
-            while (ns[i]) i = (i + 1) & nmask;
-            ns[i] = (int32_t)(b + 1);
-        }
-        free(t->slots);
-        t->slots = ns;
-        t->mask = nmask;
-    }
+    if ((!t->slots || (t->n + 1) * 2 > t->mask) && slots_grow(&t->slots, &t->mask, t->hash, t->n) < 0)
+        return;
     if (t->n + 1 >= t->cap) {
         size_t ncap = t->cap ? t->cap * 2 : 256;
         size_t *no = realloc(t->off, (ncap + 1) * sizeof(size_t));
