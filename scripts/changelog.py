@@ -44,7 +44,9 @@ def entry() -> str:
     by_kind: dict[str, list[str]] = {kind: [] for kind in KINDS}
     for kind, path in fragments():
         by_kind[kind].append(path.read_text().strip())
-    parts = [f"### {KINDS[kind]}\n" + "\n".join(bodies) for kind, bodies in by_kind.items() if bodies]
+    parts = [
+        f"### {KINDS[kind]}\n" + "\n".join(bodies) for kind, bodies in by_kind.items() if bodies
+    ]
     return "\n\n".join(parts)
 
 
