@@ -46,7 +46,7 @@ from truth_cases import (  # noqa: E402
     sim_command,
 )
 
-from bench_simulate import figures, pct  # noqa: E402
+from bench_simulate import figures  # noqa: E402
 
 FAKE = os.environ.get("MEMLENS_GPU_TRUTH_FAKE") == "1"
 BUDGET = float(os.environ.get("MEMLENS_GPU_TRUTH_BUDGET", "300"))  # seconds for all cases
@@ -124,7 +124,7 @@ class Run:
     def save(self) -> None:
         with self.lock:
             self.table["seconds"] = round(time.monotonic() - self.start, 1)
-            text = json.dumps(self.table, indent=1, sort_keys=True)
+            text = json.dumps(self.table, indent=1)
             (self.out / "gpu_truth.json").write_text(text + "\n")
             (self.out / "run.log").write_text("".join(self.log_parts))
 
@@ -270,7 +270,7 @@ def side_result(
         except Exception as exc:
             entry["load_error"] = f"{type(exc).__name__}: {exc}"
     with run.lock:
-        row = run.table["cases"].setdefault(case.name, {"what": case.what, "api": case.api})
+        row = run.table["cases"][case.name]
         row[side] = entry
         if "real" in row and "sim" in row:
             row["error"] = errors(row)
@@ -290,11 +290,12 @@ def snapshot_figures(path: Path) -> dict[str, Any]:
     return out
 
 
-def errors(row: dict[str, Any]) -> dict[str, str]:
+def errors(row: dict[str, Any]) -> dict[str, float | None]:
+    """simulated / real - 1 for each compared figure (None where the real one is 0)."""
     real, sim = row["real"].get("figures"), row["sim"].get("figures")
     if not real or not sim:
         return {}
-    return {key: pct(sim[key], real[key]) for key in COMPARED}
+    return {k: round(sim[k] / real[k] - 1, 6) if real[k] else None for k in COMPARED}
 
 
 def pack(run: Run) -> None:
@@ -338,6 +339,7 @@ def main() -> int:
     only = os.environ.get("MEMLENS_GPU_TRUTH_CASES")
     cases = [c for c in CASES if not only or c.name in only.split(",")]
     run.say(f"work folder {work}; {len(cases)} cases; fake={FAKE}; budget {BUDGET:.0f} s")
+    run.table["cases"] = {c.name: {"what": c.what, "api": c.api} for c in cases}
     info = probe(run)
     gpu, memory, why = simulated_gpu(info)
     info.update(simulate_gpu=gpu, simulate_device_memory=memory, simulate_gpu_why=why)
