@@ -30,7 +30,7 @@ if [ "${MEMLENS_GPU_TRUTH_FAKE:-0}" != 1 ]; then
     fi
     # memlens's compiled reader for this Python, built in place; without a compiler or
     # zlib's header memlens reads with its Python path (slower, same results).
-    (cd "$ROOT" && timeout 120 "$PY" setup.py build_ext --inplace -q >/dev/null 2>&1) \
+    (cd "$ROOT" && timeout 60 "$PY" setup.py build_ext --inplace -q >/dev/null 2>&1) \
         || echo "gpu_truth: compiled reader not built; memlens reads with its Python path" >&2
 fi
 exec "$PY" "$HERE/truth.py" "$OUTDIR"

@@ -9,6 +9,8 @@ benchmarks/gpu_truth/README.md, "After a GPU run").
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,7 +18,8 @@ from typing import Any
 
 from shared_data import REPO_ROOT
 
-GPU_DATA = REPO_ROOT / "tests" / "data" / "gpu"
+# MEMLENS_GPU_DATA: try a run's folder before committing it
+GPU_DATA = Path(os.environ.get("MEMLENS_GPU_DATA", REPO_ROOT / "tests" / "data" / "gpu"))
 GPU_TRUTH = REPO_ROOT / "benchmarks" / "gpu_truth"
 TOLERANCE = 0.02  # peak active and peak reserved, simulated against real
 HELD = ("peak_active", "peak_reserved")
@@ -79,8 +82,6 @@ def off_by_more(sim: dict[str, Any], real: dict[str, Any]) -> dict[str, str]:
 def resimulate(case: TruthCase, folder: Path) -> Path | None:
     """Simulate the case here, with today's simulator, exactly as run.sh did on the GPU
     machine (same script, arguments, --gpu and --device-memory); the compared file."""
-    import subprocess
-
     sys.path.insert(0, str(GPU_TRUTH))
     import truth_cases
 
@@ -94,8 +95,6 @@ def resimulate(case: TruthCase, folder: Path) -> Path | None:
 
 
 def _env() -> dict[str, str]:
-    import os
-
     env = dict(os.environ)
     env["PYTHONPATH"] = str(REPO_ROOT / "src")
     env["HF_HUB_OFFLINE"] = "1"

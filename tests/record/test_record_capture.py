@@ -321,3 +321,27 @@ def test_capture_never_imports_the_views():
         "bad = [m for m in sys.modules if m.startswith('memlens.views')]; assert not bad, bad"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+def test_history_switched_off_inside_the_block_is_said(fake, tmp_path, caplog):
+    # what a script's own torch.cuda.memory._record_memory_history(enabled=None) does
+    out = tmp_path / "off.pickle"
+    with caplog.at_level(logging.WARNING, "memlens.record"), memlens.record(out, report=False):
+        fake.alloc(MiB)
+        fake.stop()
+    assert fake.calls == [DEFAULT_START, ("stop",), ("snapshot",), ("stop",)]
+    assert read_snapshot_file(out)["device_traces"] == [[]]
+    assert [r.getMessage() for r in caplog.records] == [
+        f"memlens: {out}: CUDA memory history was switched off during the recording by code "
+        "outside memlens (torch.cuda.memory._record_memory_history(enabled=None)), which "
+        "also clears it: this snapshot has the allocator's segments but no trace"
+    ]
+
+
+def test_history_still_on_says_nothing(fake, tmp_path, caplog):
+    with (
+        caplog.at_level(logging.WARNING, "memlens.record"),
+        memlens.record(tmp_path / "on.pickle", report=False),
+    ):
+        fake.alloc(MiB)
+    assert caplog.records == []

@@ -94,6 +94,25 @@ def test_the_main_snapshot_goes_to_the_callback(fake, tmp_path):
     assert _run(script, out).report is None
 
 
+def test_history_switched_off_by_the_script_is_said(fake, tmp_path, capsys):
+    script = _script(
+        tmp_path,
+        """
+        fake.alloc(1 << 20)
+        fake.stop()  # the script's own torch.cuda.memory._record_memory_history(enabled=None)
+        """,
+    )
+    out = tmp_path / "run.pickle"
+    result = _run(script, out)
+    assert result.exit_code == 0 and result.main_snapshot == out
+    assert read_snapshot_file(out)["device_traces"] == [[]]
+    assert capsys.readouterr().err == (
+        f"memlens: {out}: CUDA memory history was switched off during the recording by code "
+        "outside memlens (torch.cuda.memory._record_memory_history(enabled=None)), which "
+        "also clears it: this snapshot has the allocator's segments but no trace\n"
+    )
+
+
 def test_default_output_name():
     assert _default_output("some/dir/train.py") == Path(f"memlens-train.{os.getpid()}.pickle")
 

@@ -28,8 +28,11 @@ def torch_calls(monkeypatch):
     calls = []
     snapshot = {"segments": [], "device_traces": [[]], "external_annotations": []}
 
+    history = [False]  # as torch: on from enabled="all" until enabled=None
+
     def record_memory_history(enabled="all", **kwargs):
         calls.append(("_record_memory_history", enabled, kwargs))
+        history[0] = enabled is not None
 
     def take_snapshot():
         calls.append(("_snapshot",))
@@ -39,7 +42,7 @@ def torch_calls(monkeypatch):
     monkeypatch.setattr(torch.cuda, "init", lambda: calls.append(("init",)))
     monkeypatch.setattr(torch.cuda.memory, "_record_memory_history", record_memory_history)
     monkeypatch.setattr(torch.cuda.memory, "_snapshot", take_snapshot)
-    monkeypatch.setattr(torch._C, "_cuda_isHistoryEnabled", lambda: False, raising=False)
+    monkeypatch.setattr(torch._C, "_cuda_isHistoryEnabled", lambda: history[0], raising=False)
     return calls
 
 
@@ -53,6 +56,7 @@ def test_record_drives_torch_in_order(torch_calls, tmp_path):
             "all",
             {"context": "all", "stacks": "all", "max_entries": 123},
         ),
+        ("init",),  # asking whether history is still on (other code may switch it off)
         ("_snapshot",),
         ("_record_memory_history", None, {}),
     ]

@@ -82,6 +82,8 @@ class Recording:
         token, self._token = self._token, None
         if token is None:
             return
+        if session.switched_off(token):
+            log.warning("memlens: %s: %s", self.path, session.SWITCHED_OFF_MESSAGE)
         try:
             # The dump comes first: switching recording off clears the history.
             self.snapshot_path = dump_snapshot(token.backend, self.path)

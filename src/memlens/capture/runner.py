@@ -179,6 +179,8 @@ def run_script(script: str | Path, args: list[str], options: RunOptions) -> RunR
         harness.uninstall()
         try:
             if not options.on_oom_only:
+                if session.switched_off(token):
+                    _say(f"{options.output}: {session.SWITCHED_OFF_MESSAGE}")
                 # announced with the summary, once the run is over
                 main_snapshot = harness.dump(options.output, "at exit", announce=False)
         finally:

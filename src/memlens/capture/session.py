@@ -24,6 +24,13 @@ ACTIVE_ELSEWHERE_MESSAGE = (
 )
 
 
+SWITCHED_OFF_MESSAGE = (
+    "CUDA memory history was switched off during the recording by code outside memlens "
+    "(torch.cuda.memory._record_memory_history(enabled=None)), which also clears it: "
+    "this snapshot has the allocator's segments but no trace"
+)
+
+
 @dataclass(eq=False)
 class Token:
     """One memlens recording in progress."""
@@ -62,6 +69,16 @@ def end(token: Token) -> None:
             token.backend.start(enclosing[-1].settings)
         else:
             token.backend.stop()
+
+
+def switched_off(token: Token) -> bool:
+    """Whether history, on since `token` began, is off now: other code switched it off
+    (and so cleared it) and the dump about to be taken has no trace. Asked only to warn, so
+    it never raises; a backend that cannot tell (None) is taken as still recording."""
+    try:
+        return token.backend.history_enabled() is False
+    except Exception:
+        return False
 
 
 def active_settings(backend: Backend) -> RecordSettings | None:
