@@ -66,6 +66,7 @@ class Run:
         self.lock = threading.Lock()
         self.log_parts: list[str] = []
         self.reals_done = threading.Event()
+        self.pack_lock = threading.Lock()
         self.table: dict[str, Any] = {
             "schema": 1,
             "fake": FAKE,
@@ -96,7 +97,7 @@ class Run:
     def command(self, tag: str, argv: list[str], cwd: Path, env: dict[str, str], limit: float):
         """Run argv in its own session, killed after `limit` seconds; its output goes to
         the log. Returns (exit code or None when killed, seconds)."""
-        if limit < 5:
+        if limit < 2:
             self.say(f"{tag}: skipped, out of time")
             return None, 0.0
         log = self.work / "logs" / f"{tag}.log"
@@ -203,6 +204,18 @@ def simulated_gpu(info: dict[str, Any]) -> tuple[str, str | None, str]:
     return key, (f"{free}B" if free else None), why
 
 
+def guarded(run: Run, case: Case, side: str, step: Any, *args: Any) -> None:
+    """Run one side of one case; a fault of this script there is that side's result, not
+    the end of the run."""
+    try:
+        step(run, case, *args)
+    except Exception as exc:
+        run.say(f"{case.name}.{side}: orchestrator error {type(exc).__name__}: {exc}")
+        with run.lock:
+            run.table["cases"][case.name][side] = {"ok": False, "orchestrator_error": repr(exc)}
+        run.save()
+
+
 def simulate_case(run: Run, case: Case, gpu: str, memory: str | None) -> None:
     """`memlens simulate` with the GPU hidden; on a GPU machine a failure is retried once
     with the GPU visible, after the real sides are done (so that it cannot take memory
@@ -274,6 +287,9 @@ def side_result(
         row[side] = entry
         if "real" in row and "sim" in row:
             row["error"] = errors(row)
+    # packed as it goes: a run cut short still brings back what it recorded
+    with run.pack_lock:
+        pack(run)
     run.save()
 
 
@@ -317,13 +333,19 @@ def pack(run: Run) -> None:
             continue
         target.append(f)
     for n, members in enumerate(bins, 1):
-        with tarfile.open(run.out / f"recordings-{n}.tar", "w") as tar:
+        partial = run.out / f".recordings-{n}.tar.partial"
+        with tarfile.open(partial, "w") as tar:
             for f in members:
                 tar.add(f, arcname=f.name)
-    run.table["packed"] = {
-        f"recordings-{n}.tar": [f.name for f in b] for n, b in enumerate(bins, 1)
-    }
-    run.table["left_out"] = left_out
+        partial.replace(run.out / f"recordings-{n}.tar")
+    for stale in run.out.glob("recordings-*.tar"):
+        if stale.name not in {f"recordings-{n}.tar" for n in range(1, len(bins) + 1)}:
+            stale.unlink()
+    with run.lock:
+        run.table["packed"] = {
+            f"recordings-{n}.tar": [f.name for f in b] for n, b in enumerate(bins, 1)
+        }
+        run.table["left_out"] = left_out
 
 
 def main() -> int:
@@ -355,15 +377,18 @@ def main() -> int:
         )
     )
     with ThreadPoolExecutor(max_workers=jobs) as pool:
-        sims: list[Future[None]] = [pool.submit(simulate_case, run, c, gpu, memory) for c in cases]
+        sims: list[Future[None]] = [
+            pool.submit(guarded, run, c, "sim", simulate_case, gpu, memory) for c in cases
+        ]
         try:
             for case in cases:
-                record_case(run, case)
+                guarded(run, case, "real", record_case)
         finally:
             run.reals_done.set()
         for f in sims:
             f.result()
-    pack(run)
+    with run.pack_lock:
+        pack(run)
     run.save()
     rows = run.table["cases"]
     run.say("done: " + json.dumps({name: row.get("error", {}) for name, row in rows.items()}))

@@ -101,6 +101,20 @@ def test_pack_fills_tars_real_first_and_names_what_does_not_fit(
         assert tar.extractfile("sim-c.pickle.gz").read() == b"x" * 2000  # type: ignore[union-attr]
 
 
+def test_a_command_over_its_limit_is_killed_with_its_children(tmp_path: Path) -> None:
+    run = truth.Run(tmp_path / "out", tmp_path / "work")
+    run.out.mkdir()
+    # the child's own child would keep the pipe open if only the child were killed
+    argv = ["bash", "-c", "sleep 30 & echo started; wait"]
+    code, seconds = run.command("slow", argv, tmp_path, dict(os.environ), 2)
+    assert code is None and 2 <= seconds < 10
+    assert (run.work / "logs" / "slow.log").read_text() == "started\n"
+    assert run.command("late", ["true"], tmp_path, dict(os.environ), 1.5) == (None, 0.0)
+    run.save()
+    log = (run.out / "run.log").read_text()
+    assert "slow: killed after 2 s" in log and "late: skipped, out of time" in log
+
+
 # ---------------------------------------------------------------------- the fake run
 @pytest.fixture(scope="module")
 def fake_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, dict[str, Any]]:
