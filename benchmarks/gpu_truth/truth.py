@@ -146,6 +146,10 @@ if torch.cuda.is_available():
     info.update(gpu=p.name, capability=list(torch.cuda.get_device_capability(0)),
                 multiprocessors=p.multi_processor_count, total_memory=total,
                 free_memory_at_start=free, cudnn=torch.backends.cudnn.version())
+    try:  # the driver, also where nvidia-smi is not on the PATH
+        import pynvml; pynvml.nvmlInit()
+        info["driver"] = str(pynvml.nvmlSystemGetDriverVersion())
+    except Exception as exc: info["driver"] = f"unknown: {exc}"
 print(json.dumps(info))
 """
     env = run.env if not FAKE else {**run.env, "CUDA_VISIBLE_DEVICES": ""}
@@ -162,7 +166,8 @@ print(json.dumps(info))
         query = [smi, "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"]
         got = subprocess.run(query, capture_output=True, text=True, timeout=30)
         info["nvidia_smi"] = got.stdout.strip()
-        info["driver"] = got.stdout.split(",")[1].strip() if "," in got.stdout else None
+        if "," in got.stdout:
+            info["driver"] = got.stdout.split(",")[1].strip()
     info["memlens_compiled_reader"] = compiled_reader()
     info["memlens_commit"] = git_commit()
     return info
