@@ -118,6 +118,10 @@ def test_a_command_over_its_limit_is_killed_with_its_children(tmp_path: Path) ->
 # ---------------------------------------------------------------------- the fake run
 @pytest.fixture(scope="module")
 def fake_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, dict[str, Any]]:
+    """run.sh with MEMLENS_GPU_TRUTH_FAKE=1, once for the module (about 50 s of CPU: seven
+    simulations and six fake recordings, each a fresh interpreter)."""
+    for needed in ("torch", "transformers", "einops", "einx", "jaxtyping"):
+        pytest.importorskip(needed)
     base = tmp_path_factory.mktemp("gpu_truth")
     out, work = base / "out", base / "work"
     env = {
@@ -270,6 +274,10 @@ def test_simulate_on_the_gpu_machine_within_2_percent(case: TruthCase) -> None:
 
 @pytest.mark.slow
 @pytest.mark.torch
+@pytest.mark.skipif(
+    not os.environ.get("MEMLENS_SLOW_SIMULATIONS"),
+    reason="simulating the GPU sizes takes up to a minute a case: MEMLENS_SLOW_SIMULATIONS=1",
+)
 @pytest.mark.parametrize("case", _cases())
 def test_simulate_here_within_2_percent(case: TruthCase, tmp_path: Path) -> None:
     """Today's simulator, run here, against the committed real recording."""
