@@ -152,7 +152,9 @@ def real_command(case: Case, fake: bool, folder: Path) -> tuple[list[str], Path]
     script, cwd = prepare_folder(case, folder)
     args = case_args(case, fake, folder)
     if case.api == "memlens run":
-        run = [sys.executable, "-m", "memlens", "run", "--output", str(folder / case.snapshot)]
+        # --every-n-steps 2: a step snapshot as well (the script calls memlens.step() 3 times)
+        run = [sys.executable, "-m", "memlens", "run", "--every-n-steps", "2"]
+        run += ["--output", str(folder / case.snapshot)]
         return [*run, str(script), *args], cwd
     return [sys.executable, str(script), *args], cwd
 

@@ -39,7 +39,7 @@ STAGES = {"forward", "backward", "optimizer", "memlens.step"}
 FILES = {
     "cs336_train": {"step.pickle", "step.html"},
     "cs336_train_expandable": {"step.pickle", "step.html"},
-    "cs336_forward": {"run.pickle", "run.html"},
+    "cs336_forward": {"run.pickle", "run.html", "run.step000002.pickle"},
     "llama_trainer": {"memlens/steps1-1_rank0.pickle", "memlens/steps1-1_rank0.html"},
     "llama_compile": {"memlens/steps1-1_rank0.pickle", "memlens/steps1-1_rank0.html"},
 }
