@@ -364,3 +364,12 @@ def fragmentation(dev: DeviceTrace, *, points: int = 200) -> FragmentationResult
         "end": end_state,
         "inconsistencies": w.problems,
     }
+
+
+def fragmentation_output(
+    dev: DeviceTrace, *, event: int | None = None, blocks: bool = True, points: int = 200
+) -> FragmentationResult | AllocatorState:
+    """`memlens fragmentation`: the gap over time, or the allocator state after `event`."""
+    return (
+        fragmentation(dev, points=points) if event is None else state_at(dev, event, blocks=blocks)
+    )

@@ -141,3 +141,24 @@ def anomalies(
             "gap_ratio": gap_ratio,
         },
     }
+
+
+def anomalies_output(
+    dev: DeviceTrace,
+    *,
+    late_events: int = 2,
+    late_us: int = 0,
+    temp_min: str | int = "64MiB",
+    temp_events: int = 8,
+    gap_min: str | int = "1GiB",
+    gap_ratio: float = 0.5,
+    top: int = 10,
+    hide_patterns: Sequence[str] | None = None,
+) -> AnomaliesResult:
+    """`memlens anomalies`: anomalies() with the command's options (sizes as written)."""
+    from memlens.units import parse_bytes
+
+    return anomalies(dev, late_min_events=late_events, late_min_us=late_us,
+                     temp_min_bytes=parse_bytes(temp_min), temp_max_events=temp_events,
+                     gap_min_bytes=parse_bytes(gap_min), gap_ratio=gap_ratio, limit=top,
+                     hide_patterns=hide_patterns)  # fmt: skip

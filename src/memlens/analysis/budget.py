@@ -4,11 +4,13 @@ baseline snapshot."""
 from __future__ import annotations
 
 import re
-from typing import Literal
+from collections.abc import Mapping
+from typing import Any, Literal
 
-from memlens.analysis.results import BudgetCheck, BudgetResult
+from memlens.analysis.devices import traced_devices
+from memlens.analysis.results import BudgetCheck, BudgetResult, CheckOutput
 from memlens.errors import MemlensError
-from memlens.snapshot.model import DeviceTrace
+from memlens.snapshot.model import DeviceTrace, Snapshot
 from memlens.units import format_bytes, parse_bytes
 
 
@@ -97,3 +99,56 @@ def check_budgets(
         "checks": checks,
         "violations": violations,
     }
+
+
+def check_budget_options(options: Mapping[str, Any]) -> None:
+    """`memlens check`'s options, checked before any snapshot is read: a budget to check,
+    sizes and growth that parse."""
+    # the specific complaint first: --max-growth alone is "nothing to check" too
+    if options["max_growth"] is not None and options["baseline"] is None:
+        raise MemlensError("--max-growth needs --baseline OLD.pickle")
+    if (
+        options["max_peak"] is None
+        and options["max_reserved"] is None
+        and options["baseline"] is None
+    ):
+        raise MemlensError("nothing to check: give --max-peak, --max-reserved or --baseline")
+    _budgets(options["max_peak"], options["max_reserved"], options["max_growth"])
+
+
+def _budgets(
+    max_peak: str | int | None, max_reserved: str | int | None, max_growth: str | None
+) -> tuple[int | None, int | None, float | None, int | None]:
+    frac, grow_b = parse_growth(max_growth) if max_growth is not None else (None, None)
+    return (
+        parse_bytes(max_peak) if max_peak is not None else None,
+        parse_bytes(max_reserved) if max_reserved is not None else None,
+        frac,
+        grow_b,
+    )
+
+
+def check_output(
+    snap: Snapshot,
+    *,
+    max_peak: str | int | None = None,
+    max_reserved: str | int | None = None,
+    baseline: Snapshot | None = None,
+    max_growth: str | None = None,
+    device: int | None = None,
+) -> CheckOutput:
+    """`memlens check`: check_budgets on `device`, or on every device with a trace, each
+    against the baseline's same device (its longest trace when it lacks that one). Sizes
+    as written ("12GiB") or bytes; max_growth as "5%", "0.05" or "512MiB"."""
+    peak_limit, reserved_limit, frac, grow_b = _budgets(max_peak, max_reserved, max_growth)
+    devices = traced_devices(snap, device)
+    if not devices:
+        raise MemlensError(f"{snap.source} has no device traces to check")
+    results = []
+    for d in devices:
+        base_dev = None
+        if baseline is not None:
+            base_dev = baseline.device(d if d in baseline.traces else None)
+        results.append(check_budgets(snap.device(d), max_peak=peak_limit, max_reserved=reserved_limit,
+                                     baseline=base_dev, max_growth=frac, max_growth_bytes=grow_b))  # fmt: skip
+    return {"ok": all(r["ok"] for r in results), "source": snap.source, "devices": results}

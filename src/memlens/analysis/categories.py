@@ -25,7 +25,8 @@ Also: memory by compile context (torch.compile regions).
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -33,7 +34,12 @@ from memlens.analysis.curves import group_summary, group_totals
 from memlens.analysis.events import event_info
 from memlens.analysis.matching import rows_matching, stack_matches
 from memlens.analysis.optimizer_steps import step_of_events
-from memlens.analysis.results import CategoriesResult, CompileContexts, ContextRow
+from memlens.analysis.results import (
+    CategoriesOutput,
+    CategoriesResult,
+    CompileContexts,
+    ContextRow,
+)
 from memlens.errors import MemlensError
 from memlens.snapshot.model import LIVE_AT_END, PREEXISTING, DeviceTrace
 
@@ -211,3 +217,39 @@ def by_compile_context(dev: DeviceTrace, *, event: int | None = None) -> Compile
         "has_context": bool(np.any(dev.compile_context >= 0)),
         "contexts": items,
     }
+
+
+def override_pairs(overrides: Sequence[str], rules_path: str | None) -> list[tuple[str, str]]:
+    """`memlens categories`' --rules file then --override CATEGORY=REGEX, as (category,
+    regex) pairs in order."""
+    pairs: list[tuple[str, str]] = []
+    if rules_path:
+        from memlens.analysis.rules import load_rules
+
+        pairs += [(r.name, r.pattern) for r in load_rules(rules_path)]
+    for o in overrides:
+        if "=" not in o:
+            raise MemlensError(f"--override wants CATEGORY=REGEX, got {o!r}")
+        k, v = o.split("=", 1)
+        pairs.append((k.strip(), v))
+    return pairs
+
+
+def check_overrides(options: Mapping[str, Any]) -> None:
+    override_pairs(options["overrides"], options["rules_path"])
+
+
+def categories_output(
+    dev: DeviceTrace,
+    *,
+    event: int | None = None,
+    overrides: Sequence[str] = (),
+    rules_path: str | None = None,
+    points: int = 400,
+    hide_patterns: Sequence[str] | None = None,
+) -> CategoriesOutput:
+    """`memlens categories`: categories() and by_compile_context() at the same event."""
+    result = categories(dev, event=event, overrides=override_pairs(overrides, rules_path),
+                        points=points, hide_patterns=hide_patterns)  # fmt: skip
+    contexts = by_compile_context(dev, event=result["event"])
+    return {**result, "compile_contexts": contexts}

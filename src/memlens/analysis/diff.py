@@ -169,3 +169,10 @@ def stage_diff(a: DeviceTrace, b: DeviceTrace) -> list[StageChange] | None:
             }
         )
     return out
+
+
+def diff_output(
+    a: DeviceTrace, b: DeviceTrace, *, top: int = 20, hide_patterns: Sequence[str] | None = None
+) -> DiffResult:
+    """`memlens diff`: diff() with the command's options (`top` call sites)."""
+    return diff(a, b, limit=top, hide_patterns=hide_patterns)

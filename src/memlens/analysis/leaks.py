@@ -196,3 +196,14 @@ def _inside_same(s: StageRow, by_index: dict[int, StageRow]) -> bool:
             return True
         p = by_index[p]["parent"]
     return False
+
+
+def leaks_output(
+    dev: DeviceTrace,
+    *,
+    stage: str | None = None,
+    top: int = 10,
+    hide_patterns: Sequence[str] | None = None,
+) -> LeaksResult:
+    """`memlens leaks`: leaks() with the command's options (`top` sites per group)."""
+    return leaks(dev, stage=stage, limit=top, hide_patterns=hide_patterns)

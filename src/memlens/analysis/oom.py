@@ -9,11 +9,12 @@ from collections.abc import Sequence
 import numpy as np
 
 from memlens.analysis.allocator_state import state_at
+from memlens.analysis.devices import traced_devices
 from memlens.analysis.events import time_of
-from memlens.analysis.results import OomDetail, OomEntry, OomReport
+from memlens.analysis.results import OomDetail, OomEntry, OomOutput, OomReport
 from memlens.analysis.sites import frame_label, top_sites, user_frame_of_stacks
 from memlens.snapshot.actions import Action
-from memlens.snapshot.model import DeviceTrace
+from memlens.snapshot.model import DeviceTrace, Snapshot
 
 
 def oom_entries(dev: DeviceTrace, limit: int | None = None) -> list[OomEntry]:
@@ -65,3 +66,20 @@ def oom_report(
             }
         )
     return {"device": dev.device, "count": len(ooms), "ooms": ooms}
+
+
+def oom_output(
+    snap: Snapshot,
+    *,
+    top: int = 10,
+    device: int | None = None,
+    hide_patterns: Sequence[str] | None = None,
+) -> OomOutput:
+    """`memlens oom`: oom_report of `device`, or of every device with a trace."""
+    return {
+        "source": snap.source,
+        "devices": [
+            oom_report(snap.device(d), top=top, hide_patterns=hide_patterns)
+            for d in traced_devices(snap, device)
+        ],
+    }

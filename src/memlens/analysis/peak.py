@@ -13,8 +13,8 @@ allocations made earlier at the same address (MemoryViz's `b'<addr>_<version>'`)
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, TypedDict
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import numpy as np
 
@@ -285,3 +285,57 @@ def _ranges(vs: list[int]) -> str:
     if len(vs) > 6:
         return f"{vs[0]}..{vs[-1]}"
     return ", ".join(map(str, vs))
+
+
+def tree_options(
+    top: int, depth: int | None, all_frames: bool, min_share: float, hide: Sequence[str] | None
+) -> LiveSetOptions:
+    """The options of `memlens peak` and `memlens at` (their --top, --depth, --all-frames,
+    --min-share, --hide) as live_set's keywords."""
+    return {"top": top, "tree_depth": depth, "python_only": not all_frames,
+            "tree_min_share": min_share, "hide_patterns": hide}  # fmt: skip
+
+
+def peak_output(
+    dev: DeviceTrace,
+    *,
+    event: int | None = None,
+    top: int = 15,
+    depth: int | None = None,
+    all_frames: bool = False,
+    min_share: float = 0.005,
+    hide_patterns: Sequence[str] | None = None,
+) -> PeakResult | LiveSet:
+    """`memlens peak`: the live set at the peak, or after `event`."""
+    kw = tree_options(top, depth, all_frames, min_share, hide_patterns)
+    return peak(dev, **kw) if event is None else live_set(dev, event, **kw)
+
+
+def check_one_point(options: Mapping[str, Any]) -> None:
+    """`memlens at` names exactly one point (checked before the snapshot is read)."""
+    if sum(options[k] is not None for k in ("event", "time_us", "addr")) != 1:
+        raise MemlensError("give exactly one of --event, --time-us or --addr")
+
+
+def at_output(
+    dev: DeviceTrace,
+    *,
+    event: int | None = None,
+    time_us: int | None = None,
+    addr: str | None = None,
+    version: int | None = None,
+    when: str = "alloc",
+    top: int = 15,
+    depth: int | None = None,
+    all_frames: bool = False,
+    min_share: float = 0.005,
+    hide_patterns: Sequence[str] | None = None,
+) -> LiveSet | AllocationLiveSet:
+    """`memlens at`: the live set after `event`, at `time_us`, or at the alloc (or free,
+    `when`) of the allocation at `addr` ("0x7f3a00" or "0x7f3a00_V"; `version` V)."""
+    check_one_point({"event": event, "time_us": time_us, "addr": addr})
+    kw = tree_options(top, depth, all_frames, min_share, hide_patterns)
+    if addr is not None:
+        a, v = parse_address(addr)
+        return memory_at_allocation(dev, a, version if version is not None else v, when, **kw)
+    return live_set(dev, resolve_event(dev, event=event, time_us=time_us), **kw)

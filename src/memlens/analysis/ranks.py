@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from memlens.analysis.devices import traced_devices
 from memlens.analysis.results import Imbalance, RankRow, RankSite, RanksResult
 from memlens.analysis.sites import top_sites
 from memlens.snapshot.model import DeviceTrace, Snapshot
@@ -74,10 +75,23 @@ def traces_of(
     snapshot has a trace for, even an empty one, or only `device`)."""
     out = []
     for name, snap in snapshots:
-        if device is not None:
-            devs = [device]
-        else:
-            devs = [d for d in snap.devices if d in snap.traces]
-        for d in devs:
+        for d in traced_devices(snap, device):
             out.append((f"{name}:{d}", snap.device(d)))
     return out
+
+
+def ranks_output(
+    snapshots: Sequence[tuple[str, Snapshot]],
+    *,
+    top: int = 15,
+    device: int | None = None,
+    hide_patterns: Sequence[str] | None = None,
+) -> RanksResult:
+    """`memlens ranks`: ranks() over every traced device of each (name, snapshot), or only
+    `device`; MemlensError when none has a trace."""
+    from memlens.errors import MemlensError
+
+    traces = traces_of(snapshots, device)
+    if not traces:
+        raise MemlensError("no device with trace entries in the given snapshot(s)")
+    return ranks(traces, limit=top, hide_patterns=hide_patterns)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -158,3 +158,24 @@ def rules_analysis(
         rows.append({**item, "pattern": r.pattern if r else None,
                      "description": r.description if r else ""})  # fmt: skip
     return {"device": dev.device, **event_info(dev, event), "rules": rows, "curve": curve}
+
+
+def check_rules_file(options: Mapping[str, Any]) -> None:
+    """`memlens rules` reads and checks its rules file before the snapshot."""
+    load_rules(options["rules_file"])
+
+
+def rules_output(
+    dev: DeviceTrace,
+    rules_file: str,
+    *,
+    event: int | None = None,
+    points: int = 400,
+    top: int = 3,
+    hide_patterns: Sequence[str] | None = None,
+) -> RulesResult:
+    """`memlens rules`: rules_analysis() with the rules of `rules_file` (JSON or YAML)."""
+    rules = load_rules(rules_file)
+    return rules_analysis(
+        dev, rules, event=event, points=points, top=top, hide_patterns=hide_patterns
+    )

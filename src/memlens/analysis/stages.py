@@ -37,6 +37,7 @@ from memlens.analysis.results import (
     RepeatedStage,
     StageInterval,
     StageRow,
+    StagesOutput,
     StageTable,
     StepComparison,
     StepRow,
@@ -386,3 +387,23 @@ def compare_steps(
             }
         )
     return {"device": dev.device, "groups": out}
+
+
+def stages_output(
+    dev: DeviceTrace,
+    *,
+    name: str | None = None,
+    top: int = 3,
+    max_depth: int | None = None,
+    hide_patterns: Sequence[str] | None = None,
+) -> StagesOutput:
+    """`memlens stages`: stage_table of the stages named `name` nested at most `max_depth`
+    deep, each with the `top` sites that grew (computed on those stages only), and the
+    repeated ones compared step by step."""
+    table = stage_table(dev, name=name, top=0, hide_patterns=hide_patterns)
+    if max_depth is not None:
+        table["stages"] = [s for s in table["stages"] if s["depth"] <= max_depth]
+    if top > 0:
+        for s in table["stages"]:
+            s["grew"] = sites_that_grew(dev, s, top=top, hide_patterns=hide_patterns)
+    return {**table, "repeated": compare_steps(dev, table=table)["groups"]}

@@ -1,33 +1,36 @@
 """One shape for every analysis command.
 
-`analysis_command` declares what the analysis commands share: the snapshot argument(s),
---device, --json, --no-cache and, where the command uses them, --hide and --annotations.
-It opens the snapshot(s), calls the command's body with them and the command's own
-options, and prints the body's `Answer`: its result as JSON with --json, else the text
-of its renderer (from memlens.views.text). A command module is its options and a body
-that makes one call:
+Every registered analysis (memlens.analysis.registry) is a command built here by
+`registered_command`: its declared options become click options, and the shared ones
+(the snapshot argument(s), --device, --json, --no-cache and, where the analysis takes
+them, --hide and --annotations) are added around them. The command checks the options
+(before any load), opens the snapshot(s), runs the analysis and prints its result: as JSON
+with --json, else the text of its renderer (memlens.views.text). Nothing here computes:
+`memlens NAME --json` prints exactly `registry.get(NAME).run(...)`.
 
-    @analysis_command("leaks", top_option(10), annotations=True)
-    def command(dev: DeviceTrace, top: int, hide: list[str] | None) -> Answer:
-        \"\"\"Leaks and growth (the command's --help).\"\"\"
-        return Answer(leaks(dev, limit=top, hide_patterns=hide), render_leaks, dev.device)
+The few commands that are not analyses (fleet, export) use `analysis_command`, a body that
+returns an `Answer`:
+
+    @analysis_command("export", CHROME_TRACE, opens="snapshot", hide=False)
+    def command(snap: Snapshot, chrome_trace: Path | None) -> Answer[ExportResult]:
+        \"\"\"Write SNAPSHOT for other tools (the command's --help).\"\"\"
+        return Answer(export(snap, chrome_trace=chrome_trace), render_export)
 
 What the body receives: first the opened input(s) (see `Opens`), then its own options by
 name, and of the shared values only those its signature names: `hide` (already the list
 of patterns), `device`, `no_cache`, `as_json`, `paths` (the snapshot paths as typed).
-Checks that should fail before a long load go in `prepare`. A new command also needs its
-name in cli/main.py COMMANDS (loaded lazily) and, with --json, its TypedDict in
-analysis/results.py and its section in docs/json-schema.md.
+Checks that should fail before a long load go in `prepare`.
 """
 
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
-from typing import Any, Literal
+from collections.abc import Callable, Sequence
+from typing import Any, Generic, Literal, TypeVar
 
 import click
 
+from memlens.analysis.registry import Analysis, Option, Text
 from memlens.cli.options import (
     LONGEST_TRACE,
     F,
@@ -53,29 +56,21 @@ from memlens.cli.options import (
 #               workers, read them)
 Opens = Literal["device", "snapshot", "pair", "many", "paths"]
 
-# a renderer returns the text for stdout, or (line, to_stderr) pairs (a failed budget
-# goes to stderr so CI logs show it)
-Text = str | list[tuple[str, bool]]
+R = TypeVar("R")
 
 
-class Answer:
-    """What a body returns: `result` (printed by --json) and how to write it as text:
-    `render(result, *args)`. A nonzero `exit_code` ends the command with it (either way)."""
+class Answer(Generic[R]):
+    """What a body returns: `result` (printed by --json) and how to write it as text,
+    `render(result)` (bind extra arguments with functools.partial): mypy checks that the
+    renderer takes the body's result. A nonzero `exit_code` ends the command with it."""
 
-    def __init__(
-        self,
-        result: Any,
-        render: Callable[..., Text],
-        *args: Any,
-        exit_code: int = 0,
-    ) -> None:
+    def __init__(self, result: R, render: Callable[[R], Text], *, exit_code: int = 0) -> None:
         self.result = result
         self.render = render
-        self.args = args
         self.exit_code = exit_code
 
     def text(self) -> Text:
-        return self.render(self.result, *self.args)
+        return self.render(self.result)
 
 
 def analysis_command(
@@ -86,13 +81,13 @@ def analysis_command(
     hide: bool = True,
     annotations: bool = False,
     prepare: Callable[..., dict[str, Any]] | None = None,
-) -> Callable[[Callable[..., Answer]], click.Command]:
+) -> Callable[[Callable[..., Answer[Any]]], click.Command]:
     """The click command `name` around a body (see the module docstring). `options` are
     the command's own click decorators, listed first in --help. `prepare(**own options)`
     runs before any snapshot is read and returns the options the body gets instead: for
     checks and parsing that should fail fast, before a long load."""
 
-    def decorate(body: Callable[..., Answer]) -> click.Command:
+    def decorate(body: Callable[..., Answer[Any]]) -> click.Command:
         wanted = set(inspect.signature(body).parameters)
 
         def callback(
@@ -125,31 +120,109 @@ def analysis_command(
                 click.get_current_context().exit(answer.exit_code)
 
         callback.__doc__ = body.__doc__
-        f: Any = callback
-        if hide:
-            f = hide_option(f)
-        if annotations:
-            f = annotations_option(f)
-        f = json_option(no_cache_option(f))
-        if opens == "pair":
-            f = click.option(
-                "--device-b", type=int, default=None, help="Device of B when it differs from --device."
-            )(f)  # fmt: skip
-        f = device_option(help=device_help)(f)
-        for option in reversed(options):
-            f = option(f)
-        if opens == "pair":
-            f = snapshots_argument(two=True)(f)
-        elif opens == "many":
-            f = click.argument("paths", metavar="SNAPSHOTS...", nargs=-1, required=True,
-                               type=click.Path(dir_okay=False))(f)  # fmt: skip
-        elif opens == "paths":
-            f = click.argument("paths", metavar="PATHS...", nargs=-1, required=True)(f)
-        else:
-            f = snapshot_argument(f, name="paths")
-        return click.command(name)(f)
+        return _shape(name, callback, options, opens, device_help, hide, annotations)
 
     return decorate
+
+
+def registered_command(analysis: Analysis[Any]) -> click.Command:
+    """The command of a registered analysis: its options, the shared ones, and a callback
+    that checks, opens, runs and prints (see the module docstring)."""
+
+    def callback(
+        paths: Any,
+        as_json: bool,
+        no_cache: bool,
+        device: int | None = None,
+        device_b: int | None = None,
+        hide: tuple[str, ...] = (),
+        annotation_files: tuple[str, ...] = (),
+        limit_alias: int | None = None,
+        **own: Any,
+    ) -> None:
+        if limit_alias is not None:
+            status("memlens: warning: --limit N is deprecated; use --top N", err=True)
+            own["top"] = limit_alias
+        own["device"] = device
+        if analysis.opens == "pair":
+            own["device_b"] = device_b
+        if analysis.hide:
+            own["hide_patterns"] = hide_patterns(hide)
+        values = analysis.check(own)  # before the load: bad options fail fast
+        inputs = _open(analysis.opens, paths, no_cache, annotation_files, device, device_b)
+        for o in analysis.options:
+            if o.kind == "snapshot" and values[o.name] is not None:
+                values[o.name] = open_snapshot(values[o.name], no_cache)
+        result = analysis.call(inputs, dict(values))
+        if as_json:
+            emit_json(result)
+        else:
+            _echo(analysis.renderer(result, {**values, "paths": paths}))
+        code = analysis.exit_code(result)
+        if code:
+            click.get_current_context().exit(code)
+
+    callback.__doc__ = analysis.doc or analysis.help
+    options = [click_option(o) for o in analysis.options]
+    if any(o.name == "top" for o in analysis.options):
+        # `limit` was the other name of "how many": scripts that used it keep working
+        options.append(click.option("--limit", "limit_alias", type=int, hidden=True))
+    return _shape(analysis.name, callback, options, analysis.opens, analysis.device_help,
+                  analysis.hide, analysis.annotations)  # fmt: skip
+
+
+def click_option(o: Option) -> Callable[[F], F]:
+    """A declared option as click spells it (registry.Option)."""
+    path = click.Path(dir_okay=False)
+    if o.kind == "argument":
+        return click.argument(o.name, type=path if o.path else o.type)
+    if o.type is bool:
+        spelling = f"{o.cli_flag}/{o.secondary}" if o.secondary else o.cli_flag
+        return click.option(spelling, o.name, is_flag=True, default=o.default,
+                            show_default=o.show_default, help=o.help)  # fmt: skip
+    kind: Any = o.type
+    if o.path or o.kind == "snapshot":
+        kind = path
+    elif o.choices:
+        kind = click.Choice(o.choices)
+    decls = [o.cli_flag, *([o.short] if o.short else []), o.name]
+    return click.option(*decls, type=kind, default=o.default, show_default=o.show_default,
+                        multiple=o.multiple, metavar=o.metavar, help=o.help)  # fmt: skip
+
+
+def _shape(
+    name: str,
+    callback: Callable[..., None],
+    options: Sequence[Callable[[F], F]],
+    opens: Opens,
+    device_help: str,
+    hide: bool,
+    annotations: bool,
+) -> click.Command:
+    """The click command: `options` first in --help, then the shared ones."""
+    f: Any = callback
+    if hide:
+        f = hide_option(f)
+    if annotations:
+        f = annotations_option(f)
+    f = json_option(no_cache_option(f))
+    if opens == "pair":
+        f = click.option(
+            "--device-b", type=int, default=None, help="Device of B when it differs from --device."
+        )(f)  # fmt: skip
+    f = device_option(help=device_help)(f)
+    for option in reversed(options):
+        f = option(f)
+    if opens == "pair":
+        f = snapshots_argument(two=True)(f)
+    elif opens == "many":
+        f = click.argument("paths", metavar="SNAPSHOTS...", nargs=-1, required=True,
+                           type=click.Path(dir_okay=False))(f)  # fmt: skip
+    elif opens == "paths":
+        f = click.argument("paths", metavar="PATHS...", nargs=-1, required=True)(f)
+    else:
+        f = snapshot_argument(f, name="paths")
+    return click.command(name)(f)
 
 
 def _open(

@@ -13,26 +13,14 @@ import click
 from memlens.errors import MemlensError
 from memlens.views.escape import visible
 
-# command name -> module under memlens.cli that defines `command` (a click.Command)
+# The analyses (memlens.analysis.registry) are commands built from their declarations;
+# these are the other commands: name -> module under memlens.cli that defines `command`.
 COMMANDS: dict[str, str] = {
-    "summary": "summary",
     "generate": "generate",
     "view": "view",
     "tui": "tui",
     "report": "report",
-    "check": "check",
     "sql": "sql",
-    "peak": "peak",
-    "at": "at",
-    "stages": "stages",
-    "categories": "categories",
-    "rules": "rules",
-    "diff": "diff",
-    "leaks": "leaks",
-    "anomalies": "anomalies",
-    "fragmentation": "fragmentation",
-    "oom": "oom",
-    "ranks": "ranks",
     "fleet": "fleet",
     "export": "export",
     "run": "run",
@@ -43,21 +31,28 @@ COMMANDS: dict[str, str] = {
 
 # Commands that run the user's own script in this process: numpy keeps its usual threads.
 RUNS_USER_CODE = {"run", "simulate"}
-# Commands that only read snapshots and print: once their output is flushed nothing of
-# theirs needs the interpreter's teardown (see console_main).
-QUICK_EXIT = frozenset(
-    {"summary", "peak", "at", "stages", "categories", "rules", "diff", "leaks", "anomalies",
-     "fragmentation", "oom", "check", "ranks"}
-)  # fmt: skip
+
+
+def quick_exit_commands() -> frozenset[str]:
+    """Commands that only read snapshots and print (every registered analysis): once their
+    output is flushed nothing of theirs needs the interpreter's teardown (console_main).
+    A command that registers atexit work or leaves threads must not be an analysis."""
+    from memlens.analysis import registry
+
+    return frozenset(registry.names())
 
 
 class LazyGroup(click.Group):
     def list_commands(self, ctx: click.Context) -> list[str]:
-        return list(COMMANDS)
+        from memlens.analysis import registry
+
+        return [*registry.names(), *COMMANDS]
 
     def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        from memlens.analysis import registry
+
         module = COMMANDS.get(name)
-        if module is None:
+        if module is None and name not in registry.names():
             return None
         if name not in RUNS_USER_CODE:
             # memlens does no linear algebra, but numpy's OpenBLAS starts a thread per core
@@ -66,6 +61,10 @@ class LazyGroup(click.Group):
             # with one thread 0.43-0.46 s). Only before numpy is imported, unless the user
             # chose a number.
             os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+        if module is None:
+            from memlens.cli.command import registered_command
+
+            return registered_command(registry.get(name))
         command: click.Command = importlib.import_module(f"memlens.cli.{module}").command
         return command
 
@@ -166,8 +165,9 @@ def console_main() -> None:
     by one takes 20-30 ms, a tenth of a cold `summary` of a million events; tools that
     watch the process (a tracer, a profiler, coverage) get the normal exit."""
     rc = run()
-    command = next((a for a in sys.argv[1:] if a in COMMANDS), None)
-    if command in QUICK_EXIT and sys.gettrace() is None and sys.getprofile() is None:
+    quick = quick_exit_commands()
+    command = next((a for a in sys.argv[1:] if a in quick or a in COMMANDS), None)
+    if command in quick and sys.gettrace() is None and sys.getprofile() is None:
         try:
             sys.stdout.flush()
             sys.stderr.flush()

@@ -12,6 +12,7 @@ from typing import Any, overload
 import click
 
 from memlens.analysis.jsonable import json_default
+from memlens.analysis.registry import DEVICE
 from memlens.snapshot.model import Snapshot
 from memlens.views.escape import visible, visible_output
 
@@ -42,7 +43,7 @@ def snapshots_argument(two: bool = False) -> Callable[[F], F]:
                           type=click.Path(dir_okay=False), callback=check)  # fmt: skip
 
 
-LONGEST_TRACE = "Device ordinal (default: the device with the longest trace)."
+LONGEST_TRACE = DEVICE.help  # "...(default: the device with the longest trace)."
 
 
 @overload
@@ -54,32 +55,6 @@ def device_option(f: F | None = None, *, help: str = LONGEST_TRACE) -> F | Calla
     `@device_option(help=...)`."""
     option = click.option("--device", "-d", type=int, default=None, help=help)
     return option(f) if f is not None else option
-
-
-AT_PEAK = "At this event instead of the peak (-1: before the first)."
-
-
-@overload
-def event_option(f: F, *, help: str = AT_PEAK) -> F: ...
-@overload
-def event_option(f: None = None, *, help: str = AT_PEAK) -> Callable[[F], F]: ...
-def event_option(f: F | None = None, *, help: str = AT_PEAK) -> F | Callable[[F], F]:
-    """--event/-e for the commands that answer "at the peak" (or over the whole trace) by
-    default. `@event_option` or `@event_option(help=...)`."""
-    option = click.option("--event", "-e", type=int, default=None, help=help)
-    return option(f) if f is not None else option
-
-
-def top_option(default: int, help: str = "How many call sites to list.") -> Callable[[F], F]:
-    return click.option("--top", type=int, default=default, show_default=True, help=help)
-
-
-def points_option(default: int) -> Callable[[F], F]:
-    """--points: how many sampled events a curve over time keeps (exact at each)."""
-    return click.option(
-        "--points", type=int, default=default, show_default=True,
-        help="Sampled events of the curves over time (--json).",
-    )  # fmt: skip
 
 
 def json_option(f: F) -> F:
@@ -113,31 +88,6 @@ def hide_option(f: F) -> F:
         help="Filename pattern to skip when naming the call site (repeatable). "
         "Replaces the default (torch internals, stdlib). --hide '' shows every frame.",
     )(f)  # fmt: skip
-
-
-def tree_options(f: F) -> F:
-    """The live-set tree and site list options of `peak` and `at` (see live_kwargs)."""
-    f = top_option(15)(f)
-    f = click.option("--depth", type=int, default=None,
-                     help="Limit the call-stack tree to this many levels.")(f)  # fmt: skip
-    f = click.option("--all-frames", is_flag=True,
-                     help="Keep C++ frames in the tree (default: Python frames only).")(f)  # fmt: skip
-    f = click.option("--min-share", type=float, default=0.005, show_default=True,
-                     help="Merge tree nodes under this share of the total into <other>.")(f)  # fmt: skip
-    return f
-
-
-def live_kwargs(
-    top: int, depth: int | None, all_frames: bool, min_share: float, hide: list[str] | None
-) -> dict[str, Any]:
-    """tree_options (and the --hide patterns) as keywords of analysis.peak.live_set."""
-    return {
-        "top": top,
-        "tree_depth": depth,
-        "python_only": not all_frames,
-        "tree_min_share": min_share,
-        "hide_patterns": hide,
-    }
 
 
 def hide_patterns(hide: tuple[str, ...]) -> list[str] | None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 
+from memlens.analysis.devices import traced_devices
 from memlens.analysis.results import DeviceSummary
 from memlens.analysis.summary import device_summary
 from memlens.snapshot.model import DeviceTrace, Snapshot
@@ -127,7 +128,7 @@ def device_html(dev: DeviceTrace, *, heading: bool = True) -> str:
 
 def snapshot_html(snap: Snapshot) -> str:
     """The whole snapshot: source, notes, then each device (the longest trace first)."""
-    devices = [d for d in snap.devices if d in snap.traces]
+    devices = traced_devices(snap)
     if snap.traces:
         first = snap.default_device
         devices = [first] + [d for d in devices if d != first]

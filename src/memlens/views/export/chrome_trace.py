@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from memlens.analysis.devices import traced_devices
 from memlens.analysis.stages import stage_intervals
 from memlens.errors import MemlensError
 from memlens.snapshot.actions import Action
@@ -108,7 +109,7 @@ def memory_events(
 ) -> list[Event]:
     """Every timed device's events (or `devices`'). A trace without timestamps cannot be
     placed on a clock: MemlensError."""
-    chosen = devices if devices is not None else [d for d in snap.devices if d in snap.traces]
+    chosen = devices if devices is not None else traced_devices(snap)
     out: list[Event] = []
     for d in chosen:
         dev = snap.device(d)

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
+from memlens.analysis.results import AnomaliesResult
 from memlens.units import format_bytes as fb
-from memlens.views.text.lines import sites_lines, when_text
+from memlens.views.text.lines import NO_OPTIONS, sites_lines, when_text
 
 
-def render_anomalies(r: dict[str, Any], device: int, temp_events: int) -> str:
-    """`temp_events`: the --temp-events threshold (the longest lifetime of a temporary)."""
+def render_anomalies(r: AnomaliesResult, options: Mapping[str, Any] = NO_OPTIONS) -> str:
+    device, temp_events = r["device"], r["thresholds"]["temp_max_events"]
     lf, lt, rg = r["late_frees"], r["large_temporaries"], r["reserved_gaps"]
     lines = [f"device {device}", "",
              f"late frees (completed long after requested: another stream used the block): "

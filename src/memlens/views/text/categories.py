@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
+from memlens.analysis.results import CategoriesOutput, RulesResult
 from memlens.units import format_bytes as fb
-from memlens.views.text.lines import groups_lines, table_lines, when_text
+from memlens.views.text.lines import NO_OPTIONS, groups_lines, table_lines, when_text
 
 
-def render_categories(result: dict[str, Any], device: int) -> str:
+def render_categories(result: CategoriesOutput, options: Mapping[str, Any] = NO_OPTIONS) -> str:
+    device = result["device"]
     lines = [f"device {device}: {fb(result['active_bytes'])} active {when_text(result['event'])}"]
     lines += groups_lines("category", result["categories"])
     cc = result["compile_contexts"]
@@ -24,7 +27,8 @@ def render_categories(result: dict[str, Any], device: int) -> str:
     return "\n".join(lines)
 
 
-def render_rules(result: dict[str, Any], device: int) -> str:
+def render_rules(result: RulesResult, options: Mapping[str, Any] = NO_OPTIONS) -> str:
+    device = result["device"]
     lines = [f"device {device}: {fb(result['active_bytes'])} active {when_text(result['event'])}"]
     lines += groups_lines("rule", result["rules"])
     return "\n".join(lines)

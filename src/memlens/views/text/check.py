@@ -3,10 +3,16 @@ budget is broken) go to stderr, where CI logs show them."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
+from memlens.analysis.results import CheckOutput
+from memlens.views.text.lines import NO_OPTIONS
 
-def render_check(result: dict[str, Any]) -> list[tuple[str, bool]]:
+
+def render_check(
+    result: CheckOutput, options: Mapping[str, Any] = NO_OPTIONS
+) -> list[tuple[str, bool]]:
     """(line, to_stderr) pairs."""
     lines = [
         (("ok:   " if c["ok"] else "FAIL: ") + c["message"], not c["ok"])

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
+from memlens.analysis.results import DiffResult
 from memlens.units import format_bytes as fb
-from memlens.views.text.lines import signed_bytes, table_lines
+from memlens.views.text.lines import NO_OPTIONS, signed_bytes, table_lines
 
 _STATUS = {"both": "", "only_a": "only in A", "only_b": "only in B"}
 
@@ -30,8 +32,10 @@ def _signed(x: int | None) -> str:
     return "" if x is None else signed_bytes(x)
 
 
-def render_diff(result: dict[str, Any], a: tuple[str, int], b: tuple[str, int]) -> str:
-    """`a`, `b`: (the path as given, the device compared) of each snapshot."""
+def render_diff(result: DiffResult, options: Mapping[str, Any] = NO_OPTIONS) -> str:
+    """A and B named by options["paths"] (the paths as given), else by their source."""
+    paths = options.get("paths") or (result["a"]["source"], result["b"]["source"])
+    a, b = (paths[0], result["a"]["device"]), (paths[1], result["b"]["device"])
     lines = [f"A = {a[0]} (device {a[1]})", f"B = {b[0]} (device {b[1]})", ""]
     lines += table_lines(["", "A", "B", "change", "%"],
                          [[f["name"], _value(f["name"], f["a"]), _value(f["name"], f["b"]),

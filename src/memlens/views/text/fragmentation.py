@@ -2,13 +2,25 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
+from memlens.analysis.results import AllocatorState, FragmentationResult
 from memlens.units import format_bytes as fb
-from memlens.views.text.lines import table_lines, when_text
+from memlens.views.text.lines import NO_OPTIONS, table_lines, when_text
 
 
-def render_fragmentation(result: dict[str, Any], device: int) -> str:
+def render_fragmentation(
+    result: FragmentationResult | AllocatorState, options: Mapping[str, Any] = NO_OPTIONS
+) -> str:
+    """The gap over time; or, for a state (--event), render_state (--blocks/--no-blocks)."""
+    if "at_peak" not in result:
+        return render_state(result, options.get("blocks", True))
+    return _render_curve(result)
+
+
+def _render_curve(result: Mapping[str, Any]) -> str:
+    device = result["device"]
     lines = [f"device {device}: reserved minus active peaks at {fb(result['max_gap_bytes'])} "
              f"{when_text(result['max_gap_event'])}"]  # fmt: skip
     for title, key in (("at the peak of active memory", "at_peak"), ("at the end", "end")):
@@ -17,7 +29,7 @@ def render_fragmentation(result: dict[str, Any], device: int) -> str:
     return "\n".join(lines)
 
 
-def render_state(result: dict[str, Any], blocks: bool) -> str:
+def render_state(result: Mapping[str, Any], blocks: bool) -> str:
     """state_at's result; with `blocks`, its 30 largest segments too."""
     lines = _state_lines(result)
     if blocks:
@@ -30,7 +42,7 @@ def render_state(result: dict[str, Any], blocks: bool) -> str:
     return "\n".join(lines)
 
 
-def _state_lines(s: dict[str, Any]) -> list[str]:
+def _state_lines(s: Mapping[str, Any]) -> list[str]:
     return [
         f"device {s['device']} {when_text(s['event'])}:",
         f"  reserved       {fb(s['reserved_bytes'])} in {s['n_segments']:,} segments",

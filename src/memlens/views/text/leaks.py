@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
+from memlens.analysis.results import LeaksResult
 from memlens.units import format_bytes as fb
-from memlens.views.text.lines import elide, signed_bytes, sites_lines, table_lines
+from memlens.views.text.lines import NO_OPTIONS, elide, signed_bytes, sites_lines, table_lines
 
 
-def render_leaks(result: dict[str, Any], device: int) -> str:
+def render_leaks(result: LeaksResult, options: Mapping[str, Any] = NO_OPTIONS) -> str:
+    device = result["device"]
     lines = [f"device {device}: {len(result['groups'])} stage group(s)"]
     lines += [f"note: {n}" for n in result["notes"]]
     for g in result["groups"]:

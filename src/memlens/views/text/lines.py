@@ -6,10 +6,15 @@ the same way (the --json output is the analysis result itself).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from types import MappingProxyType
 from typing import Any
 
 from memlens.units import format_bytes
+
+# what a renderer gets as `options` when called without any (a renderer of the registry
+# is render(result, options): the command's option values, by name)
+NO_OPTIONS: Mapping[str, Any] = MappingProxyType({})
 
 
 def signed_bytes(n: int) -> str:
@@ -17,21 +22,21 @@ def signed_bytes(n: int) -> str:
     return ("+" if n > 0 else "") + format_bytes(n)
 
 
-def sites_lines(sites: Sequence[dict[str, Any]], indent: str = "  ") -> list[str]:
+def sites_lines(sites: Sequence[Mapping[str, Any]], indent: str = "  ") -> list[str]:
     return [
         f"{indent}{format_bytes(s['bytes']):>12}  {s['count']:>7,}x  {s['site']}" for s in sites
     ]
 
 
 def tree_lines(
-    tree: dict[str, Any] | None, *, max_lines: int = 60, indent: str = "  "
+    tree: Mapping[str, Any] | None, *, max_lines: int = 60, indent: str = "  "
 ) -> list[str]:
     """An indented tree (outermost frame first), largest child first, bytes at every level."""
     if not tree:
         return []
     out: list[str] = []
 
-    def walk(node: dict[str, Any], depth: int) -> None:
+    def walk(node: Mapping[str, Any], depth: int) -> None:
         if len(out) >= max_lines:
             return
         out.append(
@@ -82,7 +87,7 @@ def _looks_numeric(s: str) -> bool:
         return t in ("", "None")
 
 
-def groups_lines(kind: str, groups: Sequence[dict[str, Any]]) -> list[str]:
+def groups_lines(kind: str, groups: Sequence[Mapping[str, Any]]) -> list[str]:
     """Categories and rules alike: a table of bytes at the event, own peak and bytes
     allocated per group, then each group's top sites."""
     lines = table_lines(

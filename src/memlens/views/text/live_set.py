@@ -2,31 +2,37 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, cast
 
+from memlens.analysis.results import AllocationLiveSet, LiveSet, PeakResult
 from memlens.units import format_bytes
-from memlens.views.text.lines import sites_lines, tree_lines, when_text
+from memlens.views.text.lines import NO_OPTIONS, sites_lines, tree_lines, when_text
 
 
-def render_peak(r: dict[str, Any], device: int, at_event: bool) -> str:
-    """`peak` at the peak, or after --event (`at_event`)."""
-    return render_live_set(r, f"device {device} " + ("live set" if at_event else "peak"))
+def render_peak(r: PeakResult | LiveSet, options: Mapping[str, Any] = NO_OPTIONS) -> str:
+    """`peak` at the peak, or after --event (options["event"])."""
+    at_event = options.get("event") is not None
+    return render_live_set(r, f"device {r['device']} " + ("live set" if at_event else "peak"))
 
 
-def render_at(r: dict[str, Any], device: int, when: str | None) -> str:
-    """`at`: after an event, or at the allocation (`when`: "alloc" or "free") of --addr."""
-    if when is None:
-        return render_live_set(r, f"device {device}")
-    a = r["allocation"]
-    title = f"device {device} at {when} of {a['address']}_{a['version']} ({a['bytes']:,} bytes)"
+def render_at(r: LiveSet | AllocationLiveSet, options: Mapping[str, Any] = NO_OPTIONS) -> str:
+    """`at`: after an event, or at the allocation ("when": alloc or free) of --addr."""
+    if "allocation" not in r:
+        return render_live_set(r, f"device {r['device']}")
+    at_alloc = cast(AllocationLiveSet, r)
+    a, when = at_alloc["allocation"], at_alloc["when"]
+    title = (
+        f"device {r['device']} at {when} of {a['address']}_{a['version']} ({a['bytes']:,} bytes)"
+    )
     return render_live_set(r, title)
 
 
-def render_live_set(r: dict[str, Any], title: str) -> str:
+def render_live_set(r: Mapping[str, Any], title: str) -> str:
     return "\n".join(live_set_lines(r, title))
 
 
-def live_set_lines(r: dict[str, Any], title: str) -> list[str]:
+def live_set_lines(r: Mapping[str, Any], title: str) -> list[str]:
     lines = [
         f"{title}: {format_bytes(r['active_bytes'])} active, "
         f"{format_bytes(r['reserved_bytes'])} reserved, {when_text(r['event'])}"

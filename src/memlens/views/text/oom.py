@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
+from memlens.analysis.results import OomOutput
 from memlens.units import format_bytes as fb
-from memlens.views.text.lines import sites_lines
+from memlens.views.text.lines import NO_OPTIONS, sites_lines
 
 
-def render_oom(result: dict[str, Any]) -> str:
+def render_oom(result: OomOutput, options: Mapping[str, Any] = NO_OPTIONS) -> str:
     lines = []
     for r in result["devices"]:
         if not r["count"]:

@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from memlens.analysis.results import StagesOutput
 from memlens.units import format_bytes as fb
-from memlens.views.text.lines import elide, signed_bytes, sites_lines, table_lines
+from memlens.views.text.lines import NO_OPTIONS, elide, signed_bytes, sites_lines, table_lines
 
 TEXT_STAGES = 40  # stages listed; the rest are counted (the JSON has them all)
 
@@ -17,10 +18,10 @@ def occurrence_suffix(s: Mapping[str, Any]) -> str:
     return f" [{s['occurrence']}]" if s["occurrence"] else ""
 
 
-def render_stages(result: dict[str, Any], device: int) -> str:
+def render_stages(result: StagesOutput, options: Mapping[str, Any] = NO_OPTIONS) -> str:
     """`result`: stage_table's, with "repeated" (compare_steps' groups) and, on the stages
     shown, "grew" (sites_that_grew)."""
-    lines = [f"device {device}: {len(result['stages'])} stages"]
+    lines = [f"device {result['device']}: {len(result['stages'])} stages"]
     lines += [f"note: {n}" for n in result["notes"]]
     rows = []
     shown, hidden = elide(result["stages"], TEXT_STAGES)

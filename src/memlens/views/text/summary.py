@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from memlens.analysis.results import Summary
 from memlens.units import format_bytes
+from memlens.views.text.lines import NO_OPTIONS
 
 
-def render_summary(s: Summary) -> str:
+def render_summary(s: Summary, options: Mapping[str, Any] = NO_OPTIONS) -> str:
     """The text of analysis.summary.summarize's result."""
     lines = [f"memlens summary of {s['source']}"]
     for d in s["devices"]:
