@@ -80,7 +80,7 @@ def test_device_help_says_the_default():
     """--device said "default: every device" where most commands take the longest trace."""
     every = {"summary", "oom", "check", "ranks", "export"}
     ctx = cli.make_context("memlens", ["--help"], resilient_parsing=True)
-    for name in COMMANDS:
+    for name in cli.list_commands(ctx):
         command = cli.get_command(ctx, name)
         (device,) = [p for p in command.params if p.name == "device"] or [None]
         if device is None:

@@ -23,11 +23,9 @@ def test_broken_analysis_becomes_a_note_and_a_problem(snap, monkeypatch):
     def boom(ctx):
         raise RuntimeError("kaboom <b>")
 
-    from memlens.views.report import build
+    from memlens.views.report.sections import categories
 
-    monkeypatch.setattr(
-        build.SECTIONS[[s.id for s in build.SECTIONS].index("categories")], "fn", boom
-    )
+    monkeypatch.setattr(categories.SECTION, "fn", boom)
     text, problems = build_report(snap)
     assert [p for p in problems if p.startswith("Categories")] == [
         "Categories: RuntimeError: kaboom <b>"

@@ -8,38 +8,27 @@ from pathlib import Path
 from memlens.snapshot.model import Snapshot
 from memlens.views.report.context import ReportContext, Section, guarded
 from memlens.views.report.page import esc, render_page
-from memlens.views.report.sections import (
-    allocator,
-    anomalies,
-    categories,
-    devices,
-    diff,
-    leaks,
-    oom,
-    overview,
-    peak,
-    rules,
-    settings,
-    stages,
-    timeline,
-)
+from memlens.views.report.sections import devices, overview, settings, timeline
 
-# the page, in order (each module's SECTION says its title and when it is shown)
-SECTIONS: list[Section] = [
-    overview.SECTION,
-    diff.SECTION,
-    devices.SECTION,
-    timeline.SECTION,
-    peak.SECTION,
-    stages.SECTION,
-    categories.SECTION,
-    rules.SECTION,
-    leaks.SECTION,
-    oom.SECTION,
-    anomalies.SECTION,
-    allocator.SECTION,
-    settings.SECTION,
-]
+# the page, in order: each id is a report-only section (these) or the section an analysis
+# declares (memlens.analysis.registry); a registered section not named here goes before
+# the allocator settings
+PAGE = ["overview", "diff", "devices", "timeline", "peak", "stages", "categories", "rules",
+        "leaks", "oom", "anomalies", "allocator", "settings"]  # fmt: skip
+REPORT_ONLY = [overview.SECTION, devices.SECTION, timeline.SECTION, settings.SECTION]
+
+
+def sections() -> list[Section]:
+    """Every section of the page, in page order."""
+    from memlens.analysis import registry
+
+    found = {s.id: s for s in REPORT_ONLY}
+    for analysis in registry.all():
+        section = analysis.report_section
+        if section is not None:
+            found[section.id] = section
+    ordered = [found.pop(i) for i in PAGE if i in found]
+    return [*ordered[:-1], *found.values(), ordered[-1]]
 
 
 def _wanted(section: Section, ctx: ReportContext) -> bool:
@@ -76,7 +65,7 @@ def build_report(
     b_name = names[1] if names and names[1] else (snap2.source if snap2 is not None else "")
     ctx = ReportContext(snap, dev, hide_patterns, rules_path, snap2, dev2, names=(a_name, b_name))
     parts, nav = [], []
-    for section in SECTIONS:
+    for section in sections():
         if not _wanted(section, ctx):
             continue
         body = run_section(section, ctx)

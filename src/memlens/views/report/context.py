@@ -71,7 +71,7 @@ SectionFn = Callable[[ReportContext], "str | None"]
 @dataclass
 class Section:
     """One section of the report: each module of memlens.views.report.sections has one
-    (SECTION), and build.SECTIONS puts them in page order."""
+    (SECTION), and build.sections() puts them in page order."""
 
     id: str
     title: str
