@@ -202,7 +202,7 @@ GOLDEN_CASES = {
         "select row, alloc_event, free_event, addr, size, ghost from allocations order by 1 limit 3",
         "--csv",
     ],
-    "sql_truncated": ["sql", "{train}", "select name from annotations order by 1", "--limit", "2"],
+    "sql_truncated": ["sql", "{train}", "select name from annotations order by 1", "--top", "2"],
 }
 
 

@@ -9,7 +9,7 @@ import sys
 import pytest
 from click.testing import CliRunner
 
-from memlens.cli.main import COMMANDS, cli, run
+from memlens.cli.main import cli, run
 
 # a command that ends with ctx.exit(3), run through memlens's own entry point
 EXIT_3 = """

@@ -193,11 +193,37 @@ def connect(snap: Snapshot, *, allow_files: bool = False) -> Any:
     return con
 
 
+# `memlens sql --tables`: each table and its columns
+TABLES_QUERY = (
+    "select table_name, string_agg(column_name || ' ' || data_type, ', ' order by ordinal_position) "
+    "as columns from information_schema.columns where table_name not like '\\_%' escape '\\' "
+    "group by 1 order by 1"
+)
+
+
+def plain(v: Any) -> Any:
+    """A DuckDB value as JSON-able: HUGEINT is already an int; DECIMAL -> float; lists,
+    structs and maps element by element; anything else (dates, UUIDs, blobs) -> str."""
+    if v is None or isinstance(v, (bool, int, float, str)):
+        return v
+    if isinstance(v, (list, tuple)):
+        return [plain(x) for x in v]
+    if isinstance(v, dict):
+        return {str(k): plain(x) for k, x in v.items()}
+    from decimal import Decimal
+
+    if isinstance(v, Decimal):
+        return float(v)
+    return str(v)
+
+
 def query(
-    snap: Snapshot, sql: str, *, limit: int | None = None, allow_files: bool = False
+    snap: Snapshot, sql: str, *, top: int | None = None, allow_files: bool = False, **old: Any
 ) -> QueryResult:
-    """Run `sql`: {"columns": [...], "types": [...], "rows": [[...], ...], "truncated":
-    bool}. MemlensError (one line) on a SQL error."""
+    """Run `sql`: {"columns": [...], "types": [...], "rows": [[...], ...] (JSON-able values,
+    see `plain`), "truncated": bool}, the first `top` rows (`limit=`: its deprecated
+    name). MemlensError (one line) on a SQL error."""
+    limit = _top(top, old)
     duckdb, _ = _libs()
     con = connect(snap, allow_files=allow_files)
     try:
@@ -213,6 +239,18 @@ def query(
     return {
         "columns": [d[0] for d in cur.description],
         "types": [str(d[1]) for d in cur.description],
-        "rows": [list(r) for r in rows],
+        "rows": [[plain(v) for v in r] for r in rows],
         "truncated": truncated,
     }
+
+
+def _top(top: int | None, old: dict[str, Any]) -> int | None:
+    """`limit=` was the other name of "how many rows"; it still works, with a warning."""
+    if set(old) - {"limit"}:
+        raise TypeError(f"query() got unexpected keyword(s) {', '.join(set(old) - {'limit'})}")
+    if "limit" in old:
+        import warnings
+
+        warnings.warn("query(limit=) is deprecated, use top=", DeprecationWarning, stacklevel=3)
+        return old["limit"] if top is None else top
+    return top

@@ -24,7 +24,7 @@ def print_table(result: QueryResult, rows: Sequence[Sequence[Any]]) -> None:
         table.add_row(*["NULL" if v is None else str(v) for v in r])
     console = Console()
     console.print(table)
-    more = " (more rows not shown: --limit N, --csv or --json)" if result["truncated"] else ""
+    more = " (more rows not shown: --top N, --csv or --json)" if result["truncated"] else ""
     console.print(f"{len(rows):,} rows{more}", style="dim")
 
 
