@@ -13,9 +13,9 @@ from click.testing import CliRunner
 from view_fixtures import small_snapshot
 
 from memlens.cli.main import cli, main
-from memlens.cli.view import bind_socket, url_for
 from memlens.errors import MemlensError
 from memlens.simulation.synthetic import generate_snapshot
+from memlens.views.web.server import bind_socket, url_for
 
 
 def test_help_lists_the_options():

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import threading
 import webbrowser
 
@@ -16,30 +15,6 @@ from memlens.cli.options import (
     snapshots_argument,
     status,
 )
-from memlens.errors import MemlensError
-
-
-def bind_socket(host: str, port: int) -> socket.socket:
-    """Bind first, so port 0 resolves to a real port before the URL is printed."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, port))
-    except OSError as exc:
-        sock.close()
-        raise MemlensError(f"cannot listen on {host}:{port} ({exc.strerror or exc})") from None
-    sock.listen(128)
-    sock.set_inheritable(True)
-    return sock
-
-
-def url_for(host: str, port: int, device: int | None) -> str:
-    shown = "127.0.0.1" if host in ("0.0.0.0", "") else ("[::1]" if host == "::" else host)
-    if ":" in shown and not shown.startswith("["):
-        shown = f"[{shown}]"
-    query = f"?device={device}" if device is not None else ""
-    return f"http://{shown}:{port}/{query}"
 
 
 @click.command("view")
@@ -80,7 +55,7 @@ def command(
     import uvicorn
 
     from memlens.views.web.data import ViewerData
-    from memlens.views.web.server import create_app
+    from memlens.views.web.server import bind_socket, create_app, url_for
 
     snapshots = [p for p in paths if p is not None]
     # --annotations belong to the first snapshot (the run they were recorded with)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import socket
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from importlib.resources import files
@@ -256,3 +257,26 @@ def _page_headers(frame_ancestors: tuple[str, ...] = ()) -> dict[str, str]:
     # X-Frame-Options cannot name origins; CSP frame-ancestors supersedes it where given
     csp = CSP.replace("frame-ancestors 'none'", "frame-ancestors " + " ".join(frame_ancestors))
     return {"Content-Security-Policy": csp}
+
+
+def bind_socket(host: str, port: int) -> socket.socket:
+    """Bind first, so port 0 resolves to a real port before the URL is printed."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise MemlensError(f"cannot listen on {host}:{port} ({exc.strerror or exc})") from None
+    sock.listen(128)
+    sock.set_inheritable(True)
+    return sock
+
+
+def url_for(host: str, port: int, device: int | None) -> str:
+    shown = "127.0.0.1" if host in ("0.0.0.0", "") else ("[::1]" if host == "::" else host)
+    if ":" in shown and not shown.startswith("["):
+        shown = f"[{shown}]"
+    query = f"?device={device}" if device is not None else ""
+    return f"http://{shown}:{port}/{query}"
