@@ -22,14 +22,21 @@ active over time comes straight from the curves; the largest free block needs th
 from __future__ import annotations
 
 import bisect
+from collections.abc import Sequence
 from typing import Any, TypedDict, cast
 
 import numpy as np
 
 from memlens.analysis.events import event_info, sample_events
-from memlens.analysis.results import AllocatorState, Block, FragmentationResult, StateSummary
+from memlens.analysis.results import (
+    AllocatorState,
+    Block,
+    FragmentationResult,
+    Segment,
+    StateSummary,
+)
 from memlens.snapshot.actions import Action
-from memlens.snapshot.model import DeviceTrace
+from memlens.snapshot.model import DeviceTrace, Snapshot
 
 ROUND = 512
 _SEG_ACTIONS = (Action.SEGMENT_ALLOC, Action.SEGMENT_FREE, Action.SEGMENT_MAP, Action.SEGMENT_UNMAP)
@@ -206,13 +213,56 @@ class _Layout(TypedDict):
     outside: int
 
 
+def rounded(size: np.ndarray) -> np.ndarray:
+    """Block sizes as the allocator rounds them: up to a multiple of ROUND, at least ROUND."""
+    out: np.ndarray = np.maximum(ROUND, -(-size // ROUND) * ROUND)
+    return out
+
+
+def rounding_waste(segments: Sequence[Segment]) -> int:
+    """Bytes the live blocks of a state_at's segments lose to rounding (part of its
+    free_bytes): the allocator's smallest block is ROUND bytes."""
+    sizes = np.fromiter((b["size"] for s in segments for b in s["blocks"]), np.int64)
+    return int((rounded(sizes) - sizes).sum())
+
+
+def final_pools(dev: DeviceTrace) -> dict[int, list[int]]:
+    """Memory pool (id pair; (0, 0) is the default pool, anything else a private pool such
+    as a CUDA graph's) of each segment of the snapshot's final state, by address: a
+    segment freed before the end has no recorded pool."""
+    seg = dev.snapshot.segments
+    rows = seg.of_device(dev.device)
+    return {
+        int(a): [int(p0), int(p1)]
+        for a, p0, p1 in zip(
+            seg.address[rows].tolist(), seg.pool_id0[rows].tolist(), seg.pool_id1[rows].tolist()
+        )
+    }
+
+
+def pool_at(snap: Snapshot, device: int, addr: int) -> list[int] | None:
+    """Pool id of the final-state segment holding `addr` (None if that segment is gone)."""
+    seg = snap.segments
+    rows = seg.of_device(device)
+    if not len(rows):
+        return None
+    order = rows[np.argsort(seg.address[rows])]
+    k = int(np.searchsorted(seg.address[order], np.uint64(addr), side="right")) - 1
+    if k < 0:
+        return None
+    r = order[k]
+    if addr >= int(seg.address[r]) + int(seg.total_size[r]):
+        return None
+    return [int(seg.pool_id0[r]), int(seg.pool_id1[r])]
+
+
 def _layout(dev: DeviceTrace, sstart: np.ndarray, ssize: np.ndarray, event: int) -> _Layout:
     """Blocks (rows live after `event`) placed in segments; gaps and per-segment figures."""
     rows = dev.live_at(event)
     rows = rows[np.argsort(dev.alloc_addr[rows], kind="stable")]
     baddr = dev.alloc_addr[rows].astype(np.int64)  # user-space addresses fit in int63
     bsize = dev.alloc_size[rows]
-    rsize = np.maximum(ROUND, -(-bsize // ROUND) * ROUND)
+    rsize = rounded(bsize)
     nseg = len(sstart)
     send = sstart + ssize
     k = np.searchsorted(sstart, baddr, side="right") - 1

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from memlens.analysis.allocator_state import ROUND, state_at
+from memlens.analysis.allocator_state import final_pools, rounding_waste, state_at
 from memlens.snapshot.model import DeviceTrace
 
 MAX_SEGMENTS = 300  # rows of the card's canvas
@@ -28,20 +28,6 @@ def settings_list(settings: dict[str, Any]) -> list[list[str]]:
     return out
 
 
-def final_pools(dev: DeviceTrace) -> dict[int, list[int]]:
-    """Memory pool (id pair; (0, 0) is the default pool, anything else a private pool such
-    as a CUDA graph's) of each segment of the snapshot's final state, by address: a
-    segment freed before the end has no recorded pool."""
-    seg = dev.snapshot.segments
-    rows = seg.of_device(dev.device)
-    return {
-        int(a): [int(p0), int(p1)]
-        for a, p0, p1 in zip(
-            seg.address[rows].tolist(), seg.pool_id0[rows].tolist(), seg.pool_id1[rows].tolist()
-        )
-    }
-
-
 def allocator_state(dev: DeviceTrace, event: int) -> dict[str, Any]:
     """state_at(dev, event) with segments by address (the first MAX_SEGMENTS, their blocks up
     to MAX_BLOCKS in all), each block's offset in its segment, and the rounding waste: bytes
@@ -50,16 +36,11 @@ def allocator_state(dev: DeviceTrace, event: int) -> dict[str, Any]:
     st = state_at(dev, event, blocks=True)
     pools = final_pools(dev)
     segments = sorted(st.pop("segments", []), key=lambda s: int(s["address"], 16))
-    waste = 0
     drawn: list[dict[str, Any]] = []
     n_blocks = 0
-    for seg in segments:
+    for seg in segments[:MAX_SEGMENTS]:
         base = int(seg["address"], 16)
         blocks = seg["blocks"]
-        for b in blocks:
-            waste += max(ROUND, -(-b["size"] // ROUND) * ROUND) - b["size"]
-        if len(drawn) >= MAX_SEGMENTS:
-            continue
         keep = blocks[: max(MAX_BLOCKS - n_blocks, 0)]
         n_blocks += len(keep)
         drawn.append(
@@ -72,7 +53,7 @@ def allocator_state(dev: DeviceTrace, event: int) -> dict[str, Any]:
         )
     return {
         **st,
-        "rounding_waste_bytes": waste,
+        "rounding_waste_bytes": rounding_waste(segments),
         "segments": drawn,
         "segments_shown": len(drawn),
         "blocks_shown": n_blocks,

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from memlens.analysis.allocator_state import pool_at
 from memlens.analysis.diff import diff
 from memlens.analysis.oom import oom_entries
 from memlens.analysis.results import DeviceSummary
@@ -306,7 +307,7 @@ class ViewerData:
             "free_requested": event_info(fr),
             "free": event_info(fe),
             "stream": f"0x{int(snap.streams[int(dev.alloc_stream[row])]):x}",
-            "pool": self._pool_of(snap, device, addr),
+            "pool": pool_at(snap, device, addr),
             "compile_context": string_at(dev.compile_context),
             "user_metadata": string_at(dev.user_metadata),
             "forward_frames": string_at(dev.forward_stack),
@@ -328,22 +329,6 @@ class ViewerData:
             }
             for i in snap.stacks.frames_of(sid).tolist()
         ]
-
-    @staticmethod
-    def _pool_of(snap: Snapshot, device: int, addr: int) -> list[int] | None:
-        """Pool id of the final segment holding addr (None if that segment is gone)."""
-        seg = snap.segments
-        rows = seg.of_device(device)
-        if not len(rows):
-            return None
-        order = rows[np.argsort(seg.address[rows])]
-        k = int(np.searchsorted(seg.address[order], np.uint64(addr), side="right")) - 1
-        if k < 0:
-            return None
-        r = order[k]
-        if addr >= int(seg.address[r]) + int(seg.total_size[r]):
-            return None
-        return [int(seg.pool_id0[r]), int(seg.pool_id1[r])]
 
     # ---- /api/d/{device}/live ----------------------------------------------------------------
     def live(self, s: int, device: int, event: int, python_only: bool = True) -> dict[str, Any]:
