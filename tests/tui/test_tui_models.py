@@ -64,7 +64,11 @@ def test_bucket_maxima_never_hide_a_one_event_peak():
     # each column's height is the max of its 20 events (here the odd, still-allocated ones)
     expected = [int(dev.active_after[k * 20 : k * 20 + 20].max()) for k in range(50)]
     assert active.tolist() == expected
-    assert tl.columns(20)[0] is active  # cached per zoom level
+    # a window of columns: the same maxima (the chart asks only for the visible ones)
+    part = tl.columns(20, 47, 10)
+    assert part[0].tolist() == expected[47:] and part[1].tolist() == reserved[47:].tolist()
+    assert tl.peak_in(0, tl.n_events - 1) == int(np.argmax(dev.active_after))
+    assert tl.peak_in(100, 119) == 100 + int(np.argmax(dev.active_after[100:120]))
     spike = np.zeros(1000, dtype=np.int64)
     spike[537] = 10**9
     t2 = Timeline(spike, spike)

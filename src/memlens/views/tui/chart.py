@@ -1,9 +1,10 @@
 """The timeline chart: memory over events as columns of bars, without Textual.
 
 Each column is a bucket of `bucket` consecutive events and shows the *maximum* active and
-reserved bytes inside it, so a one-event peak is never averaged away. The maxima are
-computed once per bucket size over the whole trace (np.maximum.reduceat) and cached, so
-moving, panning and redrawing only slice arrays; a keypress never rescans all events.
+reserved bytes inside it, so a one-event peak is never averaged away. The maxima come from
+the level-of-detail index the browser viewer uses (views.layout.index.RangeArgmax, built
+once per curve): a redraw asks only for the visible columns, O(log n) each, so a keypress
+never rescans all events.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from memlens.analysis.stages import annotation_rows_for
 from memlens.snapshot.actions import Action
 from memlens.snapshot.model import DeviceTrace
 from memlens.units import format_bytes
+from memlens.views.layout.index import RangeArgmax
 
 EIGHTHS = " ▁▂▃▄▅▆▇█"
 RESERVED_GLYPH = "░"  # reserved-but-not-active memory, stacked above the active bar
@@ -33,7 +35,6 @@ MIN_WIDTH, MIN_HEIGHT = 30, 2  # below this the chart says so instead of drawing
 # are worth more as bars).
 LABELS_MIN_HEIGHT = 8
 _TICKS = (5, 10, 20, 50, 100, 200, 500)  # columns between two event labels
-_MAX_CACHED_LEVELS = 12
 
 # Colours are given as RGB, not ANSI names: Textual maps the 16 ANSI colours through its
 # theme, where yellow and dark orange came out the same.
@@ -66,14 +67,13 @@ class Marker:
 
 @dataclass
 class Timeline:
-    """One device's curves, with bucket maxima cached per zoom level."""
+    """One device's curves, with their range-maximum indexes."""
 
     active: np.ndarray  # int64 bytes after each event
     reserved: np.ndarray
     markers: list[Marker] = field(default_factory=list)
     start_top: int = 0  # the higher of active and reserved bytes before the first event
     ooms: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # OOM events
-    _levels: dict[int, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict, repr=False)
 
     @classmethod
     def of_device(cls, dev: DeviceTrace) -> Timeline:
@@ -121,29 +121,34 @@ class Timeline:
         k = int(np.searchsorted(events, event, side="right")) - 1
         return after[k] if k >= 0 else ""
 
-    def columns(self, bucket: int) -> tuple[np.ndarray, np.ndarray]:
-        """Per column of `bucket` events: (max active, max reserved), over the whole trace."""
-        hit = self._levels.get(bucket)
-        if hit is None:
-            if bucket == 1:
-                hit = (self.active, self.reserved)
-            else:
-                starts = np.arange(0, self.n_events, bucket)
-                hit = (
-                    np.maximum.reduceat(self.active, starts),
-                    np.maximum.reduceat(self.reserved, starts),
-                )
-            if len(self._levels) >= _MAX_CACHED_LEVELS:
-                self._levels.pop(next(iter(self._levels)))
-            self._levels[bucket] = hit
-        return hit
+    @cached_property
+    def _active_max(self) -> RangeArgmax:
+        return RangeArgmax(self.active)
+
+    @cached_property
+    def _reserved_max(self) -> RangeArgmax:
+        return RangeArgmax(self.reserved)
+
+    def columns(
+        self, bucket: int, start: int = 0, count: int | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """(max active, max reserved) per column of `bucket` events, `count` columns from
+        column `start` (default: to the end of the trace)."""
+        n_columns = -(-self.n_events // bucket)
+        count = n_columns - start if count is None else min(count, n_columns - start)
+        lo = (start + np.arange(max(count, 0), dtype=np.int64)) * bucket
+        hi = np.minimum(lo + bucket, self.n_events)
+        return (
+            self.active[self._active_max.query(lo, hi)],
+            self.reserved[self._reserved_max.query(lo, hi)],
+        )
 
     def peak_in(self, first: int, last: int) -> int:
         """Event of the highest active value in [first, last] (first one on ties)."""
         last = min(last, self.n_events - 1)
         if first > last:
             return last
-        return first + int(np.argmax(self.active[first : last + 1]))
+        return int(self._active_max.query(np.array([first]), np.array([last + 1]))[0])
 
 
 def stage_markers(dev: DeviceTrace) -> list[Marker]:
@@ -294,9 +299,7 @@ def render_chart(
     span = max(top - floor, 1)
     start = view.start
     if timeline.n_events:
-        amax, rmax = timeline.columns(view.bucket)
-        amax = amax[start : start + cols]
-        rmax = rmax[start : start + cols]
+        amax, rmax = timeline.columns(view.bucket, start, cols)
     else:
         amax = rmax = np.zeros(0, dtype=np.int64)
     # heights in eighths of a row; anything above the floor gets at least one eighth
