@@ -11,28 +11,14 @@ peak inside, bytes allocated) next to it. Reading needs no torch.
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
 
+from memlens.analysis.annotations import annotation_entries, read_json
 from memlens.errors import MemlensError
 from memlens.inspector.store import ANNOTATIONS_FORMAT
 from memlens.units import format_bytes
-
-
-def _read_json(path: str | os.PathLike) -> tuple[Path, Any]:
-    p = Path(path)
-    if p.is_dir():
-        p = p / "annotations.json"
-    try:
-        return p, json.loads(p.read_text("utf-8"))
-    except FileNotFoundError:
-        raise MemlensError(
-            f"{p}: no such file (an inspector run directory has annotations.json)"
-        ) from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise MemlensError(f"{p}: not readable as JSON ({exc})") from None
 
 
 def _checked(p: Path, doc: Any) -> dict[str, Any]:
@@ -46,7 +32,7 @@ def _checked(p: Path, doc: Any) -> dict[str, Any]:
 def read_activation_annotations(path: str | os.PathLike) -> dict[str, Any]:
     """The annotations.json document of an inspector run (`path`: the run directory or the
     file itself). Raises MemlensError with one line when it is missing or not one."""
-    return _checked(*_read_json(path))
+    return _checked(*read_json(path))
 
 
 def activation_annotations(path: str | os.PathLike, device: int = 0) -> list[dict[str, Any]]:
@@ -81,22 +67,7 @@ def annotations_from(path: str | os.PathLike, device: int = 0) -> list[dict[str,
     """Annotations to add to a snapshot, from `path`: an inspector run (directory or its
     annotations.json), or a JSON list of PyTorch-style entries ({"name", "stage":
     "START"|"END", "time_us", optional "device"}) written by any other tool."""
-    p, doc = _read_json(path)
+    p, doc = read_json(path)
     if isinstance(doc, dict) and doc.get("format") == ANNOTATIONS_FORMAT:
         return _activation_entries(_checked(p, doc), device)
-    if not isinstance(doc, list):
-        raise MemlensError(
-            f"{p}: expected an inspector annotations.json or a JSON list of annotations"
-        )
-    for i, a in enumerate(doc):
-        if (
-            not isinstance(a, dict)
-            or not isinstance(a.get("name"), str)
-            or a.get("stage") not in ("START", "END")
-            or not isinstance(a.get("time_us"), int)
-        ):
-            raise MemlensError(
-                f"{p}: entry {i} is not an annotation "
-                '({"name": str, "stage": "START" or "END", "time_us": int})'
-            )
-    return [{"device": device, **a} for a in doc]
+    return annotation_entries(p, doc, device)
