@@ -32,7 +32,16 @@ from memlens.cli.options import status
 )
 @click.option("--oom", is_flag=True, help="End the trace with an out-of-memory entry.")
 @click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--json", "as_json", is_flag=True, help="Write JSON instead of a pickle.")
+@click.option(
+    "--format",
+    "file_format",
+    type=click.Choice(["pickle", "json"]),
+    default="pickle",
+    show_default=True,
+    help="The file's format: PyTorch's pickle, or the same as JSON.",
+)
+# --json everywhere else means "print the result as JSON"; here it was --format json
+@click.option("--json", "json_alias", is_flag=True, hidden=True)
 @click.option("--ranks", type=int, default=None,
               help="Write this many rank files into the directory OUTPUT (a fleet: one "
               "training loop, per-rank noise; see --skew).")  # fmt: skip
@@ -48,7 +57,8 @@ def command(
     expandable: bool,
     oom: bool,
     seed: int,
-    as_json: bool,
+    file_format: str,
+    json_alias: bool,
     ranks: int | None,
     skew: tuple[str, ...],
 ) -> None:
@@ -59,6 +69,9 @@ def command(
     from memlens.errors import MemlensError
     from memlens.simulation.synthetic import generate_snapshot, generate_trace_dict
 
+    if json_alias:
+        status("memlens: warning: generate --json is deprecated; use --format json", err=True)
+    as_json = json_alias or file_format == "json"
     if events < 0 or devices < 1 or layers < 1 or truncate < 0:
         raise MemlensError("--events and --truncate must be >= 0, --devices and --layers >= 1")
     if ranks is not None or skew:
@@ -98,7 +111,7 @@ def _fleet(output: str, ranks: int | None, skew: tuple[str, ...], events: int, l
         raise MemlensError("--skew needs --ranks N (N >= 1)")
     if refused:
         raise MemlensError("--ranks writes one-device pickles: no --devices, --truncate, "
-                           "--expandable, --oom or --json")  # fmt: skip
+                           "--expandable, --oom or --format json")  # fmt: skip
     try:
         write_fleet(output, ranks, skew, events=events, layers=layers, seed=seed)
     except OSError as exc:
