@@ -59,9 +59,15 @@ def toy_registered(monkeypatch):
     module.SECTION = Section("toy", "Toy", toy_section)
     monkeypatch.setitem(sys.modules, "toy_analysis", module)
     analysis = registry.register(
-        Analysis("toy", "the sizes of the first events", "toy_analysis:toy", ToyResult,
-                 "toy_analysis:render_toy", options=(Option("top", int, 2, "How many."),),
-                 section="toy_analysis:SECTION")  # fmt: skip
+        Analysis(
+            "toy",
+            "the sizes of the first events",
+            "toy_analysis:toy",
+            ToyResult,
+            "toy_analysis:render_toy",
+            options=(Option("top", int, 2, "How many."),),
+            section="toy_analysis:SECTION",
+        )  # fmt: skip
     )
     yield analysis
     registry.unregister("toy")
@@ -104,8 +110,12 @@ def docs_list_problems() -> list[str]:
     text = (DOCS / "analyses.md").read_text()
     listed = re.findall(r"^\| `memlens ([\w-]+)`", text, flags=re.M)
     problems = [f"{n}: listed twice" for n in sorted({n for n in listed if listed.count(n) > 1})]
-    problems += [f"{n}: not in docs/analyses.md's list" for n in registry.names() if n not in listed]
-    problems += [f"{n}: listed, not registered" for n in listed if n not in registry.names() + ["sql"]]
+    problems += [
+        f"{n}: not in docs/analyses.md's list" for n in registry.names() if n not in listed
+    ]
+    problems += [
+        f"{n}: listed, not registered" for n in listed if n not in registry.names() + ["sql"]
+    ]
     return problems
 
 

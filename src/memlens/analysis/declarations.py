@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from memlens.analysis import results as R
-from memlens.analysis.registry import Analysis, Option
+from memlens.analysis.spec import Analysis, Option
 
 A = "memlens.analysis."
 T = "memlens.views.text."

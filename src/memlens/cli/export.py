@@ -7,6 +7,7 @@ from typing import Any
 
 import click
 
+from memlens.analysis.results import ExportResult
 from memlens.cli.command import Answer, analysis_command
 from memlens.errors import MemlensError
 from memlens.snapshot.model import Snapshot
@@ -67,7 +68,7 @@ def command(
     snapshot_json: Path | None,
     parquet: Path | None,
     device: int | None,
-) -> Answer:
+) -> Answer[ExportResult]:
     """Write SNAPSHOT for other tools: a Chrome trace of its memory (alone or merged into
     a torch.profiler trace, for Perfetto), plain JSON, or Parquet tables."""
     from memlens.views.export.run import export

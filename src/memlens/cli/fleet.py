@@ -9,6 +9,7 @@ import click
 
 from memlens.cli.command import Answer, analysis_command
 from memlens.cli.options import status
+from memlens.fleet.results import FleetResult
 
 
 def _check(**own: Any) -> dict[str, Any]:
@@ -61,7 +62,7 @@ def command(
     device: int | None,
     no_cache: bool,
     hide: list[str] | None,
-) -> Answer:
+) -> Answer[FleetResult]:
     """Compare ranks: per rank (in parallel) peak, baseline, end, OOMs, stage peaks,
     categories and top sites at the peak; across ranks, outliers by robust z-score with
     a diff against the median rank, groups, and the imbalance of each stage.

@@ -4,7 +4,7 @@ and in the Parquet table (--out); printing thousands of rows would bury the answ
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from memlens.units import format_bytes as fb
@@ -40,7 +40,7 @@ def figure_label(name: str) -> str:
     return name.removesuffix("_bytes").replace("_", " ")
 
 
-def render_fleet(r: dict[str, Any]) -> str:
+def render_fleet(r: Mapping[str, Any]) -> str:
     lines = [
         f"memlens fleet: {r['ranks_total']:,} ranks ({r['ranks_ok']:,} ok, "
         f"{r['ranks_failed']:,} failed) on {r['executor']}; rank ids from {r['rank_source']}"
@@ -80,7 +80,7 @@ def render_fleet(r: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def outlier_lines(r: dict[str, Any], by_rank: dict[int, dict[str, Any]]) -> list[str]:
+def outlier_lines(r: Mapping[str, Any], by_rank: dict[int, dict[str, Any]]) -> list[str]:
     found = r["outliers"]
     if not found:
         return [f"no outliers (no figure has |robust z| > {r['threshold_z']:g})"]
