@@ -7,7 +7,7 @@ from __future__ import annotations
 import importlib
 import warnings
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Generic, Literal, TypeVar
 
 from memlens.errors import MemlensError
@@ -109,7 +109,8 @@ class Analysis(Generic[R]):
     fails_unless: str | None = None
     section: str | None = None
     doc: str = ""
-    aliases: Mapping[str, str] = field(default_factory=lambda: {"limit": "top"})
+    # deprecated option names run() still accepts: (old, new) pairs
+    aliases: tuple[tuple[str, str], ...] = (("limit", "top"),)
 
     @property
     def function_obj(self) -> Callable[..., R]:
@@ -144,11 +145,12 @@ class Analysis(Generic[R]):
         option, with a DeprecationWarning); MemlensError for an unknown or bad one."""
         known = self.defaults()
         values = dict(known)
+        aliases = dict(self.aliases)
         for key, value in options.items():
-            if key in self.aliases and self.aliases[key] in known:
-                warnings.warn(f"{self.name}: {key}= is deprecated, use {self.aliases[key]}=",
+            if key in aliases and aliases[key] in known:
+                warnings.warn(f"{self.name}: {key}= is deprecated, use {aliases[key]}=",
                               DeprecationWarning, stacklevel=3)  # fmt: skip
-                key = self.aliases[key]
+                key = aliases[key]
             if key not in known:
                 raise MemlensError(f"{self.name} has no option {key!r} ({', '.join(known)})")
             values[key] = value
