@@ -1,16 +1,35 @@
 """Build the optional compiled snapshot reader, memlens.snapshot._fastreader, and the
 one-pass replay, memlens.snapshot._fastreplay.
 
-Everything else about the package is in pyproject.toml. The extension is optional: when
+Everything else about the package is in pyproject.toml, except one build step: the two
+docs the MCP server offers as resources (memlens.agents.resources) are copied into the
+package, so docs/ stays their one source. The extension is optional: when
 there is no C compiler or no zlib header, setuptools warns and the install goes on, and
 memlens reads snapshots with its Python path (several times slower on large files; it
 says so on stderr when it opens one) and replays them with numpy. See
 src/memlens/snapshot/compiled.py and replay.py.
 """
 
+import shutil
+from pathlib import Path
+
 from setuptools import Extension, setup
+from setuptools.command.build_py import build_py
+
+AGENT_DOCS = ("json-schema.md", "concepts.md")
+
+
+class BuildPy(build_py):
+    def run(self) -> None:
+        super().run()
+        target = Path(self.build_lib) / "memlens" / "agents" / "docs"
+        target.mkdir(parents=True, exist_ok=True)
+        for name in AGENT_DOCS:
+            shutil.copyfile(Path(__file__).parent / "docs" / name, target / name)
+
 
 setup(
+    cmdclass={"build_py": BuildPy},
     ext_modules=[
         Extension(
             "memlens.snapshot._fastreader",
@@ -25,5 +44,5 @@ setup(
             extra_compile_args=["-O2"],
             optional=True,
         ),
-    ]
+    ],
 )

@@ -22,6 +22,9 @@ REQUIRED: list[tuple[str, int, str]] = [
     ("memlens/views/report/templates/report.css", 1, "report styles"),
     ("memlens/views/report/templates/report.js", 1, "report script"),
     ("memlens/inspector/render/templates/*", 2, "inspector dashboard assets"),
+    ("memlens/agents/skill/SKILL.md", 1, "the agent skill `memlens skill install` writes"),
+    ("memlens/agents/docs/json-schema.md", 1, "MCP resource: the JSON schema"),
+    ("memlens/agents/docs/concepts.md", 1, "MCP resource: the concepts"),
     # optional at `pip install` (no compiler: the Python path), never missing from CI's build
     ("memlens/snapshot/_fastreader*.so", 1, "compiled snapshot reader"),
     ("memlens/snapshot/_fastreplay*.so", 1, "compiled replay"),

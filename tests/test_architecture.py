@@ -46,6 +46,7 @@ LAYERS = {
     "recording": 5,  # memlens.record: joins capture and the HTML report, above both
     "notebook": 5,  # Jupyter: joins the viewer's server, memlens.record and the simulator
     "integrations": 5,  # trainer callbacks: drive capture, write the report via recording
+    "agents": 5,  # memlens mcp / skill / capabilities: handed the commands by cli, never imports it
     "__main__": 6,
 }
 SIDE = {"capture", "simulation", "inspector", "fleet"}

@@ -28,6 +28,7 @@ from typing import Any, Union, get_args, get_origin, get_type_hints, is_typeddic
 
 import pytest
 
+from memlens.agents.results import Capabilities
 from memlens.analysis import registry
 from memlens.analysis import results as R
 from memlens.fleet.results import FleetResult
@@ -46,6 +47,7 @@ NOT_ANALYSES: dict[str, dict[str, Any]] = {
     "fleet": {"": FleetResult},
     "sql": {"": R.QueryResult},
     "export": {"": R.ExportResult},
+    "capabilities": {"": Capabilities},
 }
 
 

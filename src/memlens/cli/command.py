@@ -26,7 +26,8 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Sequence
-from typing import Any, Generic, Literal, TypeVar
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
 import click
 
@@ -46,6 +47,9 @@ from memlens.cli.options import (
     snapshots_argument,
     status,
 )
+
+if TYPE_CHECKING:
+    from memlens.agents.tools import Shared
 
 # What the body gets first:
 #   "device":   the DeviceTrace of --device (default: the longest trace)
@@ -73,6 +77,37 @@ class Answer(Generic[R]):
         return self.render(self.result)
 
 
+@dataclass(frozen=True)
+class Declared:
+    """A command made by `analysis_command` (fleet, export: not registered analyses), kept
+    in DECLARED so another host (the MCP server of memlens.agents) answers with the same
+    body, and so the same result, as the command's --json."""
+
+    name: str
+    command: click.Command
+    opens: Opens
+    body: Callable[..., Answer[Any]]
+    prepare: Callable[..., dict[str, Any]] | None
+    # options that name a second snapshot (registry.Option kind "snapshot"): none here
+    snapshot_options: tuple[str, ...] = ()
+
+    def prepared(self, own: dict[str, Any]) -> dict[str, Any]:
+        """The command's own options after its `prepare` (checks before any load)."""
+        return own if self.prepare is None else self.prepare(**own)
+
+    def answer(self, inputs: list[Any], own: dict[str, Any], shared: Shared) -> Answer[Any]:
+        """The body's Answer for the opened `inputs` (see Opens: B's device is already
+        chosen), its prepared `own` options and the `shared` values (`hide` as typed:
+        --hide values), of which it gets those its signature names."""
+        given = {**shared, "hide": hide_patterns(shared["hide"])}
+        wanted = set(inspect.signature(self.body).parameters)
+        return self.body(*inputs, **own, **{k: v for k, v in given.items() if k in wanted})
+
+
+# command name -> its declaration, filled as the command modules are imported
+DECLARED: dict[str, Declared] = {}
+
+
 def analysis_command(
     name: str,
     *options: Callable[[F], F],
@@ -88,8 +123,6 @@ def analysis_command(
     checks and parsing that should fail fast, before a long load."""
 
     def decorate(body: Callable[..., Answer[Any]]) -> click.Command:
-        wanted = set(inspect.signature(body).parameters)
-
         def callback(
             paths: Any,
             as_json: bool,
@@ -100,18 +133,18 @@ def analysis_command(
             annotation_files: tuple[str, ...] = (),
             **own: Any,
         ) -> None:
-            if prepare is not None:
-                own = prepare(**own)
+            declared = DECLARED[name]
+            own = declared.prepared(own)
             inputs = _open(opens, paths, no_cache, annotation_files, device, device_b)
-            shared = {
-                "hide": hide_patterns(hide),
+            shared: Shared = {
+                "hide": hide,
                 "device": device,
+                "device_b": device_b,
                 "no_cache": no_cache,
                 "as_json": as_json,
                 "paths": paths,
             }
-            own.update({k: v for k, v in shared.items() if k in wanted})
-            answer = body(*inputs, **own)
+            answer = declared.answer(inputs, own, shared)
             if as_json:
                 emit_json(answer.result)
             else:
@@ -120,7 +153,9 @@ def analysis_command(
                 click.get_current_context().exit(answer.exit_code)
 
         callback.__doc__ = body.__doc__
-        return _shape(name, callback, options, opens, device_help, hide, annotations)
+        command = _shape(name, callback, options, opens, device_help, hide, annotations)
+        DECLARED[name] = Declared(name, command, opens, body, prepare)
+        return command
 
     return decorate
 

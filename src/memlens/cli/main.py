@@ -26,6 +26,9 @@ COMMANDS: dict[str, str] = {
     "run": "run",
     "simulate": "simulate",
     "inspect-report": "inspect_report",
+    "mcp": "mcp",
+    "skill": "skill",
+    "capabilities": "capabilities",
 }
 
 

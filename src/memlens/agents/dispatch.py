@@ -1,0 +1,63 @@
+"""One tool call, whatever carries it: the answer as bounded JSON, or one error line.
+
+The MCP server (server.py) is a thin layer over this, so the behaviour (the same JSON as
+--json, the bounds, the error lines) is tested without the SDK. Calls are served one at a
+time (a lock): the loaded snapshots and the analyses' memos are shared, and a second
+question about the same snapshot should wait for the first, not load it again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import traceback
+from dataclasses import dataclass, field
+from typing import Any
+
+from memlens.agents.bound import Bounds, bound
+from memlens.agents.session import Session
+from memlens.agents.tools import Tool, to_json
+from memlens.errors import MemlensError
+from memlens.views.escape import visible
+
+
+@dataclass
+class Reply:
+    text: str  # the JSON as text, or the error line
+    data: Any = None  # the JSON (None for an error)
+    notes: list[str] = field(default_factory=list)  # what the bounds cut
+    error: bool = False
+
+
+def error_line(exc: BaseException) -> str:
+    """The CLI's one line for an error (cli/main.py): the message of a MemlensError, a
+    last-resort line for anything else (a bug, or a file we failed to foresee)."""
+    if isinstance(exc, MemlensError):
+        return f"memlens: error: {visible(str(exc))}"
+    detail = visible(str(exc))[:300]
+    return f"memlens: error: unexpected {type(exc).__name__}: {detail} (please report it)"
+
+
+class Dispatcher:
+    def __init__(self, tools: list[Tool], session: Session, bounds: Bounds) -> None:
+        self.tools = {t.name: t for t in tools}
+        self.session = session
+        self.bounds = bounds
+        self._lock = threading.Lock()
+
+    def call(self, name: str, args: dict[str, Any] | None) -> Reply:
+        tool = self.tools.get(name)
+        try:
+            if tool is None:
+                raise MemlensError(f"no tool {name!r}; the tools: {', '.join(self.tools)}")
+            if args is not None and not isinstance(args, dict):
+                raise MemlensError(f"{name}: the arguments must be an object")
+            with self._lock:
+                result = to_json(tool.run(self.session, dict(args or {})))
+        except Exception as exc:  # every failure is one line to the agent; the server goes on
+            if os.environ.get("MEMLENS_DEBUG") == "1":
+                traceback.print_exc()  # stderr: the host's log, not the protocol
+            return Reply(error_line(exc), error=True)
+        data, notes = bound(result, self.bounds)
+        return Reply(json.dumps(data, separators=(",", ":")), data, notes)

@@ -1,0 +1,149 @@
+"""The snapshots an MCP server keeps open between tool calls, and which files it may read.
+
+An agent opens a snapshot once (`open_snapshot`) and asks many questions of it: the
+loaded columns stay here (and in the column cache on disk, as for the CLI), so the second
+question costs no load. A snapshot is named by the id `open_snapshot` gave (`s1`) or by
+its path (opened on first use). If the file changed since it was opened, it is read again.
+At most `max_open` stay open; the least recently used one is closed first.
+
+The server reads only files the agent names in a tool call, and with `roots` only those
+under one of these folders (symbolic links resolved first).
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections import OrderedDict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from memlens.errors import MemlensError
+from memlens.snapshot.model import Snapshot
+
+
+@dataclass
+class Opened:
+    id: str
+    path: Path
+    stat: tuple[int, int]  # (mtime_ns, size) when read: a change means read it again
+    snapshot: Snapshot
+    warnings: list[str]
+
+    def describe(self) -> dict[str, Any]:
+        """What `open_snapshot` answers: enough to choose a device and the next question."""
+        snap = self.snapshot
+        return {
+            "snapshot": self.id,
+            "path": str(self.path),
+            "devices": [
+                {"device": d, "trace_entries": t.n_events, "allocations": t.n_allocations}
+                for d, t in sorted(snap.traces.items())
+            ],
+            "default_device": snap.default_device,
+            "annotations": len(snap.annotations.name),
+            "from_cache": snap.from_cache,
+            "warnings": self.warnings,
+        }
+
+
+def _stat(path: Path) -> tuple[int, int]:
+    st = path.stat()
+    return (st.st_mtime_ns, st.st_size)
+
+
+class Session:
+    def __init__(
+        self, roots: list[Path] | None = None, *, cache: bool = True, max_open: int = 4
+    ) -> None:
+        self.roots = [r.resolve() for r in roots or []]
+        self.cache = cache
+        self.max_open = max(1, max_open)
+        self.opened: OrderedDict[str, Opened] = OrderedDict()  # id -> entry, oldest first
+        self._count = 0
+
+    def allowed(self, path: str) -> Path:
+        """`path` resolved, if this server may read it."""
+        if not isinstance(path, str) or not path:
+            raise MemlensError("give a snapshot as the path of a file or an id from open_snapshot")
+        resolved = Path(os.path.expanduser(path)).resolve()
+        if self.roots and not any(resolved.is_relative_to(r) for r in self.roots):
+            where = ", ".join(map(str, self.roots))
+            raise MemlensError(f"{path}: outside the folders this server may read ({where})")
+        return resolved
+
+    def open(self, ref: str) -> Opened:
+        """The open snapshot `ref` (an id or a path), read now if it is not open or changed."""
+        entry = self.opened.get(ref)
+        path = entry.path if entry is not None else self.allowed(ref)
+        if entry is None:
+            entry = next((e for e in self.opened.values() if e.path == path), None)
+        if not path.is_file():
+            raise MemlensError(f"{ref}: no such file")
+        stat = _stat(path)
+        if entry is None or entry.stat != stat:
+            entry = self._read(path, stat, entry.id if entry is not None else None)
+        self.opened[entry.id] = entry
+        self.opened.move_to_end(entry.id)
+        while len(self.opened) > self.max_open:
+            self.opened.popitem(last=False)
+        return entry
+
+    def close(self, ref: str) -> bool:
+        entry = self.opened.pop(ref, None)
+        if entry is None:
+            path = self.allowed(ref)
+            entry = next((e for e in self.opened.values() if e.path == path), None)
+            if entry is not None:
+                del self.opened[entry.id]
+        return entry is not None
+
+    def _read(self, path: Path, stat: tuple[int, int], id: str | None) -> Opened:
+        from memlens.snapshot.loader import SnapshotWarning, load
+
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", SnapshotWarning)
+            snap = load(str(path), cache=self.cache)
+        notes = [str(w.message) for w in caught if issubclass(w.category, SnapshotWarning)]
+        if id is None:
+            self._count += 1
+            id = f"s{self._count}"
+        return Opened(id, path, stat, snap, notes)
+
+    def inputs(
+        self, opens: str, args: dict[str, Any], device: int | None, device_b: int | None
+    ) -> tuple[list[Any], Any]:
+        """What an analysis command's body gets first (cli.command.Opens) from the tool's
+        arguments, and the paths as the body sees them."""
+        if opens == "paths":
+            paths = args.get("paths")
+            if not isinstance(paths, list) or not paths:
+                raise MemlensError("give paths: a list of files, directories or globs")
+            for p in paths:
+                self.allowed(str(p).split("*")[0] or ".")  # a glob: its fixed part
+            return [tuple(paths)], tuple(paths)
+        if opens == "many":
+            refs = args.get("snapshots")
+            if not isinstance(refs, list) or not refs or not all(isinstance(r, str) for r in refs):
+                raise MemlensError("give snapshots: a list of ids or paths, one per rank")
+            opened = [self.open(r) for r in refs]
+            return [[(str(e.path), e.snapshot) for e in opened]], tuple(str(e.path) for e in opened)
+        a = self.open(_required(args, "snapshot"))
+        if opens == "pair":
+            b = self.open(_required(args, "snapshot_b"))
+            b_device = device_b if device_b is not None else device
+            devs = [a.snapshot.device(device), b.snapshot.device(b_device)]
+            return devs, (str(a.path), str(b.path))
+        if opens == "device":
+            return [a.snapshot.device(device)], str(a.path)
+        if opens == "snapshot":
+            return [a.snapshot], str(a.path)
+        raise MemlensError(f"inputs of kind {opens!r} are not offered to agents")
+
+
+def _required(args: dict[str, Any], name: str) -> str:
+    value = args.get(name)
+    if not isinstance(value, str) or not value:
+        raise MemlensError(f"give {name}: an id from open_snapshot or the path of a snapshot")
+    return value

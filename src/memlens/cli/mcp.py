@@ -1,0 +1,103 @@
+"""`memlens mcp`: serve memlens's analyses to a coding agent over MCP (stdio).
+
+The tools are the registered analyses (memlens.analysis.registry) and fleet (its
+declaration in cli/command.py DECLARED): a tool answers what the command's --json prints;
+the server itself is memlens.agents. The
+MCP SDK is imported only when the server starts (memlens.agents.server; memlens[mcp]).
+"""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import click
+
+if TYPE_CHECKING:
+    from memlens.agents.tools import Declaration, Tool
+
+# the commands that are not registered analyses, offered as tools too
+NOT_REGISTERED = ("fleet",)
+
+
+@click.command("mcp")
+@click.option(
+    "--root",
+    "roots",
+    multiple=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Read only files under this folder (repeatable; default: any file a tool call names).",
+)
+@click.option(
+    "--allow-files",
+    is_flag=True,
+    help="Let the sql tool's queries read and write files (off by default).",
+)
+@click.option(
+    "--no-cache", is_flag=True, help="Do not read or write the column cache (MEMLENS_CACHE_DIR)."
+)
+@click.option(
+    "--max-items",
+    type=click.IntRange(min=1),
+    default=50,
+    show_default=True,
+    help="Entries kept per list of an answer (a note says what was cut).",
+)
+@click.option(
+    "--max-chars",
+    type=click.IntRange(min=1000),
+    default=100_000,
+    show_default=True,
+    help="Characters of an answer; lists are cut shorter until it fits.",
+)
+@click.option(
+    "--max-open",
+    type=click.IntRange(min=1),
+    default=4,
+    show_default=True,
+    help="Snapshots kept open at once (the least recently used is closed).",
+)
+def command(
+    roots: tuple[Path, ...],
+    allow_files: bool,
+    no_cache: bool,
+    max_items: int,
+    max_chars: int,
+    max_open: int,
+) -> None:
+    """Serve memlens to a coding agent: a Model Context Protocol server on stdin/stdout
+    (needs memlens[mcp]). Tools: open_snapshot, one per analysis (the JSON of its --json,
+    bounded), sql, list_snapshots, close_snapshot. Setup per agent host: docs/agents.md.
+
+    \b
+    claude mcp add memlens -- memlens mcp
+    """
+    from memlens.agents.bound import Bounds
+    from memlens.agents.dispatch import Dispatcher
+    from memlens.agents.server import serve
+    from memlens.agents.session import Session
+
+    session = Session(list(roots), cache=not no_cache, max_open=max_open)
+    tools = agent_tools(allow_files=allow_files)
+    serve(Dispatcher(tools, session, Bounds(items=max_items, chars=max_chars)))
+
+
+def agent_tools(allow_files: bool = False) -> list[Tool]:
+    """The MCP tools (also listed by `memlens capabilities`): every registered analysis, in
+    the registry's order, then NOT_REGISTERED."""
+    from memlens.agents.tools import Registered, build_tools
+    from memlens.analysis import registry
+    from memlens.cli.command import DECLARED
+    from memlens.cli.main import cli
+
+    ctx = click.Context(cli)
+    analyses: list[Declaration] = []
+    for analysis in registry.all():
+        command = cli.get_command(ctx, analysis.name)
+        assert command is not None  # the CLI makes a command of every registered analysis
+        analyses.append(Registered(analysis, command))
+    for name in NOT_REGISTERED:  # importing a command's module declares it
+        importlib.import_module(f"memlens.cli.{name}")
+    others = [DECLARED[name] for name in NOT_REGISTERED]
+    return build_tools([*analyses, *others], allow_files=allow_files)
