@@ -125,6 +125,7 @@ class StageInterval(TypedDict):
     end_time_us: int | None
     open_start: bool
     open_end: bool
+    crosses: bool  # overlaps another stage without either holding the other
     start_event: int
     first_event: int
     last_event: int
