@@ -31,6 +31,7 @@ class Site(Frame):
     site: str
     bytes: int
     count: int
+    via: str | None  # the glue frame the site called through (einops, ...), if any
 
 
 class NetSite(Site):
@@ -126,6 +127,7 @@ class StageInterval(TypedDict):
     open_start: bool
     open_end: bool
     crosses: bool  # overlaps another stage without either holding the other
+    inferred: bool  # read from the trace (analysis.inferred_steps), not an annotation
     start_event: int
     first_event: int
     last_event: int

@@ -34,6 +34,7 @@ from memlens.analysis.events import (
     window_max,
     window_sums,
 )
+from memlens.analysis.inferred_steps import inferred_stages, user_marks_steps
 from memlens.analysis.results import (
     NetSite,
     RepeatedStage,
@@ -80,22 +81,57 @@ def _annotations_of(dev: DeviceTrace) -> tuple[list[str], np.ndarray, np.ndarray
     return [strings[i] for i in ids.tolist()], ids, ann.stage[sel], ann.time_us[sel]
 
 
-def stage_intervals(dev: DeviceTrace) -> list[StageInterval]:
-    """The stages of `dev`'s annotations, in start order.
+def stage_intervals(dev: DeviceTrace, *, inferred: bool = True) -> list[StageInterval]:
+    """The stages of `dev`'s annotations, in start order, and (with `inferred`, when the
+    annotations mark no steps) the steps and phases read from the trace
+    (analysis.inferred_steps).
 
     Each: {"index", "name", "base_name", "occurrence", "depth", "parent" (index or None),
     "start_time_us", "end_time_us" (None where open), "open_start", "open_end",
-    "crosses" (it overlaps a stage without either holding the other), "start_event" (memory "at start" is right after it; -1 = before the first event),
+    "crosses" (it overlaps a stage without either holding the other), "inferred",
+    "start_event" (memory "at start" is right after it; -1 = before the first event),
     "first_event", "last_event" (events inside are first..last; last = first - 1 when the
-    stage holds no event)}. Empty when the trace has no timestamps.
+    stage holds no event)}. Annotations are left out when the trace has no timestamps.
     """
-    cols = _interval_columns(dev)
+    cols = _interval_columns(dev, inferred)
     return (
         [cast(StageInterval, dict(zip(_INTERVAL_KEYS, row))) for row in zip(*cols)] if cols else []
     )
 
 
-def _interval_columns(dev: DeviceTrace) -> list[Any] | None:
+def _interval_columns(dev: DeviceTrace, inferred: bool = True) -> list[Any] | None:
+    """_annotated_columns, with the inferred steps merged in by start when `inferred` and
+    the annotations mark no steps of their own."""
+    cols = _annotated_columns(dev)
+    names: list[str] = cols[1] if cols else []
+    steps = inferred_stages(dev) if inferred and not user_marks_steps(names) else []
+    if not steps:
+        return cols
+    rows = [list(r) for r in zip(*cols)] if cols else []
+    times = dev.monotonic_time_us if has_time(dev) else None
+    step_row = -1
+    for s in steps:
+        step_row = len(rows) if s.depth == 0 else step_row
+        t0 = int(times[s.first_event]) if times is not None else None
+        t1 = int(times[s.last_event]) if times is not None and not s.open_end else None
+        rows.append([len(rows), s.name, base_name(s.name), 0, s.depth,
+                     None if s.depth == 0 else step_row, t0, t1, False, s.open_end, False,
+                     True, s.first_event - 1, s.first_event, s.last_event])  # fmt: skip
+    # by start; a step before its first phase; each list keeps its own order otherwise
+    order = sorted(range(len(rows)), key=lambda i: (rows[i][12], rows[i][4] > 0 or not rows[i][11]))
+    new_index = {rows[i][0]: k for k, i in enumerate(order)}
+    seen: dict[str, int] = {}
+    merged = []
+    for k, i in enumerate(order):
+        r = rows[i]
+        r[0], r[5] = k, None if r[5] is None else new_index[r[5]]
+        r[3] = seen.get(r[1], 0)
+        seen[r[1]] = r[3] + 1
+        merged.append(r)
+    return [list(c) for c in zip(*merged)]
+
+
+def _annotated_columns(dev: DeviceTrace) -> list[Any] | None:
     """stage_intervals as columns (in _INTERVAL_KEYS order); None without stages. Columns,
     not a dict per stage, until the very end: tens of thousands of stages at 1M events."""
     names, ids, stage, times = _annotations_of(dev)
@@ -130,14 +166,14 @@ def _interval_columns(dev: DeviceTrace) -> list[Any] | None:
         r_depth[order].tolist(), [None if p < 0 else p for p in parent_col],
         [None if o else t for o, t in zip(open_start, t0.tolist())],
         [None if o else t for o, t in zip(open_end, t1.tolist())],
-        open_start, open_end, r_cross[order].tolist(),
+        open_start, open_end, r_cross[order].tolist(), [False] * m,
         start_ev.tolist(), (start_ev + 1).tolist(), last_ev.tolist(),
     ]  # fmt: skip
 
 
 _INTERVAL_KEYS = ("index", "name", "base_name", "occurrence", "depth", "parent",
                   "start_time_us", "end_time_us", "open_start", "open_end", "crosses",
-                  "start_event",
+                  "inferred", "start_event",
                   "first_event", "last_event")  # fmt: skip
 
 
@@ -182,6 +218,13 @@ def _stage_table(
     elif not has_time(dev):
         notes.append("this trace has no timestamps (time_us): annotations cannot be placed")
     cols_in = _interval_columns(dev) or [[] for _ in _INTERVAL_KEYS]
+    n_steps = sum(1 for s, d in zip(cols_in[11], cols_in[4]) if s and d == 0)
+    if n_steps:
+        notes.append(
+            f"no step annotations: {n_steps} step{'s' if n_steps > 1 else ''} inferred from "
+            "the trace (optimizer calls, backward's autograd frames): step#N (inferred) and "
+            "its phases"
+        )
     if name:
         keep = [i for i, x in enumerate(cols_in[1]) if name in x]
         cols_in = [[c[i] for i in keep] for c in cols_in]

@@ -97,6 +97,7 @@ def analysis_command(
             device: int | None = None,
             device_b: int | None = None,
             hide: tuple[str, ...] = (),
+            hide_only: tuple[str, ...] = (),
             annotation_files: tuple[str, ...] = (),
             **own: Any,
         ) -> None:
@@ -104,7 +105,7 @@ def analysis_command(
                 own = prepare(**own)
             inputs = _open(opens, paths, no_cache, annotation_files, device, device_b)
             shared = {
-                "hide": hide_patterns(hide),
+                "hide": hide_patterns(hide, hide_only),
                 "device": device,
                 "no_cache": no_cache,
                 "as_json": as_json,
@@ -136,6 +137,7 @@ def registered_command(analysis: Analysis[Any]) -> click.Command:
         device: int | None = None,
         device_b: int | None = None,
         hide: tuple[str, ...] = (),
+        hide_only: tuple[str, ...] = (),
         annotation_files: tuple[str, ...] = (),
         limit_alias: int | None = None,
         **own: Any,
@@ -147,7 +149,7 @@ def registered_command(analysis: Analysis[Any]) -> click.Command:
         if analysis.opens == "pair":
             own["device_b"] = device_b
         if analysis.hide:
-            own["hide_patterns"] = hide_patterns(hide)
+            own["hide_patterns"] = hide_patterns(hide, hide_only)
         values = analysis.check(own)  # before the load: bad options fail fast
         inputs = _open(analysis.opens, paths, no_cache, annotation_files, device, device_b)
         for o in analysis.options:

@@ -83,18 +83,29 @@ def script_command(output_help: str) -> Callable[[F], click.Command]:
 
 
 def hide_option(f: F) -> F:
+    """--hide (added to the default patterns) and --hide-only (replacing them)."""
+    f = click.option(
+        "--hide-only", "hide_only", multiple=True, metavar="REGEX",
+        help="Like --hide, but instead of the default patterns (repeatable). "
+        "--hide-only '' shows every frame.",
+    )(f)  # fmt: skip
     return click.option(
         "--hide", multiple=True, metavar="REGEX",
-        help="Filename pattern to skip when naming the call site (repeatable). "
-        "Replaces the default (torch internals, stdlib). --hide '' shows every frame.",
+        help="Filename pattern to skip when naming the call site (repeatable), added to "
+        "the defaults: torch, the stdlib and thin glue (einops, accelerate's hooks, "
+        "bitsandbytes, ...), which yields to the line that called it.",
     )(f)  # fmt: skip
 
 
-def hide_patterns(hide: tuple[str, ...]) -> list[str] | None:
-    """None keeps the defaults; --hide '' alone means hide nothing."""
-    if not hide:
+def hide_patterns(hide: tuple[str, ...], hide_only: tuple[str, ...] = ()) -> list[str] | None:
+    """The patterns of --hide (added to the defaults) and --hide-only (instead of them);
+    None keeps the defaults; --hide-only '' alone means hide nothing."""
+    from memlens.analysis.sites import SITE_HIDE_PATTERNS
+
+    if not hide and not hide_only:
         return None
-    return [h for h in hide if h]
+    base = list(SITE_HIDE_PATTERNS) if not hide_only else [h for h in hide_only if h]
+    return base + [h for h in hide if h and h not in base]
 
 
 def annotations_option(f: F) -> F:

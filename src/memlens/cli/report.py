@@ -36,6 +36,7 @@ def command(
     device: int | None,
     rules: str | None,
     hide: tuple[str, ...],
+    hide_only: tuple[str, ...],
     no_cache: bool,
     annotation_files: tuple[str, ...],
 ) -> None:
@@ -63,7 +64,7 @@ def command(
         snap2,
         device=device,
         rules_path=rules,
-        hide_patterns=hide_patterns(hide),
+        hide_patterns=hide_patterns(hide, hide_only),
         names=(snapshot, snapshot2),
     )
     try:
