@@ -512,6 +512,9 @@ class OomDetail(OomEntry):
     live_count: int
     top_sites: list[Site]
     site: str | None
+    # "device_full" | "fragmentation" | "another_process" | "stream_or_pool" (oom_verdict)
+    verdict: str
+    outside_bytes: int | None  # held outside this process (needs --device-memory)
 
 
 class OomReport(TypedDict):

@@ -152,6 +152,21 @@ def open_snapshot(
     return snap
 
 
+def require_extra(command: str, what: str, modules: tuple[str, ...], extra: str) -> None:
+    """Fail with the extra to install when a command's optional packages are missing (a
+    core install), before any snapshot is read, instead of an unexpected import error."""
+    from importlib.util import find_spec
+
+    from memlens.errors import MemlensError
+
+    missing = [m for m in modules if find_spec(m) is None]
+    if missing:
+        raise MemlensError(
+            f"memlens {command} needs {what} ({', '.join(missing)} is not installed): "
+            f"pip install 'memlens[{extra}]'"
+        )
+
+
 def emit_json(obj: Any) -> None:
     json.dump(obj, sys.stdout, indent=2, default=json_default)
     sys.stdout.write("\n")
