@@ -27,7 +27,7 @@ def event(help: str = "At this event instead of the peak (-1: before the first).
 
 
 def points(default: int) -> Option:
-    return Option("points", int, default, "Sampled events of the curves over time (--json).",
+    return Option("points", int, default, "Points of the curves over time (--json).",
                   show_default=True)  # fmt: skip
 
 
