@@ -124,11 +124,15 @@ def site_of_allocations(
     dev: DeviceTrace, rows: np.ndarray, hide_patterns: Sequence[str] | None = None
 ) -> np.ndarray:
     """First user frame id of each allocation row (-1 where no stack)."""
-    ufs = user_frame_of_stacks(dev.snapshot, hide_patterns)
+    return _of_rows(dev, rows, user_frame_of_stacks(dev.snapshot, hide_patterns))
+
+
+def _of_rows(dev: DeviceTrace, rows: np.ndarray, per_stack: np.ndarray) -> np.ndarray:
+    """per_stack's frame id for each allocation row's stack (-1 where it has none)."""
     stacks = dev.alloc_stack[rows]
     out = np.full(len(rows), -1, dtype=np.int32)
     has = stacks >= 0
-    out[has] = ufs[stacks[has]]
+    out[has] = per_stack[stacks[has]]
     return out
 
 
@@ -166,11 +170,7 @@ def _main_via(
     hide_patterns: Sequence[str] | None,
 ) -> np.ndarray:
     """Per site group (inv: each row's group), the via frame of most bytes (-1: none)."""
-    vias = via_frame_of_stacks(dev.snapshot, hide_patterns)
-    stacks = dev.alloc_stack[rows]
-    via = np.full(len(rows), -1, dtype=np.int64)
-    has = stacks >= 0
-    via[has] = vias[stacks[has]]
+    via = _of_rows(dev, rows, via_frame_of_stacks(dev.snapshot, hide_patterns))
     out = np.full(n_sites, -1, dtype=np.int64)
     if not (via >= 0).any():
         return out
