@@ -95,8 +95,10 @@ def test_gradient_accumulation_puts_two_passes_in_one_step(tmp_path):
     assert stages == [
         ("memlens.step#2", 0, None),
         # the first pass's closure runs alone; the second's inside optimizer.step
-        ("forward", 1, *in_step), ("backward", 1, *in_step),
-        ("forward", 1, *in_step), ("backward", 2, OPT_STEP),
+        ("forward", 1, *in_step),
+        ("backward", 1, *in_step),
+        ("forward", 1, *in_step),
+        ("backward", 2, OPT_STEP),
         ("optimizer", 1, "memlens.step#2"),
     ]
 

@@ -117,16 +117,22 @@ def _interval_columns(dev: DeviceTrace, inferred: bool = True) -> list[Any] | No
         rows.append([len(rows), s.name, base_name(s.name), 0, s.depth,
                      None if s.depth == 0 else step_row, t0, t1, False, s.open_end, False,
                      True, s.first_event - 1, s.first_event, s.last_event])  # fmt: skip
-    # by start; a step before its first phase; each list keeps its own order otherwise
-    order = sorted(range(len(rows)), key=lambda i: (rows[i][12], rows[i][4] > 0 or not rows[i][11]))
-    new_index = {rows[i][0]: k for k, i in enumerate(order)}
+    # by start; an inferred step before its first phase; each list keeps its order otherwise
+    index, name, occurrence, depth, parent, inf, start = (
+        _COL[k] for k in ("index", "name", "occurrence", "depth", "parent", "inferred",
+                          "start_event")
+    )  # fmt: skip
+    order = sorted(
+        range(len(rows)), key=lambda i: (rows[i][start], rows[i][depth] > 0 or not rows[i][inf])
+    )
+    new_index = {rows[i][index]: k for k, i in enumerate(order)}
     seen: dict[str, int] = {}
     merged = []
     for k, i in enumerate(order):
         r = rows[i]
-        r[0], r[5] = k, None if r[5] is None else new_index[r[5]]
-        r[3] = seen.get(r[1], 0)
-        seen[r[1]] = r[3] + 1
+        r[index], r[parent] = k, None if r[parent] is None else new_index[r[parent]]
+        r[occurrence] = seen.get(r[name], 0)
+        seen[r[name]] = r[occurrence] + 1
         merged.append(r)
     return [list(c) for c in zip(*merged)]
 
@@ -175,6 +181,7 @@ _INTERVAL_KEYS = ("index", "name", "base_name", "occurrence", "depth", "parent",
                   "start_time_us", "end_time_us", "open_start", "open_end", "crosses",
                   "inferred", "start_event",
                   "first_event", "last_event")  # fmt: skip
+_COL = {k: i for i, k in enumerate(_INTERVAL_KEYS)}
 
 
 def stage_ranges(dev: DeviceTrace) -> list[tuple[int, int, str, int]]:
@@ -218,7 +225,9 @@ def _stage_table(
     elif not has_time(dev):
         notes.append("this trace has no timestamps (time_us): annotations cannot be placed")
     cols_in = _interval_columns(dev) or [[] for _ in _INTERVAL_KEYS]
-    n_steps = sum(1 for s, d in zip(cols_in[11], cols_in[4]) if s and d == 0)
+    n_steps = sum(
+        1 for s, d in zip(cols_in[_COL["inferred"]], cols_in[_COL["depth"]]) if s and not d
+    )
     if n_steps:
         notes.append(
             f"no step annotations: {n_steps} step{'s' if n_steps > 1 else ''} inferred from "
