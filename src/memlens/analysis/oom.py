@@ -10,12 +10,12 @@ import numpy as np
 
 from memlens.analysis.allocator_state import state_at
 from memlens.analysis.devices import traced_devices
-from memlens.units import parse_bytes
 from memlens.analysis.events import time_of
 from memlens.analysis.results import OomDetail, OomEntry, OomOutput, OomReport
 from memlens.analysis.sites import frame_label, top_sites, user_frame_of_stacks
 from memlens.snapshot.actions import Action
 from memlens.snapshot.model import DeviceTrace, Snapshot
+from memlens.units import parse_bytes
 
 
 def oom_entries(dev: DeviceTrace, limit: int | None = None) -> list[OomEntry]:

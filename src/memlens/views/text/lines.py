@@ -29,7 +29,7 @@ def sites_lines(sites: Sequence[Mapping[str, Any]], indent: str = "  ") -> list[
     ]
 
 
-def via_text(site: dict[str, Any]) -> str:
+def via_text(site: Mapping[str, Any]) -> str:
     """ "  via einsum (.../einops/_backends.py:288)": the glue the site's line called
     through (a Site's "via"), or ""."""
     via = site.get("via")
