@@ -87,7 +87,29 @@ def test_oom():
     assert (o["largest_free_bytes"], o["fits_in_a_free_block"], o["live_count"]) == (MiB, False, 1)
     assert o["site"] == "train (/home/u/train.py:50)"
     assert o["top_sites"][0]["site"] == "forward (/home/u/model.py:20)"
+    # 3 MiB free + 1 MiB cached but unused = the 4 MiB asked; the unused MiB shares its
+    # segment with the live block, so it could not be released: fragmentation
+    assert (o["verdict"], o["outside_bytes"]) == ("fragmentation", None)
     assert oom_report(memlens.load(training_snapshot()).device(0))["count"] == 0
+
+
+@pytest.mark.parametrize(
+    "args, verdict",
+    [
+        # requested, driver free, cached unused, largest free block, reserved, device size
+        ((4 * MiB, 3 * MiB, MiB, 4 * MiB, 2 * MiB, None), ("stream_or_pool", None)),
+        ((4 * MiB, 3 * MiB, MiB, MiB, 2 * MiB, None), ("fragmentation", None)),
+        ((4 * MiB, 3 * MiB, 0, 0, 2 * MiB, None), ("device_full", None)),
+        # 80 GiB device: this process reserves 20 GiB and sees 1 GiB free: 59 GiB outside
+        ((2 << 30, 1 << 30, 0, 0, 20 << 30, 80 << 30), ("another_process", 59 << 30)),
+        # 24 GiB device, 22.5 GiB reserved, 0.5 GiB free: 1 GiB outside is the context
+        ((1 << 30, 1 << 29, 0, 0, 45 << 29, 24 << 30), ("device_full", 1 << 30)),
+    ],
+)
+def test_oom_verdict(args, verdict):
+    from memlens.analysis.oom import oom_verdict
+
+    assert oom_verdict(*args) == verdict
 
 
 def test_real_state_matches_reserved_and_final_blocks(shared_snapshots_dir, expected_figures):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from analysis_snapshots import BIG_SIZE, FWD, TRAIN, training_snapshot
 
@@ -57,6 +58,19 @@ def test_categories_at_peak_and_curves(dev):
     totals = [sum(curve["bytes"][n][i] for n in CATEGORIES) for i in range(22)]
     assert totals == dev.active_after.tolist()
     assert r["categories"][4]["top_sites"][0]["site"] == "forward (/home/u/model.py:20)"
+
+
+def test_curves_keep_each_buckets_highest_value(dev):
+    from memlens.analysis.curves import bucket_max
+
+    assert bucket_max(np.array([5, 1, 9, 2, 7, 3]), np.array([0, 3, 5])).tolist() == [5, 9, 7]
+    # two points (events 0 and 21): the large temporary of event 11 (freed at 13) is the
+    # highest "temporary" of the bucket 1..21, though neither sampled event holds it
+    curve = categories(dev, event=0, points=2, top=0)["curve"]
+    assert curve["event"] == [0, 21]
+    assert curve["bytes"]["temporary"] == [0, BIG_SIZE]
+    # and what was alive at the end holds its highest too: gradient 200, state 300
+    assert curve["bytes"]["gradient"][1] == 200 and curve["bytes"]["optimizer_state"][1] == 300
 
 
 def test_overrides_come_first(dev):

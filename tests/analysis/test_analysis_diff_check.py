@@ -132,5 +132,7 @@ def test_real_diff_of_fullsteps(shared_snapshots_dir, expected_figures):
         assert fig[k] == expected_figures[n2][k] - expected_figures[n1][k]
     # per-site changes add up to the change of the peak
     assert sum(s["change"] for s in r["sites"]) == fig["peak_active_bytes"]
+    # PyTorch's optimizer ranges, and the step and phases inferred on both sides
     assert [s["name"] for s in r["stages"]] == [
-        "Optimizer.zero_grad#AdamW.zero_grad", "Optimizer.step#AdamW.step"]  # fmt: skip
+        "step#1", "Optimizer.zero_grad#AdamW.zero_grad", "forward", "backward",
+        "Optimizer.step#AdamW.step", "optimizer"]  # fmt: skip

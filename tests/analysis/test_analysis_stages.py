@@ -9,6 +9,7 @@ from hand_replay import HandReplay, read_raw
 
 import memlens
 from memlens.analysis.stages import base_name, compare_steps, stage_ranges, stage_table
+from memlens.views.text.stages import render_stages
 
 
 @pytest.fixture(scope="module")
@@ -99,13 +100,15 @@ def test_name_filter_and_no_annotations():
     snap = training_snapshot()
     del snap["external_annotations"]
     t = stage_table(memlens.load(snap).device(0))
-    assert t["stages"] == [] and t["notes"]
-    # untimed traces cannot place annotations
+    # no annotated stage; the steps read from the trace (test_inferred_steps.py) instead
+    assert all(s["inferred"] for s in t["stages"]) and "no annotations" in t["notes"][0]
+    assert [s["name"] for s in t["stages"] if not s["depth"]] == ["step#1", "step#2"]
+    # untimed traces cannot place annotations (the inferred steps need no time)
     snap = training_snapshot()
     for e in snap["device_traces"][0]:
         del e["time_us"]
     t = stage_table(memlens.load(snap).device(0))
-    assert t["stages"] == [] and "timestamps" in t["notes"][0]
+    assert all(s["inferred"] for s in t["stages"]) and "timestamps" in t["notes"][0]
 
 
 def test_base_name():
@@ -131,8 +134,17 @@ def test_real_fullstep_stage_peaks_match_hand_replay(shared_snapshots_dir, name)
     raw = read_raw(path)
     hand = HandReplay(raw)
     table = stage_table(memlens.load(path).device(0), top=3)
-    got = {s["name"]: s for s in table["stages"]}
+    got = {s["name"]: s for s in table["stages"] if not s["inferred"]}
     assert set(got) == {"Optimizer.zero_grad#AdamW.zero_grad", "Optimizer.step#AdamW.step"}
+    # the step read from the trace: the whole trace, its optimizer call where PyTorch's
+    # own Optimizer.step range is
+    inferred = {s["name"]: s for s in table["stages"] if s["inferred"]}
+    assert inferred["step#1"]["peak_bytes"] == max(hand.active)
+    assert (inferred["step#1"]["first_event"], inferred["step#1"]["last_event"]) == (
+        0, len(hand.trace) - 1)  # fmt: skip
+    opt = got["Optimizer.step#AdamW.step"]
+    assert (inferred["optimizer"]["first_event"], inferred["optimizer"]["last_event"]) == (
+        opt["first_event"], opt["last_event"])  # fmt: skip
     anns = raw["external_annotations"]
     for name_ in got:
         t0 = next(a["time_us"] for a in anns if a["name"] == name_ and a["stage"] == "START")
@@ -164,3 +176,67 @@ def test_real_fullstep_stage_peaks_match_hand_replay(shared_snapshots_dir, name)
     hand_top = sorted((-b, f"step ({fn}:{line})") for (fn, line), b in kept.items())[:2]
     # (sites of equal bytes may come in either order)
     assert sorted((-g["bytes"], g["site"]) for g in step["grew"][:2]) == hand_top
+
+
+def lightning_step_annotations():
+    """One step as Lightning and memlens' callback record it: the callback's "forward" is
+    entered before `optimizer.step(closure)` and left inside it (on_before_backward, in
+    the closure), and its "optimizer" is entered inside it (on_before_optimizer_step) and
+    left after it (on_train_batch_end). Two crossings; backward nests in the step."""
+    from analysis_snapshots import ann
+
+    return [
+        ann("memlens.step#1", "START", 5),
+        ann("forward", "START", 6),
+        ann("Optimizer.step#AdamW.step", "START", 8),
+        ann("forward", "END", 35),
+        ann("backward", "START", 35),
+        ann("backward", "END", 55),
+        ann("optimizer", "START", 65),
+        ann("Optimizer.step#AdamW.step", "END", 75),
+        ann("optimizer", "END", 80),
+        ann("memlens.step#1", "END", 90),
+    ]
+
+
+def test_crossing_ranges_keep_their_own_start_and_end():
+    snap = training_snapshot()
+    snap["external_annotations"] = lightning_step_annotations()
+    dev = memlens.load(snap).device(0)
+    t = stage_table(dev, top=0)
+    rows = [(s["name"], s["depth"], s["parent"], s["crosses"], s["open_start"], s["open_end"],
+             s["start_event"], s["first_event"], s["last_event"])
+            for s in t["stages"]]  # fmt: skip
+    assert rows == [
+        ("memlens.step#1", 0, None, False, False, False, -1, 0, 8),
+        ("forward", 1, 0, True, False, False, -1, 0, 3),  # events at t=10..30
+        ("Optimizer.step#AdamW.step", 1, 0, True, False, False, -1, 0, 8),  # t=10..70
+        ("backward", 2, 2, False, False, False, 3, 4, 6),  # t=40..50
+        ("optimizer", 1, 0, True, False, False, 7, 8, 8),  # t=70
+    ]
+    step = t["stages"][2]
+    base = dev.baseline_bytes
+    # A1 +100, T1 +50, -50, G +200, A1 -100, L1 +10, O +300: the peak is at its last event
+    assert (step["peak_bytes"] - base, step["peak_event"]) == (510, 8)
+    assert (t["stages"][1]["peak_bytes"] - base, t["stages"][1]["peak_event"]) == (150, 1)
+    # no child runs outside its parent
+    for s in t["stages"]:
+        if s["parent"] is not None:
+            p = t["stages"][s["parent"]]
+            assert p["first_event"] <= s["first_event"] and s["last_event"] <= p["last_event"]
+    assert "Optimizer.step#AdamW.step (crosses)" in render_stages({**t, "repeated": []}, 0)
+
+
+def test_an_end_closes_the_latest_start_of_its_name_only():
+    import numpy as np
+
+    from memlens.analysis.stage_pairing import NO_END, pair_loop
+
+    # A( B( A( )A )B )A: the inner A is closed first; B is not closed by an A's END
+    names = ["A", "B", "A", "A", "B", "A", "C"]
+    stage = np.array([0, 0, 0, 1, 1, 1, 0], np.int8)
+    ann, t0, t1, depth, parent, crosses = pair_loop(names, stage, np.arange(7) * 10)
+    assert ann.tolist() == [0, 1, 2, 6]
+    assert t0.tolist() == [0, 10, 20, 60] and t1.tolist() == [50, 40, 30, NO_END]
+    assert (depth.tolist(), parent.tolist()) == ([0, 1, 2, 0], [-1, 0, 1, -1])
+    assert not crosses.any()

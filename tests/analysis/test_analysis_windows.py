@@ -69,14 +69,14 @@ def _nested_sequence(rng: np.random.Generator, n_stages: int) -> tuple[list, lis
 
 
 def test_vectorized_pairing_equals_the_loop():
-    from memlens.analysis.stages import _pair_loop, _pair_nested
+    from memlens.analysis.stage_pairing import pair_loop, pair_nested
 
     rng = np.random.default_rng(3)
     for trial in range(30):
         ids, stage, times = _nested_sequence(rng, int(rng.integers(1, 60)))
         args = np.array(ids), np.array(stage, np.int8), np.array(times)
-        fast = _pair_nested(*args)
-        slow = _pair_loop([f"s{i}" for i in ids], args[1], args[2])
+        fast = pair_nested(*args)
+        slow = pair_loop([f"s{i}" for i in ids], args[1], args[2])
         assert fast is not None, trial
         for got, want in zip(fast, slow):
             assert got.tolist() == want.tolist(), trial
@@ -92,7 +92,7 @@ def test_vectorized_pairing_equals_the_loop():
     ],
 )
 def test_vectorized_pairing_leaves_the_odd_cases_to_the_loop(ids, stage):
-    from memlens.analysis.stages import _pair_nested
+    from memlens.analysis.stage_pairing import pair_nested
 
     args = np.array(ids), np.array(stage, np.int8), np.arange(len(ids))
-    assert _pair_nested(*args) is None
+    assert pair_nested(*args) is None

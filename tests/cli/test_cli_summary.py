@@ -138,3 +138,16 @@ def test_summary_counts_the_annotations_stages_pairs(tmp_path):
     (d,) = json.loads(run("summary", str(p), "--device", "1", "--json").output)["devices"]
     assert d["annotations"] == 2
     assert "  annotations      2\n" in run("summary", str(p), "--device", "1").output
+
+
+def test_a_peak_before_the_first_event_reads_as_the_baseline(tmp_path):
+    from snapshot_builders import block, ev, segment
+
+    # a block alive before the trace is freed by its only event: the peak is the baseline
+    snap = {"segments": [segment(0x1000, [block(0x1000, 512, 512, "inactive")])],
+            "device_traces": [[ev("free_completed", 0x1000, 512, 1)]]}  # fmt: skip
+    path = tmp_path / "base.pickle"
+    path.write_bytes(pickle.dumps(snap))
+    out = run("summary", str(path)).output
+    assert "  peak active      512 B  before the first event (the baseline)" in out
+    assert "at before" not in out

@@ -52,9 +52,11 @@ def dask_processes():
     quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
     procs = [subprocess.Popen([*dask, "scheduler", "--host", "127.0.0.1", "--port", str(port),
                                "--no-dashboard"], **quiet)]  # fmt: skip
+    # the workers run in another directory than the client, as on another machine: a
+    # relative path sent as typed would name nothing there
     procs += [subprocess.Popen([*dask, "worker", address, "--nthreads", "1", "--no-nanny",
                                 "--no-dashboard", "--host", "127.0.0.1",
-                                "--death-timeout", "60"], **quiet)
+                                "--death-timeout", "60"], cwd="/", **quiet)
               for _ in range(2)]  # fmt: skip
     try:
         from distributed import Client
@@ -100,3 +102,25 @@ def test_an_unreachable_scheduler_is_a_one_line_error(fleet_dir, monkeypatch):
 
     with pytest.raises(MemlensError, match="cannot reach the Dask scheduler"):
         run(str(fleet_dir), scheduler=f"tcp://127.0.0.1:{_free_port()}")
+
+
+def test_a_relative_path_reaches_the_workers(fleet_dir, dask_processes, tmp_path, monkeypatch):
+    import json
+    import shutil
+
+    from click.testing import CliRunner
+
+    from memlens.cli.main import cli
+
+    (tmp_path / "run").mkdir()
+    for i in range(4):
+        shutil.copy(fleet_dir / f"rank{i:05d}.pickle", tmp_path / "run")
+    monkeypatch.chdir(tmp_path)
+    r = CliRunner().invoke(cli, ["fleet", "run", "--scheduler", dask_processes, "--json"])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    assert (doc["ranks_ok"], doc["ranks_failed"], doc["failure_reasons"]) == (4, 0, [])
+    assert [row["path"] for row in doc["table"]] == [
+        f"{tmp_path}/run/rank{i:05d}.pickle" for i in range(4)
+    ]
+    assert r.stderr == ""

@@ -185,3 +185,73 @@ def test_a_file_that_kills_its_worker_is_the_only_failed_row():
     assert sorted(got) == list(range(len(items)))  # each task exactly once
     assert got[2] == TaskLost("its worker process died while reading it (twice)")
     assert [got[i] for i in (0, 1, 3, 4, 5, 6)] == ["A", "B", "C", "D", "E", "F"]
+
+
+def test_failed_ranks_are_counted_by_reason_and_warned_about(tmp_path, fleet_dir):
+    for i in range(2):
+        shutil.copy(fleet_dir / f"rank{i:05d}.pickle", tmp_path)
+    (tmp_path / "rank00002.pickle").write_bytes(b"\x80\x04not a snapshot")
+    args = [str(tmp_path), str(tmp_path / "rank00007.pickle"), str(tmp_path / "rank00008.pickle")]
+    r = CliRunner().invoke(cli, ["fleet", *args, "--workers", "1", "--json"])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    assert (doc["ranks_total"], doc["ranks_ok"], doc["ranks_failed"]) == (5, 2, 3)
+    assert doc["failure_reasons"][0] == {"reason": "FILE: no such file", "ranks": 2,
+                                         "first_rank": 7}  # fmt: skip
+    assert doc["failure_reasons"][1]["ranks"] == 1
+    assert doc["failure_reasons"][1]["first_rank"] == 2
+    assert r.stderr.startswith("memlens: warning: 3 of 5 ranks failed and are left out: "
+                               "FILE: no such file (2 ranks) and 1 other reason")  # fmt: skip
+
+
+def test_every_rank_failed_exits_1_with_the_reasons(tmp_path):
+    missing = [str(tmp_path / f"rank{i}.pickle") for i in range(3)]
+    r = CliRunner().invoke(cli, ["fleet", *missing, "--workers", "1"])
+    assert r.exit_code == 1
+    assert r.stderr.strip() == (
+        "memlens: error: every rank failed (3 of 3): FILE: no such file (3 ranks)"
+    )
+    assert "no outliers" not in r.stdout
+    assert "no rank could be read" in r.stdout
+    assert "        3 ranks  FILE: no such file  (first: rank 0)" in r.stdout
+
+
+class HiddenFilesPool:
+    """An executor whose workers cannot see the files: the directory is moved away
+    while the tasks run (as on a worker without the shared file system) and put back."""
+
+    name = "test cluster"
+
+    def __init__(self, directory) -> None:
+        self.directory = directory
+
+    def map_unordered(self, fn, items):
+        away = self.directory.with_name(self.directory.name + "-away")
+        self.directory.rename(away)
+        try:
+            results = [(i, fn(item)) for i, item in enumerate(items)]
+        finally:
+            away.rename(self.directory)
+        yield from results
+
+    def close(self) -> None:
+        pass
+
+
+def test_workers_that_cannot_see_the_files_are_one_error(tmp_path, fleet_dir):
+    from memlens.errors import MemlensError
+
+    ranks = tmp_path / "ranks"
+    ranks.mkdir()
+    for i in range(3):
+        shutil.copy(fleet_dir / f"rank{i:05d}.pickle", ranks)
+    with pytest.raises(MemlensError) as exc:
+        run(str(ranks), executor=HiddenFilesPool(ranks), diffs=0)
+    assert str(exc.value).startswith(
+        f"the workers of the test cluster cannot see the snapshot files: {ranks}/rank00000"
+        ".pickle exists here, but worker "
+    )
+    assert str(exc.value).endswith(
+        "found no such file (nor any of the 3 files); every worker "
+        "must read them at the same path (a shared file system)"
+    )

@@ -11,7 +11,7 @@ pytest.importorskip("transformers")
 pl = pytest.importorskip("lightning.pytorch")
 torch = pytest.importorskip("torch")
 
-from integration_models import Tokens, expected_stages, our_stages, tiny_llama  # noqa: E402
+from integration_models import Tokens, our_stages, tiny_llama  # noqa: E402
 
 import memlens  # noqa: E402
 from memlens.analysis.stages import stage_intervals  # noqa: E402
@@ -29,6 +29,22 @@ class TinyLM(pl.LightningModule):
 
     def configure_optimizers(self):
         return torch.optim.AdamW(self.parameters(), lr=1e-4)
+
+
+OPT_STEP = "Optimizer.step#AdamW.step"
+
+
+def lightning_stages(steps: range) -> list[tuple[str, int, str | None]]:
+    """Our ranges as Lightning nests them: optimizer.step(closure) runs the closure, so
+    "backward" is inside PyTorch's own Optimizer.step range; "forward" (entered before it,
+    left in the closure) and "optimizer" (entered in it, left after it) cross it, so their
+    parent is the step (record_function's pairing, analysis/stage_pairing.py)."""
+    out: list[tuple[str, int, str | None]] = []
+    for n in steps:
+        step = f"memlens.step#{n}"
+        out += [(step, 0, None), ("forward", 1, step), ("backward", 2, OPT_STEP),
+                ("optimizer", 1, step)]  # fmt: skip
+    return out
 
 
 def fit(root: Path, callback: MemlensCallback, max_steps: int, **trainer_options) -> None:
@@ -59,7 +75,10 @@ def test_steps_3_to_4_are_recorded_with_their_stages_and_report(tmp_path):
     ]
     assert callback.report_path == folder / "steps3-4_rank0.html"
     dev = memlens.load(callback.snapshot_path).device(0)
-    assert our_stages(stage_intervals(dev)) == expected_stages(range(3, 5))
+    intervals = stage_intervals(dev)
+    assert our_stages(intervals) == lightning_stages(range(3, 5))
+    crossing = sorted({s["name"] for s in intervals if s["crosses"]})
+    assert crossing == [OPT_STEP, "forward", "optimizer"]
     assert rank_ids([str(callback.snapshot_path)]) == ([0], "file name")
 
 
@@ -75,7 +94,11 @@ def test_gradient_accumulation_puts_two_passes_in_one_step(tmp_path):
     in_step = ("memlens.step#2",)
     assert stages == [
         ("memlens.step#2", 0, None),
-        *[(name, 1, *in_step) for name in ("forward", "backward", "forward", "backward")],
+        # the first pass's closure runs alone; the second's inside optimizer.step
+        ("forward", 1, *in_step),
+        ("backward", 1, *in_step),
+        ("forward", 1, *in_step),
+        ("backward", 2, OPT_STEP),
         ("optimizer", 1, "memlens.step#2"),
     ]
 

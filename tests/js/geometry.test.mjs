@@ -5,7 +5,7 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 
 import {
-  annotationLevels, bandOffset, lowerBound, NO_STACK, PALETTE, rangeQuery, siteColor, viewUrl, xTickStep, yTicks,
+  annotationLevels, bandOffset, lowerBound, narrowerAtPeak, NO_STACK, PALETTE, rangeQuery, siteColor, viewUrl, xTickStep, yTicks,
 } from "./static.mjs";
 
 test("lowerBound: first index at or after `from` whose value is >= x", () => {
@@ -86,4 +86,12 @@ test("bandOffset: a band's bottom offset at a column, from its runs", () => {
   assert.equal(bandOffset(b, 0, 9), 100);
   assert.equal(bandOffset(b, 1, 2), 50);
   assert.equal(bandOffset(b, 1, 7), 50);
+});
+
+test("narrowerAtPeak: a tenth of the range around the peak while its column has cut allocations", () => {
+  const v = { vx0: 0, vx1: 1000, width: 10, small: { cut_count: [0, 0, 0, 0, 0, 3, 0, 0, 0, 0] } };
+  assert.deepEqual(narrowerAtPeak(v, 550, 4), [500, 600]); // column 5 sums 3 it would draw
+  assert.equal(narrowerAtPeak(v, 450, 4), null); // column 4: nothing cut, stay
+  assert.equal(narrowerAtPeak({ ...v, vx1: 30 }, 16.5, 4), null); // cannot shrink past 4
+  assert.equal(narrowerAtPeak({ ...v, small: null }, 550, 4), null);
 });

@@ -3,7 +3,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { hatchReasons, hatchSummary, passChain, shortSite, shownChain, splitLabel, subtreeMatches, tooltipLines } from "./static.mjs";
+import { hatchReasons, hatchSummary, passChain, shortSite, shownChain, siteParts, splitLabel, subtreeMatches, tooltipLines } from "./static.mjs";
 
 const node = (label, bytes, children = []) => ({ label, bytes, children });
 
@@ -94,4 +94,7 @@ test("splitLabel / shortSite: the location that tells rows apart stays whole", (
   assert.equal(shortSite("step (/home/u/proj/train.py:30)"), "step (train.py:30)");
   assert.equal(shortSite("step (train.py:30)"), "step (train.py:30)");
   assert.equal(shortSite("<no Python frames: C++ / backward>"), "<no Python frames: C++ / backward>");
+  // the compare table's three parts: the line number is never cut
+  assert.deepEqual(siteParts("forward (/h/u/transformer.py:22)"), ["forward", "(transformer.py", ":22)"]);
+  assert.deepEqual(siteParts("<no stack recorded>"), ["<no stack recorded>", "", ""]);
 });

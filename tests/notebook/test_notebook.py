@@ -78,6 +78,9 @@ CELLS = {
         "loss = model(torch.randn(32, 256, device='cuda')).square().mean()\n"
         "loss.backward()\n"
     ),
+    "cell_number": (
+        "from memlens.notebook.magics import cell_number\nprint(cell_number(get_ipython()))"
+    ),
     "simulate_oom": (
         "%%memlens simulate -o oom.pickle --device-memory 64MiB --cublas-workspace 0\n"
         "big = torch.empty(128 << 20, dtype=torch.uint8, device='cuda')\n"
@@ -269,3 +272,8 @@ def test_a_cell_that_runs_out_of_memory_shows_its_snapshot_then_fails(run: Run) 
     assert "peak active" in run.html("simulate_oom")  # the snapshot, displayed
     dev = memlens.load(run.folder / "oom.pickle").device(0)
     assert dev.action_name(dev.n_events - 1) == "oom"
+
+
+def test_the_magics_cell_number_is_the_in_number(run: Run) -> None:
+    i = list(CELLS).index("cell_number")
+    assert run.stream("cell_number").strip() == str(run.nb.cells[i].execution_count)

@@ -56,3 +56,50 @@ def test_viewer_page_is_frameable_only_when_asked() -> None:
         "frame-ancestors http://127.0.0.1:* vscode-webview:;"
         in framed["Content-Security-Policy"] + ";"
     )
+
+
+def test_an_oom_snapshot_says_so_first() -> None:
+    from snapshot_builders import MiB, block, ev, segment
+
+    trace = [
+        ev("segment_alloc", 0x100000, 2 * MiB, 0),
+        ev("alloc", 0x100000, MiB, 1),
+        {"action": "oom", "device_free": 3 * MiB, "size": 4 * MiB, "stream": 0,
+         "time_us": 1002},
+    ]  # fmt: skip
+    blocks = [block(0x100000, MiB, MiB, "active_allocated"),
+              block(0x200000, MiB, MiB, "inactive")]  # fmt: skip
+    snap = memlens.load({"segments": [segment(0x100000, blocks)], "device_traces": [trace]})
+    html = snap._repr_html_()
+    text = ("out of memory at event 2: asked for 4.00 MiB with 3.00 MiB free on the device; "
+            "memlens oom explains it")  # fmt: skip
+    assert text in html
+    assert html.index(text) < html.index("peak active")  # before the figures
+    assert (
+        "out of memory"
+        not in memlens.load({"segments": [], "device_traces": [trace[:2]]})._repr_html_()
+    )
+
+
+def test_no_ipv6_literal_in_the_frame_ancestors() -> None:
+    # CSP host-sources have no IP-literal form: Chromium rejects "http://[::1]:*" (and
+    # logs it) while the other sources still apply
+    from memlens.notebook.viewer import FRAME_ANCESTORS
+
+    assert not [s for s in FRAME_ANCESTORS if "[" in s]
+    assert "http://localhost:*" in FRAME_ANCESTORS and "http://127.0.0.1:*" in FRAME_ANCESTORS
+
+
+def test_the_magic_names_its_file_by_the_cells_in_number() -> None:
+    from types import SimpleNamespace
+
+    pytest.importorskip("IPython")
+    from memlens.notebook.magics import cell_number
+
+    # IPython that counts up before the code runs: execution_count is already N + 1
+    early = SimpleNamespace(execution_count=8,
+                            displayhook=SimpleNamespace(exec_result=SimpleNamespace(
+                                execution_count=7)))  # fmt: skip
+    assert cell_number(early) == 7
+    # older IPython, or no result to read: execution_count is N
+    assert cell_number(SimpleNamespace(execution_count=7, displayhook=None)) == 7

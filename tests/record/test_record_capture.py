@@ -154,7 +154,7 @@ def test_cpu_only_torch_gives_the_no_cuda_error(tmp_path):
     with pytest.raises(NoCudaError) as info, memlens.record(tmp_path / "x.pickle"):
         pytest.fail("the block must not run")
     assert str(info.value) == (
-        "CUDA is not available: memlens record needs a GPU; "
+        "CUDA is not available: recording a snapshot needs a GPU; "
         "use `memlens simulate` to predict the snapshot without one"
     )
     assert isinstance(info.value, memlens.MemlensError)

@@ -308,7 +308,7 @@ def test_memlens_run_on_cpu_only_torch_is_a_clear_error(tmp_path):
     proc = _memlens(["run", "train.py"], tmp_path, {})
     assert proc.returncode == 2
     assert proc.stderr == (
-        "memlens: error: CUDA is not available: memlens record needs a GPU; "
+        "memlens: error: CUDA is not available: recording a snapshot needs a GPU; "
         "use `memlens simulate` to predict the snapshot without one\n"
     )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["train.py"]

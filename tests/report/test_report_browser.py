@@ -169,11 +169,14 @@ def test_real_diff_report_in_chromium(browser, shared_snapshots_dir, expected_fi
     change = (expected_figures[b_name]["peak_active_bytes"]
               - expected_figures[a_name]["peak_active_bytes"])  # fmt: skip
     assert cells[0] == "peak active" and cells[3] == "+20.79 MiB" and change == 21_794_816
-    # stage by stage: both optimizer stages, the step's peak moved by the same 20.79 MiB
+    # stage by stage: both optimizer stages, and the step and its phases inferred from the
+    # trace (no step annotations); the step's peak moved by the same 20.79 MiB
     stage_rows = diff.locator("table").nth(2).locator("tbody tr")
     names = [r.locator("td").first.text_content() for r in stage_rows.all()]
-    assert names == ["Optimizer.zero_grad#AdamW.zero_grad", "Optimizer.step#AdamW.step"]
-    assert "+20.79 MiB" in stage_rows.nth(1).text_content()
+    assert names == ["step#1", "Optimizer.zero_grad#AdamW.zero_grad", "forward", "backward",
+                     "Optimizer.step#AdamW.step", "optimizer"]  # fmt: skip
+    assert "+20.79 MiB" in stage_rows.nth(0).text_content()
+    assert "+20.79 MiB" in stage_rows.nth(4).text_content()
     # every other section describes A, and says so
     assert page.locator("#stages h2").text_content() == "Stages (A)"
     assert "active" in hover_timeline(page, 0.5, "#timeline-b")

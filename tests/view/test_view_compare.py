@@ -70,3 +70,35 @@ def test_compare_shares_one_y_scale_with_a_toggle(browser):
             "() => window.memlens.panes.every((p) => p.view.ymax === 2000 && !p.inflight)"
         )
         assert not pg.errors
+
+
+def _same_function_snapshot(scale: int) -> dict:
+    """Four sites of one long-named function in one long-named file, lines 22/57/78/79."""
+    from snapshot_builders import ev
+
+    name = "forward_of_a_transformer_block_with_a_long_name"
+    path = "/home/someone/projects/assignment1/cs336_basics/transformer_blocks.py"
+    trace = [ev("alloc", 0x1000 * (k + 1), scale * (k + 1) * 64, k,
+                frames=[{"filename": path, "line": line, "name": name}])
+             for k, line in enumerate((22, 57, 78, 79))]  # fmt: skip
+    return {"segments": [], "device_traces": [trace]}
+
+
+@pytest.mark.browser
+@pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="needs Debian's chromium")
+def test_compare_rows_of_one_function_show_their_lines(browser):
+    a = memlens.load(_same_function_snapshot(1))
+    b = memlens.load(_same_function_snapshot(3))
+    with serving(ViewerData([a, b], ["a", "b"])) as url:
+        pg = Page(browser, url)
+        page = pg.page
+        page.wait_for_selector("table.cmp td .ln")
+        # per row: the location's text, and whether it lies wholly inside its cell
+        rows = page.evaluate("""() => [...document.querySelectorAll('table.cmp td:first-child')]
+          .map((td) => { const ln = td.querySelector('.ln'), nm = td.querySelector('.nm');
+            const c = td.getBoundingClientRect(), r = ln.getBoundingClientRect();
+            return [ln.textContent, r.right <= c.right + 0.5, nm.scrollWidth > nm.clientWidth]; })""")
+        assert [r[0] for r in rows] == [f":{n})" for n in (79, 78, 57, 22)]
+        assert all(r[1] for r in rows)  # every line number is on screen
+        assert all(r[2] for r in rows)  # the long name is what was cut
+        assert not pg.errors

@@ -24,6 +24,7 @@ import click
 from memlens.agents.params import convert, schema_property
 from memlens.agents.session import Session
 from memlens.analysis.jsonable import json_default
+from memlens.analysis.sites import hide_patterns
 from memlens.errors import MemlensError
 
 if TYPE_CHECKING:
@@ -37,7 +38,16 @@ HIDDEN = frozenset(
 )
 # options the command's wrapper handles itself (cli.command.analysis_command), not its body
 SHARED = frozenset(
-    {"as_json", "no_cache", "device", "device_b", "hide", "annotation_files", "limit_alias"}
+    {
+        "as_json",
+        "no_cache",
+        "device",
+        "device_b",
+        "hide",
+        "hide_only",
+        "annotation_files",
+        "limit_alias",
+    }
 )
 
 SNAPSHOT_ARG = "An id from open_snapshot (s1) or the path of a snapshot file (opened and kept)."
@@ -48,6 +58,7 @@ class Shared(TypedDict):
     cli.command.analysis_command); `hide` as typed (--hide values)."""
 
     hide: tuple[str, ...]
+    hide_only: tuple[str, ...]
     device: int | None
     device_b: int | None
     no_cache: bool
@@ -100,9 +111,8 @@ class Registered:
         values = {**own, "device": shared["device"]}
         if self.opens == "pair":
             values["device_b"] = shared["device_b"]
-        if self.analysis.hide:  # --hide as typed: none keeps the defaults, '' hides nothing
-            hide = shared["hide"]
-            values["hide_patterns"] = [h for h in hide if h] if hide else None
+        if self.analysis.hide:  # --hide adds to the defaults, --hide-only replaces them
+            values["hide_patterns"] = hide_patterns(shared["hide"], shared["hide_only"])
         return _Result(self.analysis.call(inputs, self.analysis.check(values)))
 
 
@@ -180,6 +190,7 @@ def analysis_tool(decl: Declaration) -> Tool:
         )
         shared: Shared = {
             "hide": values.get("hide", ()),
+            "hide_only": values.get("hide_only", ()),
             "device": values.get("device"),
             "device_b": values.get("device_b"),
             "no_cache": not session.cache,

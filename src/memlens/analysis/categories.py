@@ -32,6 +32,7 @@ import numpy as np
 
 from memlens.analysis.curves import group_summary, group_totals
 from memlens.analysis.events import event_info
+from memlens.analysis.inferred_steps import BACKWARD, OPTIMIZER, ZERO_GRAD
 from memlens.analysis.matching import rows_matching, stack_matches
 from memlens.analysis.optimizer_steps import step_of_events
 from memlens.analysis.results import (
@@ -56,12 +57,7 @@ CATEGORIES: tuple[str, ...] = (
 
 # Frame patterns (searched in "filename:line:name").
 ACCUMULATE_GRAD = r"AccumulateGrad|accumulate_grad"
-BACKWARD = (
-    r"torch::autograd::Engine::|autograd::generated::|Backward\d*::apply|"
-    r"CopyBackwards|CopySlices|[/\\]torch[/\\]autograd[/\\].*:(backward|_engine_run_backward)$"
-)
-OPTIMIZER = r"[/\\]torch[/\\]optim[/\\]|Optimizer\.step|zero_grad"
-ZERO_GRAD = r"zero_grad"
+# BACKWARD, OPTIMIZER, ZERO_GRAD: inferred_steps' (steps are read from the same frames)
 CONSTRUCTION = (
     r"[/\\]torch[/\\]nn[/\\]modules[/\\]module\.py:\d+:(_apply|to|cuda|load_state_dict)$|"
     r"[/\\]torch[/\\]nn[/\\]init\.py|:reset_parameters$|[/\\]torch[/\\]nn[/\\]parameter\.py"

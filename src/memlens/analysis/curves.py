@@ -1,8 +1,10 @@
 """Memory per group over time: one exact cumulative curve per group of allocations.
 
 Used by categories, rules and anything else that splits the active curve. Each group's
-curve is exact (a cumsum of its own +size/-size deltas); only the returned samples are
-thinned, so a group's value at any sampled event is the true value there.
+curve is exact (a cumsum of its own +size/-size deltas); the returned points are thinned
+to buckets, and each point is the group's highest value in its bucket (the events after
+the previous point up to its own), so a training loop's steps stay flat and a peak
+shorter than a bucket still shows. Where every event is a point, each is the exact value.
 """
 
 from __future__ import annotations
@@ -40,6 +42,16 @@ class _GroupCurves(TypedDict):
     peak_event: list[int]
 
 
+def bucket_max(curve: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Per point i: the highest of curve[ends[i-1] + 1 .. ends[i]] (from 0 for the first);
+    `ends` sorted, unique, inside the curve."""
+    if len(ends) == 0:
+        return curve[:0]
+    starts = np.r_[0, ends[:-1] + 1]
+    out: np.ndarray = np.maximum.reduceat(curve[: ends[-1] + 1], starts)
+    return out
+
+
 def group_curves(
     dev: DeviceTrace,
     group: np.ndarray,
@@ -48,8 +60,9 @@ def group_curves(
     points: int = 400,
     must: tuple[int, ...] = (),
 ) -> _GroupCurves:
-    """Sampled per-group active bytes: {"event": [...], "bytes": [[g0...], [g1...], ...]}
-    plus each group's exact peak ("peak_bytes", "peak_event")."""
+    """Per-group active bytes over the trace: {"event": [...] (each bucket's last event),
+    "bytes": [[g0...], [g1...], ...] (the group's highest value in the bucket)} plus each
+    group's exact peak ("peak_bytes", "peak_event")."""
     n = dev.n_events
     ev = sample_events(n, points, must)
     base = np.zeros(n_groups, dtype=np.int64)
@@ -63,7 +76,7 @@ def group_curves(
     for g in range(n_groups):
         mine = group == g
         curve = int(base[g]) + np.cumsum(_deltas(dev, mine & a_ok, mine & f_ok, n))
-        series.append(curve[ev].tolist())
+        series.append(bucket_max(curve, ev).tolist())
         if n and int(curve.max()) > int(base[g]):
             i = int(np.argmax(curve))
             peak_bytes.append(int(curve[i]))

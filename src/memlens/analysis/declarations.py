@@ -27,7 +27,7 @@ def event(help: str = "At this event instead of the peak (-1: before the first).
 
 
 def points(default: int) -> Option:
-    return Option("points", int, default, "Sampled events of the curves over time (--json).",
+    return Option("points", int, default, "Points of the curves over time (--json).",
                   show_default=True)  # fmt: skip
 
 
@@ -195,8 +195,12 @@ FRAGMENTATION = Analysis(
 OOM = Analysis(
     "oom", "why each OOM happened",
     A + "oom:oom_output", R.OomOutput, T + "oom:render_oom",
-    options=(top(10),), opens="snapshot", device_help=EVERY_DEVICE, section=S + "oom:SECTION",
-    doc="Explain each OOM in the trace.",
+    options=(top(10),
+             Option("device_memory", str, None, "The GPU's memory (80GiB, 24G): tells another "
+                    "process's memory from this one's in the verdict.", metavar="SIZE")),
+    opens="snapshot", device_help=EVERY_DEVICE, section=S + "oom:SECTION",
+    doc="Explain each OOM in the trace, with a verdict: device full, fragmentation, another\n"
+    "    process (with --device-memory), or a free block of another stream or pool.",
 )  # fmt: skip
 
 RANKS = Analysis(

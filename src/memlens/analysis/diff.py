@@ -142,11 +142,15 @@ def match_sites(
 
 
 def stage_diff(a: DeviceTrace, b: DeviceTrace) -> list[StageChange] | None:
-    """Stages matched by (name, occurrence); None unless both sides have stages."""
+    """Stages matched by (name, occurrence); None unless both sides have stages. Steps
+    inferred from the trace are compared only when both sides have them (an annotated
+    run and an unannotated one share no stage names)."""
     from memlens.analysis.stages import stage_table
 
     ta = stage_table(a, top=0)["stages"]
     tb = stage_table(b, top=0)["stages"]
+    if not (any(s["inferred"] for s in ta) and any(s["inferred"] for s in tb)):
+        ta, tb = [s for s in ta if not s["inferred"]], [s for s in tb if not s["inferred"]]
     if not ta or not tb:
         return None
     ia = {(s["name"], s["occurrence"]): s for s in ta}

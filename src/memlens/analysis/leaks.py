@@ -57,6 +57,8 @@ def leaks(
     for s in table["stages"]:
         if stage is not None and stage not in s["name"]:
             continue
+        if s["inferred"] and s["depth"] > 0:  # an inferred step's phases: the step will do
+            continue
         groups.setdefault(s["base_name"], []).append(s)
     min_count = 1 if stage is not None else 2
     by_index = {s["index"]: s for s in table["stages"]}
@@ -134,7 +136,13 @@ def leaks(
                 "grew": grew,
             }
         )
-    if not out and not notes:
+    inferred_steps = sum(s["inferred"] and s["depth"] == 0 for s in table["stages"])
+    if not out and inferred_steps == 1:
+        notes.append(
+            "one training step in this trace (inferred): leaks show across two or more "
+            "steps; record a few more"
+        )
+    elif not out and not notes:
         notes.append(
             "no repeated stages: annotate each training step (record_function, "
             "torch.profiler's ProfilerStep#N or memlens.step()) to find leaks across steps"

@@ -14,6 +14,7 @@ import re
 
 import numpy as np
 
+from memlens.analysis.inferred_steps import stack_runs
 from memlens.analysis.stages import stage_intervals
 from memlens.snapshot.model import DeviceTrace
 
@@ -33,42 +34,15 @@ def step_of_events(dev: DeviceTrace, optimizer_stack: np.ndarray) -> tuple[np.nd
     n = dev.n_events
     stage = np.full(n, -1, dtype=np.int64)
     open_at_start = -1
-    steps = [s for s in stage_intervals(dev) if STEP_STAGE.search(s["name"])]
+    steps = [s for s in stage_intervals(dev, inferred=False) if STEP_STAGE.search(s["name"])]
     # outer stages written last, so a stage nested in another step stage joins it
     for k in range(len(steps) - 1, -1, -1):
         s = steps[k]
         stage[max(s["first_event"], 0) : s["last_event"] + 1] = k
         if s["open_start"] and s["last_event"] >= 0:
             open_at_start = k
-    calls = _stack_calls(dev, optimizer_stack)
+    calls = stack_runs(dev, optimizer_stack)
     if open_at_start < 0 and n and stage[0] < 0 and calls[0] >= 0:
         open_at_start = len(steps) + int(calls[0])
     out = np.where(stage >= 0, stage, np.where(calls >= 0, calls + len(steps), -1))
     return out, open_at_start
-
-
-def _stack_calls(dev: DeviceTrace, optimizer_stack: np.ndarray) -> np.ndarray:
-    """Per event: the index of the optimizer call (a run of optimizer-stack events, with
-    stackless events in between bridged) it is in, -1 outside."""
-    n = dev.n_events
-    out = np.full(n, -1, dtype=np.int64)
-    stacks = dev.stack.astype(np.int64)
-    known = np.flatnonzero(stacks >= 0)
-    if len(known) == 0 or len(optimizer_stack) == 0:
-        return out
-    inside = optimizer_stack[stacks[known]]
-    starts = inside & ~np.concatenate([[False], inside[:-1]])
-    run = np.where(inside, np.cumsum(starts) - 1, -1)
-    out[known] = run
-    # a stackless event belongs to a call when the known events on both sides are in it
-    pos = np.arange(n)
-    has = np.zeros(n, dtype=bool)
-    has[known] = True
-    prev = np.maximum.accumulate(np.where(has, pos, -1))
-    nxt = np.minimum.accumulate(np.where(has, pos, n)[::-1])[::-1]
-    gap = ~has & (prev >= 0) & (nxt < n)
-    before = out[np.where(gap, prev, 0)]
-    after = out[np.where(gap, np.minimum(nxt, n - 1), 0)]
-    bridged = gap & (before >= 0) & (before == after)
-    out[bridged] = before[bridged]
-    return out

@@ -31,6 +31,7 @@ class Site(Frame):
     site: str
     bytes: int
     count: int
+    via: str | None  # the glue frame the site called through (einops, ...), if any
 
 
 class NetSite(Site):
@@ -125,6 +126,8 @@ class StageInterval(TypedDict):
     end_time_us: int | None
     open_start: bool
     open_end: bool
+    crosses: bool  # overlaps another stage without either holding the other
+    inferred: bool  # read from the trace (analysis.inferred_steps), not an annotation
     start_event: int
     first_event: int
     last_event: int
@@ -509,6 +512,9 @@ class OomDetail(OomEntry):
     live_count: int
     top_sites: list[Site]
     site: str | None
+    # "device_full" | "fragmentation" | "another_process" | "stream_or_pool" (oom_verdict)
+    verdict: str
+    outside_bytes: int | None  # held outside this process (needs --device-memory)
 
 
 class OomReport(TypedDict):

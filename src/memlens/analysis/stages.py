@@ -1,10 +1,12 @@
 """Stages from external_annotations (record_function START/END markers).
 
-Pairing: annotations of this device (all of them if none carry its ordinal) are taken in
-time order (ties keep file order); an END closes the innermost open START of the same
-name. An END with no START is a stage that began before the trace (it starts at the first
-event, "open_start"); a START never closed runs to the last event ("open_end"). Depth is
-the number of stages open when it starts. Repeated names get an occurrence number
+Pairing (stage_pairing.py): annotations of this device (all of them if none carry its
+ordinal) are taken in time order (ties keep file order); an END closes the latest open
+START of the same name, as record_function ranges are left. An END with no START is a
+stage that began before the trace (it starts at the first event, "open_start"); a START
+never closed runs to the last event ("open_end"). Depth is the number of stages that hold
+it whole; ranges that overlap without nesting are kept so ("crosses"). Repeated names get
+an occurrence number
 ("occurrence": 0, 1, ...); "ProfilerStep#12"-style names share the base name "ProfilerStep".
 
 Time to events (the tie rule): annotations and trace events share the clock (µs) but are
@@ -32,6 +34,7 @@ from memlens.analysis.events import (
     window_max,
     window_sums,
 )
+from memlens.analysis.inferred_steps import inferred_stages, user_marks_steps
 from memlens.analysis.results import (
     NetSite,
     RepeatedStage,
@@ -43,6 +46,7 @@ from memlens.analysis.results import (
     StepRow,
 )
 from memlens.analysis.sites import net_sites
+from memlens.analysis.stage_pairing import NO_END, NO_START, pair_loop, pair_nested
 from memlens.snapshot.model import DeviceTrace
 
 _STEP_SUFFIX = re.compile(r"#\d+$")
@@ -77,100 +81,71 @@ def _annotations_of(dev: DeviceTrace) -> tuple[list[str], np.ndarray, np.ndarray
     return [strings[i] for i in ids.tolist()], ids, ann.stage[sel], ann.time_us[sel]
 
 
-def stage_intervals(dev: DeviceTrace) -> list[StageInterval]:
-    """The stages of `dev`'s annotations, in start order.
+def stage_intervals(dev: DeviceTrace, *, inferred: bool = True) -> list[StageInterval]:
+    """The stages of `dev`'s annotations, in start order, and (with `inferred`, when the
+    annotations mark no steps) the steps and phases read from the trace
+    (analysis.inferred_steps).
 
     Each: {"index", "name", "base_name", "occurrence", "depth", "parent" (index or None),
     "start_time_us", "end_time_us" (None where open), "open_start", "open_end",
+    "crosses" (it overlaps a stage without either holding the other), "inferred",
     "start_event" (memory "at start" is right after it; -1 = before the first event),
     "first_event", "last_event" (events inside are first..last; last = first - 1 when the
-    stage holds no event)}. Empty when the trace has no timestamps.
+    stage holds no event)}. Annotations are left out when the trace has no timestamps.
     """
-    cols = _interval_columns(dev)
+    cols = _interval_columns(dev, inferred)
     return (
         [cast(StageInterval, dict(zip(_INTERVAL_KEYS, row))) for row in zip(*cols)] if cols else []
     )
 
 
-# a stage open at an edge: no START (began before the trace) / no END (still running)
-_NO_START, _NO_END = -(2**62), 2**62
-
-# Paired stages, one entry per stage in the order their START (or lone END) comes:
-# (annotation index of its name, t0 or _NO_START, t1 or _NO_END, depth, parent or -1)
-Pairs = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
-
-
-def _pair_nested(ids: np.ndarray, stage: np.ndarray, times: np.ndarray) -> Pairs | None:
-    """Pairing without a Python loop for the usual case: every END closes the innermost
-    open START, with the same name, and nothing is open at either edge. Then, per nesting
-    level, the annotations alternate START, END, START, END... None when that fails."""
-    idx = np.flatnonzero(stage <= 1)  # START 0, END 1; the rest (OTHER) take no part
-    if len(idx) == 0 or len(idx) % 2:
-        return None
-    is_start = stage[idx] == 0
-    after = np.cumsum(np.where(is_start, 1, -1))
-    if after.min() < 0 or after[-1] != 0:
-        return None
-    level = after - is_start  # a START's depth before it; an END's depth after it
-    by_level = np.lexsort((np.arange(len(idx)), level))
-    s_pos, e_pos = by_level[0::2], by_level[1::2]
-    if not (is_start[s_pos].all() and not is_start[e_pos].any()
-            and (level[s_pos] == level[e_pos]).all()
-            and (ids[idx[s_pos]] == ids[idx[e_pos]]).all()):  # fmt: skip
-        return None
-    o = np.argsort(s_pos, kind="stable")  # stages in START order
-    s_pos, e_pos = s_pos[o], e_pos[o]
-    depth = level[s_pos]
-    # parent: the last START one level up before it (still open: the sequence is nested)
-    key = depth * (len(idx) + 1) + s_pos
-    key_order = np.argsort(key, kind="stable")
-    rank = np.searchsorted(key[key_order], (depth - 1) * (len(idx) + 1) + s_pos) - 1
-    parent = np.where(depth > 0, key_order[np.maximum(rank, 0)], -1)
-    return idx[s_pos], times[idx[s_pos]], times[idx[e_pos]], depth, parent
-
-
-def _pair_loop(names: list[str], stage: np.ndarray, times: np.ndarray) -> Pairs:
-    """Pairing, annotation by annotation: an END closes the innermost open START of the
-    same name (stages opened inside it and still open end with it)."""
-    r_ann: list[int] = []
-    r_t0: list[int] = []
-    r_t1: list[int] = []
-    r_depth: list[int] = []
-    r_parent: list[int] = []
-    open_stack: list[int] = []
-    for i, (name, st, t) in enumerate(zip(names, stage.tolist(), times.tolist())):
-        if st == 0:
-            r_ann.append(i)
-            r_t0.append(t)
-            r_t1.append(_NO_END)
-            r_depth.append(len(open_stack))
-            r_parent.append(open_stack[-1] if open_stack else -1)
-            open_stack.append(len(r_ann) - 1)
-        elif st == 1:
-            for k in range(len(open_stack) - 1, -1, -1):
-                if names[r_ann[open_stack[k]]] == name:
-                    r_t1[open_stack[k]] = t
-                    del open_stack[k:]  # inner stages left open end with their parent
-                    break
-            else:
-                # began before the trace: it encloses everything before it
-                r_ann.append(i)
-                r_t0.append(_NO_START)
-                r_t1.append(t)
-                r_depth.append(0)
-                r_parent.append(-1)
-    return tuple(np.asarray(x, np.int64) for x in (r_ann, r_t0, r_t1, r_depth, r_parent))  # type: ignore[return-value]
+def _interval_columns(dev: DeviceTrace, inferred: bool = True) -> list[Any] | None:
+    """_annotated_columns, with the inferred steps merged in by start when `inferred` and
+    the annotations mark no steps of their own."""
+    cols = _annotated_columns(dev)
+    names: list[str] = cols[1] if cols else []
+    steps = inferred_stages(dev) if inferred and not user_marks_steps(names) else []
+    if not steps:
+        return cols
+    rows = [list(r) for r in zip(*cols)] if cols else []
+    times = dev.monotonic_time_us if has_time(dev) else None
+    step_row = -1
+    for s in steps:
+        step_row = len(rows) if s.depth == 0 else step_row
+        t0 = int(times[s.first_event]) if times is not None else None
+        t1 = int(times[s.last_event]) if times is not None and not s.open_end else None
+        rows.append([len(rows), s.name, base_name(s.name), 0, s.depth,
+                     None if s.depth == 0 else step_row, t0, t1, False, s.open_end, False,
+                     True, s.first_event - 1, s.first_event, s.last_event])  # fmt: skip
+    # by start; an inferred step before its first phase; each list keeps its order otherwise
+    index, name, occurrence, depth, parent, inf, start = (
+        _COL[k] for k in ("index", "name", "occurrence", "depth", "parent", "inferred",
+                          "start_event")
+    )  # fmt: skip
+    order = sorted(
+        range(len(rows)), key=lambda i: (rows[i][start], rows[i][depth] > 0 or not rows[i][inf])
+    )
+    new_index = {rows[i][index]: k for k, i in enumerate(order)}
+    seen: dict[str, int] = {}
+    merged = []
+    for k, i in enumerate(order):
+        r = rows[i]
+        r[index], r[parent] = k, None if r[parent] is None else new_index[r[parent]]
+        r[occurrence] = seen.get(r[name], 0)
+        seen[r[name]] = r[occurrence] + 1
+        merged.append(r)
+    return [list(c) for c in zip(*merged)]
 
 
-def _interval_columns(dev: DeviceTrace) -> list[Any] | None:
+def _annotated_columns(dev: DeviceTrace) -> list[Any] | None:
     """stage_intervals as columns (in _INTERVAL_KEYS order); None without stages. Columns,
     not a dict per stage, until the very end: tens of thousands of stages at 1M events."""
     names, ids, stage, times = _annotations_of(dev)
     if not names or not has_time(dev):
         return None
     n = dev.n_events
-    pairs = _pair_nested(ids, stage, times)
-    r_ann, r_t0, r_t1, r_depth, r_parent = pairs or _pair_loop(names, stage, times)
+    pairs = pair_nested(ids, stage, times)
+    r_ann, r_t0, r_t1, r_depth, r_parent, r_cross = pairs or pair_loop(names, stage, times)
     m = len(r_ann)
     # order by start; unmatched ENDs (started at the trace start) first, in pairing order
     order = np.lexsort((np.arange(m), r_t0))
@@ -191,20 +166,22 @@ def _interval_columns(dev: DeviceTrace) -> list[Any] | None:
         occurrence.append(occ)
     bases = {name: base_name(name) for name in seen}
     parent_col = new_index[r_parent[order]].tolist()
-    open_start, open_end = (t0 == _NO_START).tolist(), (t1 == _NO_END).tolist()
+    open_start, open_end = (t0 == NO_START).tolist(), (t1 == NO_END).tolist()
     return [
         list(range(m)), name_col, [bases[x] for x in name_col], occurrence,
         r_depth[order].tolist(), [None if p < 0 else p for p in parent_col],
         [None if o else t for o, t in zip(open_start, t0.tolist())],
         [None if o else t for o, t in zip(open_end, t1.tolist())],
-        open_start, open_end,
+        open_start, open_end, r_cross[order].tolist(), [False] * m,
         start_ev.tolist(), (start_ev + 1).tolist(), last_ev.tolist(),
     ]  # fmt: skip
 
 
 _INTERVAL_KEYS = ("index", "name", "base_name", "occurrence", "depth", "parent",
-                  "start_time_us", "end_time_us", "open_start", "open_end", "start_event",
+                  "start_time_us", "end_time_us", "open_start", "open_end", "crosses",
+                  "inferred", "start_event",
                   "first_event", "last_event")  # fmt: skip
+_COL = {k: i for i, k in enumerate(_INTERVAL_KEYS)}
 
 
 def stage_ranges(dev: DeviceTrace) -> list[tuple[int, int, str, int]]:
@@ -248,6 +225,15 @@ def _stage_table(
     elif not has_time(dev):
         notes.append("this trace has no timestamps (time_us): annotations cannot be placed")
     cols_in = _interval_columns(dev) or [[] for _ in _INTERVAL_KEYS]
+    n_steps = sum(
+        1 for s, d in zip(cols_in[_COL["inferred"]], cols_in[_COL["depth"]]) if s and not d
+    )
+    if n_steps:
+        notes.append(
+            f"no step annotations: {n_steps} step{'s' if n_steps > 1 else ''} inferred from "
+            "the trace (optimizer calls, backward's autograd frames): step#N (inferred) and "
+            "its phases"
+        )
     if name:
         keep = [i for i, x in enumerate(cols_in[1]) if name in x]
         cols_in = [[c[i] for i in keep] for c in cols_in]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from memlens.errors import MemlensError
 
 NO_CUDA_MESSAGE = (
-    "CUDA is not available: memlens record needs a GPU; "
+    "CUDA is not available: recording a snapshot needs a GPU; "
     "use `memlens simulate` to predict the snapshot without one"
 )
 

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 import click
 
 from memlens.analysis.registry import Analysis, Option, Text
+from memlens.analysis.sites import hide_patterns
 from memlens.cli.options import (
     LONGEST_TRACE,
     F,
@@ -39,7 +40,6 @@ from memlens.cli.options import (
     device_option,
     emit_json,
     hide_option,
-    hide_patterns,
     json_option,
     no_cache_option,
     open_snapshot,
@@ -99,7 +99,7 @@ class Declared:
         """The body's Answer for the opened `inputs` (see Opens: B's device is already
         chosen), its prepared `own` options and the `shared` values (`hide` as typed:
         --hide values), of which it gets those its signature names."""
-        given = {**shared, "hide": hide_patterns(shared["hide"])}
+        given = {**shared, "hide": hide_patterns(shared["hide"], shared["hide_only"])}
         wanted = set(inspect.signature(self.body).parameters)
         return self.body(*inputs, **own, **{k: v for k, v in given.items() if k in wanted})
 
@@ -130,6 +130,7 @@ def analysis_command(
             device: int | None = None,
             device_b: int | None = None,
             hide: tuple[str, ...] = (),
+            hide_only: tuple[str, ...] = (),
             annotation_files: tuple[str, ...] = (),
             **own: Any,
         ) -> None:
@@ -138,6 +139,7 @@ def analysis_command(
             inputs = _open(opens, paths, no_cache, annotation_files, device, device_b)
             shared: Shared = {
                 "hide": hide,
+                "hide_only": hide_only,
                 "device": device,
                 "device_b": device_b,
                 "no_cache": no_cache,
@@ -171,6 +173,7 @@ def registered_command(analysis: Analysis[Any]) -> click.Command:
         device: int | None = None,
         device_b: int | None = None,
         hide: tuple[str, ...] = (),
+        hide_only: tuple[str, ...] = (),
         annotation_files: tuple[str, ...] = (),
         limit_alias: int | None = None,
         **own: Any,
@@ -182,7 +185,7 @@ def registered_command(analysis: Analysis[Any]) -> click.Command:
         if analysis.opens == "pair":
             own["device_b"] = device_b
         if analysis.hide:
-            own["hide_patterns"] = hide_patterns(hide)
+            own["hide_patterns"] = hide_patterns(hide, hide_only)
         values = analysis.check(own)  # before the load: bad options fail fast
         inputs = _open(analysis.opens, paths, no_cache, annotation_files, device, device_b)
         for o in analysis.options:

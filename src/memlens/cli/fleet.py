@@ -67,10 +67,12 @@ def command(
     categories and top sites at the peak; across ranks, outliers by robust z-score with
     a diff against the median rank, groups, and the imbalance of each stage.
 
-    PATHS are files, directories or globs. A file that cannot be read is a failed row.
+    PATHS are files, directories or globs (made absolute before they are sent to the
+    workers). A file that cannot be read is a failed row: a warning on stderr names how
+    many and why, and the exit status is 1 when every rank failed.
     """
     from memlens.fleet.api import run
-    from memlens.views.text.fleet import render_fleet
+    from memlens.views.text.fleet import failure_warning, render_fleet
 
     result = run(list(inputs), scheduler=scheduler, workers=workers, rank_regex=rank_regex,
                    device=device, top=top, hide_patterns=hide, cache=not no_cache,
@@ -92,4 +94,9 @@ def command(
         except OSError as exc:
             raise MemlensError(f"cannot write {report}: {exc.strerror or exc}") from None
         status(f"wrote {report}", err=True)
-    return Answer(result, render_fleet)
+    warning = failure_warning(result)
+    if warning is not None:
+        status(warning, err=True)
+    # every rank failed: the answer is printed (--json has the reasons) but the exit
+    # status says there was nothing to compare
+    return Answer(result, render_fleet, exit_code=1 if result["ranks_ok"] == 0 else 0)

@@ -83,18 +83,18 @@ def script_command(output_help: str) -> Callable[[F], click.Command]:
 
 
 def hide_option(f: F) -> F:
+    """--hide (added to the default patterns) and --hide-only (replacing them)."""
+    f = click.option(
+        "--hide-only", "hide_only", multiple=True, metavar="REGEX",
+        help="Like --hide, but instead of the default patterns (repeatable). "
+        "--hide-only '' shows every frame.",
+    )(f)  # fmt: skip
     return click.option(
         "--hide", multiple=True, metavar="REGEX",
-        help="Filename pattern to skip when naming the call site (repeatable). "
-        "Replaces the default (torch internals, stdlib). --hide '' shows every frame.",
+        help="Filename pattern to skip when naming the call site (repeatable), added to "
+        "the defaults: torch, the stdlib and thin glue (einops, accelerate's hooks, "
+        "bitsandbytes, ...), which yields to the line that called it.",
     )(f)  # fmt: skip
-
-
-def hide_patterns(hide: tuple[str, ...]) -> list[str] | None:
-    """None keeps the defaults; --hide '' alone means hide nothing."""
-    if not hide:
-        return None
-    return [h for h in hide if h]
 
 
 def annotations_option(f: F) -> F:
@@ -139,6 +139,21 @@ def open_snapshot(
         for extra in annotation_files:
             snap.add_annotations(annotations_from(extra, device))
     return snap
+
+
+def require_extra(command: str, what: str, modules: tuple[str, ...], extra: str) -> None:
+    """Fail with the extra to install when a command's optional packages are missing (a
+    core install), before any snapshot is read, instead of an unexpected import error."""
+    from importlib.util import find_spec
+
+    from memlens.errors import MemlensError
+
+    missing = [m for m in modules if find_spec(m) is None]
+    if missing:
+        raise MemlensError(
+            f"memlens {command} needs {what} ({', '.join(missing)} is not installed): "
+            f"pip install 'memlens[{extra}]'"
+        )
 
 
 def emit_json(obj: Any) -> None:

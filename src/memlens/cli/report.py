@@ -7,11 +7,11 @@ from pathlib import Path
 
 import click
 
+from memlens.analysis.sites import hide_patterns
 from memlens.cli.options import (
     annotations_option,
     device_option,
     hide_option,
-    hide_patterns,
     no_cache_option,
     open_snapshot,
     snapshots_argument,
@@ -36,6 +36,7 @@ def command(
     device: int | None,
     rules: str | None,
     hide: tuple[str, ...],
+    hide_only: tuple[str, ...],
     no_cache: bool,
     annotation_files: tuple[str, ...],
 ) -> None:
@@ -63,7 +64,7 @@ def command(
         snap2,
         device=device,
         rules_path=rules,
-        hide_patterns=hide_patterns(hide),
+        hide_patterns=hide_patterns(hide, hide_only),
         names=(snapshot, snapshot2),
     )
     try:

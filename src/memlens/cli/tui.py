@@ -11,6 +11,7 @@ from memlens.cli.options import (
     device_option,
     no_cache_option,
     open_snapshot,
+    require_extra,
     snapshots_argument,
 )
 from memlens.errors import MemlensError
@@ -41,6 +42,7 @@ def command(
     With SNAPSHOT2, compare: both timelines share one cursor (Tab moves one pane alone) and
     Enter shows the diff tree of call sites (B - A). Press ? inside for every key.
     """
+    require_extra("tui", "Textual", ("textual",), "tui")
     from memlens.views.tui.app import Session, TuiApp
 
     sessions = []

@@ -12,6 +12,7 @@ from memlens.cli.options import (
     device_option,
     no_cache_option,
     open_snapshot,
+    require_extra,
     snapshots_argument,
     status,
 )
@@ -52,6 +53,7 @@ def command(
     Zoom with the wheel, pan by dragging, hover an allocation for its call site, click it for
     its stack, click the time axis strip for what is live at that moment. Press ? for keys.
     """  # fmt: skip
+    require_extra("view", "its web server", ("starlette", "uvicorn"), "web")
     import uvicorn
 
     from memlens.views.web.data import ViewerData

@@ -11,18 +11,21 @@ groups of ranks that behave alike and the imbalance of each stage.
 
 from __future__ import annotations
 
+import os
 import sys
 import warnings
+from collections import Counter
 from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any, cast
 
+from memlens.errors import MemlensError
 from memlens.fleet import aggregate as agg
 from memlens.fleet.executors import Executor, TaskLost, make_executor
 from memlens.fleet.naming import expand_paths, rank_ids
 from memlens.fleet.progress import progress_bar
 from memlens.fleet.record import FAILED, RankRecord, one_line, rank_record
-from memlens.fleet.results import FleetResult, FleetRow, OutlierDiff
+from memlens.fleet.results import FailureReason, FleetResult, FleetRow, OutlierDiff
 
 FLEET_SCHEMA_VERSION = 1
 DIFF_SITES = 10  # call sites kept in each outlier's diff
@@ -90,7 +93,10 @@ def run(
     many outliers get a diff against the median rank. progress: a bar on stderr (None:
     when it is a terminal). on_record is called in the parent as each record arrives.
     """
-    files = expand_paths([paths] if isinstance(paths, str) else list(paths))
+    # absolute before they travel: a worker's working directory is not ours (a Dask
+    # worker started elsewhere found none of the relative paths)
+    files = [os.path.abspath(f) for f in expand_paths([paths] if isinstance(paths, str)
+                                                      else list(paths))]  # fmt: skip
     ids, rank_source = rank_ids(files, rank_regex)
     cache = cache and fits_in_cache(len(files))
     own = executor is None
@@ -98,6 +104,7 @@ def run(
     try:
         records = _collect(ex, files, ids, progress, on_record, device=device, top=top,
                            hide_patterns=hide_patterns, cache=cache)  # fmt: skip
+        check_visible(records, ex.name)
         result = summarize_fleet(records, threshold=threshold, tolerance=tolerance)
         result["executor"], result["rank_source"] = ex.name, rank_source
         _attach_diffs(ex, result, records, diffs, device=device,
@@ -106,6 +113,47 @@ def run(
         if own:
             ex.close()
     return result
+
+
+MISSING = ": no such file"  # the end of the reader's reason for a path that is not there
+
+
+def unseen(rec: RankRecord) -> bool:
+    """A rank whose worker found no file at a path that exists here: the worker runs on
+    another machine (or in a container) that does not see this file system."""
+    return (not rec.ok and (rec.reason or "").endswith(MISSING)
+            and os.path.isfile(rec.path))  # fmt: skip
+
+
+def check_visible(records: Sequence[RankRecord], executor: str) -> None:
+    """One clear error when no worker could see any file (every rank failed that way),
+    instead of a table of failed rows and "no outliers"."""
+    if not records or not all(unseen(r) for r in records):
+        return
+    first = records[0]
+    raise MemlensError(
+        f"the workers of the {executor} cannot see the snapshot files: {first.path} exists "
+        f"here, but worker {first.worker or '?'} found no such file (nor any of the "
+        f"{len(records):,} files); every worker must read them at the same path (a shared "
+        "file system)"
+    )
+
+
+def failure_reasons(records: Sequence[RankRecord]) -> list[FailureReason]:
+    """The failed ranks grouped by why (the file's own path taken out of the reason),
+    most ranks first."""
+    counts: Counter[str] = Counter()
+    first: dict[str, int] = {}
+    for r in records:
+        if r.ok:
+            continue
+        why = (r.reason or "unknown").replace(r.path, "FILE")
+        if unseen(r):
+            why = "the worker cannot see the file (it exists here)"
+        counts[why] += 1
+        first.setdefault(why, r.rank)
+    return [FailureReason(reason=why, ranks=n, first_rank=first[why])
+            for why, n in counts.most_common()]  # fmt: skip
 
 
 def fits_in_cache(n_files: int) -> bool:
@@ -189,6 +237,7 @@ def summarize_fleet(
         "failed": [
             {"rank": r.rank, "path": r.path, "reason": r.reason} for r in records if not r.ok
         ],  # fmt: skip
+        "failure_reasons": failure_reasons(records),
     }
 
 

@@ -95,6 +95,12 @@ class FailedRow(TypedDict):
     reason: str | None
 
 
+class FailureReason(TypedDict):
+    reason: str  # the rows' reason with the file's path as FILE
+    ranks: int
+    first_rank: int
+
+
 class FleetResult(TypedDict):
     schema: int
     executor: str | None
@@ -111,3 +117,4 @@ class FleetResult(TypedDict):
     groups: list[Group]
     stages: list[StageImbalance]
     failed: list[FailedRow]
+    failure_reasons: list[FailureReason]  # the failed rows grouped by reason

@@ -71,6 +71,17 @@ SIMULATE.add_argument("--cublas-workspace", metavar="SIZE", default="32MiB",
                       help="cuBLAS workspace (default 32MiB; 0 to omit)")  # fmt: skip
 
 
+def cell_number(shell: Any) -> int:
+    """The N of the running cell's In [N]: the ExecutionResult IPython made for the cell
+    holds it. `shell.execution_count` is N during the cell in older IPythons and N + 1 in
+    those that count up before the code runs (ipython/ipython#15088, December 2025)."""
+    result = getattr(getattr(shell, "displayhook", None), "exec_result", None)
+    count = getattr(result, "execution_count", None)
+    if isinstance(count, int):
+        return count
+    return int(getattr(shell, "execution_count", 0) or 0)
+
+
 @magics_class
 class MemlensMagics(Magics):
     @cell_magic
@@ -87,7 +98,7 @@ class MemlensMagics(Magics):
             args = parser.parse_args(words[1:])
         except _HelpShown:  # -h/--help: argparse has printed it
             return
-        count = getattr(self.shell, "execution_count", 0)
+        count = cell_number(self.shell)
         try:
             if words[0] == "record":
                 path = Path(args.output or f"memlens-cell-{count}.pickle")

@@ -22,9 +22,10 @@ from memlens.errors import MemlensError
 from memlens.snapshot.model import Snapshot
 
 # Where notebooks run: Jupyter/JupyterLab on a loopback port (also through an SSH tunnel),
-# VS Code's notebook webviews.
+# VS Code's notebook webviews. No "http://[::1]:*": a CSP host-source cannot be an IPv6
+# literal, and Chromium rejects it (a notebook on [::1] is opened as localhost instead).
 FRAME_ANCESTORS = (
-    "http://localhost:*", "http://127.0.0.1:*", "http://[::1]:*",
+    "http://localhost:*", "http://127.0.0.1:*",
     "https://localhost:*", "https://127.0.0.1:*", "vscode-webview:", "vscode-file:",
 )  # fmt: skip
 START_TIMEOUT_S = 15.0

@@ -123,7 +123,22 @@ def device_html(dev: DeviceTrace, *, heading: bool = True) -> str:
         "column), orange: reserved, dashed red: the peak; shaded: annotated stages</div>"
     )
     picture = timeline_picture(dev)
-    return title + _figures(s) + (legend + picture if picture else "") + _sites(s)
+    return title + _oom(s) + _figures(s) + (legend + picture if picture else "") + _sites(s)
+
+
+def _oom(s: DeviceSummary) -> str:
+    """The out-of-memory error first: it is why this snapshot was written, most often."""
+    ooms = s["ooms"]
+    if not ooms:
+        return ""
+    o = ooms[0]
+    more = f" ({len(ooms)} OOMs; the first shown)" if len(ooms) > 1 else ""
+    text = (
+        f"out of memory at event {o['event']:,}: asked for "
+        f"{format_bytes(o['requested_bytes'])} with {format_bytes(o['device_free_bytes'])} "
+        f"free on the device{more}; memlens oom explains it"
+    )
+    return f'<div style="color:#c0392b;font-weight:600;margin:4px 0">{esc(text)}</div>'
 
 
 def snapshot_html(snap: Snapshot) -> str:

@@ -74,14 +74,34 @@ def render_fleet(r: Mapping[str, Any]) -> str:
              for s in r["stages"]],
         )  # fmt: skip
     if r["failed"]:
-        lines += ["", f"failed ({len(r['failed'])}):"]
+        lines += ["", f"failed ({len(r['failed']):,}), by reason:"]
+        lines += [f"  {f['ranks']:>7,} ranks  {f['reason']}  (first: rank {f['first_rank']})"
+                  for f in r["failure_reasons"][:TEXT_ROWS]]  # fmt: skip
+        lines += ["", "failed ranks:"]
         lines += [f"  rank {f['rank']}  {f['reason']}" for f in r["failed"][:TEXT_ROWS]]
         lines += _more(len(r["failed"]), "failed ranks")
     return "\n".join(lines)
 
 
+def failure_warning(r: Mapping[str, Any]) -> str | None:
+    """The stderr line when ranks failed (None when none did): an error when every rank
+    did, so a script cannot take an empty comparison for "no outliers"."""
+    failed, total = r["ranks_failed"], r["ranks_total"]
+    if not failed:
+        return None
+    top = r["failure_reasons"][0]
+    why = f"{top['reason']} ({top['ranks']:,} ranks)"
+    more = len(r["failure_reasons"]) - 1
+    why += f" and {more} other reason{'s' if more > 1 else ''}" if more else ""
+    if failed == total:
+        return f"memlens: error: every rank failed ({total:,} of {total:,}): {why}"
+    return f"memlens: warning: {failed:,} of {total:,} ranks failed and are left out: {why}"
+
+
 def outlier_lines(r: Mapping[str, Any], by_rank: dict[int, dict[str, Any]]) -> list[str]:
     found = r["outliers"]
+    if not r["ranks_ok"]:
+        return ["no rank could be read: nothing to compare (see failed below)"]
     if not found:
         return [f"no outliers (no figure has |robust z| > {r['threshold_z']:g})"]
     lines = [f"outliers ({len(found)}; |robust z| > {r['threshold_z']:g}, median/MAD over the "

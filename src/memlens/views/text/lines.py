@@ -24,8 +24,16 @@ def signed_bytes(n: int) -> str:
 
 def sites_lines(sites: Sequence[Mapping[str, Any]], indent: str = "  ") -> list[str]:
     return [
-        f"{indent}{format_bytes(s['bytes']):>12}  {s['count']:>7,}x  {s['site']}" for s in sites
+        f"{indent}{format_bytes(s['bytes']):>12}  {s['count']:>7,}x  {s['site']}{via_text(s)}"
+        for s in sites
     ]
+
+
+def via_text(site: Mapping[str, Any]) -> str:
+    """ "  via einsum (.../einops/_backends.py:288)": the glue the site's line called
+    through (a Site's "via"), or ""."""
+    via = site.get("via")
+    return f"  via {via}" if via else ""
 
 
 def tree_lines(

@@ -28,6 +28,12 @@ def render_at(r: LiveSet | AllocationLiveSet, options: Mapping[str, Any] = NO_OP
     return render_live_set(r, title)
 
 
+def alloc_when(event: int) -> str:
+    """When an allocation was made: "alloc event 12", or "made before the trace" (-1: it
+    was alive when the recording began), as the report says it."""
+    return "made before the trace" if event < 0 else f"alloc event {event:,}"
+
+
 def render_live_set(r: Mapping[str, Any], title: str) -> str:
     return "\n".join(live_set_lines(r, title))
 
@@ -54,6 +60,6 @@ def live_set_lines(r: Mapping[str, Any], title: str) -> list[str]:
         for a in r["largest"]:
             lines.append(
                 f"  {format_bytes(a['bytes']):>12}  {a['address']}_{a['version']}  "
-                f"alloc event {a['alloc_event']}  {a['site']}"
+                f"{alloc_when(a['alloc_event'])}  {a['site']}"
             )
     return lines

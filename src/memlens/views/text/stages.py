@@ -27,6 +27,10 @@ def render_stages(result: StagesOutput, options: Mapping[str, Any] = NO_OPTIONS)
     shown, hidden = elide(result["stages"], TEXT_STAGES)
     for s in shown:
         label = "  " * s["depth"] + s["name"] + occurrence_suffix(s)
+        if s.get("crosses"):  # overlaps a neighbour without nesting (not a child of it)
+            label += " (crosses)"
+        if s.get("inferred") and s["depth"] == 0:  # its phases are under it
+            label += " (inferred)"
         ev = (
             f"{s['first_event']}..{s['last_event']}"
             if s["last_event"] >= s["first_event"]

@@ -33,11 +33,11 @@ def render_summary(s: Summary, options: Mapping[str, Any] = NO_OPTIONS) -> str:
             f"  baseline         {format_bytes(d['baseline_bytes'])}  (alive before the first event)"
         )
         when = (
-            f"event {d['peak_event_index']:,}"
+            f"at event {d['peak_event_index']:,}"
             if d["peak_event_index"] >= 0
-            else "before the first event"
+            else "before the first event (the baseline)"
         )
-        lines.append(f"  peak active      {format_bytes(d['peak_active_bytes'])}  at {when}")
+        lines.append(f"  peak active      {format_bytes(d['peak_active_bytes'])}  {when}")
         lines.append(f"  end active       {format_bytes(d['end_active_bytes'])}")
         lines.append(
             f"  reserved         {format_bytes(d['reserved_start_bytes'])} at start, "

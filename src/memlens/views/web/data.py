@@ -391,6 +391,7 @@ class ViewerData:
                     "e0": st["first_event"],  # events e0..e1-1 are inside
                     "e1": st["last_event"] + 1,
                     "depth": len(ends),
+                    "inferred": st["inferred"],  # read from the trace, not annotated
                 }
             )
             ends.append(t1)

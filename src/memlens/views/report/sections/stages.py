@@ -27,7 +27,9 @@ def stages_section(ctx: ReportContext) -> str:
     for s in stages[:MAX_STAGE_ROWS]:
         name = ("\u2003" * int(s.get("depth") or 0)) + str(s["name"]) + occurrence_suffix(s)
         edge = (
-            " (began before the trace)"
+            " (inferred)"
+            if s.get("inferred") and not s.get("depth")
+            else " (began before the trace)"
             if s.get("open_start")
             else " (still open at the end)"
             if s.get("open_end")

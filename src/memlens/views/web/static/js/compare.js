@@ -11,6 +11,14 @@ export function shortSite(label) {
   return label.replace(/\(([^()]*\/)([^()/]*:\d+)\)$/, "($2)");
 }
 
+// "fn (/a/b/file.py:12)" -> ["fn", "(file.py", ":12)"]; ["label", "", ""] without a
+// location. Pure.
+export function siteParts(label) {
+  const [name, loc] = splitLabel(shortSite(label));
+  const m = /^(.*)(:\d+\))$/.exec(loc.trimStart());
+  return m ? [name, m[1], m[2]] : [name, "", ""];
+}
+
 export async function loadCompare() {
   const card = $("#compare"), body = $(".body", card);
   card.hidden = false;
@@ -29,10 +37,13 @@ export async function loadCompare() {
     tbl.append(head);
     for (const r of c.sites) {
       const tr = el("tr");
-      // one line per site: the file's base name (the full path in the tooltip)
-      const [name, loc] = splitLabel(shortSite(r.site));
-      const td = el("td", null, name);
-      td.append(el("span", "ln", loc && `\u00a0${loc.trimStart()}`));
+      // one line per site: the file's base name (the full path in the tooltip). Rows of
+      // one function differ by file and line: the name gives way first, then the file
+      // name, never the line number.
+      const [name, file, line] = siteParts(r.site);
+      const td = el("td"), lbl = el("div", "lbl");
+      lbl.append(el("span", "nm", name), el("span", "fl", file), el("span", "ln", line));
+      td.append(lbl);
       td.title = r.site;
       tr.append(td, el("td", null, fmtBytes(r.a_bytes)), el("td", null, fmtBytes(r.b_bytes)));
       const d = el("td", r.diff > 0 ? "up" : r.diff < 0 ? "down" : "", (r.diff > 0 ? "+" : "") + fmtBytes(r.diff));

@@ -45,3 +45,17 @@ export function xTickStep(span, plotW) {
   const mag = Math.pow(10, Math.floor(Math.log10(raw)));
   return [1, 2, 5, 10].map((m) => m * mag).find((s) => s >= raw) || raw;
 }
+
+// Jump to peak: the next, narrower range around the peak at `u` while the column holding
+// it still sums allocations that a narrower range would draw one by one (`cut_count`:
+// left out by the run budget, not for their size), so every allocation alive at the peak
+// that is at least `min_px` of a pixel can be hovered. null when none is cut there (or
+// the range cannot shrink past `minSpan`).
+export function narrowerAtPeak(v, u, minSpan) {
+  const c = Math.floor(((u - v.vx0) / (v.vx1 - v.vx0)) * v.width);
+  const cut = v.small && v.small.cut_count;
+  if (!cut || c < 0 || c >= cut.length || !(cut[c] > 0)) return null;
+  const span = (v.vx1 - v.vx0) / 10;
+  if (span < minSpan) return null;
+  return [u - span / 2, u + span / 2];
+}

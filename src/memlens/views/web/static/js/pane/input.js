@@ -119,7 +119,9 @@ export function bindInput(p) {
     const sp = annAt(p, x, y);
     if (sp) {
       const dur = sp.t1 - sp.t0;
-      showTooltip(e, [["t-size", sp.name], ["t-muted", `${fmtSeconds(dur)} · events ${fmtInt(sp.e0)}–${fmtInt(sp.e1)}`]]);
+      const lines = [["t-size", sp.name], ["t-muted", `${fmtSeconds(dur)} · events ${fmtInt(sp.e0)}–${fmtInt(sp.e1)}`]];
+      if (sp.inferred) lines.push(["t-muted", "inferred from the trace (no step annotations)"]);
+      showTooltip(e, lines);
     } else hideTooltip();
   });
   p.annCanvas.addEventListener("mouseleave", hideTooltip);

@@ -8,7 +8,7 @@ import { fmtBytes, fmtInt, fmtSeconds } from "../format.js";
 import { openLive } from "../live_tree.js";
 import { state } from "../state.js";
 import { hatchSummary } from "../tooltip.js";
-import { annotationLevels, MB, ML, MR, MT } from "./geometry.js";
+import { annotationLevels, MB, ML, MR, MT, narrowerAtPeak } from "./geometry.js";
 import { bindInput } from "./input.js";
 import { drawOverview, drawPane, renderOff } from "./render.js";
 
@@ -242,6 +242,7 @@ export class Pane {
           document.body.dataset.ready = "1";
         }
         this.section.dataset.requests = String(this.reqCount);
+        this.focusPeak(v);
       }
     } catch (e) {
       setStatus(`view: ${e.message}`, true);
@@ -276,12 +277,26 @@ export class Pane {
     if (c >= 0 && c < v.width) openLive(this, v.sample[c], u);
   }
 
+  // after jump to peak: zoom in on it while its column still sums allocations a narrower
+  // range would draw one by one, so each one alive at the peak can be hovered
+  focusPeak(v) {
+    const f = this.peakFocus;
+    this.peakFocus = null;
+    // (not when the range moved since: the user's own zoom or pan wins)
+    if (!f || v.axis !== this.axis || v.vx0 !== this.x0 || v.vx1 !== this.x1 || f.tries <= 0) return;
+    const next = narrowerAtPeak(v, f.u, this.axis === "time" ? 20 : 4);
+    if (!next) return;
+    this.peakFocus = { u: f.u, tries: f.tries - 1 };
+    this.setRange(next[0], next[1]);
+  }
+
   jumpToPeak() {
     const s = this.dm.peak;
     if (s.peak_event_index < 0) { openLive(this, -1); return; }
     const [f0, f1] = this.fullRange();
     const pu = this.axis === "time" ? s.peak_time_us : s.peak_event_index + 0.5;
     const span = Math.min(this.x1 - this.x0, (f1 - f0) / 10);
+    this.peakFocus = { u: pu, tries: 4 }; // narrowed further as views arrive (request())
     this.setRange(pu - span / 2, pu + span / 2);
     openLive(this, s.peak_event_index, pu);
   }

@@ -267,7 +267,8 @@ function drawAnnotations(p) {
         ctx.save();
         ctx.beginPath(); ctx.rect(a, yy, b - a - 2, 13); ctx.clip();
         ctx.fillStyle = col("--ann-fg");
-        ctx.fillText(sp.name, a + 3, yy + 10); // canvas text: no markup is interpreted
+        // canvas text: no markup is interpreted
+        ctx.fillText(sp.inferred ? `${sp.name} (inferred)` : sp.name, a + 3, yy + 10);
         ctx.restore();
         ctx.fillStyle = col("--ann");
       }

@@ -1,0 +1,114 @@
+"""Steps read from the trace when nothing annotates them: on the hand-built training trace
+without its annotations, on the shared full-step recordings (one step each; ten on the
+CNN), never on a forward pass or torch.compile's autotuner; used by stages and leaks."""
+
+from __future__ import annotations
+
+import pytest
+from analysis_snapshots import training_snapshot
+
+import memlens
+from memlens.analysis.inferred_steps import inferred_stages, user_marks_steps
+from memlens.analysis.leaks import leaks
+from memlens.analysis.stages import stage_intervals, stage_table
+
+
+def spans(dev):
+    return [(s["name"], s["depth"], s["parent"], s["first_event"], s["last_event"],
+             s["open_end"]) for s in stage_intervals(dev) if s["inferred"]]  # fmt: skip
+
+
+def test_the_hand_built_trace_without_annotations():
+    snap = training_snapshot()
+    del snap["external_annotations"]
+    dev = memlens.load(snap).device(0)
+    # events (analysis_snapshots): 0-3 FWD, 4-6 BW, 7 FWD, 8 OPT (the one optimizer call),
+    # 9-13 FWD, 14-18 BW, 19 FWD, 20 stackless, 21 TRAIN: step 2 never reaches its optimizer
+    assert spans(dev) == [
+        ("step#1", 0, None, 0, 8, False),
+        ("forward", 1, 0, 0, 3, False),
+        ("backward", 1, 0, 4, 6, False),
+        ("optimizer", 1, 0, 8, 8, False),
+        ("step#2", 0, None, 9, 21, True),
+        ("forward", 1, 4, 9, 13, False),
+        ("backward", 1, 4, 14, 18, False),
+    ]
+    t = stage_table(dev, top=0)
+    assert t["notes"][-1].startswith("no step annotations: 2 steps inferred from the trace")
+    # leaks compare the two steps (not their phases)
+    assert [(g["base_name"], g["count"]) for g in leaks(dev)["groups"]] == [("step", 2)]
+
+
+def test_annotated_steps_are_not_second_guessed():
+    dev = memlens.load(training_snapshot()).device(0)  # ProfilerStep#1, #2
+    assert not any(s["inferred"] for s in stage_intervals(dev))
+    assert user_marks_steps(["train_step", "train_step"])
+    assert user_marks_steps(["ProfilerStep#4"])
+    # PyTorch's own optimizer ranges and torch.compile's are not the user's steps
+    assert not user_marks_steps(["Optimizer.step#AdamW.step", "Optimizer.step#AdamW.step",
+                                 "Optimizer.zero_grad#AdamW.zero_grad",
+                                 "_compile.compile_inner (dynamo_timed)",
+                                 "_compile.compile_inner (dynamo_timed)"])  # fmt: skip
+
+
+def _real(shared_snapshots_dir, name):
+    path = shared_snapshots_dir / f"{name}.pickle"
+    if not path.exists():
+        pytest.skip(f"{name}.pickle is absent")
+    return memlens.load(path).device()
+
+
+@pytest.mark.parametrize(
+    "name, phases",
+    [
+        ("cs336_memory_ctx128_fullstep", [(0, 19341), (0, 4691), (4692, 16744), (16747, 19341)]),
+        ("cs336_memory_ctx256_fullstep", [(0, 20127), (0, 5645), (5646, 17567), (17570, 20127)]),
+        ("wedson_medium_128_training", [(0, 19135), (0, 2793), (2794, 9935), (9938, 19135)]),
+    ],
+)
+def test_one_full_step_and_its_phases(shared_snapshots_dir, name, phases):
+    dev = _real(shared_snapshots_dir, name)
+    got = spans(dev)
+    assert [s[0] for s in got] == ["step#1", "forward", "backward", "optimizer"]
+    assert [(s[3], s[4]) for s in got] == phases
+    notes = leaks(dev)["notes"]
+    assert notes[-1].startswith("one training step in this trace (inferred)")
+    assert not any("annotate each training step" in n for n in notes)
+
+
+def test_the_cnn_has_ten_steps(shared_snapshots_dir):
+    dev = _real(shared_snapshots_dir, "eor_nn_train")
+    steps = [s for s in stage_intervals(dev) if s["inferred"] and s["depth"] == 0]
+    assert [s["name"] for s in steps] == [f"step#{k}" for k in range(1, 11)]
+    assert [(s["first_event"], s["last_event"]) for s in steps[:3]] == [
+        (0, 579),
+        (580, 1160),
+        (1161, 1740),
+    ]
+    (g,) = leaks(dev)["groups"]
+    assert (g["base_name"], g["count"], g["suspects_bytes"]) == ("step", 10, 0)
+    # the first step leaves the one-time state (gradients, counterfactual buffers): what
+    # events 0..579 allocated that is alive at the end, read straight from the columns
+    made = (dev.alloc_event >= 0) & (dev.alloc_event <= 579) & (dev.free_event >= dev.n_events)
+    assert int(dev.alloc_size[made].sum()) == 39_976_960
+    assert g["first_only_bytes"] == g["occurrences"][0]["left_alive_bytes"] == 39_976_960
+
+
+def test_no_time_column_still_has_its_step(shared_snapshots_dir):
+    dev = _real(shared_snapshots_dir, "ftcourse_finetune")  # no time_us at all
+    got = spans(dev)
+    assert [(s[0], s[3], s[4]) for s in got] == [
+        ("step#1", 0, 10304),
+        ("forward", 0, 3690),
+        ("backward", 3691, 10304),
+    ]
+
+
+@pytest.mark.parametrize(
+    "name", ["cs336_compiled_ctx128_forward", "cs336_memory_ctx128_forward",
+             "wedson_medium_128_inference"],
+)  # fmt: skip
+def test_no_steps_in_a_forward_pass_or_the_autotuner(shared_snapshots_dir, name):
+    dev = _real(shared_snapshots_dir, name)
+    assert inferred_stages(dev) == []
+    assert not any(s["inferred"] for s in stage_intervals(dev))
