@@ -1,0 +1,188 @@
+"""Replay a snapshot's own alloc/free sequence through the allocator model (`memlens advise`).
+
+The trace records what the program asked for (alloc of N bytes, free of that allocation,
+and a run of segment_free where it called torch.cuda.empty_cache()); the allocator's
+answers (which segments it reserved) depend on its settings. Replaying the requests through
+`CachingAllocator` with the recorded settings must give back the recorded reserved curve
+(`reserved_match` says whether it did, event by event); with other settings
+(expandable_segments, max_split_size_mb, roundup_power2_divisions) it gives the reserved
+memory the same sequence would have needed under them, exact for the model.
+
+A trace starts in the middle of a run: segments and live blocks older than it are seeded
+as they were at its first event (segments walked back from the final state, blocks from the
+allocations the trace frees or never frees), so the replay covers the trace window only.
+A what-if keeps those older segments as recorded: the requests that built them are not in
+the trace. Blocks older than the trace take their requested size rounded as the allocator
+rounds it, plus a following gap of at most 1 MiB in the large pool (a large-pool free
+block is always larger than 1 MiB, so such a gap is the unsplit tail of the block).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from memlens.analysis.allocator_state import segment_tracker
+from memlens.errors import MemlensError
+from memlens.simulation.allocator import (
+    K_SMALL_BUFFER,
+    K_SMALL_SIZE,
+    AllocatorSettings,
+    Block,
+    CachingAllocator,
+    Segment,
+    round_size,
+)
+from memlens.snapshot.actions import Action
+from memlens.snapshot.model import DeviceTrace
+
+# Fresh (model-made) segments are placed far above any real address, so they never collide
+# with the seeded ones; ties in best fit are broken by address, as in PyTorch.
+FRESH_BASE = 1 << 56
+
+
+@dataclass
+class Replay:
+    """The reserved memory of one replay of a trace's requests."""
+
+    settings: str  # PYTORCH_CUDA_ALLOC_CONF-style description of the settings used
+    peak_reserved: int  # bytes, the trace window's start included
+    reserved_after: np.ndarray  # int64 per event: the model's reserved bytes after it
+    compared: int  # events compared with the recorded curve (alloc and free events)
+    mismatches: int  # of those, how many differ from the recorded reserved bytes
+    first_mismatch: int  # event index, -1 when none
+
+    @property
+    def reserved_match(self) -> bool:
+        return self.mismatches == 0
+
+
+def recorded_settings(allocator_settings: dict[str, Any]) -> AllocatorSettings:
+    """The snapshot's `allocator_settings` as the model's settings (defaults when absent:
+    snapshots older than PyTorch 2.4 do not record them)."""
+    s = AllocatorSettings()
+    split = allocator_settings.get("max_split_size", -1)
+    if isinstance(split, int) and 0 < split < (1 << 62):  # SIZE_MAX: unlimited
+        s.max_split_size = split
+    s.expandable_segments = bool(allocator_settings.get("expandable_segments", False))
+    div = allocator_settings.get("roundup_power2_divisions")
+    if isinstance(div, dict) and len(div) == 16:
+        s.roundup_power2_divisions = [int(div[k]) for k in sorted(div, key=int)]
+    return s
+
+
+class _Replayer(CachingAllocator):
+    """The model, seeded with a trace's starting state, placing each new segment where the
+    recorded one was when the recording reserved one of the same size at that moment."""
+
+    def __init__(self, settings: AllocatorSettings) -> None:
+        super().__init__(None, settings, clock=lambda: 0, base_address=FRESH_BASE)
+        self.hint: tuple[int, int] | None = None  # (address, size) of the recorded segment
+
+    def _take_address(self, size: int) -> int:
+        if self.hint is not None and self.hint[1] == size and self.hint[0] not in self.segments:
+            address = self.hint[0]
+            self.hint = None
+            return address
+        return super()._take_address(size)
+
+    def seed(self, segs: list[tuple[int, int, int]], blocks: list[tuple[int, int, int]]) -> None:
+        """Segments (address, size, stream) and live blocks (address, rounded size,
+        requested) at the trace's start; free space between blocks becomes free blocks."""
+        starts = sorted(b[0] for b in blocks)
+        by_addr = {b[0]: b for b in blocks}
+        for address, size, stream in segs:
+            pool = self.small if size <= K_SMALL_BUFFER else self.large
+            seg = Segment(address, size, pool, stream, [], False)
+            self.segments[address] = seg
+            self._add_reserved(size)
+            lo = int(np.searchsorted(starts, address))
+            hi = int(np.searchsorted(starts, address + size))
+            pieces: list[Block] = []
+            at = address
+            for k in range(lo, hi):
+                b_addr, b_size, requested = by_addr[starts[k]]
+                if b_addr > at:
+                    pieces.append(Block(at, b_addr - at, seg))
+                end = min(starts[k + 1] if k + 1 < hi else address + size, address + size)
+                gap = end - (b_addr + b_size)
+                if not pool.is_small and 0 < gap <= K_SMALL_SIZE:
+                    b_size += gap  # the unsplit tail of a large-pool block
+                block = Block(b_addr, min(b_size, address + size - b_addr), seg)
+                block.allocated, block.requested = True, requested
+                self.live[b_addr] = block
+                self.allocated += block.size
+                self.requested += requested
+                pieces.append(block)
+                at = b_addr + block.size
+            if at < address + size:
+                pieces.append(Block(at, address + size - at, seg))
+            for prev, nxt in zip(pieces, pieces[1:]):
+                prev.next, nxt.prev = nxt, prev
+            seg.head = pieces[0] if pieces else None
+            for p in pieces:
+                if not p.allocated:
+                    pool.insert(p)
+        self.peak_allocated = self.allocated
+
+
+def replay(dev: DeviceTrace, settings: AllocatorSettings | None = None, label: str = "") -> Replay:
+    """Replay `dev`'s requests through the model with `settings` (default: the recorded
+    ones) and compare the reserved bytes after each alloc and free with the recording."""
+    recorded = recorded_settings(dev.snapshot.allocator_settings)
+    model = _Replayer(settings or recorded)
+    tracker = segment_tracker(dev)
+    tracker.rewind_to(-1)
+    s_addr, s_size, s_stream, _ = tracker.arrays()
+    pre = np.flatnonzero(dev.alloc_event < 0)
+    blocks = [
+        (a, round_size(r, recorded), r)
+        for a, r in zip(dev.alloc_addr[pre].tolist(), dev.alloc_size[pre].tolist())
+    ]
+    model.seed(list(zip(s_addr.tolist(), s_size.tolist(), s_stream.tolist())), blocks)
+    start = model.reserved
+    model.peak_reserved = start
+
+    n = dev.n_events
+    act, row_of = dev.action, dev.alloc_row
+    free_event, sizes = dev.free_event, dev.alloc_size
+    streams = dev.alloc_stream
+    # The model's address of every allocation row (older ones sit at their real address).
+    where = dev.alloc_addr.astype(np.int64).copy()
+    out = np.empty(n, dtype=np.int64)
+    seg_alloc, seg_free = Action.SEGMENT_ALLOC, Action.SEGMENT_FREE
+    unmap, alloc = Action.SEGMENT_UNMAP, Action.ALLOC
+    prev = -1
+    for i in range(n):
+        a = int(act[i])
+        r = int(row_of[i])
+        if a == alloc and r >= 0:
+            if prev == seg_alloc:
+                model.hint = (int(dev.addr[i - 1]), int(dev.size[i - 1]))
+            try:
+                where[r] = model.malloc(int(sizes[r]), int(streams[r]))
+            except KeyError as e:  # pragma: no cover - the model's own bookkeeping
+                raise MemlensError(f"allocator replay failed at event {i}: {e}") from None
+            model.hint = None
+        elif r >= 0 and a != alloc and int(free_event[r]) == i and int(where[r]) in model.live:
+            model.free(int(where[r]))
+        elif a in (seg_free, unmap) and prev not in (seg_free, unmap):
+            model.empty_cache()  # the program's torch.cuda.empty_cache() (or an OOM retry)
+        out[i] = model.reserved
+        prev = a
+    checked = np.isin(act, np.asarray([alloc, Action.FREE_REQUESTED, Action.FREE_COMPLETED]))
+    differ = np.flatnonzero(checked & (out != dev.reserved_after))
+    conf = label or _describe(settings or recorded)
+    return Replay(conf, max(start, model.peak_reserved), out, int(checked.sum()),
+                  len(differ), int(differ[0]) if len(differ) else -1)  # fmt: skip
+
+
+def _describe(s: AllocatorSettings) -> str:
+    parts = [f"expandable_segments:{s.expandable_segments}"]
+    if s.max_split_size is not None:
+        parts.append(f"max_split_size_mb:{s.max_split_size >> 20}")
+    if any(s.roundup_power2_divisions):
+        parts.append(f"roundup_power2_divisions:{s.roundup_power2_divisions[0]}")
+    return ",".join(parts)
