@@ -53,6 +53,7 @@ class Replay:
     compared: int  # events compared with the recorded curve (alloc and free events)
     mismatches: int  # of those, how many differ from the recorded reserved bytes
     first_mismatch: int  # event index, -1 when none
+    moved: int  # allocations of the trace the model placed at another address than recorded
 
     @property
     def reserved_match(self) -> bool:
@@ -175,8 +176,10 @@ def replay(dev: DeviceTrace, settings: AllocatorSettings | None = None, label: s
     checked = np.isin(act, np.asarray([alloc, Action.FREE_REQUESTED, Action.FREE_COMPLETED]))
     differ = np.flatnonzero(checked & (out != dev.reserved_after))
     conf = label or _describe(settings or recorded)
+    made = dev.alloc_event >= 0
+    moved = int(np.count_nonzero(where[made] != dev.alloc_addr[made].astype(np.int64)))
     return Replay(conf, max(start, model.peak_reserved), out, int(checked.sum()),
-                  len(differ), int(differ[0]) if len(differ) else -1)  # fmt: skip
+                  len(differ), int(differ[0]) if len(differ) else -1, moved)  # fmt: skip
 
 
 def _describe(s: AllocatorSettings) -> str:
