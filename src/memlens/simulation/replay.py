@@ -19,7 +19,8 @@ block is always larger than 1 MiB, so such a gap is the unsplit tail of the bloc
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -33,6 +34,7 @@ from memlens.simulation.allocator import (
     Block,
     CachingAllocator,
     Segment,
+    SimulatedOOM,
     round_size,
 )
 from memlens.snapshot.actions import Action
@@ -54,6 +56,7 @@ class Replay:
     mismatches: int  # of those, how many differ from the recorded reserved bytes
     first_mismatch: int  # event index, -1 when none
     moved: int  # allocations of the trace the model placed at another address than recorded
+    failed: int  # with a capacity: requests (the trace's OOMs included) that did not fit
 
     @property
     def reserved_match(self) -> bool:
@@ -74,12 +77,27 @@ def recorded_settings(allocator_settings: dict[str, Any]) -> AllocatorSettings:
     return s
 
 
+def what_if(recorded: AllocatorSettings, conf: str) -> AllocatorSettings:
+    """`recorded` with the keys `conf` (PYTORCH_CUDA_ALLOC_CONF syntax) names changed."""
+    given = AllocatorSettings.parse(conf)
+    out = replace(recorded)
+    names = {"max_split_size_mb": "max_split_size", "expandable_segments": "expandable_segments",
+             "roundup_power2_divisions": "roundup_power2_divisions"}  # fmt: skip
+    for key in re.findall(r"([a-z_0-9]+)\s*:", re.sub(r"\[[^\]]*\]", "", conf)):
+        if key not in names:
+            raise MemlensError(
+                f"allocator setting {key!r} is not modelled (one of {', '.join(names)})"
+            )
+        setattr(out, names[key], getattr(given, names[key]))
+    return out
+
+
 class _Replayer(CachingAllocator):
     """The model, seeded with a trace's starting state, placing each new segment where the
     recorded one was when the recording reserved one of the same size at that moment."""
 
-    def __init__(self, settings: AllocatorSettings) -> None:
-        super().__init__(None, settings, clock=lambda: 0, base_address=FRESH_BASE)
+    def __init__(self, settings: AllocatorSettings, capacity: int | None) -> None:
+        super().__init__(capacity, settings, clock=lambda: 0, base_address=FRESH_BASE)
         self.hint: tuple[int, int] | None = None  # (address, size) of the recorded segment
 
     def _take_address(self, size: int) -> int:
@@ -129,11 +147,21 @@ class _Replayer(CachingAllocator):
         self.peak_allocated = self.allocated
 
 
-def replay(dev: DeviceTrace, settings: AllocatorSettings | None = None, label: str = "") -> Replay:
+def replay(
+    dev: DeviceTrace,
+    settings: AllocatorSettings | None = None,
+    label: str = "",
+    capacity: int | None = None,
+) -> Replay:
     """Replay `dev`'s requests through the model with `settings` (default: the recorded
-    ones) and compare the reserved bytes after each alloc and free with the recording."""
+    ones) and compare the reserved bytes after each alloc and free with the recording.
+
+    With `capacity` (bytes PyTorch may reserve, e.g. reserved + device_free at an OOM), the
+    model frees its cache and retries as PyTorch does when a segment does not fit, and the
+    trace's failed requests (oom entries) are asked again (then freed at once, as the
+    program went on without them); `failed` counts the requests that still did not fit."""
     recorded = recorded_settings(dev.snapshot.allocator_settings)
-    model = _Replayer(settings or recorded)
+    model = _Replayer(settings or recorded, capacity)
     tracker = segment_tracker(dev)
     tracker.rewind_to(-1)
     s_addr, s_size, s_stream, _ = tracker.arrays()
@@ -155,7 +183,7 @@ def replay(dev: DeviceTrace, settings: AllocatorSettings | None = None, label: s
     out = np.empty(n, dtype=np.int64)
     seg_alloc, seg_free = Action.SEGMENT_ALLOC, Action.SEGMENT_FREE
     unmap, alloc = Action.SEGMENT_UNMAP, Action.ALLOC
-    prev = -1
+    prev, failed = -1, 0
     for i in range(n):
         a = int(act[i])
         r = int(row_of[i])
@@ -164,9 +192,15 @@ def replay(dev: DeviceTrace, settings: AllocatorSettings | None = None, label: s
                 model.hint = (int(dev.addr[i - 1]), int(dev.size[i - 1]))
             try:
                 where[r] = model.malloc(int(sizes[r]), int(streams[r]))
-            except KeyError as e:  # pragma: no cover - the model's own bookkeeping
-                raise MemlensError(f"allocator replay failed at event {i}: {e}") from None
+            except SimulatedOOM:
+                failed += 1
+                where[r] = -1
             model.hint = None
+        elif a == Action.OOM and capacity is not None:
+            try:
+                model.free(model.malloc(int(dev.size[i]), int(dev.stream[i])))
+            except SimulatedOOM:
+                failed += 1
         elif r >= 0 and a != alloc and int(free_event[r]) == i and int(where[r]) in model.live:
             model.free(int(where[r]))
         elif a in (seg_free, unmap) and prev not in (seg_free, unmap):
@@ -179,7 +213,7 @@ def replay(dev: DeviceTrace, settings: AllocatorSettings | None = None, label: s
     made = dev.alloc_event >= 0
     moved = int(np.count_nonzero(where[made] != dev.alloc_addr[made].astype(np.int64)))
     return Replay(conf, max(start, model.peak_reserved), out, int(checked.sum()),
-                  len(differ), int(differ[0]) if len(differ) else -1, moved)  # fmt: skip
+                  len(differ), int(differ[0]) if len(differ) else -1, moved, failed)  # fmt: skip
 
 
 def _describe(s: AllocatorSettings) -> str:
