@@ -7,8 +7,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from analysis_snapshots import training_snapshot
-from shared_data import SHARED_SNAPSHOTS, real_snapshot_names
-from snapshot_builders import MiB, block, ev, segment
 
 import memlens
 from memlens.analysis import registry
@@ -17,6 +15,8 @@ from memlens.cli.advise import replays
 from memlens.errors import MemlensError
 from memlens.simulation.allocator import AllocatorSettings
 from memlens.simulation.replay import replay, what_if
+from shared_data import SHARED_SNAPSHOTS, real_snapshot_names
+from snapshot_builders import MiB, block, ev, segment
 
 S1, S2, S3 = 0x10000000, 0x20000000, 0x30000000
 USER = [{"filename": "/home/u/train.py", "line": 7, "name": "step"}]
@@ -53,15 +53,20 @@ def fragmented() -> dict:
     return {"segments": segs, "device_traces": [trace]}
 
 
-def reused() -> dict:
-    """A 100 MiB, free A, B 100 MiB: B reuses A's segment; reserved 100 = peak active."""
-    trace = [
+def reuse(second: int) -> list[dict]:
+    """Events 0-4: a 100 MiB segment S1, A (100 MiB) in it, free A, then `second` at S1."""
+    return [
         ev("segment_alloc", S1, 100 * MiB, 0),
         ev("alloc", S1, 100 * MiB, 1),
         ev("free_requested", S1, 100 * MiB, 2),
         ev("free_completed", S1, 100 * MiB, 3),
-        ev("alloc", S1, 100 * MiB, 4),
+        ev("alloc", S1, second, 4),
     ]
+
+
+def reused() -> dict:
+    """A 100 MiB, free A, B 100 MiB: B reuses A's segment; reserved 100 = peak active."""
+    trace = reuse(100 * MiB)
     segs = [large(S1, [block(S1, 100 * MiB, 100 * MiB, "active_allocated")])]
     return {"segments": segs, "device_traces": [trace]}
 
@@ -70,7 +75,9 @@ def test_replay_reproduces_a_hand_worked_sequence():
     dev = memlens.load(fragmented()).device(0)
     r = replay(dev)
     assert (r.mismatches, r.moved, r.compared) == (0, 0, 5)
-    assert r.reserved_after[[1, 3, 4, 5, 7]].tolist() == [m * MiB for m in (100, 200, 200, 200, 320)]
+    assert r.reserved_after[[1, 3, 4, 5, 7]].tolist() == [
+        m * MiB for m in (100, 200, 200, 200, 320)
+    ]
     assert r.peak_reserved == 320 * MiB == dev.peak_reserved_bytes
     e = replay(dev, AllocatorSettings(expandable_segments=True))
     assert e.peak_reserved == 220 * MiB
@@ -94,8 +101,16 @@ def test_fragmentation_finding_is_the_exact_replay_saving():
     dev = memlens.load(fragmented()).device(0)
     result = advise(dev, replays=replays(dev, ["expandable_segments:True"]))
     rec, exp = result["replays"]
-    assert (rec["recorded"], rec["peak_reserved_bytes"], rec["saving_bytes"]) == (True, 320 * MiB, 0)
-    assert (exp["peak_reserved_bytes"], exp["saving_bytes"], exp["oom_fits"]) == (220 * MiB, 100 * MiB, None)
+    assert (rec["recorded"], rec["peak_reserved_bytes"], rec["saving_bytes"]) == (
+        True,
+        320 * MiB,
+        0,
+    )
+    assert (exp["peak_reserved_bytes"], exp["saving_bytes"], exp["oom_fits"]) == (
+        220 * MiB,
+        100 * MiB,
+        None,
+    )
     (f,) = result["findings"]
     assert (f["kind"], f["bytes"], f["certainty"]) == ("fragmentation", 100 * MiB, "exact")
     # the requests that reserved a segment: A, B, C, all at train.py:7
@@ -123,14 +138,7 @@ def oom(tail_free: bool) -> dict:
     Otherwise: A (100 MiB) is live, nothing cached: device full, short 60 - 40 = 20 MiB,
     and expandable segments need 100 + 60 = 160 > 140: no what-if fits."""
     if tail_free:
-        trace = [
-            ev("segment_alloc", S1, 100 * MiB, 0),
-            ev("alloc", S1, 100 * MiB, 1),
-            ev("free_requested", S1, 100 * MiB, 2),
-            ev("free_completed", S1, 100 * MiB, 3),
-            ev("alloc", S1, 50 * MiB, 4),
-            ev("oom", 40 * MiB, 60 * MiB, 5),
-        ]
+        trace = [*reuse(50 * MiB), ev("oom", 40 * MiB, 60 * MiB, 5)]
         blocks = [block(S1, 50 * MiB, 50 * MiB, "active_allocated"),
                   block(S1 + 50 * MiB, 50 * MiB, 0, "inactive")]  # fmt: skip
     else:

@@ -161,7 +161,7 @@ def cases(hand: str, rules: str) -> list[tuple[str, list[str], dict[str, Any], l
         ("ranks", [hand], {}, [hand, hand]),
         ("advise", ["--what-if", "expandable_segments:True"],
          {"what_if": ["expandable_segments:True"]}, [hand]),
-    ]
+    ]  # fmt: skip
 
 
 def test_the_python_api_gives_what_the_command_prints(hand_file, tmp_path):

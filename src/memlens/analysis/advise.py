@@ -160,9 +160,7 @@ def oom_findings(
     ]
 
 
-def leak_findings(
-    dev: DeviceTrace, top: int, hide_patterns: Sequence[str] | None
-) -> list[Finding]:
+def leak_findings(dev: DeviceTrace, top: int, hide_patterns: Sequence[str] | None) -> list[Finding]:
     """Memory that repeated stages (steps) left alive, from analysis.leaks."""
     out: list[Finding] = []
     for g in leaks(dev, limit=top, hide_patterns=hide_patterns)["groups"]:

@@ -32,7 +32,9 @@ from memlens.units import format_bytes as fb
 SOFTMAX = r"[:.]_?softmax(?:_backward\w*)?(?:$|\()"
 ATTENTION = r"(?i)attention|attn"
 QUADRATIC_RATIO = 8
-FUSED_SDPA = r"_scaled_dot_product_(?:flash|efficient|cudnn)\w*attention|_(?:flash|efficient)_attention_"
+FUSED_SDPA = (
+    r"_scaled_dot_product_(?:flash|efficient|cudnn)\w*attention|_(?:flash|efficient)_attention_"
+)
 
 
 def attention_rows(dev: DeviceTrace) -> np.ndarray:

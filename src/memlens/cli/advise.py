@@ -15,6 +15,8 @@ import numpy as np
 from memlens.analysis.advise import advise as advise_findings
 from memlens.analysis.results import AdviceReplay, AdviseResult
 from memlens.errors import MemlensError
+from memlens.simulation.allocator import AllocatorSettings
+from memlens.simulation.replay import Replay, recorded_settings, replay, what_if
 from memlens.snapshot.actions import Action
 from memlens.snapshot.model import DeviceTrace
 
@@ -24,9 +26,6 @@ WHAT_IFS = ("expandable_segments:True", "max_split_size_mb:256")
 
 def check(options: Mapping[str, Any]) -> None:
     """Fail before the load on a setting the model does not know."""
-    from memlens.simulation.allocator import AllocatorSettings
-    from memlens.simulation.replay import what_if
-
     for conf in options.get("what_if") or ():
         what_if(AllocatorSettings(), conf)
     if options.get("ranks") is not None and options["ranks"] < 1:
@@ -45,8 +44,6 @@ def oom_capacity(dev: DeviceTrace) -> int | None:
 
 def replays(dev: DeviceTrace, what_ifs: Sequence[str]) -> list[AdviceReplay]:
     """The recorded settings' replay first, then each what-if's."""
-    from memlens.simulation.replay import recorded_settings, replay, what_if
-
     recorded = replay(dev)
     capacity = oom_capacity(dev)
     base = recorded_settings(dev.snapshot.allocator_settings)
@@ -57,7 +54,7 @@ def replays(dev: DeviceTrace, what_ifs: Sequence[str]) -> list[AdviceReplay]:
     return out
 
 
-def _row(dev: DeviceTrace, r: Any, recorded: bool, fits: bool | None) -> AdviceReplay:
+def _row(dev: DeviceTrace, r: Replay, recorded: bool, fits: bool | None) -> AdviceReplay:
     return {
         "settings": r.settings,
         "recorded": recorded,

@@ -31,6 +31,11 @@ def render_advise(result: AdviseResult, options: Mapping[str, Any] = NO_OPTIONS)
         lines += table_lines(["settings", "peak reserved", "saving", ""], rows, "  ")
     if not result["findings"]:
         lines.append("no finding: nothing to change that memlens can size")
+    else:
+        lines.append("findings, largest first:")
+        rows = [[str(k), f["kind"], fb(f["bytes"]), f["certainty"]]
+                for k, f in enumerate(result["findings"], 1)]  # fmt: skip
+        lines += table_lines(["#", "finding", "bytes at stake", "how sure"], rows, "  ")
     for k, f in enumerate(result["findings"], 1):
         lines += [
             f"{k}. {f['kind']}: {fb(f['bytes'])} ({f['certainty']})",
