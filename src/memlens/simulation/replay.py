@@ -14,7 +14,10 @@ allocations the trace frees or never frees), so the replay covers the trace wind
 A what-if keeps those older segments as recorded: the requests that built them are not in
 the trace. Blocks older than the trace take their requested size rounded as the allocator
 rounds it, plus a following gap of at most 1 MiB in the large pool (a large-pool free
-block is always larger than 1 MiB, so such a gap is the unsplit tail of the block).
+block is always larger than 1 MiB, so such a gap is the unsplit tail of the block); one
+still allocated at the end has its exact size in the final segments. Under
+max_split_size_mb an oversize block took a whole free block of unknown extent: it is
+taken to reach the next block, which may be wrong for a trace starting mid-run.
 """
 
 from __future__ import annotations
@@ -39,6 +42,9 @@ from memlens.simulation.allocator import (
 )
 from memlens.snapshot.actions import Action
 from memlens.snapshot.model import DeviceTrace
+
+# (address, size, stream index, expandable, small pool) of a segment older than the trace
+SeedSegment = tuple[int, int, int, bool, bool]
 
 # Fresh (model-made) segments are placed far above any real address, so they never collide
 # with the seeded ones; ties in best fit are broken by address, as in PyTorch.
@@ -107,14 +113,23 @@ class _Replayer(CachingAllocator):
             return address
         return super()._take_address(size)
 
-    def seed(self, segs: list[tuple[int, int, int]], blocks: list[tuple[int, int, int]]) -> None:
-        """Segments (address, size, stream) and live blocks (address, rounded size,
-        requested) at the trace's start; free space between blocks becomes free blocks."""
+    def new_range_at(self, address: int) -> None:
+        """The recording mapped memory at `address`: unless that extends a segment of the
+        model, it starts a new expandable segment, which the model places there."""
+        if not any(seg.address + seg.size == address for seg in self.segments.values()):
+            self._next_address = address
+
+    def seed(
+        self, segs: list[SeedSegment], blocks: list[tuple[int, int, int]], split: int | None
+    ) -> None:
+        """Segments and live blocks (address, rounded size, requested) at the trace's
+        start, made under the recorded max_split_size `split`; free space between blocks
+        becomes free blocks."""
         starts = sorted(b[0] for b in blocks)
         by_addr = {b[0]: b for b in blocks}
-        for address, size, stream in segs:
-            pool = self.small if size <= K_SMALL_BUFFER else self.large
-            seg = Segment(address, size, pool, stream, [], False)
+        for address, size, stream, expandable, small in segs:
+            pool = self.small if small else self.large
+            seg = Segment(address, size, pool, stream, [], expandable)
             self.segments[address] = seg
             self._add_reserved(size)
             lo = int(np.searchsorted(starts, address))
@@ -127,8 +142,10 @@ class _Replayer(CachingAllocator):
                     pieces.append(Block(at, b_addr - at, seg))
                 end = min(starts[k + 1] if k + 1 < hi else address + size, address + size)
                 gap = end - (b_addr + b_size)
-                if not pool.is_small and 0 < gap <= K_SMALL_SIZE:
+                if not pool.is_small and not expandable and 0 < gap <= K_SMALL_SIZE:
                     b_size += gap  # the unsplit tail of a large-pool block
+                elif not expandable and split is not None and b_size >= split:
+                    b_size += max(gap, 0)  # an oversize block is never split
                 block = Block(b_addr, min(b_size, address + size - b_addr), seg)
                 block.allocated, block.requested = True, requested
                 self.live[b_addr] = block
@@ -164,13 +181,22 @@ def replay(
     model = _Replayer(settings or recorded, capacity)
     tracker = segment_tracker(dev)
     tracker.rewind_to(-1)
-    s_addr, s_size, s_stream, _ = tracker.arrays()
     pre = np.flatnonzero(dev.alloc_event < 0)
+    # a block still there at the end has its size in the final segments; the others are
+    # their request rounded (and extended over an unsplit tail when seeded)
+    seg = dev.snapshot.segments
+    final = seg.block_segment[seg.block_state != 0]
+    on_device = np.isin(final, seg.of_device(dev.device))
+    held = seg.block_state != 0
+    final_size = dict(zip(seg.block_address[held][on_device].tolist(),
+                          seg.block_size[held][on_device].tolist()))  # fmt: skip
+    to_end = (dev.free_event[pre] >= dev.n_events).tolist()
     blocks = [
-        (a, round_size(r, recorded), r)
-        for a, r in zip(dev.alloc_addr[pre].tolist(), dev.alloc_size[pre].tolist())
+        (a, final_size.get(a, 0) if end else 0, r)
+        for a, r, end in zip(dev.alloc_addr[pre].tolist(), dev.alloc_size[pre].tolist(), to_end)
     ]
-    model.seed(list(zip(s_addr.tolist(), s_size.tolist(), s_stream.tolist())), blocks)
+    blocks = [(a, n or round_size(r, recorded), r) for a, n, r in blocks]
+    model.seed(_start_segments(dev, *tracker.arrays(), blocks), blocks, recorded.max_split_size)
     start = model.reserved
     model.peak_reserved = start
 
@@ -190,6 +216,8 @@ def replay(
         if a == alloc and r >= 0:
             if prev == seg_alloc:
                 model.hint = (int(dev.addr[i - 1]), int(dev.size[i - 1]))
+            elif prev == Action.SEGMENT_MAP and model.settings.expandable_segments:
+                model.new_range_at(int(dev.addr[i - 1]))
             try:
                 where[r] = model.malloc(int(sizes[r]), int(streams[r]))
             except SimulatedOOM:
@@ -214,6 +242,34 @@ def replay(
     moved = int(np.count_nonzero(where[made] != dev.alloc_addr[made].astype(np.int64)))
     return Replay(conf, max(start, model.peak_reserved), out, int(checked.sum()),
                   len(differ), int(differ[0]) if len(differ) else -1, moved, failed)  # fmt: skip
+
+
+def _start_segments(
+    dev: DeviceTrace,
+    address: np.ndarray,
+    size: np.ndarray,
+    stream: np.ndarray,
+    expandable: np.ndarray,
+    blocks: list[tuple[int, int, int]],
+) -> list[SeedSegment]:
+    """The segments at the trace's start with their pool: the final segments' type where
+    the segment lasts to the end; else a block in it over 1 MiB (a large-pool request)
+    makes it large, and without one a 2 MiB segment is small (an expandable one with no
+    block is taken as large)."""
+    seg = dev.snapshot.segments
+    rows = seg.of_device(dev.device)
+    final = dict(zip(seg.address[rows].tolist(), (~seg.is_large[rows]).tolist()))
+    starts = np.asarray(sorted(b[0] for b in blocks), dtype=np.int64)
+    sizes = np.asarray([b[1] for b in sorted(blocks)], dtype=np.int64)
+    out: list[SeedSegment] = []
+    for a, n, st, ex in zip(address.tolist(), size.tolist(), stream.tolist(), expandable.tolist()):
+        small = final.get(a)
+        if small is None:
+            inside = sizes[np.searchsorted(starts, a) : np.searchsorted(starts, a + n)]
+            small = not (inside > K_SMALL_SIZE).any() and (len(inside) > 0 or not ex)
+            small = small and (ex or n <= K_SMALL_BUFFER)
+        out.append((a, n, st, bool(ex), bool(small)))
+    return out
 
 
 def _describe(s: AllocatorSettings) -> str:
