@@ -256,3 +256,20 @@ def test_advise_on_real_snapshots():
     assert kinds["attention"]["bytes"] == 64 * 128 * MiB
     ft = memlens.load(SHARED_SNAPSHOTS / "ftcourse_finetune.pickle").device()
     assert "attention" not in {f["kind"] for f in advise(ft)["findings"]}
+
+
+def test_oom_from_memory_held_outside_pytorch():
+    """The full-device OOM on a 160 MiB GPU: 160 - 100 reserved - 40 free = 20 MiB was held
+    outside PyTorch, exactly what the 60 MiB request lacked: another process. On a 140 MiB
+    GPU nothing is outside: the device is full."""
+    dev = memlens.load(oom(tail_free=False)).device(0)
+    (f,) = advise(dev, device_memory=160 * MiB)["findings"]
+    assert f["bytes"] == 20 * MiB
+    assert "another process: 20.00 MiB of the 160.00 MiB device" in f["summary"]
+    assert "or held by the other process" in f["summary"]
+    run = registry.get("advise").run(
+        dev, device_memory="140MiB", what_if=["expandable_segments:True"]
+    )
+    assert "device full" in run["findings"][0]["summary"]
+    with pytest.raises(MemlensError):
+        registry.get("advise").check({"device_memory": "lots"})

@@ -37,11 +37,13 @@ def advise(
     replays: Sequence[AdviceReplay] = (),
     top: int = 5,
     ranks: int = 8,
+    device_memory: int | None = None,
     hide_patterns: Sequence[str] | None = None,
 ) -> AdviseResult:
     """Every finding `dev` has, largest `bytes` first. `replays` (recorded settings first)
     come from simulation.replay through the command; without them there is no
-    fragmentation finding and the OOM finding names no allocator setting."""
+    fragmentation finding and the OOM finding names no allocator setting. `device_memory`
+    (the GPU's total bytes) lets the OOM finding see memory held outside PyTorch."""
     notes: list[str] = []
     if not dev.n_events:
         notes.append("the trace is empty: nothing to advise")
@@ -49,7 +51,7 @@ def advise(
         f
         for f in (
             fragmentation_finding(dev, replays, top, hide_patterns),
-            *oom_findings(dev, replays, top, hide_patterns),
+            *oom_findings(dev, replays, top, hide_patterns, device_memory),
             attention_finding(dev, top, hide_patterns),
             sharding_finding(dev, ranks, top, hide_patterns),
             *leak_findings(dev, top, hide_patterns),
@@ -119,9 +121,13 @@ def oom_findings(
     replays: Sequence[AdviceReplay],
     top: int,
     hide_patterns: Sequence[str] | None,
+    device_memory: int | None = None,
 ) -> list[Finding]:
     """The first OOM of the trace (the program stops or recovers after it): why, and the
-    smallest change that would have let it pass."""
+    smallest change that would have let it pass. Its cause: fragmentation when the cache's
+    unused bytes plus the device's free bytes would have held the request; else another
+    process when, `device_memory` given, memory outside PyTorch (total - reserved - free)
+    would have made up the rest; else the device is full."""
     report = oom_report(dev, top=top, hide_patterns=hide_patterns)
     if not report["count"]:
         return []
@@ -135,6 +141,16 @@ def oom_findings(
             f"for a request of {fb(req)}"
         )
         short = req - free  # the cache held enough; the device alone was short by this
+    elif (
+        device_memory is not None
+        and cached + free + (outside := device_memory - o["reserved_bytes"] - free) >= req
+    ):
+        short = req - free - cached
+        cause = (
+            f"another process: {fb(outside)} of the {fb(device_memory)} device was held "
+            f"outside PyTorch (another process, the CUDA context), {fb(free)} free and "
+            f"{fb(cached)} cached could not hold a request of {fb(req)}"
+        )
     else:
         short = req - free - cached
         cause = (
@@ -145,6 +161,7 @@ def oom_findings(
         f"{fits[0]} replays the trace within the same memory"
         if fits
         else f"free {fb(short)} of what is live at the OOM"
+        + (" or held by the other process" if cause.startswith("another") else "")
     )
     return [
         {

@@ -220,6 +220,9 @@ ADVISE = Analysis(
         Option("what_if", str, None, "PYTORCH_CUDA_ALLOC_CONF settings to replay the trace "
                "with (default: expandable_segments:True and max_split_size_mb:256).",
                multiple=True, metavar="CONF"),
+        Option("device_memory", str, None, "The GPU's total memory (e.g. 80GiB): at an OOM, "
+               "memory held outside PyTorch (another process) is then told apart.",
+               metavar="SIZE"),
     ),
     annotations=True, check_fn="memlens.cli.advise:check",
     doc="Ranked findings (fragmentation by allocator replay, the OOM, attention matrices,\n"

@@ -19,6 +19,7 @@ from memlens.simulation.allocator import AllocatorSettings
 from memlens.simulation.replay import Replay, recorded_settings, replay, what_if
 from memlens.snapshot.actions import Action
 from memlens.snapshot.model import DeviceTrace
+from memlens.units import parse_bytes
 
 # What-ifs replayed when none is asked for: the settings that answer fragmentation.
 WHAT_IFS = ("expandable_segments:True", "max_split_size_mb:256")
@@ -30,6 +31,8 @@ def check(options: Mapping[str, Any]) -> None:
         what_if(AllocatorSettings(), conf)
     if options.get("ranks") is not None and options["ranks"] < 1:
         raise MemlensError("--ranks must be at least 1")
+    if options.get("device_memory") is not None:
+        parse_bytes(options["device_memory"])
 
 
 def oom_capacity(dev: DeviceTrace) -> int | None:
@@ -71,8 +74,11 @@ def advise(
     top: int = 5,
     ranks: int = 8,
     what_if: Sequence[str] | None = None,
+    device_memory: str | int | None = None,
     hide_patterns: Sequence[str] | None = None,
 ) -> AdviseResult:
     """`memlens advise`: analysis.advise.advise with the allocator replays of `dev`."""
     runs = replays(dev, tuple(what_if or WHAT_IFS))
-    return advise_findings(dev, replays=runs, top=top, ranks=ranks, hide_patterns=hide_patterns)
+    total = None if device_memory is None else parse_bytes(device_memory)
+    return advise_findings(dev, replays=runs, top=top, ranks=ranks, device_memory=total,
+                           hide_patterns=hide_patterns)  # fmt: skip
