@@ -23,6 +23,7 @@ taken to reach the next block, which may be wrong for a trace starting mid-run.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -113,6 +114,13 @@ class _Replayer(CachingAllocator):
             return address
         return super()._take_address(size)
 
+    def release_segment(self, address: int) -> None:
+        """Return the segment at `address` to the device if none of it is in use."""
+        seg = self.segments.get(address)
+        head = seg.head if seg is not None and not seg.expandable else None
+        if head is not None and not head.allocated and head.next is None:
+            self._release_if_whole_segment(head, [])
+
     def new_range_at(self, address: int) -> None:
         """The recording mapped memory at `address`: unless that extends a segment of the
         model, it starts a new expandable segment, which the model places there."""
@@ -120,11 +128,16 @@ class _Replayer(CachingAllocator):
             self._next_address = address
 
     def seed(
-        self, segs: list[SeedSegment], blocks: list[tuple[int, int, int]], split: int | None
+        self,
+        segs: list[SeedSegment],
+        blocks: list[tuple[int, int, int]],
+        split: int | None,
+        tail: Callable[[int, int, int], int],
     ) -> None:
         """Segments and live blocks (address, rounded size, requested) at the trace's
         start, made under the recorded max_split_size `split`; free space between blocks
-        becomes free blocks."""
+        becomes free blocks. tail(block, gap start, gap end): the unsplit tail of a large
+        block that the trace reveals (see replay)."""
         starts = sorted(b[0] for b in blocks)
         by_addr = {b[0]: b for b in blocks}
         for address, size, stream, expandable, small in segs:
@@ -142,10 +155,14 @@ class _Replayer(CachingAllocator):
                     pieces.append(Block(at, b_addr - at, seg))
                 end = min(starts[k + 1] if k + 1 < hi else address + size, address + size)
                 gap = end - (b_addr + b_size)
-                if not pool.is_small and not expandable and 0 < gap <= K_SMALL_SIZE:
+                if pool.is_small or expandable or gap <= 0:
+                    pass  # small-pool and expandable blocks are split to 512 bytes
+                elif split is not None and b_size >= split:
+                    b_size += gap  # an oversize block is never split
+                elif gap <= K_SMALL_SIZE:
                     b_size += gap  # the unsplit tail of a large-pool block
-                elif not expandable and split is not None and b_size >= split:
-                    b_size += max(gap, 0)  # an oversize block is never split
+                else:
+                    b_size += tail(b_addr, b_addr + b_size, end)
                 block = Block(b_addr, min(b_size, address + size - b_addr), seg)
                 block.allocated, block.requested = True, requested
                 self.live[b_addr] = block
@@ -179,6 +196,7 @@ def replay(
     program went on without them); `failed` counts the requests that still did not fit."""
     recorded = recorded_settings(dev.snapshot.allocator_settings)
     model = _Replayer(settings or recorded, capacity)
+    same = settings is None or settings == recorded
     tracker = segment_tracker(dev)
     tracker.rewind_to(-1)
     pre = np.flatnonzero(dev.alloc_event < 0)
@@ -196,7 +214,24 @@ def replay(
         for a, r, end in zip(dev.alloc_addr[pre].tolist(), dev.alloc_size[pre].tolist(), to_end)
     ]
     blocks = [(a, n or round_size(r, recorded), r) for a, n, r in blocks]
-    model.seed(_start_segments(dev, *tracker.arrays(), blocks), blocks, recorded.max_split_size)
+    made = np.flatnonzero(dev.alloc_event >= 0)
+    made_addr = dev.alloc_addr[made].astype(np.int64)
+    made_event = dev.alloc_event[made]
+    freed_at = dict(zip(dev.alloc_addr[pre].tolist(), dev.free_event[pre].tolist()))
+
+    def tail(block: int, lo: int, hi: int) -> int:
+        # The first allocation of the trace in the free space after a block older than
+        # the trace, made while that block lives, lands at the start of a free block: what
+        # lies between them (at most 1 MiB) was the block's unsplit tail.
+        inside = (made_addr >= lo) & (made_addr < hi) & (made_event < freed_at[block])
+        if not inside.any():
+            return 0
+        first = int(made_addr[inside][np.argmin(made_event[inside])]) - lo
+        return first if first <= K_SMALL_SIZE else 0
+
+    model.seed(
+        _start_segments(dev, *tracker.arrays(), blocks), blocks, recorded.max_split_size, tail
+    )
     start = model.reserved
     model.peak_reserved = start
 
@@ -231,6 +266,10 @@ def replay(
                 failed += 1
         elif r >= 0 and a != alloc and int(free_event[r]) == i and int(where[r]) in model.live:
             model.free(int(where[r]))
+        elif a == seg_free and same:
+            # the recorded allocator released this segment (empty_cache, or only the
+            # oversize ones when a request did not fit): release the same one
+            model.release_segment(int(dev.addr[i]))
         elif a in (seg_free, unmap) and prev not in (seg_free, unmap):
             model.empty_cache()  # the program's torch.cuda.empty_cache() (or an OOM retry)
         out[i] = model.reserved
@@ -238,8 +277,8 @@ def replay(
     checked = np.isin(act, np.asarray([alloc, Action.FREE_REQUESTED, Action.FREE_COMPLETED]))
     differ = np.flatnonzero(checked & (out != dev.reserved_after))
     conf = label or _describe(settings or recorded)
-    made = dev.alloc_event >= 0
-    moved = int(np.count_nonzero(where[made] != dev.alloc_addr[made].astype(np.int64)))
+    in_trace = dev.alloc_event >= 0
+    moved = int(np.count_nonzero(where[in_trace] != dev.alloc_addr[in_trace].astype(np.int64)))
     return Replay(conf, max(start, model.peak_reserved), out, int(checked.sum()),
                   len(differ), int(differ[0]) if len(differ) else -1, moved, failed)  # fmt: skip
 
