@@ -13,11 +13,11 @@ as they were at its first event (segments walked back from the final state, bloc
 allocations the trace frees or never frees), so the replay covers the trace window only.
 A what-if keeps those older segments as recorded: the requests that built them are not in
 the trace. Blocks older than the trace take their requested size rounded as the allocator
-rounds it, plus a following gap of at most 1 MiB in the large pool (a large-pool free
-block is always larger than 1 MiB, so such a gap is the unsplit tail of the block); one
-still allocated at the end has its exact size in the final segments. Under
-max_split_size_mb an oversize block took a whole free block of unknown extent: it is
-taken to reach the next block, which may be wrong for a trace starting mid-run.
+rounds it; in the large pool a following gap of at most 1 MiB is the block's unsplit tail
+(a large-pool free block is always larger than 1 MiB), and in a longer gap the first
+allocation the trace makes there while the block lives marks where the free block began.
+One still allocated at the end has its exact size in the final segments; under
+max_split_size_mb an oversize block (never split) reaches the next block.
 """
 
 from __future__ import annotations
