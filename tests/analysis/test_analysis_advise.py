@@ -246,8 +246,9 @@ def test_replay_reproduces_every_real_snapshot(name):
 def test_advise_on_real_snapshots():
     """Measured once, kept as regressions: expandable segments would have saved 5.05 GiB
     on the full step (61,111,009,280 -> 55,683,579,904 bytes); the forward pass at context
-    512 holds 64 attention matrices of 64 MiB... (its hand-written softmax, transformer.py
-    lines 138 and 142); ftcourse uses fused SDPA: no attention finding."""
+    512 holds 64 attention matrices of 128 MiB = 8 GiB at its peak (its hand-written
+    softmax, transformer.py lines 138 and 142, 32 layers each); ftcourse uses fused SDPA:
+    no attention finding."""
     full = memlens.load(SHARED_SNAPSHOTS / "cs336_memory_ctx128_fullstep.pickle").device()
     e = replay(full, AllocatorSettings(expandable_segments=True))
     assert e.peak_reserved == 55_683_579_904
@@ -273,3 +274,27 @@ def test_oom_from_memory_held_outside_pytorch():
     assert "device full" in run["findings"][0]["summary"]
     with pytest.raises(MemlensError):
         registry.get("advise").check({"device_memory": "lots"})
+
+
+def test_the_command_prints_a_ranked_table_and_refuses_unknown_settings(tmp_path):
+    import pickle
+
+    from click.testing import CliRunner
+
+    from memlens.cli.main import cli
+
+    path = tmp_path / "fragmented.pickle"
+    path.write_bytes(pickle.dumps(fragmented()))
+    out = CliRunner().invoke(cli, ["advise", str(path), "--what-if", "expandable_segments:True"])
+    assert out.exit_code == 0, out.output
+    lines = out.output.splitlines()
+    assert (
+        "  recorded: expandable_segments:False     320.00 MiB         0 B  reproduces the recording"
+        in lines
+    )
+    assert "  1  fragmentation      100.00 MiB  exact" in lines
+    bad = CliRunner().invoke(
+        cli, ["advise", str(path), "--what-if", "pinned_num_register_threads:2"]
+    )
+    assert bad.exit_code == 2
+    assert bad.output.startswith("memlens: error: allocator setting 'pinned_num_register_threads'")
