@@ -278,6 +278,8 @@ def test_oom_from_memory_held_outside_pytorch():
 
 def test_the_command_prints_a_ranked_table_and_refuses_unknown_settings(tmp_path):
     import pickle
+    import subprocess
+    import sys
 
     from click.testing import CliRunner
 
@@ -293,8 +295,9 @@ def test_the_command_prints_a_ranked_table_and_refuses_unknown_settings(tmp_path
         in lines
     )
     assert "  1  fragmentation      100.00 MiB  exact" in lines
-    bad = CliRunner().invoke(
-        cli, ["advise", str(path), "--what-if", "pinned_num_register_threads:2"]
-    )
-    assert bad.exit_code == 2
-    assert bad.output.startswith("memlens: error: allocator setting 'pinned_num_register_threads'")
+    bad = subprocess.run(
+        [sys.executable, "-m", "memlens", "advise", str(path), "--what-if", "pinned_num_register_threads:2"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert bad.returncode == 2
+    assert bad.stderr.startswith("memlens: error: allocator setting 'pinned_num_register_threads'")
