@@ -121,7 +121,7 @@ def docs_list_problems() -> list[str]:
 
 def test_the_docs_list_is_the_registry():
     assert docs_list_problems() == []
-    assert len(registry.names()) == 13
+    assert len(registry.names()) == 14
 
 
 def test_declarations_agree_with_their_functions_and_renderers():
@@ -159,7 +159,9 @@ def cases(hand: str, rules: str) -> list[tuple[str, list[str], dict[str, Any], l
         ("fragmentation", ["--event", "4"], {"event": 4}, [hand]),
         ("oom", [], {}, [hand]),
         ("ranks", [hand], {}, [hand, hand]),
-    ]
+        ("advise", ["--what-if", "expandable_segments:True"],
+         {"what_if": ["expandable_segments:True"]}, [hand]),
+    ]  # fmt: skip
 
 
 def test_the_python_api_gives_what_the_command_prints(hand_file, tmp_path):
@@ -216,4 +218,4 @@ def test_listing_the_registry_imports_no_analysis():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
-    assert out.stdout == "13\n"
+    assert out.stdout == "14\n"

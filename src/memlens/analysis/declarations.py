@@ -211,7 +211,29 @@ RANKS = Analysis(
     doc="Compare devices / ranks: peak per rank, imbalance, sites that differ.",
 )  # fmt: skip
 
+# Its function is the cli's: it joins the findings (analysis.advise) with the allocator
+# replays of the side package simulation/, which analysis/ may not import
+# (docs/architecture.md, "memlens advise").
+ADVISE = Analysis(
+    "advise", "ranked changes that would save memory, with the bytes at stake",
+    "memlens.cli.advise:advise", R.AdviseResult, T + "advise:render_advise",
+    options=(
+        top(5, "How many call sites per finding."),
+        Option("ranks", int, 8, "GPUs to shard gradients and optimizer state over (estimate).",
+               show_default=True),
+        Option("what_if", str, None, "PYTORCH_CUDA_ALLOC_CONF settings to replay the trace "
+               "with (default: expandable_segments:True and max_split_size_mb:256).",
+               multiple=True, metavar="CONF"),
+        Option("device_memory", str, None, "The GPU's total memory (e.g. 80GiB): at an OOM, "
+               "memory held outside PyTorch (another process) is then told apart.",
+               metavar="SIZE"),
+    ),
+    annotations=True, check_fn="memlens.cli.advise:check",
+    doc="Ranked findings (fragmentation by allocator replay, the OOM, attention matrices,\n"
+    "    sharding, leaks), each with the bytes at stake, the call sites and how sure it is.",
+)  # fmt: skip
+
 BUILTIN: tuple[Analysis[Any], ...] = (
     SUMMARY, PEAK, AT, STAGES, CATEGORIES, RULES, DIFF, CHECK, LEAKS, ANOMALIES,
-    FRAGMENTATION, OOM, RANKS,
+    FRAGMENTATION, OOM, RANKS, ADVISE,
 )  # fmt: skip

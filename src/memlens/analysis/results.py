@@ -528,6 +528,38 @@ class OomOutput(TypedDict):
     devices: list[OomReport]
 
 
+# --- advise ------------------------------------------------------------------------------------
+
+
+class AdviceReplay(TypedDict):
+    """The trace's own requests replayed through the allocator model under `settings`."""
+
+    settings: str
+    recorded: bool  # the snapshot's own settings (the others are what-ifs)
+    peak_reserved_bytes: int
+    saving_bytes: int  # the recorded peak reserved minus this one
+    mismatched_events: int  # recorded settings: alloc/free events whose reserved differs
+    oom_fits: bool | None  # with an OOM: would every failed request have fitted (None: none)
+
+
+class Finding(TypedDict):
+    kind: str  # fragmentation, oom, attention, sharding, leak
+    summary: str  # one sentence
+    bytes: int  # at stake
+    certainty: str  # "exact" or "estimate"
+    covers: str  # what the figure covers and assumes
+    sites: list[Site]
+
+
+class AdviseResult(TypedDict):
+    device: int
+    peak_active_bytes: int
+    peak_reserved_bytes: int
+    replays: list[AdviceReplay]
+    findings: list[Finding]  # largest bytes first
+    notes: list[str]
+
+
 # --- ranks -------------------------------------------------------------------------------------
 
 
