@@ -151,6 +151,12 @@ def test_snapshot_displays_itself_as_static_html(run: Run) -> None:
     assert EVIL not in html  # in the source path, the call site and the stage name
     assert html.count("&lt;img src=x onerror=alert(1)&gt;") >= 2
     assert "1.00 MiB" in html  # the peak
+    # what the notebook stores beside the HTML is one line, not the columns (was 186 KB)
+    plain = [
+        o["data"]["text/plain"] for o in run.outputs["repr"] if "text/plain" in o.get("data", {})
+    ]
+    assert len(plain) == 1 and "\n" not in plain[0] and len(plain[0]) < 400
+    assert plain[0].startswith("<memlens Snapshot ") and "peak active 1.00 MiB" in plain[0]
 
 
 def test_viewer_iframe_serves_the_page_and_it_draws(run: Run) -> None:

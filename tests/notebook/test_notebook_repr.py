@@ -103,3 +103,36 @@ def test_the_magic_names_its_file_by_the_cells_in_number() -> None:
     assert cell_number(early) == 7
     # older IPython, or no result to read: execution_count is N
     assert cell_number(SimpleNamespace(execution_count=7, displayhook=None)) == 7
+
+
+def test_repr_is_one_line_of_headline_figures() -> None:
+    """repr() (a console, a notebook's text/plain) is one line: the dataclass repr printed
+    every column. docs/concepts.md's worked example: 10 events, peak 1,510 B, one 2 MiB
+    segment."""
+    from snapshot_builders import hand_snapshot
+
+    snap = memlens.load(hand_snapshot())
+    head = "device 0: 10 events, peak active 1.47 KiB, peak reserved 2.00 MiB"
+    assert repr(snap.device()) == f"<memlens DeviceTrace {head}>"
+    assert repr(snap) == f"<memlens Snapshot '<in-memory snapshot>': {head}>"
+
+
+def test_repr_names_the_oom_and_the_other_devices(snap: memlens.Snapshot) -> None:
+    from snapshot_builders import hand_snapshot
+
+    raw = hand_snapshot()
+    trace = raw["device_traces"][0]
+    trace.append(
+        {
+            "action": "oom",
+            "addr": 0,
+            "size": 1 << 30,
+            "stream": 0,
+            "frames": [],
+            "device_free": 0,
+            "time_us": trace[-1]["time_us"] + 1,
+        }
+    )
+    one = memlens.load(raw)
+    assert repr(one.device()).endswith("peak reserved 2.00 MiB, 1 OOM>")
+    assert repr(snap).endswith("(+1 device)>") and "\n" not in repr(snap)

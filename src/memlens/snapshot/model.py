@@ -17,6 +17,7 @@ import numpy as np
 from memlens.errors import EventOutOfRange, MemlensError
 from memlens.snapshot.actions import KNOWN_ACTIONS, Action
 from memlens.snapshot.annotations import Annotations, annotation_columns
+from memlens.units import format_bytes
 
 # Sentinel for "never freed inside the trace": free_event == n_events.
 ALIVE_AT_END = -2
@@ -205,6 +206,21 @@ class DeviceTrace:
         """Jupyter's display of this device: figures and timeline, static (see Snapshot)."""
         return _notebook_html("device_html", self)
 
+    def headline(self) -> str:
+        """One line of figures: what repr() and a notebook's text/plain show."""
+        ooms = int(np.count_nonzero(self.action == Action.OOM))
+        return (
+            f"device {self.device}: {self.n_events:,} events, "
+            f"peak active {format_bytes(self.peak_active_bytes)}, "
+            f"peak reserved {format_bytes(self.peak_reserved_bytes)}"
+            + (f", {ooms} OOM" if ooms else "")
+        )
+
+    def __repr__(self) -> str:
+        # the dataclass repr printed every column (114 KB in a console, 186 KB of
+        # text/plain stored in a notebook): one line is what a reader needs
+        return f"<memlens DeviceTrace {self.headline()}>"
+
 
 @dataclass
 class Segments:
@@ -321,6 +337,16 @@ class Snapshot:
         """Jupyter's display of a snapshot: the headline figures and the timeline as
         static HTML + SVG (no script: it stays in a saved notebook, GitHub renders it)."""
         return _notebook_html("snapshot_html", self)
+
+    def __repr__(self) -> str:
+        """One line (the dataclass repr printed every column): the source, then the
+        headline of the device with the longest trace, and how many other devices."""
+        if not self.traces:
+            return f"<memlens Snapshot {self.source!r}: no trace>"
+        main = self.traces[self.default_device]
+        others = len(self.traces) - 1
+        more = f" (+{others} device{'s' if others > 1 else ''})" if others else ""
+        return f"<memlens Snapshot {self.source!r}: {main.headline()}{more}>"
 
     def stack_frames(self, stack_id: int) -> list[dict[str, Any]]:
         """Frames of a stack as PyTorch-style dicts, innermost first."""
