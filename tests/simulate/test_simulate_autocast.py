@@ -134,7 +134,9 @@ def weight_casts(grad_mode, calls: int = 3, registered: bool = False) -> tuple[l
                 torch._C._remove_cached_tensor(lin.weight)
                 torch._C._set_cached_tensors_enabled(False)
     trace = sim.snapshot["device_traces"][0]
-    actions = [e["action"] for e in trace if e["size"] == WEIGHT_FP16 and e["action"] != "free_requested"]
+    actions = [
+        e["action"] for e in trace if e["size"] == WEIGHT_FP16 and e["action"] != "free_requested"
+    ]
     return actions, held
 
 
