@@ -32,7 +32,8 @@ def _figures(snapshot: dict[str, Any]) -> str:
     gib = 2**30
     return (
         f"predicted peak active {dev.peak_active_bytes / gib:.2f} GiB, peak reserved "
-        f"{dev.peak_reserved_bytes / gib:.2f} GiB, {dev.n_events:,} events"
+        f"{dev.peak_reserved_bytes / gib:.2f} GiB, {dev.n_events:,} "
+        f"event{'' if dev.n_events == 1 else 's'}"
     )
 
 

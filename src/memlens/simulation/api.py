@@ -167,10 +167,11 @@ def run_script(
     sim.frames.cut_at_runpy = True
     sim.frames.tail = module_main_frames() if module else []
     oom = None
+    namespace = None  # the script's globals, alive until the state at exit is taken
     try:
         with sim:
             try:
-                run()
+                namespace = run()
             except SystemExit as exit_:
                 if exit_.code not in (None, 0):
                     raise ScriptFailed(name, f"it exited with code {exit_.code}", "") from None
@@ -183,6 +184,7 @@ def run_script(
         raise failed.wrote(_write_partial(sim, output)) from None
     finally:
         sys.argv, sys.path[:] = saved_argv, saved_path
+    del namespace
     whole = sim.whole_run
     assert whole is not None  # __exit__ built it (keep_whole_run)
     own = list(sim.own.written)

@@ -39,9 +39,12 @@ class OwnSnapshot:
     def window(self) -> str:
         if self.stop == self.first:
             return "no trace entries (history was off), the state when written"
-        span = (
-            f"trace entries {self.first + 1:,} to {self.stop:,} of the run's {self.run_entries:,}"
+        entries = (
+            f"trace entry {self.stop:,}"
+            if self.stop == self.first + 1
+            else f"trace entries {self.first + 1:,} to {self.stop:,}"
         )
+        span = f"{entries} of the run's {self.run_entries:,}"
         if self.first == 0 and self.stop == self.run_entries:
             span = f"the whole run so far ({self.run_entries:,} trace entries)"
         return f"{span}, the state when written"
