@@ -128,12 +128,29 @@ def _prepare(script: str, module: bool) -> tuple[Callable[[], Any], list[str], s
     if not path.is_file():
         raise MemlensError(f"no such script: {script}")
     absolute = os.path.abspath(path)
-    return (
-        lambda: runpy.run_path(absolute, run_name="__main__"),
-        str(script),
-        os.path.dirname(absolute),
-        str(script),
-    )
+    return (lambda: _run_main(absolute)), str(script), os.path.dirname(absolute), str(script)
+
+
+def _run_main(path: str) -> dict[str, Any]:
+    """Run the file at `path` as `python path` does: its code named by the absolute path
+    (what a real run's frames show), `__file__` that path, sys.argv left as set (argv[0]
+    as typed), a fresh `__main__` module in sys.modules. Through runpy's `_run_code`, the
+    frame FrameCollector cuts stacks at, as with `-m`."""
+    import io
+    import types
+
+    with io.open_code(path) as f:
+        code = compile(f.read(), path, "exec", dont_inherit=True)
+    main = types.ModuleType("__main__")
+    saved = sys.modules.get("__main__")
+    sys.modules["__main__"] = main
+    try:
+        # _run_code(code, globals, init_globals, mod_name, mod_spec, pkg_name, script_name)
+        runpy._run_code(code, main.__dict__, None, "__main__", None, None, path)  # type: ignore[attr-defined]
+    finally:
+        if saved is not None:
+            sys.modules["__main__"] = saved
+    return main.__dict__
 
 
 def run_script(
