@@ -101,7 +101,7 @@ class ScriptRun:
     notes: list[str] = field(default_factory=list)
 
 
-def _prepare(script: str, module: bool) -> tuple[Callable[[], Any], list[str], str, str]:
+def _prepare(script: str, module: bool) -> tuple[Callable[[], Any], str, str, str]:
     """(run it, argv[0], sys.path[0], display name), as `python [-m] SCRIPT` would set
     them: a script runs under its absolute path (its frames' filename in a real run);
     `-m` puts the current directory first on sys.path and argv[0] is the module's file."""
@@ -194,11 +194,11 @@ def run_script(
                     raise ScriptFailed(name, f"it exited with code {exit_.code}", "") from None
     except torch.OutOfMemoryError as exc:
         oom = str(exc)
-    except ScriptFailed as failed:
-        raise failed.wrote(_write_partial(sim, output)) from None
+    except ScriptFailed as exited:
+        raise exited.wrote(_write_partial(sim, output)) from None
     except Exception as exc:
-        failed = ScriptFailed(name, f"{type(exc).__name__}: {exc}", script_traceback(exc))
-        raise failed.wrote(_write_partial(sim, output)) from None
+        raised = ScriptFailed(name, f"{type(exc).__name__}: {exc}", script_traceback(exc))
+        raise raised.wrote(_write_partial(sim, output)) from None
     finally:
         sys.argv, sys.path[:] = saved_argv, saved_path
     del namespace

@@ -350,7 +350,7 @@ def _cacheable(to_type: torch.dtype, arg: torch.Tensor) -> bool:
         and arg.is_leaf
         and not arg._is_view()
         and torch.is_autocast_cache_enabled()
-        and not torch._C._is_cached_tensor(arg)
+        and not torch._C._is_cached_tensor(arg)  # type: ignore[attr-defined]
         and not torch.is_inference_mode_enabled()
     )
 

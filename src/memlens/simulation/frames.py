@@ -114,11 +114,14 @@ class FrameCollector:
 
 
 def _call_line(code: Any, callee: str) -> int:
-    return next(
-        i.positions.lineno
-        for i in dis.get_instructions(code)
-        if i.argval == callee and i.positions is not None and i.positions.lineno is not None
-    )
+    for instruction in dis.get_instructions(code):
+        # Instruction.positions: Python 3.11+ (the line of any instruction, not only a
+        # line's first); starts_line before
+        positions = getattr(instruction, "positions", None)
+        line = positions.lineno if positions is not None else instruction.starts_line
+        if instruction.argval == callee and line is not None:
+            return int(line)
+    raise LookupError(f"{callee} is not called in {code.co_name}")
 
 
 def module_main_frames() -> list[dict[str, Any]]:

@@ -25,7 +25,7 @@ from torch.autograd.function import BackwardCFunction
 from torch.utils._pytree import tree_flatten
 
 from memlens.errors import MemlensError
-from memlens.simulation import cuda_stubs, fake_cuda
+from memlens.simulation import cuda_stubs, cuda_surface, fake_cuda
 from memlens.simulation.allocator import AllocatorSettings, CachingAllocator, SimulatedOOM
 from memlens.simulation.frames import FrameCollector
 from memlens.simulation.gpus import Gpu, cublas_workspace_from_config, gpu_preset
@@ -102,6 +102,7 @@ class Simulation:
     # ------------------------------------------------------------ context manager
     def __enter__(self) -> Simulation:
         fake_cuda.install(self._patches, self._cuda_api(), self.note)
+        cuda_surface.install(self._patches, self)
         self.own.install(self._patches)
         self._patch_record_function()
         self._patch_private_api()
