@@ -153,3 +153,30 @@ def test_stacks_under_the_python_api_keep_the_callers_frames():
     names = [f["name"] for f in sim.snapshot["device_traces"][0][0]["frames"]]
     assert names[:2] == ["inner", "test_stacks_under_the_python_api_keep_the_callers_frames"]
     del x
+
+
+def test_a_dataloader_with_workers_and_pinned_memory_runs(recwarn):
+    # Workers crashed (fake batches cannot cross processes) and pin_memory warned that no
+    # accelerator was found. Loading runs in the main process; the device sees the same.
+    from torch.utils.data import DataLoader, TensorDataset
+
+    import memlens
+
+    with memlens.simulate(cublas_workspace=0) as sim:
+        data = TensorDataset(torch.randn(64, 16), torch.randint(0, 4, (64,)))
+        loader = DataLoader(data, batch_size=8, num_workers=2, pin_memory=True,
+                            persistent_workers=True)  # fmt: skip
+        shapes = []
+        for _ in range(2):  # a persistent loader's second epoch resets its iterator
+            for x, y in loader:
+                assert not x.is_cuda
+                xc, yc = x.cuda(non_blocking=True), y.cuda(non_blocking=True)
+                shapes.append((tuple(xc.shape), tuple(yc.shape)))
+                del xc, yc
+        assert loader.num_workers == 2  # what the code sees is unchanged
+    assert shapes == [((8, 16), (8,))] * 16
+    # each batch: x (8 x 16 x 4 B) and y (8 x 8 B), both 512-byte blocks, freed in turn
+    allocs = [e["size"] for e in sim.snapshot["device_traces"][0] if e["action"] == "alloc"]
+    assert allocs == [512, 64] * 16
+    assert any("DataLoader workers ran in the main process" in n for n in sim.notes)
+    assert not [w for w in recwarn if "pin_memory" in str(w.message)]

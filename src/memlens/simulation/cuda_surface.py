@@ -329,6 +329,34 @@ def _accelerator(sim: Simulation, api: dict[str, Any]) -> dict[str, Any]:
     return {f"accelerator.{k}": v for k, v in answers.items()}
 
 
+def _single_process_loading(patches: Patches, sim: Simulation) -> None:
+    """DataLoader(num_workers > 0) runs its workers in the main process. Worker
+    processes would inherit the fake tensor mode and fail to send their fake batches
+    back; their batches are host memory, which a GPU snapshot does not show, so loading
+    in the main process changes nothing on the device. pin_memory pins nothing (there is
+    no host allocator to model), and the batches stay host tensors, as pinned ones do."""
+    from torch.utils.data import DataLoader
+
+    original = DataLoader._get_iterator
+
+    def _get_iterator(loader: Any) -> Any:
+        if loader.num_workers == 0:
+            return original(loader)
+        sim.note(
+            "DataLoader workers ran in the main process (host memory; the device sees the same)"
+        )
+        workers, prefetch = loader.num_workers, loader.prefetch_factor
+        object.__setattr__(loader, "num_workers", 0)
+        object.__setattr__(loader, "prefetch_factor", None)
+        try:
+            return original(loader)
+        finally:
+            object.__setattr__(loader, "num_workers", workers)
+            object.__setattr__(loader, "prefetch_factor", prefetch)
+
+    patches.set(DataLoader, "_get_iterator", _get_iterator)
+
+
 def _owner(name: str) -> tuple[Any, str]:
     """'torch.cuda.memory.X' -> (torch.cuda.memory, 'X')."""
     module_name, _, attr = name.rpartition(".")
@@ -350,6 +378,7 @@ def install(patches: Patches, sim: Simulation) -> None:
     for name, value in answers(sim).items():
         prefix, _, attr = name.rpartition(".")
         patches.set(homes[prefix], attr, value)
+    _single_process_loading(patches, sim)
     for name in REFUSED:
         owner, attr = _owner(name)
         original = getattr(owner, attr, None)
