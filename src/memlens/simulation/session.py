@@ -25,7 +25,7 @@ from torch.autograd.function import BackwardCFunction
 from torch.utils._pytree import tree_flatten
 
 from memlens.errors import MemlensError
-from memlens.simulation import cuda_stubs, cuda_surface, fake_cuda
+from memlens.simulation import cuda_stubs, cuda_surface, fake_cuda, sdpa
 from memlens.simulation.allocator import AllocatorSettings, CachingAllocator, SimulatedOOM
 from memlens.simulation.frames import FrameCollector
 from memlens.simulation.gpus import Gpu, cublas_workspace_from_config, gpu_preset
@@ -84,6 +84,8 @@ class Simulation:
         self.max_entries = max_entries  # like the recorder's ring buffer: keep the newest
         # every annotation of the run; the code's history window is [_ann_start:_ann_stop]
         self.annotations: list[dict[str, Any]] = []
+        # the backend each F.scaled_dot_product_attention call took (flash, efficient, ...)
+        self.sdpa_backends: list[str] = []
         self._ann_start = 0
         self._ann_stop: int | None = None
         self._live: dict[int, int] = {}  # StorageImpl address -> block address
@@ -101,8 +103,9 @@ class Simulation:
 
     # ------------------------------------------------------------ context manager
     def __enter__(self) -> Simulation:
-        fake_cuda.install(self._patches, self._cuda_api(), self.note)
+        self.autocast_policy = fake_cuda.install(self._patches, self._cuda_api(), self.note)
         cuda_surface.install(self._patches, self)
+        sdpa.install(self._patches, self)
         self.own.install(self._patches)
         self._patch_record_function()
         self._patch_private_api()
