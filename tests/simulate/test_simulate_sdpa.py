@@ -18,7 +18,6 @@ from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: E402
 
 import memlens  # noqa: E402
 from memlens.simulation import sdpa  # noqa: E402
-from memlens.simulation.gpus import gpu_preset  # noqa: E402
 
 F16 = torch.float16
 
