@@ -224,3 +224,15 @@ def test_a_boolean_mask_becomes_additive_before_the_kernel():
         ("-", 2),
         ("+", 2 * 4 * 64 * 64 * 2),  # res
     ]
+
+
+def test_flash_with_dropout_replaces_its_rng_state_and_splits_nothing():
+    with memlens.simulate(gpu="a100", cublas_workspace=0) as sim, torch.no_grad():
+        q, k, v = qkv(1, 8, 1, 128, s_k=4096)  # would split the keys without dropout
+        out = F.scaled_dot_product_attention(q, k, v, dropout_p=0.5)
+    assert sim.sdpa_backends == ["flash"]
+    assert events(sim)[3:9] == [
+        ("+", 2048), ("+", 32),  # out, logsumexp: no split-KV with dropout
+        ("+", 16), ("+", 8), ("+", 16), ("-", 16),  # rng_state, _unused, rng_state again
+    ]  # fmt: skip
+    del out

@@ -290,10 +290,14 @@ def _flash_forward(sim: Simulation, args: tuple, out: Any) -> None:
             d_rounded = _round(d, 32 if d <= 128 else 64)
             temporaries.append(sim._malloc(_nbytes(splits, b, h, s_q, 4)))
             temporaries.append(sim._malloc(_nbytes(splits, b, h, s_q, d_rounded, 4)))
-    first_rng = sim._malloc(16) if dropout > 0.0 else None  # replaced when dropout is on
-    sim._track_outputs(out[6])  # rng_state: 2 x uint64
-    sim._track_outputs(out[7])  # _unused: uint64
-    _free(sim, first_rng)
+    if dropout > 0.0:  # rng_state, _unused, then a new rng_state replaces the first
+        first_rng = sim._malloc(16)
+        sim._track_outputs(out[7])
+        sim._track_outputs(out[6])
+        _free(sim, first_rng)
+    else:
+        sim._track_outputs(out[6])  # rng_state: 2 x uint64
+        sim._track_outputs(out[7])  # _unused: uint64
     for address in temporaries:  # at mha_fwd's return: lse_accum, then out_accum
         _free(sim, address)
 
