@@ -197,7 +197,6 @@ c("torch.cuda.temperature", lambda: cuda.temperature())
 c("torch.cuda.tunable", lambda: cuda.tunable.is_enabled())
 c("torch.cuda.use_mem_pool", lambda: entered(cuda.use_mem_pool(cuda.MemPool())))
 c("torch.cuda.utilization", lambda: cuda.utilization())
-c("torch.cuda.clock_rate", lambda: cuda.clock_rate())
 # torch.backends.cuda
 b = torch.backends.cuda
 c(

@@ -141,26 +141,26 @@ def test_efficient_attention_half_with_a_wide_head_uses_an_fp32_accumulator():
     assert events(sim)[3:6] == [("+", size * 2), ("+", size * 4), ("-", size * 4)]
 
 
-def test_cudnn_attention_when_asked_for():
+def forced(backend: SDPBackend, gpu: str):
+    """The simulation of one forward of (2, 4, 128, 64) fp16 under sdpa_kernel(backend)."""
     with (
-        memlens.simulate(gpu="h100", cublas_workspace=0) as sim,
+        memlens.simulate(gpu=gpu, cublas_workspace=0) as sim,
         torch.no_grad(),
-        sdpa_kernel(SDPBackend.CUDNN_ATTENTION),
+        sdpa_kernel(backend),
     ):
         q, k, v = qkv(2, 4, 128, 64)
         F.scaled_dot_product_attention(q, k, v)
+    return sim
+
+
+def test_cudnn_attention_when_asked_for():
+    sim = forced(SDPBackend.CUDNN_ATTENTION, "h100")
     assert sim.sdpa_backends == ["cudnn"]
     assert events(sim)[3:4] == [("+", 2 * 4 * 128 * 64 * 2)]  # out; no stats without grad
 
 
 def test_math_when_asked_for_materializes_the_scores():
-    with (
-        memlens.simulate(gpu="a100", cublas_workspace=0) as sim,
-        torch.no_grad(),
-        sdpa_kernel(SDPBackend.MATH),
-    ):
-        q, k, v = qkv(2, 4, 128, 64)
-        F.scaled_dot_product_attention(q, k, v)
+    sim = forced(SDPBackend.MATH, "a100")
     assert sim.sdpa_backends == ["math"]
     assert ("+", 2 * 4 * 128 * 128 * 2) in events(sim)  # the (B, H, S, S) matrix
 
