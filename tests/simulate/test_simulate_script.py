@@ -180,3 +180,23 @@ def test_a_dataloader_with_workers_and_pinned_memory_runs(recwarn):
     assert allocs == [512, 64] * 16
     assert any("DataLoader workers ran in the main process" in n for n in sim.notes)
     assert not [w for w in recwarn if "pin_memory" in str(w.message)]
+
+
+def test_a_workspace_size_set_by_the_script_applies_at_the_next_matmul():
+    # torch.backends.cuda.cublas_workspace_size(n): a larger size replaces the handle's
+    # workspace at its next GEMM (new one first, then the old one freed); smaller keeps it
+    import memlens
+
+    with memlens.simulate(gpu="a100") as sim:
+        a = torch.randn(16, 16, device="cuda")
+        a @ a
+        assert torch.backends.cuda.cublas_workspace_size() == OLDER_WORKSPACE
+        torch.backends.cuda.cublas_workspace_size(32 * MiB)
+        a @ a
+        torch.backends.cuda.cublas_workspace_size(MiB)
+        a @ a
+    trace = sim.snapshot["device_traces"][0]
+    workspaces = [(e["action"], e["size"]) for e in trace if e["size"] >= OLDER_WORKSPACE
+                  and e["action"] in ("alloc", "free_completed")]  # fmt: skip
+    assert workspaces == [("alloc", OLDER_WORKSPACE), ("alloc", 32 * MiB),
+                          ("free_completed", OLDER_WORKSPACE)]  # fmt: skip

@@ -184,11 +184,12 @@ def run_script(
     sim.frames.cut_at_runpy = True
     sim.frames.tail = module_main_frames() if module else []
     oom = None
-    namespace = None  # the script's globals, alive until the state at exit is taken
     try:
         with sim:
             try:
-                namespace = run()
+                # The script's globals die when it returns, before the state at exit is
+                # taken, as in `memlens run` (the whole-run file has their frees).
+                run()
             except SystemExit as exit_:
                 if exit_.code not in (None, 0):
                     raise ScriptFailed(name, f"it exited with code {exit_.code}", "") from None
@@ -201,7 +202,6 @@ def run_script(
         raise raised.wrote(_write_partial(sim, output)) from None
     finally:
         sys.argv, sys.path[:] = saved_argv, saved_path
-    del namespace
     whole = sim.whole_run
     assert whole is not None  # __exit__ built it (keep_whole_run)
     own = list(sim.own.written)

@@ -200,8 +200,16 @@ class Simulation:
         # cuBLAS keeps one workspace per handle; forward and backward run on different
         # threads on a GPU, so they get one each.
         kind = "backward" if torch._C._current_autograd_node() is not None else "forward"
-        if kind not in self._workspaces and self.cublas_workspace > 0:
-            self._workspaces[kind] = self._malloc(self.cublas_workspace)
+        size = self.cublas_workspace
+        current = self._workspaces.get(kind)
+        if current is None:
+            if size > 0:
+                self._workspaces[kind] = self._malloc(size)
+        elif self.allocator.live[current].requested < size:
+            # torch.backends.cuda.cublas_workspace_size(n) grew it: setWorkspaceForHandle
+            # allocates the larger one, then the map's assignment frees the old one
+            self._workspaces[kind] = self._malloc(size)
+            self.allocator.free(current, self._stack())
 
     def empty_cache(self) -> None:
         frames = self.frames.collect()
