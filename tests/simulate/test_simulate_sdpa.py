@@ -236,3 +236,13 @@ def test_flash_with_dropout_replaces_its_rng_state_and_splits_nothing():
         ("+", 16), ("+", 8), ("+", 16), ("-", 16),  # rng_state, _unused, rng_state again
     ]  # fmt: skip
     del out
+
+
+def test_efficient_attention_with_grouped_query_heads_trains():
+    # fp32 GQA: the efficient kernel; key and value repeated to the 8 query heads
+    with memlens.simulate(gpu="a100", cublas_workspace=0) as sim:
+        q, k, v = qkv(1, 8, 64, 64, dtype=torch.float32, h_k=2, grad=True)
+        out = F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+        out.sum().backward()
+        assert k.grad.shape == (1, 2, 64, 64)
+    assert sim.sdpa_backends == ["efficient"]

@@ -190,6 +190,12 @@ def _run(backend: int, q: Any, k: Any, v: Any, mask: Any, dropout: float, causal
     if backend == EFFICIENT:
         if mask is not None:
             mask = _efficient_mask(mask, q, k)
+        if k.size(1) != q.size(1):
+            # grouped-query heads: the CUDA kernel's handling was not checked against the
+            # source; key and value are repeated to the query's heads (approximate: two
+            # copies a GPU may not make), so that backward has the right shapes
+            groups = q.size(1) // k.size(1)
+            k, v = k.repeat_interleave(groups, 1), v.repeat_interleave(groups, 1)
         return _first(
             lambda: _aten._scaled_dot_product_efficient_attention(
                 q, k, v, mask, grad, dropout, causal, scale=scale
