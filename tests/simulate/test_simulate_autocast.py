@@ -109,6 +109,74 @@ def test_weight_casts_are_cached_until_the_outermost_autocast_exits():
     assert cached - after == weight_fp16  # dropped at the outer exit
 
 
+WEIGHT_FP16 = 256 * 256 * 2  # one nn.Linear(256, 256) weight cast to fp16
+
+
+def weight_casts(grad_mode, calls: int = 3, registered: bool = False) -> tuple[list[str], int]:
+    """The weight casts' alloc / free entries over `calls` calls under autocast and
+    `grad_mode`, and the bytes the cast cache still holds just before autocast exits."""
+    with memlens.simulate() as sim:
+        lin = torch.nn.Linear(256, 256, bias=False, device="cuda")
+        x = torch.randn(8, 256, device="cuda")
+        if registered:  # at::caching's registry (CUDA graph trees): never cached
+            torch._C._set_cached_tensors_enabled(True)
+            torch._C._add_cached_tensor(lin.weight)
+        try:
+            with torch.autocast("cuda", dtype=torch.float16):
+                with grad_mode():
+                    for _ in range(calls):
+                        y = lin(x)
+                del y
+                inside = torch.cuda.memory_allocated()
+            held = inside - torch.cuda.memory_allocated()
+        finally:
+            if registered:
+                torch._C._remove_cached_tensor(lin.weight)
+                torch._C._set_cached_tensors_enabled(False)
+    trace = sim.snapshot["device_traces"][0]
+    actions = [
+        e["action"] for e in trace if e["size"] == WEIGHT_FP16 and e["action"] != "free_requested"
+    ]
+    return actions, held
+
+
+def test_under_inference_mode_each_call_casts_afresh_and_frees_after_its_matmul():
+    # cached_cast's `!c10::InferenceMode::is_enabled()`: nothing is cached, so each
+    # call's cast dies with the op (the GPU frees it a few events after the matmul)
+    actions, held = weight_casts(torch.inference_mode)
+    assert actions == ["alloc", "free_completed"] * 3
+    assert held == 0
+
+
+def test_under_no_grad_the_weight_cast_is_cached_until_autocast_exits():
+    actions, held = weight_casts(torch.no_grad)
+    assert actions == ["alloc", "free_completed"]  # one cast, freed at the outer exit
+    assert held == WEIGHT_FP16
+
+
+def test_a_registered_cached_tensor_is_not_cast_cached():
+    actions, held = weight_casts(torch.no_grad, registered=True)
+    assert actions == ["alloc", "free_completed"] * 3
+    assert held == 0
+
+
+def test_a_cast_cached_under_no_grad_still_carries_the_weights_gradient():
+    # PyTorch casts for the cache with grad mode on: a later training call reusing it
+    # reaches the weight, whose gradient (256 x 256 fp32) is then allocated
+    with memlens.simulate() as sim:
+        lin = torch.nn.Linear(256, 256, bias=False, device="cuda")
+        x = torch.randn(8, 256, device="cuda")
+        with torch.autocast("cuda", dtype=torch.float16):
+            with torch.no_grad():
+                lin(x)
+            y = lin(x)
+        y.float().sum().backward()
+        assert lin.weight.grad is not None
+    sizes = [e["size"] for e in sim.snapshot["device_traces"][0] if e["action"] == "alloc"]
+    # fp16: the cast and its gradient (mm's backward); fp32: the weight and its gradient
+    assert sizes.count(WEIGHT_FP16) == 2 and sizes.count(256 * 256 * 4) == 2
+
+
 def test_autocast_off_inside_and_cpu_tensors_are_left_alone():
     with memlens.simulate():
         x = torch.randn(4, 4, device="cuda")

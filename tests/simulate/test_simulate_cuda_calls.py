@@ -184,17 +184,40 @@ def simulate_cli(tmp_path, source: str, *extra: str) -> subprocess.CompletedProc
     [
         ("def f(:\n", "SyntaxError"),
         ("import no_such_module_here\n", "ModuleNotFoundError: No module named"),
-        ("import torch\nx = torch.ones(4, device='cuda')\nraise ValueError('boom')\n", "boom"),
         ("import sys\nsys.exit(3)\n", "exited with code 3"),
     ],
 )
-def test_a_failing_script_leaves_no_snapshot_and_shows_its_own_traceback(tmp_path, source, error):
+def test_a_script_failing_before_any_allocation_leaves_no_snapshot(tmp_path, source, error):
     done = simulate_cli(tmp_path, source)
     assert done.returncode == 1
     assert not (tmp_path / "out.pickle").exists()
     assert "memlens/" not in done.stderr and "runpy" not in done.stderr
     last = done.stderr.strip().splitlines()[-1]
     assert last.startswith("memlens: ") and "no snapshot written" in last and error in done.stderr
+
+
+def test_a_failing_script_writes_the_run_up_to_the_failure(tmp_path):
+    done = simulate_cli(
+        tmp_path,
+        """
+        import torch
+        x = torch.ones(1024, device="cuda")  # 4 KiB: one 512-rounded block of a 2 MiB segment
+        y = x * 2
+        raise ValueError("boom")
+        """,
+    )
+    assert done.returncode == 1
+    assert "memlens/" not in done.stderr and "runpy" not in done.stderr
+    assert 'raise ValueError("boom")' in done.stderr  # the script's own traceback
+    out = tmp_path / "out.pickle"
+    assert done.stderr.strip().splitlines()[-1] == (
+        f"memlens: {tmp_path / 'script.py'} failed (ValueError: boom); "
+        f"the snapshot up to the failure is in {out}"
+    )
+    trace = pickle.loads(out.read_bytes())["device_traces"][0]
+    assert [(e["action"], e["size"]) for e in trace] == [
+        ("segment_alloc", 2 * MiB), ("alloc", 4096), ("alloc", 4096),
+    ]  # fmt: skip
 
 
 def test_the_output_is_the_scripts_own_dump_when_it_makes_one(tmp_path):
@@ -214,7 +237,10 @@ def test_the_output_is_the_scripts_own_dump_when_it_makes_one(tmp_path):
     own = (tmp_path / "own.pickle").read_bytes()
     assert (tmp_path / "out.pickle").read_bytes() == own
     assert "predicted peak active 1.00 GiB" in done.stderr
-    assert "simulating NVIDIA A100-SXM4-80GB (sm 8.0): cuBLAS workspace 8519680" in done.stderr
+    assert (
+        "simulating NVIDIA A100-SXM4-80GB (sm 8.0): cuBLAS workspace 8,519,680 bytes "
+        "(8.125 MiB) per thread, device memory 80.00 GiB\n" in done.stderr
+    )
     assert pickle.loads(own)["device_traces"][0][0]["action"] == "segment_alloc"
 
 
@@ -235,3 +261,20 @@ def test_numpy_of_fake_tensors_is_zeros_as_on_the_host():
             host.to(torch.bfloat16).numpy()
     assert "tensor values are fake: .numpy() answered zeros" in sim.notes
     assert torch.ones(2).numpy().tolist() == [1.0, 1.0]  # restored afterwards
+
+
+@pytest.mark.parametrize(
+    "flags, first_line",
+    [
+        (("--gpu", "rtx4090"), "NVIDIA GeForce RTX 4090 (sm 8.9): cuBLAS workspace 8,519,680 "
+         "bytes (8.125 MiB) per thread, device memory 23.99 GiB"),
+        (("--cublas-workspace", "32MiB", "--device-memory", "23.5GiB"),
+         "NVIDIA H100 80GB HBM3 (sm 9.0): cuBLAS workspace 33,554,432 bytes (32.000 MiB) per "
+         "thread, device memory 23.50 GiB; --gpu NAME for another card"),
+    ],
+)  # fmt: skip
+def test_the_first_line_prints_sizes_in_units(tmp_path, flags, first_line):
+    # 24,564 MiB = 23.99 GiB (not 25757220864 bytes); "32MiB" is not "32MiB bytes"
+    done = simulate_cli(tmp_path, "pass\n", *flags)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.splitlines()[0] == f"memlens: simulating {first_line}"

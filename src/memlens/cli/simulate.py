@@ -4,29 +4,93 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from memlens.cli.options import script_command, status
 from memlens.errors import MemlensError
+from memlens.simulation.gpus import Gpu, cublas_workspace_from_config
+from memlens.units import format_bytes, parse_bytes
+
+if TYPE_CHECKING:
+    from memlens.simulation.api import ScriptRun
 
 
 def _default_output(script: str) -> Path:
-    return Path(f"memlens-sim-{Path(script).stem}.{os.getpid()}.pickle")
+    name = script.rpartition(".")[2] if not script.endswith(".py") else Path(script).stem
+    return Path(f"memlens-sim-{name}.{os.getpid()}.pickle")
 
 
-def _summary(path: Path) -> str:
+def _figures(snapshot: dict[str, Any]) -> str:
     try:
         import memlens
 
-        dev = memlens.load(path).device(0)
+        dev = memlens.load(snapshot, warn=False).device(0)
     except Exception as exc:  # the file is written; only the summary is missing
         return f"(no summary: {exc})"
     gib = 2**30
     return (
         f"predicted peak active {dev.peak_active_bytes / gib:.2f} GiB, peak reserved "
-        f"{dev.peak_reserved_bytes / gib:.2f} GiB, {dev.n_events:,} events"
+        f"{dev.peak_reserved_bytes / gib:.2f} GiB, {dev.n_events:,} "
+        f"event{'' if dev.n_events == 1 else 's'}"
     )
+
+
+def _assumptions(
+    card: Gpu, gpu: str | None, device_memory: str | None, workspace: str | None
+) -> str:
+    if workspace is not None:
+        size, origin = parse_bytes(workspace), ""
+    elif os.environ.get("CUBLAS_WORKSPACE_CONFIG") is not None:
+        config = os.environ["CUBLAS_WORKSPACE_CONFIG"]
+        size = cublas_workspace_from_config(config, card.cublas_workspace)
+        origin = f" (CUBLAS_WORKSPACE_CONFIG={config})"
+    else:
+        size, origin = card.cublas_workspace, ""
+    if device_memory is not None:
+        memory = format_bytes(parse_bytes(device_memory))
+    else:
+        memory = format_bytes(card.memory) if gpu else "unlimited"
+    return (
+        f"memlens: simulating {card.name} (sm {card.capability[0]}.{card.capability[1]}): "
+        f"cuBLAS workspace {size:,} bytes ({format_bytes(size, 3)}) per thread{origin}, "
+        f"device memory {memory}" + ("" if gpu else "; --gpu NAME for another card")
+    )
+
+
+def _report(run: ScriptRun) -> None:
+    """The whole run's peak first (the headline), then every snapshot the script wrote
+    itself with the window it holds, then what -o holds."""
+    status(f"memlens: whole run: {_figures(run.whole)}", err=True)
+    if run.sim.workspace_config is not None:
+        status(
+            f"memlens: cuBLAS workspace {format_bytes(run.sim.cublas_workspace)} per thread, "
+            f"from CUBLAS_WORKSPACE_CONFIG={run.sim.workspace_config} as the script left it",
+            err=True,
+        )
+    if run.own:
+        many = len(run.own) > 1
+        status(
+            f"memlens: the script wrote {len(run.own)} snapshot{'s' if many else ''} itself:",
+            err=True,
+        )
+        for own in run.own:
+            status(f"memlens:   {own.path} ({own.how}): {own.window()}", err=True)
+    if run.own_dump:
+        last = run.own[-1]
+        status(
+            f"memlens: simulated snapshot written to {run.output}: the script's last "
+            f"snapshot ({last.path}), the same window and state: {_figures(run.snapshot)}",
+            err=True,
+        )
+    else:
+        status(
+            f"memlens: simulated snapshot written to {run.output}: the whole run, the state "
+            "at exit",
+            err=True,
+        )
+    status(f"memlens: view it with: memlens view {run.output}", err=True)
 
 
 @script_command("Snapshot file to write (default: memlens-sim-<script>.<pid>.pickle).")
@@ -86,6 +150,18 @@ def _summary(path: Path) -> str:
     help="Write torch.cuda.nvtx ranges as annotations, like record_function.",
 )
 @click.option(
+    "-m",
+    "module",
+    is_flag=True,
+    help="SCRIPT is a module name, run as `python -m SCRIPT` runs it.",
+)
+@click.option(
+    "--whole-run",
+    is_flag=True,
+    help="Write the whole run to --output even when the script wrote snapshots itself "
+    "(by default --output is then the script's last one).",
+)
+@click.option(
     "--early-stacks",
     is_flag=True,
     help="Keep the stacks of blocks allocated before the script switched history on "
@@ -102,14 +178,17 @@ def command(
     gpu: str | None,
     cublas_workspace: str | None,
     nvtx_annotations: bool,
+    module: bool,
+    whole_run: bool,
     early_stacks: bool,
     script: str,
     args: tuple[str, ...],
 ) -> None:
-    """Run SCRIPT as __main__ with fake CUDA tensors and a model of PyTorch's caching
-    allocator, then write the snapshot a GPU run would have recorded: the script's own
-    last torch.cuda.memory._dump_snapshot when it makes one (same window, same state),
-    else the whole run. Settings not given come from $PYTORCH_CUDA_ALLOC_CONF."""
+    """Run SCRIPT (a module with -m) as __main__ with fake CUDA tensors and a model of
+    PyTorch's caching allocator, then write the snapshot a GPU run would have recorded:
+    the script's own last snapshot when it writes one (same window, same state), else
+    the whole run. The first figure printed is always the whole run's peak. Settings not
+    given come from $PYTORCH_CUDA_ALLOC_CONF."""
     try:
         import torch  # noqa: F401
     except ImportError:
@@ -119,20 +198,15 @@ def command(
     from memlens.simulation.script import ScriptFailed
 
     card = gpu_preset(gpu)
-    workspace = card.cublas_workspace if cublas_workspace is None else cublas_workspace
-    memory = device_memory or (f"{card.memory} bytes" if gpu else "unlimited")
-    status(
-        f"memlens: simulating {card.name} (sm {card.capability[0]}.{card.capability[1]}): "
-        f"cuBLAS workspace {workspace} bytes per thread, device memory {memory}"
-        + ("" if gpu else "; --gpu NAME for another card"),
-        err=True,
-    )
+    status(_assumptions(card, gpu, device_memory, cublas_workspace), err=True)
     output = output or _default_output(script)
     try:
         run = run_script(
             script,
             list(args),
             output,
+            module=module,
+            whole_run=whole_run,
             device_memory=device_memory,
             max_entries=max_entries,
             stacks=None if stacks == "none" else "python",
@@ -151,15 +225,7 @@ def command(
         click.get_current_context().exit(1)
     for note in run.notes:
         status(f"memlens: note: {note}", err=True)
-    if run.own_dump:
-        status(
-            f"memlens: the script dumped its own snapshot ({run.sim.dumps[-1]}); "
-            f"{output} is the same window and state",
-            err=True,
-        )
-    status(f"memlens: simulated snapshot written to {output}", err=True)
-    status(_summary(output), err=True)
-    status(f"memlens: view it with: memlens view {output}", err=True)
+    _report(run)
     if run.oom is not None:
         status(f"memlens: the script ran out of memory: {run.oom}", err=True)
         click.get_current_context().exit(1)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import runpy
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -17,6 +18,7 @@ from memlens.units import parse_bytes
 
 if TYPE_CHECKING:
     from memlens.simulation.session import Simulation
+    from memlens.simulation.written import OwnSnapshot
 
 
 def simulate(
@@ -82,51 +84,134 @@ def simulate(
 
 @dataclass
 class ScriptRun:
-    """What `run_script` did: the session, the snapshot written and where, an OOM."""
+    """What `run_script` did: the session, the snapshot written and where, an OOM.
+
+    `whole` is the whole run (every trace entry, the state at exit): its peak is the
+    run's. `snapshot` is what was written to `output`: the script's own last snapshot
+    when it wrote one (`own_dump`; `own` lists them all with their windows), else `whole`.
+    """
 
     sim: Simulation
     snapshot: dict[str, Any]
     output: Path
-    own_dump: bool  # the snapshot is the script's own last _dump_snapshot
+    own_dump: bool
+    whole: dict[str, Any]
+    own: list[OwnSnapshot] = field(default_factory=list)
     oom: str | None = None
     notes: list[str] = field(default_factory=list)
 
 
-def run_script(script: str | Path, args: list[str], output: str | Path, **options) -> ScriptRun:
-    """Run `script` as __main__ under simulate(**options) and write its snapshot.
+def _prepare(script: str, module: bool) -> tuple[Callable[[], Any], str, str, str]:
+    """(run it, argv[0], sys.path[0], display name), as `python [-m] SCRIPT` would set
+    them: a script runs under its absolute path (its frames' filename in a real run);
+    `-m` puts the current directory first on sys.path and argv[0] is the module's file."""
+    if module:
+        import importlib.util
 
-    The snapshot is the script's own last `torch.cuda.memory._dump_snapshot` when it made
-    one (the same window and the same state at dump time), else the whole run at exit.
-    A script that fails (any exception but a simulated OOM, or a non-zero exit) raises
-    ScriptFailed with its own traceback and writes nothing; an OOM still writes.
+        cwd = os.getcwd()
+        sys.path.insert(0, cwd)
+        try:
+            spec = importlib.util.find_spec(script)
+        except (ImportError, ValueError) as exc:
+            raise MemlensError(f"no module named {script!r}: {exc}") from None
+        finally:
+            sys.path.remove(cwd)
+        if spec is None:
+            raise MemlensError(f"no module named {script!r}")
+        return (
+            lambda: runpy.run_module(script, run_name="__main__", alter_sys=True),
+            spec.origin or script,
+            cwd,
+            f"-m {script}",
+        )
+    path = Path(script)
+    if not path.is_file():
+        raise MemlensError(f"no such script: {script}")
+    absolute = os.path.abspath(path)
+    return (lambda: _run_main(absolute)), str(script), os.path.dirname(absolute), str(script)
+
+
+def _run_main(path: str) -> dict[str, Any]:
+    """Run the file at `path` as `python path` does: its code named by the absolute path
+    (what a real run's frames show), `__file__` that path, sys.argv left as set (argv[0]
+    as typed), a fresh `__main__` module in sys.modules. Through runpy's `_run_code`, the
+    frame FrameCollector cuts stacks at, as with `-m`."""
+    import io
+    import types
+
+    with io.open_code(path) as f:
+        code = compile(f.read(), path, "exec", dont_inherit=True)
+    main = types.ModuleType("__main__")
+    saved = sys.modules.get("__main__")
+    sys.modules["__main__"] = main
+    try:
+        # _run_code(code, globals, init_globals, mod_name, mod_spec, pkg_name, script_name)
+        runpy._run_code(code, main.__dict__, None, "__main__", None, None, path)  # type: ignore[attr-defined]
+    finally:
+        if saved is not None:
+            sys.modules["__main__"] = saved
+    return main.__dict__
+
+
+def run_script(
+    script: str | Path,
+    args: list[str],
+    output: str | Path,
+    *,
+    module: bool = False,
+    whole_run: bool = False,
+    **options: Any,
+) -> ScriptRun:
+    """Run `script` (a module name with `module`) as __main__ under simulate(**options)
+    and write its snapshot to `output`.
+
+    The snapshot is the script's own last snapshot when it wrote one (the same window and
+    the same state as that file), else (or with `whole_run`) the whole run at exit. A
+    script that fails (any exception but a simulated OOM, or a non-zero exit) raises
+    ScriptFailed with its own traceback; the whole run up to the failure is written when
+    it holds trace entries (ScriptFailed.written). An OOM writes as a success does.
     """
     import torch
 
-    script = Path(script)
-    if not script.is_file():
-        raise MemlensError(f"no such script: {script}")
+    from memlens.simulation.frames import module_main_frames
+
+    run, argv0, path0, name = _prepare(str(script), module)
     saved_argv, saved_path = sys.argv, list(sys.path)
-    sys.argv = [str(script), *args]
-    sys.path.insert(0, str(script.resolve().parent))
+    sys.argv = [argv0, *args]
+    sys.path.insert(0, path0)
     sim = simulate(None, **options)
+    sim.keep_whole_run = True
+    sim.frames.cut_at_runpy = True
+    sim.frames.tail = module_main_frames() if module else []
     oom = None
     try:
         with sim:
             try:
-                runpy.run_path(str(script), run_name="__main__")
+                # The script's globals die when it returns, before the state at exit is
+                # taken, as in `memlens run` (the whole-run file has their frees).
+                run()
             except SystemExit as exit_:
                 if exit_.code not in (None, 0):
-                    raise ScriptFailed(script, f"it exited with code {exit_.code}", "") from None
+                    raise ScriptFailed(name, f"it exited with code {exit_.code}", "") from None
     except torch.OutOfMemoryError as exc:
         oom = str(exc)
-    except ScriptFailed:
-        raise
+    except ScriptFailed as exited:
+        raise exited.wrote(_write_partial(sim, output)) from None
     except Exception as exc:
-        raise ScriptFailed(script, f"{type(exc).__name__}: {exc}", script_traceback(exc)) from None
+        raised = ScriptFailed(name, f"{type(exc).__name__}: {exc}", script_traceback(exc))
+        raise raised.wrote(_write_partial(sim, output)) from None
     finally:
         sys.argv, sys.path[:] = saved_argv, saved_path
-    own = sim.last_dump is not None
-    snapshot = sim.last_dump if sim.last_dump is not None else sim.snapshot
-    assert snapshot is not None  # __exit__ built it
+    whole = sim.whole_run
+    assert whole is not None  # __exit__ built it (keep_whole_run)
+    own = list(sim.own.written)
+    snapshot = whole if whole_run or not own else own[-1].snapshot
     path = sim.write(output, snapshot)
-    return ScriptRun(sim, snapshot, path, own, oom, list(sim.notes))
+    return ScriptRun(sim, snapshot, path, snapshot is not whole, whole, own, oom, list(sim.notes))
+
+
+def _write_partial(sim: Simulation, output: str | Path) -> Path | None:
+    """The whole run up to a failure, when it holds anything."""
+    if sim.whole_run is None or not sim.whole_run["device_traces"][0]:
+        return None
+    return sim.write(output, sim.whole_run)

@@ -187,8 +187,11 @@ class CudaAutocast:
 
     def __init__(self) -> None:
         # at::autocast's cast cache: casts of fp32 leaf weights to the low dtype live
-        # until the outermost autocast exits (they are memory the GPU holds too).
+        # until the outermost autocast exits (they are memory the GPU holds too). PyTorch
+        # keys it by TensorImpl* and keeps a weak reference, so a cast outlives its weight
+        # until the cache is cleared: casts whose weight died are kept in `_orphans`.
         self._cache: dict[int, tuple[weakref.ref, torch.Tensor]] = {}
+        self._orphans: list[torch.Tensor] = []
         self._library: Any = None
 
     # ------------------------------------------------------------ install / remove
@@ -234,6 +237,7 @@ class CudaAutocast:
 
     def clear_cache(self) -> None:
         self._cache.clear()
+        self._orphans.clear()
 
     # ------------------------------------------------------------ casting
     @staticmethod
@@ -246,20 +250,17 @@ class CudaAutocast:
             return type(arg)(self.cached_cast(to_type, a) for a in arg)
         if not _eligible(arg) or arg.dtype == to_type:
             return arg
-        cacheable = (
-            to_type == self.low_dtype()
-            and arg.dtype == torch.float32
-            and arg.requires_grad
-            and arg.is_leaf
-            and not arg._is_view()
-            and torch.is_autocast_cache_enabled()
-        )
-        if not cacheable:
+        if not _cacheable(to_type, arg):
             return arg.to(to_type)
         hit = self._cache.get(id(arg))
-        if hit is not None and hit[0]() is arg:
-            return hit[1]
-        cast = arg.to(to_type)
+        if hit is not None:
+            if hit[0]() is arg:
+                return hit[1]
+            self._orphans.append(hit[1])  # its weight died: the GPU keeps it until clear
+        # PyTorch casts with grad mode on, so a cast cached under no_grad still carries
+        # the graph to the weight when a later grad-enabled call reuses it.
+        with torch.enable_grad():
+            cast = arg.to(to_type)
         self._cache[id(arg)] = (weakref.ref(arg), cast)
         return cast
 
@@ -333,6 +334,25 @@ class CudaAutocast:
                 return target(*(values[n] for n in names), dtype=dtype)
 
         return kernel
+
+
+def _cacheable(to_type: torch.dtype, arg: torch.Tensor) -> bool:
+    """`can_try_cache` of at::autocast::cached_cast (aten/src/ATen/autocast_mode.cpp),
+    every condition in its order: a cast to the device's lower-precision dtype of an fp32
+    tensor that requires grad, is a leaf and not a view, while the cache is enabled, the
+    tensor is not registered as a cached tensor (CUDA graph trees), and inference mode is
+    off (under `torch.inference_mode()` every call casts afresh and the cast dies with
+    the op, freed after its matmul)."""
+    return (
+        to_type == torch.get_autocast_dtype("cuda")
+        and arg.dtype == torch.float32
+        and arg.requires_grad
+        and arg.is_leaf
+        and not arg._is_view()
+        and torch.is_autocast_cache_enabled()
+        and not torch._C._is_cached_tensor(arg)  # type: ignore[attr-defined]
+        and not torch.is_inference_mode_enabled()
+    )
 
 
 def _tensors(values: list) -> list[torch.Tensor]:

@@ -115,6 +115,9 @@ class Stream:
     """torch.cuda.Stream: the model has one stream (0), so side streams are the same one."""
 
     cuda_stream = 0
+    stream_id = 0
+    device_index = 0
+    device_type = 1  # c10::DeviceType::CUDA
     device = torch.device("cuda", 0)
 
     def __init__(self, device=None, priority: int = 0, **kwargs):
@@ -135,8 +138,18 @@ class Stream:
     def query(self) -> bool:
         return True
 
+    def is_capturing(self) -> bool:  # optimizers ask (CUDA graph capture); never here
+        return False
+
     def __enter__(self):
         return self
 
     def __exit__(self, *exc: object) -> None:
         return None  # exceptions propagate
+
+
+class ExternalStream(Stream):
+    """torch.cuda.ExternalStream: a stream made elsewhere; the model's one stream."""
+
+    def __init__(self, stream_ptr: int = 0, device=None, **kwargs):
+        self.cuda_stream = stream_ptr

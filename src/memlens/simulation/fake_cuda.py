@@ -147,9 +147,11 @@ def make_numpy(original_numpy: Callable, note: Callable[[str], None]) -> Callabl
     return numpy
 
 
-def install(patches: Patches, cuda_api: dict[str, Callable], note: Callable[[str], None]) -> None:
+def install(
+    patches: Patches, cuda_api: dict[str, Callable], note: Callable[[str], None]
+) -> CudaAutocast:
     """Install the tensor-level patches and the torch.cuda functions in `cuda_api`; `note`
-    records a path known to be approximate."""
+    records a path known to be approximate. Returns CUDA autocast's policy."""
     patches.set(
         torch.Tensor,
         "_make_subclass",
@@ -220,7 +222,7 @@ def install(patches: Patches, cuda_api: dict[str, Callable], note: Callable[[str
     # Rejection sampling asks `mask.any()`, a value fake tensors do not have; values do
     # not matter here, so truncated-normal init leaves the tensor as it is.
     patches.set(torch.nn.init, "trunc_normal_", lambda tensor, *args, **kwargs: tensor)
-    _install_autocast(patches)
+    policy = _install_autocast(patches)
     # Optimizers pick their foreach (multi-tensor) path only for plain tensor types; on a
     # GPU that is the default path, with its own temporaries, so fakes must take it too.
     import torch.optim.optimizer as optimizer_module
@@ -232,9 +234,10 @@ def install(patches: Patches, cuda_api: dict[str, Callable], note: Callable[[str
         module_name, _, attr = name.rpartition(".")
         module = torch.cuda if module_name == "" else getattr(torch.cuda, module_name)
         patches.set(module, attr, fn)
+    return policy
 
 
-def _install_autocast(patches: Patches) -> None:
+def _install_autocast(patches: Patches) -> CudaAutocast:
     # CUDA autocast's policy on the AutocastCPU key (fakes carry CPU keys): see autocast.py.
     policy = CudaAutocast()
     policy.install()
@@ -265,3 +268,4 @@ def _install_autocast(patches: Patches) -> None:
     patches.set(cls, "__enter__", __enter__)
     patches.set(cls, "__exit__", __exit__)
     patches.set(torch, "clear_autocast_cache", clear_autocast_cache)
+    return policy

@@ -7,7 +7,9 @@ Identical frames and stacks are shared objects, as in PyTorch's own snapshots.
 
 from __future__ import annotations
 
+import dis
 import os
+import runpy
 import sys
 import weakref
 from types import FrameType
@@ -35,6 +37,10 @@ _HIDDEN_PREFIXES = tuple(
 )
 _OWN_DIR = os.path.dirname(os.path.abspath(__file__))
 _WEAKREF_FILE = weakref.__file__
+# runpy's frame that executes a script's or module's code: `memlens simulate` runs the
+# script through runpy, and everything below this frame (runpy, memlens's CLI, click) is
+# memlens's own; a real `python script.py` has nothing there, `python -m` has runpy.
+_RUN_CODE = runpy._run_code.__code__  # type: ignore[attr-defined]
 _APPLY_ARGS = "std::vector<at::Tensor, std::allocator<at::Tensor> >&&"  # Node::apply's  # weakref.finalize.__call__ runs our free callback
 
 
@@ -46,6 +52,10 @@ class FrameCollector:
         self._stacks: dict[tuple[int, ...], list[dict[str, Any]]] = {}
         self._hidden: dict[str, bool] = {}
         self._node_stacks: dict[str, list[dict[str, Any]]] = {}
+        # `memlens simulate`: stacks stop at runpy's `_run_code` frame (see _RUN_CODE),
+        # and end with `tail`, what a real run has there instead.
+        self.cut_at_runpy = False
+        self.tail: list[dict[str, Any]] = []
 
     def _is_hidden(self, filename: str) -> bool:
         hidden = self._hidden.get(filename)
@@ -63,8 +73,12 @@ class FrameCollector:
             return []
         frame: FrameType | None = sys._getframe(1)
         out: list[dict[str, Any]] = []
+        cut = self.cut_at_runpy
         while frame is not None and len(out) < self.max_depth:
             code = frame.f_code
+            if cut and code is _RUN_CODE:
+                out.extend(self.tail[: self.max_depth - len(out)])
+                break
             if not self._is_hidden(code.co_filename):
                 key = (code, frame.f_lineno)
                 entry = self._frames.get(key)
@@ -97,3 +111,33 @@ class FrameCollector:
             stack = [{"filename": "??", "line": 0, "name": f"{qualified}::apply({_APPLY_ARGS})"}]
             self._node_stacks[node_name] = stack
         return stack
+
+
+def _call_line(code: Any, callee: str) -> int:
+    for instruction in dis.get_instructions(code):
+        # Instruction.positions: Python 3.11+ (the line of any instruction, not only a
+        # line's first); starts_line before
+        positions = getattr(instruction, "positions", None)
+        line = positions.lineno if positions is not None else instruction.starts_line
+        if instruction.argval == callee and line is not None:
+            return int(line)
+    raise LookupError(f"{callee} is not called in {code.co_name}")
+
+
+def module_main_frames() -> list[dict[str, Any]]:
+    """The frames `python -m MODULE` has below the module's own, outermost last, as
+    PyTorch records them: `_run_code` (at its `exec`) and `_run_module_as_main` (at its
+    call of `_run_code`), both in `<frozen runpy>`, at this interpreter's line numbers."""
+    main = runpy._run_module_as_main.__code__  # type: ignore[attr-defined]
+    return [
+        {
+            "filename": _RUN_CODE.co_filename,
+            "line": _call_line(_RUN_CODE, "exec"),
+            "name": "_run_code",
+        },
+        {
+            "filename": main.co_filename,
+            "line": _call_line(main, "_run_code"),
+            "name": "_run_module_as_main",
+        },
+    ]

@@ -11,6 +11,8 @@ Name and compute capability are what torch.cuda.get_device_name / _capability an
 
 from __future__ import annotations
 
+import re
+import warnings
 from dataclasses import dataclass
 
 from memlens.errors import MemlensError
@@ -75,3 +77,23 @@ def gpu_preset(name: str | None) -> Gpu:
         known = ", ".join([*GPUS, *GENERATIONS])
         raise MemlensError(f"unknown GPU {name!r}: use one of {known}")
     return GPUS[key]
+
+
+def cublas_workspace_from_config(config: str | None, default: int) -> int:
+    """cuBLAS's per-handle workspace for a CUBLAS_WORKSPACE_CONFIG value, as PyTorch's
+    `parseChosenWorkspaceSize` (aten/src/ATen/cuda/CublasHandlePool.cpp) reads it: every
+    `:SIZE:COUNT` pair adds SIZE KiB x COUNT (`:4096:8` = 32 MiB, `:4096:2:16:8` =
+    8,519,680 bytes); no variable gives the card's default; a value with no pair warns
+    and gives the default, as PyTorch does. PyTorch reads it once, at the process's first
+    GEMM, so a script may still set it before its first matmul."""
+    if config is None:
+        return default
+    pairs = re.findall(r":([0-9]+):([0-9]+)", config)
+    if not pairs:
+        warnings.warn(
+            f"Could not parse CUBLAS_WORKSPACE_CONFIG, using default workspace size of "
+            f"{default} bytes.",
+            stacklevel=2,
+        )
+        return default
+    return sum(int(size) * 1024 * int(count) for size, count in pairs)

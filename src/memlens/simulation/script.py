@@ -14,11 +14,23 @@ _RUNPY = runpy.__file__
 
 
 class ScriptFailed(MemlensError):
-    """The simulated script raised or exited non-zero; nothing was written."""
+    """The simulated script raised or exited non-zero. `written`: where the snapshot up
+    to the failure went (None: the run had no trace entries, nothing was written)."""
 
-    def __init__(self, script: Path, reason: str, traceback_text: str):
+    def __init__(self, script: str, reason: str, traceback_text: str):
         super().__init__(f"{script} failed ({reason}); no snapshot written")
-        self.traceback = traceback_text
+        self.script, self.reason, self.traceback = script, reason, traceback_text
+        self.written: Path | None = None
+
+    def wrote(self, path: Path | None) -> ScriptFailed:
+        """Say that the snapshot up to the failure was written to `path` (None: nothing)."""
+        self.written = path
+        if path is not None:
+            self.args = (
+                f"{self.script} failed ({self.reason}); the snapshot up to the failure is in "
+                f"{path}",
+            )
+        return self
 
 
 def _ours(filename: str) -> bool:

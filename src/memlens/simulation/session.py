@@ -10,6 +10,7 @@ the free. Views share their base's storage and are not allocations, as on a GPU.
 from __future__ import annotations
 
 import contextlib
+import os
 import pickle
 import threading
 import time
@@ -24,11 +25,12 @@ from torch.autograd.function import BackwardCFunction
 from torch.utils._pytree import tree_flatten
 
 from memlens.errors import MemlensError
-from memlens.simulation import cuda_stubs, fake_cuda
+from memlens.simulation import cuda_stubs, cuda_surface, fake_cuda, sdpa
 from memlens.simulation.allocator import AllocatorSettings, CachingAllocator, SimulatedOOM
 from memlens.simulation.frames import FrameCollector
-from memlens.simulation.gpus import Gpu, gpu_preset
+from memlens.simulation.gpus import Gpu, cublas_workspace_from_config, gpu_preset
 from memlens.simulation.tracker import Tracker, is_cuda
+from memlens.simulation.written import OwnSnapshots
 
 # torch._C._cuda_attach_out_of_memory_observer callbacks: (device, bytes requested, device
 # total, device free). Process-wide, as in PyTorch's allocator: code that attaches once per
@@ -61,9 +63,10 @@ class Simulation:
         self.allocator = CachingAllocator(device_memory, settings)
         self.frames = FrameCollector(enabled=stacks is not None)
         self.gpu = gpu or gpu_preset(None)
-        self.cublas_workspace = (
-            self.gpu.cublas_workspace if cublas_workspace is None else cublas_workspace
-        )
+        # None: decided at the first GEMM, from $CUBLAS_WORKSPACE_CONFIG as the script
+        # left it, else the card's default (PyTorch reads the variable once, then)
+        self._workspace_size = cublas_workspace
+        self.workspace_config: str | None = None  # the CUBLAS_WORKSPACE_CONFIG that decided
         self.nvtx_annotations = nvtx_annotations
         # The GPU recorder keeps no stack for blocks allocated before history was switched
         # on; early_stacks=True keeps the ones the simulation knows.
@@ -73,13 +76,22 @@ class Simulation:
         # What the code's own torch.cuda.memory._dump_snapshot calls wrote, newest last.
         self.dumps: list[Path] = []
         self.last_dump: dict[str, Any] | None = None
+        # Every snapshot file the code wrote itself (also `_snapshot()` pickled or saved).
+        self.own = OwnSnapshots()
+        # The whole run (every entry, the state at exit), built on exit when asked for.
+        self.keep_whole_run = False
+        self.whole_run: dict[str, Any] | None = None
         self.max_entries = max_entries  # like the recorder's ring buffer: keep the newest
+        # every annotation of the run; the code's history window is [_ann_start:_ann_stop]
         self.annotations: list[dict[str, Any]] = []
+        # the backend each F.scaled_dot_product_attention call took (flash, efficient, ...)
+        self.sdpa_backends: list[str] = []
+        self._ann_start = 0
+        self._ann_stop: int | None = None
         self._live: dict[int, int] = {}  # StorageImpl address -> block address
         self._workspaces: dict[str, int] = {}
         self._trace_start = 0
         self._trace_stop: int | None = None
-        self._recording = True
         # True once the code itself switched history on (torch._C._cuda_isHistoryEnabled);
         # the whole-run recording a simulation starts with does not count.
         self._history_on = False
@@ -91,7 +103,10 @@ class Simulation:
 
     # ------------------------------------------------------------ context manager
     def __enter__(self) -> Simulation:
-        fake_cuda.install(self._patches, self._cuda_api(), self.note)
+        self.autocast_policy = fake_cuda.install(self._patches, self._cuda_api(), self.note)
+        cuda_surface.install(self._patches, self)
+        sdpa.install(self._patches, self)
+        self.own.install(self._patches)
         self._patch_record_function()
         self._patch_private_api()
         self._patch_cuda_extras()
@@ -119,6 +134,8 @@ class Simulation:
             torch._C._set_only_lift_cpu_tensors(self._lift_cpu_only)
             self._patches.restore()
             self.snapshot = self.build_snapshot()
+            if self.keep_whole_run:
+                self.whole_run = self.build_snapshot(whole=True)
             if self.output is not None:
                 self.write(self.output)
 
@@ -170,12 +187,29 @@ class Simulation:
         if address is not None:
             self.allocator.free(address, self._stack())
 
+    @property
+    def cublas_workspace(self) -> int:
+        """cuBLAS's workspace per thread; fixed at the first GEMM, as in PyTorch."""
+        if self._workspace_size is None:
+            config = os.environ.get("CUBLAS_WORKSPACE_CONFIG")
+            self._workspace_size = cublas_workspace_from_config(config, self.gpu.cublas_workspace)
+            self.workspace_config = config
+        return self._workspace_size
+
     def _ensure_workspace(self) -> None:
         # cuBLAS keeps one workspace per handle; forward and backward run on different
         # threads on a GPU, so they get one each.
         kind = "backward" if torch._C._current_autograd_node() is not None else "forward"
-        if kind not in self._workspaces and self.cublas_workspace > 0:
-            self._workspaces[kind] = self._malloc(self.cublas_workspace)
+        size = self.cublas_workspace
+        current = self._workspaces.get(kind)
+        if current is None:
+            if size > 0:
+                self._workspaces[kind] = self._malloc(size)
+        elif self.allocator.live[current].requested < size:
+            # torch.backends.cuda.cublas_workspace_size(n) grew it: setWorkspaceForHandle
+            # allocates the larger one, then the map's assignment frees the old one
+            self._workspaces[kind] = self._malloc(size)
+            self.allocator.free(current, self._stack())
 
     def empty_cache(self) -> None:
         frames = self.frames.collect()
@@ -194,19 +228,28 @@ class Simulation:
 
         def record_history(enabled="all", *args, clear_history=False, **kwargs):
             if enabled is None or enabled is False:
-                self._recording = self._history_on = False
-                self._trace_stop = len(alloc.trace)
+                self._history_on = False
+                self._trace_stop, self._ann_stop = len(alloc.trace), len(self.annotations)
             else:
                 # As on a GPU: switching history on while it is on keeps what was recorded
                 # (unless clear_history); switching it on after off starts afresh.
                 if not self._history_on or clear_history:
                     self._trace_start, self._trace_stop = len(alloc.trace), None
-                    self.annotations.clear()
-                self._recording = self._history_on = True
+                    self._ann_start, self._ann_stop = len(self.annotations), None
+                self._history_on = True
 
         def dump_snapshot(filename="dump_snapshot.pickle", *args, **kwargs):
             self.last_dump = self.build_snapshot()
-            self.dumps.append(self.write(filename, self.last_dump))
+            path = self.write(filename, self.last_dump)
+            self.dumps.append(path)
+            self.own.wrote(
+                path, "torch.cuda.memory._dump_snapshot", self.last_dump, self._window(False)
+            )
+
+        def snapshot(device=None, **kwargs):
+            taken = self.build_snapshot()
+            self.own.taken(taken, self._window(False))
+            return taken
 
         def stats(device=None):
             return cuda_stubs.memory_stats(
@@ -257,7 +300,7 @@ class Simulation:
             "stream": lambda stream=None: contextlib.nullcontext(stream),
             "memory._record_memory_history": record_history,
             "memory._dump_snapshot": dump_snapshot,
-            "memory._snapshot": lambda device=None, **kw: self.build_snapshot(),
+            "memory._snapshot": snapshot,
         }
 
     def _patch_private_api(self) -> None:
@@ -307,25 +350,40 @@ class Simulation:
         self._patches.set(cls, "__exit__", __exit__)
 
     def _annotate(self, name: str, stage: str) -> None:
-        if self._recording and threading.get_ident() == self._thread:
+        if threading.get_ident() == self._thread:
             self.annotations.append(
                 {"name": name, "stage": stage, "device": 0, "time_us": int(time.time() * 1e6)}
             )
 
     # ------------------------------------------------------------ output
-    def build_snapshot(self) -> dict[str, Any]:
-        window = self.allocator.trace[self._trace_start : self._trace_stop]
-        trace = window
-        if self.max_entries is not None and len(trace) > self.max_entries:
-            trace = trace[len(trace) - self.max_entries :]
+    def _window(self, whole: bool) -> tuple[int, int, int]:
+        """(first, stop, run entries): the trace entries a snapshot taken now holds (the
+        code's history window, or the whole run), after the ring buffer's cut."""
+        total = len(self.allocator.trace)
+        first, stop = (0, total) if whole else (self._trace_start, self._trace_stop)
+        stop = total if stop is None else stop
+        if self.max_entries is not None and stop - first > self.max_entries:
+            first = stop - self.max_entries
+        return first, stop, total
+
+    def build_snapshot(self, whole: bool = False) -> dict[str, Any]:
+        """The snapshot `_snapshot()` would answer now: the code's history window, or with
+        `whole` every entry since the simulation began; the state is the current one."""
+        first, stop, _ = self._window(whole)
+        start = 0 if whole else self._trace_start
+        window = self.allocator.trace[start:stop]
+        trace = self.allocator.trace[first:stop]
         segments = self.allocator.segments_snapshot(0)
-        if self._trace_start > 0 and not self.early_stacks:
+        if start > 0 and not self.early_stacks:
             segments = _without_early_stacks(segments, window)
+        annotations = (
+            self.annotations if whole else self.annotations[self._ann_start : self._ann_stop]
+        )
         return {
             "segments": segments,
             "device_traces": [trace],
             "allocator_settings": self.allocator.settings.as_snapshot_dict(self.alloc_conf),
-            "external_annotations": list(self.annotations),
+            "external_annotations": list(annotations),
         }
 
     def write(self, path: str | Path, snapshot: dict[str, Any] | None = None) -> Path:

@@ -15,7 +15,7 @@ from torch._subclasses.fake_tensor import DataDependentOutputException, FakeTens
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_map
 
-from memlens.simulation import fake_cuda
+from memlens.simulation import fake_cuda, sdpa
 from memlens.simulation.inplace import BackwardInPlace
 
 if TYPE_CHECKING:
@@ -92,7 +92,11 @@ class Tracker(TorchDispatchMode):
             out = self._random(func, args, kwargs)
         else:
             out = func(*args, **kwargs)
-        self.sim._track_outputs(out)
+        kernel = sdpa.KERNELS.get(func)
+        if kernel is not None and self._touches_cuda(args, kwargs):
+            kernel(self.sim, args, out)  # the outputs and the kernel's own buffers, in order
+        else:
+            self.sim._track_outputs(out)
         if node is not None:
             self._backward.made(func, out)
         if func in _GEMM_OPS and self._touches_cuda(args, kwargs):
