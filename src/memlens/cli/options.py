@@ -131,6 +131,8 @@ def open_snapshot(
     for w in caught:
         if issubclass(w.category, SnapshotWarning):
             click.echo(f"memlens: warning: {visible(str(w.message))}", err=True)
+        else:  # someone else's (numpy's, a deprecation): back to the filters it escaped
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, source=w.source)
     if annotation_files:
         from memlens.inspector.annotations import annotations_from
 

@@ -7,14 +7,15 @@ the API, and a strict Content-Security-Policy keeps the page to its own scripts.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import socket
-import sys
 from collections.abc import Awaitable, Callable, Sequence
 from importlib.resources import files
 from typing import Any, TypedDict, overload
 
 from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import MutableHeaders
 from starlette.middleware import Middleware
 from starlette.middleware.trustedhost import TrustedHostMiddleware
@@ -35,6 +36,7 @@ CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
     "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
 )
+log = logging.getLogger("memlens.view")
 LOOPBACK_NAMES = ["127.0.0.1", "localhost", "::1", "[::1]"]
 
 
@@ -131,16 +133,13 @@ def create_app(
     def api(fn: Callable[[Request], Any]) -> Callable[[Request], Awaitable[Response]]:
         async def endpoint(req: Request) -> Response:
             try:
-                return JSON(fn(req))
-            except (MemlensError, IndexError, KeyError) as exc:
-                msg = exc.args[0] if exc.args else str(exc)
-                return JSON({"error": str(msg)}, status_code=400)
-            except Exception as exc:  # a bug: one line in the terminal, a message to the page
-                print(
-                    f"memlens view: internal error on {req.url.path}: {type(exc).__name__}: "
-                    f"{visible(str(exc))[:300]}",
-                    file=sys.stderr,
-                )
+                # numpy work off the event loop: two panes' requests are served side by
+                # side (numpy releases the GIL in its loops), and the page never stalls
+                return JSON(await run_in_threadpool(fn, req))
+            except MemlensError as exc:  # the user's (a bad parameter, no such row)
+                return JSON({"error": str(exc)}, status_code=400)
+            except Exception as exc:  # a bug (KeyError, IndexError too): its traceback logged
+                log.exception("internal error on %s", visible(req.url.path))
                 return JSON({"error": f"internal error ({type(exc).__name__})"}, status_code=500)
 
         return endpoint
