@@ -7,6 +7,7 @@ cd "$(dirname "$0")/.."
 echo "== ruff check";          python3 -m ruff check .
 echo "== ruff format --check"; python3 -m ruff format --check .
 echo "== mypy";                python3 -m mypy
+echo "== dead code";           python3 scripts/deadcode.py
 echo "== wheel"
 dist="$(mktemp -d)"
 trap 'rm -rf "$dist"' EXIT

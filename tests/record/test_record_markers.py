@@ -47,7 +47,7 @@ def test_stage_can_be_reentered(monkeypatch):
         def __exit__(self, *exc):
             log.append(("exit", self.id))
 
-    monkeypatch.setattr(markers, "_record_function", Range)
+    monkeypatch.setattr(markers, "record_function", Range)
     s = memlens.stage("fwd")
 
     @s
@@ -86,5 +86,4 @@ def test_step_numbers_markers_and_hooks():
     remove()
     assert memlens.step() == 3
     assert seen == [1, 2]
-    assert markers.steps_taken() == 3
     assert _range_names(prof) == ["memlens.step#1", "memlens.step#2"]

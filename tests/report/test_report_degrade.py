@@ -42,7 +42,7 @@ def test_layout_failure_keeps_the_curves(snap, monkeypatch):
     def broken(*a, **k):
         raise ValueError("layout broke")
 
-    monkeypatch.setattr(bands, "_layout_view", broken)
+    monkeypatch.setattr(bands, "layout_view", broken)
     text, problems = build_report(snap)
     assert problems == ["timeline allocation bands: ValueError: layout broke"]
     assert 'class="active-max"' in section(text, "timeline")

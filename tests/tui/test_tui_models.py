@@ -21,8 +21,7 @@ from memlens.views.tui.describe import (
     current_stage,
     cursor_line,
     describe_allocation,
-    snapshot_summary,
-    summary_line,
+    summary_figures,
     summary_parts,
     time_weighted_average,
     view_line,
@@ -164,14 +163,10 @@ def test_cursor_line(dev):
 
 def test_summary_wraps_between_parts_only(dev):
     parts = summary_parts("s.pickle", dev)
-    line = summary_line("s.pickle", dev)
-    assert (
-        " · ".join(parts)
-        == line
-        == (
-            "s.pickle · device 0 · 9 events over 0.008 s · peak 14.00 MiB at event 3"
-            " · reserved peak 20.00 MiB · end 5.00 MiB · 4 allocations"
-        )
+    line = " · ".join(parts)
+    assert line == (
+        "s.pickle · device 0 · 9 events over 0.008 s · peak 14.00 MiB at event 3"
+        " · reserved peak 20.00 MiB · end 5.00 MiB · 4 allocations"
     )
     assert wrap_parts(parts, 80, 2) == [
         "s.pickle · device 0 · 9 events over 0.008 s · peak 14.00 MiB at event 3",
@@ -187,7 +182,7 @@ def test_summary_wraps_between_parts_only(dev):
         "9 events over 0.008 s",
         "peak 14.00 MiB at event 3 · reserved peak 20.00 MiB · end 5.00 MiB · 4 allocations",
     ]
-    assert wrap_parts(parts, 200, 2) == [summary_line("s.pickle", dev)]
+    assert wrap_parts(parts, 200, 2) == [line]
     assert wrap_parts(["a" * 50, "b"], 10, 3) == ["a" * 50, "b"]
 
 
@@ -195,13 +190,11 @@ def test_snapshot_summary_figures(dev, tmp_path):
     path = tmp_path / "small.pickle"
     path.write_bytes(pickle.dumps(hs.small()))
     snap = memlens.load(path, cache=False)
-    lines = snapshot_summary("small.pickle", snap.device())
+    lines = summary_figures(snap.device())
     size = path.stat().st_size
     # active after events 0..8: 0, 4, 6, 14, 14, 6, 7, 7, 5 MiB, one event a millisecond:
     # each value holds 1 ms, the last one none -> (4+6+14+14+6+7+7) / 8 = 7.25 MiB
     assert lines == [
-        "summary of small.pickle",
-        "",
         f"file           {format_bytes(size)} ({size:,} bytes), parsed from the pickle",
         "devices        0 (showing device 0)",
         "events         9 over 0.008000 s",

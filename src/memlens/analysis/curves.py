@@ -27,14 +27,6 @@ def _deltas(dev: DeviceTrace, allocs: np.ndarray, frees: np.ndarray, n: int) -> 
     return (up[:n] - down[:n]).astype(np.int64)
 
 
-def group_bytes_at(dev: DeviceTrace, group: np.ndarray, n_groups: int, event: int) -> np.ndarray:
-    """Bytes live right after `event` per group (group[row] in 0..n_groups-1)."""
-    rows = dev.live_at(event)
-    return np.bincount(group[rows], weights=dev.alloc_size[rows], minlength=n_groups).astype(
-        np.int64
-    )
-
-
 class _GroupCurves(TypedDict):
     event: list[int]
     bytes: list[list[int]]  # per group

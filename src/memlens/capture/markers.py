@@ -21,10 +21,12 @@ F = TypeVar("F", bound=Callable[..., Any])
 STEP_PREFIX = "memlens.step#"
 
 
-def _record_function(name: str) -> Any:
-    from torch.profiler import record_function
+def record_function(name: str) -> Any:
+    """torch.profiler.record_function(name): imported late (torch is optional), and the one
+    place the markers reach torch, so a test can put a recorder of its own here."""
+    from torch.profiler import record_function as torch_record_function
 
-    return record_function(name)
+    return torch_record_function(name)
 
 
 class stage:  # noqa: N801 - used like a function: memlens.stage("forward")
@@ -52,7 +54,7 @@ class stage:  # noqa: N801 - used like a function: memlens.stage("forward")
         return opened
 
     def __enter__(self) -> stage:
-        ctx = _record_function(self.name)
+        ctx = record_function(self.name)
         ctx.__enter__()
         self._open().append(ctx)
         return self
@@ -95,7 +97,7 @@ def step() -> int:
         _step_count += 1
         number = _step_count
         hooks = list(_step_hooks)
-    with _record_function(f"{STEP_PREFIX}{number}"):
+    with record_function(f"{STEP_PREFIX}{number}"):
         pass
     for hook in hooks:
         hook(number)
@@ -114,11 +116,6 @@ def add_step_hook(hook: Callable[[int], None]) -> Callable[[], None]:
                 _step_hooks.remove(hook)
 
     return remove
-
-
-def steps_taken() -> int:
-    """How many times `memlens.step()` has been called in this process."""
-    return _step_count
 
 
 def _reset_for_tests() -> None:

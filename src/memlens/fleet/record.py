@@ -78,10 +78,6 @@ class RankRecord:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> RankRecord:
-        return cls(**d)
-
 
 def worker_name() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"

@@ -19,9 +19,6 @@ from memlens.snapshot.actions import KNOWN_ACTIONS, Action
 from memlens.snapshot.annotations import Annotations, annotation_columns
 from memlens.units import format_bytes
 
-# Sentinel for "never freed inside the trace": free_event == n_events.
-ALIVE_AT_END = -2
-
 # Allocation flags (bit set in DeviceTrace.alloc_flags)
 PREEXISTING = 1  # allocated before the trace window (orphan free or ghost block)
 GHOST = 2  # known only from the final segments (active_allocated, no event in the trace)
@@ -180,9 +177,6 @@ class DeviceTrace:
         mask = (self.alloc_event <= event) & (self.free_event > event)
         return np.flatnonzero(mask)
 
-    def live_at_peak(self) -> np.ndarray:
-        return self.live_at(self.peak_event_index)
-
     def event_at_time(self, time_us: int) -> int:
         """Index of the last event at or before `time_us` (-1 if before the first)."""
         if self.n_events == 0 or self.time_us[0] < 0:
@@ -325,13 +319,6 @@ class Snapshot:
 
     def string(self, sid: int) -> str:
         return "" if sid < 0 else self.strings[sid]
-
-    def frame_text(self, frame_id: int) -> str:
-        f = self.frames
-        return (
-            f"{self.strings[f.filename[frame_id]]}:{int(f.line[frame_id])}:"
-            f"{self.strings[f.name[frame_id]]}"
-        )
 
     def _repr_html_(self) -> str:
         """Jupyter's display of a snapshot: the headline figures and the timeline as

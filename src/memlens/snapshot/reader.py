@@ -31,12 +31,6 @@ KNOWN_TOP_LEVEL = {
 }
 
 
-def read_source(source: Any) -> tuple[Any, str]:
-    """Return (raw object, human name of the source)."""
-    raw, name, _ = read_source_limited(source)
-    return raw, name
-
-
 def read_source_limited(source: Any) -> tuple[Any, str, Limits]:
     """Return (raw object, human name, the limits for building from it). The limits are
     derived from the bytes actually read (decompressed), see memlens.snapshot.limits."""

@@ -34,7 +34,7 @@ class AllocationBands:
     sites: list[str]  # call-site labels the bands refer to (each once)
 
 
-def _layout_view(dev: DeviceTrace, width: int, ymax: int) -> tuple[np.ndarray, Any]:
+def layout_view(dev: DeviceTrace, width: int, ymax: int) -> tuple[np.ndarray, Any]:
     """The viewer's layout of the whole trace at `width` columns: the column bounds and
     the view (bands at least one band-pixel tall)."""
     layout = DeviceLayout(dev)
@@ -46,7 +46,7 @@ def allocation_bands(dev: DeviceTrace, scale: Scale, hide_patterns: Any = None) 
     n = dev.n_events
     if n == 0:
         return AllocationBands("", [], [])
-    bounds, view = _layout_view(dev, min(COLUMNS, n), int(scale.y_max))
+    bounds, view = layout_view(dev, min(COLUMNS, n), int(scale.y_max))
     runs = view.offset_runs()
     run_start = np.asarray(runs["run_start"], dtype=np.int64)
     run_col = np.asarray(runs["run_col"], dtype=np.int64)

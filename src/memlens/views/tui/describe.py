@@ -43,11 +43,6 @@ def summary_parts(name: str, dev: DeviceTrace) -> list[str]:
     ]
 
 
-def summary_line(name: str, dev: DeviceTrace) -> str:
-    """The one-line summary shown on start."""
-    return " · ".join(summary_parts(name, dev))
-
-
 def wrap_parts(parts: list[str], width: int, max_lines: int, sep: str = " · ") -> list[str]:
     """Parts joined by `sep` into lines of at most `width`, breaking only between parts;
     the last allowed line takes the rest (and is cut by whoever draws it)."""
@@ -170,11 +165,6 @@ def time_weighted_average(dev: DeviceTrace) -> tuple[float, str]:
     if span > 0:
         return float(np.dot(active[:-1], np.diff(dev.monotonic_time_us)) / span), "over time"
     return float(active.mean()), "over events"
-
-
-def snapshot_summary(name: str, dev: DeviceTrace) -> list[str]:
-    """The summary screen (`s`): the file, the trace, memory and allocation figures."""
-    return [f"summary of {name}", "", *summary_figures(dev)]
 
 
 def summary_figures(dev: DeviceTrace) -> list[str]:
