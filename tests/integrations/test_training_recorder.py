@@ -73,3 +73,21 @@ def test_a_run_that_raised_is_stopped_by_the_next_one(tmp_path):
     assert first.snapshot_path is None and second.snapshot_path is not None
     names = [s["name"] for s in stage_intervals(memlens.load(second.snapshot_path).device(0))]
     assert names == ["memlens.step#1", "forward"]  # nothing of the first run
+
+
+def test_the_options_are_one_config_object(tmp_path):
+    from memlens.capture.backend import DEFAULT_MAX_ENTRIES
+    from memlens.integrations.recorder import RecorderConfig
+
+    assert TrainingRecorder().config == RecorderConfig(
+        (3, 5), None, True, True, DEFAULT_MAX_ENTRIES, "python", "all"
+    )
+    base = RecorderConfig(record_steps=(2, 4), report=False, stacks="all")
+    # keywords override the config's fields; a positional record_steps is one of them
+    r = TrainingRecorder((1, 1), config=base, output_dir=tmp_path)
+    assert r.config == RecorderConfig((1, 1), tmp_path, True, False, DEFAULT_MAX_ENTRIES, "all")
+    assert (r.steps, r.output_dir, r.report, r.settings.stacks) == ((1, 1), tmp_path, False, "all")
+    assert TrainingRecorder(None).steps is None  # None (only OOMs) is not "not given"
+    assert TrainingRecorder(config=base).steps == (2, 4)
+    with pytest.raises(TypeError, match=r"unexpected keyword argument\(s\) \['stack'\]"):
+        TrainingRecorder(stack="all")

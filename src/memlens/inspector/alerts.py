@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 GRAD_KINDS = ("grad_output", "grad_input", "grad")
 
@@ -41,7 +42,7 @@ class AlertChecker:
         self._printed: set[tuple[str, str]] = set()
         self._printed_per_rule: dict[str, int] = {}
 
-    def should_print(self, a: dict) -> str | None:
+    def should_print(self, a: dict[str, Any]) -> str | None:
         """The line to print for alert ``a``, or None."""
         if (a["module"], a["rule"]) in self._printed:
             return None
@@ -54,7 +55,9 @@ class AlertChecker:
             return f"memlens inspect: more '{a['rule']}' alerts are in alerts.jsonl"
         return None
 
-    def check(self, key: str, module: str, kind: str, step: int, numel: int, s: dict) -> list[dict]:
+    def check(
+        self, key: str, module: str, kind: str, step: int, numel: int, s: dict[str, Any]
+    ) -> list[dict[str, Any]]:
         c = self.config
         found: list[tuple[str, str]] = []
         if s["nan"] > 0:
@@ -108,7 +111,7 @@ class AlertChecker:
         return out
 
 
-def format_alert(a: dict) -> str:
+def format_alert(a: dict[str, Any]) -> str:
     names = {
         "nan": "NaN",
         "inf": "Inf",

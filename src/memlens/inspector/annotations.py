@@ -29,13 +29,13 @@ def _checked(p: Path, doc: Any) -> dict[str, Any]:
     return doc
 
 
-def read_activation_annotations(path: str | os.PathLike) -> dict[str, Any]:
+def read_activation_annotations(path: str | os.PathLike[str]) -> dict[str, Any]:
     """The annotations.json document of an inspector run (`path`: the run directory or the
     file itself). Raises MemlensError with one line when it is missing or not one."""
     return _checked(*read_json(path))
 
 
-def activation_annotations(path: str | os.PathLike, device: int = 0) -> list[dict[str, Any]]:
+def activation_annotations(path: str | os.PathLike[str], device: int = 0) -> list[dict[str, Any]]:
     """PyTorch-format annotation entries (START/END pairs) for every sampled step with a
     time; see the module docstring for the names."""
     return _activation_entries(read_activation_annotations(path), device)
@@ -63,7 +63,7 @@ def _activation_entries(doc: dict[str, Any], device: int) -> list[dict[str, Any]
     return out
 
 
-def annotations_from(path: str | os.PathLike, device: int = 0) -> list[dict[str, Any]]:
+def annotations_from(path: str | os.PathLike[str], device: int = 0) -> list[dict[str, Any]]:
     """Annotations to add to a snapshot, from `path`: an inspector run (directory or its
     annotations.json), or a JSON list of PyTorch-style entries ({"name", "stage":
     "START"|"END", "time_us", optional "device"}) written by any other tool."""

@@ -50,7 +50,7 @@ class Pending:
     def nbytes(self) -> int:
         return self.buf.numel() * self.buf.element_size()
 
-    def payload(self) -> tuple:
+    def payload(self) -> tuple[Any, ...]:
         """The picklable payload (numpy arrays); call only when ready()."""
         arr = self.buf.numpy()
         if self.kind == "raw":
@@ -73,7 +73,7 @@ def trackable(t: Any) -> bool:
     )
 
 
-def _to_cpu(x: torch.Tensor, kind: str, **extra) -> Pending:
+def _to_cpu(x: torch.Tensor, kind: str, **extra: Any) -> Pending:
     if x.device.type == "cuda":
         buf = torch.empty(x.shape, dtype=x.dtype, pin_memory=True)
         buf.copy_(x, non_blocking=True)

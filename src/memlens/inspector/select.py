@@ -16,7 +16,7 @@ def label(name: str) -> str:
     return name or ROOT_LABEL
 
 
-def _as_list(layers: Any) -> list:
+def _as_list(layers: Any) -> list[Any]:
     if layers is None:
         return []
     if isinstance(layers, (str, type)) or callable(layers) and not isinstance(layers, type):
@@ -45,7 +45,7 @@ def leaf_modules(named: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
 
 
 def select_modules(
-    model, layers: str | type | Callable | Iterable | None = None
+    model: Any, layers: str | type | Callable[..., Any] | Iterable[Any] | None = None
 ) -> list[tuple[str, Any]]:
     """Modules to hook, in model order.
 
@@ -88,7 +88,7 @@ def select_modules(
 
 
 def owned_parameters(
-    model, module_names: Iterable[str] | None = None
+    model: Any, module_names: Iterable[str] | None = None
 ) -> list[tuple[str, str, Any]]:
     """(parameter name, owning module name, parameter) for the parameters watched.
 

@@ -24,6 +24,7 @@ Definitions (all in float64):
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
@@ -116,7 +117,8 @@ def heatmap_source(a: np.ndarray) -> np.ndarray | None:
     a = np.asarray(a)
     if a.ndim < 2 or a.size == 0:
         return None
-    return a[(0,) * (a.ndim - 2)]
+    out: np.ndarray = a[(0,) * (a.ndim - 2)]
+    return out
 
 
 def heatmap_shape(shape: tuple[int, ...] | list[int], size: int) -> tuple[int, int] | None:
@@ -141,11 +143,12 @@ def adaptive_avg_pool(a: np.ndarray, out_h: int, out_w: int) -> np.ndarray:
     rs, re = _bounds(h, out_h)
     cs, ce = _bounds(w, out_w)
     if h % out_h == 0 and w % out_w == 0:  # equal windows: a reshape and one mean
-        return (
+        pooled: np.ndarray = (
             x.reshape(out_h, h // out_h, out_w, w // out_w)
             .mean(axis=(1, 3), dtype=np.float64)
             .astype(np.float32)
         )
+        return pooled
     if np.isfinite(x).all():
         # Separable prefix sums: rows first (the only pass over the whole slice), then
         # columns of the out_h x w row sums.
@@ -252,14 +255,14 @@ def _histogram_in(x: np.ndarray, lo: float, hi: float, bins: int) -> np.ndarray:
 def _scale_counts(counts: np.ndarray, total: float) -> np.ndarray:
     """Scale subset counts to ``total`` elements, in whole numbers that add up exactly."""
     exact = counts * (total / counts.sum())
-    out = np.floor(exact)
+    out: np.ndarray = np.floor(exact)
     short = int(round(total - out.sum()))
     if short > 0:
         out[np.argsort(out - exact)[:short]] += 1
     return out
 
 
-def summarize_array(a: np.ndarray, *, bins: int, heatmap_size: int) -> dict:
+def summarize_array(a: np.ndarray, *, bins: int, heatmap_size: int) -> dict[str, Any]:
     """Everything stored for one sample, computed exactly from the full array (the raw path)."""
     packed, nchunks, heat = reduce_array(a, bins=bins, heatmap_size=heatmap_size)
     return unpack_reduced(packed, nchunks, bins, heat)
@@ -267,7 +270,7 @@ def summarize_array(a: np.ndarray, *, bins: int, heatmap_size: int) -> dict:
 
 def unpack_reduced(
     packed: np.ndarray, nchunks: int, bins: int, heat: tuple[int, int] | None
-) -> dict:
+) -> dict[str, Any]:
     """Everything stored for one sample, from the vector the device reduction shipped."""
     packed = np.asarray(packed, dtype=np.float64)
     k = nchunks * N_PARTIAL

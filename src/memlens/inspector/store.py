@@ -27,6 +27,7 @@ import shutil
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -56,7 +57,7 @@ def atomic_write_text(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def atomic_write_json(path: Path, obj) -> None:
+def atomic_write_json(path: Path, obj: Any) -> None:
     atomic_write_text(path, json.dumps(obj, indent=1, allow_nan=False))
 
 
@@ -71,7 +72,7 @@ _RUN_FILES = (
 _RUN_DIRS = ("tensors", "plots", "videos")
 
 
-def start_run(root: Path, meta: dict) -> None:
+def start_run(root: Path, meta: dict[str, Any]) -> None:
     """Make ``root`` a fresh run directory: an earlier run's files in it are deleted (only
     those: the user's other files stay), then ``meta.json`` is written."""
     root.mkdir(parents=True, exist_ok=True)
@@ -84,7 +85,7 @@ def start_run(root: Path, meta: dict) -> None:
     atomic_write_json(root / "meta.json", meta)
 
 
-def mark_unfinished(root: Path, status: str, info: dict) -> None:
+def mark_unfinished(root: Path, status: str, info: dict[str, Any]) -> None:
     """Say in ``meta.json`` that the background process did not finish: the run's end (when
     it never got to write it) or an incomplete rendering. Never raises."""
     path = root / "meta.json"
@@ -102,14 +103,14 @@ def mark_unfinished(root: Path, status: str, info: dict) -> None:
         atomic_write_json(path, meta)
 
 
-def append_lines(path: Path, objs: Iterable[dict]) -> None:
+def append_lines(path: Path, objs: Iterable[dict[str, Any]]) -> None:
     text = "".join(json.dumps(o, allow_nan=False, separators=(",", ":")) + "\n" for o in objs)
     if text:
         with open(path, "a", encoding="utf-8") as fh:
             fh.write(text)
 
 
-def read_jsonl(path: Path) -> Iterator[dict]:
+def read_jsonl(path: Path) -> Iterator[dict[str, Any]]:
     """Lines of a JSONL file; a torn or corrupt line (from a hard kill) is skipped."""
     if not path.exists():
         return
@@ -125,7 +126,9 @@ def read_jsonl(path: Path) -> Iterator[dict]:
                 yield obj
 
 
-def sample_line(key: str, module: str, kind: str, meta: dict, summary: dict, heat_ref) -> dict:
+def sample_line(
+    key: str, module: str, kind: str, meta: dict[str, Any], summary: dict[str, Any], heat_ref: Any
+) -> dict[str, Any]:
     line = {
         "key": key,
         "module": module,
@@ -163,7 +166,7 @@ class TensorSeries:
     hist_hi: np.ndarray
     shapes: list[list[int]]
     dtypes: list[str]
-    heat_refs: list  # [offset, h, w] or None per sample
+    heat_refs: list[Any]  # [offset, h, w] or None per sample
 
     def __len__(self) -> int:
         return len(self.steps)
@@ -191,7 +194,7 @@ class TensorSeries:
         return out
 
 
-def _nan(v) -> float:
+def _nan(v: Any) -> float:
     return math.nan if v is None else float(v)
 
 
@@ -228,21 +231,21 @@ class Run:
     """A run directory read back: settings, tensors, activation bytes and alerts."""
 
     path: Path
-    meta: dict
+    meta: dict[str, Any]
     tensors: dict[str, TensorSeries] = field(default_factory=dict)
-    activation_bytes: list[dict] = field(default_factory=list)
-    alerts: list[dict] = field(default_factory=list)
+    activation_bytes: list[dict[str, Any]] = field(default_factory=list)
+    alerts: list[dict[str, Any]] = field(default_factory=list)
 
     def series(self, key: str) -> TensorSeries:
         return self.tensors[key]
 
 
-def load_run(path: str | os.PathLike) -> Run:
+def load_run(path: str | os.PathLike[str]) -> Run:
     root = Path(path)
     if not root.is_dir():
         raise MemlensError(f"{root}: not a directory (expected an inspector run directory)")
     meta_path = root / "meta.json"
-    meta: dict = {}
+    meta: dict[str, Any] = {}
     if meta_path.exists():
         try:
             meta = json.loads(meta_path.read_text(encoding="utf-8"))
@@ -262,7 +265,7 @@ def load_run(path: str | os.PathLike) -> Run:
     return run
 
 
-def annotations_document(rows: list[dict], meta: dict) -> dict:
+def annotations_document(rows: list[dict[str, Any]], meta: dict[str, Any]) -> dict[str, Any]:
     """The annotations.json document (see docs/inspect.md, "Annotations")."""
     modules = sorted({m for r in rows for m in r.get("modules", {})})
     return {

@@ -21,6 +21,7 @@ import time
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -36,20 +37,20 @@ ORPHAN_GRACE_S = 60.0  # after the parent died: time to save and render before g
 @dataclass
 class _Tensor:
     dir: Path
-    lines: list = field(default_factory=list)
-    heat: list = field(default_factory=list)
+    lines: list[Any] = field(default_factory=list)
+    heat: list[Any] = field(default_factory=list)
     heat_size: int = 0
 
 
 class Worker:
-    def __init__(self, cfg: dict):
+    def __init__(self, cfg: dict[str, Any]):
         self.cfg = cfg
         self.root = Path(cfg["out"])
         self.bins = int(cfg["bins"])
         self.heatmap_size = int(cfg["heatmap_size"])
         self.tensors: dict[str, _Tensor] = {}
-        self.act_rows: list[dict] = []
-        self.act_pending: list[dict] = []
+        self.act_rows: list[dict[str, Any]] = []
+        self.act_pending: list[dict[str, Any]] = []
         self.alerts = AlertChecker(AlertConfig(**cfg.get("alerts", {})))
         self.received = 0
         self.errors = 0
@@ -59,7 +60,7 @@ class Worker:
         self.last_live = time.monotonic()
 
     # -- messages -------------------------------------------------------------------------
-    def handle(self, msg: tuple) -> None:
+    def handle(self, msg: tuple[Any, ...]) -> None:
         if msg[0] == "sample":
             _, key, module, kind, meta, payload = msg
             try:
@@ -75,7 +76,9 @@ class Worker:
             self.act_pending.append(row)
             self.annotations_dirty = True
 
-    def _sample(self, key: str, module: str, kind: str, meta: dict, payload: tuple) -> None:
+    def _sample(
+        self, key: str, module: str, kind: str, meta: dict[str, Any], payload: tuple[Any, ...]
+    ) -> None:
         if payload[0] == "raw":
             summary = summarize_array(payload[1], bins=self.bins, heatmap_size=self.heatmap_size)
         else:
@@ -135,13 +138,14 @@ class Worker:
             self.render(videos=False, plots=False)
             self.last_live = time.monotonic()
 
-    def _meta(self) -> dict:
+    def _meta(self) -> dict[str, Any]:
         try:
-            return json.loads((self.root / "meta.json").read_text(encoding="utf-8"))
+            meta: dict[str, Any] = json.loads((self.root / "meta.json").read_text(encoding="utf-8"))
         except (OSError, ValueError):
             return {}
+        return meta
 
-    def write_meta(self, status: str, info: dict) -> None:
+    def write_meta(self, status: str, info: dict[str, Any]) -> None:
         meta = self._meta()
         meta.update(info)
         meta.update(
@@ -170,7 +174,7 @@ class Worker:
             traceback.print_exc()
 
 
-def _watchdog(parent, done: threading.Event) -> None:
+def _watchdog(parent: Any, done: threading.Event) -> None:
     """Last resort: if the parent is gone and the main loop is still stuck, leave."""
     while not done.wait(1.0):
         if parent is not None and not parent.is_alive():
@@ -179,7 +183,7 @@ def _watchdog(parent, done: threading.Event) -> None:
             return
 
 
-def worker_main(q, inflight, cfg: dict) -> None:
+def worker_main(q: Any, inflight: Any, cfg: dict[str, Any]) -> None:
     """Entry point of the background process."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     nice = int(cfg.get("nice", 0))

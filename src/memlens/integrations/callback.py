@@ -4,38 +4,27 @@ callback mixes it in before its framework's callback class."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
+from types import EllipsisType
+from typing import Any
 
-from memlens.capture.backend import DEFAULT_MAX_ENTRIES
-from memlens.integrations.recorder import TrainingRecorder
+from memlens.integrations.recorder import RecorderConfig, TrainingRecorder
 
 
 class RecorderCallback:
-    """Base of `MemlensCallback` (hf, lightning): the options are `TrainingRecorder`'s; the
-    framework's hooks drive `self.recorder`."""
+    """Base of `MemlensCallback` (hf, lightning): `MemlensCallback((3, 5), report=False)`
+    or `MemlensCallback(config=RecorderConfig(...))`; the keywords are `RecorderConfig`'s
+    fields. The framework's hooks drive `self.recorder`."""
 
     def __init__(
         self,
-        record_steps: tuple[int, int] | None = (3, 5),
+        record_steps: tuple[int, int] | None | EllipsisType = ...,
         *,
-        output_dir: str | os.PathLike[str] | None = None,
-        dump_on_oom: bool = True,
-        report: bool = True,
-        max_entries: int = DEFAULT_MAX_ENTRIES,
-        stacks: str = "python",
-        context: str | None = "all",
+        config: RecorderConfig | None = None,
+        **options: Any,
     ) -> None:
         super().__init__()
-        self.recorder = TrainingRecorder(
-            record_steps,
-            output_dir=output_dir,
-            dump_on_oom=dump_on_oom,
-            report=report,
-            max_entries=max_entries,
-            stacks=stacks,
-            context=context,
-        )
+        self.recorder = TrainingRecorder(record_steps, config=config, **options)
 
     @property
     def snapshot_path(self) -> Path | None:

@@ -20,10 +20,14 @@ simulate` and the tests' fake backend are driven the same way.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import sys
+from collections.abc import Mapping
 from pathlib import Path
+from types import EllipsisType
+from typing import Any
 
 from memlens.capture import oom, session
 from memlens.capture.backend import DEFAULT_MAX_ENTRIES, Backend, RecordSettings, get_backend
@@ -68,6 +72,42 @@ def check_steps(record_steps: tuple[int, int] | None) -> tuple[int, int] | None:
     return first, last
 
 
+@dataclasses.dataclass(frozen=True)
+class RecorderConfig:
+    """What a trainer callback records: the keywords of `MemlensCallback` (hf, lightning)
+    and `TrainingRecorder`, written once.
+
+    - `record_steps`: (first, last), both counted from 1; None only watches for OOMs.
+    - `output_dir`: where `memlens/` goes (default: the trainer's output folder).
+    - `dump_on_oom`: dump a snapshot on the first CUDA OOM (False: history is off outside
+      the recorded steps, at no cost). `report`: the HTML report beside each recording.
+    - `max_entries`, `stacks`, `context`: `memlens.record`'s.
+    """
+
+    record_steps: tuple[int, int] | None = (3, 5)
+    output_dir: str | os.PathLike[str] | None = None
+    dump_on_oom: bool = True
+    report: bool = True
+    max_entries: int = DEFAULT_MAX_ENTRIES
+    stacks: str = "python"
+    context: str | None = "all"
+
+    @classmethod
+    def of(
+        cls,
+        record_steps: tuple[int, int] | None | EllipsisType,
+        config: RecorderConfig | None,
+        options: Mapping[str, Any],
+    ) -> RecorderConfig:
+        """`config` (or the defaults) with the keywords given replacing its fields
+        (`record_steps` is `...` when not given); an unknown keyword is a TypeError."""
+        given = dict(options) if record_steps is ... else {**options, "record_steps": record_steps}
+        unknown = sorted(set(given) - {f.name for f in dataclasses.fields(cls)})
+        if unknown:
+            raise TypeError(f"unexpected keyword argument(s) {unknown}")
+        return dataclasses.replace(config or cls(), **given)
+
+
 def _say(message: str) -> None:
     # stderr, as `memlens run` does: the training script's stdout stays its own.
     print(f"memlens: {message}", file=sys.stderr, flush=True)
@@ -82,24 +122,26 @@ _running: list[TrainingRecorder] = []
 class TrainingRecorder:
     """Records steps `record_steps` of one training run and dumps on OOM; see the module
     docstring for the files. The callbacks call start / begin_step / enter / exit /
-    end_step / finish (or abandon, when training raised)."""
+    end_step / finish (or abandon, when training raised).
+
+    `TrainingRecorder((3, 5), report=False)`: the keywords are `RecorderConfig`'s fields;
+    `config=` passes a whole one, which the keywords then override."""
 
     def __init__(
         self,
-        record_steps: tuple[int, int] | None = (3, 5),
+        record_steps: tuple[int, int] | None | EllipsisType = ...,
         *,
-        output_dir: str | os.PathLike[str] | None = None,
-        dump_on_oom: bool = True,
-        report: bool = True,
-        max_entries: int = DEFAULT_MAX_ENTRIES,
-        stacks: str = "python",
-        context: str | None = "all",
+        config: RecorderConfig | None = None,
+        **options: Any,
     ) -> None:
-        self.steps = check_steps(record_steps)
-        self.output_dir = None if output_dir is None else Path(output_dir).expanduser()
-        self.dump_on_oom = dump_on_oom
-        self.report = report
-        self.settings = RecordSettings(max_entries=max_entries, stacks=stacks, context=context)
+        self.config = cfg = RecorderConfig.of(record_steps, config, options)
+        self.steps = check_steps(cfg.record_steps)
+        self.output_dir = None if cfg.output_dir is None else Path(cfg.output_dir).expanduser()
+        self.dump_on_oom = cfg.dump_on_oom
+        self.report = cfg.report
+        self.settings = RecordSettings(
+            max_entries=cfg.max_entries, stacks=cfg.stacks, context=cfg.context
+        )
         self.folder: Path | None = None
         self.rank = 0
         self.step = 0  # the step in progress (or the last one); 0 before the first

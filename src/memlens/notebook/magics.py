@@ -84,7 +84,7 @@ def cell_number(shell: Any) -> int:
 
 @magics_class
 class MemlensMagics(Magics):
-    @cell_magic
+    @cell_magic  # type: ignore[untyped-decorator]  # IPython leaves it unannotated
     def memlens(self, line: str, cell: str) -> None:
         """%%memlens record|simulate [options]: the cell under memlens (see --help)."""
         try:

@@ -33,7 +33,7 @@ def write_annotations(run: Run) -> Path | None:
 
 
 def render_run(
-    root: str | os.PathLike,
+    root: str | os.PathLike[str],
     *,
     videos: bool = True,
     plots: bool = True,

@@ -46,7 +46,7 @@ def colorize(a: np.ndarray, vmin: float, vmax: float, cmap: str) -> np.ndarray:
     idx = np.clip(
         (np.nan_to_num(a, nan=vmin, posinf=vmax, neginf=vmin) - vmin) / span * 255, 0, 255
     )
-    rgb = lut(cmap)[idx.astype(np.uint8)]
+    rgb: np.ndarray = lut(cmap)[idx.astype(np.uint8)]
     rgb[~np.isfinite(a)] = 0
     return rgb
 
