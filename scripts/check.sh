@@ -8,6 +8,12 @@ echo "== ruff check";          python3 -m ruff check .
 echo "== ruff format --check"; python3 -m ruff format --check .
 echo "== mypy";                python3 -m mypy
 echo "== dead code";           python3 scripts/deadcode.py
+# the viewer's ES modules against the API's answers (static/js/types.js); no bundler, no
+# output: tsc only reads them (scripts/setup.sh puts it in .tools/)
+echo "== tsc --checkJs"
+(cd src/memlens/views/web/static/js && ../../../../../../.tools/node_modules/.bin/tsc \
+  --noEmit --allowJs --checkJs --target es2022 --module es2022 --moduleResolution bundler \
+  --lib es2022,dom,dom.iterable ./*.js pane/*.js)
 echo "== wheel"
 dist="$(mktemp -d)"
 trap 'rm -rf "$dist"' EXIT

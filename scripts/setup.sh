@@ -23,3 +23,6 @@ PIP="python3 -m pip install -q --disable-pip-version-check"
 # build comes from a local file on these machines; never let pip pick a CUDA build.
 python3 -c "import torch" 2>/dev/null || $PIP "torch==2.13.0"
 $PIP -e ".[dev]"
+# the TypeScript compiler, only to type-check the viewer's JavaScript (scripts/check.sh):
+# into .tools/ (git-ignored), never a global install
+[ -x .tools/node_modules/.bin/tsc ] || npm install --silent --no-audit --no-fund --prefix .tools typescript@5.9.3

@@ -8,7 +8,7 @@ import { hatchReasons, hatchSummary, passChain, shortSite, shownChain, siteParts
 const node = (label, bytes, children = []) => ({ label, bytes, children });
 
 test("tooltipLines: a band's size, site, flags and moment", () => {
-  const h = { kind: "band", size: 1536, site: "train.py:3 step", flags: 1 | 2 | 8, event: 5, active: 2048, reserved: 4096 };
+  const h = { kind: "band", size: 1536, label: "train.py:3 step", flags: 1 | 2 | 8, event: 5, active: 2048, reserved: 4096 };
   assert.deepEqual(tooltipLines(h), [
     ["t-size", "1.50 KiB"],
     ["t-site", "train.py:3 step"],

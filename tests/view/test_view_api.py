@@ -57,8 +57,9 @@ def test_view_geometry(client):
     assert b["c0"] == [1, 3, 6] and b["c1"] == [5, 7, 7]
     assert b["run_start"] == [0, 1, 3, 4]
     assert b["run_col"] == [1, 3, 5, 6] and b["run_off"] == [0, 100, 0, 300]
-    assert v["sites"] == ["train_step (/home/u/train.py:10)"]
-    assert b["site"] == [0, 0, 0]
+    assert v["kind"] == "allocations"
+    assert v["groups"] == ["train_step (/home/u/train.py:10)"]
+    assert b["group"] == [0, 0, 0]
     assert v["small"] == {"offset": [0, 100, 100, 400, 400, 300, 350],
                           "bytes": [0, 0, 10, 10, 0, 0, 0], "count": [0, 0, 1, 1, 0, 0, 0],
                           "max_size": 49, "min_size": 50, "cut_count": [0] * 7,
@@ -180,7 +181,7 @@ def test_compare(pair, client):
     assert [p["peak_bytes"] for p in c["peaks"]] == [410, 610]
     (site,) = c["sites"]
     assert site["site"] == "train_step (/home/u/train.py:10)"
-    assert (site["a_bytes"], site["b_bytes"], site["diff"]) == (410, 610, 200)
+    assert (site["a_bytes"], site["b_bytes"], site["change"]) == (410, 610, 200)
     assert pair.get("/api/d/0/view?snap=1&width=7&height=20").json()["active"][3] == 610
     assert client.get("/api/compare").status_code == 400
 
@@ -242,7 +243,7 @@ def test_hostile_strings_stay_json_data():
     body = a.json()
     assert body["frames"][0]["name"] == EVIL and body["user_metadata"] == EVIL
     assert any(s["name"] == EVIL for s in c.get("/api/d/0/annotations").json()["spans"])
-    sites = c.get("/api/d/0/view?width=7&height=100").json()["sites"]
+    sites = c.get("/api/d/0/view?width=7&height=100").json()["groups"]
     assert any(EVIL in s for s in sites)
 
 

@@ -27,11 +27,11 @@ def test_frame_and_address_find():
     # 0x3000 + 299 is the last byte of C (300 bytes); 0x3000 + 300 is past it
     v = data.view(0, 0, **q, q="0x312b")
     assert v["bands"]["match"] == [0, 0, 1, 0]
-    assert v["address"] == {
+    assert v["address_hits"] == {
         "total": 1,
         "hits": [{"row": 2, "address": "0x3000", "size": 300, "alloc_event": 3, "free_event": 7}],
     }
-    assert data.view(0, 0, **q, q="0x312c")["address"]["total"] == 0
+    assert data.view(0, 0, **q, q="0x312c")["address_hits"]["total"] == 0
 
 
 @pytest.mark.browser

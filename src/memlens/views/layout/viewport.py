@@ -87,31 +87,6 @@ class View:
     cut_bytes: np.ndarray  # int64 [width]
     small_min: int = 1  # candidates' size threshold: ceil(min_px x bytes per pixel)
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "bounds": self.bounds.tolist(),
-            "sample": self.sample.tolist(),
-            "active": self.active.tolist(),
-            "reserved": self.reserved.tolist(),
-            "ymax": int(self.ymax),
-            "bytes_per_px": float(self.bytes_per_px),
-            "bands": {
-                "row": self.band_rows.tolist(),
-                "c0": self.band_c0.tolist(),
-                "c1": self.band_c1.tolist(),
-                **self.offset_runs(),
-            },
-            "small": {
-                "offset": self.small_offset.tolist(),
-                "bytes": self.small_bytes.tolist(),
-                "count": self.small_count.tolist(),
-                "max_size": int(self.small_max),
-                "min_size": int(self.small_min),
-                "cut_count": self.cut_count.tolist(),
-                "cut_bytes": self.cut_bytes.tolist(),
-            },
-        }
-
     def offset_runs(self) -> dict[str, list[int]]:
         """The band runs as lists: band k's runs are run_start[k]:run_start[k+1], run i
         starting at column run_col[i] with offset run_off[i] (it lasts until the next run of

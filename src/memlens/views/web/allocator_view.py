@@ -12,6 +12,7 @@ from typing import Any
 
 from memlens.analysis.allocator_state import final_pools, rounding_waste, state_at
 from memlens.snapshot.model import DeviceTrace
+from memlens.views.web.answers import DrawnSegment, StateAnswer
 
 MAX_SEGMENTS = 300  # rows of the card's canvas
 MAX_BLOCKS = 20_000
@@ -28,7 +29,7 @@ def settings_list(settings: dict[str, Any]) -> list[list[str]]:
     return out
 
 
-def allocator_state(dev: DeviceTrace, event: int) -> dict[str, Any]:
+def allocator_state(dev: DeviceTrace, event: int) -> StateAnswer:
     """state_at(dev, event) with segments by address (the first MAX_SEGMENTS, their blocks up
     to MAX_BLOCKS in all), each block's offset in its segment, and the rounding waste: bytes
     of the live blocks' 512-byte rounding (the allocator's smallest block), inside `free_bytes`;
@@ -36,7 +37,7 @@ def allocator_state(dev: DeviceTrace, event: int) -> dict[str, Any]:
     st = state_at(dev, event, blocks=True)
     pools = final_pools(dev)
     segments = sorted(st.pop("segments", []), key=lambda s: int(s["address"], 16))
-    drawn: list[dict[str, Any]] = []
+    drawn: list[DrawnSegment] = []
     n_blocks = 0
     for seg in segments[:MAX_SEGMENTS]:
         base = int(seg["address"], 16)
@@ -45,17 +46,23 @@ def allocator_state(dev: DeviceTrace, event: int) -> dict[str, Any]:
         n_blocks += len(keep)
         drawn.append(
             {
-                **{k: v for k, v in seg.items() if k != "blocks"},
+                "address": seg["address"],
+                "size": seg["size"],
+                "stream": seg["stream"],
+                "is_expandable": seg["is_expandable"],
+                "free_bytes": seg["free_bytes"],
+                "largest_free_bytes": seg["largest_free_bytes"],
                 "blocks": [{**b, "offset": int(b["address"], 16) - base} for b in keep],
                 "blocks_total": len(blocks),
                 "pool": pools.get(base),
             }
         )
-    return {
-        **st,
+    out: StateAnswer = {
+        **st,  # its segments were popped above
         "rounding_waste_bytes": rounding_waste(segments),
         "segments": drawn,
         "segments_shown": len(drawn),
         "blocks_shown": n_blocks,
         "settings": settings_list(dev.snapshot.allocator_settings),
     }
+    return out

@@ -1,4 +1,5 @@
-"""What the viewer's API returns, as plain dicts (JSON-ready), independent of the web server.
+"""What the viewer's API returns, as plain dicts (JSON-ready), independent of the web server:
+each answer is a type of answers.py, built here in one place.
 
 Every user-supplied string (frame names, filenames, metadata, annotation names) leaves
 here as JSON data; the page inserts it with textContent only.
@@ -7,7 +8,7 @@ here as JSON data; the page inserts it with textContent only.
 from __future__ import annotations
 
 import threading
-from typing import Any
+from typing import Literal
 
 import numpy as np
 
@@ -32,6 +33,22 @@ from memlens.snapshot.model import (
 from memlens.views.layout import MAX_HEIGHT, MAX_WIDTH, DeviceLayout, View, time_range
 from memlens.views.layout.segments import segment_view
 from memlens.views.web.allocator_view import allocator_state
+from memlens.views.web.answers import (
+    AllocationAnswer,
+    AnnotationsAnswer,
+    ChartAnswer,
+    CompareAnswer,
+    ComparePeak,
+    EventInfo,
+    LiveAnswer,
+    MetaAnswer,
+    MetaDevice,
+    MetaSnapshot,
+    Span,
+    StackFrame,
+    StateAnswer,
+    XRange,
+)
 from memlens.views.web.search import address_hits, band_matches, parse_query
 
 FLAG_NAMES = {
@@ -41,7 +58,7 @@ FLAG_NAMES = {
     PENDING_FREE: "pending_free",
     OVERWRITTEN: "overwritten",
 }
-KIND_NAMES = ("python", "cpp", "noise")
+KIND_NAMES: tuple[Literal["python", "cpp", "noise"], ...] = ("python", "cpp", "noise")
 MAX_ANNOTATIONS = 200_000
 MAX_OOM_MARKERS = 100
 # the page draws allocations down to this fraction of a pixel as thin stripes (within the
@@ -59,8 +76,8 @@ class ViewerData:
         self.names = names or [s.source for s in snapshots]
         self._layouts: dict[tuple[int, int], DeviceLayout] = {}
         self._lock = threading.Lock()
-        self._annotations: dict[tuple[int, int], dict[str, Any]] = {}
-        self._meta: dict[str, Any] | None = None
+        self._annotations: dict[tuple[int, int], AnnotationsAnswer] = {}
+        self._meta: MetaAnswer | None = None
         self._summaries: dict[tuple[int, int], DeviceSummary] = {}
         self._meta_lock = threading.Lock()  # computed once, by whoever asks first
         self._ann_lock = threading.Lock()
@@ -93,16 +110,16 @@ class ViewerData:
             self.layout(s, d).warm()
 
     # ---- /api/meta -------------------------------------------------------------------------
-    def meta(self) -> dict[str, Any]:
+    def meta(self) -> MetaAnswer:
         with self._meta_lock:
             if self._meta is None:
                 self._meta = self._build_meta()
         return self._meta
 
-    def _build_meta(self) -> dict[str, Any]:
-        out = []
+    def _build_meta(self) -> MetaAnswer:
+        out: list[MetaSnapshot] = []
         for s, snap in enumerate(self.snapshots):
-            devices = []
+            devices: list[MetaDevice] = []
             for d in snap.devices:
                 if d not in snap.traces:
                     continue
@@ -163,7 +180,7 @@ class ViewerData:
         detail: bool = True,
         min_px: float = PAGE_MIN_PX,
         q: str | None = None,
-    ) -> dict[str, Any]:
+    ) -> ChartAnswer:
         if not 0 < min_px <= 1:
             raise MemlensError("min_px must be in (0, 1]")
         lay = self.layout(s, device)
@@ -173,22 +190,20 @@ class ViewerData:
         if ymax is not None and not ymax > ymin >= 0:
             raise MemlensError("need 0 <= ymin < ymax")
         v = lay.view(bounds, height, ymax=ymax, ymin=ymin, detail=detail, min_px=min_px)
-        out = self._shape(v, dev, bounds, x, width, height)
-        out["ymin"] = ymin
         rows = v.band_rows
-        site = site_of_allocations(dev, rows)
-        uniq, inv = np.unique(site, return_inverse=True)
-        snap = dev.snapshot
-        out["bands"]["size"] = dev.alloc_size[rows].tolist()
-        out["bands"]["site"] = inv.tolist()
+        uniq, inv = np.unique(site_of_allocations(dev, rows), return_inverse=True)
+        out = self._chart(
+            "allocations", v, dev, bounds, x, width, height, ymin,
+            size=dev.alloc_size[rows], group=inv,
+            groups=[frame_label(dev.snapshot, int(u)) for u in uniq],
+            group_keys=uniq,  # frame ids
+        )  # fmt: skip
         out["bands"]["flags"] = dev.alloc_flags[rows].tolist()
-        out["sites"] = [frame_label(snap, int(u)) for u in uniq]
-        out["site_ids"] = uniq.tolist()  # frame ids: stable colour keys across views
         if q:  # the find box: which bands match, and for an address where it was
             query = parse_query(q)
             out["bands"]["match"] = band_matches(dev, rows, query).astype(np.uint8).tolist()
             if isinstance(query, int):
-                out["address"] = address_hits(dev, query)
+                out["address_hits"] = address_hits(dev, query)
         return out
 
     @staticmethod
@@ -200,7 +215,7 @@ class ViewerData:
         e1: float | None,
         t0: float | None,
         t1: float | None,
-    ) -> tuple[int, int, np.ndarray, dict[str, Any]]:
+    ) -> tuple[int, int, np.ndarray, XRange]:
         """A viewport's width and height (clamped), its column bounds on the event or the
         time axis, and its "x" echo."""
         width = int(min(max(width, 1), MAX_WIDTH))
@@ -211,7 +226,7 @@ class ViewerData:
                 raise MemlensError("this trace has no timestamps; use the event axis")
             if not t1 > t0:
                 raise MemlensError("t1 must be greater than t0")
-            x: dict[str, Any] = {"mode": "time", "t0": t0, "t1": t1}
+            x: XRange = {"mode": "time", "t0": t0, "t1": t1}
             return width, height, lay.time_bounds(t0, t1, width), x
         e0 = 0.0 if e0 is None else float(e0)
         e1 = float(max(dev.n_events, 1)) if e1 is None else float(e1)
@@ -221,13 +236,58 @@ class ViewerData:
         return width, height, lay.event_bounds(e0, e1, width), x
 
     @staticmethod
-    def _shape(
-        v: View, dev: DeviceTrace, bounds: np.ndarray, x: dict[str, Any], width: int, height: int
-    ) -> dict[str, Any]:
-        """A chart's response without its bands' labels: the View, the x range, the size,
-        and the time of each column boundary (lets the page switch axes keeping the range)."""
-        out = v.to_json()
-        out.update(x=x, width=width, height=height)
+    def _chart(
+        kind: Literal["allocations", "segments"],
+        v: View,
+        dev: DeviceTrace,
+        bounds: np.ndarray,
+        x: XRange,
+        width: int,
+        height: int,
+        ymin: int,
+        *,
+        size: np.ndarray,
+        group: np.ndarray,
+        groups: list[str],
+        group_keys: np.ndarray,
+    ) -> ChartAnswer:
+        """A chart's answer (both timelines): the View's columns and bands, each band's size
+        and group (its colour and label), the x range asked for, and the time of each column
+        boundary (lets the page switch axes keeping the range)."""
+        out: ChartAnswer = {
+            "kind": kind,
+            "x": x,
+            "width": width,
+            "height": height,
+            "bounds": v.bounds.tolist(),
+            "sample": v.sample.tolist(),
+            "active": v.active.tolist(),
+            "reserved": v.reserved.tolist(),
+            "ymin": ymin,
+            "ymax": int(v.ymax),
+            "bytes_per_px": float(v.bytes_per_px),
+            "bands": {
+                "row": v.band_rows.tolist(),
+                "c0": v.band_c0.tolist(),
+                "c1": v.band_c1.tolist(),
+                "run_start": v.run_start.tolist(),  # see View.offset_runs
+                "run_col": v.run_col.tolist(),
+                "run_off": v.run_off.tolist(),
+                "size": size.tolist(),
+                "group": group.tolist(),
+            },
+            "small": {
+                "offset": v.small_offset.tolist(),
+                "bytes": v.small_bytes.tolist(),
+                "count": v.small_count.tolist(),
+                "max_size": int(v.small_max),
+                "min_size": int(v.small_min),
+                "cut_count": v.cut_count.tolist(),
+                "cut_bytes": v.cut_bytes.tolist(),
+            },
+            "groups": groups,
+            "group_keys": group_keys.tolist(),  # stable colour keys across views
+        }
         if time_range(dev) is not None:
             out["times"] = dev.monotonic_time_us[np.clip(bounds, 0, dev.n_events - 1)].tolist()
         return out
@@ -244,30 +304,29 @@ class ViewerData:
         e1: float | None = None,
         t0: float | None = None,
         t1: float | None = None,
-    ) -> dict[str, Any]:
-        """The Active Cached Segment Timeline: the view's shape, a band per segment, its
-        stream as the "site" (colour), its address in bands.address."""
+    ) -> ChartAnswer:
+        """The Active Cached Segment Timeline: the chart's shape, a band per segment, its
+        stream as the group (colour and label), its address in bands.address."""
         lay = self.layout(s, device)
         width, height, bounds, x = self._columns(lay, width, height, e0, e1, t0, t1)
         v, segs = segment_view(lay, bounds, height)
-        out = self._shape(v, lay.dev, bounds, x, width, height)
-        out.update(ymin=0, kind="segments")
         rows = v.band_rows
         streams = self.snap(s).streams
         uniq, inv = np.unique(segs.stream[rows], return_inverse=True)
-        out["bands"]["size"] = segs.size[rows].tolist()
-        out["bands"]["site"] = inv.tolist()
-        out["bands"]["flags"] = [0] * len(rows)
+        out = self._chart(
+            "segments", v, lay.dev, bounds, x, width, height, 0,
+            size=segs.size[rows], group=inv,
+            groups=[
+                f"segment on stream 0x{int(streams[u]) if 0 <= u < len(streams) else int(u):x}"
+                for u in uniq.tolist()
+            ],
+            group_keys=uniq,  # stream indices
+        )  # fmt: skip
         out["bands"]["address"] = [f"0x{int(a):x}" for a in segs.addr[rows].tolist()]
-        out["sites"] = [
-            f"segment on stream 0x{int(streams[u]) if 0 <= u < len(streams) else int(u):x}"
-            for u in uniq.tolist()
-        ]
-        out["site_ids"] = uniq.tolist()
         return out
 
     # ---- /api/d/{device}/alloc/{row} -----------------------------------------------------------
-    def allocation(self, s: int, device: int, row: int) -> dict[str, Any]:
+    def allocation(self, s: int, device: int, row: int) -> AllocationAnswer:
         dev = self.dev(s, device)
         if not 0 <= row < dev.n_allocations:
             raise MemlensError(f"no allocation row {row}")
@@ -283,7 +342,7 @@ class ViewerData:
         addr = int(dev.alloc_addr[row])
         sid = int(dev.alloc_stack[row])
 
-        def event_info(e: int) -> dict[str, Any] | None:
+        def event_info(e: int) -> EventInfo | None:
             if e < 0 or e >= dev.n_events:
                 return None
             t = int(dev.time_us[e])
@@ -318,7 +377,7 @@ class ViewerData:
         }
 
     @staticmethod
-    def _frames(snap: Snapshot, sid: int) -> list[dict[str, Any]]:
+    def _frames(snap: Snapshot, sid: int) -> list[StackFrame]:
         f = snap.frames
         return [
             {
@@ -331,7 +390,7 @@ class ViewerData:
         ]
 
     # ---- /api/d/{device}/live ----------------------------------------------------------------
-    def live(self, s: int, device: int, event: int, python_only: bool = True) -> dict[str, Any]:
+    def live(self, s: int, device: int, event: int, python_only: bool = True) -> LiveAnswer:
         dev = self.dev(s, device)
         event = int(min(max(event, -1), dev.n_events - 1))
         tree = live_tree(dev, event, python_only=python_only)
@@ -345,13 +404,13 @@ class ViewerData:
         }
 
     # ---- /api/d/{device}/state -------------------------------------------------------------------
-    def state(self, s: int, device: int, event: int) -> dict[str, Any]:
+    def state(self, s: int, device: int, event: int) -> StateAnswer:
         """Segments and blocks right after `event` (clamped to the trace; -1: before it)."""
         dev = self.dev(s, device)
         return allocator_state(dev, int(min(max(event, -1), dev.n_events - 1)))
 
     # ---- /api/d/{device}/annotations ---------------------------------------------------------------
-    def annotations(self, s: int, device: int) -> dict[str, Any]:
+    def annotations(self, s: int, device: int) -> AnnotationsAnswer:
         key = (s, device)
         with self._ann_lock:
             if key not in self._annotations:
@@ -359,7 +418,7 @@ class ViewerData:
         return self._annotations[key]
 
     @staticmethod
-    def _build_annotations(dev: DeviceTrace) -> dict[str, Any]:
+    def _build_annotations(dev: DeviceTrace) -> AnnotationsAnswer:
         """The stages of `memlens stages` (analysis.stages.stage_intervals: the same pairing,
         nesting and events), as time spans for the stage strip."""
         stages = stage_intervals(dev)
@@ -378,7 +437,7 @@ class ViewerData:
         truncated = len(spans) > MAX_ANNOTATIONS
         # the strip's row: how many drawn spans still cover the start (a stage that began
         # before the trace covers what starts inside it, though no START was recorded)
-        out = []
+        out: list[Span] = []
         ends: list[int] = []
         for t0, t1, st in spans[:MAX_ANNOTATIONS]:
             while ends and ends[-1] <= t0:
@@ -398,9 +457,8 @@ class ViewerData:
         return {"spans": out, "truncated": truncated}
 
     # ---- /api/compare ---------------------------------------------------------------------------
-    def compare(self, devices: list[int | None], limit: int = 50) -> dict[str, Any]:
-        """analysis.diff of the two snapshots (sites at each peak), in the page's shape: each
-        site keeps its "diff" (= the analysis's "change") and "n_sites" is "sites_total"."""
+    def compare(self, devices: list[int | None], limit: int = 50) -> CompareAnswer:
+        """analysis.diff of the two snapshots (sites at each peak) and their peaks."""
         if len(self.snapshots) < 2:
             raise MemlensError("compare needs two snapshots")
         pair = [
@@ -408,7 +466,7 @@ class ViewerData:
             for snap, d in zip(self.snapshots[:2], devices, strict=False)
         ]
         result = diff(pair[0], pair[1], limit=limit, stages=False)
-        peaks = [
+        peaks: list[ComparePeak] = [
             {
                 "device": dev.device,
                 "peak_bytes": dev.peak_active_bytes,
@@ -420,7 +478,7 @@ class ViewerData:
         return {
             "names": self.names[:2],
             "peaks": peaks,
-            "sites": [{**site, "diff": site["change"]} for site in result["sites"]],
-            "n_sites": result["sites_total"],
+            "sites": result["sites"],
+            "sites_total": result["sites_total"],
             "figures": result["figures"],
         }

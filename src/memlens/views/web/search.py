@@ -10,12 +10,12 @@ allocations anywhere in the trace that held it.
 from __future__ import annotations
 
 import re
-from typing import Any
 
 import numpy as np
 
 from memlens.errors import MemlensError
 from memlens.snapshot.model import DeviceTrace, Snapshot
+from memlens.views.web.answers import AddressHits
 
 MAX_QUERY = 200
 MAX_HITS = 50
@@ -56,7 +56,7 @@ def band_matches(dev: DeviceTrace, rows: np.ndarray, query: int | str) -> np.nda
     return np.asarray((sid >= 0) & stacks[np.maximum(sid, 0)]) if len(stacks) else sid < -1
 
 
-def address_hits(dev: DeviceTrace, address: int) -> dict[str, Any]:
+def address_hits(dev: DeviceTrace, address: int) -> AddressHits:
     """The allocations anywhere in the trace whose range holds `address` (first MAX_HITS)."""
     addr = dev.alloc_addr.astype(np.uint64)
     end = addr + dev.alloc_size.astype(np.uint64)

@@ -25,8 +25,18 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from memlens.analysis.results import DeviceSummary
 from memlens.errors import MemlensError
 from memlens.views.escape import visible
+from memlens.views.web.answers import (
+    AllocationAnswer,
+    AnnotationsAnswer,
+    ChartAnswer,
+    CompareAnswer,
+    LiveAnswer,
+    MetaAnswer,
+    StateAnswer,
+)
 from memlens.views.web.data import PAGE_MIN_PX, ViewerData
 
 # the page and its ES modules (static/js/), package data like the report templates; served
@@ -150,10 +160,10 @@ def create_app(
             raise MemlensError("device must be a small non-negative integer")
         return int(raw)
 
-    def meta(req: Request) -> Any:
+    def meta(req: Request) -> MetaAnswer:
         return data.meta()
 
-    def view(req: Request) -> Any:
+    def view(req: Request) -> ChartAnswer:
         min_px = _float(req, "min_px", lo=0, hi=MAX_PIXELS)
         return data.view(
             _snap(req),
@@ -166,13 +176,13 @@ def create_app(
             q=req.query_params.get("q"),
         )
 
-    def alloc(req: Request) -> Any:
+    def alloc(req: Request) -> AllocationAnswer:
         row = req.path_params["row"]  # {row:int}: digits only, but any number of them
         if row >= MAX_COUNT:
             raise MemlensError(f"row must be below {MAX_COUNT}")
         return data.allocation(_snap(req), device(req), row)
 
-    def live(req: Request) -> Any:
+    def live(req: Request) -> LiveAnswer:
         return data.live(
             _snap(req),
             device(req),
@@ -180,19 +190,19 @@ def create_app(
             python_only=req.query_params.get("python_only", "1") != "0",
         )
 
-    def segments(req: Request) -> Any:
+    def segments(req: Request) -> ChartAnswer:
         return data.segments(_snap(req), device(req), **_window(req))
 
-    def allocator(req: Request) -> Any:
+    def allocator(req: Request) -> StateAnswer:
         return data.state(_snap(req), device(req), _int(req, "event", -1, lo=-1))
 
-    def summary(req: Request) -> Any:
+    def summary(req: Request) -> DeviceSummary:
         return data.summary(_snap(req), device(req))
 
-    def annotations(req: Request) -> Any:
+    def annotations(req: Request) -> AnnotationsAnswer:
         return data.annotations(_snap(req), device(req))
 
-    def compare(req: Request) -> Any:
+    def compare(req: Request) -> CompareAnswer:
         return data.compare([_int(req, "d0", lo=0, hi=1 << 20), _int(req, "d1", lo=0, hi=1 << 20)])
 
     async def index(req: Request) -> Response:

@@ -1,3 +1,4 @@
+// @ts-check
 // The Allocator State card (MemoryViz's Allocator State History): segments and blocks right
 // after the timeline cursor's event, one canvas row per segment (GET /api/d/{device}/state,
 // which is `memlens fragmentation --event N --json`). It follows the cursor, and its ◀ ▶
@@ -36,6 +37,7 @@ export function stateHit(st, x, y, width) {
 
 // A segment's memory pool: (0, 0) is the default pool; any other id pair is a private pool
 // (CUDA graphs, torch.cuda.MemPool). Known only for segments still there at the end. Pure.
+/** @param {number[] | null} pool */
 export function poolText(pool) {
   if (!pool) return "unknown (the segment is gone by the snapshot's end)";
   return pool[0] || pool[1] ? `private (${pool[0]}, ${pool[1]})` : "default (0, 0)";
@@ -47,6 +49,7 @@ export async function openState(pane, event) {
   card.hidden = false;
   state.allocator = { pane, event, data: null };
   try {
+    /** @type {import("./types.js").StateAnswer} */
     const d = await getJSON(`/api/d/${pane.device}/state?snap=${pane.s}&event=${event}`);
     if (!state.allocator || state.allocator.event !== event || state.allocator.pane !== pane) return;
     state.allocator.data = d;
@@ -124,6 +127,10 @@ function renderState() {
   });
 }
 
+/**
+ * @param {HTMLCanvasElement} cv
+ * @param {import("./types.js").StateAnswer} d
+ */
 function drawState(cv, d) {
   const w = Math.max(100, Math.floor(cv.parentElement.clientWidth || 400));
   const h = Math.max(1, d.segments.length * (ROW_H + ROW_GAP));

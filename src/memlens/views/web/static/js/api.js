@@ -1,5 +1,12 @@
+// @ts-check
 // The server's JSON API (memlens/views/web/server.py). URL builders are pure.
 
+/**
+ * The answer of a GET; its type is the caller's: an answer of types.js.
+ * @template T
+ * @param {string} url
+ * @returns {Promise<T>}
+ */
 export async function getJSON(url) {
   const r = await fetch(url);
   const j = await r.json();

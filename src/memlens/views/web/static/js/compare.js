@@ -1,3 +1,4 @@
+// @ts-check
 // Compare mode (two snapshots): peaks and call sites at each peak, A against B.
 import { getJSON } from "./api.js";
 import { kv } from "./details.js";
@@ -23,6 +24,7 @@ export async function loadCompare() {
   const card = $("#compare"), body = $(".body", card);
   card.hidden = false;
   try {
+    /** @type {import("./types.js").CompareAnswer} */
     const c = await getJSON(`/api/compare?d0=${state.panes[0].device}&d1=${state.panes[1].device}`);
     body.replaceChildren();
     const dl = el("dl", "kv");
@@ -46,12 +48,12 @@ export async function loadCompare() {
       td.append(lbl);
       td.title = r.site;
       tr.append(td, el("td", null, fmtBytes(r.a_bytes)), el("td", null, fmtBytes(r.b_bytes)));
-      const d = el("td", r.diff > 0 ? "up" : r.diff < 0 ? "down" : "", (r.diff > 0 ? "+" : "") + fmtBytes(r.diff));
+      const d = el("td", r.change > 0 ? "up" : r.change < 0 ? "down" : "", (r.change > 0 ? "+" : "") + fmtBytes(r.change));
       tr.append(d);
       tbl.append(tr);
     }
     body.append(tbl);
-    if (c.n_sites > c.sites.length) body.append(el("div", "t-muted", `${c.n_sites - c.sites.length} more sites with smaller differences`));
+    if (c.sites_total > c.sites.length) body.append(el("div", "t-muted", `${c.sites_total - c.sites.length} more sites with smaller differences`));
   } catch (e) {
     body.replaceChildren(el("div", "warn", e.message));
   }

@@ -1,3 +1,4 @@
+// @ts-check
 // The details card of a pinned allocation: its figures and its stacks.
 import { getJSON } from "./api.js";
 import { $, el } from "./dom.js";
@@ -48,6 +49,7 @@ export async function pin(pane, row) {
   const card = $("#details"), body = $(".body", card);
   card.hidden = false;
   try {
+    /** @type {import("./types.js").AllocationAnswer} */
     const a = await getJSON(`/api/d/${pane.device}/alloc/${row}?snap=${pane.s}`);
     if (!state.pinned || state.pinned.row !== row) return;
     body.replaceChildren();

@@ -1,3 +1,4 @@
+// @ts-check
 // DOM helpers. Every string from the snapshot goes through textContent (or canvas
 // fillText): never parsed as markup.
 

@@ -1,3 +1,4 @@
+// @ts-check
 // Number formatting for the page: bytes in binary units, counts, durations, tick labels.
 // Pure functions (no DOM), unit-tested by tests/js/format.test.mjs.
 

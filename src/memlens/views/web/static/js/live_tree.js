@@ -1,3 +1,4 @@
+// @ts-check
 // The live tree: what is allocated at one moment, by call stack, with search and focus.
 import { followCursor } from "./allocator.js";
 import { getJSON } from "./api.js";
@@ -13,6 +14,7 @@ export async function openLive(pane, event, u) {
   for (const p of state.panes) p.draw();
   followCursor(pane, event);
   try {
+    /** @type {import("./types.js").LiveAnswer} */
     const d = await getJSON(`/api/d/${pane.device}/live?snap=${pane.s}&event=${event}&python_only=${py ? 1 : 0}`);
     if (!state.live || state.live.event !== event || state.live.pane !== pane) return;
     state.live.data = d;
@@ -66,6 +68,11 @@ export function splitLabel(label) {
 }
 
 // does this node or one below it match the search (q lower-cased)? Pure.
+/**
+ * @param {import("./types.js").TreeNode} node
+ * @param {string} q
+ * @returns {boolean}
+ */
 export function subtreeMatches(node, q) {
   if (node.label.toLowerCase().includes(q)) return true;
   return (node.children || []).some((c) => subtreeMatches(c, q));
@@ -129,7 +136,8 @@ export function renderLive() {
     const [name, loc] = splitLabel(node.label);
     const nm = el("span", "nm"), ln = el("span", "ln");
     lbl.append(nm, ln);
-    const matched = markText(nm, name, q) | markText(ln, loc, q);
+    const inName = markText(nm, name, q), inLoc = markText(ln, loc, q); // both marked
+    const matched = inName || inLoc;
     if (matched) row.classList.add("match");
     lbl.title = node.frame ? `${node.frame.filename}:${node.frame.line} ${node.frame.name}` : node.label;
     row.append(bar, tog, lbl, el("span", "bytes", fmtBytes(node.bytes)), el("span", "pct", `${(share * 100).toFixed(1)}%`));

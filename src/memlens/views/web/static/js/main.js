@@ -1,3 +1,4 @@
+// @ts-check
 // memlens view: the page. The server does the level of detail (GET /api/d/{device}/view
 // returns the bands of one viewport at pixel-column resolution); the panes draw them on a
 // canvas and handle interaction. Every string from the snapshot goes through textContent
@@ -84,6 +85,7 @@ async function main() {
   try { const t = localStorage.getItem("memlens-theme"); if (t) dark = t === "dark"; } catch (e) { /* private mode */ }
   document.documentElement.classList.toggle("dark", dark);
   setStatus("loading…");
+  /** @type {import("./types.js").MetaAnswer} */
   let meta;
   try { meta = await getJSON("/api/meta"); } catch (e) { setStatus(`cannot load: ${e.message}`, true); return; }
   state.meta = meta;
@@ -123,6 +125,7 @@ async function main() {
   $("#helpbtn").addEventListener("click", () => toggleHelp());
   $("#help").addEventListener("click", (e) => { if (e.target.id === "help") toggleHelp(false); });
   for (const b of document.querySelectorAll("[data-close]")) {
+    if (!(b instanceof HTMLElement)) continue;
     b.addEventListener("click", () => {
       const id = b.dataset.close;
       if (id === "help") toggleHelp(false); else $(`#${id}`).hidden = true;

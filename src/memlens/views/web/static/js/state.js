@@ -1,16 +1,30 @@
+// @ts-check
 // The page's shared state: the panes and what is pinned, live or under the mouse.
+/**
+ * @typedef {import("./types.js").MetaAnswer} MetaAnswer
+ * @typedef {import("./types.js").LiveAnswer} LiveAnswer
+ * @typedef {import("./types.js").StateAnswer} StateAnswer
+ * @typedef {import("./pane/pane.js").Pane} Pane
+ */
 export const state = {
+  /** @type {MetaAnswer | null} */
   meta: null,
+  /** @type {Pane[]} */
   panes: [],
   axis: "event",
   link: true,
   chart: "allocations", // or "segments": the Active Cached Segment Timeline
   find: "", // the find box: frame text or 0x address, highlighted on the timeline
   independentY: false, // compare: each pane fits its own y scale (default: one shared)
-  live: null, // {pane, event, u, axis, data, focus: [path of labels]}
-  pinned: null, // {pane, row}
-  allocator: null, // {pane, event, data}: the Allocator State card
-  mouse: null, // {pane, x, y}
+  /** @type {{pane: Pane, event: number, u: number | undefined, axis: string, data: LiveAnswer | null, focus: string[]} | null} */
+  live: null, // focus: the path of labels
+  /** @type {{pane: Pane, row: number} | null} */
+  pinned: null,
+  /** @type {{pane: Pane, event: number, data: StateAnswer | null} | null} */
+  allocator: null, // the Allocator State card
+  /** @type {{pane: Pane, x: number, y: number} | null} */
+  mouse: null,
+  /** @type {number | null} */
   firstPaint: null,
 };
-window.memlens = state; // for tests and benchmarks
+/** @type {any} */ (window).memlens = state; // for tests and benchmarks

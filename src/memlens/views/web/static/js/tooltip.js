@@ -1,3 +1,4 @@
+// @ts-check
 // The tooltip that follows the mouse, and what it says about a hit (pane/input.js).
 import { $, el } from "./dom.js";
 import { fmtBytes, fmtInt } from "./format.js";
@@ -16,11 +17,12 @@ export function showTooltip(e, lines) {
 export function hideTooltip() { $("#tooltip").hidden = true; }
 
 // The tooltip's lines, [css class, text], for a hit test result. Pure.
+/** @param {import("./pane/input.js").Hit} h */
 export function tooltipLines(h) {
   const lines = [];
   if (h.kind === "band") {
     lines.push(["t-size", fmtBytes(h.size)]);
-    lines.push(["t-site", h.address ? `${h.site} at ${h.address}` : h.site]);
+    lines.push(["t-site", h.address ? `${h.label} at ${h.address}` : h.label]);
     const fl = [];
     if (h.flags & 1) fl.push(h.flags & 2 ? "alive before the trace (from the final segments)" : "allocated before the trace");
     if (h.flags & 8) fl.push("freed but pending (another stream)");
@@ -52,6 +54,7 @@ export function hatchReasons(count, cut, cutBytes, bytes, minSize) {
 
 // The line under the chart: what the hatched band holds at the tallest column (the one a
 // reader looks at first), with its share, count and reasons; "" when it holds nothing. Pure.
+/** @param {import("./types.js").ChartAnswer} v */
 export function hatchSummary(v) {
   let c = 0;
   for (let i = 1; i < v.active.length; i++) if (v.active[i] > v.active[c]) c = i;

@@ -1,3 +1,4 @@
+// @ts-check
 // Colour per call site (stable across views: keyed by frame id), tableau-like palette.
 // No greys: grey is the aggregate band's (hatched) colour, so a band never looks like it.
 export const PALETTE = ["#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1",

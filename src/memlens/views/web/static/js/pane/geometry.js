@@ -1,3 +1,4 @@
+// @ts-check
 // Geometry of a pane's chart: margins, tick spacing, and the stage strip's per-level
 // columns. Pure functions (no DOM), unit-tested by tests/js/geometry.test.mjs.
 

@@ -1,3 +1,4 @@
+// @ts-check
 // Hit testing and mouse input on a pane's canvases. Functions of a Pane (pane.js).
 import { openState } from "../allocator.js";
 import { pin } from "../details.js";
@@ -8,6 +9,11 @@ import { hideTooltip, showTooltip, tooltipLines } from "../tooltip.js";
 import { lowerBound, ML, MT } from "./geometry.js";
 
 // The stage span under (x, y) in the stage strip, or null.
+/**
+ * @param {import("./pane.js").Pane} p
+ * @param {number} x
+ * @param {number} y
+ */
 export function annAt(p, x, y) {
   const depth = Math.floor((y - 1) / 15);
   const lv = p.annLevels[p.axis][depth];
@@ -18,6 +24,11 @@ export function annAt(p, x, y) {
 }
 
 // Bottom offset of band k at column c (its runs ascend by column).
+/**
+ * @param {import("../types.js").Bands} b
+ * @param {number} k
+ * @param {number} c
+ */
 export function bandOffset(b, k, c) {
   const i = lowerBound(b.run_col, c + 1, b.run_start[k]);
   return b.run_off[Math.min(i, b.run_start[k + 1]) - 1];
@@ -26,6 +37,16 @@ export function bandOffset(b, k, c) {
 // What is under the pointer: the band (or the aggregate) covering most of the pixel row
 // there, i.e. the colour one sees; thin bands share a pixel, and the exact byte under
 // the pointer would pick one a fraction of a pixel wide by chance.
+/**
+ * @typedef {{col: number, event: number, bytes: number, active: number, reserved: number, u: number}} At
+ * @typedef {At & {kind: "small", count: number, sbytes: number, cut: number, cutBytes: number, minSize: number}} SmallHit
+ * @typedef {At & {kind: "band", k: number, row: number, size: number, label: string, flags: number, address: string | undefined}} BandHit
+ * @typedef {SmallHit | BandHit | (At & {kind: "empty"})} Hit
+ * @param {import("./pane.js").Pane} p
+ * @param {number} x
+ * @param {number} y
+ * @returns {Hit | null}
+ */
 export function hitTest(p, x, y) {
   const v = p.view;
   if (!v || v.axis !== p.axis) return null;
@@ -56,13 +77,14 @@ export function hitTest(p, x, y) {
   }
   if (bestK >= 0) {
     const k = bestK;
-    return { ...hit, kind: "band", k, row: b.row[k], size: b.size[k], site: v.sites[b.site[k]], flags: b.flags[k], address: b.address ? b.address[k] : undefined };
+    return { ...hit, kind: "band", k, row: b.row[k], size: b.size[k], label: v.groups[b.group[k]], flags: b.flags ? b.flags[k] : 0, address: b.address ? b.address[k] : undefined };
   }
   return { ...hit, kind: "empty" };
 }
 
 // Mouse input on a pane: wheel zoom (Shift: the memory axis), drag to pan, hover for the
 // tooltip, click to pin an allocation or open the live tree; the overview's brush.
+/** @param {import("./pane.js").Pane} p */
 export function bindInput(p) {
   const cv = p.canvas;
   let drag = null;

@@ -1,3 +1,4 @@
+// @ts-check
 // One chart pane: a snapshot's device, its x range and y zoom, the data requests, and the
 // page furniture around the canvases. Drawing is pane/render.js, hit testing and mouse
 // input pane/input.js.
@@ -22,18 +23,41 @@ export function sharedY(st) {
   return [0, top];
 }
 
+/**
+ * @typedef {import("../types.js").ChartAnswer} ChartAnswer
+ * @typedef {import("../types.js").AnnotationsAnswer} AnnotationsAnswer
+ * @typedef {import("../types.js").DeviceSummary} DeviceSummary
+ * @typedef {import("../types.js").MetaSnapshot} MetaSnapshot
+ * @typedef {ChartAnswer & {axis: string, vx0: number, vx1: number}} PaneView a chart answer
+ *   and the range the page asked it for
+ */
+
 export class Pane {
+  /**
+   * @param {HTMLElement} root
+   * @param {MetaSnapshot} snapMeta
+   * @param {number} device
+   * @param {boolean} compact
+   */
   constructor(root, snapMeta, device, compact) {
     this.snap = snapMeta;
     this.s = snapMeta.index;
     this.compact = compact;
+    /** @type {PaneView | null} */
     this.view = null; // last response
     this.off = document.createElement("canvas"); // the response, rendered once
     this.inflight = false;
     this.dirty = false;
+    /** @type {import("./input.js").BandHit | null} */
     this.hover = null;
-    this.ann = { spans: [] };
+    /** @type {AnnotationsAnswer} */
+    this.ann = { spans: [], truncated: false };
+    /** @type {ChartAnswer | null} */
     this.ov = null;
+    /** @type {number[] | null} the overview's brush: [x0, x1] (CSS px), drawn by render.js */
+    this.brush = null;
+    /** @type {DeviceSummary | null} */
+    this.summary = null;
     this.reqCount = 0;
     this.timings = [];
     const sec = el("section", "pane");
@@ -98,16 +122,16 @@ export class Pane {
     this.view = null;
     this.summary = null;
     this.renderFigures();
-    this.ann = { spans: [] };
+    this.ann = { spans: [], truncated: false };
     this.annLevels = annotationLevels([]);
     this.layoutCanvases();
     // the chart first; overview and stage strip once it is drawn (they are not urgent)
     this.request().then(() => {
       this.loadOverview();
-      getJSON(`/api/d/${d}/summary?snap=${this.s}`).then((sm) => {
+      getJSON(`/api/d/${d}/summary?snap=${this.s}`).then((/** @type {DeviceSummary} */ sm) => {
         if (d === this.device) { this.summary = sm; this.renderFigures(); }
       }).catch((e) => setStatus(`summary: ${e.message}`, true));
-      getJSON(`/api/d/${d}/annotations?snap=${this.s}`).then((a) => {
+      getJSON(`/api/d/${d}/annotations?snap=${this.s}`).then((/** @type {AnnotationsAnswer} */ a) => {
         if (d !== this.device) return;
         this.ann = a;
         this.annLevels = annotationLevels(a.spans);
@@ -128,9 +152,9 @@ export class Pane {
     if (state.find && v.bands.match) {
       const n = v.bands.match.reduce((a, m) => a + m, 0);
       out.push(`find "${state.find}": ${fmtInt(n)} of the ${fmtInt(v.bands.row.length)} drawn allocations match (highlighted)`);
-      if (v.address) {
-        const hits = v.address.hits.slice(0, 5).map((h) => `${fmtBytes(h.size)} at ${h.address}, events ${h.alloc_event < 0 ? "before" : fmtInt(h.alloc_event)}–${h.free_event >= this.dm.n_events ? "end" : fmtInt(h.free_event)} (row ${h.row})`);
-        out.push(`${fmtInt(v.address.total)} allocations held it over the trace${hits.length ? ": " + hits.join("; ") : ""}`);
+      if (v.address_hits) {
+        const hits = v.address_hits.hits.slice(0, 5).map((h) => `${fmtBytes(h.size)} at ${h.address}, events ${h.alloc_event < 0 ? "before" : fmtInt(h.alloc_event)}–${h.free_event >= this.dm.n_events ? "end" : fmtInt(h.free_event)} (row ${h.row})`);
+        out.push(`${fmtInt(v.address_hits.total)} allocations held it over the trace${hits.length ? ": " + hits.join("; ") : ""}`);
       }
     }
     this.findLine.textContent = out.join(". ");
@@ -226,9 +250,10 @@ export class Pane {
       const url = state.chart === "segments"
         ? segmentsUrl(this.s, dev, x0, x1, axis, w, h)
         : viewUrl(this.s, dev, x0, x1, axis, w, h, { yzoom: this.yzoom || sharedY(state), q: state.find });
-      const v = await getJSON(url);
+      /** @type {ChartAnswer} */
+      const answer = await getJSON(url);
       if (dev === this.device) {
-        v.axis = axis; v.vx0 = x0; v.vx1 = x1;
+        const v = { ...answer, axis, vx0: x0, vx1: x1 };
         this.view = v;
         this.reqCount += 1;
         this.renderOff();
@@ -256,6 +281,7 @@ export class Pane {
     const axis = this.axis, [f0, f1] = this.fullRange(), dev = this.device;
     const w = this.plotW;
     try {
+      /** @type {ChartAnswer} */
       const v = await getJSON(viewUrl(this.s, dev, f0, f1, axis, w, 40, { detail: false }));
       if (dev === this.device && axis === this.axis) { this.ov = v; this.drawOverview(); }
     } catch (e) {

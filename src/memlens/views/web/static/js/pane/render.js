@@ -1,3 +1,4 @@
+// @ts-check
 // Drawing a pane: the viewport's bands rendered once to an offscreen canvas, then the
 // chart (that image under the current range, highlights, peak and OOM markers, cursor),
 // its axes, the stage strip and the overview. Functions of a Pane (pane.js).
@@ -26,6 +27,12 @@ function smallPattern(ctx) {
 export function forgetPatterns() { smallTile = null; }
 
 // The polygon of band k: bottom edge along its runs, then the top edge back.
+/**
+ * @param {import("../types.js").ChartAnswer} v
+ * @param {number} k
+ * @param {(bytes: number) => number} y
+ * @param {(c: number) => number} colX
+ */
 export function bandPath(v, k, y, colX) {
   const b = v.bands, size = b.size[k], r0 = b.run_start[k], r1 = b.run_start[k + 1], c1 = b.c1[k];
   const path = new Path2D();
@@ -43,6 +50,7 @@ export function bandPath(v, k, y, colX) {
   return path;
 }
 
+/** @param {import("./pane.js").Pane} p */
 export function renderOff(p) {
   const v = p.view, W = v.width, H = p.plotH, r = dpr();
   const off = p.off;
@@ -57,7 +65,7 @@ export function renderOff(p) {
   const edges = new Path2D(); // outlines of bands tall enough to show a separating line
   const b = v.bands, pxPerByte = H / (v.ymax - v.ymin);
   for (let k = 0; k < b.row.length; k++) {
-    const c = siteColor(v.site_ids[b.site[k]]);
+    const c = siteColor(v.group_keys[b.group[k]]);
     let path = byColor.get(c);
     if (!path) { path = new Path2D(); byColor.set(c, path); }
     const band = bandPath(v, k, y, colX);
@@ -111,6 +119,7 @@ function closeConflationGaps(ctx, v, y, r) {
   ctx.putImageData(img, 0, 0);
 }
 
+/** @param {import("./pane.js").Pane} p */
 export function drawPane(p) {
   const c = p.canvas, ctx = c.getContext("2d"), r = dpr();
   const Wc = c.width / r, H = p.mainH, plotH = p.plotH, plotW = p.plotW;
@@ -209,6 +218,11 @@ export function drawPane(p) {
   drawAnnotations(p);
 }
 
+/**
+ * @param {import("./pane.js").Pane} p
+ * @param {CanvasRenderingContext2D} ctx
+ * @param {import("./pane.js").PaneView} v
+ */
 function drawAxes(p, ctx, v) {
   const plotW = p.plotW, plotH = p.plotH;
   ctx.fillStyle = col("--axis");
@@ -245,6 +259,7 @@ function drawAxes(p, ctx, v) {
 // Cost per draw: O(pixels x log spans), not O(spans): spans of one level never overlap,
 // so their starts and ends both ascend; a sub-pixel span paints its pixel, then a binary
 // search skips to the first span starting in the next pixel.
+/** @param {import("./pane.js").Pane} p */
 function drawAnnotations(p) {
   if (!p.annH) return;
   const c = p.annCanvas, ctx = c.getContext("2d"), r = dpr();
@@ -277,6 +292,7 @@ function drawAnnotations(p) {
   }
 }
 
+/** @param {import("./pane.js").Pane} p */
 export function drawOverview(p) {
   const c = p.ovCanvas, ctx = c.getContext("2d"), r = dpr();
   const H = 46, W = c.width / r;
