@@ -13,9 +13,13 @@ Rules:
 2. The side packages capture, simulation, inspector and fleet may use snapshot and analysis
    but never views, cli or the top-level glue; the pipeline below cli (views, analysis,
    snapshot, units, errors) never imports them (e.g. the synthetic generator is not on the
-   read path).
+   read path). One side package imports another only as the table "Side packages that
+   import each other" of docs/architecture.md says, with its reason.
 3. No import cycle between packages (directories), nor between modules, lazy imports included.
-4. No module over MAX_LINES lines, except ALLOWED_LONG, each with its reason.
+   A package and a subpackage that import each other (not an __init__ re-exporting its
+   submodules: a real two-way tie) are one unit only where TWO_WAY_TIES says why.
+4. No module (.py, .c or .js) over MAX_LINES lines, except ALLOWED_LONG, each with its reason.
+5. No import cycle between the JavaScript modules (static/js, the templates' scripts).
 
 One extension point is named by string, not imported: Snapshot._repr_html_ (IPython looks
 it up on the class) reaches the views layer's memlens.views.notebook through
@@ -25,13 +29,15 @@ snapshot.model.NOTEBOOK_VIEW, as the facade reaches its lazy names.
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-SRC = Path(__file__).resolve().parents[1] / "src" / "memlens"
+ROOT = Path(__file__).resolve().parents[1]
+SRC = ROOT / "src" / "memlens"
 MAX_LINES = 500
 
 # top-level component -> layer; higher may import lower, never the reverse
@@ -58,6 +64,21 @@ ALLOWED_LONG = {
     "pools, CachingAllocator); the review found it coherent: splitting would cut one algorithm",
     "analysis/results.py": "declarations only: one TypedDict per JSON object of "
     "docs/json-schema.md, no logic",
+    "snapshot/_fastreader.c": "the compiled reader, one C unit for now: issue 24 splits it "
+    "along its section banners into units with one private header",
+    "snapshot/_fastreplay.c": "the compiled replay: one pass over the events (pairing, rows, "
+    "both curves) and its module glue; shares the owned-buffer type with the reader once "
+    "that is split",
+}
+CODE_SUFFIXES = (".py", ".c", ".js")
+
+# Parent and child packages that import each other, each with why the two are one unit.
+TWO_WAY_TIES = {
+    ("memlens.views.report", "memlens.views.report.sections"): "the report's page builder "
+    "runs the sections; a section draws with the page's widgets (page.py, context.py, "
+    "bands.py): the sections are the report's plug-ins, built on its toolkit",
+    ("memlens.inspector", "memlens.inspector.render"): "the background worker renders the "
+    "run as it goes (worker.py -> render); render reads the run back through store.py",
 }
 
 
@@ -238,10 +259,10 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return out
 
 
-def _assert_no_cycles(edges: Iterator[tuple[str, str, Import]], between: str) -> None:
+def _assert_no_cycles(edges: Iterator[tuple[str, str, object]], between: str) -> None:
     """Fail naming every import on every cycle of the graph of `edges` (from, to, why)."""
     graph: dict[str, set[str]] = {}
-    why: dict[tuple[str, str], Import] = {}
+    why: dict[tuple[str, str], object] = {}
     for a, b, imp in edges:
         graph.setdefault(a, set()).add(b)
         graph.setdefault(b, set())
@@ -289,9 +310,90 @@ def test_no_cycle_between_modules():
     _assert_no_cycles(edges(), "modules")
 
 
+def _parent_child_edges() -> set[tuple[str, str]]:
+    """(a, b) for each package a importing b where one is a subpackage of the other, not
+    counting an __init__ that re-exports its own submodules."""
+    out = set()
+    for imp in _all_imports():
+        target = _resolve(imp.target)
+        if target is None:
+            continue
+        a, b = _package(imp.source), _package(target)
+        if a == b or "memlens" in (a, b):  # the top: the facade, errors and units (rule 1)
+            continue
+        if _modules()[imp.source][1] and b.startswith(a + "."):
+            continue
+        if b.startswith(a + ".") or a.startswith(b + "."):
+            out.add((a, b))
+    return out
+
+
+def test_parent_and_child_packages_tied_both_ways_are_named():
+    edges = _parent_child_edges()
+    ties = {(a, b) for a, b in edges if b.startswith(a + ".") and (b, a) in edges}
+    new = sorted(ties - set(TWO_WAY_TIES))
+    assert not new, (
+        f"{new}: a package and its subpackage import each other. Make one depend on the "
+        "other only, or add the pair to TWO_WAY_TIES with why they are one unit"
+    )
+    stale = sorted(set(TWO_WAY_TIES) - ties)
+    assert not stale, f"{stale} no longer import each other: remove them from TWO_WAY_TIES"
+
+
+def _side_table() -> set[tuple[str, str]]:
+    """docs/architecture.md, "Side packages that import each other": (from, imported)."""
+    text = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    section = text.split("### Side packages that import each other", 1)[1].split("\n#", 1)[0]
+    return set(re.findall(r"^\| `(\w+)/` \| `(\w+)/` \|", section, re.M))
+
+
+def test_side_packages_import_each_other_only_as_documented():
+    found: dict[tuple[str, str], list[str]] = {}
+    for imp in _all_imports():
+        a, b = _component(imp.source), _component(imp.target)
+        if a != b and a in SIDE and b in SIDE:
+            found.setdefault((a, b), []).append(str(imp))
+    table = _side_table()
+    undocumented = {pair: why for pair, why in found.items() if pair not in table}
+    assert not undocumented, (
+        "side package imports not in docs/architecture.md's table (add a row with the "
+        f"reason, or move the code): {undocumented}"
+    )
+    assert table <= set(found), f"rows of the table no longer true: {sorted(table - set(found))}"
+
+
+JS_IMPORT = re.compile(
+    r"""^\s*(?:import|export)\b[^;"']*?\bfrom\s*["'](\.{1,2}/[^"']+)["']""", re.M
+)
+JS_BARE_IMPORT = re.compile(r"""^\s*import\s*["'](\.{1,2}/[^"']+)["']""", re.M)
+
+
+def _js_imports(path: Path) -> list[Path]:
+    text = path.read_text(encoding="utf-8")
+    names = JS_IMPORT.findall(text) + JS_BARE_IMPORT.findall(text)
+    return [(path.parent / name).resolve() for name in names]
+
+
+def test_the_js_walker_sees_imports():
+    main = SRC / "views" / "web" / "static" / "js" / "main.js"
+    seen = {p.relative_to(main.parent).as_posix() for p in _js_imports(main)}
+    assert {"api.js", "pane/pane.js", "cursor.js"} <= seen
+
+
+def test_no_cycle_between_js_modules():
+    def edges() -> Iterator[tuple[str, str, object]]:
+        for path in sorted(SRC.rglob("*.js")):
+            for target in _js_imports(path):
+                assert target.exists(), f"{path}: imports {target}, which does not exist"
+                a, b = (p.relative_to(SRC).as_posix() for p in (path, target))
+                yield a, b, f"{a} imports {b}"
+
+    _assert_no_cycles(edges(), "JavaScript modules")
+
+
 def test_modules_stay_small():
     too_long = []
-    for path in sorted(SRC.rglob("*.py")):
+    for path in sorted(p for p in SRC.rglob("*") if p.suffix in CODE_SUFFIXES):
         rel = path.relative_to(SRC).as_posix()
         n = len(path.read_text(encoding="utf-8").splitlines())
         if n > MAX_LINES and rel not in ALLOWED_LONG:

@@ -46,7 +46,7 @@ def test_find_box_highlights_on_the_timeline(browser):
         assert 'find "CachingAllocator": 1 of the 4 drawn allocations match' in text, text
         pg.shot("find_frame.png")
         page.fill("#find", "0x3000")
-        page.wait_for_function("() => !!window.memlens.panes[0].view.address")
+        page.wait_for_function("() => !!window.memlens.panes[0].view.address_hits")
         assert "1 allocations held it over the trace: 300 B at 0x3000, events 3–end (row 2)" in (
             page.inner_text(".find")
         )

@@ -8,7 +8,6 @@ import { getJSON } from "./api.js";
 import { kv, pin } from "./details.js";
 import { $, col, dpr, el } from "./dom.js";
 import { fmtBytes, fmtInt } from "./format.js";
-import { openLive } from "./live_tree.js";
 import { state } from "./state.js";
 import { hideTooltip, showTooltip } from "./tooltip.js";
 
@@ -59,23 +58,9 @@ export async function openState(pane, event) {
   }
 }
 
-// The timeline cursor moved (live_tree.js openLive): follow it while the card is open.
+// The timeline cursor moved (cursor.js): follow it while the card is open.
 export function followCursor(pane, event) {
   if (!$("#state").hidden && (!state.allocator || state.allocator.event !== event || state.allocator.pane !== pane)) openState(pane, event);
-}
-
-// Step the cursor (and the card, and the live tree) by `delta` events.
-export async function stepState(delta) {
-  const a = state.allocator;
-  if (!a) return;
-  const n = a.pane.dm.n_events;
-  const event = Math.min(Math.max(a.event + delta, -1), n - 1);
-  if (event === a.event) return;
-  await openState(a.pane, event);
-  const d = state.allocator && state.allocator.data;
-  if (!d) return;
-  const u = a.pane.axis === "time" ? (d.time_us ?? a.pane.dm.time_range[0]) : event + 0.5;
-  openLive(a.pane, event, u);
 }
 
 function renderState() {

@@ -1,6 +1,5 @@
 // @ts-check
 // The live tree: what is allocated at one moment, by call stack, with search and focus.
-import { followCursor } from "./allocator.js";
 import { getJSON } from "./api.js";
 import { $, col, el } from "./dom.js";
 import { fmtBytes, fmtInt, fmtSeconds } from "./format.js";
@@ -12,7 +11,6 @@ export async function openLive(pane, event, u) {
   const py = $("#live-py").checked;
   state.live = { pane, event, u, axis: pane.axis, data: null, focus: [] };
   for (const p of state.panes) p.draw();
-  followCursor(pane, event);
   try {
     /** @type {import("./types.js").LiveAnswer} */
     const d = await getJSON(`/api/d/${pane.device}/live?snap=${pane.s}&event=${event}&python_only=${py ? 1 : 0}`);

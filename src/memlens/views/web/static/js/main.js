@@ -12,10 +12,14 @@
 //   pane/pane.js  one chart pane: device, range, requests; pane/render.js draws it,
 //                 pane/input.js hit-tests and binds the mouse; pane/geometry.js and
 //                 pane/colour.js are pure
-//   tooltip.js, details.js, live_tree.js, compare.js: the tooltip and the side cards
+//   tooltip.js, details.js, live_tree.js, allocator.js, compare.js: the tooltip and the
+//                 side cards; cursor.js moves the timeline cursor (the live tree and the
+//                 allocator card follow it)
+//   types.js      the API's answers as JSDoc typedefs (no code; tsc --checkJs reads them)
 import { getJSON } from "./api.js";
-import { openState, stepState } from "./allocator.js";
+import { openState } from "./allocator.js";
 import { loadCompare } from "./compare.js";
+import { stepState } from "./cursor.js";
 import { $, forgetThemeColours, setStatus } from "./dom.js";
 import { openLive, renderLive } from "./live_tree.js";
 import { Pane } from "./pane/pane.js";

@@ -1,9 +1,9 @@
 // @ts-check
 // Hit testing and mouse input on a pane's canvases. Functions of a Pane (pane.js).
 import { openState } from "../allocator.js";
+import { moveCursor } from "../cursor.js";
 import { pin } from "../details.js";
 import { fmtInt, fmtSeconds } from "../format.js";
-import { openLive } from "../live_tree.js";
 import { state } from "../state.js";
 import { hideTooltip, showTooltip, tooltipLines } from "../tooltip.js";
 import { lowerBound, ML, MT } from "./geometry.js";
@@ -182,6 +182,6 @@ export function bindInput(p) {
 function click(p, x, y) {
   const h = hitTest(p, x, y);
   if (!h) return;
-  if (h.kind === "band" && p.view.kind === "segments") { openLive(p, h.event, h.u); openState(p, h.event); } else if (h.kind === "band") pin(p, h.row);
-  else openLive(p, h.event, h.u);
+  if (h.kind === "band" && p.view.kind === "segments") { moveCursor(p, h.event, h.u); openState(p, h.event); } else if (h.kind === "band") pin(p, h.row);
+  else moveCursor(p, h.event, h.u);
 }

@@ -4,9 +4,9 @@
 // input pane/input.js.
 import { getJSON, segmentsUrl, viewUrl } from "../api.js";
 import { loadCompare } from "../compare.js";
+import { moveCursor } from "../cursor.js";
 import { $, dpr, el, setStatus } from "../dom.js";
 import { fmtBytes, fmtInt, fmtSeconds } from "../format.js";
-import { openLive } from "../live_tree.js";
 import { state } from "../state.js";
 import { hatchSummary } from "../tooltip.js";
 import { annotationLevels, MB, ML, MR, MT, narrowerAtPeak } from "./geometry.js";
@@ -300,7 +300,7 @@ export class Pane {
     if (!v || v.axis !== this.axis) return;
     const u = this.uOf(x);
     const c = Math.floor(((u - v.vx0) / (v.vx1 - v.vx0)) * v.width);
-    if (c >= 0 && c < v.width) openLive(this, v.sample[c], u);
+    if (c >= 0 && c < v.width) moveCursor(this, v.sample[c], u);
   }
 
   // after jump to peak: zoom in on it while its column still sums allocations a narrower
@@ -318,13 +318,13 @@ export class Pane {
 
   jumpToPeak() {
     const s = this.dm.peak;
-    if (s.peak_event_index < 0) { openLive(this, -1); return; }
+    if (s.peak_event_index < 0) { moveCursor(this, -1); return; }
     const [f0, f1] = this.fullRange();
     const pu = this.axis === "time" ? s.peak_time_us : s.peak_event_index + 0.5;
     const span = Math.min(this.x1 - this.x0, (f1 - f0) / 10);
     this.peakFocus = { u: pu, tries: 4 }; // narrowed further as views arrive (request())
     this.setRange(pu - span / 2, pu + span / 2);
-    openLive(this, s.peak_event_index, pu);
+    moveCursor(this, s.peak_event_index, pu);
   }
 
   switchAxis() {
