@@ -4,22 +4,17 @@ drift)."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
+
+from script_module import load_script
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def _changelog_module():
-    spec = importlib.util.spec_from_file_location("changelog", ROOT / "scripts" / "changelog.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["changelog"] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script("changelog")
 
 
 def test_every_fragment_is_named_and_is_one_bullet() -> None:

@@ -2,23 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 
+from script_module import load_script
+
 pytest.importorskip("vulture")
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def _deadcode():
-    spec = importlib.util.spec_from_file_location("deadcode", ROOT / "scripts" / "deadcode.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["deadcode"] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script("deadcode")
 
 
 def test_src_has_no_dead_code():

@@ -438,13 +438,18 @@ class Block(TypedDict):
     row: int
 
 
-class Segment(TypedDict):
+class SegmentInfo(TypedDict):
+    """A segment without its blocks (the viewer draws them with an offset of their own)."""
+
     address: str
     size: int
     stream: int
     is_expandable: bool
     free_bytes: int
     largest_free_bytes: int
+
+
+class Segment(SegmentInfo):
     blocks: list[Block]
 
 

@@ -26,6 +26,7 @@ from memlens.analysis.results import (
     Block,
     Figure,
     OomEntry,
+    SegmentInfo,
     SiteChange,
     StateSummary,
     TreeNode,
@@ -203,13 +204,7 @@ class DrawnBlock(Block):
     offset: int  # from the segment's start
 
 
-class DrawnSegment(TypedDict):
-    address: str
-    size: int
-    stream: int
-    is_expandable: bool
-    free_bytes: int
-    largest_free_bytes: int
+class DrawnSegment(SegmentInfo):
     blocks: list[DrawnBlock]  # the first ones, MAX_BLOCKS over the card
     blocks_total: int
     pool: list[int] | None  # in the final state, else None

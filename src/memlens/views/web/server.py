@@ -33,6 +33,7 @@ from memlens.views.web.answers import (
     AnnotationsAnswer,
     ChartAnswer,
     CompareAnswer,
+    ErrorAnswer,
     LiveAnswer,
     MetaAnswer,
     StateAnswer,
@@ -147,10 +148,12 @@ def create_app(
                 # side (numpy releases the GIL in its loops), and the page never stalls
                 return JSON(await run_in_threadpool(fn, req))
             except MemlensError as exc:  # the user's (a bad parameter, no such row)
-                return JSON({"error": str(exc)}, status_code=400)
+                error: ErrorAnswer = {"error": str(exc)}
+                return JSON(error, status_code=400)
             except Exception as exc:  # a bug (KeyError, IndexError too): its traceback logged
                 log.exception("internal error on %s", visible(req.url.path))
-                return JSON({"error": f"internal error ({type(exc).__name__})"}, status_code=500)
+                error = {"error": f"internal error ({type(exc).__name__})"}
+                return JSON(error, status_code=500)
 
         return endpoint
 
