@@ -9,6 +9,7 @@ command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
 command -v tmux >/dev/null 2>&1 || need_apt+=(tmux)
 command -v ffmpeg >/dev/null 2>&1 || need_apt+=(ffmpeg)
 command -v node >/dev/null 2>&1 || need_apt+=(nodejs)   # the viewer's JS unit tests
+command -v npm >/dev/null 2>&1 || need_apt+=(npm)        # installs tsc (below)
 # zlib's header: the compiled snapshot reader inflates .pickle.gz itself (without it the
 # optional extension is skipped and memlens falls back to the slower Python reader).
 [ -f /usr/include/zlib.h ] || need_apt+=(zlib1g-dev)
@@ -25,4 +26,7 @@ python3 -c "import torch" 2>/dev/null || $PIP "torch==2.13.0"
 $PIP -e ".[dev]"
 # the TypeScript compiler, only to type-check the viewer's JavaScript (scripts/check.sh):
 # into .tools/ (git-ignored), never a global install
-[ -x .tools/node_modules/.bin/tsc ] || npm install --silent --no-audit --no-fund --prefix .tools typescript@5.9.3
+# (the tests do not need it: a failed download is said, and check.sh then fails on it)
+[ -x .tools/node_modules/.bin/tsc ] ||
+  npm install --silent --no-audit --no-fund --prefix .tools typescript@5.9.3 ||
+  echo "memlens setup: could not install typescript; scripts/check.sh needs it" >&2
