@@ -144,9 +144,9 @@ def create_app(
     def api(fn: Callable[[Request], Any]) -> Callable[[Request], Awaitable[Response]]:
         async def endpoint(req: Request) -> Response:
             try:
-                # numpy work off the event loop: two panes' requests are served side by
-                # side (numpy releases the GIL in its loops), and the page never stalls
-                return JSON(await run_in_threadpool(fn, req))
+                # the numpy work and the JSON encoding off the event loop: two panes'
+                # requests are served side by side (numpy releases the GIL in its loops)
+                return await run_in_threadpool(lambda: JSON(fn(req)))
             except MemlensError as exc:  # the user's (a bad parameter, no such row)
                 error: ErrorAnswer = {"error": str(exc)}
                 return JSON(error, status_code=400)
