@@ -1,10 +1,11 @@
 """The viewer under two requests at once (a live uvicorn server on a real snapshot):
 
-- a light request (/api/meta) while a heavy one (/live, the whole tree) runs: with the
-  handlers on the event loop the light one waits for the heavy one to finish;
+- a light request (/api/meta) while a heavy one (a wide /view) runs: with the handlers on
+  the event loop the light one waits for the heavy one to finish;
 - two panes' /view requests at once against one alone.
 
     python3 benchmarks/bench_view_concurrency.py SNAPSHOT.pickle
+    python3 benchmarks/bench_view_concurrency.py --events 400000   # a generated trace
 """
 
 from __future__ import annotations
@@ -23,9 +24,15 @@ from memlens.views.web.data import ViewerData
 from memlens.views.web.server import create_app
 
 
-def main(path: str) -> None:
-    snap = memlens.load(path)
-    data = ViewerData([snap, memlens.load(path, cache=False)], ["a", "b"])
+def main(source: str) -> None:
+    if source == "--events":
+        from memlens.simulation.synthetic import generate_trace_dict
+
+        raw = generate_trace_dict(events=int(sys.argv[2]), seed=1)
+        snap, other = memlens.load(raw), memlens.load(raw)
+    else:
+        snap, other = memlens.load(source), memlens.load(source, cache=False)
+    data = ViewerData([snap, other], ["a", "b"])
     data.warm()
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
@@ -37,7 +44,6 @@ def main(path: str) -> None:
         time.sleep(0.05)
     d = snap.default_device
     view = f"{base}/api/d/{d}/view?width=3000&height=800&q=linear"
-    live = f"{base}/api/d/{d}/live?event=-1&python_only=0"
 
     async def timed(*urls: str) -> float:
         async with httpx.AsyncClient(timeout=60) as c:
@@ -47,7 +53,7 @@ def main(path: str) -> None:
 
     async def light_during_heavy() -> float:
         async with httpx.AsyncClient(timeout=60) as c:
-            heavy = asyncio.create_task(c.get(live))
+            heavy = asyncio.create_task(c.get(view))
             await asyncio.sleep(0.002)
             t = time.perf_counter()
             await c.get(f"{base}/api/meta")
@@ -56,12 +62,11 @@ def main(path: str) -> None:
             return light
 
     asyncio.run(timed(view, view))  # warm
-    heavy = min(asyncio.run(timed(live)) for _ in range(3))
     light = sorted(asyncio.run(light_during_heavy()) for _ in range(5))[2]
-    print(f"/live alone {heavy * 1e3:.0f} ms; /api/meta while /live runs {light * 1e3:.1f} ms")
     one = min(asyncio.run(timed(view)) for _ in range(5))
+    print(f"/view alone {one * 1e3:.0f} ms; /api/meta while /view runs {light * 1e3:.1f} ms")
     two = min(asyncio.run(timed(view, view + "&snap=1")) for _ in range(5))
-    print(f"/view alone {one * 1e3:.0f} ms; two at once {two * 1e3:.0f} ms")
+    print(f"two /view at once {two * 1e3:.0f} ms")
     server.should_exit = True
 
 
