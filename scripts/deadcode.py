@@ -37,6 +37,8 @@ IGNORE_NAMES = [
     "list_commands",  # click.Group
     "get_command",
 ]
+# registered by their decorator: click's commands and groups
+IGNORE_DECORATORS = ["@*.command", "@*.group", "@click.command", "@click.group"]
 # "memlens.analysis.peak:peak_output": a registry declaration naming its function
 REGISTERED = re.compile(r"""["'][\w.]*:(\w+)["']""")
 
@@ -51,7 +53,7 @@ def module_constant(path: Path, line: int, name: str) -> bool:
 
 
 def dead() -> list[str]:
-    v = Vulture(ignore_names=IGNORE_NAMES)
+    v = Vulture(ignore_names=IGNORE_NAMES, ignore_decorators=IGNORE_DECORATORS)
     v.scavenge([str(SRC), str(WHITELIST)])
     registered = registered_names()
     out = []

@@ -31,5 +31,8 @@ _.elapsed_time
 _.wait_stream
 _.wait_event
 _.record_event
-# simulation/: apparently dead, left to issue 21 (allocator.Allocator, gpus.GPU)
+# simulation/: apparently dead, left to issue 21 (allocator.Allocator, gpus.GPU, replay)
 _.bytes_in_use
+_.reserved_match
+# agents/: apparently unused, left to issue 28 (agents/resources.py)
+_.DOCS

@@ -177,6 +177,9 @@ class DeviceTrace:
         mask = (self.alloc_event <= event) & (self.free_event > event)
         return np.flatnonzero(mask)
 
+    def live_at_peak(self) -> np.ndarray:
+        return self.live_at(self.peak_event_index)
+
     def event_at_time(self, time_us: int) -> int:
         """Index of the last event at or before `time_us` (-1 if before the first)."""
         if self.n_events == 0 or self.time_us[0] < 0:

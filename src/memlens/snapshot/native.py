@@ -36,6 +36,11 @@ def built_replay() -> ModuleType | None:
     return _replay
 
 
+def native() -> ModuleType | None:
+    """The reader extension, or None for the Python path (not built, or switched off)."""
+    return None if _python_asked() else _module
+
+
 def native_replay() -> ModuleType | None:
     """The replay extension, or None for the numpy path (not built, or switched off)."""
     return None if _python_asked() else _replay

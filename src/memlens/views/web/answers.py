@@ -234,6 +234,7 @@ class Span(TypedDict):
     e0: int  # events e0..e1-1 are inside
     e1: int
     depth: int  # the strip's row
+    inferred: bool  # read from the trace (analysis.inferred_steps), not annotated
 
 
 class AnnotationsAnswer(TypedDict):

@@ -214,6 +214,7 @@
  * @property {number} e0
  * @property {number} e1
  * @property {number} depth
+ * @property {boolean} inferred
  */
 /**
  * @typedef {object} AnnotationsAnswer
