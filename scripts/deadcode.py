@@ -31,6 +31,8 @@ IGNORE_NAMES = [
     "_render_traceback_",  # IPython
     "__getattr__",  # module-level lazy attributes (PEP 562)
     "__dir__",
+    "__call__",  # Python's protocols
+    "__instancecheck__",
     "find_class",  # pickle.Unpickler
     "persistent_load",
     "readable",  # io.RawIOBase

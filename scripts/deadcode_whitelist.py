@@ -31,6 +31,10 @@ _.elapsed_time
 _.wait_stream
 _.wait_event
 _.record_event
+_.is_capturing
+_.cudaProfilerStart
+_.cudaProfilerStop
+_.cudaGetErrorString
 # simulation/: apparently dead, left to issue 21 (allocator.Allocator, gpus.GPU, replay)
 _.bytes_in_use
 _.reserved_match
