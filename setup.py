@@ -4,7 +4,7 @@ one-pass replay, memlens.snapshot._fastreplay.
 Everything else about the package is in pyproject.toml, except one build step: the two
 docs the MCP server offers as resources (memlens.agents.resources) are copied into the
 package, so docs/ stays their one source. The extension is optional: when
-there is no C compiler or no zlib header, setuptools warns and the install goes on, and
+there is no C compiler, setuptools warns and the install goes on, and
 memlens reads snapshots with its Python path (several times slower on large files; it
 says so on stderr when it opens one) and replays them with numpy. See
 src/memlens/snapshot/compiled.py and replay.py.
@@ -34,7 +34,6 @@ setup(
         Extension(
             "memlens.snapshot._fastreader",
             sources=["src/memlens/snapshot/_fastreader.c"],
-            libraries=["z"],
             extra_compile_args=["-O2"],
             optional=True,
         ),

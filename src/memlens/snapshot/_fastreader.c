@@ -1,7 +1,8 @@
 /*
- * memlens.snapshot._fastreader: a streaming reader for PyTorch memory-snapshot pickles.
+ * memlens.snapshot._fastreader: a reader for PyTorch memory-snapshot pickles.
  *
- * It runs the pickle opcodes (protocols 2-5; gzip inflated in a stream) itself and writes
+ * It runs the pickle opcodes (protocols 2-5) of a whole pickle in memory (the caller maps
+ * the file, or inflates a gzip stream, and checks it with scan() first) itself and writes
  * every trace entry of device_traces straight into typed columns, so the dict per event
  * that pickle.load builds never exists. Everything else (segments, settings, annotations,
  * frames, stacks) is small and is built as plain Python objects exactly as the restricted
@@ -17,8 +18,7 @@
  *
  * Safety. Opcodes that import or call (GLOBAL, STACK_GLOBAL, INST, OBJ, REDUCE, NEWOBJ,
  * NEWOBJ_EX, EXT1/2/4, PERSID, BINPERSID, BUILD) raise Refused before anything else
- * happens; every declared length is checked against the bytes left (or grown into as
- * decompressed bytes arrive, never allocated up front); stack, marks and memo are bounded
+ * happens; every declared length is checked against the bytes left; stack, marks and memo are bounded
  * by the limits the caller passes. Any failure is a Python exception, never a crash.
  */
 #define PY_SSIZE_T_CLEAN
@@ -26,8 +26,6 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <zlib.h>
 
 /* ------------------------------------------------------------------ exceptions */
 static PyObject *Fallback;  /* shape we do not handle: read with the Python path */
@@ -35,7 +33,6 @@ static PyObject *Corrupt;   /* not a readable pickle: args (detail,) */
 static PyObject *Truncated; /* the pickle ends before STOP */
 static PyObject *Refused;   /* args (opcode name, protocol, module or None, name or None) */
 static PyObject *LimitHit;  /* args (limit name, value, limit) */
-static PyObject *GzipBad;   /* args (detail,) */
 
 static int fallback(const char *why) {
     PyErr_SetString(Fallback, why);
@@ -62,114 +59,14 @@ static int limit_hit(const char *name, unsigned long long value, unsigned long l
 }
 
 /* ------------------------------------------------------------------ input */
+/* The whole pickle, borrowed from the caller's buffer (a mapped file or inflated bytes). */
 typedef struct {
-    FILE *fp;
-    int gz;
-    z_stream zs;
-    int zs_live;
-    unsigned char *zin;
-    size_t zin_cap;
-    int zin_eof;
-    int z_end;
-    unsigned char *buf;
-    size_t cap, pos, len;
-    unsigned long long file_left;    /* plain files: bytes not yet read from the file */
-    unsigned long long produced;     /* gzip: decompressed bytes so far */
-    unsigned long long max_produced; /* gzip: limit on them */
+    const unsigned char *buf;
+    size_t pos, len;
 } Input;
 
-#define CHUNK (1u << 20)
-
-/* Read up to `room` bytes into dst; 0 at the end of the data, -1 on error. */
-static Py_ssize_t input_fill(Input *in, unsigned char *dst, size_t room) {
-    if (!in->gz) {
-        size_t got = fread(dst, 1, room, in->fp);
-        if (got == 0 && ferror(in->fp)) {
-            PyErr_SetFromErrno(PyExc_OSError);
-            return -1;
-        }
-        in->file_left -= got < in->file_left ? got : in->file_left;
-        return (Py_ssize_t)got;
-    }
-    if (room > (size_t)UINT32_MAX) room = UINT32_MAX;
-    in->zs.next_out = dst;
-    in->zs.avail_out = (uInt)room;
-    while (in->zs.avail_out == room) {
-        if (in->z_end) {
-            /* another gzip member or trailing bytes: Python's gzip rules apply */
-            if (in->zs.avail_in > 0) return fallback("data after the first gzip member");
-            if (!in->zin_eof) {
-                size_t more = fread(in->zin, 1, 1, in->fp);
-                if (more) return fallback("data after the first gzip member");
-                in->zin_eof = 1;
-            }
-            return 0;
-        }
-        if (in->zs.avail_in == 0 && !in->zin_eof) {
-            size_t got = fread(in->zin, 1, in->zin_cap, in->fp);
-            if (got == 0) {
-                if (ferror(in->fp)) {
-                    PyErr_SetFromErrno(PyExc_OSError);
-                    return -1;
-                }
-                in->zin_eof = 1;
-            }
-            in->zs.next_in = in->zin;
-            in->zs.avail_in = (uInt)got;
-        }
-        int r = inflate(&in->zs, Z_NO_FLUSH);
-        if (r == Z_STREAM_END) {
-            in->z_end = 1;
-        } else if (r == Z_BUF_ERROR) {
-            if (in->zin_eof && in->zs.avail_in == 0) {
-                if (in->zs.avail_out != room) break;
-                /* the compressed data ends before its end marker: truncated */
-                return 0;
-            }
-        } else if (r != Z_OK) {
-            PyErr_SetString(GzipBad, in->zs.msg ? in->zs.msg : "invalid compressed data");
-            return -1;
-        }
-    }
-    size_t got = room - in->zs.avail_out;
-    in->produced += got;
-    if (in->produced > in->max_produced)
-        return limit_hit("decompressed", in->produced, in->max_produced);
-    return (Py_ssize_t)got;
-}
-
-/* Make at least `need` unread bytes available at buf+pos. 0 ok, 1 truncated, -1 error. */
-static int input_need(Input *in, size_t need) {
-    size_t have = in->len - in->pos;
-    if (have >= need) return 0;
-    if (!in->gz && (unsigned long long)(need - have) > in->file_left) return 1;
-    if (in->pos) {
-        memmove(in->buf, in->buf + in->pos, have);
-        in->len = have;
-        in->pos = 0;
-    }
-    while (in->len < need) {
-        if (in->len == in->cap) {
-            /* grow: plain files straight to the need (already checked against the bytes
-               left); gzip by doubling, so a huge declared length costs only the bytes
-               that really arrive */
-            size_t ncap = need;
-            if (in->gz && in->cap * 2 < need) ncap = in->cap * 2;
-            unsigned char *nb = realloc(in->buf, ncap);
-            if (!nb) {
-                PyErr_NoMemory();
-                return -1;
-            }
-            in->buf = nb;
-            in->cap = ncap;
-        }
-        Py_ssize_t got = input_fill(in, in->buf + in->len, in->cap - in->len);
-        if (got < 0) return -1;
-        if (got == 0) return 1;
-        in->len += (size_t)got;
-    }
-    return 0;
-}
+/* Are `need` unread bytes at buf+pos? 0 yes, 1 truncated. */
+static int input_need(Input *in, size_t need) { return in->len - in->pos >= need ? 0 : 1; }
 
 /* ------------------------------------------------------------------ growable buffers */
 typedef struct {
@@ -1556,12 +1453,11 @@ static int push_long(VM *vm, const unsigned char *p, size_t n) {
    key/value pairs, SETITEMS. Keys are memo-shared strings naming typed fields; values are
    small ints, strings, None, memo references, or a frames list of memo-shared frames. The
    entry becomes the same pending Row the machine would have made. Anything else (a key seen for the first time, a new frame dict, an unknown
-   field, a value the columns do not type, the lookahead running out) and nothing has
+   field, a value the columns do not type, the end of the data) and nothing has
    happened: the machine reads the entry opcode by opcode instead. The opcode machine is
    the reference; this is a shortcut through it for the common shape, with the same
    outcome (tests/snapshot/test_compiled_equality.py compares both with the Python path). */
 
-#define FAST_LOOKAHEAD 8192
 #define FAST_PUTS 16
 
 typedef struct {
@@ -1824,13 +1720,6 @@ static inline int fast_value(VM *vm, Fast *f, int fld, Val *out) {
 static int fast_entry(VM *vm) {
     if (vm->nmarks + 2 > vm->max_marks || vm->sp + 1 > vm->max_stack) return 0;
     Input *in = &vm->in;
-    size_t have = in->len - in->pos;
-    if (have < FAST_LOOKAHEAD) {
-        size_t want = FAST_LOOKAHEAD;
-        if (!in->gz && have + in->file_left < want) want = have + (size_t)in->file_left;
-        /* an input error here is left for the machine to meet when it gets there */
-        if (input_need(in, want) < 0) PyErr_Clear();
-    }
     Fast f; /* not zeroed as a whole: put[] is written before it is read */
     f.p = in->buf + in->pos;
     f.end = in->buf + in->len;
@@ -1952,12 +1841,7 @@ static int refuse(VM *vm, int op) {
     if (op == 'c' || op == 'i') {
         /* two text lines: look at what is there, at most 512 bytes */
         size_t have = vm->in.len - vm->in.pos;
-        if (have < 512) {
-            size_t want = 512;
-            if (!vm->in.gz && have + vm->in.file_left < want) want = have + vm->in.file_left;
-            if (input_need(&vm->in, want) < 0) PyErr_Clear();
-        }
-        have = vm->in.len - vm->in.pos;
+        if (have > 512) have = 512;
         const char *s = (const char *)vm->in.buf + vm->in.pos;
         const char *nl1 = memchr(s, '\n', have);
         if (nl1) {
@@ -2020,11 +1904,11 @@ static PyObject *run(VM *vm) {
             }
             vm->proto = in->buf[in->pos++];
             break;
-        case 0x95: { /* FRAME: a length hint; it must fit in what is left of the file */
+        case 0x95: { /* FRAME: a length hint; it must fit in what is left (scan() checks) */
             NEED(8);
             uint64_t flen = (uint64_t)rd_le(in->buf + in->pos, 8);
             in->pos += 8;
-            if (!in->gz && flen > in->file_left + (in->len - in->pos)) goto truncated;
+            if (flen > in->len - in->pos) goto truncated;
             break;
         }
         case '.': { /* STOP */
@@ -2389,6 +2273,209 @@ error:
     return NULL;
 }
 
+/* ------------------------------------------------------------------ pre-scan */
+/* prescan.py's pass over a whole pickle, in C: the same estimate of what CPython's
+   unpickler would allocate, from the same costs (passed in from prescan.py, so there is
+   one table), the same refusals and the same truncations, at the same positions
+   (tests/hostile/test_prescan.py compares the two). */
+enum { C_DICT, C_LIST, C_TUPLE, C_SET, C_DICT_ITEM, C_LIST_ITEM, C_TUPLE_ITEM, C_SET_ITEM,
+       C_INT, C_FLOAT, C_STR, C_BYTES, C_MEMO_SLOT, C_STACK_SLOT, NCOSTS };
+
+static const char *scan_refused(int op) {
+    switch (op) {
+    case 'c': case 'i': case 0x93: return NULL; /* find_class refuses them, naming them */
+    default: return refused_name(op);
+    }
+}
+
+PyDoc_STRVAR(scan_doc, "scan(data, memory_limit, costs)\n--\n\n"
+                       "(status, refused opcode name, estimated bytes, position): see "
+                       "prescan.scan, which this is, in C.");
+
+static PyObject *fr_scan(PyObject *Py_UNUSED(mod), PyObject *args) {
+    Py_buffer view;
+    unsigned long long limit;
+    PyObject *costs_obj;
+    if (!PyArg_ParseTuple(args, "y*KO!:scan", &view, &limit, &PyTuple_Type, &costs_obj))
+        return NULL;
+    uint64_t c[NCOSTS];
+    if (PyTuple_GET_SIZE(costs_obj) != NCOSTS) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_ValueError, "costs: a tuple of 14 ints");
+        return NULL;
+    }
+    for (int j = 0; j < NCOSTS; j++) {
+        c[j] = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(costs_obj, j));
+        if (PyErr_Occurred()) {
+            PyBuffer_Release(&view);
+            return NULL;
+        }
+    }
+    /* what a pushing opcode costs; -1 for opcodes that push nothing */
+    int64_t push[256];
+    for (int j = 0; j < 256; j++) push[j] = -1;
+    const unsigned char zero[] = "NK M hjg2)\x88\x89";
+    for (const unsigned char *z = zero; *z; z++)
+        if (*z != ' ') push[*z] = 0;
+    push[')'] = 0;
+    push['}'] = (int64_t)c[C_DICT];
+    push[']'] = (int64_t)c[C_LIST];
+    push[0x8f] = (int64_t)c[C_SET];
+    const unsigned char ints[] = "JIL\x8a\x8b", floats[] = "GF", strs[] = "\x8cX\x8dVUTS",
+                        bytes_[] = "CB\x8e\x96";
+    for (const unsigned char *z = ints; *z; z++) push[*z] = (int64_t)c[C_INT];
+    for (const unsigned char *z = floats; *z; z++) push[*z] = (int64_t)c[C_FLOAT];
+    for (const unsigned char *z = strs; *z; z++) push[*z] = (int64_t)c[C_STR];
+    for (const unsigned char *z = bytes_; *z; z++) push[*z] = (int64_t)c[C_BYTES];
+
+    const unsigned char *d = view.buf;
+    const size_t n = (size_t)view.len;
+    size_t pos = 0, height = 0, peak = 0, nmarks = 0, marks_cap = 0;
+    size_t *marks = NULL;
+    uint64_t cost = 0, memo_len = 0;
+    int64_t memo_top = -1;
+    const uint64_t lim = limit ? limit : (1ULL << 62);
+    const char *status = "ok", *opname = "";
+#define TOTAL() (cost + c[C_MEMO_SLOT] * (uint64_t)(memo_top + 1) + c[C_STACK_SLOT] * (uint64_t)peak)
+#define SCAN_END(st) do { status = (st); goto out; } while (0)
+    while (pos < n) {
+        const int op = d[pos++];
+        if (op == '.') break;
+        const char *refused = scan_refused(op);
+        if (refused) {
+            opname = refused;
+            pos--;
+            SCAN_END("refused");
+        }
+        if (op == 'c' || op == 'i' || op == 0x93) break;
+        size_t width = 0;
+        switch (op) {
+        case 0x80: case 'K': case 'h': case 'q': case 0x82: width = 1; break;
+        case 'M': case 0x83: width = 2; break;
+        case 'J': case 'j': case 'r': case 0x84: width = 4; break;
+        case 'G': case 0x95: width = 8; break;
+        }
+        if (width) {
+            if (pos + width > n) SCAN_END("truncated");
+            if (op == 0x95 && ld_le(d + pos, 8) > n - pos - 8) { /* FRAME past the end */
+                pos += width;
+                SCAN_END("truncated");
+            }
+            if (op == 'q' || op == 'r') {
+                int64_t idx = op == 'q' ? d[pos] : (int64_t)ld32(d + pos);
+                if (idx > memo_top) memo_top = idx;
+                memo_len++;
+            } else if (op == 'M' && (d[pos] | (d[pos + 1] << 8)) > 256) {
+                cost += c[C_INT];
+            }
+            pos += width;
+        } else {
+            int lw = 0, is_signed = 0;
+            switch (op) {
+            case 0x8c: case 'C': case 'U': case 0x8a: lw = 1; break;
+            case 'X': case 'B': lw = 4; break;
+            case 'T': case 0x8b: lw = 4; is_signed = 1; break;
+            case 0x8d: case 0x8e: case 0x96: lw = 8; break;
+            }
+            if (lw) {
+                if (pos + (size_t)lw > n) SCAN_END("truncated");
+                uint64_t raw = ld_le(d + pos, lw);
+                pos += (size_t)lw;
+                if (is_signed && (raw & 0x80000000u)) SCAN_END("truncated");
+                if (raw > n - pos) SCAN_END("truncated");
+                uint64_t per = 1;
+                if (op == 0x8c || op == 'X' || op == 0x8d)
+                    for (size_t k = 0; k < raw; k++)
+                        if (d[pos + k] & 0x80) {
+                            per = 4;
+                            break;
+                        }
+                cost += per * raw;
+                pos += (size_t)raw;
+            } else if (op == 'I' || op == 'L' || op == 'F' || op == 'S' || op == 'V' ||
+                       op == 'g' || op == 'p') {
+                const unsigned char *nl = memchr(d + pos, '\n', n - pos);
+                if (!nl) SCAN_END("truncated");
+                size_t len = (size_t)(nl - (d + pos));
+                if (op == 'p') {
+                    if (len == 0 || len > 18) SCAN_END("bad-put");
+                    int64_t idx = 0;
+                    for (size_t k = 0; k < len; k++) {
+                        if (d[pos + k] < '0' || d[pos + k] > '9') SCAN_END("bad-put");
+                        idx = idx * 10 + (d[pos + k] - '0');
+                    }
+                    if (idx > memo_top) memo_top = idx;
+                    memo_len++;
+                }
+                cost += 4 * (uint64_t)len;
+                pos += len + 1;
+            } else if (op == 0x94) {
+                if ((int64_t)memo_len > memo_top) memo_top = (int64_t)memo_len;
+                memo_len++;
+            }
+        }
+        if (push[op] >= 0) {
+            cost += (uint64_t)push[op];
+            if (++height > peak) peak = height;
+        } else if (op == '(') {
+            if (nmarks == marks_cap) {
+                size_t ncap = marks_cap ? marks_cap * 2 : 64;
+                size_t *nm = realloc(marks, ncap * sizeof *nm);
+                if (!nm) {
+                    free(marks);
+                    PyBuffer_Release(&view);
+                    return PyErr_NoMemory();
+                }
+                marks = nm;
+                marks_cap = ncap;
+            }
+            marks[nmarks++] = height;
+            cost += c[C_STACK_SLOT];
+        } else if (op == 'l' || op == 't' || op == 'd' || op == 0x91 || op == 'e' ||
+                   op == 'u' || op == 0x90 || op == '1') {
+            uint64_t made = 0, per = 0;
+            size_t left = 1;
+            switch (op) {
+            case 'l': made = c[C_LIST]; per = c[C_LIST_ITEM]; break;
+            case 't': made = c[C_TUPLE]; per = c[C_TUPLE_ITEM]; break;
+            case 'd': made = c[C_DICT]; per = c[C_DICT_ITEM] / 2; break;
+            case 0x91: made = c[C_SET]; per = c[C_SET_ITEM]; break;
+            case 'e': per = c[C_LIST_ITEM]; left = 0; break;
+            case 'u': per = c[C_DICT_ITEM] / 2; left = 0; break;
+            case 0x90: per = c[C_SET_ITEM]; left = 0; break;
+            default: left = 0; break; /* POP_MARK */
+            }
+            size_t base = nmarks ? marks[--nmarks] : 0;
+            cost += made + per * (height > base ? height - base : 0);
+            height = base + left;
+            if (height > peak) peak = height;
+        } else {
+            size_t k = 0, left = 1;
+            uint64_t add = 0;
+            switch (op) {
+            case 'a': k = 2; add = c[C_LIST_ITEM]; break;
+            case 's': k = 3; add = c[C_DICT_ITEM]; break;
+            case '0': k = 1; left = 0; break;
+            case 0x85: k = 1; add = c[C_TUPLE] + c[C_TUPLE_ITEM]; break;
+            case 0x86: k = 2; add = c[C_TUPLE] + 2 * c[C_TUPLE_ITEM]; break;
+            case 0x87: k = 3; add = c[C_TUPLE] + 3 * c[C_TUPLE_ITEM]; break;
+            default: left = 0; break;
+            }
+            if (k) {
+                cost += add;
+                height = (height > k ? height - k : 0) + left;
+            }
+        }
+        if (TOTAL() > lim) SCAN_END("memory");
+    }
+out:
+    free(marks);
+    PyBuffer_Release(&view);
+    return Py_BuildValue("(ssKn)", status, opname, (unsigned long long)TOTAL(), (Py_ssize_t)pos);
+#undef TOTAL
+#undef SCAN_END
+}
+
 static void vm_free(VM *vm) {
     for (Py_ssize_t i = 0; i < vm->sp; i++) discard(vm, &vm->stack[i]);
     free(vm->stack);
@@ -2408,32 +2495,27 @@ static void vm_free(VM *vm) {
     free(vm->rows);
     for (int i = 0; i < vm->nkeys; i++) Py_DECREF(vm->key_cache[i]);
     for (int i = 0; i < 4096; i++) Py_XDECREF(vm->strcache[i]);
-    if (vm->in.zs_live) inflateEnd(&vm->in.zs);
-    free(vm->in.zin);
-    free(vm->in.buf);
-    if (vm->in.fp) fclose(vm->in.fp);
     Py_XDECREF(vm->root);
     Py_XDECREF(vm->dtlist);
 }
 
 PyDoc_STRVAR(read_doc,
-             "read(path, gzip, known_fields, max_memo, max_stack, max_depth, max_decompressed,\n"
-             "     max_string)\n"
+             "read(data, known_fields, max_memo, max_stack, max_depth, max_string)\n"
              "--\n\n"
-             "(top-level object, bytes of pickle read): the object has every device trace list\n"
-             "as a Columns.\n"
-             "Raises Fallback, Corrupt, Truncated, Refused, LimitHit, GzipBad or OSError.");
+             "The top-level object of the pickle in `data` (bytes-like, checked by scan()),\n"
+             "with every device trace list as a Columns.\n"
+             "Raises Fallback, Corrupt, Truncated, Refused or LimitHit.");
 
 static PyObject *fr_read(PyObject *Py_UNUSED(mod), PyObject *args) {
-    PyObject *path_obj, *known;
-    int gz;
-    unsigned long long max_memo, max_stack, max_depth, max_dec, max_string;
-    if (!PyArg_ParseTuple(args, "O&pO!KKKKK", PyUnicode_FSConverter, &path_obj, &gz, &PySet_Type,
-                          &known, &max_memo, &max_stack, &max_depth, &max_dec, &max_string))
+    Py_buffer view;
+    PyObject *known;
+    unsigned long long max_memo, max_stack, max_depth, max_string;
+    if (!PyArg_ParseTuple(args, "y*O!KKKK", &view, &PySet_Type, &known, &max_memo, &max_stack,
+                          &max_depth, &max_string))
         return NULL;
     VM *vm = calloc(1, sizeof(VM));
     if (!vm) {
-        Py_DECREF(path_obj);
+        PyBuffer_Release(&view);
         return PyErr_NoMemory();
     }
     PyObject *result = NULL;
@@ -2449,59 +2531,27 @@ static PyObject *fr_read(PyObject *Py_UNUSED(mod), PyObject *args) {
     vm->marks_cap = 64 < vm->max_marks ? 64 : vm->max_marks;
     vm->stack = malloc((size_t)vm->stack_cap * sizeof(Val));
     vm->marks = malloc((size_t)vm->marks_cap * sizeof(Py_ssize_t));
-    Input *in = &vm->in;
-    in->cap = CHUNK;
-    in->buf = malloc(in->cap);
-    if (!vm->marker || !vm->s_device_traces || !vm->stack || !vm->marks || !in->buf) {
+    vm->in.buf = view.buf;
+    vm->in.len = (size_t)view.len;
+    /* PyTorch's entries take 70-80 bytes of pickle: a slight overestimate */
+    vm->rows_hint = (size_t)view.len / 64;
+    if (!vm->marker || !vm->s_device_traces || !vm->stack || !vm->marks) {
         if (!PyErr_Occurred()) PyErr_NoMemory();
         goto done;
     }
-    in->fp = fopen(PyBytes_AS_STRING(path_obj), "rb");
-    if (!in->fp) {
-        PyErr_SetFromErrnoWithFilenameObject(PyExc_OSError, path_obj);
-        goto done;
-    }
-    struct stat st;
-    if (fstat(fileno(in->fp), &st) < 0) {
-        PyErr_SetFromErrno(PyExc_OSError);
-        goto done;
-    }
-    in->file_left = (unsigned long long)st.st_size;
-    /* PyTorch's entries take 70-80 bytes of pickle: a slight overestimate for plain files
-       (a gzip stream's size says too little) */
-    vm->rows_hint = gz ? 0 : (size_t)(st.st_size / 64);
-    in->gz = gz;
-    if (gz) {
-        in->zin_cap = CHUNK;
-        in->zin = malloc(in->zin_cap);
-        if (!in->zin) {
-            PyErr_NoMemory();
-            goto done;
-        }
-        if (inflateInit2(&in->zs, 16 + MAX_WBITS) != Z_OK) {
-            PyErr_SetString(PyExc_MemoryError, "zlib could not start");
-            goto done;
-        }
-        in->zs_live = 1;
-        in->max_produced = max_dec;
-    }
-    {
-        PyObject *top = run(vm);
-        if (top) {
-            result = Py_BuildValue("(NK)", top, gz ? vm->in.produced : (unsigned long long)st.st_size);
-        }
-    }
+    result = run(vm);
 done:
     vm_free(vm);
     Py_XDECREF(vm->marker);
     Py_XDECREF(vm->s_device_traces);
     free(vm);
-    Py_DECREF(path_obj);
+    PyBuffer_Release(&view);
     return result;
 }
 
 static PyMethodDef fr_methods[] = {
     {"read", fr_read, METH_VARARGS, read_doc},
+    {"scan", fr_scan, METH_VARARGS, scan_doc},
     {NULL, NULL, 0, NULL},
 };
 
@@ -2525,7 +2575,7 @@ PyMODINIT_FUNC PyInit__fastreader(void) {
         PyObject **slot;
         const char *name;
     } excs[] = {{&Fallback, "Fallback"}, {&Corrupt, "Corrupt"},   {&Truncated, "Truncated"},
-                {&Refused, "Refused"},   {&LimitHit, "LimitHit"}, {&GzipBad, "GzipBad"}};
+                {&Refused, "Refused"},   {&LimitHit, "LimitHit"}};
     for (size_t i = 0; i < sizeof excs / sizeof excs[0]; i++) {
         char full[96];
         snprintf(full, sizeof full, "memlens.snapshot._fastreader.%s", excs[i].name);

@@ -17,16 +17,15 @@ extension is not built.
 
 from __future__ import annotations
 
-import gzip
 import os
 import sys
-import zlib
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from memlens.errors import SnapshotError, UnsafePickleError
+from memlens.snapshot import prescan
 from memlens.snapshot.actions import Action
 from memlens.snapshot.builder import build_snapshot
 from memlens.snapshot.checks import check_sizes
@@ -40,7 +39,7 @@ from memlens.snapshot.entries import (
 from memlens.snapshot.limits import RULES, LimitExceeded, Limits, limits_for
 from memlens.snapshot.model import Snapshot
 from memlens.snapshot.native import READER_ENV
-from memlens.snapshot.reader import GZIP_MAGIC, normalize_top_level
+from memlens.snapshot.reader import normalize_top_level, open_data
 from memlens.snapshot.safe_pickle import loads_plain_pickle
 
 try:
@@ -110,43 +109,31 @@ def _tell_slow(path: Path) -> None:
 def read_compiled(path: Path, name: str) -> tuple[Any, Limits] | None:
     """(top-level object with device traces as Columns, limits to build it with), or None
     when the file is for the Python path (not a protocol 2+ pickle, or a shape the C reader
-    declines)."""
+    declines). The bytes come from the function the Python path uses (reader.open_data),
+    and pass the same scan (prescan.check): both readers refuse the same files alike."""
     try:
-        size = path.stat().st_size
-        with open(path, "rb") as fh:
-            head = fh.read(2)
-        gz = head == GZIP_MAGIC
-        if gz:
-            with gzip.open(path) as inner:
-                head = inner.read(1)
-    except (OSError, EOFError, zlib.error):
+        with open_data(path) as (data, what, memory_limit):
+            if data[:1] != PROTO:
+                return None
+            prescan.check(data, what=what, memory_limit=memory_limit)
+            return _read(data, name, what, len(data))
+    except OSError:
         return None  # the Python path says what is wrong, in its words
-    if head[:1] != PROTO:
-        return None
-    what = f"{name} (gzip)" if gz else name
-    # the same limits the Python path derives: from the file, or for a gzip stream from
-    # the ratio its 'decompressed' limit allows (reader._read_stream)
-    expected = size * 10 if gz else size
-    lim = limits_for(expected)
+
+
+def _read(data: Any, name: str, what: str, size: int) -> tuple[Any, Limits] | None:
+    lim = limits_for(size)
     # The C reader's own memory stays near the file's size: its memo (8 bytes an entry)
     # and stack (16) get at most a quarter and an eighth of an entry per byte. PyTorch's
-    # pickles need far less; a file that needs more is left to the Python path, whose
-    # 'memory' limit then applies.
-    memo_cap, stack_cap = max(1 << 20, expected // 4), max(1 << 16, expected // 8)
+    # pickles need far less; a file that needs more is left to the Python path.
+    memo_cap, stack_cap = max(1 << 20, size // 4), max(1 << 16, size // 8)
     max_memo = min(lim.memo or NO_LIMIT, memo_cap)
     max_stack = min(lim.items or NO_LIMIT, stack_cap)
     try:
-        raw, total = _fastreader.read(
-            name,
-            gz,
-            KNOWN_ENTRY_FIELDS,
-            max_memo,
-            max_stack,
-            lim.depth or NO_LIMIT,
-            limits_for(size).decompressed or NO_LIMIT,
-            NO_LIMIT,
+        raw = _fastreader.read(
+            data, KNOWN_ENTRY_FIELDS, max_memo, max_stack, lim.depth or NO_LIMIT, NO_LIMIT
         )
-    except (_fastreader.Fallback, OSError):
+    except _fastreader.Fallback:
         return None
     except _fastreader.Truncated:
         _say_as_python(b"\x80\x02", what)  # EOF before STOP, worded by the unpickler
@@ -155,8 +142,6 @@ def read_compiled(path: Path, name: str) -> tuple[Any, Limits] | None:
         raise _refusal(*exc.args, what=what) from None
     except _fastreader.Corrupt as exc:
         raise SnapshotError(f"{what} is not a readable pickle ({exc.args[0]})") from None
-    except _fastreader.GzipBad as exc:
-        raise SnapshotError(f"{name}: gzip data is corrupt or truncated ({exc.args[0]})") from None
     except _fastreader.LimitHit as exc:
         limit_name, value, limit = exc.args
         own = {
@@ -171,7 +156,7 @@ def read_compiled(path: Path, name: str) -> tuple[Any, Limits] | None:
                 f"{what} is not a readable pickle (a {limit_name} of {value:,} bytes)"
             ) from None
         raise LimitExceeded(limit_name, limit, f"{value:,} while reading").at(name) from None
-    return raw, limits_for(total)
+    return raw, lim
 
 
 def _say_as_python(data: bytes, what: str) -> None:
@@ -192,16 +177,7 @@ def _refusal(op: str, proto: int, module: Any, name: Any, *, what: str) -> Excep
                 return exc
             except SnapshotError:
                 pass
-    if op in ("PERSID", "BINPERSID"):
-        try:
-            _say_as_python(b"\x80\x02NQ.", what)
-        except UnsafePickleError as exc:
-            return exc
-    return UnsafePickleError(
-        f"refused to load: the pickle uses {op}, which calls or imports code; "
-        "memory snapshots contain only plain data, so this file is not a safe snapshot "
-        "(nothing was executed)"
-    )
+    return prescan.refusal(op)
 
 
 class CompiledTrace:
