@@ -2288,15 +2288,16 @@ static const char *scan_refused(int op) {
     }
 }
 
-PyDoc_STRVAR(scan_doc, "scan(data, memory_limit, costs)\n--\n\n"
+PyDoc_STRVAR(scan_doc, "scan(data, memory_limit, memo_limit, costs)\n--\n\n"
                        "(status, refused opcode name, estimated bytes, position): see "
                        "prescan.scan, which this is, in C.");
 
 static PyObject *fr_scan(PyObject *Py_UNUSED(mod), PyObject *args) {
     Py_buffer view;
-    unsigned long long limit;
+    unsigned long long limit, memo_limit;
     PyObject *costs_obj;
-    if (!PyArg_ParseTuple(args, "y*KO!:scan", &view, &limit, &PyTuple_Type, &costs_obj))
+    if (!PyArg_ParseTuple(args, "y*KKO!:scan", &view, &limit, &memo_limit, &PyTuple_Type,
+                          &costs_obj))
         return NULL;
     uint64_t c[NCOSTS];
     if (PyTuple_GET_SIZE(costs_obj) != NCOSTS) {
@@ -2335,9 +2336,12 @@ static PyObject *fr_scan(PyObject *Py_UNUSED(mod), PyObject *args) {
     uint64_t cost = 0, memo_len = 0;
     int64_t memo_top = -1;
     const uint64_t lim = limit ? limit : (1ULL << 62);
+    const int64_t memo_max = memo_limit && memo_limit < (1ULL << 62) ? (int64_t)memo_limit : (1LL << 62);
+    uint64_t memo_named = 0; /* for a "memo" status: the slots named */
     const char *status = "ok", *opname = "";
 #define TOTAL() (cost + c[C_MEMO_SLOT] * (uint64_t)(memo_top + 1) + c[C_STACK_SLOT] * (uint64_t)peak)
 #define SCAN_END(st) do { status = (st); goto out; } while (0)
+#define MEMO_CHECK(at) do { if (memo_top >= memo_max) { memo_named = (uint64_t)memo_top + 1; pos = (at); SCAN_END("memo"); } } while (0)
     while (pos < n) {
         const int op = d[pos++];
         if (op == '.') break;
@@ -2365,6 +2369,7 @@ static PyObject *fr_scan(PyObject *Py_UNUSED(mod), PyObject *args) {
                 int64_t idx = op == 'q' ? d[pos] : (int64_t)ld32(d + pos);
                 if (idx > memo_top) memo_top = idx;
                 memo_len++;
+                MEMO_CHECK(pos - 1);
             } else if (op == 'M' && (d[pos] | (d[pos + 1] << 8)) > 256) {
                 cost += c[C_INT];
             }
@@ -2406,12 +2411,14 @@ static PyObject *fr_scan(PyObject *Py_UNUSED(mod), PyObject *args) {
                     }
                     if (idx > memo_top) memo_top = idx;
                     memo_len++;
+                    MEMO_CHECK(pos - 1);
                 }
                 cost += 4 * (uint64_t)len;
                 pos += len + 1;
             } else if (op == 0x94) {
                 if ((int64_t)memo_len > memo_top) memo_top = (int64_t)memo_len;
                 memo_len++;
+                MEMO_CHECK(pos - 1);
             }
         }
         if (push[op] >= 0) {
@@ -2471,7 +2478,9 @@ static PyObject *fr_scan(PyObject *Py_UNUSED(mod), PyObject *args) {
 out:
     free(marks);
     PyBuffer_Release(&view);
-    return Py_BuildValue("(ssKn)", status, opname, (unsigned long long)TOTAL(), (Py_ssize_t)pos);
+    return Py_BuildValue("(ssKn)", status, opname,
+                         (unsigned long long)(memo_named ? memo_named : TOTAL()), (Py_ssize_t)pos);
+#undef MEMO_CHECK
 #undef TOTAL
 #undef SCAN_END
 }

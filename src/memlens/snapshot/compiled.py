@@ -115,7 +115,8 @@ def read_compiled(path: Path, name: str) -> tuple[Any, Limits] | None:
         with open_data(path) as (data, what, memory_limit):
             if data[:1] != PROTO:
                 return None
-            prescan.check(data, what=what, memory_limit=memory_limit)
+            memo_limit = limits_for(len(data)).memo
+            prescan.check(data, what=what, memory_limit=memory_limit, memo_limit=memo_limit)
             return _read(data, name, what, len(data))
     except OSError:
         return None  # the Python path says what is wrong, in its words
@@ -125,13 +126,13 @@ def _read(data: Any, name: str, what: str, size: int) -> tuple[Any, Limits] | No
     lim = limits_for(size)
     # The C reader's own memory stays near the file's size: its memo (8 bytes an entry)
     # and stack (16) get at most a quarter and an eighth of an entry per byte. PyTorch's
-    # pickles need far less; a file that needs more is left to the Python path.
+    # pickles need far less; a file that needs more is left to the Python path, whose
+    # answer is the same (the 'memo' limit is checked by the scan, for both).
     memo_cap, stack_cap = max(1 << 20, size // 4), max(1 << 16, size // 8)
-    max_memo = min(lim.memo or NO_LIMIT, memo_cap)
     max_stack = min(lim.items or NO_LIMIT, stack_cap)
     try:
         raw = _fastreader.read(
-            data, KNOWN_ENTRY_FIELDS, max_memo, max_stack, lim.depth or NO_LIMIT, NO_LIMIT
+            data, KNOWN_ENTRY_FIELDS, memo_cap, max_stack, lim.depth or NO_LIMIT, NO_LIMIT
         )
     except _fastreader.Fallback:
         return None
@@ -144,10 +145,8 @@ def _read(data: Any, name: str, what: str, size: int) -> tuple[Any, Limits] | No
         raise SnapshotError(f"{what} is not a readable pickle ({exc.args[0]})") from None
     except _fastreader.LimitHit as exc:
         limit_name, value, limit = exc.args
-        own = {
-            "memo": memo_cap < (lim.memo or NO_LIMIT),
-            "stack": stack_cap < (lim.items or NO_LIMIT),
-        }
+        # the memo is the scan's to bound (the 'memo' limit), for both readers alike
+        own = {"memo": True, "stack": stack_cap < (lim.items or NO_LIMIT)}
         if own.get(limit_name):
             return None  # the reader's own bound, not a user limit: the Python path decides
         limit_name = "items" if limit_name == "stack" else limit_name

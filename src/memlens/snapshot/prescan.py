@@ -96,21 +96,24 @@ def refusal(op: str) -> UnsafePickleError:
     )
 
 
-def check(data: Any, *, what: str, memory_limit: int) -> int:
+def check(data: Any, *, what: str, memory_limit: int, memo_limit: int) -> int:
     """Scan `data` (a whole pickle, bytes-like) before anything reads it; return the bytes
     the unpickler is estimated to allocate. Raises UnsafePickleError, SnapshotError
-    (truncated, or a PUT index that is not a plain number) or LimitExceeded('memory')."""
+    (truncated, or a PUT index that is not a plain number) or LimitExceeded ('memo': a memo
+    index past the limit; 'memory')."""
     fast = built()
     if fast is not None:
-        status, op, cost, pos = fast.scan(data, memory_limit, COSTS)
+        status, op, cost, pos = fast.scan(data, memory_limit, memo_limit, COSTS)
     else:
-        status, op, cost, pos = scan(data, memory_limit)
+        status, op, cost, pos = scan(data, memory_limit, memo_limit)
     if status == "refused":
         raise refusal(op)
     if status == "truncated":
         raise SnapshotError(f"{what} is truncated: the pickle ends before its STOP opcode")
     if status == "bad-put":
         raise SnapshotError(f"{what} is not a readable pickle (a PUT index that is not a number)")
+    if status == "memo":
+        raise LimitExceeded("memo", memo_limit, f"a memo index of {cost - 1:,} at byte {pos:,}")
     if status == "memory":
         raise LimitExceeded(
             "memory", memory_limit, f"the unpickler would need {cost:,} by byte {pos:,}"
@@ -118,10 +121,11 @@ def check(data: Any, *, what: str, memory_limit: int) -> int:
     return int(cost)
 
 
-def scan(data: Any, memory_limit: int) -> tuple[str, str, int, int]:
+def scan(data: Any, memory_limit: int, memo_limit: int) -> tuple[str, str, int, int]:
     """The pass itself, in Python (for builds without the compiled reader; `_fastreader.scan`
     does the same in C): (status, refused opcode's name, estimated bytes, position), status
-    one of ok, refused, truncated, bad-put, memory."""
+    one of ok, refused, truncated, bad-put, memo (the value is then the slots named),
+    memory."""
     data = bytes(data)
     n = len(data)
     pos = 0
@@ -129,6 +133,7 @@ def scan(data: Any, memory_limit: int) -> tuple[str, str, int, int]:
     memo_top = -1  # largest memo index named so far
     memo_len = 0  # MEMOIZE's index: the entries so far
     limit = memory_limit or (1 << 62)
+    memo_max = memo_limit or (1 << 62)
     marks: list[int] = []  # the stack's height at each open MARK
     height = peak = 0  # of the unpickler's stack
     unpack = struct.unpack_from
@@ -139,30 +144,32 @@ def scan(data: Any, memory_limit: int) -> tuple[str, str, int, int]:
         if op == 0x2E:  # STOP: what follows is not read
             break
         if op in REFUSED:
-            return "refused", REFUSED[op], cost, pos - 1
+            return "refused", REFUSED[op], _total(cost, memo_top, peak), pos - 1
         if op in _END_SCAN:
             break
         width = fixed.get(op)
         if width is not None:
             if pos + width > n:
-                return "truncated", "", cost, pos
+                return "truncated", "", _total(cost, memo_top, peak), pos
             if op == 0x71 or op == 0x72:  # BINPUT, LONG_BINPUT
                 idx = data[pos] if width == 1 else unpack("<I", data, pos)[0]
                 memo_top = max(memo_top, idx)
                 memo_len += 1
+                if memo_top >= memo_max:
+                    return "memo", "", memo_top + 1, pos - 1
             elif op == 0x4D and unpack("<H", data, pos)[0] > 256:  # not a cached int
                 cost += INT
             elif op == 0x95 and unpack("<Q", data, pos)[0] > n - pos - 8:  # FRAME past the end
-                return "truncated", "", cost, pos + width
+                return "truncated", "", _total(cost, memo_top, peak), pos + width
             pos += width
         elif op in counted:
             width = counted[op]
             if pos + width > n:
-                return "truncated", "", cost, pos
+                return "truncated", "", _total(cost, memo_top, peak), pos
             size = int.from_bytes(data[pos : pos + width], "little", signed=op in (0x54, 0x8B))
             pos += width
             if size < 0 or size > n - pos:
-                return "truncated", "", cost, pos
+                return "truncated", "", _total(cost, memo_top, peak), pos
             # a str is 1 byte a character when ASCII, else up to 4 (UCS-4, for every
             # character once one needs it): bounded by 4 per byte of UTF-8
             wide = op in _TEXT and not data[pos : pos + size].isascii()
@@ -171,18 +178,22 @@ def scan(data: Any, memory_limit: int) -> tuple[str, str, int, int]:
         elif op in _LINE:
             end = data.find(b"\n", pos)
             if end < 0:
-                return "truncated", "", cost, pos
+                return "truncated", "", _total(cost, memo_top, peak), pos
             if op == 0x70:  # PUT: plain digits only (int() would take " 1_0")
                 line = data[pos:end]
                 if not line.isdigit() or len(line) > 18:
-                    return "bad-put", "", cost, pos
+                    return "bad-put", "", _total(cost, memo_top, peak), pos
                 memo_top = max(memo_top, int(line))
                 memo_len += 1
+                if memo_top >= memo_max:
+                    return "memo", "", memo_top + 1, pos - 1
             cost += 4 * (end - pos)
             pos = end + 1
         elif op == 0x94:  # MEMOIZE: stores at index len(memo)
             memo_top = max(memo_top, memo_len)
             memo_len += 1
+            if memo_top >= memo_max:
+                return "memo", "", memo_top + 1, pos - 1
         if op in push:
             cost += push[op]
             height += 1
@@ -200,6 +211,10 @@ def scan(data: Any, memory_limit: int) -> tuple[str, str, int, int]:
             k, add, left = pop[op]
             cost += add
             height = max(height - k, 0) + left
-        if cost + PER_MEMO_SLOT * (memo_top + 1) + STACK_SLOT * peak > limit:
-            return "memory", "", cost + PER_MEMO_SLOT * (memo_top + 1) + STACK_SLOT * peak, pos
-    return "ok", "", cost + PER_MEMO_SLOT * (memo_top + 1) + STACK_SLOT * peak, pos
+        if _total(cost, memo_top, peak) > limit:
+            return "memory", "", _total(cost, memo_top, peak), pos
+    return "ok", "", _total(cost, memo_top, peak), pos
+
+
+def _total(cost: int, memo_top: int, peak: int) -> int:
+    return cost + PER_MEMO_SLOT * (memo_top + 1) + STACK_SLOT * peak

@@ -149,7 +149,8 @@ def _parse(data: Any, what: str, memory_limit: int) -> Any:
         return _read_json(data, what)
     # the unpickler cannot be interrupted: its memory is bounded by a scan first (any
     # thread), and by the address space too where that is possible (a lone thread)
-    prescan.check(data, what=what, memory_limit=memory_limit)
+    memo_limit = limits_for(len(data)).memo
+    prescan.check(data, what=what, memory_limit=memory_limit, memo_limit=memo_limit)
     return load_plain_pickle(io.BytesIO(data), what=what, memory_limit=memory_limit)
 
 
