@@ -35,7 +35,7 @@ def _base() -> bytes:
 
 def test_exact_answers_on_small_cases() -> None:
     assert _both(b"\x80\x02]\x94.") == (("ok", "", 56 + 16 + 8, 5),) * 2
-    assert _both(b"\x80\x02)R.")[0] == ("refused", "REDUCE", 0, 3)
+    assert _both(b"\x80\x02)R.")[0] == ("refused", "REDUCE", 8, 3)
     assert _both(b"\x80\x02\x82\x01")[1] == ("refused", "EXT1", 0, 2)
     assert _both(b"\x80\x02X\xff\xff\xff\x7f")[0] == ("truncated", "", 0, 7)
     assert _both(b"\x80\x04\x95\xff\x00\x00\x00\x00\x00\x00\x00N.")[0][0] == "truncated"
