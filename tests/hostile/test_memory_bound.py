@@ -1,74 +1,20 @@
 """Issue 27 items 3, 4 and 6: the 'memory' bound holds in any thread and for both readers,
-and EXT opcodes are refused before anything runs.
-
-Each load runs in a child process under an address-space limit of its own (so that the
-code before this change fails the test by a MemoryError or an exit 0, never by taking the
-machine's memory), in a thread beside the main one as in a Dask worker or a notebook
-kernel, where `RLIMIT_AS` could not be used.
-"""
+and EXT opcodes are refused before anything runs. Loads run in a bounded child, in a
+thread (bounded_child.py)."""
 
 from __future__ import annotations
 
 import copyreg
-import json
 import pickle
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 import pytest
+from bounded_child import load_in_thread
 
 import memlens
 from memlens.errors import UnsafePickleError
 from memlens.snapshot import prescan
 from memlens.snapshot.native import built
-
-CHILD = textwrap.dedent(
-    """
-    import json, os, resource, sys, threading
-    resource.setrlimit(resource.RLIMIT_AS, (3 << 30, resource.RLIM_INFINITY))
-    import memlens
-    from memlens.snapshot.limits import LimitExceeded
-    from memlens.errors import SnapshotError
-    out = {}
-    def work():
-        try:
-            memlens.load(sys.argv[1], cache=False, warn=False)
-            out["result"] = "loaded"
-        except LimitExceeded as exc:
-            out["result"] = "limit " + exc.name
-            out["message"] = str(exc)
-        except SnapshotError as exc:
-            out["result"] = "error"
-            out["message"] = str(exc)
-        except MemoryError:
-            out["result"] = "MemoryError"
-    idle = threading.Event()
-    threading.Thread(target=idle.wait, daemon=True).start()  # a second thread, as in a host
-    t = threading.Thread(target=work)
-    t.start()
-    t.join()
-    idle.set()
-    print(json.dumps(out))
-    """
-)
-
-
-def _load_in_thread(path: Path, reader: str) -> dict[str, str]:
-    env = {"MEMLENS_READER": reader, "MEMLENS_NO_CACHE": "1", "PATH": "/usr/bin:/bin"}
-    env["PYTHONPATH"] = ":".join(sys.path)
-    done = subprocess.run(
-        [sys.executable, "-c", CHILD, str(path)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env,
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    result: dict[str, str] = json.loads(done.stdout.strip().splitlines()[-1])
-    return result
-
 
 READERS = ["python", "auto"] if built() is not None else ["python"]
 
@@ -77,7 +23,7 @@ READERS = ["python", "auto"] if built() is not None else ["python"]
 def test_memo_index_bomb_is_refused_in_a_thread(tmp_path: Path, reader: str) -> None:
     p = tmp_path / "memo.pickle"
     p.write_bytes(b"\x80\x02}r\x00\x00\x00\x10.")  # LONG_BINPUT 2^28: a 4 GB memo table
-    got = _load_in_thread(p, reader)
+    got = load_in_thread(p, reader)
     assert got["result"] == "limit memo", got
     assert "a memo index of 268,435,456 at byte 3" in got["message"]
 
@@ -88,7 +34,7 @@ def test_a_memo_index_is_the_memo_limit_in_both_readers(tmp_path: Path, reader: 
     # past the 'memo' one; only the compiled reader refused it before, the other read it
     p = tmp_path / "memo2.pickle"
     p.write_bytes(b"\x80\x02}r\x80\x84\x1e\x00.")
-    got = _load_in_thread(p, reader)
+    got = load_in_thread(p, reader)
     assert got["result"] == "limit memo", got
     assert "more than 1,000,000 pickle memo slots" in got["message"]
 
@@ -114,7 +60,7 @@ def test_a_file_of_empty_dicts_is_refused_alike_by_both_readers(
     # 14 MB: 14 million dicts, 1.1 GB for the unpickler; the limit for 14 MB is 1 GiB
     p = tmp_path / "dicts.pickle"
     p.write_bytes(_empty_dicts_snapshot(14_000_000))
-    got = _load_in_thread(p, reader)
+    got = load_in_thread(p, reader)
     assert got["result"] == "limit memory", got
     # the same estimate and so the same words from either reader
     assert "1,073,741,824 bytes of memory while unpickling" in got["message"]

@@ -546,8 +546,10 @@ typedef struct {
     size_t g2l_cap;
     IdTable frames; /* frames objects seen as they are (not as a VM stack) -> local index */
     long long frames_items; /* items of the distinct frames lists, for the builder's budget */
-    IdTable ff_lists;       /* forward_frames lists met (each counted once) */
+    IdTable ff_lists;       /* forward_frames lists met -> their text's index in ff_texts */
+    PyObject *ff_texts;     /* owned list: each list's text, joined once */
     long long ff_items;     /* their items, for the builder's budget */
+    long long ff_chars;     /* and their characters, for its 'text' budget */
     PyObject *unknown; /* set of unknown keys */
     int has_action;
     int attached;
@@ -565,6 +567,7 @@ static void columns_dealloc(Columns *self) {
     eq_clear(&self->ff);
     id_clear(&self->frames);
     id_clear(&self->ff_lists);
+    Py_XDECREF(self->ff_texts);
     Py_XDECREF(self->frames_objects);
     free(self->g2l);
     Py_XDECREF(self->unknown);
@@ -586,6 +589,9 @@ static PyObject *columns_export(Columns *self, PyObject *Py_UNUSED(ignored)) {
     Py_CLEAR(n);
     n = PyLong_FromLongLong(self->ff_items);
     if (!n || PyDict_SetItemString(d, "forward_frames_items", n) < 0) goto fail;
+    Py_CLEAR(n);
+    n = PyLong_FromLongLong(self->ff_chars);
+    if (!n || PyDict_SetItemString(d, "forward_frames_chars", n) < 0) goto fail;
     Py_CLEAR(n);
     /* the frames values met as objects, with their local index: the builder must know
        them by identity too, should the segments refer to them */
@@ -660,7 +666,9 @@ static Columns *columns_new(void) {
     c->g2l_cap = 0;
     c->frames_items = 0;
     c->ff_lists = (IdTable){0};
+    c->ff_texts = NULL;
     c->ff_items = 0;
+    c->ff_chars = 0;
     c->unknown = NULL;
     c->has_action = 0;
     c->attached = 0;
@@ -669,7 +677,7 @@ static Columns *columns_new(void) {
     c->last_stream_idx = -1;
     if (eq_init(&c->actions) < 0 || eq_init(&c->streams) < 0 || eq_init(&c->cc) < 0 ||
         eq_init(&c->um) < 0 || eq_init(&c->ff) < 0 || id_init(&c->frames) < 0 || id_init(&c->ff_lists) < 0 ||
-        !(c->frames_objects = PyList_New(0)) ||
+        !(c->frames_objects = PyList_New(0)) || !(c->ff_texts = PyList_New(0)) ||
         !(c->unknown = PySet_New(NULL))) {
         Py_DECREF(c);
         return NULL;
@@ -702,6 +710,7 @@ typedef struct {
     PyObject *root;     /* owned: the top-level dict */
     PyObject *dtlist;   /* owned: the list under root["device_traces"] */
     uint64_t max_string;
+    unsigned long long max_text, text_used; /* forward_frames' characters, joined */
     int proto;
     int dtlist_attached;
     Py_ssize_t columns_made, columns_attached;
@@ -1004,30 +1013,54 @@ static Py_ssize_t frames_local(VM *vm, Columns *ct, Val *v) {
 /* A forward_frames list of strings as the one text the builder makes of it (joined, as
    MemoryViz shows it; None for an empty list); its items counted once per list object for
    the budget, as the Python path charges them. Other lists go the Python way. */
-static PyObject *forward_frames_text(Columns *ct, PyObject *list) {
+/* The text of a forward_frames list (its strings joined), made once per list object: a
+   list of a thousand references to one 1 MiB string, shared by every entry, is joined
+   once, and its characters are charged to the 'text' limit before it is. */
+static PyObject *forward_frames_text(VM *vm, Columns *ct, PyObject *list) {
+    Py_ssize_t known = id_get(&ct->ff_lists, list);
+    if (known >= 0) {
+        PyObject *text = PyList_GET_ITEM(ct->ff_texts, known);
+        Py_INCREF(text);
+        return text;
+    }
     Py_ssize_t n = PyList_GET_SIZE(list);
-    for (Py_ssize_t k = 0; k < n; k++)
-        if (!PyUnicode_CheckExact(PyList_GET_ITEM(list, k))) {
+    unsigned long long chars = 0;
+    for (Py_ssize_t k = 0; k < n; k++) {
+        PyObject *item = PyList_GET_ITEM(list, k);
+        if (!PyUnicode_CheckExact(item)) {
             fallback("forward_frames that are not all text");
             return NULL;
         }
-    if (id_get(&ct->ff_lists, list) == -2) {
-        if (id_put(&ct->ff_lists, list, 0) < 0) return NULL;
-        ct->ff_items += n;
+        chars += (unsigned long long)PyUnicode_GET_LENGTH(item);
     }
-    if (n == 0) {
-        Py_INCREF(Py_None);
-        return Py_None;
-    }
-    PyObject *empty = PyUnicode_New(0, 0);
-    if (!empty) return NULL;
-    PyObject *text = PyUnicode_Join(empty, list);
-    Py_DECREF(empty);
-    if (text && PyUnicode_GET_LENGTH(text) == 0) { /* [""]: text to the builder, not None */
-        Py_DECREF(text);
-        fallback("forward_frames of empty strings");
+    vm->text_used += chars;
+    if (vm->text_used > vm->max_text) {
+        limit_hit("text", vm->text_used, vm->max_text);
         return NULL;
     }
+    PyObject *text;
+    if (n == 0) {
+        text = Py_None;
+        Py_INCREF(text);
+    } else {
+        PyObject *empty = PyUnicode_New(0, 0);
+        if (!empty) return NULL;
+        text = PyUnicode_Join(empty, list);
+        Py_DECREF(empty);
+        if (!text) return NULL;
+        if (PyUnicode_GET_LENGTH(text) == 0) { /* [""]: text to the builder, not None */
+            Py_DECREF(text);
+            fallback("forward_frames of empty strings");
+            return NULL;
+        }
+    }
+    if (id_put(&ct->ff_lists, list, (int32_t)PyList_GET_SIZE(ct->ff_texts)) < 0 ||
+        PyList_Append(ct->ff_texts, text) < 0) {
+        Py_DECREF(text);
+        return NULL;
+    }
+    ct->ff_items += n;
+    ct->ff_chars += (long long)chars;
     return text;
 }
 
@@ -1132,7 +1165,7 @@ static int finish_row(VM *vm, Columns *ct, Row *row) {
         if (row->set & (1u << f)) {
             Val *v = &row->f[f];
             if (f == F_FF && v->tag == V_OBJ && PyList_CheckExact(v->v.o)) {
-                PyObject *text = forward_frames_text(ct, v->v.o);
+                PyObject *text = forward_frames_text(vm, ct, v->v.o);
                 if (!text) return -1;
                 Py_SETREF(v->v.o, text);
             }
@@ -2509,7 +2542,7 @@ static void vm_free(VM *vm) {
 }
 
 PyDoc_STRVAR(read_doc,
-             "read(data, known_fields, max_memo, max_stack, max_depth, max_string)\n"
+             "read(data, known_fields, max_memo, max_stack, max_depth, max_string, max_text)\n"
              "--\n\n"
              "The top-level object of the pickle in `data` (bytes-like, checked by scan()),\n"
              "with every device trace list as a Columns.\n"
@@ -2518,9 +2551,9 @@ PyDoc_STRVAR(read_doc,
 static PyObject *fr_read(PyObject *Py_UNUSED(mod), PyObject *args) {
     Py_buffer view;
     PyObject *known;
-    unsigned long long max_memo, max_stack, max_depth, max_string;
-    if (!PyArg_ParseTuple(args, "y*O!KKKK", &view, &PySet_Type, &known, &max_memo, &max_stack,
-                          &max_depth, &max_string))
+    unsigned long long max_memo, max_stack, max_depth, max_string, max_text;
+    if (!PyArg_ParseTuple(args, "y*O!KKKKK", &view, &PySet_Type, &known, &max_memo, &max_stack,
+                          &max_depth, &max_string, &max_text))
         return NULL;
     VM *vm = calloc(1, sizeof(VM));
     if (!vm) {
@@ -2533,6 +2566,7 @@ static PyObject *fr_read(PyObject *Py_UNUSED(mod), PyObject *args) {
     vm->s_device_traces = PyUnicode_InternFromString("device_traces");
     vm->free_row = -1;
     vm->max_string = max_string;
+    vm->max_text = max_text;
     vm->max_memo = max_memo ? (size_t)max_memo : 1;
     vm->max_stack = max_stack < 16 ? 16 : (Py_ssize_t)(max_stack > PY_SSIZE_T_MAX / 64 ? PY_SSIZE_T_MAX / 64 : max_stack);
     vm->max_marks = max_depth < 4 ? 4 : (Py_ssize_t)(max_depth > PY_SSIZE_T_MAX / 64 ? PY_SSIZE_T_MAX / 64 : max_depth);

@@ -18,6 +18,7 @@ def read(
     max_stack: int,
     max_depth: int,
     max_string: int,
+    max_text: int,
     /,
 ) -> Any: ...
 def scan(data: Any, memory_limit: int, costs: tuple[int, ...], /) -> tuple[str, str, int, int]: ...

@@ -132,7 +132,13 @@ def _read(data: Any, name: str, what: str, size: int) -> tuple[Any, Limits] | No
     max_stack = min(lim.items or NO_LIMIT, stack_cap)
     try:
         raw = _fastreader.read(
-            data, KNOWN_ENTRY_FIELDS, memo_cap, max_stack, lim.depth or NO_LIMIT, NO_LIMIT
+            data,
+            KNOWN_ENTRY_FIELDS,
+            memo_cap,
+            max_stack,
+            lim.depth or NO_LIMIT,
+            NO_LIMIT,
+            lim.text or NO_LIMIT,
         )
     except _fastreader.Fallback:
         return None
@@ -219,6 +225,7 @@ class CompiledTrace:
 
         # forward_frames lists arrive joined; their items are charged as the Python path does
         ctx.budget.charge(c["forward_frames_items"], "forward_frames")
+        ctx.budget.charge_text(c["forward_frames_chars"], "forward_frames")
 
         def optional(key: str) -> np.ndarray:
             if key not in c:
