@@ -87,7 +87,7 @@ def load_plain_pickle(stream: IO[bytes], *, what: str = "file", memory_limit: in
     SnapshotError, more than `memory_limit` extra bytes LimitExceeded('memory')."""
     limited = False
     try:
-        with address_space_limit(memory_limit) as limited:
+        with address_space_limit(memory_limit) as limited, _quiet_unraisable(limited):
             return _PlainDataUnpickler(stream).load()
     except SnapshotError:
         raise
@@ -95,9 +95,13 @@ def load_plain_pickle(stream: IO[bytes], *, what: str = "file", memory_limit: in
         raise SnapshotError(
             f"{what} is truncated: the pickle ends before its STOP opcode"
         ) from None
-    except MemoryError:
+    except (MemoryError, SystemError) as exc:
+        # at the address-space limit CPython can fail an allocation deep inside a C call
+        # and say so as a SystemError ("returned NULL without setting an exception")
         if limited:
             raise LimitExceeded("memory", memory_limit) from None
+        if isinstance(exc, SystemError):
+            raise
         raise SnapshotError(f"{what}: not enough memory to unpickle it") from None
     except (
         pickle.UnpicklingError,
@@ -112,6 +116,22 @@ def load_plain_pickle(stream: IO[bytes], *, what: str = "file", memory_limit: in
         raise SnapshotError(
             f"{what} is not a readable pickle ({type(exc).__name__}: {exc})"
         ) from None
+
+
+@contextlib.contextmanager
+def _quiet_unraisable(on: bool) -> Iterator[None]:
+    """While the address space is limited (the only thread runs), an object freed as an
+    allocation fails reports "Exception ignored in ..." on stderr, a line before the one
+    error the user is owed: keep such reports to the limit's own error."""
+    if not on:
+        yield
+        return
+    previous = sys.unraisablehook
+    sys.unraisablehook = lambda _unraisable: None
+    try:
+        yield
+    finally:
+        sys.unraisablehook = previous
 
 
 def loads_plain_pickle(data: bytes, *, what: str = "data", memory_limit: int = 0) -> Any:
