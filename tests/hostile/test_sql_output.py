@@ -90,3 +90,11 @@ def test_allow_files_has_autoload_and_autoinstall_off() -> None:
     snap = memlens.load(base_snapshot())
     got = query(snap, "select current_setting('autoload_known_extensions') as a", allow_files=True)
     assert got["rows"] == [[False]]
+
+
+def test_fleet_keeps_a_rank_whose_names_hold_a_lone_surrogate(hostile_path: Path) -> None:
+    from memlens.fleet.record import stack_fingerprint
+
+    snap = memlens.load(hostile_path, cache=False)
+    fingerprint = stack_fingerprint(snap.traces[0])  # raised UnicodeEncodeError: rank "failed"
+    assert len(fingerprint) == 16
