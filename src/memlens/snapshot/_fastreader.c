@@ -2362,6 +2362,12 @@ static PyObject *fr_scan(PyObject *Py_UNUSED(mod), PyObject *args) {
     for (const unsigned char *z = strs; *z; z++) push[*z] = (int64_t)c[C_STR];
     for (const unsigned char *z = bytes_; *z; z++) push[*z] = (int64_t)c[C_BYTES];
 
+    /* every opcode the unpickler knows but the out-of-band buffers: the scan ends where
+       the unpickler must stop, and leaves it the words */
+    unsigned char scan_known[256] = {0};
+    const unsigned char known_ops[] = "().012BCFGIJKLMNPQRSTUVX]abcdeghijlopqrstu}";
+    for (const unsigned char *z = known_ops; *z; z++) scan_known[*z] = 1;
+    for (int j = 0x80; j < 0x97; j++) scan_known[j] = 1;
     const unsigned char *d = view.buf;
     const size_t n = (size_t)view.len;
     size_t pos = 0, height = 0, peak = 0, nmarks = 0, marks_cap = 0;
@@ -2384,7 +2390,7 @@ static PyObject *fr_scan(PyObject *Py_UNUSED(mod), PyObject *args) {
             pos--;
             SCAN_END("refused");
         }
-        if (op == 'c' || op == 'i' || op == 0x93) break;
+        if (op == 'c' || op == 'i' || op == 0x93 || !scan_known[op]) break;
         size_t width = 0;
         switch (op) {
         case 0x80: case 'K': case 'h': case 'q': case 0x82: width = 1; break;

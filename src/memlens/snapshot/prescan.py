@@ -53,6 +53,9 @@ _COUNTED = {
 _TEXT = frozenset((0x8C, ord("X"), 0x8D))
 _LINE = frozenset(b"ILFSVgp")  # one newline-terminated argument
 _END_SCAN = frozenset(b"ci\x93")  # refused by find_class, with its wording
+# every opcode the unpickler knows, but the out-of-band buffers it refuses: the scan ends
+# where the unpickler must stop (an unknown byte, NEXT_BUFFER), and leaves it the words
+_OPCODES = frozenset(b"().012BCFGIJKLMNPQRSTUVX]abcdeghijlopqrstu}") | frozenset(range(0x80, 0x97))
 # refused here: each needs a callable, and EXT serves one from copyreg's cache
 REFUSED = {
     ord("R"): "REDUCE", ord("b"): "BUILD", ord("o"): "OBJ", 0x81: "NEWOBJ", 0x92: "NEWOBJ_EX",
@@ -145,7 +148,7 @@ def scan(data: Any, memory_limit: int, memo_limit: int) -> tuple[str, str, int, 
             break
         if op in REFUSED:
             return "refused", REFUSED[op], _total(cost, memo_top, peak), pos - 1
-        if op in _END_SCAN:
+        if op in _END_SCAN or op not in _OPCODES:
             break
         width = fixed.get(op)
         if width is not None:
