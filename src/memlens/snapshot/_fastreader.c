@@ -451,7 +451,8 @@ static Py_ssize_t spanset_find(SpanSet *t, const unsigned char *p, size_t n, uin
 static void spanset_add(SpanSet *t, const unsigned char *p, size_t n, uint64_t h, int32_t stack,
                         int32_t n_items) {
     if (n > SPAN_MAX_BYTES || t->n_bytes + n > SPAN_TOTAL_BYTES || t->n >= INT32_MAX - 1) return;
-    if ((!t->slots || (t->n + 1) * 2 > t->mask) && slots_grow(&t->slots, &t->mask, t->hash, t->n) < 0)
+    if ((!t->slots || (t->n + 1) * 2 > t->mask) &&
+        slots_grow(&t->slots, &t->mask, t->hash, t->n) < 0)
         return;
     if (t->n + 1 >= t->cap) {
         size_t ncap = t->cap ? t->cap * 2 : 256;
@@ -506,9 +507,9 @@ typedef struct {
    skipped, and any other key is reported as unknown. */
 enum { F_ACTION, F_ADDR, F_SIZE, F_STREAM, F_TIME, F_FRAMES, F_CC, F_UM, F_FF, F_DEVFREE, NF };
 enum { F_KNOWN_SKIPPED = 100, F_UNKNOWN, F_LEGACY };
-static const char *FIELD_NAMES[NF] = {"action",  "addr",   "size",          "stream",
-                                      "time_us", "frames", "compile_context", "user_metadata",
-                                      "forward_frames", "device_free"};
+static const char *FIELD_NAMES[NF] = {
+    "action",          "addr",          "size",           "stream",     "time_us", "frames",
+    "compile_context", "user_metadata", "forward_frames", "device_free"};
 
 typedef struct {
     Val f[NF];
@@ -526,11 +527,23 @@ static void val_release(Val *v) {
 }
 
 /* ------------------------------------------------------------------ device columns */
-enum { C_ACTION, C_ADDR, C_SIZE, C_STREAM, C_TIME, C_FRAMES, C_CC, C_UM, C_FF, C_DF_ROW,
-       C_DF_VAL, NCOL };
-static const char *COL_NAMES[NCOL] = {"action", "addr",  "size", "stream",  "time_us", "frames",
-                                      "compile_context", "user_metadata", "forward_frames",
-                                      "device_free_row", "device_free"};
+enum {
+    C_ACTION,
+    C_ADDR,
+    C_SIZE,
+    C_STREAM,
+    C_TIME,
+    C_FRAMES,
+    C_CC,
+    C_UM,
+    C_FF,
+    C_DF_ROW,
+    C_DF_VAL,
+    NCOL
+};
+static const char *COL_NAMES[NCOL] = {
+    "action",          "addr",          "size",           "stream",          "time_us",    "frames",
+    "compile_context", "user_metadata", "forward_frames", "device_free_row", "device_free"};
 static const size_t COL_ITEM[NCOL] = {1, 8, 8, 4, 8, 4, 4, 4, 4, 8, 8};
 
 typedef struct {
@@ -676,9 +689,9 @@ static Columns *columns_new(void) {
     c->last_stream = 0;
     c->last_stream_idx = -1;
     if (eq_init(&c->actions) < 0 || eq_init(&c->streams) < 0 || eq_init(&c->cc) < 0 ||
-        eq_init(&c->um) < 0 || eq_init(&c->ff) < 0 || id_init(&c->frames) < 0 || id_init(&c->ff_lists) < 0 ||
-        !(c->frames_objects = PyList_New(0)) || !(c->ff_texts = PyList_New(0)) ||
-        !(c->unknown = PySet_New(NULL))) {
+        eq_init(&c->um) < 0 || eq_init(&c->ff) < 0 || id_init(&c->frames) < 0 ||
+        id_init(&c->ff_lists) < 0 || !(c->frames_objects = PyList_New(0)) ||
+        !(c->ff_texts = PyList_New(0)) || !(c->unknown = PySet_New(NULL))) {
         Py_DECREF(c);
         return NULL;
     }
@@ -844,10 +857,8 @@ static Py_ssize_t row_alloc(VM *vm) {
    become plain values: that shape is left to the Python path. */
 static PyObject *val_object(VM *vm, Val *v) {
     switch (v->tag) {
-    case V_INT:
-        return PyLong_FromLongLong(v->v.i);
-    case V_UINT:
-        return PyLong_FromUnsignedLongLong(v->v.u);
+    case V_INT: return PyLong_FromLongLong(v->v.i);
+    case V_UINT: return PyLong_FromUnsignedLongLong(v->v.u);
     case V_OBJ:
         if (is_role(vm, v->v.o)) {
             fallback("a trace list or entry used as a plain value");
@@ -855,9 +866,7 @@ static PyObject *val_object(VM *vm, Val *v) {
         }
         Py_INCREF(v->v.o);
         return v->v.o;
-    default:
-        fallback("a trace entry used as a plain value");
-        return NULL;
+    default: fallback("a trace entry used as a plain value"); return NULL;
     }
 }
 
@@ -896,21 +905,18 @@ static int row_set(VM *vm, Row *row, PyObject *key, Val *value) {
     if (f == -2) return fallback("a trace entry with a non-string key");
     if (f == F_LEGACY) return fallback("legacy cpp_frames entries");
     if (f == F_KNOWN_SKIPPED) {
-        if (is_entry_val(vm, value))
-            return fallback("a trace entry inside a trace entry");
+        if (is_entry_val(vm, value)) return fallback("a trace entry inside a trace entry");
         discard(vm, value);
         if (!row->skipped && !(row->skipped = PyList_New(0))) return -1;
         return PyList_Append(row->skipped, key);
     }
     if (f == F_UNKNOWN) {
-        if (is_entry_val(vm, value))
-            return fallback("a trace entry inside a trace entry");
+        if (is_entry_val(vm, value)) return fallback("a trace entry inside a trace entry");
         discard(vm, value);
         if (!row->unknown && !(row->unknown = PyList_New(0))) return -1;
         return PyList_Append(row->unknown, key);
     }
-    if (is_entry_val(vm, value))
-        return fallback("a trace entry inside a trace entry");
+    if (is_entry_val(vm, value)) return fallback("a trace entry inside a trace entry");
     if (row->set & (1u << f)) val_release(&row->f[f]);
     row->f[f] = *value;
     row->set |= 1u << f;
@@ -1326,7 +1332,6 @@ static int setitem_to(VM *vm, Val *target, Val *key, Val *value) {
 
 enum { R_NONE, R_ROOT, R_DTLIST, R_DEVLIST, R_ENTRY };
 
-
 /* The job of a container about to be created, from the stack (see the file comment).
    Pickler output fills a container either in MARK ... APPENDS/SETITEMS batches (then the
    container sits right below the top mark) or, for one item, with a bare APPEND/SETITEM
@@ -1341,11 +1346,9 @@ static int role_for(VM *vm, int is_dict) {
             PyObject *o = t->v.o;
             if (!is_dict && o == vm->dtlist && vm->dtlist && PyList_GET_SIZE(o) == 0)
                 return R_DEVLIST;
-            if (is_dict && Py_IS_TYPE(o, &ColumnsType) && ((Columns *)o)->n == 0)
-                return R_ENTRY;
-            if (!is_dict && m < 0 && sp >= 2 && vm->root &&
-                vm->stack[sp - 2].tag == V_OBJ && vm->stack[sp - 2].v.o == vm->root &&
-                str_equals(o, vm->s_device_traces))
+            if (is_dict && Py_IS_TYPE(o, &ColumnsType) && ((Columns *)o)->n == 0) return R_ENTRY;
+            if (!is_dict && m < 0 && sp >= 2 && vm->root && vm->stack[sp - 2].tag == V_OBJ &&
+                vm->stack[sp - 2].v.o == vm->root && str_equals(o, vm->s_device_traces))
                 return vm->dtlist ? R_NONE : R_DTLIST;
         }
     }
@@ -1354,7 +1357,8 @@ static int role_for(VM *vm, int is_dict) {
         if (p->tag != V_OBJ) return R_NONE;
         Py_ssize_t k = sp - m;
         if (!is_dict && p->v.o == vm->root && vm->root && (k & 1) &&
-            vm->stack[sp - 1].tag == V_OBJ && str_equals(vm->stack[sp - 1].v.o, vm->s_device_traces))
+            vm->stack[sp - 1].tag == V_OBJ &&
+            str_equals(vm->stack[sp - 1].v.o, vm->s_device_traces))
             return vm->dtlist ? R_NONE : R_DTLIST;
         if (!is_dict && p->v.o == vm->dtlist && vm->dtlist) return R_DEVLIST;
         if (is_dict && Py_IS_TYPE(p->v.o, &ColumnsType)) return R_ENTRY;
@@ -1690,7 +1694,7 @@ static inline int fast_value(VM *vm, Fast *f, int fld, Val *out) {
         } else if (n == 9 && b[8] == 0) {
             uint64_t x = (uint64_t)rd_le(b, 8);
             *out = x <= (uint64_t)INT64_MAX ? (Val){V_INT, {.i = (int64_t)x}}
-                                             : (Val){V_UINT, {.u = x}};
+                                            : (Val){V_UINT, {.u = x}};
         } else {
             return 0;
         }
@@ -1741,10 +1745,8 @@ static inline int fast_value(VM *vm, Fast *f, int fld, Val *out) {
         *out = (Val){V_OBJ, {.o = s}};
         return 1;
     }
-    case ']':
-        return fld == F_FRAMES ? fast_frames(vm, f, out) : 0;
-    default:
-        return 0;
+    case ']': return fld == F_FRAMES ? fast_frames(vm, f, out) : 0;
+    default: return 0;
     }
 }
 
@@ -1808,8 +1810,7 @@ static int fast_entry(VM *vm) {
         f.put[k].o = NULL;
     }
     f.nput = 0;
-    if (f.span)
-        spanset_add(&vm->spans, f.span, f.span_n, f.span_hash, f.span_stack, f.span_items);
+    if (f.span) spanset_add(&vm->spans, f.span, f.span_n, f.span_hash, f.span_stack, f.span_items);
     in->pos = (size_t)(f.p - in->buf);
     row->frames_items = f.items;
     return push(vm, (Val){V_ENTRY, {.row = r_row}}) < 0 ? -1 : 1;
@@ -1905,21 +1906,21 @@ static int refuse(VM *vm, int op) {
     return -1;
 }
 
-#define NEED(n)                                                                        \
-    do {                                                                               \
-        if (in->len - in->pos < (size_t)(n)) {                                         \
-            int _r = input_need(in, (size_t)(n));                                      \
-            if (_r < 0) goto error;                                                    \
-            if (_r > 0) goto truncated;                                                \
-        }                                                                              \
+#define NEED(n)                                                                                    \
+    do {                                                                                           \
+        if (in->len - in->pos < (size_t)(n)) {                                                     \
+            int _r = input_need(in, (size_t)(n));                                                  \
+            if (_r < 0) goto error;                                                                \
+            if (_r > 0) goto truncated;                                                            \
+        }                                                                                          \
     } while (0)
 
-#define POP_CHECK(n)                                                                   \
-    do {                                                                               \
-        if (vm->sp - fence(vm) < (n)) {                                                \
-            corrupt("unpickling stack underflow");                                     \
-            goto error;                                                                \
-        }                                                                              \
+#define POP_CHECK(n)                                                                               \
+    do {                                                                                           \
+        if (vm->sp - fence(vm) < (n)) {                                                            \
+            corrupt("unpickling stack underflow");                                                 \
+            goto error;                                                                            \
+        }                                                                                          \
     } while (0)
 
 static PyObject *run(VM *vm) {
@@ -1949,8 +1950,8 @@ static PyObject *run(VM *vm) {
             Val top = vm->stack[--vm->sp];
             PyObject *result;
             if (top.tag == V_OBJ && top.v.o == vm->root && vm->root) {
-                if (vm->columns_attached != vm->columns_made || (vm->dtlist && !vm->dtlist_attached) ||
-                    vm->rows_live) {
+                if (vm->columns_attached != vm->columns_made ||
+                    (vm->dtlist && !vm->dtlist_attached) || vm->rows_live) {
                     discard(vm, &top);
                     fallback("trace lists or entries outside device_traces");
                     goto error;
@@ -2180,7 +2181,8 @@ static PyObject *run(VM *vm) {
             }
             PyObject *d = PyDict_New();
             for (Py_ssize_t i = 0; d && i < n; i += 2)
-                if (PyDict_SetItem(d, PyTuple_GET_ITEM(items, i), PyTuple_GET_ITEM(items, i + 1)) < 0)
+                if (PyDict_SetItem(d, PyTuple_GET_ITEM(items, i), PyTuple_GET_ITEM(items, i + 1)) <
+                    0)
                     Py_CLEAR(d);
             Py_DECREF(items);
             if (!d) {
@@ -2286,11 +2288,22 @@ static PyObject *run(VM *vm) {
             goto error;
         /* protocol 0/1 text opcodes, py2 strings, bytes and sets: valid but never written by
            PyTorch; the Python path reads them */
-        case 'I': case 'L': case 'F': case 'S': case 'V': case 'p': case 'g':
-        case 'T': case 'U': case 'B': case 'C': case 0x8e: case 0x96:
-        case 0x8f: case 0x90: case 0x91:
-            fallback("a pickle opcode of another protocol or type");
-            goto error;
+        case 'I':
+        case 'L':
+        case 'F':
+        case 'S':
+        case 'V':
+        case 'p':
+        case 'g':
+        case 'T':
+        case 'U':
+        case 'B':
+        case 'C':
+        case 0x8e:
+        case 0x96:
+        case 0x8f:
+        case 0x90:
+        case 0x91: fallback("a pickle opcode of another protocol or type"); goto error;
         default:
             if (refused_name(op)) {
                 refuse(vm, op);
@@ -2311,12 +2324,29 @@ error:
    unpickler would allocate, from the same costs (passed in from prescan.py, so there is
    one table), the same refusals and the same truncations, at the same positions
    (tests/hostile/test_prescan.py compares the two). */
-enum { C_DICT, C_LIST, C_TUPLE, C_SET, C_DICT_ITEM, C_LIST_ITEM, C_TUPLE_ITEM, C_SET_ITEM,
-       C_INT, C_FLOAT, C_STR, C_BYTES, C_MEMO_SLOT, C_STACK_SLOT, NCOSTS };
+enum {
+    C_DICT,
+    C_LIST,
+    C_TUPLE,
+    C_SET,
+    C_DICT_ITEM,
+    C_LIST_ITEM,
+    C_TUPLE_ITEM,
+    C_SET_ITEM,
+    C_INT,
+    C_FLOAT,
+    C_STR,
+    C_BYTES,
+    C_MEMO_SLOT,
+    C_STACK_SLOT,
+    NCOSTS
+};
 
 static const char *scan_refused(int op) {
     switch (op) {
-    case 'c': case 'i': case 0x93: return NULL; /* find_class refuses them, naming them */
+    case 'c':
+    case 'i':
+    case 0x93: return NULL; /* find_class refuses them, naming them */
     default: return refused_name(op);
     }
 }
@@ -2375,12 +2405,25 @@ static PyObject *fr_scan(PyObject *Py_UNUSED(mod), PyObject *args) {
     uint64_t cost = 0, memo_len = 0;
     int64_t memo_top = -1;
     const uint64_t lim = limit ? limit : (1ULL << 62);
-    const int64_t memo_max = memo_limit && memo_limit < (1ULL << 62) ? (int64_t)memo_limit : (1LL << 62);
+    const int64_t memo_max =
+        memo_limit && memo_limit < (1ULL << 62) ? (int64_t)memo_limit : (1LL << 62);
     uint64_t memo_named = 0; /* for a "memo" status: the slots named */
     const char *status = "ok", *opname = "";
-#define TOTAL() (cost + c[C_MEMO_SLOT] * (uint64_t)(memo_top + 1) + c[C_STACK_SLOT] * (uint64_t)peak)
-#define SCAN_END(st) do { status = (st); goto out; } while (0)
-#define MEMO_CHECK(at) do { if (memo_top >= memo_max) { memo_named = (uint64_t)memo_top + 1; pos = (at); SCAN_END("memo"); } } while (0)
+#define TOTAL()                                                                                    \
+    (cost + c[C_MEMO_SLOT] * (uint64_t)(memo_top + 1) + c[C_STACK_SLOT] * (uint64_t)peak)
+#define SCAN_END(st)                                                                               \
+    do {                                                                                           \
+        status = (st);                                                                             \
+        goto out;                                                                                  \
+    } while (0)
+#define MEMO_CHECK(at)                                                                             \
+    do {                                                                                           \
+        if (memo_top >= memo_max) {                                                                \
+            memo_named = (uint64_t)memo_top + 1;                                                   \
+            pos = (at);                                                                            \
+            SCAN_END("memo");                                                                      \
+        }                                                                                          \
+    } while (0)
     while (pos < n) {
         const int op = d[pos++];
         if (op == '.') break;
@@ -2393,10 +2436,19 @@ static PyObject *fr_scan(PyObject *Py_UNUSED(mod), PyObject *args) {
         if (op == 'c' || op == 'i' || op == 0x93 || !scan_known[op]) break;
         size_t width = 0;
         switch (op) {
-        case 0x80: case 'K': case 'h': case 'q': case 0x82: width = 1; break;
-        case 'M': case 0x83: width = 2; break;
-        case 'J': case 'j': case 'r': case 0x84: width = 4; break;
-        case 'G': case 0x95: width = 8; break;
+        case 0x80:
+        case 'K':
+        case 'h':
+        case 'q':
+        case 0x82: width = 1; break;
+        case 'M':
+        case 0x83: width = 2; break;
+        case 'J':
+        case 'j':
+        case 'r':
+        case 0x84: width = 4; break;
+        case 'G':
+        case 0x95: width = 8; break;
         }
         if (width) {
             if (pos + width > n) SCAN_END("truncated");
@@ -2416,10 +2468,20 @@ static PyObject *fr_scan(PyObject *Py_UNUSED(mod), PyObject *args) {
         } else {
             int lw = 0, is_signed = 0;
             switch (op) {
-            case 0x8c: case 'C': case 'U': case 0x8a: lw = 1; break;
-            case 'X': case 'B': lw = 4; break;
-            case 'T': case 0x8b: lw = 4; is_signed = 1; break;
-            case 0x8d: case 0x8e: case 0x96: lw = 8; break;
+            case 0x8c:
+            case 'C':
+            case 'U':
+            case 0x8a: lw = 1; break;
+            case 'X':
+            case 'B': lw = 4; break;
+            case 'T':
+            case 0x8b:
+                lw = 4;
+                is_signed = 1;
+                break;
+            case 0x8d:
+            case 0x8e:
+            case 0x96: lw = 8; break;
             }
             if (lw) {
                 if (pos + (size_t)lw > n) SCAN_END("truncated");
@@ -2436,8 +2498,8 @@ static PyObject *fr_scan(PyObject *Py_UNUSED(mod), PyObject *args) {
                         }
                 cost += per * raw;
                 pos += (size_t)raw;
-            } else if (op == 'I' || op == 'L' || op == 'F' || op == 'S' || op == 'V' ||
-                       op == 'g' || op == 'p') {
+            } else if (op == 'I' || op == 'L' || op == 'F' || op == 'S' || op == 'V' || op == 'g' ||
+                       op == 'p') {
                 const unsigned char *nl = memchr(d + pos, '\n', n - pos);
                 if (!nl) SCAN_END("truncated");
                 size_t len = (size_t)(nl - (d + pos));
@@ -2477,18 +2539,39 @@ static PyObject *fr_scan(PyObject *Py_UNUSED(mod), PyObject *args) {
             }
             marks[nmarks++] = height;
             cost += c[C_STACK_SLOT];
-        } else if (op == 'l' || op == 't' || op == 'd' || op == 0x91 || op == 'e' ||
-                   op == 'u' || op == 0x90 || op == '1') {
+        } else if (op == 'l' || op == 't' || op == 'd' || op == 0x91 || op == 'e' || op == 'u' ||
+                   op == 0x90 || op == '1') {
             uint64_t made = 0, per = 0;
             size_t left = 1;
             switch (op) {
-            case 'l': made = c[C_LIST]; per = c[C_LIST_ITEM]; break;
-            case 't': made = c[C_TUPLE]; per = c[C_TUPLE_ITEM]; break;
-            case 'd': made = c[C_DICT]; per = c[C_DICT_ITEM] / 2; break;
-            case 0x91: made = c[C_SET]; per = c[C_SET_ITEM]; break;
-            case 'e': per = c[C_LIST_ITEM]; left = 0; break;
-            case 'u': per = c[C_DICT_ITEM] / 2; left = 0; break;
-            case 0x90: per = c[C_SET_ITEM]; left = 0; break;
+            case 'l':
+                made = c[C_LIST];
+                per = c[C_LIST_ITEM];
+                break;
+            case 't':
+                made = c[C_TUPLE];
+                per = c[C_TUPLE_ITEM];
+                break;
+            case 'd':
+                made = c[C_DICT];
+                per = c[C_DICT_ITEM] / 2;
+                break;
+            case 0x91:
+                made = c[C_SET];
+                per = c[C_SET_ITEM];
+                break;
+            case 'e':
+                per = c[C_LIST_ITEM];
+                left = 0;
+                break;
+            case 'u':
+                per = c[C_DICT_ITEM] / 2;
+                left = 0;
+                break;
+            case 0x90:
+                per = c[C_SET_ITEM];
+                left = 0;
+                break;
             default: left = 0; break; /* POP_MARK */
             }
             size_t base = nmarks ? marks[--nmarks] : 0;
@@ -2499,12 +2582,30 @@ static PyObject *fr_scan(PyObject *Py_UNUSED(mod), PyObject *args) {
             size_t k = 0, left = 1;
             uint64_t add = 0;
             switch (op) {
-            case 'a': k = 2; add = c[C_LIST_ITEM]; break;
-            case 's': k = 3; add = c[C_DICT_ITEM]; break;
-            case '0': k = 1; left = 0; break;
-            case 0x85: k = 1; add = c[C_TUPLE] + c[C_TUPLE_ITEM]; break;
-            case 0x86: k = 2; add = c[C_TUPLE] + 2 * c[C_TUPLE_ITEM]; break;
-            case 0x87: k = 3; add = c[C_TUPLE] + 3 * c[C_TUPLE_ITEM]; break;
+            case 'a':
+                k = 2;
+                add = c[C_LIST_ITEM];
+                break;
+            case 's':
+                k = 3;
+                add = c[C_DICT_ITEM];
+                break;
+            case '0':
+                k = 1;
+                left = 0;
+                break;
+            case 0x85:
+                k = 1;
+                add = c[C_TUPLE] + c[C_TUPLE_ITEM];
+                break;
+            case 0x86:
+                k = 2;
+                add = c[C_TUPLE] + 2 * c[C_TUPLE_ITEM];
+                break;
+            case 0x87:
+                k = 3;
+                add = c[C_TUPLE] + 3 * c[C_TUPLE_ITEM];
+                break;
             default: left = 0; break;
             }
             if (k) {
@@ -2574,8 +2675,14 @@ static PyObject *fr_read(PyObject *Py_UNUSED(mod), PyObject *args) {
     vm->max_string = max_string;
     vm->max_text = max_text;
     vm->max_memo = max_memo ? (size_t)max_memo : 1;
-    vm->max_stack = max_stack < 16 ? 16 : (Py_ssize_t)(max_stack > PY_SSIZE_T_MAX / 64 ? PY_SSIZE_T_MAX / 64 : max_stack);
-    vm->max_marks = max_depth < 4 ? 4 : (Py_ssize_t)(max_depth > PY_SSIZE_T_MAX / 64 ? PY_SSIZE_T_MAX / 64 : max_depth);
+    vm->max_stack =
+        max_stack < 16
+            ? 16
+            : (Py_ssize_t)(max_stack > PY_SSIZE_T_MAX / 64 ? PY_SSIZE_T_MAX / 64 : max_stack);
+    vm->max_marks =
+        max_depth < 4
+            ? 4
+            : (Py_ssize_t)(max_depth > PY_SSIZE_T_MAX / 64 ? PY_SSIZE_T_MAX / 64 : max_depth);
     vm->stack_cap = 256 < vm->max_stack ? 256 : vm->max_stack;
     vm->marks_cap = 64 < vm->max_marks ? 64 : vm->max_marks;
     vm->stack = malloc((size_t)vm->stack_cap * sizeof(Val));
@@ -2623,8 +2730,11 @@ PyMODINIT_FUNC PyInit__fastreader(void) {
     struct {
         PyObject **slot;
         const char *name;
-    } excs[] = {{&Fallback, "Fallback"}, {&Corrupt, "Corrupt"},   {&Truncated, "Truncated"},
-                {&Refused, "Refused"},   {&LimitHit, "LimitHit"}};
+    } excs[] = {{&Fallback, "Fallback"},
+                {&Corrupt, "Corrupt"},
+                {&Truncated, "Truncated"},
+                {&Refused, "Refused"},
+                {&LimitHit, "LimitHit"}};
     for (size_t i = 0; i < sizeof excs / sizeof excs[0]; i++) {
         char full[96];
         snprintf(full, sizeof full, "memlens.snapshot._fastreader.%s", excs[i].name);

@@ -204,12 +204,20 @@ static int get_column(PyObject *obj, Py_buffer *view, Py_ssize_t itemsize, int i
 /* ------------------------------------------------------------------ the replay */
 /* inputs: the events' columns, then the ghost candidates' */
 enum {
-    EV_ACTION, EV_ADDR, EV_SIZE, EV_STACK, EV_STREAM,
-    GH_ADDR, GH_SIZE, GH_STACK, GH_STREAM, NIN
+    EV_ACTION,
+    EV_ADDR,
+    EV_SIZE,
+    EV_STACK,
+    EV_STREAM,
+    GH_ADDR,
+    GH_SIZE,
+    GH_STACK,
+    GH_STREAM,
+    NIN
 };
-static const char *IN_NAMES[NIN] = {"action",      "addr",       "size",
-                                    "stack",       "stream",     "ghost addr",
-                                    "ghost size",  "ghost stack", "ghost stream"};
+static const char *IN_NAMES[NIN] = {"action",     "addr",        "size",
+                                    "stack",      "stream",      "ghost addr",
+                                    "ghost size", "ghost stack", "ghost stream"};
 static const Py_ssize_t IN_ITEM[NIN] = {1, 8, 8, 4, 4, 8, 8, 4, 4};
 static const int IN_SIGNED[NIN] = {0, 0, 1, 1, 1, 0, 1, 1, 1};
 
@@ -219,8 +227,8 @@ static const char *EV_NAMES[NEV] = {"alloc_row", "version", "active_after", "res
 static const size_t EV_ITEM[NEV] = {4, 4, 8, 8};
 /* per-row outputs */
 enum { R_ALLOC, R_FREE, R_REQ, R_VERSION, R_ADDR, R_SIZE, R_STACK, R_STREAM, R_FLAGS, NROW };
-static const char *ROW_NAMES[NROW] = {"alloc_event",   "free_event", "free_requested_event",
-                                      "alloc_version", "alloc_addr", "alloc_size",
+static const char *ROW_NAMES[NROW] = {"alloc_event",   "free_event",   "free_requested_event",
+                                      "alloc_version", "alloc_addr",   "alloc_size",
                                       "alloc_stack",   "alloc_stream", "alloc_flags"};
 static const size_t ROW_ITEM[NROW] = {8, 8, 8, 4, 8, 8, 4, 4, 1};
 
@@ -332,8 +340,9 @@ static PyObject *fr_replay(PyObject *Py_UNUSED(mod), PyObject *args) {
     }
     /* reserved bytes before the first event: what the final segments hold less what the
        events added; with no final state, as low as the events allow without going below 0 */
-    const uint64_t reserved_start =
-        has_end ? (uint64_t)end_reserved - seg_sum : seg_min < 0 ? -(uint64_t)seg_min : 0;
+    const uint64_t reserved_start = has_end       ? (uint64_t)end_reserved - seg_sum
+                                    : seg_min < 0 ? -(uint64_t)seg_min
+                                                  : 0;
     int from_requests = 0;
     if (requests_as_frees && req_code >= 0 && (free_code < 0 || !count[free_code]) &&
         count[req_code]) {
