@@ -724,6 +724,10 @@ typedef struct {
     PyObject *dtlist;   /* owned: the list under root["device_traces"] */
     uint64_t max_string;
     unsigned long long max_text, text_used; /* forward_frames' characters, joined */
+    /* lists whose content an entry has taken already (a stack's representative list, a
+       forward_frames list joined): appending to one later is the Python path's to read,
+       where every entry sees the list as it is at the end */
+    IdTable taken;
     int proto;
     int dtlist_attached;
     Py_ssize_t columns_made, columns_attached;
@@ -1005,6 +1009,8 @@ static Py_ssize_t frames_local(VM *vm, Columns *ct, Val *v) {
         if (g < 0) return -1;
         /* a representative stands for a list the fast path read and counted already */
         if (o != vm->stacks.rep[g]) ct->frames_items += (long long)k;
+        /* its items are taken now: a later APPEND to it is for the Python path */
+        if (id_get(&vm->taken, o) == -2 && id_put(&vm->taken, o, 0) < 0) return -1;
         idx = stack_local(vm, ct, (size_t)g);
     } else {
         if (PyTuple_CheckExact(o)) ct->frames_items += (long long)PyTuple_GET_SIZE(o);
@@ -1018,10 +1024,9 @@ static Py_ssize_t frames_local(VM *vm, Columns *ct, Val *v) {
 
 /* A forward_frames list of strings as the one text the builder makes of it (joined, as
    MemoryViz shows it; None for an empty list); its items counted once per list object for
-   the budget, as the Python path charges them. Other lists go the Python way. */
-/* The text of a forward_frames list (its strings joined), made once per list object: a
-   list of a thousand references to one 1 MiB string, shared by every entry, is joined
-   once, and its characters are charged to the 'text' limit before it is. */
+   the budget, as the Python path charges them. Other lists go the Python way. Made once
+   per list object: a list of a thousand references to one 1 MiB string, shared by every
+   entry, is joined once, and its characters are charged to the 'text' limit before. */
 static PyObject *forward_frames_text(VM *vm, Columns *ct, PyObject *list) {
     Py_ssize_t known = id_get(&ct->ff_lists, list);
     if (known >= 0) {
@@ -1061,7 +1066,8 @@ static PyObject *forward_frames_text(VM *vm, Columns *ct, PyObject *list) {
         }
     }
     if (id_put(&ct->ff_lists, list, (int32_t)PyList_GET_SIZE(ct->ff_texts)) < 0 ||
-        PyList_Append(ct->ff_texts, text) < 0) {
+        PyList_Append(ct->ff_texts, text) < 0 ||
+        (id_get(&vm->taken, list) == -2 && id_put(&vm->taken, list, 0) < 0)) {
         Py_DECREF(text);
         return NULL;
     }
@@ -1266,6 +1272,8 @@ static int append_to(VM *vm, Val *target, Val *item) {
     if (target->tag != V_OBJ || !PyList_CheckExact(target->v.o))
         return fallback("APPEND to something other than a list");
     PyObject *list = target->v.o;
+    if (vm->taken.used && id_get(&vm->taken, list) != -2)
+        return fallback("a list appended to after a trace entry read it");
     if (list == vm->dtlist) {
         if (!(item->tag == V_OBJ && Py_IS_TYPE(item->v.o, &ColumnsType)))
             return fallback("a device trace that is not a list");
@@ -1424,7 +1432,10 @@ static int memo_get(VM *vm, size_t idx) {
         return corrupt("Memo value not found at index %zu", idx);
     PyObject *o = vm->memo[idx];
     if (o == vm->marker) return fallback("a trace list or entry referenced twice");
-    if (MEMO_IS_STACK(o)) o = vm->stacks.rep[MEMO_STACK_INDEX(o)]; /* the list it stands for */
+    if (MEMO_IS_STACK(o)) {
+        o = vm->stacks.rep[MEMO_STACK_INDEX(o)]; /* the list it stands for */
+        if (id_get(&vm->taken, o) == -2 && id_put(&vm->taken, o, 0) < 0) return -1;
+    }
     Py_INCREF(o);
     return push_obj(vm, o);
 }
@@ -1872,23 +1883,17 @@ static const char *refused_name(int op) {
    and STACK_GLOBAL (two strings on the stack), so the message can name them. */
 static int refuse(VM *vm, int op) {
     PyObject *mod = Py_None, *name = Py_None, *tmp1 = NULL, *tmp2 = NULL;
+    if (op == 'i' && !vm->nmarks) return corrupt("could not find MARK"); /* CPython's first */
     if (op == 'c' || op == 'i') {
-        /* two text lines: look at what is there, at most 512 bytes */
+        /* the bytes of its two text lines, as far as they go: the caller has the restricted
+           unpickler read them, so that it says what it says of them (the names, or why
+           they are not names) */
         size_t have = vm->in.len - vm->in.pos;
-        if (have > 512) have = 512;
         const char *s = (const char *)vm->in.buf + vm->in.pos;
         const char *nl1 = memchr(s, '\n', have);
-        if (nl1) {
-            const char *nl2 = memchr(nl1 + 1, '\n', have - (size_t)(nl1 + 1 - s));
-            if (nl2) {
-                tmp1 = PyBytes_FromStringAndSize(s, nl1 - s);
-                tmp2 = PyBytes_FromStringAndSize(nl1 + 1, nl2 - nl1 - 1);
-                if (tmp1 && tmp2) {
-                    mod = tmp1;
-                    name = tmp2;
-                }
-            }
-        }
+        const char *nl2 = nl1 ? memchr(nl1 + 1, '\n', have - (size_t)(nl1 + 1 - s)) : NULL;
+        tmp1 = PyBytes_FromStringAndSize(s, nl2 ? (nl2 + 1 - s) : (Py_ssize_t)have);
+        if (tmp1) mod = tmp1;
     } else if (op == 0x93 && vm->sp >= 2 && vm->stack[vm->sp - 1].tag == V_OBJ &&
                vm->stack[vm->sp - 2].tag == V_OBJ && PyUnicode_Check(vm->stack[vm->sp - 1].v.o) &&
                PyUnicode_Check(vm->stack[vm->sp - 2].v.o)) {
@@ -1918,7 +1923,7 @@ static int refuse(VM *vm, int op) {
 #define POP_CHECK(n)                                                                               \
     do {                                                                                           \
         if (vm->sp - fence(vm) < (n)) {                                                            \
-            corrupt("unpickling stack underflow");                                                 \
+            corrupt(vm->nmarks ? "unexpected MARK found" : "unpickling stack underflow");          \
             goto error;                                                                            \
         }                                                                                          \
     } while (0)
@@ -2211,8 +2216,8 @@ static PyObject *run(VM *vm) {
                 goto error;
             }
             Py_ssize_t m = vm->marks[--vm->nmarks];
-            if (m < 1) {
-                corrupt("unpickling stack underflow");
+            if (m <= fence(vm)) { /* the list is below the mark, above the fence: CPython's */
+                corrupt(vm->nmarks ? "unexpected MARK found" : "unpickling stack underflow");
                 goto error;
             }
             for (Py_ssize_t i = m; i < vm->sp; i++) {
@@ -2242,8 +2247,10 @@ static PyObject *run(VM *vm) {
                 goto error;
             }
             Py_ssize_t m = vm->marks[--vm->nmarks];
-            if (m < 1 || ((vm->sp - m) & 1)) {
-                corrupt(m < 1 ? "unpickling stack underflow" : "odd number of items for SETITEMS");
+            if (m <= fence(vm) || ((vm->sp - m) & 1)) { /* in CPython's order and words */
+                corrupt(m > fence(vm) ? "odd number of items for SETITEMS"
+                        : vm->nmarks  ? "unexpected MARK found"
+                                      : "unpickling stack underflow");
                 while (vm->sp > m && vm->sp > 0) discard(vm, &vm->stack[--vm->sp]);
                 goto error;
             }
@@ -2283,8 +2290,17 @@ static PyObject *run(VM *vm) {
             if (memo_get(vm, (size_t)(uint32_t)rd_le(p, 4)) < 0) goto error;
             break;
         case 0x97: /* NEXT_BUFFER */
-        case 0x98: /* READONLY_BUFFER */
             corrupt("pickle stream refers to out-of-band data but no *buffers* argument was given");
+            goto error;
+        case 0x98: /* READONLY_BUFFER: a view of the bytes on top (never made here) */
+            POP_CHECK(1);
+            {
+                PyObject *top = val_object(vm, &vm->stack[vm->sp - 1]);
+                if (!top) goto error;
+                corrupt("TypeError: memoryview: a bytes-like object is required, not '%s'",
+                        Py_TYPE(top)->tp_name);
+                Py_DECREF(top);
+            }
             goto error;
         /* protocol 0/1 text opcodes, py2 strings, bytes and sets: valid but never written by
            PyTorch; the Python path reads them */
@@ -2304,12 +2320,25 @@ static PyObject *run(VM *vm) {
         case 0x8f:
         case 0x90:
         case 0x91: fallback("a pickle opcode of another protocol or type"); goto error;
+        case 0x93: /* STACK_GLOBAL: CPython's checks of its operands first, in its words */
+            POP_CHECK(2);
+            if (vm->stack[vm->sp - 1].tag != V_OBJ || vm->stack[vm->sp - 2].tag != V_OBJ ||
+                !PyUnicode_CheckExact(vm->stack[vm->sp - 1].v.o) ||
+                !PyUnicode_CheckExact(vm->stack[vm->sp - 2].v.o)) {
+                corrupt("STACK_GLOBAL requires str");
+                goto error;
+            }
+            refuse(vm, op);
+            goto error;
         default:
             if (refused_name(op)) {
                 refuse(vm, op);
                 goto error;
             }
-            corrupt("invalid load key, '\\x%02x'", op);
+            if (op >= 0x20 && op <= 0x7e && op != '\'' && op != '\\') /* as CPython words it */
+                corrupt("invalid load key, '%c'", op);
+            else
+                corrupt("invalid load key, '\\x%02x'", op);
             goto error;
         }
     }
@@ -2424,7 +2453,11 @@ static PyObject *fr_scan(PyObject *Py_UNUSED(mod), PyObject *args) {
             SCAN_END("memo");                                                                      \
         }                                                                                          \
     } while (0)
+    size_t frame_end = 0; /* where the current FRAME ends, 0: none (PEP 3154: no opcode
+                             crosses it) */
     while (pos < n) {
+        const size_t start = pos;
+        size_t new_frame = 0;
         const int op = d[pos++];
         if (op == '.') break;
         const char *refused = scan_refused(op);
@@ -2452,9 +2485,17 @@ static PyObject *fr_scan(PyObject *Py_UNUSED(mod), PyObject *args) {
         }
         if (width) {
             if (pos + width > n) SCAN_END("truncated");
-            if (op == 0x95 && ld_le(d + pos, 8) > n - pos - 8) { /* FRAME past the end */
-                pos += width;
-                SCAN_END("truncated");
+            if (op == 0x95) { /* FRAME: it must fit, and may not start inside another */
+                const uint64_t length = ld_le(d + pos, 8);
+                if (length > n - pos - 8) {
+                    pos += width;
+                    SCAN_END("truncated");
+                }
+                if (start < frame_end) {
+                    pos = start;
+                    SCAN_END("frame");
+                }
+                new_frame = pos + 8 + (size_t)length;
             }
             if (op == 'q' || op == 'r') {
                 int64_t idx = op == 'q' ? d[pos] : (int64_t)ld32(d + pos);
@@ -2522,6 +2563,11 @@ static PyObject *fr_scan(PyObject *Py_UNUSED(mod), PyObject *args) {
                 MEMO_CHECK(pos - 1);
             }
         }
+        if (start < frame_end && frame_end < pos) { /* the unpickler reads a frame whole */
+            pos = start;
+            SCAN_END("frame");
+        }
+        if (pos >= frame_end) frame_end = new_frame;
         if (push[op] >= 0) {
             cost += (uint64_t)push[op];
             if (++height > peak) peak = height;
@@ -2631,6 +2677,7 @@ static void vm_free(VM *vm) {
     free(vm->marks);
     for (size_t i = 0; i < vm->memo_cap; i++) memo_release(vm->memo[i]);
     stackset_clear(&vm->stacks);
+    id_clear(&vm->taken);
     spanset_clear(&vm->spans);
     free(vm->tmp_items);
     free(vm->memo);
@@ -2691,7 +2738,8 @@ static PyObject *fr_read(PyObject *Py_UNUSED(mod), PyObject *args) {
     vm->in.len = (size_t)view.len;
     /* PyTorch's entries take 70-80 bytes of pickle: a slight overestimate */
     vm->rows_hint = (size_t)view.len / 64;
-    if (!vm->marker || !vm->s_device_traces || !vm->stack || !vm->marks) {
+    if (!vm->marker || !vm->s_device_traces || !vm->stack || !vm->marks ||
+        id_init(&vm->taken) < 0) {
         if (!PyErr_Occurred()) PyErr_NoMemory();
         goto done;
     }

@@ -171,18 +171,26 @@ def _say_as_python(data: bytes, what: str) -> None:
 
 
 def _refusal(op: str, proto: int, module: Any, name: Any, *, what: str) -> Exception:
-    if module is not None and name is not None:
-        mod = module if isinstance(module, bytes) else str(module).encode("utf-8", "replace")
-        nam = name if isinstance(name, bytes) else str(name).encode("utf-8", "replace")
-        if b"\n" not in mod + nam:
-            header = b"\x80" + bytes([max(2, proto)])
-            try:
-                _say_as_python(header + b"c" + mod + b"\n" + nam + b"\n.", what)
-            except UnsafePickleError as exc:
-                return exc
-            except SnapshotError:
-                pass
+    """The restricted unpickler's own words for GLOBAL/INST (given the bytes after the
+    opcode: it names what they import, or says why they are not names) and STACK_GLOBAL
+    (given its two strings), or the scan's for the other refused opcodes."""
+    header = b"\x80" + bytes([max(2, min(proto, 5))])
+    if op in ("GLOBAL", "INST") and isinstance(module, bytes):
+        synthetic = header + (b"(i" if op == "INST" else b"c") + module
+    elif isinstance(module, str) and isinstance(name, str):  # STACK_GLOBAL, as it was
+        synthetic = header + _binunicode(module) + _binunicode(name) + b"\x93."
+    else:
+        return prescan.refusal(op)
+    try:
+        _say_as_python(synthetic, what)
+    except SnapshotError as exc:  # UnsafePickleError, or the words of a bad name
+        return exc
     return prescan.refusal(op)
+
+
+def _binunicode(s: str) -> bytes:
+    raw = s.encode("utf-8", "surrogatepass")
+    return b"X" + len(raw).to_bytes(4, "little") + raw
 
 
 class CompiledTrace:

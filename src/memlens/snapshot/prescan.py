@@ -113,6 +113,11 @@ def check(data: Any, *, what: str, memory_limit: int, memo_limit: int) -> int:
         raise refusal(op)
     if status == "truncated":
         raise SnapshotError(f"{what} is truncated: the pickle ends before its STOP opcode")
+    if status == "frame":
+        raise SnapshotError(
+            f"{what} is not a readable pickle (an opcode at byte {pos:,} runs past the end "
+            "of its FRAME)"
+        )
     if status == "bad-put":
         raise SnapshotError(f"{what} is not a readable pickle (a PUT index that is not a number)")
     if status == "memo":
@@ -127,8 +132,8 @@ def check(data: Any, *, what: str, memory_limit: int, memo_limit: int) -> int:
 def scan(data: Any, memory_limit: int, memo_limit: int) -> tuple[str, str, int, int]:
     """The pass itself, in Python (for builds without the compiled reader; `_fastreader.scan`
     does the same in C): (status, refused opcode's name, estimated bytes, position), status
-    one of ok, refused, truncated, bad-put, memo (the value is then the slots named),
-    memory."""
+    one of ok, refused, truncated, frame (an opcode across a FRAME's end, or a FRAME
+    inside one), bad-put, memo (the value is then the slots named), memory."""
     data = bytes(data)
     n = len(data)
     pos = 0
@@ -141,9 +146,12 @@ def scan(data: Any, memory_limit: int, memo_limit: int) -> tuple[str, str, int, 
     height = peak = 0  # of the unpickler's stack
     unpack = struct.unpack_from
     fixed, counted, push, pop, from_mark = _FIXED, _COUNTED, _PUSH, _POP, _FROM_MARK
+    frame_end = -1  # where the current FRAME ends (PEP 3154: no opcode crosses it)
     while pos < n:
+        start = pos
         op = data[pos]
         pos += 1
+        new_frame = -1
         if op == 0x2E:  # STOP: what follows is not read
             break
         if op in REFUSED:
@@ -162,8 +170,13 @@ def scan(data: Any, memory_limit: int, memo_limit: int) -> tuple[str, str, int, 
                     return "memo", "", memo_top + 1, pos - 1
             elif op == 0x4D and unpack("<H", data, pos)[0] > 256:  # not a cached int
                 cost += INT
-            elif op == 0x95 and unpack("<Q", data, pos)[0] > n - pos - 8:  # FRAME past the end
-                return "truncated", "", _total(cost, memo_top, peak), pos + width
+            elif op == 0x95:  # FRAME: it must fit, and may not start inside another
+                length = unpack("<Q", data, pos)[0]
+                if length > n - pos - 8:
+                    return "truncated", "", _total(cost, memo_top, peak), pos + width
+                if start < frame_end:
+                    return "frame", "", _total(cost, memo_top, peak), start
+                new_frame = pos + 8 + length
             pos += width
         elif op in counted:
             width = counted[op]
@@ -197,6 +210,10 @@ def scan(data: Any, memory_limit: int, memo_limit: int) -> tuple[str, str, int, 
             memo_len += 1
             if memo_top >= memo_max:
                 return "memo", "", memo_top + 1, pos - 1
+        if start < frame_end < pos:  # the unpickler reads a frame whole, then the file
+            return "frame", "", _total(cost, memo_top, peak), start
+        if pos >= frame_end:
+            frame_end = new_frame
         if op in push:
             cost += push[op]
             height += 1

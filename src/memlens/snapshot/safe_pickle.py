@@ -103,16 +103,15 @@ def load_plain_pickle(stream: IO[bytes], *, what: str = "file", memory_limit: in
         if isinstance(exc, SystemError):
             raise
         raise SnapshotError(f"{what}: not enough memory to unpickle it") from None
-    except (
-        pickle.UnpicklingError,
-        ValueError,
-        KeyError,
-        IndexError,
-        TypeError,
-        AttributeError,
-        OverflowError,
-        UnicodeDecodeError,
-    ) as exc:
+    except UnicodeDecodeError as exc:
+        # protocol 0 text (INST's module name) is ASCII, every other string UTF-8
+        code = "ASCII" if exc.encoding == "ascii" else "UTF-8"
+        raise SnapshotError(
+            f"{what} is not a readable pickle (a string is not valid {code})"
+        ) from None
+    except (pickle.UnpicklingError, ValueError) as exc:  # worded as the compiled reader does
+        raise SnapshotError(f"{what} is not a readable pickle ({str(exc).rstrip('.')})") from None
+    except (KeyError, IndexError, TypeError, AttributeError, OverflowError) as exc:
         raise SnapshotError(
             f"{what} is not a readable pickle ({type(exc).__name__}: {exc})"
         ) from None
