@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from memlens.errors import SnapshotError, UnsafePickleError
+from memlens.errors import SnapshotError
 from memlens.snapshot import prescan
 from memlens.snapshot.actions import Action
 from memlens.snapshot.builder import build_snapshot
