@@ -80,3 +80,15 @@ def test_c_and_python_agree_on_real_snapshots(name: str) -> None:
     tracemalloc.stop()
     del obj
     assert peak <= py[2] <= 1.35 * peak
+
+
+def test_no_opcode_or_line_crosses_a_frame() -> None:
+    # FRAME of 3 bytes, then a 4-byte BININT: CPython's file unpickler reads the frame
+    # whole and says "truncated"; buffer mode would read on. One rule for both: refused.
+    crossing = b"\x80\x04\x95\x03\x00\x00\x00\x00\x00\x00\x00J\x01\x00\x00\x00."
+    assert _both(crossing)[0][0] == "frame" and _both(crossing)[1][0] == "frame"
+    fits = b"\x80\x04\x95\x06\x00\x00\x00\x00\x00\x00\x00J\x01\x00\x00\x00."
+    assert _both(fits)[0][0] == "ok" and pickle.loads(fits) == 1
+    # GLOBAL's module line ending after the frame's end
+    line = b"\x80\x04\x95\x03\x00\x00\x00\x00\x00\x00\x00cos\nsystem\n."
+    assert _both(line)[0] == _both(line)[1] and _both(line)[0][0] == "frame"

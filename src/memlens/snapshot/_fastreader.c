@@ -2466,7 +2466,18 @@ static PyObject *fr_scan(PyObject *Py_UNUSED(mod), PyObject *args) {
             pos--;
             SCAN_END("refused");
         }
-        if (op == 'c' || op == 'i' || op == 0x93 || !scan_known[op]) break;
+        if (op == 'c' || op == 'i') { /* GLOBAL, INST: their two lines may not cross a frame */
+            const unsigned char *nl1 = memchr(d + pos, '\n', n - pos);
+            const unsigned char *nl2 =
+                nl1 ? memchr(nl1 + 1, '\n', n - (size_t)(nl1 + 1 - d)) : NULL;
+            const unsigned char *last = nl2 ? nl2 : nl1;
+            if (last && start < frame_end && frame_end <= (size_t)(last - d)) {
+                pos = start;
+                SCAN_END("frame");
+            }
+            break;
+        }
+        if (op == 0x93 || !scan_known[op]) break;
         size_t width = 0;
         switch (op) {
         case 0x80:

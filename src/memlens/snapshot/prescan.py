@@ -157,6 +157,11 @@ def scan(data: Any, memory_limit: int, memo_limit: int) -> tuple[str, str, int, 
         if op in REFUSED:
             return "refused", REFUSED[op], _total(cost, memo_top, peak), pos - 1
         if op in _END_SCAN or op not in _OPCODES:
+            if op in (0x63, 0x69):  # GLOBAL, INST: their two lines may not cross a frame
+                first = data.find(b"\n", pos)
+                second = data.find(b"\n", first + 1) if first >= 0 else -1
+                if start < frame_end <= max(first, second):
+                    return "frame", "", _total(cost, memo_top, peak), start
             break
         width = fixed.get(op)
         if width is not None:
