@@ -11,6 +11,7 @@ src/memlens/snapshot/compiled.py and replay.py.
 """
 
 import shutil
+import sys
 from pathlib import Path
 
 from setuptools import Extension, setup
@@ -28,13 +29,18 @@ class BuildPy(build_py):
             shutil.copyfile(Path(__file__).parent / "docs" / name, target / name)
 
 
+PTHREAD = [] if sys.platform == "win32" else ["-pthread"]
+
 setup(
     cmdclass={"build_py": BuildPy},
     ext_modules=[
         Extension(
             "memlens.snapshot._fastreader",
             sources=["src/memlens/snapshot/_fastreader.c"],
-            extra_compile_args=["-O2"],
+            # the scan runs in a thread beside the reader (pthreads; Windows: one after
+            # the other)
+            extra_compile_args=["-O2", *PTHREAD],
+            extra_link_args=PTHREAD,
             optional=True,
         ),
         Extension(

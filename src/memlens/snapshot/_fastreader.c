@@ -26,6 +26,10 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <sched.h>
+#ifndef _WIN32
+#include <pthread.h>
+#endif
 
 /* ------------------------------------------------------------------ exceptions */
 static PyObject *Fallback;  /* shape we do not handle: read with the Python path */
@@ -59,14 +63,75 @@ static int limit_hit(const char *name, unsigned long long value, unsigned long l
 }
 
 /* ------------------------------------------------------------------ input */
-/* The whole pickle, borrowed from the caller's buffer (a mapped file or inflated bytes). */
+/* What the scan charges (prescan.COSTS, in this order). */
+enum {
+    C_DICT,
+    C_LIST,
+    C_TUPLE,
+    C_SET,
+    C_DICT_ITEM,
+    C_LIST_ITEM,
+    C_TUPLE_ITEM,
+    C_SET_ITEM,
+    C_INT,
+    C_FLOAT,
+    C_STR,
+    C_BYTES,
+    C_MEMO_SLOT,
+    C_STACK_SLOT,
+    NCOSTS
+};
+
+/* One scan over a whole pickle: its inputs, its progress (read by the reader in another
+   thread: the end of the last opcode checked), and its outcome. */
+typedef struct {
+    const unsigned char *d;
+    size_t n;
+    unsigned long long limit, memo_limit;
+    uint64_t c[NCOSTS];
+    size_t progress; /* atomic */
+    int done;        /* atomic: 1 when the fields below are final */
+    const char *status, *opname;
+    unsigned long long value;
+    size_t pos;
+} Scan;
+
+/* The whole pickle, borrowed from the caller's buffer (a mapped file or inflated bytes),
+   of which the reader may read `len` bytes: all `total` once the scan that runs beside it
+   has passed them (or when there is no scan), until then the bytes it has checked. */
 typedef struct {
     const unsigned char *buf;
-    size_t pos, len;
+    size_t pos, len, total;
+    Scan *sc; /* NULL: no scan beside the reader */
 } Input;
 
-/* Are `need` unread bytes at buf+pos? 0 yes, 1 truncated. */
-static int input_need(Input *in, size_t need) { return in->len - in->pos >= need ? 0 : 1; }
+static PyObject *ScanStop; /* the scan refused the file: args (the scan's result) */
+
+/* Wait for the scan to pass `need` unread bytes (or to finish). 0 they are there; 1 the
+   data ends before (truncated); -1 with ScanStop set when the scan refused the file
+   before them (its answer is the reader's: the file is refused as the Python path would
+   refuse it). Spins: the scan runs several times faster than the reader, so it waits
+   only at the start. */
+static int input_need(Input *in, size_t need) {
+    while (in->len - in->pos < need) {
+        Scan *sc = in->sc;
+        if (!sc) return 1;
+        const int done = __atomic_load_n(&sc->done, __ATOMIC_ACQUIRE);
+        const int ok = done && strcmp(sc->status, "ok") == 0;
+        const size_t visible = ok ? in->total : __atomic_load_n(&sc->progress, __ATOMIC_ACQUIRE);
+        if (visible > in->len) {
+            in->len = visible;
+        } else if (ok) {
+            in->sc = NULL; /* all of it is there: what is missing is missing */
+        } else if (done) {
+            PyErr_SetString(ScanStop, sc->status);
+            return -1;
+        } else {
+            sched_yield();
+        }
+    }
+    return 0;
+}
 
 /* ------------------------------------------------------------------ growable buffers */
 typedef struct {
@@ -1887,8 +1952,9 @@ static int refuse(VM *vm, int op) {
     if (op == 'c' || op == 'i') {
         /* the bytes of its two text lines, as far as they go: the caller has the restricted
            unpickler read them, so that it says what it says of them (the names, or why
-           they are not names) */
-        size_t have = vm->in.len - vm->in.pos;
+           they are not names); all of the data, once the scan has passed it */
+        if (input_need(&vm->in, vm->in.total - vm->in.pos) < 0) return -1;
+        size_t have = vm->in.total - vm->in.pos;
         const char *s = (const char *)vm->in.buf + vm->in.pos;
         const char *nl1 = memchr(s, '\n', have);
         const char *nl2 = nl1 ? memchr(nl1 + 1, '\n', have - (size_t)(nl1 + 1 - s)) : NULL;
@@ -1947,7 +2013,7 @@ static PyObject *run(VM *vm) {
             NEED(8);
             uint64_t flen = (uint64_t)rd_le(in->buf + in->pos, 8);
             in->pos += 8;
-            if (flen > in->len - in->pos) goto truncated;
+            if (flen > in->total - in->pos) goto truncated;
             break;
         }
         case '.': { /* STOP */
@@ -2353,23 +2419,19 @@ error:
    unpickler would allocate, from the same costs (passed in from prescan.py, so there is
    one table), the same refusals and the same truncations, at the same positions
    (tests/hostile/test_prescan.py compares the two). */
-enum {
-    C_DICT,
-    C_LIST,
-    C_TUPLE,
-    C_SET,
-    C_DICT_ITEM,
-    C_LIST_ITEM,
-    C_TUPLE_ITEM,
-    C_SET_ITEM,
-    C_INT,
-    C_FLOAT,
-    C_STR,
-    C_BYTES,
-    C_MEMO_SLOT,
-    C_STACK_SLOT,
-    NCOSTS
-};
+
+/* Only ASCII bytes? (8 at a time: the scan reads every string of the file) */
+static int all_ascii(const unsigned char *p, size_t n) {
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t x;
+        memcpy(&x, p + i, 8);
+        if (x & 0x8080808080808080ULL) return 0;
+    }
+    for (; i < n; i++)
+        if (p[i] & 0x80) return 0;
+    return 1;
+}
 
 static const char *scan_refused(int op) {
     switch (op) {
@@ -2384,69 +2446,133 @@ PyDoc_STRVAR(scan_doc, "scan(data, memory_limit, memo_limit, costs)\n--\n\n"
                        "(status, refused opcode name, estimated bytes, position): see "
                        "prescan.scan, which this is, in C.");
 
-static PyObject *fr_scan(PyObject *Py_UNUSED(mod), PyObject *args) {
-    Py_buffer view;
-    unsigned long long limit, memo_limit;
-    PyObject *costs_obj;
-    if (!PyArg_ParseTuple(args, "y*KKO!:scan", &view, &limit, &memo_limit, &PyTuple_Type,
-                          &costs_obj))
-        return NULL;
-    uint64_t c[NCOSTS];
-    if (PyTuple_GET_SIZE(costs_obj) != NCOSTS) {
-        PyBuffer_Release(&view);
+/* Costs from prescan.COSTS; -1 with an exception when they are not 14 ints. */
+static int scan_costs(Scan *sc, PyObject *costs_obj) {
+    if (!PyTuple_Check(costs_obj) || PyTuple_GET_SIZE(costs_obj) != NCOSTS) {
         PyErr_SetString(PyExc_ValueError, "costs: a tuple of 14 ints");
-        return NULL;
+        return -1;
     }
     for (int j = 0; j < NCOSTS; j++) {
-        c[j] = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(costs_obj, j));
-        if (PyErr_Occurred()) {
-            PyBuffer_Release(&view);
-            return NULL;
-        }
+        sc->c[j] = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(costs_obj, j));
+        if (PyErr_Occurred()) return -1;
     }
-    /* what a pushing opcode costs; -1 for opcodes that push nothing */
-    int64_t push[256];
-    for (int j = 0; j < 256; j++) push[j] = -1;
-    const unsigned char zero[] = "NK M hjg2)\x88\x89";
-    for (const unsigned char *z = zero; *z; z++)
-        if (*z != ' ') push[*z] = 0;
-    push[')'] = 0;
-    push['}'] = (int64_t)c[C_DICT];
-    push[']'] = (int64_t)c[C_LIST];
-    push[0x8f] = (int64_t)c[C_SET];
-    const unsigned char ints[] = "JIL\x8a\x8b", floats[] = "GF", strs[] = "\x8cX\x8dVUTS",
-                        bytes_[] = "CB\x8e\x96";
-    for (const unsigned char *z = ints; *z; z++) push[*z] = (int64_t)c[C_INT];
-    for (const unsigned char *z = floats; *z; z++) push[*z] = (int64_t)c[C_FLOAT];
-    for (const unsigned char *z = strs; *z; z++) push[*z] = (int64_t)c[C_STR];
-    for (const unsigned char *z = bytes_; *z; z++) push[*z] = (int64_t)c[C_BYTES];
+    return 0;
+}
 
-    /* every opcode the unpickler knows but the out-of-band buffers: the scan ends where
-       the unpickler must stop, and leaves it the words */
-    unsigned char scan_known[256] = {0};
+/* The scan itself: no Python API inside, so it can run beside the reader. */
+static void scan_run(Scan *sc) {
+    const uint64_t *c = sc->c;
+    const unsigned long long limit = sc->limit, memo_limit = sc->memo_limit;
+    /* the class of each opcode (its argument), and its effect on the stack */
+    enum {
+        CL_END,
+        CL_STOP,
+        CL_REFUSED,
+        CL_LINES2,
+        CL_FIXED,
+        CL_COUNTED,
+        CL_LINE,
+        CL_MEMOIZE,
+        CL_PLAIN
+    };
+    enum { EF_NONE, EF_PUSH, EF_MARK, EF_FROM_MARK, EF_POP };
+    unsigned char cls[256] = {0}, wid[256] = {0}, eff[256] = {0}, txt[256] = {0};
+    uint64_t made[256] = {0}, per_item[256] = {0};
+    unsigned char popk[256] = {0}, left[256] = {0};
+    /* every opcode the unpickler knows but the out-of-band buffers: anything else ends the
+       scan where the unpickler must stop, and leaves it the words */
     const unsigned char known_ops[] = "().012BCFGIJKLMNPQRSTUVX]abcdeghijlopqrstu}";
-    for (const unsigned char *z = known_ops; *z; z++) scan_known[*z] = 1;
-    for (int j = 0x80; j < 0x97; j++) scan_known[j] = 1;
-    const unsigned char *d = view.buf;
-    const size_t n = (size_t)view.len;
+    for (const unsigned char *z = known_ops; *z; z++) cls[*z] = CL_PLAIN;
+    for (int j = 0x80; j < 0x97; j++) cls[j] = CL_PLAIN;
+    cls['.'] = CL_STOP;
+    cls[0x93] = CL_END; /* STACK_GLOBAL: find_class refuses it, naming it */
+    cls['c'] = cls['i'] = CL_LINES2;
+    const struct {
+        const char *ops;
+        unsigned char width;
+    } fixed[] = {{"\x80Khq\x82", 1}, {"M\x83", 2}, {"Jjr\x84", 4}, {"G\x95", 8}},
+      counted[] = {{"\x8c"
+                    "CU\x8a",
+                    1},
+                   {"XBT\x8b", 4},
+                   {"\x8d\x8e\x96", 8}};
+    for (size_t g = 0; g < 4; g++)
+        for (const unsigned char *z = (const unsigned char *)fixed[g].ops; *z; z++)
+            cls[*z] = CL_FIXED, wid[*z] = fixed[g].width;
+    for (size_t g = 0; g < 3; g++)
+        for (const unsigned char *z = (const unsigned char *)counted[g].ops; *z; z++)
+            cls[*z] = CL_COUNTED, wid[*z] = counted[g].width;
+    txt[0x8c] = txt['X'] = txt[0x8d] = 1;
+    for (const unsigned char *z = (const unsigned char *)"ILFSVgp"; *z; z++) cls[*z] = CL_LINE;
+    cls[0x94] = CL_MEMOIZE;
+    for (int j = 0; j < 256; j++) /* last: EXT1/2/4 have an argument, and are refused */
+        if (scan_refused(j)) cls[j] = CL_REFUSED;
+    /* effects: pushes (with what the value costs), MARK, from the innermost mark, pops */
+    const struct {
+        const char *ops;
+        int cost;
+    } pushes[] = {{"NKMhjg2)\x88\x89", -1}, {"}", C_DICT},          {"]", C_LIST},
+                  {"\x8f", C_SET},          {"JIL\x8a\x8b", C_INT}, {"GF", C_FLOAT},
+                  {"\x8cX\x8dVUTS", C_STR}, {"CB\x8e\x96", C_BYTES}};
+    for (size_t g = 0; g < sizeof pushes / sizeof pushes[0]; g++)
+        for (const unsigned char *z = (const unsigned char *)pushes[g].ops; *z; z++)
+            eff[*z] = EF_PUSH, made[*z] = pushes[g].cost < 0 ? 0 : c[pushes[g].cost];
+    eff['('] = EF_MARK;
+    const struct {
+        unsigned char op;
+        int made, per, left;
+        int half;
+    } from_mark[] = {{'l', C_LIST, C_LIST_ITEM, 1, 0}, {'t', C_TUPLE, C_TUPLE_ITEM, 1, 0},
+                     {'d', C_DICT, C_DICT_ITEM, 1, 1}, {0x91, C_SET, C_SET_ITEM, 1, 0},
+                     {'e', -1, C_LIST_ITEM, 0, 0},     {'u', -1, C_DICT_ITEM, 0, 1},
+                     {0x90, -1, C_SET_ITEM, 0, 0},     {'1', -1, -1, 0, 0}};
+    for (size_t g = 0; g < sizeof from_mark / sizeof from_mark[0]; g++) {
+        const unsigned char op = from_mark[g].op;
+        eff[op] = EF_FROM_MARK;
+        made[op] = from_mark[g].made < 0 ? 0 : c[from_mark[g].made];
+        per_item[op] = from_mark[g].per < 0 ? 0 : c[from_mark[g].per] >> from_mark[g].half;
+        left[op] = (unsigned char)from_mark[g].left;
+    }
+    const struct {
+        unsigned char op, k, left;
+        uint64_t add;
+    } pops[] = {{'a', 2, 1, c[C_LIST_ITEM]},
+                {'s', 3, 1, c[C_DICT_ITEM]},
+                {'0', 1, 0, 0},
+                {0x85, 1, 1, c[C_TUPLE] + c[C_TUPLE_ITEM]},
+                {0x86, 2, 1, c[C_TUPLE] + 2 * c[C_TUPLE_ITEM]},
+                {0x87, 3, 1, c[C_TUPLE] + 3 * c[C_TUPLE_ITEM]}};
+    for (size_t g = 0; g < sizeof pops / sizeof pops[0]; g++) {
+        const unsigned char op = pops[g].op;
+        eff[op] = EF_POP, popk[op] = pops[g].k, left[op] = pops[g].left, made[op] = pops[g].add;
+    }
+
+    const unsigned char *d = sc->d;
+    const size_t n = sc->n;
     size_t pos = 0, height = 0, peak = 0, nmarks = 0, marks_cap = 0;
     size_t *marks = NULL;
     uint64_t cost = 0, memo_len = 0;
     int64_t memo_top = -1;
+    uint64_t extra = 0; /* memo table and stack at their largest, kept up to date */
     const uint64_t lim = limit ? limit : (1ULL << 62);
     const int64_t memo_max =
         memo_limit && memo_limit < (1ULL << 62) ? (int64_t)memo_limit : (1LL << 62);
     uint64_t memo_named = 0; /* for a "memo" status: the slots named */
     const char *status = "ok", *opname = "";
-#define TOTAL()                                                                                    \
-    (cost + c[C_MEMO_SLOT] * (uint64_t)(memo_top + 1) + c[C_STACK_SLOT] * (uint64_t)peak)
+#define TOTAL() (cost + extra)
+#define EXTRA() (c[C_MEMO_SLOT] * (uint64_t)(memo_top + 1) + c[C_STACK_SLOT] * (uint64_t)peak)
 #define SCAN_END(st)                                                                               \
     do {                                                                                           \
         status = (st);                                                                             \
         goto out;                                                                                  \
     } while (0)
-#define MEMO_CHECK(at)                                                                             \
+#define MEMO_SET(idx, at)                                                                          \
     do {                                                                                           \
+        if ((idx) > memo_top) {                                                                    \
+            memo_top = (idx);                                                                      \
+            extra = EXTRA();                                                                       \
+        }                                                                                          \
+        memo_len++;                                                                                \
         if (memo_top >= memo_max) {                                                                \
             memo_named = (uint64_t)memo_top + 1;                                                   \
             pos = (at);                                                                            \
@@ -2455,46 +2581,15 @@ static PyObject *fr_scan(PyObject *Py_UNUSED(mod), PyObject *args) {
     } while (0)
     size_t frame_end = 0; /* where the current FRAME ends, 0: none (PEP 3154: no opcode
                              crosses it) */
+    unsigned ops = 0; /* progress is published every 256 opcodes */
     while (pos < n) {
         const size_t start = pos;
         size_t new_frame = 0;
         const int op = d[pos++];
-        if (op == '.') break;
-        const char *refused = scan_refused(op);
-        if (refused) {
-            opname = refused;
-            pos--;
-            SCAN_END("refused");
-        }
-        if (op == 'c' || op == 'i') { /* GLOBAL, INST: their two lines may not cross a frame */
-            const unsigned char *nl1 = memchr(d + pos, '\n', n - pos);
-            const unsigned char *nl2 =
-                nl1 ? memchr(nl1 + 1, '\n', n - (size_t)(nl1 + 1 - d)) : NULL;
-            const unsigned char *last = nl2 ? nl2 : nl1;
-            if (last && start < frame_end && frame_end <= (size_t)(last - d)) {
-                pos = start;
-                SCAN_END("frame");
-            }
-            break;
-        }
-        if (op == 0x93 || !scan_known[op]) break;
-        size_t width = 0;
-        switch (op) {
-        case 0x80:
-        case 'K':
-        case 'h':
-        case 'q':
-        case 0x82: width = 1; break;
-        case 'M':
-        case 0x83: width = 2; break;
-        case 'J':
-        case 'j':
-        case 'r':
-        case 0x84: width = 4; break;
-        case 'G':
-        case 0x95: width = 8; break;
-        }
-        if (width) {
+        switch (cls[op]) {
+        case CL_PLAIN: break;
+        case CL_FIXED: {
+            const size_t width = wid[op];
             if (pos + width > n) SCAN_END("truncated");
             if (op == 0x95) { /* FRAME: it must fit, and may not start inside another */
                 const uint64_t length = ld_le(d + pos, 8);
@@ -2507,179 +2602,147 @@ static PyObject *fr_scan(PyObject *Py_UNUSED(mod), PyObject *args) {
                     SCAN_END("frame");
                 }
                 new_frame = pos + 8 + (size_t)length;
-            }
-            if (op == 'q' || op == 'r') {
-                int64_t idx = op == 'q' ? d[pos] : (int64_t)ld32(d + pos);
-                if (idx > memo_top) memo_top = idx;
-                memo_len++;
-                MEMO_CHECK(pos - 1);
+            } else if (op == 'q' || op == 'r') {
+                const int64_t idx = op == 'q' ? d[pos] : (int64_t)ld32(d + pos);
+                MEMO_SET(idx, pos - 1);
             } else if (op == 'M' && (d[pos] | (d[pos + 1] << 8)) > 256) {
-                cost += c[C_INT];
+                cost += c[C_INT]; /* past CPython's cached small ints */
             }
             pos += width;
-        } else {
-            int lw = 0, is_signed = 0;
-            switch (op) {
-            case 0x8c:
-            case 'C':
-            case 'U':
-            case 0x8a: lw = 1; break;
-            case 'X':
-            case 'B': lw = 4; break;
-            case 'T':
-            case 0x8b:
-                lw = 4;
-                is_signed = 1;
-                break;
-            case 0x8d:
-            case 0x8e:
-            case 0x96: lw = 8; break;
-            }
-            if (lw) {
-                if (pos + (size_t)lw > n) SCAN_END("truncated");
-                uint64_t raw = ld_le(d + pos, lw);
-                pos += (size_t)lw;
-                if (is_signed && (raw & 0x80000000u)) SCAN_END("truncated");
-                if (raw > n - pos) SCAN_END("truncated");
-                uint64_t per = 1;
-                if (op == 0x8c || op == 'X' || op == 0x8d)
-                    for (size_t k = 0; k < raw; k++)
-                        if (d[pos + k] & 0x80) {
-                            per = 4;
-                            break;
-                        }
-                cost += per * raw;
-                pos += (size_t)raw;
-            } else if (op == 'I' || op == 'L' || op == 'F' || op == 'S' || op == 'V' || op == 'g' ||
-                       op == 'p') {
-                const unsigned char *nl = memchr(d + pos, '\n', n - pos);
-                if (!nl) SCAN_END("truncated");
-                size_t len = (size_t)(nl - (d + pos));
-                if (op == 'p') {
-                    if (len == 0 || len > 18) SCAN_END("bad-put");
-                    int64_t idx = 0;
-                    for (size_t k = 0; k < len; k++) {
-                        if (d[pos + k] < '0' || d[pos + k] > '9') SCAN_END("bad-put");
-                        idx = idx * 10 + (d[pos + k] - '0');
-                    }
-                    if (idx > memo_top) memo_top = idx;
-                    memo_len++;
-                    MEMO_CHECK(pos - 1);
+            break;
+        }
+        case CL_COUNTED: {
+            const int lw = wid[op];
+            if (pos + (size_t)lw > n) SCAN_END("truncated");
+            const uint64_t raw = ld_le(d + pos, lw);
+            pos += (size_t)lw;
+            if ((op == 'T' || op == 0x8b) && (raw & 0x80000000u)) SCAN_END("truncated");
+            if (raw > n - pos) SCAN_END("truncated");
+            cost += (txt[op] && !all_ascii(d + pos, (size_t)raw) ? 4 : 1) * raw;
+            pos += (size_t)raw;
+            break;
+        }
+        case CL_LINE: {
+            const unsigned char *nl = memchr(d + pos, '\n', n - pos);
+            if (!nl) SCAN_END("truncated");
+            const size_t len = (size_t)(nl - (d + pos));
+            if (op == 'p') { /* PUT: plain digits only (int() would take " 1_0") */
+                if (len == 0 || len > 18) SCAN_END("bad-put");
+                int64_t idx = 0;
+                for (size_t k = 0; k < len; k++) {
+                    if (d[pos + k] < '0' || d[pos + k] > '9') SCAN_END("bad-put");
+                    idx = idx * 10 + (d[pos + k] - '0');
                 }
-                cost += 4 * (uint64_t)len;
-                pos += len + 1;
-            } else if (op == 0x94) {
-                if ((int64_t)memo_len > memo_top) memo_top = (int64_t)memo_len;
-                memo_len++;
-                MEMO_CHECK(pos - 1);
+                MEMO_SET(idx, pos - 1);
             }
+            cost += 4 * (uint64_t)len;
+            pos += len + 1;
+            break;
         }
-        if (start < frame_end && frame_end < pos) { /* the unpickler reads a frame whole */
-            pos = start;
-            SCAN_END("frame");
+        case CL_MEMOIZE: MEMO_SET((int64_t)memo_len, pos - 1); break;
+        case CL_REFUSED:
+            opname = scan_refused(op);
+            pos--;
+            SCAN_END("refused");
+        case CL_LINES2: { /* GLOBAL, INST: their two lines may not cross a frame */
+            const unsigned char *nl1 = memchr(d + pos, '\n', n - pos);
+            const unsigned char *nl2 =
+                nl1 ? memchr(nl1 + 1, '\n', n - (size_t)(nl1 + 1 - d)) : NULL;
+            const unsigned char *last = nl2 ? nl2 : nl1;
+            if (last && start < frame_end && frame_end <= (size_t)(last - d)) {
+                pos = start;
+                SCAN_END("frame");
+            }
+            goto out; /* find_class refuses them, naming them */
         }
-        if (pos >= frame_end) frame_end = new_frame;
-        if (push[op] >= 0) {
-            cost += (uint64_t)push[op];
-            if (++height > peak) peak = height;
-        } else if (op == '(') {
+        default: goto out; /* STOP, STACK_GLOBAL, or a byte the unpickler stops at */
+        }
+        if (frame_end) {
+            if (start < frame_end && frame_end < pos) { /* the unpickler reads a frame whole */
+                pos = start;
+                SCAN_END("frame");
+            }
+            if (pos >= frame_end) frame_end = new_frame;
+        } else {
+            frame_end = new_frame;
+        }
+        switch (eff[op]) {
+        case EF_PUSH:
+            cost += made[op];
+            if (++height > peak) {
+                peak = height;
+                extra = EXTRA();
+            }
+            break;
+        case EF_MARK:
             if (nmarks == marks_cap) {
                 size_t ncap = marks_cap ? marks_cap * 2 : 64;
                 size_t *nm = realloc(marks, ncap * sizeof *nm);
-                if (!nm) {
-                    free(marks);
-                    PyBuffer_Release(&view);
-                    return PyErr_NoMemory();
-                }
+                if (!nm) SCAN_END("nomem");
                 marks = nm;
                 marks_cap = ncap;
             }
             marks[nmarks++] = height;
             cost += c[C_STACK_SLOT];
-        } else if (op == 'l' || op == 't' || op == 'd' || op == 0x91 || op == 'e' || op == 'u' ||
-                   op == 0x90 || op == '1') {
-            uint64_t made = 0, per = 0;
-            size_t left = 1;
-            switch (op) {
-            case 'l':
-                made = c[C_LIST];
-                per = c[C_LIST_ITEM];
-                break;
-            case 't':
-                made = c[C_TUPLE];
-                per = c[C_TUPLE_ITEM];
-                break;
-            case 'd':
-                made = c[C_DICT];
-                per = c[C_DICT_ITEM] / 2;
-                break;
-            case 0x91:
-                made = c[C_SET];
-                per = c[C_SET_ITEM];
-                break;
-            case 'e':
-                per = c[C_LIST_ITEM];
-                left = 0;
-                break;
-            case 'u':
-                per = c[C_DICT_ITEM] / 2;
-                left = 0;
-                break;
-            case 0x90:
-                per = c[C_SET_ITEM];
-                left = 0;
-                break;
-            default: left = 0; break; /* POP_MARK */
+            break;
+        case EF_FROM_MARK: {
+            const size_t base = nmarks ? marks[--nmarks] : 0;
+            cost += made[op] + per_item[op] * (height > base ? height - base : 0);
+            height = base + left[op];
+            if (height > peak) {
+                peak = height;
+                extra = EXTRA();
             }
-            size_t base = nmarks ? marks[--nmarks] : 0;
-            cost += made + per * (height > base ? height - base : 0);
-            height = base + left;
-            if (height > peak) peak = height;
-        } else {
-            size_t k = 0, left = 1;
-            uint64_t add = 0;
-            switch (op) {
-            case 'a':
-                k = 2;
-                add = c[C_LIST_ITEM];
-                break;
-            case 's':
-                k = 3;
-                add = c[C_DICT_ITEM];
-                break;
-            case '0':
-                k = 1;
-                left = 0;
-                break;
-            case 0x85:
-                k = 1;
-                add = c[C_TUPLE] + c[C_TUPLE_ITEM];
-                break;
-            case 0x86:
-                k = 2;
-                add = c[C_TUPLE] + 2 * c[C_TUPLE_ITEM];
-                break;
-            case 0x87:
-                k = 3;
-                add = c[C_TUPLE] + 3 * c[C_TUPLE_ITEM];
-                break;
-            default: left = 0; break;
-            }
-            if (k) {
-                cost += add;
-                height = (height > k ? height - k : 0) + left;
-            }
+            break;
+        }
+        case EF_POP:
+            cost += made[op];
+            height = (height > popk[op] ? height - popk[op] : 0) + left[op];
+            break;
+        default: break;
         }
         if (TOTAL() > lim) SCAN_END("memory");
+        if (!(++ops & 255)) __atomic_store_n(&sc->progress, pos, __ATOMIC_RELEASE);
     }
 out:
     free(marks);
-    PyBuffer_Release(&view);
-    return Py_BuildValue("(ssKn)", status, opname,
-                         (unsigned long long)(memo_named ? memo_named : TOTAL()), (Py_ssize_t)pos);
-#undef MEMO_CHECK
+    sc->status = status;
+    sc->opname = opname;
+    sc->value = (unsigned long long)(memo_named ? memo_named : TOTAL());
+    sc->pos = pos;
+    __atomic_store_n(&sc->done, 1, __ATOMIC_RELEASE);
+#undef MEMO_SET
+#undef EXTRA
 #undef TOTAL
 #undef SCAN_END
+}
+
+#ifndef _WIN32
+static void *scan_thread(void *arg) {
+    scan_run((Scan *)arg);
+    return NULL;
+}
+#endif
+
+static PyObject *scan_result(const Scan *sc) {
+    return Py_BuildValue("(ssKn)", sc->status, sc->opname, sc->value, (Py_ssize_t)sc->pos);
+}
+
+static PyObject *fr_scan(PyObject *Py_UNUSED(mod), PyObject *args) {
+    Py_buffer view;
+    Scan sc = {0};
+    PyObject *costs_obj;
+    if (!PyArg_ParseTuple(args, "y*KKO:scan", &view, &sc.limit, &sc.memo_limit, &costs_obj))
+        return NULL;
+    PyObject *result = NULL;
+    if (scan_costs(&sc, costs_obj) == 0) {
+        sc.d = view.buf;
+        sc.n = (size_t)view.len;
+        Py_BEGIN_ALLOW_THREADS scan_run(&sc);
+        Py_END_ALLOW_THREADS result = scan_result(&sc);
+    }
+    PyBuffer_Release(&view);
+    return result;
 }
 
 static void vm_free(VM *vm) {
@@ -2707,24 +2770,45 @@ static void vm_free(VM *vm) {
 }
 
 PyDoc_STRVAR(read_doc,
-             "read(data, known_fields, max_memo, max_stack, max_depth, max_string, max_text)\n"
+             "read(data, known_fields, max_memo, max_stack, max_depth, max_string, max_text,\n"
+             "     memory_limit, memo_limit, costs)\n"
              "--\n\n"
              "The top-level object of the pickle in `data` (bytes-like, checked by scan()),\n"
              "with every device trace list as a Columns.\n"
-             "Raises Fallback, Corrupt, Truncated, Refused or LimitHit.");
+             "Raises ScanStop (args: the scan's result, as scan() returns it) when the scan\n"
+             "refuses the file, whatever the reader met; else Fallback, Corrupt, Truncated,\n"
+             "Refused or LimitHit.");
 
 static PyObject *fr_read(PyObject *Py_UNUSED(mod), PyObject *args) {
     Py_buffer view;
     PyObject *known;
     unsigned long long max_memo, max_stack, max_depth, max_string, max_text;
-    if (!PyArg_ParseTuple(args, "y*O!KKKKK", &view, &PySet_Type, &known, &max_memo, &max_stack,
-                          &max_depth, &max_string, &max_text))
+    Scan sc = {0};
+    PyObject *costs_obj;
+    if (!PyArg_ParseTuple(args, "y*O!KKKKKKKO", &view, &PySet_Type, &known, &max_memo, &max_stack,
+                          &max_depth, &max_string, &max_text, &sc.limit, &sc.memo_limit,
+                          &costs_obj))
         return NULL;
+    if (scan_costs(&sc, costs_obj) < 0) {
+        PyBuffer_Release(&view);
+        return NULL;
+    }
     VM *vm = calloc(1, sizeof(VM));
     if (!vm) {
         PyBuffer_Release(&view);
         return PyErr_NoMemory();
     }
+    /* The scan (prescan.py's, in C) runs beside the reader, ahead of it: the reader reads
+       only bytes it has passed, so it never builds what the scan would refuse, and its
+       answer wins; on one core it costs what running it first would. */
+    sc.d = view.buf;
+    sc.n = (size_t)view.len;
+    int threaded = 0;
+#ifndef _WIN32
+    pthread_t scanner;
+    threaded = pthread_create(&scanner, NULL, scan_thread, &sc) == 0;
+#endif
+    if (!threaded) scan_run(&sc); /* no thread to be had: first, then */
     PyObject *result = NULL;
     vm->known = known;
     vm->marker = PyList_New(0); /* a private object nobody else can hold */
@@ -2746,7 +2830,8 @@ static PyObject *fr_read(PyObject *Py_UNUSED(mod), PyObject *args) {
     vm->stack = malloc((size_t)vm->stack_cap * sizeof(Val));
     vm->marks = malloc((size_t)vm->marks_cap * sizeof(Py_ssize_t));
     vm->in.buf = view.buf;
-    vm->in.len = (size_t)view.len;
+    vm->in.total = (size_t)view.len;
+    vm->in.sc = &sc;
     /* PyTorch's entries take 70-80 bytes of pickle: a slight overestimate */
     vm->rows_hint = (size_t)view.len / 64;
     if (!vm->marker || !vm->s_device_traces || !vm->stack || !vm->marks ||
@@ -2756,6 +2841,21 @@ static PyObject *fr_read(PyObject *Py_UNUSED(mod), PyObject *args) {
     }
     result = run(vm);
 done:
+#ifndef _WIN32
+    if (threaded) {
+        Py_BEGIN_ALLOW_THREADS pthread_join(scanner, NULL);
+        Py_END_ALLOW_THREADS
+    }
+#endif
+    if (strcmp(sc.status, "ok") != 0) { /* the scan's answer first, as on the Python path */
+        Py_CLEAR(result);
+        PyErr_Clear();
+        PyObject *why = scan_result(&sc);
+        if (why) {
+            PyErr_SetObject(ScanStop, why);
+            Py_DECREF(why);
+        }
+    }
     vm_free(vm);
     Py_XDECREF(vm->marker);
     Py_XDECREF(vm->s_device_traces);
@@ -2789,11 +2889,8 @@ PyMODINIT_FUNC PyInit__fastreader(void) {
     struct {
         PyObject **slot;
         const char *name;
-    } excs[] = {{&Fallback, "Fallback"},
-                {&Corrupt, "Corrupt"},
-                {&Truncated, "Truncated"},
-                {&Refused, "Refused"},
-                {&LimitHit, "LimitHit"}};
+    } excs[] = {{&Fallback, "Fallback"}, {&Corrupt, "Corrupt"},   {&Truncated, "Truncated"},
+                {&Refused, "Refused"},   {&LimitHit, "LimitHit"}, {&ScanStop, "ScanStop"}};
     for (size_t i = 0; i < sizeof excs / sizeof excs[0]; i++) {
         char full[96];
         snprintf(full, sizeof full, "memlens.snapshot._fastreader.%s", excs[i].name);

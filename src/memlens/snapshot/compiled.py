@@ -115,14 +115,15 @@ def read_compiled(path: Path, name: str) -> tuple[Any, Limits] | None:
         with open_data(path) as (data, what, memory_limit):
             if data[:1] != PROTO:
                 return None
-            memo_limit = limits_for(len(data)).memo
-            prescan.check(data, what=what, memory_limit=memory_limit, memo_limit=memo_limit)
-            return _read(data, name, what, len(data))
+            return _read(data, name, what, memory_limit)
     except OSError:
         return None  # the Python path says what is wrong, in its words
 
 
-def _read(data: Any, name: str, what: str, size: int) -> tuple[Any, Limits] | None:
+def _read(data: Any, name: str, what: str, memory_limit: int) -> tuple[Any, Limits] | None:
+    """The C reader over `data`, with the scan (prescan) running beside it: the scan's
+    answer comes first, as it does on the Python path."""
+    size = len(data)
     lim = limits_for(size)
     # The C reader's own memory stays near the file's size: its memo (8 bytes an entry)
     # and stack (16) get at most a quarter and an eighth of an entry per byte. PyTorch's
@@ -139,7 +140,13 @@ def _read(data: Any, name: str, what: str, size: int) -> tuple[Any, Limits] | No
             lim.depth or NO_LIMIT,
             NO_LIMIT,
             lim.text or NO_LIMIT,
+            memory_limit,
+            lim.memo,
+            prescan.COSTS,
         )
+    except _fastreader.ScanStop as exc:
+        prescan.raise_for(exc.args, what=what, memory_limit=memory_limit, memo_limit=lim.memo)
+        raise AssertionError("unreachable") from None
     except _fastreader.Fallback:
         return None
     except _fastreader.Truncated:

@@ -106,9 +106,19 @@ def check(data: Any, *, what: str, memory_limit: int, memo_limit: int) -> int:
     index past the limit; 'memory')."""
     fast = built()
     if fast is not None:
-        status, op, cost, pos = fast.scan(data, memory_limit, memo_limit, COSTS)
+        result = fast.scan(data, memory_limit, memo_limit, COSTS)
     else:
-        status, op, cost, pos = scan(data, memory_limit, memo_limit)
+        result = scan(data, memory_limit, memo_limit)
+    raise_for(result, what=what, memory_limit=memory_limit, memo_limit=memo_limit)
+    return int(result[2])
+
+
+def raise_for(
+    result: tuple[str, str, int, int], *, what: str, memory_limit: int, memo_limit: int
+) -> None:
+    """The error for a scan's result (nothing when it is "ok"): one wording for both
+    readers (the compiled reader runs the same scan beside it: `_fastreader.ScanStop`)."""
+    status, op, cost, pos = result
     if status == "refused":
         raise refusal(op)
     if status == "truncated":
@@ -126,7 +136,8 @@ def check(data: Any, *, what: str, memory_limit: int, memo_limit: int) -> int:
         raise LimitExceeded(
             "memory", memory_limit, f"the unpickler would need {cost:,} by byte {pos:,}"
         )
-    return int(cost)
+    if status != "ok":  # "nomem": the scan's own few bytes a MARK could not be had
+        raise SnapshotError(f"{what}: not enough memory to read it")
 
 
 def scan(data: Any, memory_limit: int, memo_limit: int) -> tuple[str, str, int, int]:
