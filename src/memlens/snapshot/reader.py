@@ -78,7 +78,7 @@ def open_data(path: Path) -> Iterator[tuple[Any, str, int]]:
         if size == 0:
             raise SnapshotError(f"{name} is empty (0 bytes)")
         try:
-            mapped = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+            mapped = _map(fh.fileno())
         except (OSError, ValueError):  # not mappable (a pipe, some file systems): read it
             mapped = None
         try:
@@ -91,6 +91,15 @@ def open_data(path: Path) -> Iterator[tuple[Any, str, int]]:
             if mapped is not None:
                 with contextlib.suppress(BufferError):  # a view still held: the GC closes it
                     mapped.close()
+
+
+def _map(fd: int) -> mmap.mmap:
+    """The file mapped read-only; on Linux populated in one go (faulting its pages in one
+    by one as the readers go costs more)."""
+    if not hasattr(mmap, "MAP_SHARED"):  # Windows
+        return mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
+    flags = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
+    return mmap.mmap(fd, 0, flags=flags, prot=mmap.PROT_READ)
 
 
 MAX_GZIP_LAYERS = 2  # a file gzipped twice happens by accident; more is not a snapshot
