@@ -131,11 +131,11 @@ def raise_for(
     if status == "bad-put":
         raise SnapshotError(f"{what} is not a readable pickle (a PUT index that is not a number)")
     if status == "memo":
-        raise LimitExceeded("memo", memo_limit, f"a memo index of {cost - 1:,} at byte {pos:,}")
+        detail = f"a memo index of {cost - 1:,} at byte {pos:,}"
+        raise LimitExceeded("memo", memo_limit, detail).at(what)
     if status == "memory":
-        raise LimitExceeded(
-            "memory", memory_limit, f"the unpickler would need {cost:,} by byte {pos:,}"
-        )
+        detail = f"the unpickler would need {cost:,} by byte {pos:,}"
+        raise LimitExceeded("memory", memory_limit, detail).at(what)
     if status != "ok":  # "nomem": the scan's own few bytes a MARK could not be had
         raise SnapshotError(f"{what}: not enough memory to read it")
 
