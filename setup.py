@@ -4,13 +4,14 @@ one-pass replay, memlens.snapshot._fastreplay.
 Everything else about the package is in pyproject.toml, except one build step: the two
 docs the MCP server offers as resources (memlens.agents.resources) are copied into the
 package, so docs/ stays their one source. The extension is optional: when
-there is no C compiler or no zlib header, setuptools warns and the install goes on, and
+there is no C compiler, setuptools warns and the install goes on, and
 memlens reads snapshots with its Python path (several times slower on large files; it
 says so on stderr when it opens one) and replays them with numpy. See
 src/memlens/snapshot/compiled.py and replay.py.
 """
 
 import shutil
+import sys
 from pathlib import Path
 
 from setuptools import Extension, setup
@@ -28,14 +29,18 @@ class BuildPy(build_py):
             shutil.copyfile(Path(__file__).parent / "docs" / name, target / name)
 
 
+PTHREAD = [] if sys.platform == "win32" else ["-pthread"]
+
 setup(
     cmdclass={"build_py": BuildPy},
     ext_modules=[
         Extension(
             "memlens.snapshot._fastreader",
             sources=["src/memlens/snapshot/_fastreader.c"],
-            libraries=["z"],
-            extra_compile_args=["-O2"],
+            # the scan runs in a thread beside the reader (pthreads; Windows: one after
+            # the other)
+            extra_compile_args=["-O2", *PTHREAD],
+            extra_link_args=PTHREAD,
             optional=True,
         ),
         Extension(

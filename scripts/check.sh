@@ -14,6 +14,15 @@ echo "== tsc --checkJs"
 (cd src/memlens/views/web/static/js && ../../../../../../.tools/node_modules/.bin/tsc \
   --noEmit --allowJs --checkJs --target es2022 --module es2022 --moduleResolution bundler \
   --lib es2022,dom,dom.iterable ./*.js pane/*.js)
+if command -v clang-format >/dev/null; then
+    echo "== clang-format"; clang-format --dry-run -Werror src/memlens/snapshot/*.c
+else
+    echo "== clang-format: not installed (pip install clang-format), skipped"
+fi
+# ASan+UBSan over the compiled reader and replay (about 3 minutes; issue 24/27)
+if [ "${MEMLENS_SKIP_SANITIZE:-}" != "1" ]; then
+    echo "== sanitizers"; bash scripts/sanitize.sh
+fi
 echo "== wheel"
 dist="$(mktemp -d)"
 trap 'rm -rf "$dist"' EXIT

@@ -150,8 +150,39 @@ def bombs() -> Iterator[tuple[str, bytes]]:
     yield "shared-block-list.pickle", _dump(_shared_blocks(3000, 3000))
     yield "shared-trace-entry.pickle", _dump(_shared_entries(2_000_000))
     yield "shared-trace-list.pickle", _dump(_shared_traces(3000))
+    yield from round_two()
     yield "json-int-5000-digits.json", ('{"segments": [], "device_traces": [[{"action": "alloc",'
                                         ' "addr": ' + "9" * 5000 + ', "size": 1}]]}').encode()  # fmt: skip
+
+
+# issue 27: text laughs (one 1 MiB string referenced a thousand times: 1 MB of file, 1 GiB
+# of text), 14 million empty dicts (1.1 GB for the unpickler), addresses colliding in the
+# replay's old fixed hash. Slow to refuse or large: in the full run (SLOW_PREFIXES).
+SLOW_PREFIXES = ("gzip-inflates", "gzip-json", "text-laughs", "empty-dicts", "hash-flood")
+
+
+def round_two() -> Iterator[tuple[str, bytes]]:
+    big = ["x" * MiB] * 1000
+    for field, setter in FREE_FORM.items():
+        if field not in ("action", "stream"):
+            yield f"text-laughs-{field}.pickle", _dump(_with(setter, big))
+    head = pickle.dumps({"segments": [], "device_traces": []}, protocol=2)[:-2]
+    yield "empty-dicts-14M.pickle", head + b"\x8c\x01x(" + b"}" * 14_000_000 + b"lu."
+    yield "hash-flood-200k.pickle", _dump(_colliding_allocations(200_000))
+
+
+def _colliding_allocations(n: int) -> dict[str, Any]:
+    """`n` allocations at addresses whose old replay hash (a ^ a>>29, times a constant,
+    ^ >>32) ends in 20 zero bits: one probe run in any table up to 2^20 slots."""
+    inverse = pow(0xBF58476D1CE4E5B9, -1, 1 << 64)
+
+    def preimage(h: int) -> int:
+        x = ((h ^ (h >> 32)) * inverse) & ((1 << 64) - 1)
+        return x ^ (x >> 29) ^ (x >> 58)
+
+    trace = [{"action": "alloc", "addr": preimage(k << 20), "size": 512, "stream": 0}
+             for k in range(1, n + 1)]  # fmt: skip
+    return {"segments": [], "device_traces": [trace]}
 
 
 def _tuple_laughs(levels: int = 32) -> tuple:
@@ -306,7 +337,7 @@ def hostile_text() -> Iterator[tuple[str, bytes]]:
 def corpus(*, large: bool = True) -> Iterator[tuple[str, bytes]]:
     """Every case; `large=False` leaves out the few that take seconds each to refuse."""
     for name, data in bombs():
-        if large or not name.startswith(("gzip-inflates", "gzip-json")):
+        if large or not name.startswith(SLOW_PREFIXES):
             yield name, data
     yield from mutations()
     yield from hostile_text()

@@ -14,7 +14,7 @@ import re
 from pathlib import Path
 
 import pytest
-from corpus import BAD_VALUES, FIELDS, bombs, hostile_text, mutations
+from corpus import BAD_VALUES, FIELDS, SLOW_PREFIXES, bombs, hostile_text, mutations
 from run_corpus import COMMANDS, TIME_LIMIT_S, run, warm_up
 
 FULL = os.environ.get("MEMLENS_HOSTILE_FULL") == "1"
@@ -26,7 +26,7 @@ ABSURD = re.compile(r"\b\d[\d,.]*\s*(?:EiB|ZiB|YiB)\b|\b(?:[1-9]\d{3,}|[1-9]\d\d
 def _selected() -> list[tuple[str, bytes, tuple[str, ...]]]:
     cases: list[tuple[str, bytes, tuple[str, ...]]] = []
     for name, data in bombs():
-        slow = name.startswith(("gzip-inflates", "gzip-json"))
+        slow = name.startswith(SLOW_PREFIXES)
         if FULL or not slow:
             cases.append((name, data, COMMANDS if FULL else ("summary", "view-api")))
     labels = list(BAD_VALUES)

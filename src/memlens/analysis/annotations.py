@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from memlens.errors import MemlensError
 
@@ -25,8 +25,10 @@ def read_json(path: str | os.PathLike[str]) -> tuple[Path, Any]:
         raise MemlensError(
             f"{p}: no such file (an inspector run directory has annotations.json)"
         ) from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except (OSError, UnicodeDecodeError, ValueError) as exc:  # ValueError: 5,000 digits too
         raise MemlensError(f"{p}: not readable as JSON ({exc})") from None
+    except RecursionError:
+        raise MemlensError(f"{p}: not readable as JSON (nested too deeply)") from None
 
 
 def annotation_entries(p: Path, doc: Any, device: int) -> list[dict[str, Any]]:
@@ -41,10 +43,23 @@ def annotation_entries(p: Path, doc: Any, device: int) -> list[dict[str, Any]]:
             not isinstance(a, dict)
             or not isinstance(a.get("name"), str)
             or a.get("stage") not in ("START", "END")
-            or not isinstance(a.get("time_us"), int)
+            or not is_int(a.get("time_us"), 0, MAX_TIME_US)
+            or not is_int(a.get("device", 0), 0, MAX_DEVICE)
         ):
             raise MemlensError(
                 f"{p}: entry {i} is not an annotation "
-                '({"name": str, "stage": "START" or "END", "time_us": int})'
+                '({"name": str, "stage": "START" or "END", "time_us": int 0..2^62, '
+                '"device": int 0..2^20, optional})'
             )
     return [{"device": device, **a} for a in doc]
+
+
+# a side input is checked as a snapshot is: times as the loader accepts them (int64, and
+# below 2^62 so that differences cannot overflow), devices as segment devices
+MAX_TIME_US = (1 << 62) - 1
+MAX_DEVICE = 1 << 20
+
+
+def is_int(v: Any, lo: int, hi: int) -> TypeGuard[int]:
+    """An integer (not a bool) within lo..hi."""
+    return isinstance(v, int) and not isinstance(v, bool) and lo <= v <= hi

@@ -13,6 +13,7 @@ strings (no per-row Python objects).
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import numpy as np
@@ -56,6 +57,22 @@ def _cat(parts: list[np.ndarray], dtype: Any) -> np.ndarray:
     return np.concatenate(parts) if parts else np.zeros(0, dtype=dtype)
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _utf8(values: list[str]) -> list[str]:
+    """Arrow and DuckDB hold UTF-8 only, and a pickle may hold a lone surrogate (a name
+    from a file is whatever it says): such a character is carried as its escape (\\ud800),
+    as the text views show it, instead of failing the whole table."""
+    return [
+        v if v.isascii() or not _SURROGATE.search(v) else _SURROGATE.sub(_escape, v) for v in values
+    ]
+
+
+def _escape(m: re.Match[str]) -> str:
+    return f"\\u{ord(m.group()):04x}"
+
+
 def arrow_tables(snap: Snapshot) -> dict[str, Any]:
     """The snapshot's tables as pyarrow Tables (what `connect` registers)."""
     _, pa = _libs()
@@ -66,7 +83,7 @@ def arrow_tables(snap: Snapshot) -> dict[str, Any]:
         action_names[v] = k
     for i, nme in enumerate(snap.action_names):
         action_names[16 + i] = nme
-    action_names = [a or f"action_{i}" for i, a in enumerate(action_names)]
+    action_names = _utf8([a or f"action_{i}" for i, a in enumerate(action_names)])
 
     def col(attr: str, dtype: Any = np.int64) -> np.ndarray:
         return _cat([getattr(d, attr) for d in devs], dtype)
@@ -142,7 +159,7 @@ def arrow_tables(snap: Snapshot) -> dict[str, Any]:
         "device": an.device, "time_us": an.time_us,
     })  # fmt: skip
     strings = pa.table({"id": np.arange(len(snap.strings), dtype=np.int32),
-                        "value": pa.array(snap.strings, type=pa.string())})  # fmt: skip
+                        "value": pa.array(_utf8(snap.strings), type=pa.string())})  # fmt: skip
     return {"events": events, "allocations": allocations, "_frames": frames, "stacks": stacks,
             "segments": segments, "blocks": blocks, "_annotations": annotations,
             "strings": strings}  # fmt: skip
@@ -159,7 +176,14 @@ SANDBOX = {
     "allow_community_extensions": False,
     "allow_unsigned_extensions": False,
 }
-WITH_FILES = {"autoinstall_known_extensions": False, "allow_community_extensions": False}
+# with files: extensions already installed may be LOADed, never downloaded (no autoload,
+# no autoinstall, an extension repository that does not exist, INSTALL refused by `query`)
+WITH_FILES = {
+    "autoinstall_known_extensions": False,
+    "autoload_known_extensions": False,
+    "allow_community_extensions": False,
+    "custom_extension_repository": "/nonexistent/memlens-downloads-nothing",
+}
 NO_FILES_HINT = (
     " (memlens sql runs without file, network or extension access; "
     "--allow-files lets a query read and write files)"
@@ -188,8 +212,7 @@ def connect(snap: Snapshot, *, allow_files: bool = False) -> Any:
         "CREATE VIEW stack_frames AS SELECT s.stack_id, s.depth, f.* EXCLUDE (frame_id), "
         "s.frame_id FROM stacks s JOIN frames f USING (frame_id)"
     )
-    if not allow_files:
-        con.execute("SET lock_configuration = true")  # a query cannot undo the sandbox
+    con.execute("SET lock_configuration = true")  # a query cannot undo the sandbox
     return con
 
 
@@ -217,6 +240,27 @@ def plain(v: Any) -> Any:
     return str(v)
 
 
+_LOAD = re.compile(r"(?:\s+|--[^\n]*(?:\n|$)|/\*.*?\*/)*load\b", re.IGNORECASE | re.DOTALL)
+
+
+def _refuse_downloads(duckdb: Any, con: Any, sql: str) -> None:
+    """With files allowed DuckDB may reach the network, and INSTALL ... FROM 'url' or
+    UPDATE EXTENSIONS would download code: only LOAD (of what is installed) goes through."""
+    try:
+        kinds = [(st.type, st.query) for st in con.extract_statements(sql)]
+    except duckdb.Error as exc:
+        raise MemlensError("SQL: " + " ".join(str(exc).split())) from None
+    except ValueError:  # a statement type the Python API does not name (UPDATE EXTENSIONS)
+        kinds = None
+    if kinds is None or any(
+        kind == duckdb.StatementType.LOAD and not _LOAD.match(text) for kind, text in kinds
+    ):
+        raise MemlensError(
+            "SQL: installing or updating extensions is refused: memlens never downloads "
+            "anything (--allow-files loads extensions that are already installed)"
+        )
+
+
 def query(
     snap: Snapshot, sql: str, *, top: int | None = None, allow_files: bool = False, **old: Any
 ) -> QueryResult:
@@ -226,6 +270,8 @@ def query(
     limit = _top(top, old)
     duckdb, _ = _libs()
     con = connect(snap, allow_files=allow_files)
+    if allow_files:
+        _refuse_downloads(duckdb, con, sql)
     try:
         cur = con.execute(sql)
         if cur.description is None:

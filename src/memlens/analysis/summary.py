@@ -72,9 +72,11 @@ def device_summary(
         "device": dev.device,
         "trace_entries": n,
         "actions": _action_counts(snap, dev),
-        "time_start_us": int(dev.time_us[0]) if has_time else None,
-        "time_end_us": int(dev.time_us[-1]) if has_time else None,
-        "duration_s": (int(dev.time_us[-1]) - int(dev.time_us[0])) / 1e6 if has_time else None,
+        # first and last in time, not in trace order: a file's clock may run backwards, and
+        # a span is never negative
+        "time_start_us": int(dev.time_us.min()) if has_time else None,
+        "time_end_us": int(dev.time_us.max()) if has_time else None,
+        "duration_s": (int(dev.time_us.max()) - int(dev.time_us.min())) / 1e6 if has_time else None,
         "truncated": truncated,
         "starts_mid_run": orphan > 0,
         "preexisting_freed_in_trace": orphan,

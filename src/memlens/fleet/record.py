@@ -177,4 +177,5 @@ def stack_fingerprint(dev: DeviceTrace, hide_patterns: Sequence[str] | None = No
     sites = np.unique(user_frame_of_stacks(snap, hide_patterns)[stacks])
     # machine-independent keys: ranks on hosts with other install/project paths agree
     labels = sorted({key_text(site_key(snap, int(f))) for f in sites.tolist()})
-    return hashlib.sha256("\n".join(labels).encode()).hexdigest()[:16]
+    # a name may hold a lone surrogate (pickle allows it): hashed as its bytes, not refused
+    return hashlib.sha256("\n".join(labels).encode("utf-8", "surrogatepass")).hexdigest()[:16]

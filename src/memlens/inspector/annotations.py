@@ -15,7 +15,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from memlens.analysis.annotations import annotation_entries, read_json
+from memlens.analysis.annotations import MAX_TIME_US, annotation_entries, is_int, read_json
 from memlens.errors import MemlensError
 from memlens.inspector.store import ANNOTATIONS_FORMAT
 from memlens.units import format_bytes
@@ -47,10 +47,16 @@ def _activation_entries(doc: dict[str, Any], device: int) -> list[dict[str, Any]
         if not isinstance(row, dict):
             continue
         t0, t1 = row.get("time_us"), row.get("end_time_us", row.get("time_us"))
-        if not isinstance(t0, int) or not isinstance(t1, int):
+        if not is_int(t0, 0, MAX_TIME_US) or not is_int(t1, 0, MAX_TIME_US):
             continue  # a step without a clock cannot be placed on the trace
         modules = row.get("modules") or {}
-        total = int(row.get("total_bytes", sum(modules.values())))
+        if not isinstance(modules, dict) or not all(
+            is_int(b, 0, 1 << 53) for b in modules.values()
+        ):
+            raise MemlensError("an inspector step's modules are not {name: bytes}")
+        total = row.get("total_bytes", sum(modules.values()))
+        if not is_int(total, 0, 1 << 62):
+            raise MemlensError("an inspector step's total_bytes is not a byte count")
         name = f"forward activations {format_bytes(total)}"
         if modules:
             top = max(modules, key=lambda m: modules[m])

@@ -1,7 +1,8 @@
 /*
- * memlens.snapshot._fastreader: a streaming reader for PyTorch memory-snapshot pickles.
+ * memlens.snapshot._fastreader: a reader for PyTorch memory-snapshot pickles.
  *
- * It runs the pickle opcodes (protocols 2-5; gzip inflated in a stream) itself and writes
+ * It runs the pickle opcodes (protocols 2-5) of a whole pickle in memory (the caller maps
+ * the file, or inflates a gzip stream, and checks it with scan() first) itself and writes
  * every trace entry of device_traces straight into typed columns, so the dict per event
  * that pickle.load builds never exists. Everything else (segments, settings, annotations,
  * frames, stacks) is small and is built as plain Python objects exactly as the restricted
@@ -17,8 +18,7 @@
  *
  * Safety. Opcodes that import or call (GLOBAL, STACK_GLOBAL, INST, OBJ, REDUCE, NEWOBJ,
  * NEWOBJ_EX, EXT1/2/4, PERSID, BINPERSID, BUILD) raise Refused before anything else
- * happens; every declared length is checked against the bytes left (or grown into as
- * decompressed bytes arrive, never allocated up front); stack, marks and memo are bounded
+ * happens; every declared length is checked against the bytes left; stack, marks and memo are bounded
  * by the limits the caller passes. Any failure is a Python exception, never a crash.
  */
 #define PY_SSIZE_T_CLEAN
@@ -26,8 +26,10 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <zlib.h>
+#include <sched.h>
+#ifndef _WIN32
+#include <pthread.h>
+#endif
 
 /* ------------------------------------------------------------------ exceptions */
 static PyObject *Fallback;  /* shape we do not handle: read with the Python path */
@@ -35,7 +37,6 @@ static PyObject *Corrupt;   /* not a readable pickle: args (detail,) */
 static PyObject *Truncated; /* the pickle ends before STOP */
 static PyObject *Refused;   /* args (opcode name, protocol, module or None, name or None) */
 static PyObject *LimitHit;  /* args (limit name, value, limit) */
-static PyObject *GzipBad;   /* args (detail,) */
 
 static int fallback(const char *why) {
     PyErr_SetString(Fallback, why);
@@ -62,111 +63,72 @@ static int limit_hit(const char *name, unsigned long long value, unsigned long l
 }
 
 /* ------------------------------------------------------------------ input */
+/* What the scan charges (prescan.COSTS, in this order). */
+enum {
+    C_DICT,
+    C_LIST,
+    C_TUPLE,
+    C_SET,
+    C_DICT_ITEM,
+    C_LIST_ITEM,
+    C_TUPLE_ITEM,
+    C_SET_ITEM,
+    C_INT,
+    C_FLOAT,
+    C_STR,
+    C_BYTES,
+    C_MEMO_SLOT,
+    C_STACK_SLOT,
+    NCOSTS
+};
+
+/* One scan over a whole pickle: its inputs, its progress (read by the reader in another
+   thread: the end of the last opcode checked), and its outcome. */
 typedef struct {
-    FILE *fp;
-    int gz;
-    z_stream zs;
-    int zs_live;
-    unsigned char *zin;
-    size_t zin_cap;
-    int zin_eof;
-    int z_end;
-    unsigned char *buf;
-    size_t cap, pos, len;
-    unsigned long long file_left;    /* plain files: bytes not yet read from the file */
-    unsigned long long produced;     /* gzip: decompressed bytes so far */
-    unsigned long long max_produced; /* gzip: limit on them */
+    const unsigned char *d;
+    size_t n;
+    unsigned long long limit, memo_limit;
+    uint64_t c[NCOSTS];
+    size_t progress; /* atomic */
+    int done;        /* atomic: 1 when the fields below are final */
+    const char *status, *opname;
+    unsigned long long value;
+    size_t pos;
+} Scan;
+
+/* The whole pickle, borrowed from the caller's buffer (a mapped file or inflated bytes),
+   of which the reader may read `len` bytes: all `total` once the scan that runs beside it
+   has passed them (or when there is no scan), until then the bytes it has checked. */
+typedef struct {
+    const unsigned char *buf;
+    size_t pos, len, total;
+    Scan *sc; /* NULL: no scan beside the reader */
 } Input;
 
-#define CHUNK (1u << 20)
+static PyObject *ScanStop; /* the scan refused the file: args (the scan's result) */
 
-/* Read up to `room` bytes into dst; 0 at the end of the data, -1 on error. */
-static Py_ssize_t input_fill(Input *in, unsigned char *dst, size_t room) {
-    if (!in->gz) {
-        size_t got = fread(dst, 1, room, in->fp);
-        if (got == 0 && ferror(in->fp)) {
-            PyErr_SetFromErrno(PyExc_OSError);
-            return -1;
-        }
-        in->file_left -= got < in->file_left ? got : in->file_left;
-        return (Py_ssize_t)got;
-    }
-    if (room > (size_t)UINT32_MAX) room = UINT32_MAX;
-    in->zs.next_out = dst;
-    in->zs.avail_out = (uInt)room;
-    while (in->zs.avail_out == room) {
-        if (in->z_end) {
-            /* another gzip member or trailing bytes: Python's gzip rules apply */
-            if (in->zs.avail_in > 0) return fallback("data after the first gzip member");
-            if (!in->zin_eof) {
-                size_t more = fread(in->zin, 1, 1, in->fp);
-                if (more) return fallback("data after the first gzip member");
-                in->zin_eof = 1;
-            }
-            return 0;
-        }
-        if (in->zs.avail_in == 0 && !in->zin_eof) {
-            size_t got = fread(in->zin, 1, in->zin_cap, in->fp);
-            if (got == 0) {
-                if (ferror(in->fp)) {
-                    PyErr_SetFromErrno(PyExc_OSError);
-                    return -1;
-                }
-                in->zin_eof = 1;
-            }
-            in->zs.next_in = in->zin;
-            in->zs.avail_in = (uInt)got;
-        }
-        int r = inflate(&in->zs, Z_NO_FLUSH);
-        if (r == Z_STREAM_END) {
-            in->z_end = 1;
-        } else if (r == Z_BUF_ERROR) {
-            if (in->zin_eof && in->zs.avail_in == 0) {
-                if (in->zs.avail_out != room) break;
-                /* the compressed data ends before its end marker: truncated */
-                return 0;
-            }
-        } else if (r != Z_OK) {
-            PyErr_SetString(GzipBad, in->zs.msg ? in->zs.msg : "invalid compressed data");
-            return -1;
-        }
-    }
-    size_t got = room - in->zs.avail_out;
-    in->produced += got;
-    if (in->produced > in->max_produced)
-        return limit_hit("decompressed", in->produced, in->max_produced);
-    return (Py_ssize_t)got;
-}
-
-/* Make at least `need` unread bytes available at buf+pos. 0 ok, 1 truncated, -1 error. */
+/* Wait for the scan to pass `need` unread bytes (or to finish). 0 they are there; 1 the
+   data ends before (truncated); -1 with ScanStop set when the scan refused the file
+   before them (its answer is the reader's: the file is refused as the Python path would
+   refuse it). Spins: the scan runs several times faster than the reader, so it waits
+   only at the start. */
 static int input_need(Input *in, size_t need) {
-    size_t have = in->len - in->pos;
-    if (have >= need) return 0;
-    if (!in->gz && (unsigned long long)(need - have) > in->file_left) return 1;
-    if (in->pos) {
-        memmove(in->buf, in->buf + in->pos, have);
-        in->len = have;
-        in->pos = 0;
-    }
-    while (in->len < need) {
-        if (in->len == in->cap) {
-            /* grow: plain files straight to the need (already checked against the bytes
-               left); gzip by doubling, so a huge declared length costs only the bytes
-               that really arrive */
-            size_t ncap = need;
-            if (in->gz && in->cap * 2 < need) ncap = in->cap * 2;
-            unsigned char *nb = realloc(in->buf, ncap);
-            if (!nb) {
-                PyErr_NoMemory();
-                return -1;
-            }
-            in->buf = nb;
-            in->cap = ncap;
+    while (in->len - in->pos < need) {
+        Scan *sc = in->sc;
+        if (!sc) return 1;
+        const int done = __atomic_load_n(&sc->done, __ATOMIC_ACQUIRE);
+        const int ok = done && strcmp(sc->status, "ok") == 0;
+        const size_t visible = ok ? in->total : __atomic_load_n(&sc->progress, __ATOMIC_ACQUIRE);
+        if (visible > in->len) {
+            in->len = visible;
+        } else if (ok) {
+            in->sc = NULL; /* all of it is there: what is missing is missing */
+        } else if (done) {
+            PyErr_SetString(ScanStop, sc->status);
+            return -1;
+        } else {
+            sched_yield();
         }
-        Py_ssize_t got = input_fill(in, in->buf + in->len, in->cap - in->len);
-        if (got < 0) return -1;
-        if (got == 0) return 1;
-        in->len += (size_t)got;
     }
     return 0;
 }
@@ -554,7 +516,8 @@ static Py_ssize_t spanset_find(SpanSet *t, const unsigned char *p, size_t n, uin
 static void spanset_add(SpanSet *t, const unsigned char *p, size_t n, uint64_t h, int32_t stack,
                         int32_t n_items) {
     if (n > SPAN_MAX_BYTES || t->n_bytes + n > SPAN_TOTAL_BYTES || t->n >= INT32_MAX - 1) return;
-    if ((!t->slots || (t->n + 1) * 2 > t->mask) && slots_grow(&t->slots, &t->mask, t->hash, t->n) < 0)
+    if ((!t->slots || (t->n + 1) * 2 > t->mask) &&
+        slots_grow(&t->slots, &t->mask, t->hash, t->n) < 0)
         return;
     if (t->n + 1 >= t->cap) {
         size_t ncap = t->cap ? t->cap * 2 : 256;
@@ -609,9 +572,9 @@ typedef struct {
    skipped, and any other key is reported as unknown. */
 enum { F_ACTION, F_ADDR, F_SIZE, F_STREAM, F_TIME, F_FRAMES, F_CC, F_UM, F_FF, F_DEVFREE, NF };
 enum { F_KNOWN_SKIPPED = 100, F_UNKNOWN, F_LEGACY };
-static const char *FIELD_NAMES[NF] = {"action",  "addr",   "size",          "stream",
-                                      "time_us", "frames", "compile_context", "user_metadata",
-                                      "forward_frames", "device_free"};
+static const char *FIELD_NAMES[NF] = {
+    "action",          "addr",          "size",           "stream",     "time_us", "frames",
+    "compile_context", "user_metadata", "forward_frames", "device_free"};
 
 typedef struct {
     Val f[NF];
@@ -629,11 +592,23 @@ static void val_release(Val *v) {
 }
 
 /* ------------------------------------------------------------------ device columns */
-enum { C_ACTION, C_ADDR, C_SIZE, C_STREAM, C_TIME, C_FRAMES, C_CC, C_UM, C_FF, C_DF_ROW,
-       C_DF_VAL, NCOL };
-static const char *COL_NAMES[NCOL] = {"action", "addr",  "size", "stream",  "time_us", "frames",
-                                      "compile_context", "user_metadata", "forward_frames",
-                                      "device_free_row", "device_free"};
+enum {
+    C_ACTION,
+    C_ADDR,
+    C_SIZE,
+    C_STREAM,
+    C_TIME,
+    C_FRAMES,
+    C_CC,
+    C_UM,
+    C_FF,
+    C_DF_ROW,
+    C_DF_VAL,
+    NCOL
+};
+static const char *COL_NAMES[NCOL] = {
+    "action",          "addr",          "size",           "stream",          "time_us",    "frames",
+    "compile_context", "user_metadata", "forward_frames", "device_free_row", "device_free"};
 static const size_t COL_ITEM[NCOL] = {1, 8, 8, 4, 8, 4, 4, 4, 4, 8, 8};
 
 typedef struct {
@@ -649,8 +624,10 @@ typedef struct {
     size_t g2l_cap;
     IdTable frames; /* frames objects seen as they are (not as a VM stack) -> local index */
     long long frames_items; /* items of the distinct frames lists, for the builder's budget */
-    IdTable ff_lists;       /* forward_frames lists met (each counted once) */
+    IdTable ff_lists;       /* forward_frames lists met -> their text's index in ff_texts */
+    PyObject *ff_texts;     /* owned list: each list's text, joined once */
     long long ff_items;     /* their items, for the builder's budget */
+    long long ff_chars;     /* and their characters, for its 'text' budget */
     PyObject *unknown; /* set of unknown keys */
     int has_action;
     int attached;
@@ -668,6 +645,7 @@ static void columns_dealloc(Columns *self) {
     eq_clear(&self->ff);
     id_clear(&self->frames);
     id_clear(&self->ff_lists);
+    Py_XDECREF(self->ff_texts);
     Py_XDECREF(self->frames_objects);
     free(self->g2l);
     Py_XDECREF(self->unknown);
@@ -689,6 +667,9 @@ static PyObject *columns_export(Columns *self, PyObject *Py_UNUSED(ignored)) {
     Py_CLEAR(n);
     n = PyLong_FromLongLong(self->ff_items);
     if (!n || PyDict_SetItemString(d, "forward_frames_items", n) < 0) goto fail;
+    Py_CLEAR(n);
+    n = PyLong_FromLongLong(self->ff_chars);
+    if (!n || PyDict_SetItemString(d, "forward_frames_chars", n) < 0) goto fail;
     Py_CLEAR(n);
     /* the frames values met as objects, with their local index: the builder must know
        them by identity too, should the segments refer to them */
@@ -763,7 +744,9 @@ static Columns *columns_new(void) {
     c->g2l_cap = 0;
     c->frames_items = 0;
     c->ff_lists = (IdTable){0};
+    c->ff_texts = NULL;
     c->ff_items = 0;
+    c->ff_chars = 0;
     c->unknown = NULL;
     c->has_action = 0;
     c->attached = 0;
@@ -771,9 +754,9 @@ static Columns *columns_new(void) {
     c->last_stream = 0;
     c->last_stream_idx = -1;
     if (eq_init(&c->actions) < 0 || eq_init(&c->streams) < 0 || eq_init(&c->cc) < 0 ||
-        eq_init(&c->um) < 0 || eq_init(&c->ff) < 0 || id_init(&c->frames) < 0 || id_init(&c->ff_lists) < 0 ||
-        !(c->frames_objects = PyList_New(0)) ||
-        !(c->unknown = PySet_New(NULL))) {
+        eq_init(&c->um) < 0 || eq_init(&c->ff) < 0 || id_init(&c->frames) < 0 ||
+        id_init(&c->ff_lists) < 0 || !(c->frames_objects = PyList_New(0)) ||
+        !(c->ff_texts = PyList_New(0)) || !(c->unknown = PySet_New(NULL))) {
         Py_DECREF(c);
         return NULL;
     }
@@ -805,6 +788,11 @@ typedef struct {
     PyObject *root;     /* owned: the top-level dict */
     PyObject *dtlist;   /* owned: the list under root["device_traces"] */
     uint64_t max_string;
+    unsigned long long max_text, text_used; /* forward_frames' characters, joined */
+    /* lists whose content an entry has taken already (a stack's representative list, a
+       forward_frames list joined): appending to one later is the Python path's to read,
+       where every entry sees the list as it is at the end */
+    IdTable taken;
     int proto;
     int dtlist_attached;
     Py_ssize_t columns_made, columns_attached;
@@ -938,10 +926,8 @@ static Py_ssize_t row_alloc(VM *vm) {
    become plain values: that shape is left to the Python path. */
 static PyObject *val_object(VM *vm, Val *v) {
     switch (v->tag) {
-    case V_INT:
-        return PyLong_FromLongLong(v->v.i);
-    case V_UINT:
-        return PyLong_FromUnsignedLongLong(v->v.u);
+    case V_INT: return PyLong_FromLongLong(v->v.i);
+    case V_UINT: return PyLong_FromUnsignedLongLong(v->v.u);
     case V_OBJ:
         if (is_role(vm, v->v.o)) {
             fallback("a trace list or entry used as a plain value");
@@ -949,9 +935,7 @@ static PyObject *val_object(VM *vm, Val *v) {
         }
         Py_INCREF(v->v.o);
         return v->v.o;
-    default:
-        fallback("a trace entry used as a plain value");
-        return NULL;
+    default: fallback("a trace entry used as a plain value"); return NULL;
     }
 }
 
@@ -990,21 +974,18 @@ static int row_set(VM *vm, Row *row, PyObject *key, Val *value) {
     if (f == -2) return fallback("a trace entry with a non-string key");
     if (f == F_LEGACY) return fallback("legacy cpp_frames entries");
     if (f == F_KNOWN_SKIPPED) {
-        if (is_entry_val(vm, value))
-            return fallback("a trace entry inside a trace entry");
+        if (is_entry_val(vm, value)) return fallback("a trace entry inside a trace entry");
         discard(vm, value);
         if (!row->skipped && !(row->skipped = PyList_New(0))) return -1;
         return PyList_Append(row->skipped, key);
     }
     if (f == F_UNKNOWN) {
-        if (is_entry_val(vm, value))
-            return fallback("a trace entry inside a trace entry");
+        if (is_entry_val(vm, value)) return fallback("a trace entry inside a trace entry");
         discard(vm, value);
         if (!row->unknown && !(row->unknown = PyList_New(0))) return -1;
         return PyList_Append(row->unknown, key);
     }
-    if (is_entry_val(vm, value))
-        return fallback("a trace entry inside a trace entry");
+    if (is_entry_val(vm, value)) return fallback("a trace entry inside a trace entry");
     if (row->set & (1u << f)) val_release(&row->f[f]);
     row->f[f] = *value;
     row->set |= 1u << f;
@@ -1093,6 +1074,8 @@ static Py_ssize_t frames_local(VM *vm, Columns *ct, Val *v) {
         if (g < 0) return -1;
         /* a representative stands for a list the fast path read and counted already */
         if (o != vm->stacks.rep[g]) ct->frames_items += (long long)k;
+        /* its items are taken now: a later APPEND to it is for the Python path */
+        if (id_get(&vm->taken, o) == -2 && id_put(&vm->taken, o, 0) < 0) return -1;
         idx = stack_local(vm, ct, (size_t)g);
     } else {
         if (PyTuple_CheckExact(o)) ct->frames_items += (long long)PyTuple_GET_SIZE(o);
@@ -1106,31 +1089,55 @@ static Py_ssize_t frames_local(VM *vm, Columns *ct, Val *v) {
 
 /* A forward_frames list of strings as the one text the builder makes of it (joined, as
    MemoryViz shows it; None for an empty list); its items counted once per list object for
-   the budget, as the Python path charges them. Other lists go the Python way. */
-static PyObject *forward_frames_text(Columns *ct, PyObject *list) {
+   the budget, as the Python path charges them. Other lists go the Python way. Made once
+   per list object: a list of a thousand references to one 1 MiB string, shared by every
+   entry, is joined once, and its characters are charged to the 'text' limit before. */
+static PyObject *forward_frames_text(VM *vm, Columns *ct, PyObject *list) {
+    Py_ssize_t known = id_get(&ct->ff_lists, list);
+    if (known >= 0) {
+        PyObject *text = PyList_GET_ITEM(ct->ff_texts, known);
+        Py_INCREF(text);
+        return text;
+    }
     Py_ssize_t n = PyList_GET_SIZE(list);
-    for (Py_ssize_t k = 0; k < n; k++)
-        if (!PyUnicode_CheckExact(PyList_GET_ITEM(list, k))) {
+    unsigned long long chars = 0;
+    for (Py_ssize_t k = 0; k < n; k++) {
+        PyObject *item = PyList_GET_ITEM(list, k);
+        if (!PyUnicode_CheckExact(item)) {
             fallback("forward_frames that are not all text");
             return NULL;
         }
-    if (id_get(&ct->ff_lists, list) == -2) {
-        if (id_put(&ct->ff_lists, list, 0) < 0) return NULL;
-        ct->ff_items += n;
+        chars += (unsigned long long)PyUnicode_GET_LENGTH(item);
     }
-    if (n == 0) {
-        Py_INCREF(Py_None);
-        return Py_None;
-    }
-    PyObject *empty = PyUnicode_New(0, 0);
-    if (!empty) return NULL;
-    PyObject *text = PyUnicode_Join(empty, list);
-    Py_DECREF(empty);
-    if (text && PyUnicode_GET_LENGTH(text) == 0) { /* [""]: text to the builder, not None */
-        Py_DECREF(text);
-        fallback("forward_frames of empty strings");
+    vm->text_used += chars;
+    if (vm->text_used > vm->max_text) {
+        limit_hit("text", vm->text_used, vm->max_text);
         return NULL;
     }
+    PyObject *text;
+    if (n == 0) {
+        text = Py_None;
+        Py_INCREF(text);
+    } else {
+        PyObject *empty = PyUnicode_New(0, 0);
+        if (!empty) return NULL;
+        text = PyUnicode_Join(empty, list);
+        Py_DECREF(empty);
+        if (!text) return NULL;
+        if (PyUnicode_GET_LENGTH(text) == 0) { /* [""]: text to the builder, not None */
+            Py_DECREF(text);
+            fallback("forward_frames of empty strings");
+            return NULL;
+        }
+    }
+    if (id_put(&ct->ff_lists, list, (int32_t)PyList_GET_SIZE(ct->ff_texts)) < 0 ||
+        PyList_Append(ct->ff_texts, text) < 0 ||
+        (id_get(&vm->taken, list) == -2 && id_put(&vm->taken, list, 0) < 0)) {
+        Py_DECREF(text);
+        return NULL;
+    }
+    ct->ff_items += n;
+    ct->ff_chars += (long long)chars;
     return text;
 }
 
@@ -1235,7 +1242,7 @@ static int finish_row(VM *vm, Columns *ct, Row *row) {
         if (row->set & (1u << f)) {
             Val *v = &row->f[f];
             if (f == F_FF && v->tag == V_OBJ && PyList_CheckExact(v->v.o)) {
-                PyObject *text = forward_frames_text(ct, v->v.o);
+                PyObject *text = forward_frames_text(vm, ct, v->v.o);
                 if (!text) return -1;
                 Py_SETREF(v->v.o, text);
             }
@@ -1330,6 +1337,8 @@ static int append_to(VM *vm, Val *target, Val *item) {
     if (target->tag != V_OBJ || !PyList_CheckExact(target->v.o))
         return fallback("APPEND to something other than a list");
     PyObject *list = target->v.o;
+    if (vm->taken.used && id_get(&vm->taken, list) != -2)
+        return fallback("a list appended to after a trace entry read it");
     if (list == vm->dtlist) {
         if (!(item->tag == V_OBJ && Py_IS_TYPE(item->v.o, &ColumnsType)))
             return fallback("a device trace that is not a list");
@@ -1396,7 +1405,6 @@ static int setitem_to(VM *vm, Val *target, Val *key, Val *value) {
 
 enum { R_NONE, R_ROOT, R_DTLIST, R_DEVLIST, R_ENTRY };
 
-
 /* The job of a container about to be created, from the stack (see the file comment).
    Pickler output fills a container either in MARK ... APPENDS/SETITEMS batches (then the
    container sits right below the top mark) or, for one item, with a bare APPEND/SETITEM
@@ -1411,11 +1419,9 @@ static int role_for(VM *vm, int is_dict) {
             PyObject *o = t->v.o;
             if (!is_dict && o == vm->dtlist && vm->dtlist && PyList_GET_SIZE(o) == 0)
                 return R_DEVLIST;
-            if (is_dict && Py_IS_TYPE(o, &ColumnsType) && ((Columns *)o)->n == 0)
-                return R_ENTRY;
-            if (!is_dict && m < 0 && sp >= 2 && vm->root &&
-                vm->stack[sp - 2].tag == V_OBJ && vm->stack[sp - 2].v.o == vm->root &&
-                str_equals(o, vm->s_device_traces))
+            if (is_dict && Py_IS_TYPE(o, &ColumnsType) && ((Columns *)o)->n == 0) return R_ENTRY;
+            if (!is_dict && m < 0 && sp >= 2 && vm->root && vm->stack[sp - 2].tag == V_OBJ &&
+                vm->stack[sp - 2].v.o == vm->root && str_equals(o, vm->s_device_traces))
                 return vm->dtlist ? R_NONE : R_DTLIST;
         }
     }
@@ -1424,7 +1430,8 @@ static int role_for(VM *vm, int is_dict) {
         if (p->tag != V_OBJ) return R_NONE;
         Py_ssize_t k = sp - m;
         if (!is_dict && p->v.o == vm->root && vm->root && (k & 1) &&
-            vm->stack[sp - 1].tag == V_OBJ && str_equals(vm->stack[sp - 1].v.o, vm->s_device_traces))
+            vm->stack[sp - 1].tag == V_OBJ &&
+            str_equals(vm->stack[sp - 1].v.o, vm->s_device_traces))
             return vm->dtlist ? R_NONE : R_DTLIST;
         if (!is_dict && p->v.o == vm->dtlist && vm->dtlist) return R_DEVLIST;
         if (is_dict && Py_IS_TYPE(p->v.o, &ColumnsType)) return R_ENTRY;
@@ -1490,7 +1497,10 @@ static int memo_get(VM *vm, size_t idx) {
         return corrupt("Memo value not found at index %zu", idx);
     PyObject *o = vm->memo[idx];
     if (o == vm->marker) return fallback("a trace list or entry referenced twice");
-    if (MEMO_IS_STACK(o)) o = vm->stacks.rep[MEMO_STACK_INDEX(o)]; /* the list it stands for */
+    if (MEMO_IS_STACK(o)) {
+        o = vm->stacks.rep[MEMO_STACK_INDEX(o)]; /* the list it stands for */
+        if (id_get(&vm->taken, o) == -2 && id_put(&vm->taken, o, 0) < 0) return -1;
+    }
     Py_INCREF(o);
     return push_obj(vm, o);
 }
@@ -1556,12 +1566,11 @@ static int push_long(VM *vm, const unsigned char *p, size_t n) {
    key/value pairs, SETITEMS. Keys are memo-shared strings naming typed fields; values are
    small ints, strings, None, memo references, or a frames list of memo-shared frames. The
    entry becomes the same pending Row the machine would have made. Anything else (a key seen for the first time, a new frame dict, an unknown
-   field, a value the columns do not type, the lookahead running out) and nothing has
+   field, a value the columns do not type, the end of the data) and nothing has
    happened: the machine reads the entry opcode by opcode instead. The opcode machine is
    the reference; this is a shortcut through it for the common shape, with the same
    outcome (tests/snapshot/test_compiled_equality.py compares both with the Python path). */
 
-#define FAST_LOOKAHEAD 8192
 #define FAST_PUTS 16
 
 typedef struct {
@@ -1761,7 +1770,7 @@ static inline int fast_value(VM *vm, Fast *f, int fld, Val *out) {
         } else if (n == 9 && b[8] == 0) {
             uint64_t x = (uint64_t)rd_le(b, 8);
             *out = x <= (uint64_t)INT64_MAX ? (Val){V_INT, {.i = (int64_t)x}}
-                                             : (Val){V_UINT, {.u = x}};
+                                            : (Val){V_UINT, {.u = x}};
         } else {
             return 0;
         }
@@ -1812,10 +1821,8 @@ static inline int fast_value(VM *vm, Fast *f, int fld, Val *out) {
         *out = (Val){V_OBJ, {.o = s}};
         return 1;
     }
-    case ']':
-        return fld == F_FRAMES ? fast_frames(vm, f, out) : 0;
-    default:
-        return 0;
+    case ']': return fld == F_FRAMES ? fast_frames(vm, f, out) : 0;
+    default: return 0;
     }
 }
 
@@ -1824,13 +1831,6 @@ static inline int fast_value(VM *vm, Fast *f, int fld, Val *out) {
 static int fast_entry(VM *vm) {
     if (vm->nmarks + 2 > vm->max_marks || vm->sp + 1 > vm->max_stack) return 0;
     Input *in = &vm->in;
-    size_t have = in->len - in->pos;
-    if (have < FAST_LOOKAHEAD) {
-        size_t want = FAST_LOOKAHEAD;
-        if (!in->gz && have + in->file_left < want) want = have + (size_t)in->file_left;
-        /* an input error here is left for the machine to meet when it gets there */
-        if (input_need(in, want) < 0) PyErr_Clear();
-    }
     Fast f; /* not zeroed as a whole: put[] is written before it is read */
     f.p = in->buf + in->pos;
     f.end = in->buf + in->len;
@@ -1886,8 +1886,7 @@ static int fast_entry(VM *vm) {
         f.put[k].o = NULL;
     }
     f.nput = 0;
-    if (f.span)
-        spanset_add(&vm->spans, f.span, f.span_n, f.span_hash, f.span_stack, f.span_items);
+    if (f.span) spanset_add(&vm->spans, f.span, f.span_n, f.span_hash, f.span_stack, f.span_items);
     in->pos = (size_t)(f.p - in->buf);
     row->frames_items = f.items;
     return push(vm, (Val){V_ENTRY, {.row = r_row}}) < 0 ? -1 : 1;
@@ -1949,28 +1948,18 @@ static const char *refused_name(int op) {
    and STACK_GLOBAL (two strings on the stack), so the message can name them. */
 static int refuse(VM *vm, int op) {
     PyObject *mod = Py_None, *name = Py_None, *tmp1 = NULL, *tmp2 = NULL;
+    if (op == 'i' && !vm->nmarks) return corrupt("could not find MARK"); /* CPython's first */
     if (op == 'c' || op == 'i') {
-        /* two text lines: look at what is there, at most 512 bytes */
-        size_t have = vm->in.len - vm->in.pos;
-        if (have < 512) {
-            size_t want = 512;
-            if (!vm->in.gz && have + vm->in.file_left < want) want = have + vm->in.file_left;
-            if (input_need(&vm->in, want) < 0) PyErr_Clear();
-        }
-        have = vm->in.len - vm->in.pos;
+        /* the bytes of its two text lines, as far as they go: the caller has the restricted
+           unpickler read them, so that it says what it says of them (the names, or why
+           they are not names); all of the data, once the scan has passed it */
+        if (input_need(&vm->in, vm->in.total - vm->in.pos) < 0) return -1;
+        size_t have = vm->in.total - vm->in.pos;
         const char *s = (const char *)vm->in.buf + vm->in.pos;
         const char *nl1 = memchr(s, '\n', have);
-        if (nl1) {
-            const char *nl2 = memchr(nl1 + 1, '\n', have - (size_t)(nl1 + 1 - s));
-            if (nl2) {
-                tmp1 = PyBytes_FromStringAndSize(s, nl1 - s);
-                tmp2 = PyBytes_FromStringAndSize(nl1 + 1, nl2 - nl1 - 1);
-                if (tmp1 && tmp2) {
-                    mod = tmp1;
-                    name = tmp2;
-                }
-            }
-        }
+        const char *nl2 = nl1 ? memchr(nl1 + 1, '\n', have - (size_t)(nl1 + 1 - s)) : NULL;
+        tmp1 = PyBytes_FromStringAndSize(s, nl2 ? (nl2 + 1 - s) : (Py_ssize_t)have);
+        if (tmp1) mod = tmp1;
     } else if (op == 0x93 && vm->sp >= 2 && vm->stack[vm->sp - 1].tag == V_OBJ &&
                vm->stack[vm->sp - 2].tag == V_OBJ && PyUnicode_Check(vm->stack[vm->sp - 1].v.o) &&
                PyUnicode_Check(vm->stack[vm->sp - 2].v.o)) {
@@ -1988,21 +1977,21 @@ static int refuse(VM *vm, int op) {
     return -1;
 }
 
-#define NEED(n)                                                                        \
-    do {                                                                               \
-        if (in->len - in->pos < (size_t)(n)) {                                         \
-            int _r = input_need(in, (size_t)(n));                                      \
-            if (_r < 0) goto error;                                                    \
-            if (_r > 0) goto truncated;                                                \
-        }                                                                              \
+#define NEED(n)                                                                                    \
+    do {                                                                                           \
+        if (in->len - in->pos < (size_t)(n)) {                                                     \
+            int _r = input_need(in, (size_t)(n));                                                  \
+            if (_r < 0) goto error;                                                                \
+            if (_r > 0) goto truncated;                                                            \
+        }                                                                                          \
     } while (0)
 
-#define POP_CHECK(n)                                                                   \
-    do {                                                                               \
-        if (vm->sp - fence(vm) < (n)) {                                                \
-            corrupt("unpickling stack underflow");                                     \
-            goto error;                                                                \
-        }                                                                              \
+#define POP_CHECK(n)                                                                               \
+    do {                                                                                           \
+        if (vm->sp - fence(vm) < (n)) {                                                            \
+            corrupt(vm->nmarks ? "unexpected MARK found" : "unpickling stack underflow");          \
+            goto error;                                                                            \
+        }                                                                                          \
     } while (0)
 
 static PyObject *run(VM *vm) {
@@ -2020,11 +2009,11 @@ static PyObject *run(VM *vm) {
             }
             vm->proto = in->buf[in->pos++];
             break;
-        case 0x95: { /* FRAME: a length hint; it must fit in what is left of the file */
+        case 0x95: { /* FRAME: a length hint; it must fit in what is left (scan() checks) */
             NEED(8);
             uint64_t flen = (uint64_t)rd_le(in->buf + in->pos, 8);
             in->pos += 8;
-            if (!in->gz && flen > in->file_left + (in->len - in->pos)) goto truncated;
+            if (flen > in->total - in->pos) goto truncated;
             break;
         }
         case '.': { /* STOP */
@@ -2032,8 +2021,8 @@ static PyObject *run(VM *vm) {
             Val top = vm->stack[--vm->sp];
             PyObject *result;
             if (top.tag == V_OBJ && top.v.o == vm->root && vm->root) {
-                if (vm->columns_attached != vm->columns_made || (vm->dtlist && !vm->dtlist_attached) ||
-                    vm->rows_live) {
+                if (vm->columns_attached != vm->columns_made ||
+                    (vm->dtlist && !vm->dtlist_attached) || vm->rows_live) {
                     discard(vm, &top);
                     fallback("trace lists or entries outside device_traces");
                     goto error;
@@ -2263,7 +2252,8 @@ static PyObject *run(VM *vm) {
             }
             PyObject *d = PyDict_New();
             for (Py_ssize_t i = 0; d && i < n; i += 2)
-                if (PyDict_SetItem(d, PyTuple_GET_ITEM(items, i), PyTuple_GET_ITEM(items, i + 1)) < 0)
+                if (PyDict_SetItem(d, PyTuple_GET_ITEM(items, i), PyTuple_GET_ITEM(items, i + 1)) <
+                    0)
                     Py_CLEAR(d);
             Py_DECREF(items);
             if (!d) {
@@ -2292,8 +2282,8 @@ static PyObject *run(VM *vm) {
                 goto error;
             }
             Py_ssize_t m = vm->marks[--vm->nmarks];
-            if (m < 1) {
-                corrupt("unpickling stack underflow");
+            if (m <= fence(vm)) { /* the list is below the mark, above the fence: CPython's */
+                corrupt(vm->nmarks ? "unexpected MARK found" : "unpickling stack underflow");
                 goto error;
             }
             for (Py_ssize_t i = m; i < vm->sp; i++) {
@@ -2323,8 +2313,10 @@ static PyObject *run(VM *vm) {
                 goto error;
             }
             Py_ssize_t m = vm->marks[--vm->nmarks];
-            if (m < 1 || ((vm->sp - m) & 1)) {
-                corrupt(m < 1 ? "unpickling stack underflow" : "odd number of items for SETITEMS");
+            if (m <= fence(vm) || ((vm->sp - m) & 1)) { /* in CPython's order and words */
+                corrupt(m > fence(vm) ? "odd number of items for SETITEMS"
+                        : vm->nmarks  ? "unexpected MARK found"
+                                      : "unpickling stack underflow");
                 while (vm->sp > m && vm->sp > 0) discard(vm, &vm->stack[--vm->sp]);
                 goto error;
             }
@@ -2364,22 +2356,55 @@ static PyObject *run(VM *vm) {
             if (memo_get(vm, (size_t)(uint32_t)rd_le(p, 4)) < 0) goto error;
             break;
         case 0x97: /* NEXT_BUFFER */
-        case 0x98: /* READONLY_BUFFER */
             corrupt("pickle stream refers to out-of-band data but no *buffers* argument was given");
+            goto error;
+        case 0x98: /* READONLY_BUFFER: a view of the bytes on top (never made here) */
+            POP_CHECK(1);
+            {
+                PyObject *top = val_object(vm, &vm->stack[vm->sp - 1]);
+                if (!top) goto error;
+                corrupt("TypeError: memoryview: a bytes-like object is required, not '%s'",
+                        Py_TYPE(top)->tp_name);
+                Py_DECREF(top);
+            }
             goto error;
         /* protocol 0/1 text opcodes, py2 strings, bytes and sets: valid but never written by
            PyTorch; the Python path reads them */
-        case 'I': case 'L': case 'F': case 'S': case 'V': case 'p': case 'g':
-        case 'T': case 'U': case 'B': case 'C': case 0x8e: case 0x96:
-        case 0x8f: case 0x90: case 0x91:
-            fallback("a pickle opcode of another protocol or type");
+        case 'I':
+        case 'L':
+        case 'F':
+        case 'S':
+        case 'V':
+        case 'p':
+        case 'g':
+        case 'T':
+        case 'U':
+        case 'B':
+        case 'C':
+        case 0x8e:
+        case 0x96:
+        case 0x8f:
+        case 0x90:
+        case 0x91: fallback("a pickle opcode of another protocol or type"); goto error;
+        case 0x93: /* STACK_GLOBAL: CPython's checks of its operands first, in its words */
+            POP_CHECK(2);
+            if (vm->stack[vm->sp - 1].tag != V_OBJ || vm->stack[vm->sp - 2].tag != V_OBJ ||
+                !PyUnicode_CheckExact(vm->stack[vm->sp - 1].v.o) ||
+                !PyUnicode_CheckExact(vm->stack[vm->sp - 2].v.o)) {
+                corrupt("STACK_GLOBAL requires str");
+                goto error;
+            }
+            refuse(vm, op);
             goto error;
         default:
             if (refused_name(op)) {
                 refuse(vm, op);
                 goto error;
             }
-            corrupt("invalid load key, '\\x%02x'", op);
+            if (op >= 0x20 && op <= 0x7e && op != '\'' && op != '\\') /* as CPython words it */
+                corrupt("invalid load key, '%c'", op);
+            else
+                corrupt("invalid load key, '\\x%02x'", op);
             goto error;
         }
     }
@@ -2389,12 +2414,344 @@ error:
     return NULL;
 }
 
+/* ------------------------------------------------------------------ pre-scan */
+/* prescan.py's pass over a whole pickle, in C: the same estimate of what CPython's
+   unpickler would allocate, from the same costs (passed in from prescan.py, so there is
+   one table), the same refusals and the same truncations, at the same positions
+   (tests/hostile/test_prescan.py compares the two). */
+
+/* Only ASCII bytes? (8 at a time: the scan reads every string of the file) */
+static int all_ascii(const unsigned char *p, size_t n) {
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t x;
+        memcpy(&x, p + i, 8);
+        if (x & 0x8080808080808080ULL) return 0;
+    }
+    for (; i < n; i++)
+        if (p[i] & 0x80) return 0;
+    return 1;
+}
+
+static const char *scan_refused(int op) {
+    switch (op) {
+    case 'c':
+    case 'i':
+    case 0x93: return NULL; /* find_class refuses them, naming them */
+    default: return refused_name(op);
+    }
+}
+
+PyDoc_STRVAR(scan_doc, "scan(data, memory_limit, memo_limit, costs)\n--\n\n"
+                       "(status, refused opcode name, estimated bytes, position): see "
+                       "prescan.scan, which this is, in C.");
+
+/* Costs from prescan.COSTS; -1 with an exception when they are not 14 ints. */
+static int scan_costs(Scan *sc, PyObject *costs_obj) {
+    if (!PyTuple_Check(costs_obj) || PyTuple_GET_SIZE(costs_obj) != NCOSTS) {
+        PyErr_SetString(PyExc_ValueError, "costs: a tuple of 14 ints");
+        return -1;
+    }
+    for (int j = 0; j < NCOSTS; j++) {
+        sc->c[j] = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(costs_obj, j));
+        if (PyErr_Occurred()) return -1;
+    }
+    return 0;
+}
+
+/* The scan itself: no Python API inside, so it can run beside the reader. */
+static void scan_run(Scan *sc) {
+    const uint64_t *c = sc->c;
+    const unsigned long long limit = sc->limit, memo_limit = sc->memo_limit;
+    /* the class of each opcode (its argument), and its effect on the stack */
+    enum {
+        CL_END,
+        CL_STOP,
+        CL_REFUSED,
+        CL_LINES2,
+        CL_FIXED,
+        CL_COUNTED,
+        CL_LINE,
+        CL_MEMOIZE,
+        CL_PLAIN
+    };
+    enum { EF_NONE, EF_PUSH, EF_MARK, EF_FROM_MARK, EF_POP };
+    unsigned char cls[256] = {0}, wid[256] = {0}, eff[256] = {0}, txt[256] = {0};
+    uint64_t made[256] = {0}, per_item[256] = {0};
+    unsigned char popk[256] = {0}, left[256] = {0};
+    /* every opcode the unpickler knows but the out-of-band buffers: anything else ends the
+       scan where the unpickler must stop, and leaves it the words */
+    const unsigned char known_ops[] = "().012BCFGIJKLMNPQRSTUVX]abcdeghijlopqrstu}";
+    for (const unsigned char *z = known_ops; *z; z++) cls[*z] = CL_PLAIN;
+    for (int j = 0x80; j < 0x97; j++) cls[j] = CL_PLAIN;
+    cls['.'] = CL_STOP;
+    cls[0x93] = CL_END; /* STACK_GLOBAL: find_class refuses it, naming it */
+    cls['c'] = cls['i'] = CL_LINES2;
+    const struct {
+        const char *ops;
+        unsigned char width;
+    } fixed[] = {{"\x80Khq\x82", 1}, {"M\x83", 2}, {"Jjr\x84", 4}, {"G\x95", 8}},
+      counted[] = {{"\x8c"
+                    "CU\x8a",
+                    1},
+                   {"XBT\x8b", 4},
+                   {"\x8d\x8e\x96", 8}};
+    for (size_t g = 0; g < 4; g++)
+        for (const unsigned char *z = (const unsigned char *)fixed[g].ops; *z; z++)
+            cls[*z] = CL_FIXED, wid[*z] = fixed[g].width;
+    for (size_t g = 0; g < 3; g++)
+        for (const unsigned char *z = (const unsigned char *)counted[g].ops; *z; z++)
+            cls[*z] = CL_COUNTED, wid[*z] = counted[g].width;
+    txt[0x8c] = txt['X'] = txt[0x8d] = 1;
+    for (const unsigned char *z = (const unsigned char *)"ILFSVgp"; *z; z++) cls[*z] = CL_LINE;
+    cls[0x94] = CL_MEMOIZE;
+    for (int j = 0; j < 256; j++) /* last: EXT1/2/4 have an argument, and are refused */
+        if (scan_refused(j)) cls[j] = CL_REFUSED;
+    /* effects: pushes (with what the value costs), MARK, from the innermost mark, pops */
+    const struct {
+        const char *ops;
+        int cost;
+    } pushes[] = {{"NKMhjg2)\x88\x89", -1}, {"}", C_DICT},          {"]", C_LIST},
+                  {"\x8f", C_SET},          {"JIL\x8a\x8b", C_INT}, {"GF", C_FLOAT},
+                  {"\x8cX\x8dVUTS", C_STR}, {"CB\x8e\x96", C_BYTES}};
+    for (size_t g = 0; g < sizeof pushes / sizeof pushes[0]; g++)
+        for (const unsigned char *z = (const unsigned char *)pushes[g].ops; *z; z++)
+            eff[*z] = EF_PUSH, made[*z] = pushes[g].cost < 0 ? 0 : c[pushes[g].cost];
+    eff['('] = EF_MARK;
+    const struct {
+        unsigned char op;
+        int made, per, left;
+        int half;
+    } from_mark[] = {{'l', C_LIST, C_LIST_ITEM, 1, 0}, {'t', C_TUPLE, C_TUPLE_ITEM, 1, 0},
+                     {'d', C_DICT, C_DICT_ITEM, 1, 1}, {0x91, C_SET, C_SET_ITEM, 1, 0},
+                     {'e', -1, C_LIST_ITEM, 0, 0},     {'u', -1, C_DICT_ITEM, 0, 1},
+                     {0x90, -1, C_SET_ITEM, 0, 0},     {'1', -1, -1, 0, 0}};
+    for (size_t g = 0; g < sizeof from_mark / sizeof from_mark[0]; g++) {
+        const unsigned char op = from_mark[g].op;
+        eff[op] = EF_FROM_MARK;
+        made[op] = from_mark[g].made < 0 ? 0 : c[from_mark[g].made];
+        per_item[op] = from_mark[g].per < 0 ? 0 : c[from_mark[g].per] >> from_mark[g].half;
+        left[op] = (unsigned char)from_mark[g].left;
+    }
+    const struct {
+        unsigned char op, k, left;
+        uint64_t add;
+    } pops[] = {{'a', 2, 1, c[C_LIST_ITEM]},
+                {'s', 3, 1, c[C_DICT_ITEM]},
+                {'0', 1, 0, 0},
+                {0x85, 1, 1, c[C_TUPLE] + c[C_TUPLE_ITEM]},
+                {0x86, 2, 1, c[C_TUPLE] + 2 * c[C_TUPLE_ITEM]},
+                {0x87, 3, 1, c[C_TUPLE] + 3 * c[C_TUPLE_ITEM]}};
+    for (size_t g = 0; g < sizeof pops / sizeof pops[0]; g++) {
+        const unsigned char op = pops[g].op;
+        eff[op] = EF_POP, popk[op] = pops[g].k, left[op] = pops[g].left, made[op] = pops[g].add;
+    }
+
+    const unsigned char *d = sc->d;
+    const size_t n = sc->n;
+    size_t pos = 0, height = 0, peak = 0, nmarks = 0, marks_cap = 0;
+    size_t *marks = NULL;
+    uint64_t cost = 0, memo_len = 0;
+    int64_t memo_top = -1;
+    uint64_t extra = 0; /* memo table and stack at their largest, kept up to date */
+    const uint64_t lim = limit ? limit : (1ULL << 62);
+    const int64_t memo_max =
+        memo_limit && memo_limit < (1ULL << 62) ? (int64_t)memo_limit : (1LL << 62);
+    uint64_t memo_named = 0; /* for a "memo" status: the slots named */
+    const char *status = "ok", *opname = "";
+#define TOTAL() (cost + extra)
+#define EXTRA() (c[C_MEMO_SLOT] * (uint64_t)(memo_top + 1) + c[C_STACK_SLOT] * (uint64_t)peak)
+#define SCAN_END(st)                                                                               \
+    do {                                                                                           \
+        status = (st);                                                                             \
+        goto out;                                                                                  \
+    } while (0)
+#define MEMO_SET(idx, at)                                                                          \
+    do {                                                                                           \
+        if ((idx) > memo_top) {                                                                    \
+            memo_top = (idx);                                                                      \
+            extra = EXTRA();                                                                       \
+        }                                                                                          \
+        memo_len++;                                                                                \
+        if (memo_top >= memo_max) {                                                                \
+            memo_named = (uint64_t)memo_top + 1;                                                   \
+            pos = (at);                                                                            \
+            SCAN_END("memo");                                                                      \
+        }                                                                                          \
+    } while (0)
+    size_t frame_end = 0; /* where the current FRAME ends, 0: none (PEP 3154: no opcode
+                             crosses it) */
+    unsigned ops = 0; /* progress is published every 256 opcodes */
+    while (pos < n) {
+        const size_t start = pos;
+        size_t new_frame = 0;
+        const int op = d[pos++];
+        switch (cls[op]) {
+        case CL_PLAIN: break;
+        case CL_FIXED: {
+            const size_t width = wid[op];
+            if (pos + width > n) SCAN_END("truncated");
+            if (op == 0x95) { /* FRAME: it must fit, and may not start inside another */
+                const uint64_t length = ld_le(d + pos, 8);
+                if (length > n - pos - 8) {
+                    pos += width;
+                    SCAN_END("truncated");
+                }
+                if (start < frame_end) {
+                    pos = start;
+                    SCAN_END("frame");
+                }
+                new_frame = pos + 8 + (size_t)length;
+            } else if (op == 'q' || op == 'r') {
+                const int64_t idx = op == 'q' ? d[pos] : (int64_t)ld32(d + pos);
+                MEMO_SET(idx, pos - 1);
+            } else if (op == 'M' && (d[pos] | (d[pos + 1] << 8)) > 256) {
+                cost += c[C_INT]; /* past CPython's cached small ints */
+            }
+            pos += width;
+            break;
+        }
+        case CL_COUNTED: {
+            const int lw = wid[op];
+            if (pos + (size_t)lw > n) SCAN_END("truncated");
+            const uint64_t raw = ld_le(d + pos, lw);
+            pos += (size_t)lw;
+            if ((op == 'T' || op == 0x8b) && (raw & 0x80000000u)) SCAN_END("truncated");
+            if (raw > n - pos) SCAN_END("truncated");
+            cost += (txt[op] && !all_ascii(d + pos, (size_t)raw) ? 4 : 1) * raw;
+            pos += (size_t)raw;
+            break;
+        }
+        case CL_LINE: {
+            const unsigned char *nl = memchr(d + pos, '\n', n - pos);
+            if (!nl) SCAN_END("truncated");
+            const size_t len = (size_t)(nl - (d + pos));
+            if (op == 'p') { /* PUT: plain digits only (int() would take " 1_0") */
+                if (len == 0 || len > 18) SCAN_END("bad-put");
+                int64_t idx = 0;
+                for (size_t k = 0; k < len; k++) {
+                    if (d[pos + k] < '0' || d[pos + k] > '9') SCAN_END("bad-put");
+                    idx = idx * 10 + (d[pos + k] - '0');
+                }
+                MEMO_SET(idx, pos - 1);
+            }
+            cost += 4 * (uint64_t)len;
+            pos += len + 1;
+            break;
+        }
+        case CL_MEMOIZE: MEMO_SET((int64_t)memo_len, pos - 1); break;
+        case CL_REFUSED:
+            opname = scan_refused(op);
+            pos--;
+            SCAN_END("refused");
+        case CL_LINES2: { /* GLOBAL, INST: their two lines may not cross a frame */
+            const unsigned char *nl1 = memchr(d + pos, '\n', n - pos);
+            const unsigned char *nl2 =
+                nl1 ? memchr(nl1 + 1, '\n', n - (size_t)(nl1 + 1 - d)) : NULL;
+            const unsigned char *last = nl2 ? nl2 : nl1;
+            if (last && start < frame_end && frame_end <= (size_t)(last - d)) {
+                pos = start;
+                SCAN_END("frame");
+            }
+            goto out; /* find_class refuses them, naming them */
+        }
+        default: goto out; /* STOP, STACK_GLOBAL, or a byte the unpickler stops at */
+        }
+        if (frame_end) {
+            if (start < frame_end && frame_end < pos) { /* the unpickler reads a frame whole */
+                pos = start;
+                SCAN_END("frame");
+            }
+            if (pos >= frame_end) frame_end = new_frame;
+        } else {
+            frame_end = new_frame;
+        }
+        switch (eff[op]) {
+        case EF_PUSH:
+            cost += made[op];
+            if (++height > peak) {
+                peak = height;
+                extra = EXTRA();
+            }
+            break;
+        case EF_MARK:
+            if (nmarks == marks_cap) {
+                size_t ncap = marks_cap ? marks_cap * 2 : 64;
+                size_t *nm = realloc(marks, ncap * sizeof *nm);
+                if (!nm) SCAN_END("nomem");
+                marks = nm;
+                marks_cap = ncap;
+            }
+            marks[nmarks++] = height;
+            cost += c[C_STACK_SLOT];
+            break;
+        case EF_FROM_MARK: {
+            const size_t base = nmarks ? marks[--nmarks] : 0;
+            cost += made[op] + per_item[op] * (height > base ? height - base : 0);
+            height = base + left[op];
+            if (height > peak) {
+                peak = height;
+                extra = EXTRA();
+            }
+            break;
+        }
+        case EF_POP:
+            cost += made[op];
+            height = (height > popk[op] ? height - popk[op] : 0) + left[op];
+            break;
+        default: break;
+        }
+        if (TOTAL() > lim) SCAN_END("memory");
+        if (!(++ops & 255)) __atomic_store_n(&sc->progress, pos, __ATOMIC_RELEASE);
+    }
+out:
+    free(marks);
+    sc->status = status;
+    sc->opname = opname;
+    sc->value = (unsigned long long)(memo_named ? memo_named : TOTAL());
+    sc->pos = pos;
+    __atomic_store_n(&sc->done, 1, __ATOMIC_RELEASE);
+#undef MEMO_SET
+#undef EXTRA
+#undef TOTAL
+#undef SCAN_END
+}
+
+#ifndef _WIN32
+static void *scan_thread(void *arg) {
+    scan_run((Scan *)arg);
+    return NULL;
+}
+#endif
+
+static PyObject *scan_result(const Scan *sc) {
+    return Py_BuildValue("(ssKn)", sc->status, sc->opname, sc->value, (Py_ssize_t)sc->pos);
+}
+
+static PyObject *fr_scan(PyObject *Py_UNUSED(mod), PyObject *args) {
+    Py_buffer view;
+    Scan sc = {0};
+    PyObject *costs_obj;
+    if (!PyArg_ParseTuple(args, "y*KKO:scan", &view, &sc.limit, &sc.memo_limit, &costs_obj))
+        return NULL;
+    PyObject *result = NULL;
+    if (scan_costs(&sc, costs_obj) == 0) {
+        sc.d = view.buf;
+        sc.n = (size_t)view.len;
+        Py_BEGIN_ALLOW_THREADS scan_run(&sc);
+        Py_END_ALLOW_THREADS result = scan_result(&sc);
+    }
+    PyBuffer_Release(&view);
+    return result;
+}
+
 static void vm_free(VM *vm) {
     for (Py_ssize_t i = 0; i < vm->sp; i++) discard(vm, &vm->stack[i]);
     free(vm->stack);
     free(vm->marks);
     for (size_t i = 0; i < vm->memo_cap; i++) memo_release(vm->memo[i]);
     stackset_clear(&vm->stacks);
+    id_clear(&vm->taken);
     spanset_clear(&vm->spans);
     free(vm->tmp_items);
     free(vm->memo);
@@ -2408,100 +2765,108 @@ static void vm_free(VM *vm) {
     free(vm->rows);
     for (int i = 0; i < vm->nkeys; i++) Py_DECREF(vm->key_cache[i]);
     for (int i = 0; i < 4096; i++) Py_XDECREF(vm->strcache[i]);
-    if (vm->in.zs_live) inflateEnd(&vm->in.zs);
-    free(vm->in.zin);
-    free(vm->in.buf);
-    if (vm->in.fp) fclose(vm->in.fp);
     Py_XDECREF(vm->root);
     Py_XDECREF(vm->dtlist);
 }
 
 PyDoc_STRVAR(read_doc,
-             "read(path, gzip, known_fields, max_memo, max_stack, max_depth, max_decompressed,\n"
-             "     max_string)\n"
+             "read(data, known_fields, max_memo, max_stack, max_depth, max_string, max_text,\n"
+             "     memory_limit, memo_limit, costs)\n"
              "--\n\n"
-             "(top-level object, bytes of pickle read): the object has every device trace list\n"
-             "as a Columns.\n"
-             "Raises Fallback, Corrupt, Truncated, Refused, LimitHit, GzipBad or OSError.");
+             "The top-level object of the pickle in `data` (bytes-like, checked by scan()),\n"
+             "with every device trace list as a Columns.\n"
+             "Raises ScanStop (args: the scan's result, as scan() returns it) when the scan\n"
+             "refuses the file, whatever the reader met; else Fallback, Corrupt, Truncated,\n"
+             "Refused or LimitHit.");
 
 static PyObject *fr_read(PyObject *Py_UNUSED(mod), PyObject *args) {
-    PyObject *path_obj, *known;
-    int gz;
-    unsigned long long max_memo, max_stack, max_depth, max_dec, max_string;
-    if (!PyArg_ParseTuple(args, "O&pO!KKKKK", PyUnicode_FSConverter, &path_obj, &gz, &PySet_Type,
-                          &known, &max_memo, &max_stack, &max_depth, &max_dec, &max_string))
+    Py_buffer view;
+    PyObject *known;
+    unsigned long long max_memo, max_stack, max_depth, max_string, max_text;
+    Scan sc = {0};
+    PyObject *costs_obj;
+    if (!PyArg_ParseTuple(args, "y*O!KKKKKKKO", &view, &PySet_Type, &known, &max_memo, &max_stack,
+                          &max_depth, &max_string, &max_text, &sc.limit, &sc.memo_limit,
+                          &costs_obj))
         return NULL;
+    if (scan_costs(&sc, costs_obj) < 0) {
+        PyBuffer_Release(&view);
+        return NULL;
+    }
     VM *vm = calloc(1, sizeof(VM));
     if (!vm) {
-        Py_DECREF(path_obj);
+        PyBuffer_Release(&view);
         return PyErr_NoMemory();
     }
+    /* The scan (prescan.py's, in C) runs beside the reader, ahead of it: the reader reads
+       only bytes it has passed, so it never builds what the scan would refuse, and its
+       answer wins; on one core it costs what running it first would. */
+    sc.d = view.buf;
+    sc.n = (size_t)view.len;
+    int threaded = 0;
+#ifndef _WIN32
+    pthread_t scanner;
+    threaded = pthread_create(&scanner, NULL, scan_thread, &sc) == 0;
+#endif
+    if (!threaded) scan_run(&sc); /* no thread to be had: first, then */
     PyObject *result = NULL;
     vm->known = known;
     vm->marker = PyList_New(0); /* a private object nobody else can hold */
     vm->s_device_traces = PyUnicode_InternFromString("device_traces");
     vm->free_row = -1;
     vm->max_string = max_string;
+    vm->max_text = max_text;
     vm->max_memo = max_memo ? (size_t)max_memo : 1;
-    vm->max_stack = max_stack < 16 ? 16 : (Py_ssize_t)(max_stack > PY_SSIZE_T_MAX / 64 ? PY_SSIZE_T_MAX / 64 : max_stack);
-    vm->max_marks = max_depth < 4 ? 4 : (Py_ssize_t)(max_depth > PY_SSIZE_T_MAX / 64 ? PY_SSIZE_T_MAX / 64 : max_depth);
+    vm->max_stack =
+        max_stack < 16
+            ? 16
+            : (Py_ssize_t)(max_stack > PY_SSIZE_T_MAX / 64 ? PY_SSIZE_T_MAX / 64 : max_stack);
+    vm->max_marks =
+        max_depth < 4
+            ? 4
+            : (Py_ssize_t)(max_depth > PY_SSIZE_T_MAX / 64 ? PY_SSIZE_T_MAX / 64 : max_depth);
     vm->stack_cap = 256 < vm->max_stack ? 256 : vm->max_stack;
     vm->marks_cap = 64 < vm->max_marks ? 64 : vm->max_marks;
     vm->stack = malloc((size_t)vm->stack_cap * sizeof(Val));
     vm->marks = malloc((size_t)vm->marks_cap * sizeof(Py_ssize_t));
-    Input *in = &vm->in;
-    in->cap = CHUNK;
-    in->buf = malloc(in->cap);
-    if (!vm->marker || !vm->s_device_traces || !vm->stack || !vm->marks || !in->buf) {
+    vm->in.buf = view.buf;
+    vm->in.total = (size_t)view.len;
+    vm->in.sc = &sc;
+    /* PyTorch's entries take 70-80 bytes of pickle: a slight overestimate */
+    vm->rows_hint = (size_t)view.len / 64;
+    if (!vm->marker || !vm->s_device_traces || !vm->stack || !vm->marks ||
+        id_init(&vm->taken) < 0) {
         if (!PyErr_Occurred()) PyErr_NoMemory();
         goto done;
     }
-    in->fp = fopen(PyBytes_AS_STRING(path_obj), "rb");
-    if (!in->fp) {
-        PyErr_SetFromErrnoWithFilenameObject(PyExc_OSError, path_obj);
-        goto done;
-    }
-    struct stat st;
-    if (fstat(fileno(in->fp), &st) < 0) {
-        PyErr_SetFromErrno(PyExc_OSError);
-        goto done;
-    }
-    in->file_left = (unsigned long long)st.st_size;
-    /* PyTorch's entries take 70-80 bytes of pickle: a slight overestimate for plain files
-       (a gzip stream's size says too little) */
-    vm->rows_hint = gz ? 0 : (size_t)(st.st_size / 64);
-    in->gz = gz;
-    if (gz) {
-        in->zin_cap = CHUNK;
-        in->zin = malloc(in->zin_cap);
-        if (!in->zin) {
-            PyErr_NoMemory();
-            goto done;
-        }
-        if (inflateInit2(&in->zs, 16 + MAX_WBITS) != Z_OK) {
-            PyErr_SetString(PyExc_MemoryError, "zlib could not start");
-            goto done;
-        }
-        in->zs_live = 1;
-        in->max_produced = max_dec;
-    }
-    {
-        PyObject *top = run(vm);
-        if (top) {
-            result = Py_BuildValue("(NK)", top, gz ? vm->in.produced : (unsigned long long)st.st_size);
-        }
-    }
+    result = run(vm);
 done:
+#ifndef _WIN32
+    if (threaded) {
+        Py_BEGIN_ALLOW_THREADS pthread_join(scanner, NULL);
+        Py_END_ALLOW_THREADS
+    }
+#endif
+    if (strcmp(sc.status, "ok") != 0) { /* the scan's answer first, as on the Python path */
+        Py_CLEAR(result);
+        PyErr_Clear();
+        PyObject *why = scan_result(&sc);
+        if (why) {
+            PyErr_SetObject(ScanStop, why);
+            Py_DECREF(why);
+        }
+    }
     vm_free(vm);
     Py_XDECREF(vm->marker);
     Py_XDECREF(vm->s_device_traces);
     free(vm);
-    Py_DECREF(path_obj);
+    PyBuffer_Release(&view);
     return result;
 }
 
 static PyMethodDef fr_methods[] = {
     {"read", fr_read, METH_VARARGS, read_doc},
+    {"scan", fr_scan, METH_VARARGS, scan_doc},
     {NULL, NULL, 0, NULL},
 };
 
@@ -2525,7 +2890,7 @@ PyMODINIT_FUNC PyInit__fastreader(void) {
         PyObject **slot;
         const char *name;
     } excs[] = {{&Fallback, "Fallback"}, {&Corrupt, "Corrupt"},   {&Truncated, "Truncated"},
-                {&Refused, "Refused"},   {&LimitHit, "LimitHit"}, {&GzipBad, "GzipBad"}};
+                {&Refused, "Refused"},   {&LimitHit, "LimitHit"}, {&ScanStop, "ScanStop"}};
     for (size_t i = 0; i < sizeof excs / sizeof excs[0]; i++) {
         char full[96];
         snprintf(full, sizeof full, "memlens.snapshot._fastreader.%s", excs[i].name);

@@ -106,22 +106,36 @@ typedef struct {
 typedef struct {
     Slot *slots;
     size_t mask, used;
+    uint64_t seed;      /* keys the hash: addresses come from an untrusted file */
+    size_t longest;     /* longest probe run seen (reported, and tested) */
+    int reseeds;
 } AddrMap;
 
-static size_t addr_hash(uint64_t a) {
-    uint64_t h = a ^ (a >> 29);
+/* Set once per process from os.urandom at import. A fixed hash lets a crafted file choose
+   addresses that all land in one slot run, making the replay quadratic (200k allocations:
+   38 s instead of 0.1 s); a keyed one leaves nothing to aim at. */
+static uint64_t process_seed = 0x9e3779b97f4a7c15ULL;
+
+static size_t addr_hash(uint64_t a, uint64_t seed) { /* splitmix64's finalizer, keyed */
+    uint64_t h = a ^ seed;
+    h ^= h >> 30;
     h *= 0xbf58476d1ce4e5b9ULL;
-    h ^= h >> 32;
+    h ^= h >> 27;
+    h *= 0x94d049bb133111ebULL;
+    h ^= h >> 31;
     return (size_t)h;
 }
 
-static int map_grow(AddrMap *m) {
-    size_t nmask = m->mask * 2 + 1;
+/* A probe run this long at a load under one half is all but impossible by chance (about
+   2^-40 per insert); seeing one means the seed was guessed or is unlucky: take a new one. */
+enum { MAX_PROBE = 64, MAX_RESEEDS = 8 };
+
+static int map_rebuild(AddrMap *m, size_t nmask) {
     Slot *ns = calloc(nmask + 1, sizeof(Slot));
     if (!ns) return -1;
     for (size_t j = 0; j <= m->mask; j++) {
         if (!m->slots[j].state) continue;
-        size_t k = addr_hash(m->slots[j].addr) & nmask;
+        size_t k = addr_hash(m->slots[j].addr, m->seed) & nmask;
         while (ns[k].state) k = (k + 1) & nmask;
         ns[k] = m->slots[j];
     }
@@ -133,12 +147,22 @@ static int map_grow(AddrMap *m) {
 
 /* The slot of `a`, made if new; NULL when out of memory. */
 static Slot *map_slot(AddrMap *m, uint64_t a) {
-    size_t i = addr_hash(a) & m->mask;
-    while (m->slots[i].state && m->slots[i].addr != a) i = (i + 1) & m->mask;
+    size_t i = addr_hash(a, m->seed) & m->mask, probes = 0;
+    while (m->slots[i].state && m->slots[i].addr != a) {
+        i = (i + 1) & m->mask;
+        probes++;
+    }
+    if (probes > m->longest) m->longest = probes;
     if (m->slots[i].state) return &m->slots[i];
-    if ((m->used + 1) * 2 > m->mask) { /* keep the load under one half */
-        if (map_grow(m) < 0) return NULL;
-        i = addr_hash(a) & m->mask;
+    const int crowded = probes > MAX_PROBE && m->reseeds < MAX_RESEEDS;
+    if ((m->used + 1) * 2 > m->mask || crowded) { /* keep the load under one half */
+        if (crowded) {
+            m->reseeds++;
+            m->seed = addr_hash(m->seed + (uint64_t)m->reseeds, process_seed);
+        }
+        if (map_rebuild(m, (m->used + 1) * 2 > m->mask ? m->mask * 2 + 1 : m->mask) < 0)
+            return NULL;
+        i = addr_hash(a, m->seed) & m->mask;
         while (m->slots[i].state) i = (i + 1) & m->mask;
     }
     m->used++;
@@ -147,7 +171,7 @@ static Slot *map_slot(AddrMap *m, uint64_t a) {
 }
 
 static const Slot *map_find(const AddrMap *m, uint64_t a) {
-    size_t i = addr_hash(a) & m->mask;
+    size_t i = addr_hash(a, m->seed) & m->mask;
     while (m->slots[i].state) {
         if (m->slots[i].addr == a) return &m->slots[i];
         i = (i + 1) & m->mask;
@@ -180,12 +204,20 @@ static int get_column(PyObject *obj, Py_buffer *view, Py_ssize_t itemsize, int i
 /* ------------------------------------------------------------------ the replay */
 /* inputs: the events' columns, then the ghost candidates' */
 enum {
-    EV_ACTION, EV_ADDR, EV_SIZE, EV_STACK, EV_STREAM,
-    GH_ADDR, GH_SIZE, GH_STACK, GH_STREAM, NIN
+    EV_ACTION,
+    EV_ADDR,
+    EV_SIZE,
+    EV_STACK,
+    EV_STREAM,
+    GH_ADDR,
+    GH_SIZE,
+    GH_STACK,
+    GH_STREAM,
+    NIN
 };
-static const char *IN_NAMES[NIN] = {"action",      "addr",       "size",
-                                    "stack",       "stream",     "ghost addr",
-                                    "ghost size",  "ghost stack", "ghost stream"};
+static const char *IN_NAMES[NIN] = {"action",     "addr",        "size",
+                                    "stack",      "stream",      "ghost addr",
+                                    "ghost size", "ghost stack", "ghost stream"};
 static const Py_ssize_t IN_ITEM[NIN] = {1, 8, 8, 4, 4, 8, 8, 4, 4};
 static const int IN_SIGNED[NIN] = {0, 0, 1, 1, 1, 0, 1, 1, 1};
 
@@ -195,8 +227,8 @@ static const char *EV_NAMES[NEV] = {"alloc_row", "version", "active_after", "res
 static const size_t EV_ITEM[NEV] = {4, 4, 8, 8};
 /* per-row outputs */
 enum { R_ALLOC, R_FREE, R_REQ, R_VERSION, R_ADDR, R_SIZE, R_STACK, R_STREAM, R_FLAGS, NROW };
-static const char *ROW_NAMES[NROW] = {"alloc_event",   "free_event", "free_requested_event",
-                                      "alloc_version", "alloc_addr", "alloc_size",
+static const char *ROW_NAMES[NROW] = {"alloc_event",   "free_event",   "free_requested_event",
+                                      "alloc_version", "alloc_addr",   "alloc_size",
                                       "alloc_stack",   "alloc_stream", "alloc_flags"};
 static const size_t ROW_ITEM[NROW] = {8, 8, 8, 4, 8, 8, 4, 4, 1};
 
@@ -260,7 +292,7 @@ static PyObject *fr_replay(PyObject *Py_UNUSED(mod), PyObject *args) {
     int got = 0;
     PyObject *result = NULL;
     void *ev_mem[NEV] = {0}, *row_mem[NROW] = {0};
-    AddrMap map = {NULL, 4095, 0};
+    AddrMap map = {NULL, 4095, 0, process_seed, 0, 0};
     Orphan *orphans = NULL;
     Pending *pend = NULL;
     int32_t *ghost_of = NULL;
@@ -308,8 +340,9 @@ static PyObject *fr_replay(PyObject *Py_UNUSED(mod), PyObject *args) {
     }
     /* reserved bytes before the first event: what the final segments hold less what the
        events added; with no final state, as low as the events allow without going below 0 */
-    const uint64_t reserved_start =
-        has_end ? (uint64_t)end_reserved - seg_sum : seg_min < 0 ? -(uint64_t)seg_min : 0;
+    const uint64_t reserved_start = has_end       ? (uint64_t)end_reserved - seg_sum
+                                    : seg_min < 0 ? -(uint64_t)seg_min
+                                                  : 0;
     int from_requests = 0;
     if (requests_as_frees && req_code >= 0 && (free_code < 0 || !count[free_code]) &&
         count[req_code]) {
@@ -528,6 +561,7 @@ static PyObject *fr_replay(PyObject *Py_UNUSED(mod), PyObject *args) {
         {"ghosts", PyLong_FromSize_t(n_ghost)},
         {"overwritten", PyLong_FromSize_t(n_over)},
         {"frees_from_requested", PyBool_FromLong(from_requests)},
+        {"longest_probe", PyLong_FromSize_t(map.longest)},
     };
     for (size_t j = 0; j < sizeof scalars / sizeof scalars[0]; j++) {
         if (result && (!scalars[j].value ||
@@ -568,5 +602,12 @@ static struct PyModuleDef fr_module = {
 
 PyMODINIT_FUNC PyInit__fastreplay(void) {
     if (PyType_Ready(&BufferType) < 0) return NULL;
+    PyObject *os = PyImport_ImportModule("os");
+    PyObject *rnd = os ? PyObject_CallMethod(os, "urandom", "i", 8) : NULL;
+    Py_XDECREF(os);
+    if (!rnd) return NULL;
+    if (PyBytes_Check(rnd) && PyBytes_GET_SIZE(rnd) == 8)
+        memcpy(&process_seed, PyBytes_AS_STRING(rnd), 8);
+    Py_DECREF(rnd);
     return PyModule_Create(&fr_module);
 }

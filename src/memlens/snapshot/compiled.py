@@ -17,16 +17,15 @@ extension is not built.
 
 from __future__ import annotations
 
-import gzip
 import os
 import sys
-import zlib
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from memlens.errors import SnapshotError, UnsafePickleError
+from memlens.errors import SnapshotError
+from memlens.snapshot import prescan
 from memlens.snapshot.actions import Action
 from memlens.snapshot.builder import build_snapshot
 from memlens.snapshot.checks import check_sizes
@@ -40,7 +39,7 @@ from memlens.snapshot.entries import (
 from memlens.snapshot.limits import RULES, LimitExceeded, Limits, limits_for
 from memlens.snapshot.model import Snapshot
 from memlens.snapshot.native import READER_ENV
-from memlens.snapshot.reader import GZIP_MAGIC, normalize_top_level
+from memlens.snapshot.reader import normalize_top_level, open_data
 from memlens.snapshot.safe_pickle import loads_plain_pickle
 
 try:
@@ -110,43 +109,45 @@ def _tell_slow(path: Path) -> None:
 def read_compiled(path: Path, name: str) -> tuple[Any, Limits] | None:
     """(top-level object with device traces as Columns, limits to build it with), or None
     when the file is for the Python path (not a protocol 2+ pickle, or a shape the C reader
-    declines)."""
+    declines). The bytes come from the function the Python path uses (reader.open_data),
+    and pass the same scan (prescan.check): both readers refuse the same files alike."""
     try:
-        size = path.stat().st_size
-        with open(path, "rb") as fh:
-            head = fh.read(2)
-        gz = head == GZIP_MAGIC
-        if gz:
-            with gzip.open(path) as inner:
-                head = inner.read(1)
-    except (OSError, EOFError, zlib.error):
+        with open_data(path) as (data, what, memory_limit):
+            if data[:1] != PROTO:
+                return None
+            return _read(data, name, what, memory_limit)
+    except OSError:
         return None  # the Python path says what is wrong, in its words
-    if head[:1] != PROTO:
-        return None
-    what = f"{name} (gzip)" if gz else name
-    # the same limits the Python path derives: from the file, or for a gzip stream from
-    # the ratio its 'decompressed' limit allows (reader._read_stream)
-    expected = size * 10 if gz else size
-    lim = limits_for(expected)
+
+
+def _read(data: Any, name: str, what: str, memory_limit: int) -> tuple[Any, Limits] | None:
+    """The C reader over `data`, with the scan (prescan) running beside it: the scan's
+    answer comes first, as it does on the Python path."""
+    size = len(data)
+    lim = limits_for(size)
     # The C reader's own memory stays near the file's size: its memo (8 bytes an entry)
     # and stack (16) get at most a quarter and an eighth of an entry per byte. PyTorch's
     # pickles need far less; a file that needs more is left to the Python path, whose
-    # 'memory' limit then applies.
-    memo_cap, stack_cap = max(1 << 20, expected // 4), max(1 << 16, expected // 8)
-    max_memo = min(lim.memo or NO_LIMIT, memo_cap)
+    # answer is the same (the 'memo' limit is checked by the scan, for both).
+    memo_cap, stack_cap = max(1 << 20, size // 4), max(1 << 16, size // 8)
     max_stack = min(lim.items or NO_LIMIT, stack_cap)
     try:
-        raw, total = _fastreader.read(
-            name,
-            gz,
+        raw = _fastreader.read(
+            data,
             KNOWN_ENTRY_FIELDS,
-            max_memo,
+            memo_cap,
             max_stack,
             lim.depth or NO_LIMIT,
-            limits_for(size).decompressed or NO_LIMIT,
             NO_LIMIT,
+            lim.text or NO_LIMIT,
+            memory_limit,
+            lim.memo,
+            prescan.COSTS,
         )
-    except (_fastreader.Fallback, OSError):
+    except _fastreader.ScanStop as exc:
+        prescan.raise_for(exc.args, what=what, memory_limit=memory_limit, memo_limit=lim.memo)
+        raise AssertionError("unreachable") from None
+    except _fastreader.Fallback:
         return None
     except _fastreader.Truncated:
         _say_as_python(b"\x80\x02", what)  # EOF before STOP, worded by the unpickler
@@ -155,14 +156,10 @@ def read_compiled(path: Path, name: str) -> tuple[Any, Limits] | None:
         raise _refusal(*exc.args, what=what) from None
     except _fastreader.Corrupt as exc:
         raise SnapshotError(f"{what} is not a readable pickle ({exc.args[0]})") from None
-    except _fastreader.GzipBad as exc:
-        raise SnapshotError(f"{name}: gzip data is corrupt or truncated ({exc.args[0]})") from None
     except _fastreader.LimitHit as exc:
         limit_name, value, limit = exc.args
-        own = {
-            "memo": memo_cap < (lim.memo or NO_LIMIT),
-            "stack": stack_cap < (lim.items or NO_LIMIT),
-        }
+        # the memo is the scan's to bound (the 'memo' limit), for both readers alike
+        own = {"memo": True, "stack": stack_cap < (lim.items or NO_LIMIT)}
         if own.get(limit_name):
             return None  # the reader's own bound, not a user limit: the Python path decides
         limit_name = "items" if limit_name == "stack" else limit_name
@@ -171,7 +168,7 @@ def read_compiled(path: Path, name: str) -> tuple[Any, Limits] | None:
                 f"{what} is not a readable pickle (a {limit_name} of {value:,} bytes)"
             ) from None
         raise LimitExceeded(limit_name, limit, f"{value:,} while reading").at(name) from None
-    return raw, limits_for(total)
+    return raw, lim
 
 
 def _say_as_python(data: bytes, what: str) -> None:
@@ -181,27 +178,26 @@ def _say_as_python(data: bytes, what: str) -> None:
 
 
 def _refusal(op: str, proto: int, module: Any, name: Any, *, what: str) -> Exception:
-    if module is not None and name is not None:
-        mod = module if isinstance(module, bytes) else str(module).encode("utf-8", "replace")
-        nam = name if isinstance(name, bytes) else str(name).encode("utf-8", "replace")
-        if b"\n" not in mod + nam:
-            header = b"\x80" + bytes([max(2, proto)])
-            try:
-                _say_as_python(header + b"c" + mod + b"\n" + nam + b"\n.", what)
-            except UnsafePickleError as exc:
-                return exc
-            except SnapshotError:
-                pass
-    if op in ("PERSID", "BINPERSID"):
-        try:
-            _say_as_python(b"\x80\x02NQ.", what)
-        except UnsafePickleError as exc:
-            return exc
-    return UnsafePickleError(
-        f"refused to load: the pickle uses {op}, which calls or imports code; "
-        "memory snapshots contain only plain data, so this file is not a safe snapshot "
-        "(nothing was executed)"
-    )
+    """The restricted unpickler's own words for GLOBAL/INST (given the bytes after the
+    opcode: it names what they import, or says why they are not names) and STACK_GLOBAL
+    (given its two strings), or the scan's for the other refused opcodes."""
+    header = b"\x80" + bytes([max(2, min(proto, 5))])
+    if op in ("GLOBAL", "INST") and isinstance(module, bytes):
+        synthetic = header + (b"(i" if op == "INST" else b"c") + module
+    elif isinstance(module, str) and isinstance(name, str):  # STACK_GLOBAL, as it was
+        synthetic = header + _binunicode(module) + _binunicode(name) + b"\x93."
+    else:
+        return prescan.refusal(op)
+    try:
+        _say_as_python(synthetic, what)
+    except SnapshotError as exc:  # UnsafePickleError, or the words of a bad name
+        return exc
+    return prescan.refusal(op)
+
+
+def _binunicode(s: str) -> bytes:
+    raw = s.encode("utf-8", "surrogatepass")
+    return b"X" + len(raw).to_bytes(4, "little") + raw
 
 
 class CompiledTrace:
@@ -244,6 +240,7 @@ class CompiledTrace:
 
         # forward_frames lists arrive joined; their items are charged as the Python path does
         ctx.budget.charge(c["forward_frames_items"], "forward_frames")
+        ctx.budget.charge_text(c["forward_frames_chars"], "forward_frames")
 
         def optional(key: str) -> np.ndarray:
             if key not in c:

@@ -155,6 +155,7 @@ def optional_string_ids(values: list[Any], key: str, ctx: BuildContext) -> np.nd
             return -1
         if key == "forward_frames" and isinstance(v, list) and set(map(type, v)) <= {str}:
             ctx.budget.charge(len(v), "forward_frames")
+            ctx.budget.charge_text(sum(map(len, v)), "forward_frames")  # before joining
             return ctx.strings("".join(v))
         return ctx.strings(v)  # str as is; anything else as bounded JSON text
 

@@ -16,22 +16,33 @@ import numpy as np
 from memlens.snapshot.frames import classify_frame
 from memlens.snapshot.limits import Budget, bounded_walk, unlimited
 
+# Text made from a non-string is cut to this many characters: it names a value (a dict of
+# user_metadata, a frame whose filename is a list) and is printed, cached and shown, so a
+# file cannot make it megabytes long even within the 'text' limit.
+TEXT_CAP = 4096
+
 
 def as_text(value: Any, budget: Budget, what: str) -> str:
-    """A non-string where text belongs, as text; the walk is charged to `budget` first, so a
-    shared-reference bomb stops at the 'items' limit instead of being printed 2^32 times."""
+    """A non-string where text belongs, as text of at most TEXT_CAP characters; the walk,
+    and the characters its JSON would have, are charged to `budget` first, so a
+    shared-reference bomb stops at the 'items' or 'text' limit instead of being printed
+    2^32 times or a GB long."""
     if isinstance(value, str):
         return value
     bounded_walk(value, budget, what)
     try:
         if isinstance(value, (dict, list, tuple)):
-            return json.dumps(value, sort_keys=True, default=str)
-        return str(value)
+            text = json.dumps(value, sort_keys=True, default=str)
+        else:
+            text = str(value)
     except (TypeError, ValueError):  # mixed key types, an int over 4,300 digits
         try:
-            return repr(value)
+            text = repr(value)
         except ValueError:
-            return f"<unprintable {type(value).__name__}>"
+            text = f"<unprintable {type(value).__name__}>"
+    if len(text) > TEXT_CAP:
+        return f"{text[: TEXT_CAP - 30]}... ({len(text):,} characters)"
+    return text
 
 
 class StringTable:

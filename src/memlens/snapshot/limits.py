@@ -45,6 +45,10 @@ RULES: dict[str, _Rule] = {
     # extra address space while the C unpickler builds the object graph (it cannot be
     # interrupted, so this is how its memo table and payloads are bounded)
     "memory": _Rule(1 * GiB, 12.0, 512 * GiB, "bytes of memory while unpickling"),
+    # text made from the file's values (forward_frames joined, JSON of a dict where text
+    # belongs, allocator_settings): one memo-shared 1 MiB string referenced a thousand
+    # times is 5 KB of pickle and a GB of text, so characters are counted, not values
+    "text": _Rule(64 * MiB, 16.0, 64 * GiB, "characters of text made from the snapshot's values"),
 }
 
 
@@ -78,6 +82,7 @@ class Limits:
     depth: int
     decompressed: int
     memory: int
+    text: int
 
     def check(self, name: str, value: int, detail: str = "") -> None:
         limit = getattr(self, name)
@@ -125,11 +130,12 @@ class Budget:
     """Counts the values a reader walks against `limits.items` (shared values count each time
     they are walked: that is where the work goes)."""
 
-    __slots__ = ("limits", "used")
+    __slots__ = ("limits", "used", "text_used")
 
     def __init__(self, limits: Limits) -> None:
         self.limits = limits
         self.used = 0
+        self.text_used = 0
 
     def charge(self, n: int, what: str = "") -> None:
         self.used += n
@@ -137,14 +143,32 @@ class Budget:
         if limit and self.used > limit:
             raise LimitExceeded("items", limit, what)
 
+    def charge_text(self, n: int, what: str = "") -> None:
+        """Charge `n` characters of text about to be made (a join, a json.dumps, a str())."""
+        self.text_used += n
+        limit = self.limits.text
+        if limit and self.text_used > limit:
+            raise LimitExceeded("text", limit, what)
+
+
+def text_size(v: object) -> int:
+    """An upper bound of the characters json.dumps or str() writes for a scalar (a
+    non-ASCII character may become a 6-character escape)."""
+    if isinstance(v, str):
+        return (len(v) if v.isascii() else 6 * len(v)) + 2
+    if isinstance(v, int):
+        return v.bit_length() * 3 // 10 + 3
+    return 24  # float, None, bool, and any other scalar's repr in a value from a file
+
 
 def bounded_walk(value: object, budget: Budget, what: str) -> None:
     """Walk a nested value (no memo: shared parts count every time), charging each node to
-    `budget` and checking the depth, so that converting it afterwards (json.dumps, str,
-    hash) is known to be cheap."""
+    `budget` and checking the depth, and the characters its text (json.dumps, str) would
+    have to the 'text' limit, so that converting it afterwards is known to be cheap."""
     depth_limit = budget.limits.depth
     stack: list[tuple[object, int]] = [(value, 0)]
     pending = 1
+    text = 0
     while stack:
         v, depth = stack.pop()
         if isinstance(v, (list, tuple)):
@@ -152,14 +176,18 @@ def bounded_walk(value: object, budget: Budget, what: str) -> None:
         elif isinstance(v, dict):
             children = [*v.keys(), *v.values()]
         else:
+            text += text_size(v)
             continue
+        text += 2 + 2 * len(children)  # brackets and separators
         if not children:
             continue
         if depth_limit and depth >= depth_limit:
             raise LimitExceeded("depth", depth_limit, what)
         pending += len(children)
-        if pending > 65536:  # charge before growing the stack, in chunks (cheap)
+        if pending > 65536 or text > 1 << 20:  # charge before going on, in chunks (cheap)
             budget.charge(pending, what)
-            pending = 0
+            budget.charge_text(text, what)
+            pending = text = 0
         stack.extend((c, depth + 1) for c in children)
     budget.charge(pending, what)
+    budget.charge_text(text, what)

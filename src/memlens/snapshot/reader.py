@@ -8,16 +8,18 @@ bytes, a dict from `torch.cuda.memory._snapshot()`, or the bare segment list of
 
 from __future__ import annotations
 
-import gzip
+import contextlib
 import io
 import json
+import mmap
 import os
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from memlens.errors import SnapshotError
+from memlens.snapshot import prescan
 from memlens.snapshot.limits import LimitExceeded, Limits, limits_for, unlimited
 from memlens.snapshot.safe_pickle import load_plain_pickle
 
@@ -35,29 +37,17 @@ def read_source_limited(source: Any) -> tuple[Any, str, Limits]:
     """Return (raw object, human name, the limits for building from it). The limits are
     derived from the bytes actually read (decompressed), see memlens.snapshot.limits."""
     if isinstance(source, (str, os.PathLike)):
-        path = Path(source)
-        name = str(path)
-        if not path.exists():
-            raise SnapshotError(f"{name}: no such file")
-        if path.is_dir():
-            raise SnapshotError(f"{name} is a directory, not a snapshot file")
-        size = path.stat().st_size
-        if size == 0:
-            raise SnapshotError(f"{name} is empty (0 bytes)")
-        with open(path, "rb") as fh:
-            counter = _Counted(size)
-            try:
-                raw = _read_stream(fh, name, counter, size)
-            except LimitExceeded as exc:
-                raise exc.at(name) from None
-            return raw, name, limits_for(counter.total)
+        name = str(source)
+        with open_data(Path(source)) as (data, what, memory_limit):
+            return _parse(data, what, memory_limit), name, limits_for(len(data))
     if isinstance(source, (bytes, bytearray, memoryview)):
-        data = bytes(source)
-        if not data:
+        raw = bytes(source)
+        if not raw:
             raise SnapshotError("the data is empty (0 bytes)")
-        counter = _Counted(len(data))
-        raw = _read_stream(io.BytesIO(data), "data", counter, len(data))
-        return raw, "<bytes>", limits_for(counter.total)
+        data, layers = inflated(raw, "data", len(raw))
+        what = "data" + " (gzip)" * layers
+        limit = limits_for(len(raw) * 10 if layers else len(raw)).memory
+        return _parse(data, what, limit), "<bytes>", limits_for(len(data))
     if isinstance(source, (dict, list)):
         return source, "<in-memory snapshot>", unlimited()
     raise SnapshotError(
@@ -66,65 +56,110 @@ def read_source_limited(source: Any) -> tuple[Any, str, Limits]:
     )
 
 
-class _Counted:
-    """Bytes of the innermost (decompressed) stream: what the item limits derive from."""
+@contextlib.contextmanager
+def open_data(path: Path) -> Iterator[tuple[Any, str, int]]:
+    """The bytes of a snapshot file, decompressed, for either reader: (data, the name to
+    give in errors, the 'memory' limit both readers apply). A plain file is mapped, not
+    read; a gzip stream is inflated within the 'decompressed' limit, by the one function
+    both readers use, so a cut trailer or bytes after the stream mean the same to both."""
+    name = str(path)
+    if not path.exists():
+        raise SnapshotError(f"{name}: no such file")
+    if path.is_dir():
+        raise SnapshotError(f"{name} is a directory, not a snapshot file")
+    with open(path, "rb") as fh:
+        size = os.fstat(fh.fileno()).st_size
+        if size == 0:
+            raise SnapshotError(f"{name} is empty (0 bytes)")
+        try:
+            mapped = _map(fh.fileno())
+        except (OSError, ValueError):  # not mappable (a pipe, some file systems): read it
+            mapped = None
+        try:
+            data, layers = inflated(mapped if mapped is not None else fh.read(), name, size)
+            # a stream's size is unknown until inflated, so both readers give a gzip
+            # stream the 'memory' limit of a file ten times its size
+            limit = limits_for(size * 10 if layers else size).memory
+            yield data, name + " (gzip)" * layers, limit
+        finally:
+            if mapped is not None:
+                with contextlib.suppress(BufferError):  # a view still held: the GC closes it
+                    mapped.close()
 
-    def __init__(self, total: int) -> None:
-        self.total = total
 
-
-class _BoundedGzip(io.RawIOBase):
-    """A gzip stream that stops at the 'decompressed' limit (a 3 MB file can inflate to
-    3 GiB; a stream is never read whole, so counting as it flows is enough)."""
-
-    def __init__(self, gz: gzip.GzipFile, limit: int, counter: _Counted) -> None:
-        self._gz = gz
-        self._limit = limit
-        self._counter = counter
-        self._seen = 0
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, b: Any) -> int:
-        n = self._gz.readinto(b)
-        self._seen += n
-        self._counter.total = self._seen
-        if self._limit and self._seen > self._limit:
-            raise LimitExceeded("decompressed", self._limit, "inside the gzip stream")
-        return n
+def _map(fd: int) -> mmap.mmap:
+    """The file mapped read-only; on Linux populated in one go (faulting its pages in one
+    by one as the readers go costs more)."""
+    if not hasattr(mmap, "MAP_SHARED"):  # Windows
+        return mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
+    flags = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
+    return mmap.mmap(fd, 0, flags=flags, prot=mmap.PROT_READ)
 
 
 MAX_GZIP_LAYERS = 2  # a file gzipped twice happens by accident; more is not a snapshot
+_INFLATE_STEP = 16 << 20
 
 
-def _read_stream(fh: Any, name: str, counter: _Counted, file_size: int, layers: int = 0) -> Any:
-    head = fh.peek(2)[:2] if hasattr(fh, "peek") else b""
-    if not head:
-        head = fh.read(2)
-        fh.seek(0)
-    if head == GZIP_MAGIC:
+def inflated(data: Any, name: str, file_size: int) -> tuple[Any, int]:
+    """`data` with its gzip layers (at most two) removed, and how many there were. Rules
+    (docs/security.md): a stream may hold several members, read one after the other, and
+    end in zero bytes (as the gzip module reads them); anything else after a member, a
+    member cut before its trailer and a wrong CRC or length are errors. The output stops
+    at the 'decompressed' limit: nothing is inflated past it."""
+    layers = 0
+    while data[:2] == GZIP_MAGIC:
         if layers >= MAX_GZIP_LAYERS:
             raise SnapshotError(f"{name}: gzip inside gzip inside gzip is not a snapshot")
-        limit = limits_for(file_size).decompressed
-        try:
-            with gzip.GzipFile(fileobj=fh) as gz:
-                inner = io.BufferedReader(_BoundedGzip(gz, limit, counter), buffer_size=1 << 20)
-                return _read_stream(inner, f"{name} (gzip)", counter, file_size, layers + 1)
-        except (OSError, EOFError, zlib.error) as exc:
-            raise SnapshotError(f"{name}: gzip data is corrupt or truncated ({exc})") from None
-    first = head[:1]
-    if first in (b"{", b"[", b" ", b"\n", b"\r", b"\t"):
-        return _read_json(fh, name)
-    # the unpickler cannot be interrupted, so its memory is bounded instead; a stream's
-    # size is unknown until read, so gzip gets the ratio the 'decompressed' limit allows
-    expected = file_size if not layers else file_size * 10
-    return load_plain_pickle(fh, what=name, memory_limit=limits_for(expected).memory)
+        data = _inflate(data, name, limits_for(file_size).decompressed)
+        layers += 1
+    return data, layers
 
 
-def _read_json(fh: Any, name: str) -> Any:
+def _inflate(data: Any, name: str, limit: int) -> bytes:
+    pieces: list[bytes] = []
+    total = 0
+    rest = memoryview(data)
     try:
-        return json.load(io.TextIOWrapper(fh, encoding="utf-8"))
+        while True:  # one gzip member a turn
+            d = zlib.decompressobj(wbits=31)
+            while not d.eof:
+                piece = d.decompress(rest, _INFLATE_STEP)
+                rest = memoryview(d.unconsumed_tail)
+                total += len(piece)
+                if limit and total > limit:
+                    raise LimitExceeded("decompressed", limit, "inside the gzip stream").at(name)
+                pieces.append(piece)
+                if not piece and not rest:
+                    raise SnapshotError(
+                        f"{name}: gzip data is corrupt or truncated (the stream ends before "
+                        "its end marker)"
+                    )
+            rest = memoryview(d.unused_data) if d.unused_data else rest[len(rest) :]
+            if not rest or not any(rest):  # the end, or zero padding
+                break
+            if rest[:2] != GZIP_MAGIC:
+                raise SnapshotError(
+                    f"{name}: gzip data is corrupt or truncated (bytes after the gzip stream)"
+                )
+    except zlib.error as exc:
+        raise SnapshotError(f"{name}: gzip data is corrupt or truncated ({exc})") from None
+    return b"".join(pieces)
+
+
+def _parse(data: Any, what: str, memory_limit: int) -> Any:
+    first = bytes(data[:1])
+    if first in (b"{", b"[", b" ", b"\n", b"\r", b"\t"):
+        return _read_json(data, what)
+    # the unpickler cannot be interrupted: its memory is bounded by a scan first (any
+    # thread), and by the address space too where that is possible (a lone thread)
+    memo_limit = limits_for(len(data)).memo
+    prescan.check(data, what=what, memory_limit=memory_limit, memo_limit=memo_limit)
+    return load_plain_pickle(io.BytesIO(data), what=what, memory_limit=memory_limit)
+
+
+def _read_json(data: Any, name: str) -> Any:
+    try:
+        return json.loads(bytes(data).decode("utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise SnapshotError(f"{name} looks like JSON but is not valid JSON ({exc})") from None
     except ValueError as exc:  # e.g. an integer of more than 4,300 digits

@@ -87,7 +87,7 @@ def load_plain_pickle(stream: IO[bytes], *, what: str = "file", memory_limit: in
     SnapshotError, more than `memory_limit` extra bytes LimitExceeded('memory')."""
     limited = False
     try:
-        with address_space_limit(memory_limit) as limited:
+        with address_space_limit(memory_limit) as limited, _quiet_unraisable(limited):
             return _PlainDataUnpickler(stream).load()
     except SnapshotError:
         raise
@@ -95,23 +95,42 @@ def load_plain_pickle(stream: IO[bytes], *, what: str = "file", memory_limit: in
         raise SnapshotError(
             f"{what} is truncated: the pickle ends before its STOP opcode"
         ) from None
-    except MemoryError:
+    except (MemoryError, SystemError) as exc:
+        # at the address-space limit CPython can fail an allocation deep inside a C call
+        # and say so as a SystemError ("returned NULL without setting an exception")
         if limited:
             raise LimitExceeded("memory", memory_limit) from None
+        if isinstance(exc, SystemError):
+            raise
         raise SnapshotError(f"{what}: not enough memory to unpickle it") from None
-    except (
-        pickle.UnpicklingError,
-        ValueError,
-        KeyError,
-        IndexError,
-        TypeError,
-        AttributeError,
-        OverflowError,
-        UnicodeDecodeError,
-    ) as exc:
+    except UnicodeDecodeError as exc:
+        # protocol 0 text (INST's module name) is ASCII, every other string UTF-8
+        code = "ASCII" if exc.encoding == "ascii" else "UTF-8"
+        raise SnapshotError(
+            f"{what} is not a readable pickle (a string is not valid {code})"
+        ) from None
+    except (pickle.UnpicklingError, ValueError) as exc:  # worded as the compiled reader does
+        raise SnapshotError(f"{what} is not a readable pickle ({str(exc).rstrip('.')})") from None
+    except (KeyError, IndexError, TypeError, AttributeError, OverflowError) as exc:
         raise SnapshotError(
             f"{what} is not a readable pickle ({type(exc).__name__}: {exc})"
         ) from None
+
+
+@contextlib.contextmanager
+def _quiet_unraisable(on: bool) -> Iterator[None]:
+    """While the address space is limited (the only thread runs), an object freed as an
+    allocation fails reports "Exception ignored in ..." on stderr, a line before the one
+    error the user is owed: keep such reports to the limit's own error."""
+    if not on:
+        yield
+        return
+    previous = sys.unraisablehook
+    sys.unraisablehook = lambda _unraisable: None
+    try:
+        yield
+    finally:
+        sys.unraisablehook = previous
 
 
 def loads_plain_pickle(data: bytes, *, what: str = "data", memory_limit: int = 0) -> Any:

@@ -25,6 +25,7 @@ from memlens.analysis.devices import traced_devices
 from memlens.analysis.stages import stage_intervals
 from memlens.errors import MemlensError
 from memlens.snapshot.actions import Action
+from memlens.snapshot.checks import glimpse
 from memlens.snapshot.model import DeviceTrace, Snapshot
 
 # pid of device d's tracks: far from real process ids, so a merged trace keeps them apart
@@ -135,26 +136,43 @@ def chrome_trace(snap: Snapshot, devices: list[int] | None = None) -> dict[str, 
     }
 
 
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a number JSON allows")
+
+
 def read_trace(path: str | Path) -> dict[str, Any]:
-    """A Chrome trace file (JSON object or array format) as the object format."""
+    """A Chrome trace file (JSON object or array format) as the object format. A side input
+    is checked like a snapshot: one line for anything that is not a trace (NaN, an integer
+    of thousands of digits, nesting past Python's recursion limit), and a base time that
+    could not be a clock (baseTimeNanoseconds outside 0..2^63) is refused."""
     try:
         with open(path, encoding="utf-8") as fh:
-            data = json.load(fh)
+            data = json.loads(fh.read(), parse_constant=_no_constant)
     except OSError as exc:
         raise MemlensError(f"cannot read {path}: {exc.strerror or exc}") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+    except (ValueError, UnicodeDecodeError) as exc:  # JSONDecodeError is a ValueError
         raise MemlensError(f"{path} is not a JSON trace ({exc})") from None
+    except RecursionError:
+        raise MemlensError(f"{path} is not a JSON trace (nested too deeply)") from None
     if isinstance(data, list):
         data = {"traceEvents": data}
     if not isinstance(data, dict) or not isinstance(data.get("traceEvents"), list):
         raise MemlensError(f"{path} is not a Chrome trace (no traceEvents list)")
+    base = data.get("baseTimeNanoseconds")
+    if base is not None and (
+        isinstance(base, bool) or not isinstance(base, int) or not 0 <= base < 1 << 63
+    ):
+        raise MemlensError(
+            f"{path}: baseTimeNanoseconds is not a time (an integer of nanoseconds since "
+            f"1970, 0..2^63): {glimpse(base)}"
+        )
     return data
 
 
 def profiler_base_us(trace: dict[str, Any]) -> int:
     """The epoch microsecond that the trace's ts count from (0 if ts are already epoch)."""
     base = trace.get("baseTimeNanoseconds")
-    if isinstance(base, bool) or not isinstance(base, int) or base < 0:
+    if isinstance(base, bool) or not isinstance(base, int) or not 0 <= base < 1 << 63:
         return 0
     return base // 1000
 

@@ -1,0 +1,94 @@
+"""The scan before unpickling (memlens.snapshot.prescan) in Python and in C
+(`_fastreader.scan`) give the same answer to the byte: status, refused opcode, estimate and
+position. The Python one serves builds without a compiler, the C one every other, so a
+difference would make the bound depend on how memlens was installed."""
+
+from __future__ import annotations
+
+import pickle
+import random
+import sys
+from pathlib import Path
+
+import pytest
+
+from memlens.snapshot import prescan
+from memlens.snapshot.native import built
+from shared_data import SHARED_SNAPSHOTS, real_snapshot_names
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "snapshot"))
+from fuzz_mutations import mutate, opcode_table  # noqa: E402
+
+FAST = built()
+pytestmark = pytest.mark.skipif(FAST is None, reason="compiled reader not built")
+
+
+def _both(data: bytes, memory: int = 0, memo: int = 0) -> tuple[object, object]:
+    return prescan.scan(data, memory, memo), FAST.scan(data, memory, memo, prescan.COSTS)
+
+
+def _base() -> bytes:
+    from corpus import base_snapshot
+
+    return pickle.dumps(base_snapshot(), protocol=4)
+
+
+def test_exact_answers_on_small_cases() -> None:
+    assert _both(b"\x80\x02]\x94.") == (("ok", "", 56 + 16 + 8, 5),) * 2
+    assert _both(b"\x80\x02)R.")[0] == ("refused", "REDUCE", 8, 3)
+    assert _both(b"\x80\x02\x82\x01")[1] == ("refused", "EXT1", 0, 2)
+    assert _both(b"\x80\x02X\xff\xff\xff\x7f")[0] == ("truncated", "", 0, 7)
+    assert _both(b"\x80\x04\x95\xff\x00\x00\x00\x00\x00\x00\x00N.")[0][0] == "truncated"
+    assert _both(b"\x80\x02}r\x00\x00\x00\x10.", memo=1000)[0] == ("memo", "", 2**28 + 1, 3)
+    assert _both(b"(p 12\n.")[0][0] == "bad-put"  # int() would read " 12"; no one else
+    memory = _both(b"\x80\x02(" + b"}" * 1000 + b"l.", memory=50_000)
+    assert memory[0] == memory[1] and memory[0][0] == "memory"
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_c_and_python_agree_on_mutations(seed: int) -> None:
+    data = _base()
+    ops = opcode_table(data)
+    for case in range(seed * 1000, seed * 1000 + 1000):
+        _kind, mutated = mutate(data, ops, case)
+        for memory in (0, 20_000):
+            py, c = _both(mutated, memory, 500)
+            assert py == c, (case, py, c)
+
+
+def test_c_and_python_agree_on_random_bytes() -> None:
+    rng = random.Random(27)
+    alphabet = b"()}]lteasu.NKJMhjqr\x94\x95\x8cXpg0123456789\n\x85\x86\x87\x88\x89\x8a"
+    for _ in range(3000):
+        data = b"\x80\x04" + bytes(rng.choice(alphabet) for _ in range(rng.randrange(1, 60)))
+        for memory in (0, 500):
+            py, c = _both(data, memory, 50)
+            assert py == c, (data, py, c)
+
+
+@pytest.mark.parametrize("name", real_snapshot_names())
+def test_c_and_python_agree_on_real_snapshots(name: str) -> None:
+    data = (SHARED_SNAPSHOTS / name).read_bytes()
+    py, c = _both(data)
+    assert py == c and py[0] == "ok"
+    # the estimate bounds the unpickler's own allocations, not by much (tracemalloc)
+    import tracemalloc
+
+    tracemalloc.start()
+    obj = pickle.loads(data)
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    del obj
+    assert peak <= py[2] <= 1.35 * peak
+
+
+def test_no_opcode_or_line_crosses_a_frame() -> None:
+    # FRAME of 3 bytes, then a 4-byte BININT: CPython's file unpickler reads the frame
+    # whole and says "truncated"; buffer mode would read on. One rule for both: refused.
+    crossing = b"\x80\x04\x95\x03\x00\x00\x00\x00\x00\x00\x00J\x01\x00\x00\x00."
+    assert _both(crossing)[0][0] == "frame" and _both(crossing)[1][0] == "frame"
+    fits = b"\x80\x04\x95\x06\x00\x00\x00\x00\x00\x00\x00J\x01\x00\x00\x00."
+    assert _both(fits)[0][0] == "ok" and pickle.loads(fits) == 1
+    # GLOBAL's module line ending after the frame's end
+    line = b"\x80\x04\x95\x03\x00\x00\x00\x00\x00\x00\x00cos\nsystem\n."
+    assert _both(line)[0] == _both(line)[1] and _both(line)[0][0] == "frame"
