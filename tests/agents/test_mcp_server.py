@@ -190,6 +190,30 @@ def test_hostile_input_limits_hold_in_the_server(hand_file: Path) -> None:
     drive(body, "--limit", "items=20", "mcp")
 
 
+def test_the_memory_bound_holds_in_the_threaded_server(tmp_path: Path, hand_file: Path) -> None:
+    """The server is threaded (stdio transport, a worker thread per call), where RLIMIT_AS
+    cannot be used: the pre-scan's estimate still refuses a small file that would cost
+    gigabytes (issue 27's bound, issue 28's promise), with the CLI's one line."""
+    memo = tmp_path / "memo.pickle"
+    memo.write_bytes(b"\x80\x02}r\x00\x00\x00\x10.")  # LONG_BINPUT 2^28: a 4 GB memo table
+    dicts = tmp_path / "dicts.pickle"
+    # 14 million one-byte empty dicts: 1.1 GB for an unpickler, past the 1 GiB for 14 MB
+    head = pickle.dumps({"segments": [], "device_traces": []}, protocol=2)[:-2]
+    dicts.write_bytes(head + b"\x8c\x01x(" + b"}" * 14_000_000 + b"lu.")
+
+    async def body(s: Any) -> None:
+        line = await error(s, "open_snapshot", path=str(memo))
+        assert line.startswith("memlens: error: ") and "\n" not in line
+        assert "a memo index of 268,435,456 at byte 3" in line
+        line = await error(s, "open_snapshot", path=str(dicts))
+        assert line.startswith("memlens: error: ") and "\n" not in line
+        assert "1,073,741,824 bytes of memory while unpickling" in line
+        summary = await call(s, "summary", snapshot=str(hand_file))
+        assert summary["devices"][0]["peak_active_bytes"] == 1510
+
+    drive(body)
+
+
 REAL = "cs336_memory_ctx128_forward.pickle"
 MANY_SITES = "cs336_compiled_ctx128_forward.pickle"
 
