@@ -14,6 +14,10 @@ and so a new key (as does a chmod or a copy: a harmless miss).
 An entry is checked before use: format, identity, the type of every meta field, each
 column's dtype, shape and crc32 as written, and the cross references between tables
 (string, frame and stack ids, offsets). Any doubt is a CacheError, and the loader rebuilds.
+
+Derived arrays (`save_derived`/`load_derived`): a layer above may keep what it computes from
+the columns (e.g. the viewer's indexes) in <entry>/derived/<name>/, checked the same way
+(dtype, shape, crc32) and tied to the entry's key, so they go when the entry goes.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -175,6 +180,7 @@ def save(snap: Snapshot, path: str | os.PathLike[str]) -> Path:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     _prune(root, keep=target)
+    snap.cache_key = target.name
     return target
 
 
@@ -236,6 +242,7 @@ def load(path: str | os.PathLike[str], *, mmap: bool = True) -> Snapshot | None:
             warnings=meta["warnings"],
             format_notes=meta["format_notes"],
             from_cache=True,
+            cache_key=target.name,
         )
         for d, scalars in meta["devices"].items():
             dev = int(d)
@@ -352,6 +359,65 @@ def _check_references(snap: Snapshot) -> None:
             col = getattr(t, name)
             if len(col) and int(col.min()) < 0 and name != "size":
                 raise CacheError(f"device {t.device}: negative {name}")
+
+
+_DERIVED_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]{0,99}")
+
+
+def _derived_dir(snap: Snapshot, name: str) -> Path | None:
+    """Where `name`'s arrays for `snap` live; None when snap did not come from or go to an
+    entry that is still there (then there is nowhere to keep them)."""
+    if not _DERIVED_NAME.fullmatch(name):
+        raise ValueError(f"bad derived-array set name {name!r}")
+    if snap.cache_key is None:
+        return None
+    entry = cache_root() / snap.cache_key
+    return entry / "derived" / name if (entry / "meta.json").is_file() else None
+
+
+def save_derived(snap: Snapshot, name: str, arrays: dict[str, np.ndarray]) -> bool:
+    """Keep one-dimensional `arrays` computed from snap's columns beside its cache entry
+    (written aside and renamed into place); False when snap has no entry."""
+    target = _derived_dir(snap, name)
+    if target is None:
+        return False
+    target.parent.mkdir(exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=target.parent))
+    manifest: dict[str, Any] = {}
+    try:
+        for key, array in arrays.items():
+            _save_array(tmp, key, array, manifest)
+        meta = {"format": CACHE_FORMAT, "parent": snap.cache_key, "columns": manifest}
+        (tmp / "meta.json").write_text(json.dumps(meta))
+        if target.exists():
+            shutil.rmtree(target, ignore_errors=True)
+        os.replace(tmp, target)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return True
+
+
+def load_derived(snap: Snapshot, name: str, keys: list[str]) -> dict[str, np.ndarray] | None:
+    """The arrays `save_derived` kept for snap under `name` (memory-mapped), None when there
+    are none; CacheError when they are damaged or were not written for this entry (the
+    caller recomputes them and saves again)."""
+    target = _derived_dir(snap, name)
+    if target is None or not (target / "meta.json").is_file():
+        return None
+    try:
+        meta = json.loads((target / "meta.json").read_text())
+        if not isinstance(meta, dict) or not isinstance(meta.get("columns"), dict):
+            raise CacheError("derived meta.json is malformed")
+        if meta.get("format") != CACHE_FORMAT or meta.get("parent") != snap.cache_key:
+            raise CacheError("derived arrays are stale")
+        if set(meta["columns"]) != set(keys):
+            raise CacheError("derived arrays are not the set asked for")
+        return {key: _load_array(target, key, meta["columns"], True) for key in keys}
+    except CacheError:
+        raise
+    except Exception as exc:  # truncated .npy, bad JSON, missing file
+        raise CacheError(f"{type(exc).__name__}: {exc}") from None
 
 
 def clear(path: str | os.PathLike[str]) -> None:

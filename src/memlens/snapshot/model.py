@@ -271,6 +271,8 @@ class Snapshot:
     warnings: list[str] = field(default_factory=list)
     format_notes: list[str] = field(default_factory=list)
     from_cache: bool = False
+    # the column cache entry this snapshot was read from or written to (derived arrays)
+    cache_key: str | None = field(default=None, compare=False, repr=False)
 
     def add_annotations(self, entries: list[dict[str, Any]]) -> None:
         """Append external_annotations entries (PyTorch's form: name, stage START/END,

@@ -18,8 +18,11 @@ class RangeArgmax:
     is decomposed bottom-up like a segment-tree query, vectorized over all ranges.
     """
 
-    def __init__(self, values: np.ndarray) -> None:
+    def __init__(self, values: np.ndarray, levels: list[np.ndarray] | None = None) -> None:
         self.values = values
+        if levels is not None:  # kept from an earlier build (persist.py checked them)
+            self.levels = levels
+            return
         # carry the block maxima along so each level compares two strided views (no gather)
         idx = np.arange(len(values), dtype=np.int64)
         vals = np.asarray(values)
@@ -78,11 +81,17 @@ class LiveIndex:
     entries stay around twice the number of events.
     """
 
-    def __init__(self, dev: DeviceTrace) -> None:
+    def __init__(
+        self, dev: DeviceTrace, kept: tuple[int, np.ndarray, np.ndarray] | None = None
+    ) -> None:
         n = dev.n_events
         a = dev.alloc_event.astype(np.int64)
         f = dev.free_event.astype(np.int64)
         self.alloc_event, self.free_event = a, f
+        if kept is not None:  # (step, rows, offsets) of an earlier build, checked
+            self.step, self.rows, self.offsets = kept
+            self.n_ck = len(self.offsets) - 1
+            return
         lifetime = int(np.sum(f - np.maximum(a, 0))) if len(a) else 0
         self.step = step = max(256, -(-lifetime // max(2 * n, 1)))
         n_ck = n // step + 1 if n else 0

@@ -42,7 +42,9 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from memlens.errors import CacheError
 from memlens.snapshot.model import DeviceTrace
+from memlens.views.layout import persist
 from memlens.views.layout.budget import within_budget
 from memlens.views.layout.index import LiveIndex, RangeArgmax
 
@@ -106,6 +108,7 @@ class DeviceLayout:
         self.n = dev.n_events
         self._cache: dict[str, Any] = {}
         self._lock = threading.RLock()  # builders may need other indexes
+        self._kept: bool | None = None  # indexes read from beside the column cache?
 
     # ---- lazily built indexes ----------------------------------------------------------
     def _cached(self, name: str, build: Callable[[], T]) -> T:
@@ -114,6 +117,8 @@ class DeviceLayout:
         value: T | None = self._cache.get(name)
         if value is None:
             with self._lock:
+                if self._kept is None:
+                    self._restore()
                 value = self._cache.get(name)
                 if value is None:
                     value = self._cache[name] = build()
@@ -184,9 +189,25 @@ class DeviceLayout:
             "base_count", lambda: int(np.searchsorted(self.dev.alloc_event, -1, side="right"))
         )
 
+    def _restore(self) -> None:
+        """Take the indexes kept beside the column cache by an earlier warm(), if any and
+        if they check out (a damaged or stale set is rebuilt and kept again)."""
+        try:
+            kept = persist.load(self.dev)
+        except CacheError:
+            kept = None
+        self._kept = kept is not None
+        self._cache.update(kept or {})
+
     def warm(self) -> None:
-        """Build every index now (the server does this in the background after startup)."""
+        """Build every index now (the server does this in the background after startup)
+        and keep them beside the column cache for the next start, when it has an entry."""
         _ = self.active_max, self.reserved_max, self.live_count, self.live_index, self.size_rank
+        if not self._kept:
+            try:
+                self._kept = persist.save(self.dev, self._cache)
+            except OSError:  # a read-only or full cache: the next start builds them again
+                self._kept = False
 
     # ---- x axis ------------------------------------------------------------------------------
     def event_bounds(self, e0: float, e1: float, width: int) -> np.ndarray:
