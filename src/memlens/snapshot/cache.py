@@ -382,6 +382,7 @@ def save_derived(snap: Snapshot, name: str, arrays: dict[str, np.ndarray]) -> bo
     if target is None:
         return False
     target.parent.mkdir(exist_ok=True)
+    _prune_stale_tmp(target.parent)
     tmp = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=target.parent))
     manifest: dict[str, Any] = {}
     try:

@@ -85,8 +85,9 @@ class LiveIndex:
         self, dev: DeviceTrace, kept: tuple[int, np.ndarray, np.ndarray] | None = None
     ) -> None:
         n = dev.n_events
-        a = dev.alloc_event.astype(np.int64)
-        f = dev.free_event.astype(np.int64)
+        # read only: no copy when the columns are int64 already
+        a = np.asarray(dev.alloc_event, dtype=np.int64)
+        f = np.asarray(dev.free_event, dtype=np.int64)
         self.alloc_event, self.free_event = a, f
         if kept is not None:  # (step, rows, offsets) of an earlier build, checked
             self.step, self.rows, self.offsets = kept

@@ -109,6 +109,7 @@ class DeviceLayout:
         self._cache: dict[str, Any] = {}
         self._lock = threading.RLock()  # builders may need other indexes
         self._kept: bool | None = None  # indexes read from beside the column cache?
+        self._warming = False  # warm() is building the indexes (in the background)
 
     # ---- lazily built indexes ----------------------------------------------------------
     def _cached(self, name: str, build: Callable[[], T]) -> T:
@@ -202,7 +203,10 @@ class DeviceLayout:
     def warm(self) -> None:
         """Build every index now (the server does this in the background after startup)
         and keep them beside the column cache for the next start, when it has an entry."""
-        _ = self.active_max, self.reserved_max, self.live_count, self.live_index, self.size_rank
+        # the checkpoints last: the first viewport does without them (see _candidates)
+        self._warming = True
+        _ = self.active_max, self.reserved_max, self.live_count, self.size_rank, self.live_index
+        self._warming = False
         if not self._kept:
             try:
                 self._kept = persist.save(self.dev, self._cache)
@@ -349,6 +353,13 @@ class DeviceLayout:
         s_first, s_last = int(sample[0]), int(sample[-1])
         by_size, neg_sizes, a_by_size, f_by_size = self.by_size
         n_big = int(np.searchsorted(neg_sizes, -min_size, side="right"))
+        li = self._cache.get("live_index")
+        if li is None and self._warming:
+            # the checkpoints take seconds to build at millions of events: while warm() is
+            # at it (the first viewport of a cold start), the size route, which gives the
+            # same answer (a superset either way: the caller keeps the rows alive at a
+            # sample)
+            return self._by_size_route(n_big, s_first, s_last)
         li = self.live_index
         uniq = sample[np.r_[True, sample[1:] != sample[:-1]]]  # sample never decreases
         pos = uniq[uniq >= 0]
@@ -364,8 +375,7 @@ class DeviceLayout:
         n_before = self.base_count if s_first < 0 else 0
         cost_c = int(ck_len.sum()) + int(r_len.sum()) + n_before
         if n_big <= cost_c:
-            sel = (a_by_size[:n_big] <= s_last) & (f_by_size[:n_big] > s_first)
-            return self._row_order(by_size[:n_big][sel])
+            return self._by_size_route(n_big, s_first, s_last)
         parts = [np.arange(n_before, dtype=np.int64)]
         if len(uk):
             parts.append(_gather_ranges(li.offsets[uk], ck_len, li.rows).astype(np.int64))
@@ -373,6 +383,12 @@ class DeviceLayout:
         rows = np.concatenate(parts)
         rows = rows[self.dev.alloc_size[rows] >= min_size]
         return self._row_order(rows)
+
+    def _by_size_route(self, n_big: int, s_first: int, s_last: int) -> np.ndarray:
+        """The `n_big` largest rows alive somewhere in [s_first, s_last], in row order."""
+        by_size, _, a_by_size, f_by_size = self.by_size
+        sel = (a_by_size[:n_big] <= s_last) & (f_by_size[:n_big] > s_first)
+        return self._row_order(by_size[:n_big][sel])
 
     def _row_order(self, rows: np.ndarray) -> np.ndarray:
         """`rows` sorted and unique through a mask over all rows: O(rows + allocations) with
