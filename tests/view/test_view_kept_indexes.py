@@ -9,13 +9,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from shared_data import SHARED_SNAPSHOTS
 
 import memlens
-from memlens.snapshot import cache
 from memlens.simulation.synthetic import generate_snapshot
+from memlens.snapshot import cache
 from memlens.views.layout import persist
 from memlens.views.web.data import ViewerData
+from shared_data import SHARED_SNAPSHOTS
 
 WINDOWS = [(None, None), (0.0, 50.0), (1234.5, 9000.0), (15000.0, 15001.0), (300.0, 19000.0)]
 

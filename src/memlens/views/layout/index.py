@@ -20,13 +20,14 @@ class RangeArgmax:
 
     def __init__(self, values: np.ndarray, levels: list[np.ndarray] | None = None) -> None:
         self.values = values
+        self.levels: list[np.ndarray]
         if levels is not None:  # kept from an earlier build (persist.py checked them)
             self.levels = levels
             return
         # carry the block maxima along so each level compares two strided views (no gather)
         idx = np.arange(len(values), dtype=np.int64)
         vals = np.asarray(values)
-        self.levels: list[np.ndarray] = [idx]
+        self.levels = [idx]
         while len(idx) > 1:
             if len(idx) % 2:
                 idx = np.concatenate([idx, idx[-1:]])  # a duplicate never changes a max
