@@ -171,17 +171,22 @@ def save(snap: Snapshot, path: str | os.PathLike[str]) -> Path:
             for name in _DEVICE_ARRAYS:
                 _save_array(tmp, f"d{d}.{name}", getattr(t, name), manifest)
         meta["columns"] = manifest
-        # meta.json last: its presence marks a complete entry
-        (tmp / "meta.json").write_text(json.dumps(meta))
-        if target.exists():
-            shutil.rmtree(target, ignore_errors=True)
-        os.replace(tmp, target)
+        _commit(tmp, target, meta)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     _prune(root, keep=target)
     snap.cache_key = target.name
     return target
+
+
+def _commit(tmp: Path, target: Path, meta: dict[str, Any]) -> None:
+    """Finish an entry written in `tmp` and rename it to `target`: meta.json last, as its
+    presence marks a complete entry."""
+    (tmp / "meta.json").write_text(json.dumps(meta))
+    if target.exists():
+        shutil.rmtree(target, ignore_errors=True)
+    os.replace(tmp, target)
 
 
 def _prune_stale_tmp(root: Path) -> None:
@@ -388,11 +393,8 @@ def save_derived(snap: Snapshot, name: str, arrays: dict[str, np.ndarray]) -> bo
     try:
         for key, array in arrays.items():
             _save_array(tmp, key, array, manifest)
-        meta = {"format": CACHE_FORMAT, "parent": snap.cache_key, "columns": manifest}
-        (tmp / "meta.json").write_text(json.dumps(meta))
-        if target.exists():
-            shutil.rmtree(target, ignore_errors=True)
-        os.replace(tmp, target)
+        _commit(tmp, target, {"format": CACHE_FORMAT, "parent": snap.cache_key,
+                              "columns": manifest})  # fmt: skip
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
