@@ -129,3 +129,16 @@ def test_no_cache_entry_nothing_kept(generated):
     data.warm()
     assert layout_of(data)._kept is False
     assert data.snapshots[0].cache_key is None
+
+
+def test_a_trace_not_held_by_its_snapshot_is_not_matched(generated):
+    import dataclasses
+
+    _, data = answers(generated)
+    data.warm()
+    snap = memlens.load(generated, warn=False)
+    dev = snap.device(snap.default_device)
+    assert persist.load(dev) is not None
+    other = dataclasses.replace(dev)  # same columns, but not the snapshot's own trace
+    assert persist.load(other) is None
+    assert persist.save(other, {}) is False

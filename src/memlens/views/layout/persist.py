@@ -46,6 +46,8 @@ def _level_sizes(n: int) -> list[int]:
 def save(dev: DeviceTrace, built: dict[str, Any]) -> bool:
     """Keep the indexes in `built` (DeviceLayout's, all of them built); False when the
     snapshot has no cache entry."""
+    if not _is_the_entrys(dev):
+        return False
     n, rows = dev.n_events, dev.n_allocations
     li: LiveIndex = built["live_index"]
     arrays = {
@@ -65,7 +67,7 @@ def save(dev: DeviceTrace, built: dict[str, Any]) -> bool:
 def load(dev: DeviceTrace) -> dict[str, Any] | None:
     """DeviceLayout's indexes as kept by `save`, None when none are kept; CacheError when
     the kept ones cannot be trusted."""
-    got = cache.load_derived(dev.snapshot, set_name(dev), KEYS)
+    got = cache.load_derived(dev.snapshot, set_name(dev), KEYS) if _is_the_entrys(dev) else None
     if got is None:
         return None
     n, n_rows = dev.n_events, dev.n_allocations
@@ -105,6 +107,12 @@ def load(dev: DeviceTrace) -> dict[str, Any] | None:
         ),
         "live_count": live_count,
     }
+
+
+def _is_the_entrys(dev: DeviceTrace) -> bool:
+    """The trace is the one its snapshot holds (read from or written to the cache entry),
+    not one built beside it from other columns."""
+    return dev.snapshot.traces.get(dev.device) is dev
 
 
 def _within(a: np.ndarray, n: int) -> bool:
