@@ -44,6 +44,7 @@ MAX_LINES = 500
 LAYERS = {
     "errors": 0,
     "units": 1,
+    "keywords": 1,  # keyword options onto a settings dataclass (simulate, inspect, callbacks)
     "memlens": 1,  # the facade's __init__: imports only errors; its lazy names are strings
     "snapshot": 2,
     "analysis": 3,

@@ -10,11 +10,12 @@ import click
 
 from memlens.cli.options import script_command, status
 from memlens.errors import MemlensError
-from memlens.simulation.gpus import Gpu, cublas_workspace_from_config
+from memlens.simulation.gpus import cublas_workspace_from_config
 from memlens.units import format_bytes, parse_bytes
 
 if TYPE_CHECKING:
     from memlens.simulation.api import ScriptRun
+    from memlens.simulation.config import SimulateConfig
 
 
 def _default_output(script: str) -> Path:
@@ -37,25 +38,22 @@ def _figures(snapshot: dict[str, Any]) -> str:
     )
 
 
-def _assumptions(
-    card: Gpu, gpu: str | None, device_memory: str | None, workspace: str | None
-) -> str:
-    if workspace is not None:
-        size, origin = parse_bytes(workspace), ""
+def _assumptions(config: SimulateConfig) -> str:
+    card = config.card()
+    if config.cublas_workspace is not None:
+        size, origin = parse_bytes(config.cublas_workspace), ""
     elif os.environ.get("CUBLAS_WORKSPACE_CONFIG") is not None:
-        config = os.environ["CUBLAS_WORKSPACE_CONFIG"]
-        size = cublas_workspace_from_config(config, card.cublas_workspace)
-        origin = f" (CUBLAS_WORKSPACE_CONFIG={config})"
+        config_var = os.environ["CUBLAS_WORKSPACE_CONFIG"]
+        size = cublas_workspace_from_config(config_var, card.cublas_workspace)
+        origin = f" (CUBLAS_WORKSPACE_CONFIG={config_var})"
     else:
         size, origin = card.cublas_workspace, ""
-    if device_memory is not None:
-        memory = format_bytes(parse_bytes(device_memory))
-    else:
-        memory = format_bytes(card.memory) if gpu else "unlimited"
+    device_memory = config.device_memory_bytes()
+    memory = "unlimited" if device_memory is None else format_bytes(device_memory)
     return (
         f"memlens: simulating {card.name} (sm {card.capability[0]}.{card.capability[1]}): "
         f"cuBLAS workspace {size:,} bytes ({format_bytes(size, 3)}) per thread{origin}, "
-        f"device memory {memory}" + ("" if gpu else "; --gpu NAME for another card")
+        f"device memory {memory}" + ("" if config.gpu else "; --gpu NAME for another card")
     )
 
 
@@ -169,20 +167,11 @@ def _report(run: ScriptRun) -> None:
 )
 def command(
     output: Path | None,
-    device_memory: str | None,
-    max_entries: int | None,
-    stacks: str,
-    expandable_segments: bool | None,
-    max_split_size_mb: int | None,
-    roundup_power2_divisions: int | None,
-    gpu: str | None,
-    cublas_workspace: str | None,
-    nvtx_annotations: bool,
     module: bool,
     whole_run: bool,
-    early_stacks: bool,
     script: str,
     args: tuple[str, ...],
+    **options: Any,
 ) -> None:
     """Run SCRIPT (a module with -m) as __main__ with fake CUDA tensors and a model of
     PyTorch's caching allocator, then write the snapshot a GPU run would have recorded:
@@ -194,29 +183,16 @@ def command(
     except ImportError:
         raise MemlensError("memlens simulate needs PyTorch: pip install torch") from None
     from memlens.simulation.api import run_script
-    from memlens.simulation.gpus import gpu_preset
+    from memlens.simulation.config import SimulateConfig
     from memlens.simulation.script import ScriptFailed
 
-    card = gpu_preset(gpu)
-    status(_assumptions(card, gpu, device_memory, cublas_workspace), err=True)
+    # every other option is named as a SimulateConfig field
+    config = SimulateConfig.of(None, options)
+    status(_assumptions(config), err=True)
     output = output or _default_output(script)
     try:
         run = run_script(
-            script,
-            list(args),
-            output,
-            module=module,
-            whole_run=whole_run,
-            device_memory=device_memory,
-            max_entries=max_entries,
-            stacks=None if stacks == "none" else "python",
-            expandable_segments=expandable_segments,
-            max_split_size_mb=max_split_size_mb,
-            roundup_power2_divisions=roundup_power2_divisions,
-            gpu=gpu,
-            cublas_workspace=cublas_workspace,
-            nvtx_annotations=nvtx_annotations,
-            early_stacks=early_stacks,
+            script, list(args), output, module=module, whole_run=whole_run, config=config
         )
     except ScriptFailed as failed:
         if failed.traceback:

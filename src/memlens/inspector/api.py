@@ -29,9 +29,7 @@ from __future__ import annotations
 import atexit
 import collections
 import contextlib
-import dataclasses
 import functools
-import inspect as _pyinspect
 import os
 import platform
 import sys
@@ -47,6 +45,7 @@ from memlens.inspector import store
 from memlens.inspector.config import InspectConfig
 from memlens.inspector.select import label, owned_parameters, select_modules
 from memlens.inspector.steps import StepCounter
+from memlens.keywords import show_fields
 
 if TYPE_CHECKING:
     import torch
@@ -76,21 +75,9 @@ def inspect(
     return Inspector(model, layers, InspectConfig.from_options(config, options))
 
 
-def _signature() -> _pyinspect.Signature:
-    """inspect()'s signature with the InspectConfig fields as its keywords."""
-    head = list(_pyinspect.signature(inspect).parameters.values())[:3]  # model, layers, config
-    keywords = [
-        _pyinspect.Parameter(
-            f.name, _pyinspect.Parameter.KEYWORD_ONLY, default=f.default, annotation=f.type
-        )
-        for f in dataclasses.fields(InspectConfig)
-    ]
-    return _pyinspect.signature(inspect).replace(parameters=[*head, *keywords])
-
-
 # help() and inspect.signature() show the real keywords and their defaults, from the one
 # place they are written (the dataclass).
-inspect.__signature__ = _signature()  # type: ignore[attr-defined]
+show_fields(inspect, InspectConfig, keep=3)  # model, layers, config
 
 
 def _close_at_exit(ref: weakref.ref[Inspector]) -> None:

@@ -17,6 +17,7 @@ from typing import Any
 
 from memlens.errors import MemlensError
 from memlens.inspector.alerts import AlertConfig
+from memlens.keywords import with_options
 
 KINDS = ("output", "input", "grad_output", "grad_input", "param", "grad")
 DEFAULT_TRACK = ("output", "param", "grad")
@@ -121,11 +122,7 @@ class InspectConfig:
     @classmethod
     def from_options(cls, base: InspectConfig | None, options: Mapping[str, Any]) -> InspectConfig:
         """``base`` (or the defaults) with ``options`` replaced; an unknown name is a TypeError."""
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(options) - names)
-        if unknown:
-            raise TypeError(f"memlens.inspect() got unexpected keyword argument(s) {unknown}")
-        return dataclasses.replace(base or cls(), **options)
+        return with_options(cls, base, options, "memlens.inspect()")
 
     def alert_config(self) -> AlertConfig:
         return AlertConfig(**(self.alerts or {}))

@@ -34,6 +34,7 @@ from memlens.capture.backend import DEFAULT_MAX_ENTRIES, Backend, RecordSettings
 from memlens.capture.errors import RecordError, RecordingActiveError
 from memlens.capture.markers import STEP_PREFIX, stage
 from memlens.capture.output import dump_snapshot, prepare_output
+from memlens.keywords import with_options
 from memlens.recording import write_report_beside
 
 log = logging.getLogger("memlens.integrations")
@@ -102,10 +103,7 @@ class RecorderConfig:
         """`config` (or the defaults) with the keywords given replacing its fields
         (`record_steps` is `...` when not given); an unknown keyword is a TypeError."""
         given = dict(options) if record_steps is ... else {**options, "record_steps": record_steps}
-        unknown = sorted(set(given) - {f.name for f in dataclasses.fields(cls)})
-        if unknown:
-            raise TypeError(f"unexpected keyword argument(s) {unknown}")
-        return dataclasses.replace(config or cls(), **given)
+        return with_options(cls, config, given, "the memlens recorder")
 
 
 def _say(message: str) -> None:

@@ -147,15 +147,10 @@ class MemlensMagics(Magics):
         except ImportError:
             raise MagicError("%%memlens simulate needs PyTorch: pip install torch") from None
         from memlens.simulation.api import simulate
+        from memlens.simulation.config import SimulateConfig
 
-        sim = simulate(
-            path,
-            device_memory=args.device_memory,
-            max_entries=args.max_entries,
-            expandable_segments=args.expandable_segments,
-            max_split_size_mb=args.max_split_size_mb,
-            cublas_workspace=args.cublas_workspace,
-        )
+        # the options are named as SimulateConfig's fields
+        sim = simulate(path, config=SimulateConfig.pick(vars(args)))
         with sim:
             error = self._run(cell)
         print(f"memlens: simulated snapshot written to {path}")

@@ -11,10 +11,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from memlens.errors import MemlensError
-from memlens.simulation.allocator import AllocatorSettings
-from memlens.simulation.gpus import gpu_preset
+from memlens.keywords import show_fields
+from memlens.simulation.config import SimulateConfig
 from memlens.simulation.script import ScriptFailed, script_traceback
-from memlens.units import parse_bytes
 
 if TYPE_CHECKING:
     from memlens.simulation.session import Simulation
@@ -22,19 +21,7 @@ if TYPE_CHECKING:
 
 
 def simulate(
-    output: str | Path | None = None,
-    *,
-    device_memory: str | int | None = None,
-    stacks: str | None = "python",
-    expandable_segments: bool | None = None,
-    max_split_size_mb: int | None = None,
-    roundup_power2_divisions: int | None = None,
-    alloc_conf: str | None = None,
-    cublas_workspace: str | int | None = None,
-    max_entries: int | None = None,
-    gpu: str | None = None,
-    nvtx_annotations: bool = True,
-    early_stacks: bool = False,
+    output: str | Path | None = None, *, config: SimulateConfig | None = None, **options: Any
 ) -> Simulation:
     """A context manager that runs its block with simulated CUDA memory.
 
@@ -43,43 +30,20 @@ def simulate(
         sim.snapshot  # the dict written to out.pickle
 
     Tensors created on `cuda` are fake (no memory, no values); every storage goes through
-    a model of PyTorch's CUDA caching allocator. `gpu` (a card such as "a100", "h100",
-    "t4", or a generation such as "ampere", "hopper"; default an H100 with unlimited
-    memory) sets the cuBLAS workspace, the device memory and what torch.cuda answers;
-    `cublas_workspace` and `device_memory` override it. `alloc_conf` defaults to
-    $PYTORCH_CUDA_ALLOC_CONF; the keyword options override it. Allocations beyond the
-    device memory raise torch.OutOfMemoryError after an `oom` trace entry. `max_entries`
-    keeps only the newest trace entries, like the recorder's ring buffer. Inside the
-    block, `torch.cuda.memory._record_memory_history` / `_dump_snapshot` work as on a GPU;
-    blocks allocated before the code switched history on have no stacks, as on a GPU,
-    unless `early_stacks`. torch.cuda.nvtx ranges become annotations unless
-    `nvtx_annotations=False`. `sim.notes` lists the approximate paths the run took.
+    a model of PyTorch's CUDA caching allocator. The keywords are the fields of
+    `SimulateConfig` (`gpu`, `device_memory`, `cublas_workspace`, `alloc_conf` and the
+    allocator options, `stacks`, `max_entries`, `nvtx_annotations`, `early_stacks`), where
+    their defaults and meaning are; `config=` passes a whole one, which the keywords then
+    override. Inside the block, `torch.cuda.memory._record_memory_history` /
+    `_dump_snapshot` work as on a GPU. `sim.notes` lists the approximate paths the run took.
     """
     from memlens.simulation.session import Simulation  # imports torch
 
-    conf = os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "") if alloc_conf is None else alloc_conf
-    settings = AllocatorSettings.parse(conf)
-    if expandable_segments is not None:
-        settings.expandable_segments = expandable_segments
-    if max_split_size_mb is not None:
-        settings.max_split_size = max_split_size_mb * 2**20
-    if roundup_power2_divisions is not None:
-        settings.roundup_power2_divisions = [roundup_power2_divisions] * 16
-    card = gpu_preset(gpu)
-    if device_memory is None and gpu is not None:
-        device_memory = card.memory
-    return Simulation(
-        output,
-        device_memory=None if device_memory is None else parse_bytes(device_memory),
-        settings=settings,
-        alloc_conf=conf,
-        stacks=stacks,
-        cublas_workspace=None if cublas_workspace is None else parse_bytes(cublas_workspace),
-        max_entries=max_entries,
-        gpu=card,
-        nvtx_annotations=nvtx_annotations,
-        early_stacks=early_stacks,
-    )
+    return Simulation(output, SimulateConfig.of(config, options))
+
+
+# help() and inspect.signature() show the config's fields as simulate()'s keywords
+show_fields(simulate, SimulateConfig, keep=2)
 
 
 @dataclass
@@ -160,10 +124,11 @@ def run_script(
     *,
     module: bool = False,
     whole_run: bool = False,
+    config: SimulateConfig | None = None,
     **options: Any,
 ) -> ScriptRun:
-    """Run `script` (a module name with `module`) as __main__ under simulate(**options)
-    and write its snapshot to `output`.
+    """Run `script` (a module name with `module`) as __main__ under
+    simulate(config=config, **options) and write its snapshot to `output`.
 
     The snapshot is the script's own last snapshot when it wrote one (the same window and
     the same state as that file), else (or with `whole_run`) the whole run at exit. A
@@ -179,7 +144,7 @@ def run_script(
     saved_argv, saved_path = sys.argv, list(sys.path)
     sys.argv = [argv0, *args]
     sys.path.insert(0, path0)
-    sim = simulate(None, **options)
+    sim = simulate(None, config=config, **options)
     sim.keep_whole_run = True
     sim.frames.cut_at_runpy = True
     sim.frames.tail = module_main_frames() if module else []

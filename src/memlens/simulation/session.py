@@ -26,9 +26,10 @@ from torch.utils._pytree import tree_flatten
 
 from memlens.errors import MemlensError
 from memlens.simulation import cuda_stubs, cuda_surface, fake_cuda, sdpa
-from memlens.simulation.allocator import AllocatorSettings, CachingAllocator, SimulatedOOM
+from memlens.simulation.allocator import CachingAllocator, SimulatedOOM
+from memlens.simulation.config import SimulateConfig
 from memlens.simulation.frames import FrameCollector
-from memlens.simulation.gpus import Gpu, cublas_workspace_from_config, gpu_preset
+from memlens.simulation.gpus import cublas_workspace_from_config
 from memlens.simulation.tracker import Tracker, is_cuda
 from memlens.simulation.written import OwnSnapshots
 
@@ -42,35 +43,22 @@ _oom_observers: list[OomObserver] = []
 class Simulation:
     """Runs user code with simulated CUDA memory; see memlens.simulation.api.simulate."""
 
-    def __init__(
-        self,
-        output: str | Path | None = None,
-        *,
-        device_memory: int | None = None,
-        settings: AllocatorSettings | None = None,
-        alloc_conf: str = "",
-        stacks: str | None = "python",
-        cublas_workspace: int | None = None,
-        max_entries: int | None = None,
-        gpu: Gpu | None = None,
-        nvtx_annotations: bool = True,
-        early_stacks: bool = False,
-    ):
-        if stacks not in (None, "python", "all"):
-            raise MemlensError(f"stacks must be 'python', 'all' or None, not {stacks!r}")
+    def __init__(self, output: str | Path | None = None, config: SimulateConfig | None = None):
+        config = config or SimulateConfig()
+        self.config = config
         self.output = Path(output) if output is not None else None
-        self.alloc_conf = alloc_conf
-        self.allocator = CachingAllocator(device_memory, settings)
-        self.frames = FrameCollector(enabled=stacks is not None)
-        self.gpu = gpu or gpu_preset(None)
+        self.alloc_conf = config.allocator_conf()
+        self.allocator = CachingAllocator(config.device_memory_bytes(), config.allocator_settings())
+        self.frames = FrameCollector(enabled=config.stacks is not None)
+        self.gpu = config.card()
         # None: decided at the first GEMM, from $CUBLAS_WORKSPACE_CONFIG as the script
         # left it, else the card's default (PyTorch reads the variable once, then)
-        self._workspace_size = cublas_workspace
+        self._workspace_size = config.cublas_workspace_bytes()
         self.workspace_config: str | None = None  # the CUBLAS_WORKSPACE_CONFIG that decided
-        self.nvtx_annotations = nvtx_annotations
+        self.nvtx_annotations = config.nvtx_annotations
         # The GPU recorder keeps no stack for blocks allocated before history was switched
         # on; early_stacks=True keeps the ones the simulation knows.
-        self.early_stacks = early_stacks
+        self.early_stacks = config.early_stacks
         # Approximations the run went through (one line each, in order, no repeats).
         self.notes: list[str] = []
         # What the code's own torch.cuda.memory._dump_snapshot calls wrote, newest last.
@@ -81,7 +69,7 @@ class Simulation:
         # The whole run (every entry, the state at exit), built on exit when asked for.
         self.keep_whole_run = False
         self.whole_run: dict[str, Any] | None = None
-        self.max_entries = max_entries  # like the recorder's ring buffer: keep the newest
+        self.max_entries = config.max_entries  # like the recorder's ring buffer: keep the newest
         # every annotation of the run; the code's history window is [_ann_start:_ann_stop]
         self.annotations: list[dict[str, Any]] = []
         # the backend each F.scaled_dot_product_attention call took (flash, efficient, ...)
