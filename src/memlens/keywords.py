@@ -7,17 +7,15 @@ from __future__ import annotations
 import dataclasses
 import inspect
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+C = TypeVar("C", bound="DataclassInstance")
 
 
-class _Dataclass(Protocol):
-    __dataclass_fields__: dict[str, Any]
-
-
-C = TypeVar("C", bound=_Dataclass)
-
-
-def field_names(cls: type[_Dataclass]) -> frozenset[str]:
+def field_names(cls: type[DataclassInstance]) -> frozenset[str]:
     return frozenset(f.name for f in dataclasses.fields(cls))
 
 
@@ -27,10 +25,10 @@ def with_options(cls: type[C], base: C | None, options: Mapping[str, Any], who: 
     unknown = sorted(set(options) - field_names(cls))
     if unknown:
         raise TypeError(f"{who} got unexpected keyword argument(s) {unknown}")
-    return dataclasses.replace(base or cls(), **options)  # type: ignore[type-var]
+    return dataclasses.replace(base or cls(), **options)
 
 
-def show_fields(fn: Callable[..., Any], cls: type[_Dataclass], keep: int) -> None:
+def show_fields(fn: Callable[..., Any], cls: type[DataclassInstance], keep: int) -> None:
     """Make help() and inspect.signature() show `fn`'s first `keep` parameters then the
     fields of `cls` as its keywords, with their defaults, instead of `**options`."""
     head = list(inspect.signature(fn).parameters.values())[:keep]

@@ -16,6 +16,7 @@ from __future__ import annotations
 import bisect
 import re
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,7 +33,7 @@ K_ROUND_LARGE = 2 * MB
 BASE_ADDRESS = 0x7F0000000000  # where simulated virtual addresses start
 EXPANDABLE_RESERVE = 1 << 40  # virtual range reserved per expandable segment
 
-Frames = list  # list of {"filename", "line", "name"} dicts
+Frames = list[dict[str, Any]]  # {"filename", "line", "name"} dicts
 
 
 class SimulatedOOM(Exception):
@@ -179,7 +180,7 @@ class Pool:
         del self.keys[bisect.bisect_left(self.keys, key)]
         del self.blocks[key]
 
-    def candidates(self, stream: int, size: int):
+    def candidates(self, stream: int, size: int) -> Iterator[Block]:
         """Free blocks of `stream` with size >= `size`, smallest first."""
         i = bisect.bisect_left(self.keys, (stream, size, -1))
         while i < len(self.keys) and self.keys[i][0] == stream:
@@ -194,11 +195,11 @@ class CachingAllocator:
         self,
         device_memory: int | None = None,
         settings: AllocatorSettings | None = None,
-        clock=None,
+        clock: Callable[[], int] | None = None,
         *,
         base_address: int = BASE_ADDRESS,
         entry_fields: dict[str, Any] | None = None,
-    ):
+    ) -> None:
         self.settings = settings or AllocatorSettings()
         self.device_memory = device_memory
         self.small = Pool(True)
@@ -212,7 +213,7 @@ class CachingAllocator:
         self.peak_allocated = 0
         self.peak_reserved = 0
         self._next_address = base_address
-        self._clock = clock or (lambda: int(time.time() * 1e6))
+        self._clock: Callable[[], int] = clock or (lambda: int(time.time() * 1e6))
         # added to every trace entry (PyTorch >= 2.5 records compile_context, user_metadata)
         self._entry_fields = entry_fields or {}
 
@@ -291,7 +292,7 @@ class CachingAllocator:
     def _new_block(self, pool: Pool, stream: int, size: int, frames: Frames) -> Block:
         if self.settings.expandable_segments:
             grow = self._expandable_growth(pool, stream, size)
-            attempt = lambda: self._map_expandable(pool, stream, size, frames)  # noqa: E731
+            attempt: Callable[[], Block] = lambda: self._map_expandable(pool, stream, size, frames)  # noqa: E731
             need = grow
         else:
             need = allocation_size(size)

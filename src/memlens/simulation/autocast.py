@@ -190,7 +190,7 @@ class CudaAutocast:
         # until the outermost autocast exits (they are memory the GPU holds too). PyTorch
         # keys it by TensorImpl* and keeps a weak reference, so a cast outlives its weight
         # until the cache is cleared: casts whose weight died are kept in `_orphans`.
-        self._cache: dict[int, tuple[weakref.ref, torch.Tensor]] = {}
+        self._cache: dict[int, tuple[weakref.ref[torch.Tensor], torch.Tensor]] = {}
         self._orphans: list[torch.Tensor] = []
         self._library: Any = None
 
@@ -198,7 +198,7 @@ class CudaAutocast:
     def install(self) -> None:
         lib = torch.library.Library("aten", "IMPL")
         covered: set[str] = set()
-        policies: list[tuple[tuple[tuple[str, str], ...], Callable[[Any], Callable]]] = [
+        policies: list[tuple[tuple[tuple[str, str], ...], Callable[[Any], Callable[..., Any]]]] = [
             (LOWER_PRECISION_FP, self._lower_precision_fp),
             (FP32, self._fp32),
             (FP32_SET_OPT_DTYPE, self._fp32_set_opt_dtype),
@@ -264,7 +264,11 @@ class CudaAutocast:
         self._cache[id(arg)] = (weakref.ref(arg), cast)
         return cast
 
-    def _run(self, func: Any, cast: Callable[[list, dict], tuple[list, dict]]) -> Callable:
+    def _run(
+        self,
+        func: Any,
+        cast: Callable[[list[Any], dict[str, Any]], tuple[list[Any], dict[str, Any]]],
+    ) -> Callable[..., Any]:
         def kernel(*args: Any, **kwargs: Any) -> Any:
             with torch._C._ExcludeDispatchKeyGuard(_NO_AUTOCAST):
                 if torch.is_autocast_enabled("cuda"):
@@ -274,8 +278,10 @@ class CudaAutocast:
 
         return kernel
 
-    def _cast_all(self, to_type: Callable[[list, dict], torch.dtype]) -> Callable:
-        def cast(args: list, kwargs: dict) -> tuple[list, dict]:
+    def _cast_all(
+        self, to_type: Callable[[list[Any], dict[str, Any]], torch.dtype]
+    ) -> Callable[..., Any]:
+        def cast(args: list[Any], kwargs: dict[str, Any]) -> tuple[list[Any], dict[str, Any]]:
             dtype = to_type(args, kwargs)
             return (
                 [self.cached_cast(dtype, a) for a in args],
@@ -284,14 +290,14 @@ class CudaAutocast:
 
         return cast
 
-    def _lower_precision_fp(self, name: tuple[str, str]) -> Callable:
+    def _lower_precision_fp(self, name: tuple[str, str]) -> Callable[..., Any]:
         return self._run(_overload(*name), self._cast_all(lambda a, k: self.low_dtype()))
 
-    def _fp32(self, name: tuple[str, str]) -> Callable:
+    def _fp32(self, name: tuple[str, str]) -> Callable[..., Any]:
         return self._run(_overload(*name), self._cast_all(lambda a, k: torch.float32))
 
-    def _promote(self, name: tuple[str, str]) -> Callable:
-        def widest(args: list, kwargs: dict) -> torch.dtype:
+    def _promote(self, name: tuple[str, str]) -> Callable[..., Any]:
+        def widest(args: list[Any], kwargs: dict[str, Any]) -> torch.dtype:
             # at::autocast::promote_type: fp32 wins over the low dtype; doubles ignored
             current = self.low_dtype()
             for arg in _tensors([*args, *kwargs.values()]):
@@ -301,11 +307,11 @@ class CudaAutocast:
 
         return self._run(_overload(*name), self._cast_all(widest))
 
-    def _fp32_set_opt_dtype(self, name: tuple[str, str]) -> Callable:
+    def _fp32_set_opt_dtype(self, name: tuple[str, str]) -> Callable[..., Any]:
         func = _overload(*name)
         index = [a.name for a in func._schema.arguments].index("dtype")
 
-        def cast(args: list, kwargs: dict) -> tuple[list, dict]:
+        def cast(args: list[Any], kwargs: dict[str, Any]) -> tuple[list[Any], dict[str, Any]]:
             # The caller's explicit dtype wins; otherwise fp32 when the first argument is
             # eligible (nothing else is cast: the kernel computes in fp32 itself).
             if not (args and _eligible(args[0])):
@@ -319,7 +325,7 @@ class CudaAutocast:
 
         return self._run(func, cast)
 
-    def _fp32_append_dtype(self, name: tuple[str, str]) -> Callable:
+    def _fp32_append_dtype(self, name: tuple[str, str]) -> Callable[..., Any]:
         target = _overload(*FP32_APPEND_DTYPE[name])
         arguments = _overload(*name)._schema.arguments
         names = [a.name for a in arguments]
@@ -355,7 +361,7 @@ def _cacheable(to_type: torch.dtype, arg: torch.Tensor) -> bool:
     )
 
 
-def _tensors(values: list) -> list[torch.Tensor]:
+def _tensors(values: list[Any]) -> list[torch.Tensor]:
     out: list[torch.Tensor] = []
     for v in values:
         if isinstance(v, torch.Tensor):
@@ -365,7 +371,7 @@ def _tensors(values: list) -> list[torch.Tensor]:
     return out
 
 
-def _banned(name: tuple[str, str]) -> Callable:
+def _banned(name: tuple[str, str]) -> Callable[..., Any]:
     func = _overload(*name)
 
     def kernel(*args: Any, **kwargs: Any) -> Any:

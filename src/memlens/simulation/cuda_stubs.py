@@ -72,7 +72,9 @@ class Nvtx:
             self.rangeEnd(handle)
 
 
-def memory_stats(allocated: int, reserved: int, peak_allocated: int, peak_reserved: int) -> dict:
+def memory_stats(
+    allocated: int, reserved: int, peak_allocated: int, peak_reserved: int
+) -> dict[str, int]:
     """The torch.cuda.memory_stats() keys scripts read most (byte counts, pool 'all')."""
     stats = {}
     for metric, current, peak in (
@@ -95,19 +97,19 @@ class Event:
     ):
         pass
 
-    def record(self, stream=None) -> None:
+    def record(self, stream: object = None) -> None:
         pass
 
     def synchronize(self) -> None:
         pass
 
-    def wait(self, stream=None) -> None:
+    def wait(self, stream: object = None) -> None:
         pass
 
     def query(self) -> bool:
         return True
 
-    def elapsed_time(self, end_event) -> float:
+    def elapsed_time(self, end_event: object) -> float:
         return 0.0
 
 
@@ -120,19 +122,19 @@ class Stream:
     device_type = 1  # c10::DeviceType::CUDA
     device = torch.device("cuda", 0)
 
-    def __init__(self, device=None, priority: int = 0, **kwargs):
+    def __init__(self, device: object = None, priority: int = 0, **kwargs: object) -> None:
         pass
 
     def synchronize(self) -> None:
         pass
 
-    def wait_stream(self, stream) -> None:
+    def wait_stream(self, stream: object) -> None:
         pass
 
-    def wait_event(self, event) -> None:
+    def wait_event(self, event: object) -> None:
         pass
 
-    def record_event(self, event=None):
+    def record_event(self, event: Event | None = None) -> Event:
         return event or Event()
 
     def query(self) -> bool:
@@ -141,7 +143,7 @@ class Stream:
     def is_capturing(self) -> bool:  # optimizers ask (CUDA graph capture); never here
         return False
 
-    def __enter__(self):
+    def __enter__(self) -> Stream:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -151,5 +153,5 @@ class Stream:
 class ExternalStream(Stream):
     """torch.cuda.ExternalStream: a stream made elsewhere; the model's one stream."""
 
-    def __init__(self, stream_ptr: int = 0, device=None, **kwargs):
+    def __init__(self, stream_ptr: int = 0, device: object = None, **kwargs: object) -> None:
         self.cuda_stream = stream_ptr

@@ -52,7 +52,7 @@ class Patches:
         self._undo.append(undo)
         setattr(owner, name, value)
 
-    def append(self, items: list, value: Any) -> None:
+    def append(self, items: list[Any], value: Any) -> None:
         items.append(value)
         self._undo.append(lambda: items.remove(value))
 
@@ -64,8 +64,8 @@ class Patches:
             self._undo.pop()()
 
 
-def _cpu_keys_make_subclass(original: Callable) -> Callable:
-    def _make_subclass(cls, data, requires_grad=False, **kwargs):
+def _cpu_keys_make_subclass(original: Callable[..., Any]) -> Callable[..., Any]:
+    def _make_subclass(cls: Any, data: Any, requires_grad: bool = False, **kwargs: Any) -> Any:
         device = kwargs.get("device_for_backend_keys")
         if cls is FakeTensor and device is not None and device.type == "cuda":
             kwargs["device_for_backend_keys"] = CPU
@@ -74,8 +74,10 @@ def _cpu_keys_make_subclass(original: Callable) -> Callable:
     return _make_subclass
 
 
-def _cpu_prim_device(original: Callable, *, is_class: bool) -> Any:
-    def dispatch(self_or_cls, func, types, args=(), kwargs=None):
+def _cpu_prim_device(original: Callable[..., Any], *, is_class: bool) -> Any:
+    def dispatch(
+        self_or_cls: Any, func: Any, types: Any, args: Any = (), kwargs: Any = None
+    ) -> Any:
         out = original(self_or_cls, func, types, args, kwargs)
         if func is _PRIM_DEVICE and out.type == "cuda":
             return CPU
@@ -92,8 +94,8 @@ def _target_device(device: Any) -> torch.device:
     return torch.device(device)
 
 
-def make_to(original_to: Callable) -> Callable:
-    def to(self, *args, **kwargs):
+def make_to(original_to: Callable[..., Any]) -> Callable[..., Any]:
+    def to(self: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
         copy = kwargs.pop("copy", False)
         device, dtype, non_blocking, memory_format = torch._C._nn._parse_to(*args, **kwargs)
         if (device is None or device.type != "cuda") and self.device.type != "cuda":
@@ -125,12 +127,14 @@ _NUMPY_DTYPES = {
 }  # fmt: skip
 
 
-def make_numpy(original_numpy: Callable, note: Callable[[str], None]) -> Callable:
+def make_numpy(
+    original_numpy: Callable[..., Any], note: Callable[[str], None]
+) -> Callable[..., Any]:
     """`.numpy()` of a fake host tensor: zeros of its shape and dtype (its values are fake;
     Hugging Face's evaluation loop gathers losses and logits this way). A fake CUDA tensor
     is refused as on a GPU."""
 
-    def numpy(self, *, force=False):
+    def numpy(self: torch.Tensor, *, force: bool = False) -> Any:
         if not isinstance(self, FakeTensor):
             return original_numpy(self, force=force)
         if self.fake_device.type == "cuda" and not force:
@@ -148,7 +152,7 @@ def make_numpy(original_numpy: Callable, note: Callable[[str], None]) -> Callabl
 
 
 def install(
-    patches: Patches, cuda_api: dict[str, Callable], note: Callable[[str], None]
+    patches: Patches, cuda_api: dict[str, Callable[..., Any]], note: Callable[[str], None]
 ) -> CudaAutocast:
     """Install the tensor-level patches and the torch.cuda functions in `cuda_api`; `note`
     records a path known to be approximate. Returns CUDA autocast's policy."""
@@ -177,7 +181,12 @@ def install(
     to = make_to(torch.Tensor.to)
     patches.set(torch.Tensor, "to", to)
 
-    def cuda(self, device=None, non_blocking=False, memory_format=torch.preserve_format):
+    def cuda(
+        self: torch.Tensor,
+        device: Any = None,
+        non_blocking: bool = False,
+        memory_format: torch.memory_format = torch.preserve_format,
+    ) -> Any:
         return to(
             self, _target_device(device), non_blocking=non_blocking, memory_format=memory_format
         )
@@ -197,9 +206,9 @@ def install(
     patches.set(torch.Tensor, "pin_memory", lambda self, device=None: self)
     patches.set(torch.Tensor, "is_pinned", lambda self, device=None: False)
     patches.set(torch.Tensor, "record_stream", lambda self, stream: None)
-    original_swap = torch.utils.swap_tensors
+    original_swap: Callable[[Any, Any], None] = torch.utils.swap_tensors
 
-    def swap_tensors(t1, t2):
+    def swap_tensors(t1: Any, t2: Any) -> None:
         for t in (t1, t2):
             if isinstance(t, FakeTensor):
                 memo = t.fake_mode.fake_tensor_converter.tensor_memo
@@ -243,16 +252,17 @@ def _install_autocast(patches: Patches) -> CudaAutocast:
     policy.install()
     patches.on_restore(policy.remove)
     cls = torch.amp.autocast_mode.autocast  # torch.cuda.amp.autocast subclasses it
-    enter, exit_ = cls.__enter__, cls.__exit__
+    enter: Callable[[Any], Any] = cls.__enter__
+    exit_: Callable[..., Any] = cls.__exit__
 
-    def __enter__(self):
+    def __enter__(self: Any) -> Any:
         result = enter(self)
         if self.device == "cuda":
             self._memlens_cpu = torch.is_autocast_enabled("cpu")
             torch.set_autocast_enabled("cpu", self._enabled)
         return result
 
-    def __exit__(self, *exc):
+    def __exit__(self: Any, *exc: Any) -> Any:
         saved = getattr(self, "_memlens_cpu", None)
         if saved is not None:
             torch.set_autocast_enabled("cpu", saved)

@@ -62,7 +62,9 @@ class BackwardInPlace:
         if self._node is not None and id(self._node) == node_id:
             self._applied = True
 
-    def replacement(self, node: Any, func: Any, args: tuple, kwargs: dict) -> Any:
+    def replacement(
+        self, node: Any, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Any:
         """The in-place op to run instead of `func`, or None to run `func`."""
         if node is not self._node:
             self._node, self._applied = node, False

@@ -154,8 +154,16 @@ def _scale(q: torch.Tensor, scale: float | None) -> float:
 
 
 def make_sdpa(sim: Simulation, original: Callable[..., Any]) -> Callable[..., Any]:
-    def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0,
-                                     is_causal=False, scale=None, enable_gqa=False):  # fmt: skip
+    def scaled_dot_product_attention(
+        query: Any,
+        key: Any,
+        value: Any,
+        attn_mask: Any = None,
+        dropout_p: float = 0.0,
+        is_causal: bool = False,
+        scale: float | None = None,
+        enable_gqa: bool = False,
+    ) -> Any:
         if not all(getattr(t, "is_cuda", False) for t in (query, key, value)):
             return original(query, key, value, attn_mask, dropout_p, is_causal, scale,
                             enable_gqa=enable_gqa)  # fmt: skip
@@ -214,13 +222,15 @@ def _run(backend: int, q: Any, k: Any, v: Any, mask: Any, dropout: float, causal
     )
 
 
-def _first(kernel: Callable[[], tuple]) -> Any:
+def _first(kernel: Callable[[], tuple[torch.Tensor, ...]]) -> torch.Tensor:
     """`std::get<0>(kernel(...))`: the rest of the tuple is released first to last, as
     the C++ tuple's destructor releases it (a Python tuple releases last to first)."""
-    items = list(kernel())
+    items: list[torch.Tensor | None] = list(kernel())
     for i in range(1, len(items)):
         items[i] = None
-    return items[0]
+    first = items[0]
+    assert first is not None
+    return first
 
 
 def _bool_mask_to_additive(mask: Any, dtype: torch.dtype) -> Any:
@@ -278,7 +288,7 @@ def _round(x: int, m: int) -> int:
     return (x + m - 1) // m * m
 
 
-def _flash_forward(sim: Simulation, args: tuple, out: Any) -> None:
+def _flash_forward(sim: Simulation, args: tuple[Any, ...], out: Any) -> None:
     q, k = args[0], args[1]
     dropout = args[3] if len(args) > 3 else 0.0
     b, h, s_q, d = q.shape
@@ -315,7 +325,7 @@ def _contiguous_copy(sim: Simulation, t: Any) -> int | None:
     return None if view.is_contiguous() else sim._malloc(t.numel() * t.element_size())
 
 
-def _flash_backward(sim: Simulation, args: tuple, out: Any) -> None:
+def _flash_backward(sim: Simulation, args: tuple[Any, ...], out: Any) -> None:
     grad_out, q, k = args[0], args[1], args[2]
     copies = [_contiguous_copy(sim, grad_out), _contiguous_copy(sim, args[4])]
     sim._track_outputs(out)  # dq, dk, dv = empty_like(q, k, v)
@@ -336,7 +346,7 @@ def _flash_backward(sim: Simulation, args: tuple, out: Any) -> None:
         _free(sim, address)
 
 
-def _efficient_forward(sim: Simulation, args: tuple, out: Any) -> None:
+def _efficient_forward(sim: Simulation, args: tuple[Any, ...], out: Any) -> None:
     q, v = args[0], args[2]
     sim._track_outputs(out[0])  # res (B, M, H, Kv)
     sim._track_outputs(out[1])  # logsumexp (B, H, ceil(M / 32) * 32) fp32, when asked
@@ -347,7 +357,7 @@ def _efficient_forward(sim: Simulation, args: tuple, out: Any) -> None:
         _free(sim, sim._malloc(_nbytes(q.size(0), q.size(2), q.size(1), v.size(-1), 4)))
 
 
-def _efficient_backward(sim: Simulation, args: tuple, out: Any) -> None:
+def _efficient_backward(sim: Simulation, args: tuple[Any, ...], out: Any) -> None:
     grad_out, q = args[0], args[1]
     copy = _contiguous_copy(sim, grad_out)
     sim._track_outputs(out)  # grad_q, grad_k, grad_v (grad_bias)
@@ -357,14 +367,14 @@ def _efficient_backward(sim: Simulation, args: tuple, out: Any) -> None:
     _free(sim, copy)
 
 
-def _cudnn_forward(sim: Simulation, args: tuple, out: Any) -> None:
+def _cudnn_forward(sim: Simulation, args: tuple[Any, ...], out: Any) -> None:
     sim._track_outputs(out[0])
     sim._track_outputs(out[1])  # softmax stats (B, H, S_q, 1) fp32, when asked
     if len(args) > 5 and args[5] > 0.0:  # dropout: seed and offset on the device
         sim._track_outputs((out[6], out[7]))
 
 
-KERNELS: dict[Any, Callable[[Simulation, tuple, Any], None]] = {
+KERNELS: dict[Any, Callable[[Simulation, tuple[Any, ...], Any], None]] = {
     _aten._scaled_dot_product_flash_attention.default: _flash_forward,
     _aten._scaled_dot_product_flash_attention_backward.default: _flash_backward,
     _aten._scaled_dot_product_efficient_attention.default: _efficient_forward,

@@ -17,6 +17,7 @@ import time
 import weakref
 from collections.abc import Callable
 from pathlib import Path
+from types import TracebackType
 from typing import Any
 
 import torch
@@ -106,17 +107,23 @@ class Simulation:
         torch._C._set_only_lift_cpu_tensors(True)
         try:
             self._fake_mode.__enter__()
-            self._tracker.__enter__()
+            # TorchDispatchMode leaves __enter__/__exit__ unannotated
+            self._tracker.__enter__()  # type: ignore[no-untyped-call]
         except BaseException:
             torch._C._set_only_lift_cpu_tensors(self._lift_cpu_only)
             self._patches.restore()
             raise
         return self
 
-    def __exit__(self, exc_type, exc, tb) -> None:
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         try:
             assert self._tracker is not None and self._fake_mode is not None  # __enter__ ran
-            self._tracker.__exit__(exc_type, exc, tb)
+            self._tracker.__exit__(exc_type, exc, tb)  # type: ignore[no-untyped-call]
             self._fake_mode.__exit__(exc_type, exc, tb)
         finally:
             torch._C._set_only_lift_cpu_tensors(self._lift_cpu_only)
@@ -211,10 +218,15 @@ class Simulation:
     def _cuda_api(self) -> dict[str, Any]:
         alloc = self.allocator
 
-        def reset_peak(device=None):
+        def reset_peak(device: object = None) -> None:
             alloc.peak_allocated, alloc.peak_reserved = alloc.allocated, alloc.reserved
 
-        def record_history(enabled="all", *args, clear_history=False, **kwargs):
+        def record_history(
+            enabled: str | bool | None = "all",
+            *args: Any,
+            clear_history: bool = False,
+            **kwargs: Any,
+        ) -> None:
             if enabled is None or enabled is False:
                 self._history_on = False
                 self._trace_stop, self._ann_stop = len(alloc.trace), len(self.annotations)
@@ -226,7 +238,9 @@ class Simulation:
                     self._ann_start, self._ann_stop = len(self.annotations), None
                 self._history_on = True
 
-        def dump_snapshot(filename="dump_snapshot.pickle", *args, **kwargs):
+        def dump_snapshot(
+            filename: str | Path = "dump_snapshot.pickle", *args: Any, **kwargs: Any
+        ) -> None:
             self.last_dump = self.build_snapshot()
             path = self.write(filename, self.last_dump)
             self.dumps.append(path)
@@ -234,12 +248,12 @@ class Simulation:
                 path, "torch.cuda.memory._dump_snapshot", self.last_dump, self._window(False)
             )
 
-        def snapshot(device=None, **kwargs):
+        def snapshot(device: object = None, **kwargs: Any) -> dict[str, Any]:
             taken = self.build_snapshot()
             self.own.taken(taken, self._window(False))
             return taken
 
-        def stats(device=None):
+        def stats(device: object = None) -> dict[str, int]:
             return cuda_stubs.memory_stats(
                 alloc.allocated, alloc.reserved, alloc.peak_allocated, alloc.peak_reserved
             )
@@ -303,7 +317,7 @@ class Simulation:
         self._patches.set(torch.cuda.nvtx, "_nvtx", cuda_stubs.Nvtx(annotate))
         original_compile = torch.compile
 
-        def compile_eagerly(model=None, **kwargs):
+        def compile_eagerly(model: Any = None, **kwargs: Any) -> Any:
             # Dynamo would trace the fakes; run the code as written (no fusion) and say so.
             self.note("torch.compile ran eagerly: compiled kernels' fusions are not simulated")
             if model is None:
@@ -322,14 +336,15 @@ class Simulation:
         # record_function ranges become external_annotations, as PyTorch's RecordFunction
         # callback writes them while history is recorded.
         cls = torch.autograd.profiler.record_function
-        enter, exit_ = cls.__enter__, cls.__exit__
+        enter: Callable[[Any], Any] = cls.__enter__
+        exit_: Callable[..., Any] = cls.__exit__
         sim = self
 
-        def __enter__(rf):
+        def __enter__(rf: Any) -> Any:
             sim._annotate(rf.name, "START")
             return enter(rf)
 
-        def __exit__(rf, *exc):
+        def __exit__(rf: Any, *exc: Any) -> Any:
             result = exit_(rf, *exc)
             sim._annotate(rf.name, "END")
             return result
@@ -385,7 +400,9 @@ class Simulation:
         return path
 
 
-def _without_early_stacks(segments: list[dict[str, Any]], window: list[dict]) -> list[dict]:
+def _without_early_stacks(
+    segments: list[dict[str, Any]], window: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
     """Segments as the GPU recorder shows them: blocks and segments made before history
     was switched on have no frames (their allocation was never recorded)."""
     allocs = {e["addr"] for e in window if e["action"] == "alloc"}

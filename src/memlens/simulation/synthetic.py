@@ -43,17 +43,17 @@ class _Frames:
     """Shared frame dicts and stack lists, like PyTorch's py_symbolize() output."""
 
     def __init__(self) -> None:
-        self._frames: dict[tuple, dict] = {}
-        self._stacks: dict[tuple, list] = {}
+        self._frames: dict[tuple[str, int, str], dict[str, Any]] = {}
+        self._stacks: dict[tuple[tuple[str, int, str], ...], list[dict[str, Any]]] = {}
 
-    def frame(self, filename: str, line: int, name: str) -> dict:
+    def frame(self, filename: str, line: int, name: str) -> dict[str, Any]:
         key = (filename, line, name)
         f = self._frames.get(key)
         if f is None:
             f = self._frames[key] = {"filename": filename, "line": line, "name": name}
         return f
 
-    def stack(self, *frames: tuple[str, int, str]) -> list:
+    def stack(self, *frames: tuple[str, int, str]) -> list[dict[str, Any]]:
         """frames innermost first."""
         s = self._stacks.get(frames)
         if s is None:

@@ -48,12 +48,18 @@ def is_cuda(t: Any) -> bool:
 
 class Tracker(TorchDispatchMode):
     def __init__(self, sim: Simulation):
-        super().__init__()
+        super().__init__()  # type: ignore[no-untyped-call]  # torch leaves it unannotated
         self.sim = sim
         self._composite: dict[Any, bool] = {}
         self._backward = BackwardInPlace()
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+    def __torch_dispatch__(
+        self,
+        func: Any,
+        types: Any,
+        args: tuple[Any, ...] = (),
+        kwargs: dict[str, Any] | None = None,
+    ) -> Any:
         kwargs = kwargs or {}
         node = torch._C._current_autograd_node()
         if node is not None:
@@ -103,7 +109,7 @@ class Tracker(TorchDispatchMode):
             self.sim._ensure_workspace()
         return out
 
-    def _is_composite(self, func) -> bool:
+    def _is_composite(self, func: Any) -> bool:
         composite = self._composite.get(func)
         if composite is None:
             # prim ops (prim::device) are not dispatcher operators
@@ -114,20 +120,20 @@ class Tracker(TorchDispatchMode):
         return composite
 
     @staticmethod
-    def _touches_cuda(args, kwargs) -> bool:
+    def _touches_cuda(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
         device = kwargs.get("device")
         if device is not None and torch.device(device).type == "cuda":
             return True
         return any(is_cuda(a) for a in tree_flatten((args, kwargs))[0])
 
     @staticmethod
-    def _random(func, args, kwargs):
+    def _random(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         # A CPU-only build has no CUDA generator. Values do not matter, so in-place random
         # fills return their input and the rest run on CPU fakes and are re-made on CUDA.
         if func._schema.is_mutable and args and is_cuda(args[0]):
             return args[0]
 
-        def to_cpu(x):
+        def to_cpu(x: Any) -> Any:
             if is_cuda(x):
                 return torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device="cpu")
             return x
