@@ -11,7 +11,6 @@ from __future__ import annotations
 import functools
 import threading
 from collections.abc import Callable
-from types import TracebackType
 from typing import Any, TypeVar
 
 from memlens.capture.errors import RecordError
@@ -59,13 +58,8 @@ class stage:  # noqa: N801 - used like a function: memlens.stage("forward")
         self._open().append(ctx)
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self._open().pop().__exit__(exc_type, exc, tb)
+    def __exit__(self, *exc: Any) -> None:  # (type, value, traceback), handed on
+        self._open().pop().__exit__(*exc)
 
     def __call__(self, fn: F) -> F:
         @functools.wraps(fn)

@@ -47,6 +47,7 @@ from memlens.cli.options import (
     snapshots_argument,
     status,
 )
+from memlens.keywords import field_names
 
 if TYPE_CHECKING:
     from memlens.agents.tools import Shared
@@ -123,36 +124,22 @@ def analysis_command(
     checks and parsing that should fail fast, before a long load."""
 
     def decorate(body: Callable[..., Answer[Any]]) -> click.Command:
-        def callback(
-            paths: Any,
-            as_json: bool,
-            no_cache: bool,
-            device: int | None = None,
-            device_b: int | None = None,
-            hide: tuple[str, ...] = (),
-            hide_only: tuple[str, ...] = (),
-            annotation_files: tuple[str, ...] = (),
-            **own: Any,
-        ) -> None:
+        def callback(**given: Any) -> None:
+            common, own = _Common.split(given)
             declared = DECLARED[name]
             own = declared.prepared(own)
-            inputs = _open(opens, paths, no_cache, annotation_files, device, device_b)
+            inputs = common.open(opens)
             shared: Shared = {
-                "hide": hide,
-                "hide_only": hide_only,
-                "device": device,
-                "device_b": device_b,
-                "no_cache": no_cache,
-                "as_json": as_json,
-                "paths": paths,
+                "hide": common.hide,
+                "hide_only": common.hide_only,
+                "device": common.device,
+                "device_b": common.device_b,
+                "no_cache": common.no_cache,
+                "as_json": common.as_json,
+                "paths": common.paths,
             }
             answer = declared.answer(inputs, own, shared)
-            if as_json:
-                emit_json(answer.result)
-            else:
-                _echo(answer.text())
-            if answer.exit_code:
-                click.get_current_context().exit(answer.exit_code)
+            _print(common.as_json, answer.result, answer.text, answer.exit_code)
 
         callback.__doc__ = body.__doc__
         command = _shape(name, callback, options, opens, device_help, hide, annotations)
@@ -166,39 +153,24 @@ def registered_command(analysis: Analysis[Any]) -> click.Command:
     """The command of a registered analysis: its options, the shared ones, and a callback
     that checks, opens, runs and prints (see the module docstring)."""
 
-    def callback(
-        paths: Any,
-        as_json: bool,
-        no_cache: bool,
-        device: int | None = None,
-        device_b: int | None = None,
-        hide: tuple[str, ...] = (),
-        hide_only: tuple[str, ...] = (),
-        annotation_files: tuple[str, ...] = (),
-        limit_alias: int | None = None,
-        **own: Any,
-    ) -> None:
+    def callback(limit_alias: int | None = None, **given: Any) -> None:
+        common, own = _Common.split(given)
         if limit_alias is not None:
             status("memlens: warning: --limit N is deprecated; use --top N", err=True)
             own["top"] = limit_alias
-        own["device"] = device
+        own["device"] = common.device
         if analysis.opens == "pair":
-            own["device_b"] = device_b
+            own["device_b"] = common.device_b
         if analysis.hide:
-            own["hide_patterns"] = hide_patterns(hide, hide_only)
+            own["hide_patterns"] = hide_patterns(common.hide, common.hide_only)
         values = analysis.check(own)  # before the load: bad options fail fast
-        inputs = _open(analysis.opens, paths, no_cache, annotation_files, device, device_b)
+        inputs = common.open(analysis.opens)
         for o in analysis.options:
             if o.kind == "snapshot" and values[o.name] is not None:
-                values[o.name] = open_snapshot(values[o.name], no_cache)
+                values[o.name] = open_snapshot(values[o.name], common.no_cache)
         result = analysis.call(inputs, dict(values))
-        if as_json:
-            emit_json(result)
-        else:
-            _echo(analysis.renderer(result, {**values, "paths": paths}))
-        code = analysis.exit_code(result)
-        if code:
-            click.get_current_context().exit(code)
+        text = lambda: analysis.renderer(result, {**values, "paths": common.paths})  # noqa: E731
+        _print(common.as_json, result, text, analysis.exit_code(result))
 
     callback.__doc__ = analysis.doc or analysis.help
     options = [click_option(o) for o in analysis.options]
@@ -261,6 +233,42 @@ def _shape(
     else:
         f = snapshot_argument(f, name="paths")
     return click.command(name)(f)
+
+
+@dataclass(frozen=True)
+class _Common:
+    """The options every command shares, as click passes them (by these names)."""
+
+    paths: Any
+    as_json: bool
+    no_cache: bool
+    device: int | None = None
+    device_b: int | None = None
+    hide: tuple[str, ...] = ()
+    hide_only: tuple[str, ...] = ()
+    annotation_files: tuple[str, ...] = ()
+
+    @classmethod
+    def split(cls, given: dict[str, Any]) -> tuple[_Common, dict[str, Any]]:
+        """(the shared options, the command's own ones)."""
+        names = field_names(cls)
+        own = {k: v for k, v in given.items() if k not in names}
+        return cls(**{k: v for k, v in given.items() if k in names}), own
+
+    def open(self, opens: Opens) -> list[Any]:
+        return _open(
+            opens, self.paths, self.no_cache, self.annotation_files, self.device, self.device_b
+        )
+
+
+def _print(as_json: bool, result: Any, text: Callable[[], Text], exit_code: int) -> None:
+    """The result as JSON (--json) or as text, then the command's exit code."""
+    if as_json:
+        emit_json(result)
+    else:
+        _echo(text())
+    if exit_code:
+        click.get_current_context().exit(exit_code)
 
 
 def _open(

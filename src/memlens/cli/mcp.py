@@ -9,16 +9,26 @@ MCP SDK is imported only when the server starts (memlens.agents.server; memlens[
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
+
+from memlens.cli.options import F
 
 if TYPE_CHECKING:
     from memlens.agents.tools import Declaration, Tool
 
 # the commands that are not registered analyses, offered as tools too
 NOT_REGISTERED = ("fleet",)
+
+
+def _limit(flag: str, least: int, default: int, help: str) -> Callable[[F], F]:
+    """A bound on the server's answers or memory: a whole number >= `least`."""
+    return click.option(
+        flag, type=click.IntRange(min=least), default=default, show_default=True, help=help
+    )
 
 
 @click.command("mcp")
@@ -37,27 +47,11 @@ NOT_REGISTERED = ("fleet",)
 @click.option(
     "--no-cache", is_flag=True, help="Do not read or write the column cache (MEMLENS_CACHE_DIR)."
 )
-@click.option(
-    "--max-items",
-    type=click.IntRange(min=1),
-    default=50,
-    show_default=True,
-    help="Entries kept per list of an answer (a note says what was cut).",
+@_limit("--max-items", 1, 50, "Entries kept per list of an answer (a note says what was cut).")
+@_limit(
+    "--max-chars", 1000, 100_000, "Characters of an answer; lists are cut shorter until it fits."
 )
-@click.option(
-    "--max-chars",
-    type=click.IntRange(min=1000),
-    default=100_000,
-    show_default=True,
-    help="Characters of an answer; lists are cut shorter until it fits.",
-)
-@click.option(
-    "--max-open",
-    type=click.IntRange(min=1),
-    default=4,
-    show_default=True,
-    help="Snapshots kept open at once (the least recently used is closed).",
-)
+@_limit("--max-open", 1, 4, "Snapshots kept open at once (the least recently used is closed).")
 def command(
     roots: tuple[Path, ...],
     allow_files: bool,

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
 
-from memlens.cli.options import script_command, status
+from memlens.cli.options import F, script_command, status
 from memlens.errors import MemlensError
 from memlens.simulation.gpus import cublas_workspace_from_config
 from memlens.units import format_bytes, parse_bytes
@@ -91,6 +92,11 @@ def _report(run: ScriptRun) -> None:
     status(f"memlens: view it with: memlens view {run.output}", err=True)
 
 
+def _positive(flag: str, help: str) -> Callable[[F], F]:
+    """An optional whole number >= 1 (None when not given)."""
+    return click.option(flag, type=click.IntRange(min=1), default=None, help=help)
+
+
 @script_command("Snapshot file to write (default: memlens-sim-<script>.<pid>.pickle).")
 @click.option(
     "--device-memory",
@@ -99,12 +105,7 @@ def _report(run: ScriptRun) -> None:
     help="GPU memory to simulate, e.g. 80GiB; beyond it the script gets "
     "torch.OutOfMemoryError and the trace an `oom` entry. Default: unlimited.",
 )
-@click.option(
-    "--max-entries",
-    type=click.IntRange(min=1),
-    default=None,
-    help="Keep only the newest N trace entries (default: all).",
-)
+@_positive("--max-entries", "Keep only the newest N trace entries (default: all).")
 @click.option(
     "--stacks",
     type=click.Choice(["python", "all", "none"]),
@@ -117,14 +118,9 @@ def _report(run: ScriptRun) -> None:
     default=None,
     help="Model PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True.",
 )
-@click.option(
-    "--max-split-size-mb", type=click.IntRange(min=1), default=None, help="Model max_split_size_mb."
-)
-@click.option(
-    "--roundup-power2-divisions",
-    type=click.IntRange(min=1),
-    default=None,
-    help="Model roundup_power2_divisions (one value for every size).",
+@_positive("--max-split-size-mb", "Model max_split_size_mb.")
+@_positive(
+    "--roundup-power2-divisions", "Model roundup_power2_divisions (one value for every size)."
 )
 @click.option(
     "--gpu",

@@ -38,7 +38,6 @@ import time
 import warnings
 import weakref
 from collections.abc import Callable, Iterable
-from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from memlens.inspector import store
@@ -366,12 +365,7 @@ class Inspector:
     def __enter__(self) -> Inspector:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
         self.close(status=_status(exc_type))
 
     def __del__(self) -> None:  # pragma: no cover - last resort only

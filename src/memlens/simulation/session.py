@@ -17,7 +17,6 @@ import time
 import weakref
 from collections.abc import Callable
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 import torch
@@ -115,16 +114,11 @@ class Simulation:
             raise
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc: Any) -> None:  # (type, value, traceback), handed on
         try:
             assert self._tracker is not None and self._fake_mode is not None  # __enter__ ran
-            self._tracker.__exit__(exc_type, exc, tb)  # type: ignore[no-untyped-call]
-            self._fake_mode.__exit__(exc_type, exc, tb)
+            self._tracker.__exit__(*exc)  # type: ignore[no-untyped-call]
+            self._fake_mode.__exit__(*exc)
         finally:
             torch._C._set_only_lift_cpu_tensors(self._lift_cpu_only)
             self._patches.restore()

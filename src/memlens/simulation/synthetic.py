@@ -105,6 +105,11 @@ def generate_trace_dict(
     device_traces: list[list[dict[str, Any]]] = []
     all_segments: list[dict[str, Any]] = []
     main_stream, aux_stream = 0, 0x55D0_0000_1000
+
+    def in_step(line: int, *inner: tuple[str, int, str]) -> list[dict[str, Any]]:
+        """The stack of code called from the user's train_step at `line`."""
+        return fr.stack(*inner, (USER, line, "train_step"), (USER, 55, "<module>"))
+
     for dev in range(devices):
         alloc = CachingAllocator(
             None,
@@ -137,15 +142,12 @@ def generate_trace_dict(
             annotate("forward", "START")
             acts = []
             for layer in range(layers):
-                act_stack = fr.stack(
+                act_stack = in_step(
+                    30,
                     (f"{TORCH}/nn/functional.py", 2380, "linear"),
                     (MODEL, 40 + layer, "forward"),
-                    (USER, 30, "train_step"),
-                    (USER, 55, "<module>"),
                 )
-                tmp_stack = fr.stack(
-                    (MODEL, 60 + layer, "forward"), (USER, 30, "train_step"), (USER, 55, "<module>")
-                )
+                tmp_stack = in_step(30, (MODEL, 60 + layer, "forward"))
                 acts.append(alloc.malloc(batch_tokens * hidden * 4, main_stream, act_stack))
                 tmp = alloc.malloc(
                     rng.choice((512, 4096, batch_tokens * 4, batch_tokens * hidden * 2)),
@@ -176,16 +178,8 @@ def generate_trace_dict(
                     alloc.free(g_tmp, bw_stack)
             annotate("backward", "END")
             annotate("Optimizer.step#AdamW.step", "START")
-            opt_stack = fr.stack(
-                (f"{TORCH}/optim/adamw.py", 480, "_single_tensor_adamw"),
-                (USER, 34, "train_step"),
-                (USER, 55, "<module>"),
-            )
-            state_stack = fr.stack(
-                (f"{TORCH}/optim/adamw.py", 170, "_init_group"),
-                (USER, 34, "train_step"),
-                (USER, 55, "<module>"),
-            )
+            opt_stack = in_step(34, (f"{TORCH}/optim/adamw.py", 480, "_single_tensor_adamw"))
+            state_stack = in_step(34, (f"{TORCH}/optim/adamw.py", 170, "_init_group"))
             for _, _, nbytes, _ in params:
                 if step == 0:
                     opt_state.append(alloc.malloc(nbytes, main_stream, state_stack))
@@ -194,11 +188,7 @@ def generate_trace_dict(
                 alloc.free(tmp, opt_stack)
             annotate("Optimizer.step#AdamW.step", "END")
             annotate("Optimizer.zero_grad#AdamW.zero_grad", "START")
-            zg_stack = fr.stack(
-                (f"{TORCH}/optim/optimizer.py", 990, "zero_grad"),
-                (USER, 36, "train_step"),
-                (USER, 55, "<module>"),
-            )
+            zg_stack = in_step(36, (f"{TORCH}/optim/optimizer.py", 990, "zero_grad"))
             for k in list(grads):
                 alloc.free(grads.pop(k), zg_stack)
             annotate("Optimizer.zero_grad#AdamW.zero_grad", "END")
