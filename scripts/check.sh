@@ -7,6 +7,7 @@ cd "$(dirname "$0")/.."
 echo "== ruff check";          python3 -m ruff check .
 echo "== ruff format --check"; python3 -m ruff format --check .
 echo "== mypy";                python3 -m mypy
+echo "== mypy tests";          bash scripts/mypy_tests.sh
 echo "== dead code";           python3 scripts/deadcode.py
 # the viewer's ES modules against the API's answers (static/js/types.js); no bundler, no
 # output: tsc only reads them (scripts/setup.sh puts it in .tools/)

@@ -225,10 +225,11 @@ def test_every_kind_of_input_the_registry_declares(hand_file: Path, tmp_path: Pa
     inside.write_bytes(hand_file.read_bytes())
     fenced = dispatcher(roots=[root])
     outside = f"outside the folders this server may read ({root.resolve()})"
-    for tool, args in [
+    calls: list[tuple[str, dict[str, Any]]] = [
         ("rules", {"snapshot": str(inside), "rules_file": str(rules)}),
         ("check", {"snapshot": str(inside), "baseline": b}),
         ("ranks", {"snapshots": [str(inside), b]}),
-    ]:
+    ]
+    for tool, args in calls:
         reply = fenced.call(tool, args)
         assert reply.error and reply.text.endswith(outside), reply.text

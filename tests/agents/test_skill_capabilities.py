@@ -27,7 +27,7 @@ def capabilities() -> dict[str, Any]:
         [sys.executable, "-m", "memlens", "capabilities", "--json"], capture_output=True, text=True
     )
     assert out.returncode == 0, out.stderr
-    return json.loads(out.stdout)  # type: ignore[no-any-return]
+    return json.loads(out.stdout)
 
 
 def flags(command: dict[str, Any]) -> set[str]:

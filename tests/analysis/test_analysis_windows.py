@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+from typing import Any
 
 import numpy as np
 import pytest
@@ -51,7 +52,9 @@ def test_paused_gc_restores_the_collector():
 
 def _nested_sequence(rng: np.random.Generator, n_stages: int) -> tuple[list, list, list]:
     """A random well-nested START/END sequence with repeated names and OTHER markers."""
-    ids, stage, open_ = [], [], []
+    ids: list[int] = []
+    stage: list[Any] = []
+    open_: list[Any] = []
     while n_stages or open_:
         if n_stages and (not open_ or rng.random() < 0.55):
             name = int(rng.integers(0, 4))

@@ -242,7 +242,9 @@ def shape(tp: Any) -> tuple[str, Any]:
 
 class Checker:
     def __init__(self, defs: dict[str, Node]) -> None:
-        self.defs, self.errors, self.seen = defs, [], set()
+        self.defs = defs
+        self.errors: list[str] = []
+        self.seen: set[Any] = set()
         self.objects = 0  # objects compared (a parser that reads nothing would pass)
 
     def fields(self, node: Node) -> dict[str, Node] | None:

@@ -14,7 +14,7 @@ from memlens.inspector.store import load_run  # noqa: E402
 pytestmark = pytest.mark.torch
 
 
-class Faulty(nn.Module):
+class Faulty(nn.Module):  # type: ignore[name-defined]  # nn comes from importorskip
     """A small MLP that can be made to misbehave at a chosen step."""
 
     def __init__(self):

@@ -97,6 +97,7 @@ def start(tmp_path: Path, mode: str) -> tuple[subprocess.Popen, Path]:
 def wait_for_step(proc: subprocess.Popen, n: int, lines: list[str]) -> None:
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
+        assert proc.stdout is not None
         line = proc.stdout.readline()
         if not line:
             break

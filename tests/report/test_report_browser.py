@@ -4,6 +4,7 @@ nothing, and hostile strings stay text. Screenshots go to artifacts/report/."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from report_snapshots import EVIL_NAME, EVIL_STAGE, step_snapshot, write
@@ -29,9 +30,13 @@ class Opened:
         self.page.on("request", lambda r: self.requests.append(r.url))
         self.page.on("console", lambda m: self.console.append(f"{m.type}: {m.text}"))
         self.page.on("pageerror", lambda e: self.console.append(f"pageerror: {e}"))
-        self.page.on("dialog", lambda d: (self.dialogs.append(d.message), d.dismiss()))
+        self.page.on("dialog", self._dismiss)
         self.page.goto(self.url)
         self.page.wait_for_load_state("load")
+
+    def _dismiss(self, dialog: Any) -> None:
+        self.dialogs.append(dialog.message)
+        dialog.dismiss()
 
     def assert_clean(self) -> None:
         assert self.requests == [self.url], "the report must load nothing but itself"

@@ -17,8 +17,14 @@ from memlens.views.report.timeline import minmax_bins, nice_byte_step, nice_coun
 ISLAND = re.compile(r'<script type="application/json" id="memlens-data">(.*?)</script>', re.S)
 
 
+def _island_text(html_text: str) -> str:
+    found = ISLAND.search(html_text)
+    assert found is not None, "no data island"
+    return found.group(1)
+
+
 def island(html_text: str) -> dict:
-    return json.loads(ISLAND.search(html_text).group(1))
+    return json.loads(_island_text(html_text))
 
 
 @pytest.fixture(scope="module")

@@ -16,11 +16,19 @@ from shared_data import real_snapshot_names
 
 NAMES = real_snapshot_names()
 ISLAND = re.compile(r'<script type="application/json" id="memlens-data">(.*?)</script>', re.S)
+
+
+def _island_text(html_text: str) -> str:
+    found = ISLAND.search(html_text)
+    assert found is not None, "no data island"
+    return found.group(1)
+
+
 MAX_BYTES = 2_000_000
 
 
 def figures_of(text: str) -> dict:
-    return json.loads(ISLAND.search(text).group(1))
+    return json.loads(_island_text(text))
 
 
 @pytest.mark.skipif(not NAMES, reason="../shared/snapshots is absent")

@@ -32,6 +32,7 @@ def simulate_case(context: int, fullstep: bool, mixed: bool) -> dict:
         keep = run(context, fullstep, mixed)  # alive at dump time, as in the recording
     del keep
     gc.collect()
+    assert sim.snapshot is not None
     return sim.snapshot
 
 

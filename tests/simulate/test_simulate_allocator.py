@@ -20,7 +20,7 @@ MiB = 2**20
 
 def events(alloc: CachingAllocator) -> list[tuple[str, int, int]]:
     return [
-        (e["action"], e.get("addr", e.get("device_free")) - (B if "addr" in e else 0), e["size"])
+        (e["action"], (e["addr"] - B if "addr" in e else e["device_free"]), e["size"])
         for e in alloc.trace
     ]
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -27,7 +28,7 @@ AUTOCASTS = {  # made inside the simulation: autocast("cuda") asks whether CUDA 
 }
 
 
-def dtypes_under_autocast(ctx) -> dict[str, torch.dtype]:
+def dtypes_under_autocast(ctx) -> dict[str, Any]:
     x = torch.randn(4, 8, device="cuda")
     w = torch.nn.Parameter(torch.randn(8, 8, device="cuda"))
     with ctx:
@@ -133,6 +134,7 @@ def weight_casts(grad_mode, calls: int = 3, registered: bool = False) -> tuple[l
             if registered:
                 torch._C._remove_cached_tensor(lin.weight)
                 torch._C._set_cached_tensors_enabled(False)
+    assert sim.snapshot is not None
     trace = sim.snapshot["device_traces"][0]
     actions = [
         e["action"] for e in trace if e["size"] == WEIGHT_FP16 and e["action"] != "free_requested"

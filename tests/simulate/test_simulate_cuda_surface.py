@@ -201,7 +201,7 @@ c("torch.cuda.utilization", lambda: cuda.utilization())
 b = torch.backends.cuda
 c(
     "torch.backends.cuda.matmul",
-    lambda: (setattr(b.matmul, "allow_tf32", b.matmul.allow_tf32), b.matmul.allow_tf32),
+    lambda: setattr(b.matmul, "allow_tf32", b.matmul.allow_tf32) or b.matmul.allow_tf32,  # type: ignore[func-returns-value]
 )
 c("torch.backends.cuda.is_built", lambda: b.is_built())
 c("torch.backends.cuda.cufft_plan_cache", lambda: b.cufft_plan_cache.size)
@@ -253,7 +253,7 @@ for n in [
     "enabled",
     "fp32_precision",
 ]:
-    c("torch.backends.cudnn." + n, (lambda n=n: (setattr(d, n, getattr(d, n)), getattr(d, n))))
+    c("torch.backends.cudnn." + n, (lambda n=n: setattr(d, n, getattr(d, n)) or getattr(d, n)))  # type: ignore[func-returns-value]
 c("torch.backends.cudnn.version", lambda: d.version())
 c("torch.backends.cudnn.is_available", lambda: d.is_available())
 c("torch.backends.cudnn.is_acceptable", lambda: d.is_acceptable(torch.empty(1, device="cuda")))

@@ -22,7 +22,7 @@ from memlens.views.tui.app import (
 from memlens.views.tui.outline import HEAT
 from snapshot_builders import MiB, ev
 
-RED, GREEN = HEAT[-1][1].color.name, HEAT[1][1].color.name  # "#ff3030", "#5fd75f"
+RED, GREEN = HEAT[-1][1].color.name, HEAT[1][1].color.name  # type: ignore[union-attr]  # "#ff3030", "#5fd75f"
 
 
 @pytest.fixture
@@ -78,7 +78,7 @@ def _row_colours(app) -> dict[str, str | None]:
     for line in text.split("\n"):
         label = line.plain.split("% ", 1)[1].split("  (")[0]
         styled = [s for s in line.spans if s.style and getattr(s.style, "color", None)]
-        out[label] = styled[0].style.color.name if styled else None
+        out[label] = styled[0].style.color.name if styled else None  # type: ignore[union-attr]
     return out
 
 
