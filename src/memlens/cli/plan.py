@@ -19,7 +19,8 @@ def _fits(p: dict) -> str:  # type: ignore[type-arg]
 
 
 def _values(values: dict[str, object]) -> str:
-    return " ".join(f"{k}={v}" for k, v in values.items()) or "(as given)"
+    shown = (f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in values.items())
+    return " ".join(shown) or "(as given)"
 
 
 def render(result: dict) -> list[str]:  # type: ignore[type-arg]

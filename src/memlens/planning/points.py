@@ -171,8 +171,9 @@ class Runner:
             else:
                 todo.append(i)
         done = len(argvs) - len(todo)
-        if todo:
+        if todo and len(argvs) > 1:
             self._say(f"{done}/{len(argvs)} points from the cache; simulating {len(todo)}")
+        if todo:
             # spawn: a fresh interpreter per point (max_tasks_per_child=1), never a fork of
             # this process's state; the script's cwd and environment are inherited.
             with ProcessPoolExecutor(
