@@ -107,7 +107,7 @@ def test_sweep_fit_find_max_what_if_and_cache(tmp_path):
     ]
     assert knob["active_change_bytes"] == [0, 0, 0]
     assert out["simulations"] == 3 + 3 + 6
-    assert "[3/3] --batch-size 4 simulated" in err
+    assert "[3/3] --batch-size=4 simulated" in err
 
     again, _ = plan(tmp_path, *ARGS, "--json")
     assert again["simulations"] == 0
@@ -121,7 +121,9 @@ def test_sweep_fit_find_max_what_if_and_cache(tmp_path):
     ]
 
     text, _ = plan(tmp_path, "--sweep", "--batch-size=1,2,4")
-    assert "  --batch-size=4: peak active 340.00 MiB, peak reserved 356.00 MiB, fits [cached]" in text
+    assert (
+        "  --batch-size=4: peak active 340.00 MiB, peak reserved 356.00 MiB, fits [cached]" in text
+    )
     assert "largest fitting: --batch-size=4" in text and "0 simulations run" in text
 
 

@@ -58,7 +58,9 @@ def test_fit_drops_terms_the_points_cannot_tell_apart():
 
 def test_largest_below_bisects_the_model():
     # 16 MiB (1 + b + b^2) <= 14.5 GiB: 1 + b + b^2 <= 928, b = 29 (871), 30 gives 931
-    model = fit(["b"], [{"b": b} for b in (1, 2, 4)], [16 * MiB * (1 + b + b * b) for b in (1, 2, 4)])
+    model = fit(
+        ["b"], [{"b": b} for b in (1, 2, 4)], [16 * MiB * (1 + b + b * b) for b in (1, 2, 4)]
+    )
     assert model is not None
     assert model.largest_below(14848 * MiB, integer=True) == 29
     assert model.largest_below(16 * MiB * 2, integer=True) is None  # not even b = 1

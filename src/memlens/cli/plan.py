@@ -80,27 +80,63 @@ def render(result: dict) -> list[str]:  # type: ignore[type-arg]
 
 @click.command(context_settings={"ignore_unknown_options": True,
                                  "allow_interspersed_args": False})  # fmt: skip
-@click.option("--gpu", metavar="NAME", default=None,
-              help="Card to plan for (as memlens simulate --gpu): its memory and cuBLAS workspace.")
-@click.option("--device-memory", metavar="SIZE", default=None,
-              help="The card's memory instead of --gpu's (e.g. 24GiB).")
-@click.option("--reserve", metavar="SIZE", default=None,
-              help="Memory PyTorch cannot use: CUDA context, cuBLAS/cuDNN handles "
-              "(default 512MiB, an assumption; measure total minus "
-              "torch.cuda.mem_get_info()'s free in a fresh process on the card).")
-@click.option("--sweep", "sweeps", multiple=True, metavar="'ARG=V1,V2,...'",
-              help="A script argument and its values (repeatable: the cartesian product).")
-@click.option("--predict", multiple=True, metavar="'ARG=V[,ARG=V]'",
-              help="Peak reserved the fitted model predicts at a point (repeatable).")
-@click.option("--find-max", "find_arg", metavar="ARG", default=None,
-              help="Bisect for the largest integer value of ARG that fits.")
+@click.option(
+    "--gpu",
+    metavar="NAME",
+    default=None,
+    help="Card to plan for (as memlens simulate --gpu): its memory and cuBLAS workspace.",
+)
+@click.option(
+    "--device-memory",
+    metavar="SIZE",
+    default=None,
+    help="The card's memory instead of --gpu's (e.g. 24GiB).",
+)
+@click.option(
+    "--reserve",
+    metavar="SIZE",
+    default=None,
+    help="Memory PyTorch cannot use: CUDA context, cuBLAS/cuDNN handles "
+    "(default 512MiB, an assumption; measure total minus "
+    "torch.cuda.mem_get_info()'s free in a fresh process on the card).",
+)
+@click.option(
+    "--sweep",
+    "sweeps",
+    multiple=True,
+    metavar="'ARG=V1,V2,...'",
+    help="A script argument and its values (repeatable: the cartesian product).",
+)
+@click.option(
+    "--predict",
+    multiple=True,
+    metavar="'ARG=V[,ARG=V]'",
+    help="Peak reserved the fitted model predicts at a point (repeatable).",
+)
+@click.option(
+    "--find-max",
+    "find_arg",
+    metavar="ARG",
+    default=None,
+    help="Bisect for the largest integer value of ARG that fits.",
+)
 @click.option("--lo", type=int, default=1, show_default=True, help="--find-max's lower end.")
 @click.option("--hi", type=int, default=1024, show_default=True, help="--find-max's upper end.")
-@click.option("--what-if", "knobs", multiple=True, metavar="SETTING",
-              help="Simulate again with this PYTORCH_CUDA_ALLOC_CONF setting "
-              "(expandable_segments, max_split_size_mb:N, roundup_power2_divisions:N).")
-@click.option("--jobs", "-j", type=click.IntRange(min=1), default=None,
-              help="Simulations at once (default: the CPU count).")
+@click.option(
+    "--what-if",
+    "knobs",
+    multiple=True,
+    metavar="SETTING",
+    help="Simulate again with this PYTORCH_CUDA_ALLOC_CONF setting "
+    "(expandable_segments, max_split_size_mb:N, roundup_power2_divisions:N).",
+)
+@click.option(
+    "--jobs",
+    "-j",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Simulations at once (default: the CPU count).",
+)
 @click.option("--no-cache", is_flag=True, help="Simulate every point again.")
 @click.option("--json", "as_json", is_flag=True, help="Write the result as JSON.")
 @click.argument("script", type=click.Path(dir_okay=False))

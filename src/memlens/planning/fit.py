@@ -59,14 +59,14 @@ class Fit:
             hi *= 2
         a, b = lo, hi  # over(a) false, over(b) true
         if integer:
-            a, b = math.floor(a), math.ceil(b)
-            while b - a > 1:
-                mid = (a + b) // 2
-                a, b = (a, mid) if over(mid) else (mid, b)
-            return float(a)
+            good, bad = math.floor(a), math.ceil(b)
+            while bad - good > 1:
+                mid = (good + bad) // 2
+                good, bad = (good, mid) if over(mid) else (mid, bad)
+            return float(good)
         for _ in range(200):
-            mid = (a + b) / 2
-            a, b = (a, mid) if over(mid) else (mid, b)
+            half = (a + b) / 2
+            a, b = (a, half) if over(half) else (half, b)
         return a
 
 

@@ -128,7 +128,8 @@ def _point(values: dict[str, str], argv: list[str], f: PointFigures, cached: boo
 def sweep(runner: Runner, args: Sequence[str], sweeps: Sequence[Sweep],
           usable: int | None) -> list[PlanPoint]:  # fmt: skip
     points = grid(args, sweeps)
-    results = runner.run([argv for _, argv in points])
+    labels = [" ".join(f"{k}={v}" for k, v in values.items()) for values, _ in points]
+    results = runner.run([argv for _, argv in points], labels)
     return [_point(v, a, f, c, usable) for (v, a), (f, c) in zip(points, results, strict=True)]
 
 
@@ -186,7 +187,9 @@ def predictions(model: Fit | None, specs: Sequence[str]) -> list[PlanPrediction]
                 raise MemlensError(f"--predict {spec!r}: give each swept argument as ARG=NUMBER")
             values[arg] = x
         if set(values) != set(model.args):
-            raise MemlensError(f"--predict {spec!r}: give a value for each of {', '.join(model.args)}")
+            raise MemlensError(
+                f"--predict {spec!r}: give a value for each of {', '.join(model.args)}"
+            )
         peak, outside = model.predict(values)
         out.append({"values": values, "peak_reserved_bytes": peak, "extrapolated": outside})
     return out
@@ -209,7 +212,7 @@ def find_max(runner: Runner, args: Sequence[str], arg: str, lo: int, hi: int,
 
     def fits(value: int) -> bool:
         argv = with_value(args, arg, str(value))
-        ((figures, cached),) = runner.run([argv])
+        ((figures, cached),) = runner.run([argv], [f"{arg}={value}"])
         probes.append(_point({arg: str(value)}, argv, figures, cached, usable))
         if figures["error"] is not None:
             raise MemlensError(f"{' '.join(argv)}: {figures['error']}")

@@ -8,12 +8,13 @@ import hashlib
 import itertools
 import json
 import os
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
-from multiprocessing import get_context
+from multiprocessing import get_all_start_methods, get_context
+from multiprocessing.context import BaseContext
 from pathlib import Path
 from typing import Any, TypedDict
 
@@ -46,7 +47,9 @@ class Sweep:
         arg, sep, values = spec.partition("=")
         items = tuple(v.strip() for v in values.split(","))
         if not sep or not arg.strip() or not all(items):
-            raise MemlensError(f"--sweep {spec!r}: expected 'ARG=V1,V2,...', e.g. '--batch-size=1,2,4'")
+            raise MemlensError(
+                f"--sweep {spec!r}: expected 'ARG=V1,V2,...', e.g. '--batch-size=1,2,4'"
+            )
         return cls(arg.strip(), items)
 
 
@@ -146,6 +149,27 @@ def simulate_point(script: str, argv: list[str], options: dict[str, Any]) -> Poi
     }
 
 
+def _context() -> BaseContext:
+    """A fresh process per point (max_tasks_per_child=1), never a fork of this process's
+    state, forked from a server that has imported torch and the simulator once: importing
+    torch took 3-10 s of each point's time on a busy 2-core machine. The script's cwd and
+    environment are inherited."""
+    if "forkserver" not in get_all_start_methods():
+        return get_context("spawn")
+    context = get_context("forkserver")
+    context.set_forkserver_preload(["torch", "memlens", "memlens.simulation.api"])
+    return context
+
+
+def _simulate_job(job: tuple[int, str, list[str], dict[str, Any]]) -> tuple[int, PointFigures]:
+    i, script, argv, options = job
+    # The worker is this point's alone: the script's prints (and C-level writes) go to
+    # stderr, never into the plan's stdout (its --json).
+    sys.stdout.flush()
+    os.dup2(2, 1)
+    return i, simulate_point(script, argv, options)
+
+
 @dataclass
 class Runner:
     """Runs points (from the cache when it has them) on a pool of `jobs` processes, with a
@@ -158,9 +182,13 @@ class Runner:
     progress: Callable[[str], None] | None = None
     simulated: int = 0
 
-    def run(self, argvs: Iterable[list[str]]) -> list[tuple[PointFigures, bool]]:
-        """(figures, from the cache) for each argv, in order."""
+    def run(
+        self, argvs: Iterable[list[str]], labels: Sequence[str] | None = None
+    ) -> list[tuple[PointFigures, bool]]:
+        """(figures, from the cache) for each argv, in order; `labels` name the points in
+        the progress lines (default: the argv)."""
         argvs = list(argvs)
+        names = list(labels) if labels is not None else [" ".join(a) for a in argvs]
         keys = [cache_key(self.script, a, self.options) for a in argvs]
         out: list[tuple[PointFigures, bool] | None] = [None] * len(argvs)
         todo = []
@@ -174,28 +202,20 @@ class Runner:
         if todo and len(argvs) > 1:
             self._say(f"{done}/{len(argvs)} points from the cache; simulating {len(todo)}")
         if todo:
-            # spawn: a fresh interpreter per point (max_tasks_per_child=1), never a fork of
-            # this process's state; the script's cwd and environment are inherited.
-            with ProcessPoolExecutor(
-                max_workers=max(1, min(self.jobs, len(todo))),
-                mp_context=get_context("spawn"),
-                max_tasks_per_child=1,
-            ) as pool:
+            # multiprocessing's Pool, not ProcessPoolExecutor: its max_tasks_per_child is
+            # Python 3.11+, and a fresh process per point is the point (see _context).
+            jobs = [(i, self.script, argvs[i], self.options) for i in todo]
+            workers = max(1, min(self.jobs, len(todo)))
+            with _context().Pool(workers, maxtasksperchild=1) as pool:
                 started = time.monotonic()
-                futures = {
-                    pool.submit(simulate_point, self.script, argvs[i], self.options): i
-                    for i in todo
-                }
-                for future in as_completed(futures):
-                    i = futures[future]
-                    figures = future.result()
+                for i, figures in pool.imap_unordered(_simulate_job, jobs):
                     self.simulated += 1
                     done += 1
                     if figures["error"] is None and self.use_cache:
                         store(keys[i], figures)
                     out[i] = (figures, False)
                     self._say(
-                        f"[{done}/{len(argvs)}] {' '.join(argvs[i])} simulated "
+                        f"[{done}/{len(argvs)}] {names[i]} simulated "
                         f"({time.monotonic() - started:.1f} s)"
                     )
         return [o for o in out if o is not None]
@@ -203,4 +223,3 @@ class Runner:
     def _say(self, line: str) -> None:
         if self.progress is not None:
             self.progress(line)
-
