@@ -35,6 +35,7 @@ w = torch.empty(4 * MiB, device="cuda")
 x = torch.empty(n * 4 * MiB, device="cuda")
 y = torch.empty(n * n * 4 * MiB, device="cuda")
 z = torch.empty(MiB, device="cuda")
+print("the script's own output: not in the plan's --json")
 """
 
 

@@ -7,7 +7,7 @@ import pytest
 from memlens.errors import MemlensError
 from memlens.planning.fit import fit
 from memlens.planning.plan import Setup, what_if_conf
-from memlens.planning.points import Sweep, grid, with_value
+from memlens.planning.points import PointFigures, Sweep, cache_key, cached, grid, store, with_value
 
 MiB = 2**20
 
@@ -82,3 +82,23 @@ def test_setup_usable_memory_and_what_if_settings():
         what_if_conf("", "garbage_collection_threshold:0.6")
     with pytest.raises(MemlensError, match="KEY:VALUE"):
         what_if_conf("", "fast")
+
+
+def test_cache_key_is_the_scripts_bytes_args_and_options(tmp_path, monkeypatch):
+    monkeypatch.setenv("MEMLENS_CACHE_DIR", str(tmp_path / "cache"))
+    a, b = tmp_path / "a.py", tmp_path / "b.py"
+    a.write_text("x = 1\n")
+    b.write_text("x = 1\n")
+    key = cache_key(str(a), ["--bs", "1"], {"gpu": "t4"})
+    assert cache_key(str(b), ["--bs", "1"], {"gpu": "t4"}) == key  # a copy: same bytes
+    assert cache_key(str(a), ["--bs", "2"], {"gpu": "t4"}) != key
+    assert cache_key(str(a), ["--bs", "1"], {"gpu": "a100"}) != key
+    b.write_text("x = 2\n")
+    assert cache_key(str(b), ["--bs", "1"], {"gpu": "t4"}) != key
+    assert cached(key) is None
+    figures: PointFigures = {"peak_active_bytes": 1, "peak_reserved_bytes": 2, "oom": False,
+                             "error": None}  # fmt: skip
+    store(key, figures)
+    assert cached(key) == figures
+    (tmp_path / "cache" / "plan" / f"{key}.json").write_text('{"peak_active_bytes": 1}')
+    assert cached(key) is None  # a damaged entry is a miss
