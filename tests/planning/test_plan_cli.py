@@ -150,3 +150,25 @@ def test_bad_input_is_one_line(tmp_path):
                               capture_output=True, text=True, cwd=tmp_path)  # fmt: skip
         assert done.returncode == 2 and done.stderr.startswith("memlens: error: ")
         assert message in done.stderr and len(done.stderr.splitlines()) == 1
+
+
+def test_a_failing_point_is_reported_and_not_cached(tmp_path):
+    (tmp_path / "bad.py").write_text(textwrap.dedent("""
+        import sys, torch
+        x = torch.empty(2**20, device="cuda")  # 4 MiB: a 20 MiB segment
+        if sys.argv[-1] == "2":
+            raise ValueError("no batch of 2")
+    """))  # fmt: skip
+    env = {**os.environ, "MEMLENS_CACHE_DIR": str(tmp_path / "cache")}
+    cmd = [sys.executable, "-m", "memlens", "plan", "--gpu", "t4", "--json", "--jobs", "1",
+           "--sweep", "--b=1,2", "bad.py"]  # fmt: skip
+    for simulations in (2, 1):  # the failed point is simulated again, the good one is not
+        done = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, env=env)
+        assert done.returncode == 0, done.stderr
+        out = json.loads(done.stdout)
+        good, bad = out["points"]
+        assert (good["peak_active_bytes"], good["peak_reserved_bytes"], good["fits"]) == (
+            4 * MiB, 20 * MiB, True,
+        )  # fmt: skip
+        assert bad["fits"] is None and "ValueError: no batch of 2" in bad["error"]
+        assert out["simulations"] == simulations
