@@ -80,6 +80,10 @@ def test_sweep_fit_find_max_what_if_and_cache(tmp_path):
     assert fit["linear_bytes"] == [pytest.approx(16 * MiB, abs=1)]
     assert fit["quadratic_bytes"] == [pytest.approx(16 * MiB, abs=1)]
     assert fit["largest_fitting"] == 29
+    fit_active = out["fit_active"]
+    assert fit_active["constant_bytes"] == pytest.approx(20 * MiB, abs=1)
+    assert fit_active["quadratic_bytes"] == [pytest.approx(16 * MiB, abs=1)]
+    assert fit_active["largest_fitting"] is None  # only the reserved fit is held to the card
     (pred,) = out["predictions"]
     assert pred["extrapolated"] is True  # 29 is beyond the swept 1..4
 
@@ -97,6 +101,8 @@ def test_sweep_fit_find_max_what_if_and_cache(tmp_path):
     probe29 = found["probes"][-1]
     assert probe29["peak_reserved_bytes"] == reserved(29)
     assert pred["peak_reserved_bytes"] == pytest.approx(reserved(29), abs=1)
+    assert probe29["peak_active_bytes"] == active(29)
+    assert pred["peak_active_bytes"] == pytest.approx(active(29), abs=1)
 
     (knob,) = out["what_ifs"]
     assert knob["setting"] == "expandable_segments:True"

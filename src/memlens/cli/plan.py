@@ -45,13 +45,15 @@ def render(result: dict) -> list[str]:  # type: ignore[type-arg]
         lines.append(line + (" [cached]" if p["cached"] else ""))
     if result["largest_fitting"]:
         lines.append(f"largest fitting: {_values(result['largest_fitting'])}")
-    fit = result["fit"]
-    if fit is not None:
+    for key, what in (("fit", "peak reserved"), ("fit_active", "peak active")):
+        fit = result[key]
+        if fit is None:
+            continue
         terms = [format_bytes(fit["constant_bytes"])]
         for arg, lin, quad in zip(fit["args"], fit["linear_bytes"], fit["quadratic_bytes"]):
             terms.append(f"{format_bytes(lin)} x {arg}")
             terms.append(f"{format_bytes(quad)} x {arg}^2")
-        lines.append(f"fit of peak reserved over {fit['points']} points: " + " + ".join(terms)
+        lines.append(f"fit of {what} over {fit['points']} points: " + " + ".join(terms)
                      + f" (largest residual {format_bytes(fit['max_residual_bytes'])})")  # fmt: skip
         if fit["largest_fitting"] is not None:
             lines.append(f"  the fit's largest fitting {fit['args'][0]}: "
@@ -59,7 +61,8 @@ def render(result: dict) -> list[str]:  # type: ignore[type-arg]
     for pred in result["predictions"]:
         lines.append(
             f"predicted at {_values(pred['values'])}: peak reserved "
-            f"{format_bytes(pred['peak_reserved_bytes'])}"
+            f"{format_bytes(pred['peak_reserved_bytes'])}, peak active "
+            f"{format_bytes(pred['peak_active_bytes'])}"
             + (" (extrapolated: outside the swept range)" if pred["extrapolated"] else "")
         )
     found = result["find_max"]

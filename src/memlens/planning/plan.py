@@ -45,6 +45,7 @@ class PlanFit(TypedDict):
 class PlanPrediction(TypedDict):
     values: dict[str, float]
     peak_reserved_bytes: float
+    peak_active_bytes: float  # from fit_active
     extrapolated: bool
 
 
@@ -74,6 +75,7 @@ class PlanResult(TypedDict):
     points: list[PlanPoint]
     largest_fitting: dict[str, str] | None  # one swept argument: its largest fitting value
     fit: PlanFit | None  # of peak reserved
+    fit_active: PlanFit | None  # of peak active (no allocator rounding or caching in it)
     predictions: list[PlanPrediction]
     find_max: PlanFindMax | None
     what_ifs: list[PlanWhatIf]
@@ -145,8 +147,9 @@ def largest_fitting(sweeps: Sequence[Sweep], points: Sequence[PlanPoint]) -> dic
     return {arg: max(nums, key=lambda nv: nv[0] or 0.0)[1]}
 
 
-def fit_points(sweeps: Sequence[Sweep], points: Sequence[PlanPoint]) -> Fit | None:
-    """Peak reserved against the swept arguments, over the points that ran to the end (an
+def fit_points(sweeps: Sequence[Sweep], points: Sequence[PlanPoint],
+               key: str = "peak_reserved_bytes") -> Fit | None:  # fmt: skip
+    """A peak (`key`) against the swept arguments, over the points that ran to the end (an
     OOM point's peak stops at the OOM); None when some swept value is not a number."""
     args = [s.arg for s in sweeps]
     ran = [p for p in points if p["error"] is None and not p["oom"]]
@@ -156,7 +159,7 @@ def fit_points(sweeps: Sequence[Sweep], points: Sequence[PlanPoint]) -> Fit | No
         if any(v is None for v in x.values()):
             return None
         xs.append({a: float(v) for a, v in x.items() if v is not None})
-    return fit(args, xs, [p["peak_reserved_bytes"] for p in ran])
+    return fit(args, xs, [p[key] for p in ran])  # type: ignore[literal-required]
 
 
 def describe_fit(model: Fit, usable: int | None) -> PlanFit:
@@ -173,11 +176,13 @@ def describe_fit(model: Fit, usable: int | None) -> PlanFit:
     }
 
 
-def predictions(model: Fit | None, specs: Sequence[str]) -> list[PlanPrediction]:
-    """`--predict 'ARG=V[,ARG2=V2]'`: the model at a point, flagged when outside the fit."""
+def predictions(model: Fit | None, active: Fit | None,
+                specs: Sequence[str]) -> list[PlanPrediction]:  # fmt: skip
+    """`--predict 'ARG=V[,ARG2=V2]'`: the models at a point, flagged when outside the fit
+    (both models are over the same points)."""
     out: list[PlanPrediction] = []
     for spec in specs:
-        if model is None:
+        if model is None or active is None:
             raise MemlensError("--predict needs a fit: numeric swept values that ran")
         values: dict[str, float] = {}
         for part in spec.split(","):
@@ -191,7 +196,8 @@ def predictions(model: Fit | None, specs: Sequence[str]) -> list[PlanPrediction]
                 f"--predict {spec!r}: give a value for each of {', '.join(model.args)}"
             )
         peak, outside = model.predict(values)
-        out.append({"values": values, "peak_reserved_bytes": peak, "extrapolated": outside})
+        out.append({"values": values, "peak_reserved_bytes": peak,
+                    "peak_active_bytes": active.predict(values)[0], "extrapolated": outside})  # fmt: skip
     return out
 
 
@@ -285,6 +291,7 @@ def plan(script: str, args: Sequence[str], *, sweeps: Sequence[Sweep] = (), setu
         check_find(setup.usable, find[1], find[2])
     points = sweep(runner, args, sweeps, setup.usable) if sweeps or not find else []
     model = fit_points(sweeps, points) if sweeps else None
+    active = fit_points(sweeps, points, "peak_active_bytes") if sweeps else None
     result: PlanResult = {
         "schema": 1,
         "script": script,
@@ -295,7 +302,8 @@ def plan(script: str, args: Sequence[str], *, sweeps: Sequence[Sweep] = (), setu
         "points": points,
         "largest_fitting": largest_fitting(sweeps, points) if setup.usable is not None else None,
         "fit": None if model is None else describe_fit(model, setup.usable),
-        "predictions": predictions(model, predict),
+        "fit_active": None if active is None else describe_fit(active, None),
+        "predictions": predictions(model, active, predict),
         "find_max": None,
         "what_ifs": what_ifs(setup, runner, args, sweeps, points, knobs) if points else [],
         "simulations": 0,
