@@ -56,7 +56,7 @@ LAYERS = {
     "agents": 5,  # memlens mcp / skill / capabilities: handed the commands by cli, never imports it
     "__main__": 6,
 }
-SIDE = {"capture", "simulation", "inspector", "fleet"}
+SIDE = {"capture", "simulation", "planning", "inspector", "fleet"}
 SIDE_MUST_NOT_IMPORT = {"views", "cli", "recording", "__main__"}
 PIPELINE_BELOW_CLI = {"views", "analysis", "snapshot", "units", "errors", "memlens"}
 

@@ -25,6 +25,7 @@ COMMANDS: dict[str, str] = {
     "export": "export",
     "run": "run",
     "simulate": "simulate",
+    "plan": "plan",
     "inspect-report": "inspect_report",
     "mcp": "mcp",
     "skill": "skill",
@@ -33,7 +34,7 @@ COMMANDS: dict[str, str] = {
 
 
 # Commands that run the user's own script in this process: numpy keeps its usual threads.
-RUNS_USER_CODE = {"run", "simulate"}
+RUNS_USER_CODE = {"run", "simulate", "plan"}
 
 
 def quick_exit_commands() -> frozenset[str]:

@@ -1,0 +1,180 @@
+"""`memlens plan SCRIPT [ARGS]`: will it fit, and how far can it go, by simulation."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import click
+
+from memlens.cli.options import status
+from memlens.errors import MemlensError
+from memlens.units import format_bytes
+
+
+def _fits(p: dict) -> str:  # type: ignore[type-arg]
+    if p["error"] is not None:
+        return "failed"
+    return {True: "fits", False: "OOM" if p["oom"] else "no", None: "-"}[p["fits"]]
+
+
+def _values(values: dict[str, object]) -> str:
+    shown = (f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in values.items())
+    return " ".join(shown) or "(as given)"
+
+
+def render(result: dict) -> list[str]:  # type: ignore[type-arg]
+    """The text report: assumptions, one row per point, the fit, predictions, the
+    bisection, what-ifs."""
+    lines = []
+    if result["usable_bytes"] is None:
+        lines.append(f"memory: unlimited ({result['gpu']}); --gpu NAME or --device-memory "
+                     "SIZE to say what fits")  # fmt: skip
+    else:
+        lines.append(
+            f"memory: {result['gpu']}, {format_bytes(result['capacity_bytes'])} minus "
+            f"{format_bytes(result['reserve_bytes'])} assumed for the CUDA context and "
+            f"library handles (--reserve) = {format_bytes(result['usable_bytes'])} usable "
+            "by PyTorch"
+        )
+    for p in result["points"]:
+        line = (f"  {_values(p['values'])}: peak active {format_bytes(p['peak_active_bytes'])}, "
+                f"peak reserved {format_bytes(p['peak_reserved_bytes'])}, {_fits(p)}")  # fmt: skip
+        if p["error"] is not None:
+            line += f" ({p['error']})"
+        lines.append(line + (" [cached]" if p["cached"] else ""))
+    if result["largest_fitting"]:
+        lines.append(f"largest fitting: {_values(result['largest_fitting'])}")
+    for key, what in (("fit", "peak reserved"), ("fit_active", "peak active")):
+        fit = result[key]
+        if fit is None:
+            continue
+        terms = [format_bytes(fit["constant_bytes"])]
+        for arg, lin, quad in zip(fit["args"], fit["linear_bytes"], fit["quadratic_bytes"]):
+            terms.append(f"{format_bytes(lin)} x {arg}")
+            terms.append(f"{format_bytes(quad)} x {arg}^2")
+        lines.append(f"fit of {what} over {fit['points']} points: " + " + ".join(terms)
+                     + f" (largest residual {format_bytes(fit['max_residual_bytes'])})")  # fmt: skip
+        if fit["largest_fitting"] is not None:
+            lines.append(f"  the fit's largest fitting {fit['args'][0]}: "
+                         f"{fit['largest_fitting']:g}")  # fmt: skip
+    for pred in result["predictions"]:
+        lines.append(
+            f"predicted at {_values(pred['values'])}: peak reserved "
+            f"{format_bytes(pred['peak_reserved_bytes'])}, peak active "
+            f"{format_bytes(pred['peak_active_bytes'])}"
+            + (" (extrapolated: outside the swept range)" if pred["extrapolated"] else "")
+        )
+    found = result["find_max"]
+    if found is not None:
+        best = found["largest_fitting"]
+        answer = f"{found['arg']}={best}" if best is not None else f"none (not even {found['lo']})"
+        lines.append(f"find-max {found['arg']} in [{found['lo']}, {found['hi']}]: {answer}, "
+                     f"{found['simulations']} simulations")  # fmt: skip
+    for w in result["what_ifs"]:
+        lines.append(f"what-if {w['setting']}:")
+        for p, da, dr in zip(w["points"], w["active_change_bytes"], w["reserved_change_bytes"]):
+            lines.append(f"  {_values(p['values'])}: peak reserved {format_bytes(dr)} "
+                         f"(now {format_bytes(p['peak_reserved_bytes'])}), peak active "
+                         f"{format_bytes(da)}, {_fits(p)}")  # fmt: skip
+    lines.append(f"{result['simulations']} simulations run")
+    return lines
+
+
+@click.command(context_settings={"ignore_unknown_options": True,
+                                 "allow_interspersed_args": False})  # fmt: skip
+@click.option(
+    "--gpu",
+    metavar="NAME",
+    default=None,
+    help="Card to plan for (as memlens simulate --gpu): its memory and cuBLAS workspace.",
+)
+@click.option(
+    "--device-memory",
+    metavar="SIZE",
+    default=None,
+    help="The card's memory instead of --gpu's (e.g. 24GiB).",
+)
+@click.option(
+    "--reserve",
+    metavar="SIZE",
+    default=None,
+    help="Memory PyTorch cannot use: CUDA context, cuBLAS/cuDNN handles "
+    "(default 512MiB, an assumption; measure total minus "
+    "torch.cuda.mem_get_info()'s free in a fresh process on the card).",
+)
+@click.option(
+    "--sweep",
+    "sweeps",
+    multiple=True,
+    metavar="'ARG=V1,V2,...'",
+    help="A script argument and its values (repeatable: the cartesian product).",
+)
+@click.option(
+    "--predict",
+    multiple=True,
+    metavar="'ARG=V[,ARG=V]'",
+    help="Peak reserved the fitted model predicts at a point (repeatable).",
+)
+@click.option(
+    "--find-max",
+    "find_arg",
+    metavar="ARG",
+    default=None,
+    help="Bisect for the largest integer value of ARG that fits.",
+)
+@click.option("--lo", type=int, default=1, show_default=True, help="--find-max's lower end.")
+@click.option("--hi", type=int, default=1024, show_default=True, help="--find-max's upper end.")
+@click.option(
+    "--what-if",
+    "knobs",
+    multiple=True,
+    metavar="SETTING",
+    help="Simulate again with this PYTORCH_CUDA_ALLOC_CONF setting "
+    "(expandable_segments, max_split_size_mb:N, roundup_power2_divisions:N).",
+)
+@click.option(
+    "--jobs",
+    "-j",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Simulations at once (default: the CPU count).",
+)
+@click.option("--no-cache", is_flag=True, help="Simulate every point again.")
+@click.option("--json", "as_json", is_flag=True, help="Write the result as JSON.")
+@click.argument("script", type=click.Path(dir_okay=False))
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def command(gpu: str | None, device_memory: str | None, reserve: str | None,
+            sweeps: tuple[str, ...], predict: tuple[str, ...], find_arg: str | None,
+            lo: int, hi: int, knobs: tuple[str, ...], jobs: int | None, no_cache: bool,
+            as_json: bool, script: str, args: tuple[str, ...]) -> None:  # fmt: skip
+    """Simulate SCRIPT at each point of the sweeps (each in its own process, cached by
+    the script's content, arguments and options): peak active and reserved, whether it
+    fits the card, the largest value that fits, a quadratic fit per argument, and the
+    bisection for the largest fitting value. Settings not given come from
+    $PYTORCH_CUDA_ALLOC_CONF."""
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        raise MemlensError("memlens plan needs PyTorch: pip install torch") from None
+    from memlens.planning.plan import Setup, plan
+    from memlens.planning.points import Sweep
+
+    if not os.path.isfile(script):
+        raise MemlensError(f"no such script: {script}")
+    result = plan(
+        script, list(args),
+        sweeps=[Sweep.parse(s) for s in sweeps],
+        setup=Setup.of(gpu, device_memory, reserve),
+        jobs=jobs or os.cpu_count() or 1,
+        use_cache=not no_cache,
+        progress=lambda line: status(f"memlens: plan: {line}", err=True),
+        predict=predict,
+        find=None if find_arg is None else (find_arg, lo, hi),
+        knobs=knobs,
+    )  # fmt: skip
+    if as_json:
+        click.echo(json.dumps(result, indent=2))
+    else:
+        for line in render(dict(result)):
+            status(line)

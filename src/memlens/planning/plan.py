@@ -1,0 +1,314 @@
+"""`memlens plan`: a sweep's points, the memory PyTorch can use, the fitted model, the
+largest fitting value, and bisection for it (`find_max`)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, TypedDict
+
+from memlens.errors import MemlensError
+from memlens.planning.fit import Fit, fit, numeric
+from memlens.planning.points import PointFigures, Runner, Sweep, grid, with_value
+from memlens.simulation.gpus import gpu_preset
+from memlens.units import parse_bytes
+
+# What a real card's CUDA context, cuBLAS/cuDNN handles and kernels' modules take outside
+# PyTorch's allocator before the first tensor: ~500 MiB on an H100 or A100 with CUDA 12's
+# lazy module loading (total minus torch.cuda.mem_get_info()'s free in a fresh process).
+# An assumption, not a measurement of the user's card: --reserve replaces it.
+DEFAULT_RESERVE = 512 * 2**20
+
+
+class PlanPoint(TypedDict):
+    values: dict[str, str]  # swept argument -> its value at this point
+    argv: list[str]  # the script's arguments at this point
+    peak_active_bytes: int
+    peak_reserved_bytes: int
+    oom: bool  # the script ran out of the usable memory (peaks are up to the OOM)
+    fits: bool | None  # ran to the end within the usable memory; None: no capacity given
+    error: str | None  # the script failed for another reason
+    cached: bool
+
+
+class PlanFit(TypedDict):
+    args: list[str]
+    constant_bytes: float
+    linear_bytes: list[float]  # per argument, bytes per unit
+    quadratic_bytes: list[float]  # per argument, bytes per unit squared
+    max_residual_bytes: float
+    points: int
+    largest_fitting: float | None  # one argument: the model's largest value within usable
+
+
+class PlanPrediction(TypedDict):
+    values: dict[str, float]
+    peak_reserved_bytes: float
+    peak_active_bytes: float  # from fit_active
+    extrapolated: bool
+
+
+class PlanFindMax(TypedDict):
+    arg: str
+    lo: int
+    hi: int
+    largest_fitting: int | None  # None: even `lo` does not fit
+    simulations: int  # simulations run (cached points not counted)
+    probes: list[PlanPoint]  # in the order probed
+
+
+class PlanWhatIf(TypedDict):
+    setting: str  # added to PYTORCH_CUDA_ALLOC_CONF for the simulated run
+    points: list[PlanPoint]  # the sweep's points, in the same order, under `setting`
+    active_change_bytes: list[int]  # per point: its peak active minus the baseline's
+    reserved_change_bytes: list[int]  # per point: its peak reserved minus the baseline's
+
+
+class PlanResult(TypedDict):
+    schema: int
+    script: str
+    gpu: str
+    capacity_bytes: int | None  # the card's memory; None: unlimited
+    reserve_bytes: int
+    usable_bytes: int | None  # capacity minus reserve: what PyTorch may reserve
+    points: list[PlanPoint]
+    largest_fitting: dict[str, str] | None  # one swept argument: its largest fitting value
+    fit: PlanFit | None  # of peak reserved
+    fit_active: PlanFit | None  # of peak active (no allocator rounding or caching in it)
+    predictions: list[PlanPrediction]
+    find_max: PlanFindMax | None
+    what_ifs: list[PlanWhatIf]
+    simulations: int
+
+
+@dataclass
+class Setup:
+    """The card and the memory the script may use: `usable` is what the simulation's
+    device memory is set to, so a point that would not fit gets the OOM it would get."""
+
+    gpu: str | None
+    capacity: int | None
+    reserve: int
+
+    @classmethod
+    def of(cls, gpu: str | None, device_memory: str | None, reserve: str | None) -> Setup:
+        card = gpu_preset(gpu)
+        capacity = parse_bytes(device_memory) if device_memory is not None else None
+        if capacity is None and gpu is not None:
+            capacity = card.memory
+        r = DEFAULT_RESERVE if reserve is None else parse_bytes(reserve)
+        if capacity is not None and r >= capacity:
+            raise MemlensError(f"--reserve {r:,} bytes leaves nothing of {capacity:,}")
+        return cls(gpu, capacity, r)
+
+    @property
+    def usable(self) -> int | None:
+        return None if self.capacity is None else self.capacity - self.reserve
+
+    def options(self, alloc_conf: str | None) -> dict[str, Any]:
+        """run_script's options (JSON-able: they are part of the cache key)."""
+        conf = os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "") if alloc_conf is None else alloc_conf
+        return {"gpu": self.gpu, "device_memory": self.usable, "alloc_conf": conf}
+
+
+def _point(values: dict[str, str], argv: list[str], f: PointFigures, cached: bool,
+           usable: int | None) -> PlanPoint:  # fmt: skip
+    ran = f["error"] is None
+    return {
+        "values": values,
+        "argv": argv,
+        "peak_active_bytes": f["peak_active_bytes"],
+        "peak_reserved_bytes": f["peak_reserved_bytes"],
+        "oom": f["oom"],
+        "fits": None if usable is None or not ran else not f["oom"],
+        "error": f["error"],
+        "cached": cached,
+    }
+
+
+def sweep(runner: Runner, args: Sequence[str], sweeps: Sequence[Sweep],
+          usable: int | None) -> list[PlanPoint]:  # fmt: skip
+    points = grid(args, sweeps)
+    labels = [" ".join(f"{k}={v}" for k, v in values.items()) for values, _ in points]
+    results = runner.run([argv for _, argv in points], labels)
+    return [_point(v, a, f, c, usable) for (v, a), (f, c) in zip(points, results, strict=True)]
+
+
+def largest_fitting(sweeps: Sequence[Sweep], points: Sequence[PlanPoint]) -> dict[str, str] | None:
+    """One swept argument with numeric values: its largest value whose point fits."""
+    if len(sweeps) != 1:
+        return None
+    arg = sweeps[0].arg
+    fitting = [p["values"][arg] for p in points if p["fits"]]
+    nums = [(numeric(v), v) for v in fitting]
+    if not nums or any(n is None for n, _ in nums):
+        return None
+    return {arg: max(nums, key=lambda nv: nv[0] or 0.0)[1]}
+
+
+def fit_points(sweeps: Sequence[Sweep], points: Sequence[PlanPoint],
+               key: str = "peak_reserved_bytes") -> Fit | None:  # fmt: skip
+    """A peak (`key`) against the swept arguments, over the points that ran to the end (an
+    OOM point's peak stops at the OOM); None when some swept value is not a number."""
+    args = [s.arg for s in sweeps]
+    ran = [p for p in points if p["error"] is None and not p["oom"]]
+    xs = []
+    for p in ran:
+        x = {a: numeric(p["values"][a]) for a in args}
+        if any(v is None for v in x.values()):
+            return None
+        xs.append({a: float(v) for a, v in x.items() if v is not None})
+    return fit(args, xs, [p[key] for p in ran])  # type: ignore[literal-required]
+
+
+def describe_fit(model: Fit, usable: int | None) -> PlanFit:
+    integer = len(model.args) == 1  # swept values given as integers are bisected as such
+    best = model.largest_below(usable, integer) if usable is not None and integer else None
+    return {
+        "args": list(model.args),
+        "constant_bytes": model.constant,
+        "linear_bytes": list(model.linear),
+        "quadratic_bytes": list(model.quadratic),
+        "max_residual_bytes": model.max_residual,
+        "points": model.points,
+        "largest_fitting": best,
+    }
+
+
+def predictions(model: Fit | None, active: Fit | None,
+                specs: Sequence[str]) -> list[PlanPrediction]:  # fmt: skip
+    """`--predict 'ARG=V[,ARG2=V2]'`: the models at a point, flagged when outside the fit
+    (both models are over the same points)."""
+    out: list[PlanPrediction] = []
+    for spec in specs:
+        if model is None or active is None:
+            raise MemlensError("--predict needs a fit: numeric swept values that ran")
+        values: dict[str, float] = {}
+        for part in spec.split(","):
+            arg, _, v = part.partition("=")
+            x = numeric(v)
+            if arg not in model.args or x is None:
+                raise MemlensError(f"--predict {spec!r}: give each swept argument as ARG=NUMBER")
+            values[arg] = x
+        if set(values) != set(model.args):
+            raise MemlensError(
+                f"--predict {spec!r}: give a value for each of {', '.join(model.args)}"
+            )
+        peak, outside = model.predict(values)
+        out.append({"values": values, "peak_reserved_bytes": peak,
+                    "peak_active_bytes": active.predict(values)[0], "extrapolated": outside})  # fmt: skip
+    return out
+
+
+def check_find(usable: int | None, lo: int, hi: int) -> None:
+    if usable is None:
+        raise MemlensError("--find-max needs a capacity: --gpu NAME or --device-memory SIZE")
+    if not 1 <= lo <= hi:
+        raise MemlensError(f"--find-max needs 1 <= --lo <= --hi (got {lo}, {hi})")
+
+
+def find_max(runner: Runner, args: Sequence[str], arg: str, lo: int, hi: int,
+             usable: int | None) -> PlanFindMax:  # fmt: skip
+    """Bisection on the fitting boundary, memory taken to grow with `arg`: `hi` first (all
+    fits: done), then `lo` (none fits: done), then ceil(log2(hi - lo)) midpoints."""
+    check_find(usable, lo, hi)
+    probes: list[PlanPoint] = []
+    before = runner.simulated
+
+    def fits(value: int) -> bool:
+        argv = with_value(args, arg, str(value))
+        ((figures, cached),) = runner.run([argv], [f"{arg}={value}"])
+        probes.append(_point({arg: str(value)}, argv, figures, cached, usable))
+        if figures["error"] is not None:
+            raise MemlensError(f"{' '.join(argv)}: {figures['error']}")
+        return not figures["oom"]
+
+    best: int | None
+    if fits(hi):
+        best = hi
+    elif lo == hi or not fits(lo):
+        best = None
+    else:
+        good, bad = lo, hi
+        while bad - good > 1:
+            mid = (good + bad) // 2
+            good, bad = (mid, bad) if fits(mid) else (good, mid)
+        best = good
+    return {"arg": arg, "lo": lo, "hi": hi, "largest_fitting": best,
+            "simulations": runner.simulated - before, "probes": probes}  # fmt: skip
+
+
+# Shorthands for --what-if: a bare key means switching it on.
+WHAT_IF_SHORTHANDS = {"expandable_segments": "expandable_segments:True"}
+
+
+def what_if_conf(base: str, knob: str) -> str:
+    """The PYTORCH_CUDA_ALLOC_CONF of a what-if run: `base` with `knob`'s keys (given
+    later, they win) after checking the allocator model knows them."""
+    from memlens.simulation.allocator import AllocatorSettings
+    from memlens.simulation.replay import what_if
+
+    setting = WHAT_IF_SHORTHANDS.get(knob.strip(), knob.strip())
+    if ":" not in setting:
+        raise MemlensError(f"--what-if {knob!r}: expected KEY:VALUE or expandable_segments")
+    what_if(AllocatorSettings(), setting)
+    return f"{base},{setting}" if base else setting
+
+
+def what_ifs(setup: Setup, runner: Runner, args: Sequence[str], sweeps: Sequence[Sweep],
+             baseline: Sequence[PlanPoint], knobs: Sequence[str]) -> list[PlanWhatIf]:  # fmt: skip
+    """Each knob: the sweep again with it, and the change at the peak of every point."""
+    out: list[PlanWhatIf] = []
+    base = runner.options["alloc_conf"]
+    for knob in knobs:
+        conf = what_if_conf(base, knob)
+        other = Runner(runner.script, {**runner.options, "alloc_conf": conf}, runner.jobs,
+                       runner.use_cache, runner.progress)  # fmt: skip
+        points = sweep(other, args, sweeps, setup.usable)
+        runner.simulated += other.simulated
+        out.append({
+            "setting": conf[len(base) + 1:] if base else conf,
+            "points": points,
+            "active_change_bytes": [p["peak_active_bytes"] - b["peak_active_bytes"]
+                                    for p, b in zip(points, baseline, strict=True)],
+            "reserved_change_bytes": [p["peak_reserved_bytes"] - b["peak_reserved_bytes"]
+                                      for p, b in zip(points, baseline, strict=True)],
+        })  # fmt: skip
+    return out
+
+
+def plan(script: str, args: Sequence[str], *, sweeps: Sequence[Sweep] = (), setup: Setup,
+         jobs: int = 1, use_cache: bool = True, progress: Any = None,
+         predict: Sequence[str] = (), find: tuple[str, int, int] | None = None,
+         knobs: Sequence[str] = (), alloc_conf: str | None = None) -> PlanResult:  # fmt: skip
+    """The whole of `memlens plan`: the sweep (one point, the script as given, without
+    one), its fit and predictions, the what-ifs, then the bisection when asked."""
+    runner = Runner(script, setup.options(alloc_conf), jobs, use_cache, progress)
+    for knob in knobs:  # a bad knob or range fails before any simulation
+        what_if_conf("", knob)
+    if find is not None:
+        check_find(setup.usable, find[1], find[2])
+    points = sweep(runner, args, sweeps, setup.usable) if sweeps or not find else []
+    model = fit_points(sweeps, points) if sweeps else None
+    active = fit_points(sweeps, points, "peak_active_bytes") if sweeps else None
+    result: PlanResult = {
+        "schema": 1,
+        "script": script,
+        "gpu": gpu_preset(setup.gpu).name,
+        "capacity_bytes": setup.capacity,
+        "reserve_bytes": setup.reserve,
+        "usable_bytes": setup.usable,
+        "points": points,
+        "largest_fitting": largest_fitting(sweeps, points) if setup.usable is not None else None,
+        "fit": None if model is None else describe_fit(model, setup.usable),
+        "fit_active": None if active is None else describe_fit(active, None),
+        "predictions": predictions(model, active, predict),
+        "find_max": None,
+        "what_ifs": what_ifs(setup, runner, args, sweeps, points, knobs) if points else [],
+        "simulations": 0,
+    }
+    if find is not None:
+        result["find_max"] = find_max(runner, args, *find, setup.usable)
+    result["simulations"] = runner.simulated
+    return result
