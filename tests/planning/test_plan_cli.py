@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from typing import Any
 
 import pytest
 
@@ -47,7 +48,7 @@ def reserved(b: int) -> int:
     return 16 * MiB * (1 + b + b * b) + 20 * MiB
 
 
-def plan(tmp_path, *extra: str) -> tuple[dict, str]:
+def plan(tmp_path, *extra: str) -> tuple[Any, str]:
     (tmp_path / "toy.py").write_text(textwrap.dedent(TOY))
     env = {**os.environ, "MEMLENS_CACHE_DIR": str(tmp_path / "cache")}
     env.pop("PYTORCH_CUDA_ALLOC_CONF", None)
