@@ -2579,7 +2579,7 @@ static void scan_run(Scan *sc) {
             SCAN_END("memo");                                                                      \
         }                                                                                          \
     } while (0)
-#define PUSH(made_)                                                                                 \
+#define PUSH(made_)                                                                                \
     do {                                                                                           \
         cost += (made_);                                                                           \
         if (++height > peak) {                                                                     \
@@ -2624,34 +2624,61 @@ static void scan_run(Scan *sc) {
             const int op = d[pos];
             switch (op) {
             case 'h': /* BINGET, BININT1 */
-            case 'K': pos += 2; PUSH(0); break;
-            case 'j': pos += 5; PUSH(0); break; /* LONG_BINGET */
-            case 'J': pos += 5; PUSH(c[C_INT]); break;
+            case 'K':
+                pos += 2;
+                PUSH(0);
+                break;
+            case 'j': /* LONG_BINGET */
+                pos += 5;
+                PUSH(0);
+                break;
+            case 'J':
+                pos += 5;
+                PUSH(c[C_INT]);
+                break;
             case 'M': /* BININT2: past CPython's cached small ints */
                 if ((d[pos + 1] | (d[pos + 2] << 8)) > 256) cost += c[C_INT];
-                pos += 3; PUSH(0);
+                pos += 3;
+                PUSH(0);
                 break;
             case 0x8a: /* LONG1, SHORT_BINUNICODE */
             case 0x8c: {
                 const size_t raw = d[pos + 1];
                 if (raw > edge - pos - 2) goto general;
                 cost += (op == 0x8c && !all_ascii(d + pos + 2, raw) ? 4 : 1) * (uint64_t)raw;
-                pos += 2 + raw; PUSH(made[op]);
+                pos += 2 + raw;
+                PUSH(made[op]);
                 break;
             }
             case 'X': { /* BINUNICODE */
                 const size_t raw = ld32(d + pos + 1);
                 if (raw > edge - pos - 5) goto general;
                 cost += (all_ascii(d + pos + 5, raw) ? 1 : 4) * (uint64_t)raw;
-                pos += 5 + raw; PUSH(made[op]);
+                pos += 5 + raw;
+                PUSH(made[op]);
                 break;
             }
-            case 'q': pos += 2; MEMO_SET((int64_t)d[pos - 1], pos - 2); break; /* BINPUT */
-            case 'r': pos += 5; MEMO_SET((int64_t)ld32(d + pos - 4), pos - 5); break;
-            case 0x94: pos += 1; MEMO_SET((int64_t)memo_len, pos - 1); break; /* MEMOIZE */
-            case '(': pos += 1; MARK(); break;
+            case 'q': /* BINPUT, LONG_BINPUT */
+                pos += 2;
+                MEMO_SET((int64_t)d[pos - 1], pos - 2);
+                break;
+            case 'r':
+                pos += 5;
+                MEMO_SET((int64_t)ld32(d + pos - 4), pos - 5);
+                break;
+            case 0x94: /* MEMOIZE */
+                pos += 1;
+                MEMO_SET((int64_t)memo_len, pos - 1);
+                break;
+            case '(':
+                pos += 1;
+                MARK();
+                break;
             case 'u': /* SETITEMS, APPENDS */
-            case 'e': pos += 1; FROM_MARK(op); break;
+            case 'e':
+                pos += 1;
+                FROM_MARK(op);
+                break;
             case 's': /* SETITEM, APPEND */
             case 'a':
                 pos += 1;
@@ -2663,7 +2690,10 @@ static void scan_run(Scan *sc) {
             case ')':
             case 'N':
             case 0x88:
-            case 0x89: pos += 1; PUSH(made[op]); break;
+            case 0x89:
+                pos += 1;
+                PUSH(made[op]);
+                break;
             default: goto general;
             }
             if (TOTAL() > lim) SCAN_END("memory");
