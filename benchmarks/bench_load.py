@@ -3,6 +3,7 @@
     python benchmarks/bench_load.py                 # 10k, 100k, 1M events
     python benchmarks/bench_load.py --sizes 10000 100000 1000000 5000000
     python benchmarks/bench_load.py --whole --tiles 50 150 --generated 10000000
+    python benchmarks/bench_load.py --whole --tiles 50 --repeat 9 --trees /tmp/main .  # A/B
 
 Snapshots are generated (memlens.simulation.synthetic) into benchmarks/data/ once and reused.
 Every load is timed in a fresh process so peak RSS (ru_maxrss) belongs to that load alone.
@@ -238,6 +239,38 @@ def whole(path: Path, label: str, repeat: int) -> dict:
     }}  # fmt: skip
 
 
+def trees(path: Path, label: str, roots: list[Path], repeat: int) -> list[dict]:
+    """`memlens summary --no-cache` from each source tree in turn (each with its extension
+    built in place), interleaved, so that a busy spell on the machine hits every tree:
+    best wall time, least CPU time, peak RSS of the best run."""
+    for root in roots:
+        subprocess.run([sys.executable, "-m", "compileall", "-q", str(root / "src")], check=True)
+    cmd = [sys.executable, "-m", "memlens", "summary", "--no-cache", str(path)]
+    runs: dict[Path, list[dict]] = {root: [] for root in roots}
+    for _ in range(repeat):
+        for root in roots:
+            runs[root].append(measure(cmd, child_env(PYTHONPATH=str(root / "src"))))
+    rows = []
+    for root, got in runs.items():
+        best = min(got, key=lambda r: r["wall_s"])
+        cpu = min(r["cpu_s"] for r in got)
+        rows.append({"file": label, "tree": str(root), **best, "least_cpu_s": cpu})
+    return rows
+
+
+def trees_table(rows: list[dict]) -> str:
+    head = "| file | tree | best wall | least CPU | RSS |\n|---|---|---:|---:|---:|\n"
+    return (
+        head
+        + "\n".join(
+            f"| {r['file']} | {r['tree']} | {r['wall_s']:.3f} s | {r['least_cpu_s']:.3f} s | "
+            f"{r['rss_mb']:.0f} MB |"
+            for r in rows
+        )
+        + "\n"
+    )
+
+
 def whole_table(rows: list[dict]) -> str:
     head = (
         "| file | events | size | `pickle.load` wall / CPU / RSS | memlens summary, compiled | "
@@ -275,7 +308,17 @@ def main() -> None:
         "--fresh", type=int, nargs="*", default=[50],
         help="tile counts to also time with a frames list per allocation, as PyTorch writes",
     )  # fmt: skip
+    ap.add_argument(
+        "--trees", type=Path, nargs="+",
+        help="with --whole: time memlens summary from these source trees, interleaved",
+    )  # fmt: skip
     a = ap.parse_args()
+    if a.whole and a.trees:
+        rows = []
+        for n in a.tiles:
+            rows += trees(ensure_tiled(a.tile_source, n), f"real x{n}", a.trees, a.repeat)
+        print(json.dumps(rows, indent=1) if a.json else trees_table(rows))
+        return
     if a.whole:
         files = [(ensure_tiled(a.tile_source, n), f"real x{n}") for n in a.tiles]
         files += [

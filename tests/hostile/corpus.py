@@ -132,17 +132,15 @@ def _multi_member_gzip(prefix: bytes, zeros: int) -> bytes:
 
 
 def bombs() -> Iterator[tuple[str, bytes]]:
-    yield "memo-index-2^28.pickle", b"\x80\x02Nr\x00\x00\x00\x10."
+    yield "memo-index-2^28.pickle", MEMO_BOMB
     yield "memo-index-2^31.pickle", b"\x80\x02Nr\xff\xff\xff\x7f."
     for field, setter in FREE_FORM.items():
         yield f"laughs-{field}.pickle", _dump(_with(setter, _laughs()))
         yield f"laughs-tuple-{field}.pickle", _dump(_with(setter, _tuple_laughs()))
     yield "deep-nesting-settings.pickle", _deep_settings(200_000)
     yield "deep-nesting-top.pickle", b"\x80\x04" + _nested_lists(200_000) + b"."
-    # a 3 GiB BINBYTES8 payload behind a 3 MB gzip
-    header = b"\x80\x04\x8e" + struct.pack("<Q", 3 * GiB)
-    yield "gzip-inflates-3GiB.pickle.gz", _multi_member_gzip(header, 3 * GiB)
-    yield "gzip-json-3GiB.json.gz", _multi_member_gzip(b"[", 3 * GiB)
+    yield "gzip-inflates-3GiB.pickle.gz", gzip_bomb()
+    yield "gzip-json-3GiB.json.gz", gzip_bomb(json_body=True)
     yield "gzip-twice.pickle.gz", gzip.compress(gzip.compress(_dump(base_snapshot())))
     yield "gzip-thrice.pickle.gz", gzip.compress(gzip.compress(gzip.compress(b"\x80\x04N.")))
     yield "declared-length-2^40.pickle", b"\x80\x04\x8d" + struct.pack("<Q", 1 << 40) + b"x."
@@ -162,13 +160,38 @@ SLOW_PREFIXES = ("gzip-inflates", "gzip-json", "text-laughs", "empty-dicts", "ha
 
 
 def round_two() -> Iterator[tuple[str, bytes]]:
+    yield from _text_laughs_and_dicts()
+    yield "hash-flood-200k.pickle", _dump(_colliding_allocations(200_000))
+
+
+def _text_laughs_and_dicts() -> Iterator[tuple[str, bytes]]:
     big = ["x" * MiB] * 1000
     for field, setter in FREE_FORM.items():
         if field not in ("action", "stream"):
             yield f"text-laughs-{field}.pickle", _dump(_with(setter, big))
     head = pickle.dumps({"segments": [], "device_traces": []}, protocol=2)[:-2]
     yield "empty-dicts-14M.pickle", head + b"\x8c\x01x(" + b"}" * 14_000_000 + b"lu."
-    yield "hash-flood-200k.pickle", _dump(_colliding_allocations(200_000))
+
+
+MEMO_BOMB = b"\x80\x02Nr\x00\x00\x00\x10."  # LONG_BINPUT 2^28: a 4 GB memo table
+# the attacks on the memory bound where RLIMIT_AS cannot hold it (a Dask worker, a notebook
+# kernel: other threads run), and the limit each must stop at (tests/hostile/test_hosts.py)
+HOST_LIMITS = {"memo-index": "memo", "text-laughs": "text", "empty-dicts": "memory",
+               "gzip": "decompressed"}  # fmt: skip
+
+
+def gzip_bomb(json_body: bool = False) -> bytes:
+    """3 MB of gzip inflating to 3 GiB: a BINBYTES8 payload (or a JSON list) that never ends."""
+    header = b"[" if json_body else b"\x80\x04\x8e" + struct.pack("<Q", 3 * GiB)
+    return _multi_member_gzip(header, 3 * GiB)
+
+
+def host_attacks() -> Iterator[tuple[str, bytes]]:
+    yield "memo-index-2^28.pickle", MEMO_BOMB
+    yield "memo-index-2^31.pickle", b"\x80\x02Nr\xff\xff\xff\x7f."
+    yield from _text_laughs_and_dicts()
+    yield "gzip-inflates-3GiB.pickle.gz", gzip_bomb()
+    yield "gzip-json-3GiB.json.gz", gzip_bomb(json_body=True)
 
 
 def _colliding_allocations(n: int) -> dict[str, Any]:

@@ -6,6 +6,7 @@ difference would make the bound depend on how memlens was installed."""
 from __future__ import annotations
 
 import pickle
+import pickletools
 import random
 import sys
 from pathlib import Path
@@ -92,3 +93,31 @@ def test_no_opcode_or_line_crosses_a_frame() -> None:
     # GLOBAL's module line ending after the frame's end
     line = b"\x80\x04\x95\x03\x00\x00\x00\x00\x00\x00\x00cos\nsystem\n."
     assert _both(line)[0] == _both(line)[1] and _both(line)[0][0] == "frame"
+
+
+def _framed(body: bytes, cut: int) -> bytes:
+    def frame(part: bytes) -> bytes:
+        return b"\x95" + len(part).to_bytes(8, "little") + part
+
+    return b"\x80\x04" + frame(body[:cut]) + frame(body[cut:])
+
+
+def test_c_and_python_agree_wherever_a_frame_ends() -> None:
+    # the C scan reads the common opcodes without checks while 5 bytes remain before the
+    # frame's end, and the general step near it: a frame ending at every byte of a
+    # snapshot, and the file cut there too, must give one answer
+    from corpus import base_snapshot
+
+    body = pickle.dumps(base_snapshot(), protocol=2)[2:]
+    plain = _both(b"\x80\x02" + body)[0]
+    boundaries = {pos for _op, _arg, pos in pickletools.genops(body)}
+    for cut in range(1, len(body)):
+        data = _framed(body, cut)
+        py, c = _both(data, 0, 0)
+        assert py == c, (cut, py, c)
+        if cut in boundaries:  # a frame may end between any two opcodes
+            assert py[:3] == plain[:3], (cut, py, plain)
+        else:  # an opcode across it: refused (or a length past the data, first)
+            assert py[0] in ("frame", "truncated"), (cut, py)
+        cut_file = data[: 2 + 9 + cut + 3]
+        assert _both(cut_file, 0, 0)[0] == _both(cut_file, 0, 0)[1], cut

@@ -2579,10 +2579,128 @@ static void scan_run(Scan *sc) {
             SCAN_END("memo");                                                                      \
         }                                                                                          \
     } while (0)
-    size_t frame_end = 0; /* where the current FRAME ends, 0: none (PEP 3154: no opcode
-                             crosses it) */
+#define PUSH(made_)                                                                                \
+    do {                                                                                           \
+        cost += (made_);                                                                           \
+        if (++height > peak) {                                                                     \
+            peak = height;                                                                         \
+            extra = EXTRA();                                                                       \
+        }                                                                                          \
+    } while (0)
+#define MARK()                                                                                     \
+    do {                                                                                           \
+        if (nmarks == marks_cap) {                                                                 \
+            size_t ncap = marks_cap ? marks_cap * 2 : 64;                                          \
+            size_t *nm = realloc(marks, ncap * sizeof *nm);                                        \
+            if (!nm) SCAN_END("nomem");                                                            \
+            marks = nm;                                                                            \
+            marks_cap = ncap;                                                                      \
+        }                                                                                          \
+        marks[nmarks++] = height;                                                                  \
+        cost += c[C_STACK_SLOT];                                                                   \
+    } while (0)
+#define FROM_MARK(op_)                                                                             \
+    do {                                                                                           \
+        const size_t base = nmarks ? marks[--nmarks] : 0;                                          \
+        cost += made[op_] + per_item[op_] * (height > base ? height - base : 0);                   \
+        height = base + left[op_];                                                                 \
+        if (height > peak) {                                                                       \
+            peak = height;                                                                         \
+            extra = EXTRA();                                                                       \
+        }                                                                                          \
+    } while (0)
+    /* where the current FRAME ends (PEP 3154: no opcode crosses it); 0, or a value at or
+       before `pos` once an opcode has ended on it: none */
+    size_t frame_end = 0;
     unsigned ops = 0; /* progress is published every 256 opcodes */
     while (pos < n) {
+        /* The opcodes snapshots are made of (gets, memoize, small ints, marks, dicts and
+           lists), in one dispatch each, while the longest fixed argument (4 bytes) cannot
+           cross the end of the frame or of the data: no bounds or frame checks per opcode.
+           They charge what the general step below charges; anything else, a counted
+           argument that reaches the edge, and the last bytes before it take that step. */
+        const size_t edge = frame_end > pos ? frame_end : n;
+        while (pos + 5 <= edge) {
+            const int op = d[pos];
+            switch (op) {
+            case 'h': /* BINGET, BININT1 */
+            case 'K':
+                pos += 2;
+                PUSH(0);
+                break;
+            case 'j': /* LONG_BINGET */
+                pos += 5;
+                PUSH(0);
+                break;
+            case 'J':
+                pos += 5;
+                PUSH(c[C_INT]);
+                break;
+            case 'M': /* BININT2: past CPython's cached small ints */
+                if ((d[pos + 1] | (d[pos + 2] << 8)) > 256) cost += c[C_INT];
+                pos += 3;
+                PUSH(0);
+                break;
+            case 0x8a: /* LONG1, SHORT_BINUNICODE */
+            case 0x8c: {
+                const size_t raw = d[pos + 1];
+                if (raw > edge - pos - 2) goto general;
+                cost += (op == 0x8c && !all_ascii(d + pos + 2, raw) ? 4 : 1) * (uint64_t)raw;
+                pos += 2 + raw;
+                PUSH(made[op]);
+                break;
+            }
+            case 'X': { /* BINUNICODE */
+                const size_t raw = ld32(d + pos + 1);
+                if (raw > edge - pos - 5) goto general;
+                cost += (all_ascii(d + pos + 5, raw) ? 1 : 4) * (uint64_t)raw;
+                pos += 5 + raw;
+                PUSH(made[op]);
+                break;
+            }
+            case 'q': /* BINPUT, LONG_BINPUT */
+                pos += 2;
+                MEMO_SET((int64_t)d[pos - 1], pos - 2);
+                break;
+            case 'r':
+                pos += 5;
+                MEMO_SET((int64_t)ld32(d + pos - 4), pos - 5);
+                break;
+            case 0x94: /* MEMOIZE */
+                pos += 1;
+                MEMO_SET((int64_t)memo_len, pos - 1);
+                break;
+            case '(':
+                pos += 1;
+                MARK();
+                break;
+            case 'u': /* SETITEMS, APPENDS */
+            case 'e':
+                pos += 1;
+                FROM_MARK(op);
+                break;
+            case 's': /* SETITEM, APPEND */
+            case 'a':
+                pos += 1;
+                cost += made[op];
+                height = (height > popk[op] ? height - popk[op] : 0) + left[op];
+                break;
+            case '}': /* EMPTY_DICT, EMPTY_LIST, EMPTY_TUPLE, NONE, NEWTRUE, NEWFALSE */
+            case ']':
+            case ')':
+            case 'N':
+            case 0x88:
+            case 0x89:
+                pos += 1;
+                PUSH(made[op]);
+                break;
+            default: goto general;
+            }
+            if (TOTAL() > lim) SCAN_END("memory");
+            if (!(++ops & 255)) __atomic_store_n(&sc->progress, pos, __ATOMIC_RELEASE);
+        }
+    general:
+        if (pos >= n) break;
         const size_t start = pos;
         size_t new_frame = 0;
         const int op = d[pos++];
@@ -2667,34 +2785,9 @@ static void scan_run(Scan *sc) {
             frame_end = new_frame;
         }
         switch (eff[op]) {
-        case EF_PUSH:
-            cost += made[op];
-            if (++height > peak) {
-                peak = height;
-                extra = EXTRA();
-            }
-            break;
-        case EF_MARK:
-            if (nmarks == marks_cap) {
-                size_t ncap = marks_cap ? marks_cap * 2 : 64;
-                size_t *nm = realloc(marks, ncap * sizeof *nm);
-                if (!nm) SCAN_END("nomem");
-                marks = nm;
-                marks_cap = ncap;
-            }
-            marks[nmarks++] = height;
-            cost += c[C_STACK_SLOT];
-            break;
-        case EF_FROM_MARK: {
-            const size_t base = nmarks ? marks[--nmarks] : 0;
-            cost += made[op] + per_item[op] * (height > base ? height - base : 0);
-            height = base + left[op];
-            if (height > peak) {
-                peak = height;
-                extra = EXTRA();
-            }
-            break;
-        }
+        case EF_PUSH: PUSH(made[op]); break;
+        case EF_MARK: MARK(); break;
+        case EF_FROM_MARK: FROM_MARK(op); break;
         case EF_POP:
             cost += made[op];
             height = (height > popk[op] ? height - popk[op] : 0) + left[op];
@@ -2712,6 +2805,9 @@ out:
     sc->pos = pos;
     __atomic_store_n(&sc->done, 1, __ATOMIC_RELEASE);
 #undef MEMO_SET
+#undef PUSH
+#undef MARK
+#undef FROM_MARK
 #undef EXTRA
 #undef TOTAL
 #undef SCAN_END
