@@ -32,6 +32,7 @@ from memlens.agents.results import Capabilities
 from memlens.analysis import registry
 from memlens.analysis import results as R
 from memlens.fleet.results import FleetResult
+from memlens.planning.plan import PlanResult
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "json-schema.md"
 
@@ -48,6 +49,7 @@ NOT_ANALYSES: dict[str, dict[str, Any]] = {
     "sql": {"": R.QueryResult},
     "export": {"": R.ExportResult},
     "capabilities": {"": Capabilities},
+    "plan": {"": PlanResult},
 }
 
 
