@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from pathlib import Path
 
@@ -29,6 +30,17 @@ PIXELS = """() => {
   for (let i = 0; i < d.length; i += 16) { if (d[i + 3] > 0) { painted++; colours.add((d[i] << 16) | (d[i + 1] << 8) | d[i + 2]); } }
   return {painted: painted / (d.length / 16), colours: colours.size, sum: d.reduce((a, x, i) => (a + x * (i % 7 + 1)) % 1000000007, 0)};
 }"""
+
+
+def client_point(box: dict[str, float], x_lo: float, x_hi: float, y: float) -> tuple[int, int]:
+    """Whole client coordinates for a canvas-relative target: Chromium truncates a mouse
+    event's clientX/Y to whole CSS pixels, so a fractional target lands up to a pixel off,
+    depending on where layout put the canvas (fonts differ between machines). The point
+    returned lies in [x_lo, x_hi) and in the pixel row holding y, wherever the canvas is."""
+    cx = math.ceil(box["x"] + x_lo)
+    cy = math.ceil(box["y"] + math.floor(y))
+    assert cx - box["x"] < x_hi, ("no whole pixel in the target", x_lo, x_hi)
+    return cx, cy
 
 
 class Page:
