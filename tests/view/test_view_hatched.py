@@ -111,7 +111,9 @@ def test_hatched_band_is_stated_then_separates(browser):
         # mouse events land on whole CSS pixels: the canvas is shifted by a fraction of a
         # pixel, as another machine's fonts would place it, and every band is still found
         for shift in (0.0, 0.02, 0.5, 0.98):
-            page.evaluate(f"() => {{ document.body.style.transform = 'translate({shift}px, {shift}px)'; }}")
+            page.evaluate(
+                f"() => {{ document.body.style.transform = 'translate({shift}px, {shift}px)'; }}"
+            )
             box = page.locator("canvas.main").bounding_box()
             for row, y in v["bands"]:
                 page.mouse.move(*client_point(box, v["x0"], v["x1"], y))
