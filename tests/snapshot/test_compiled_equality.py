@@ -21,9 +21,9 @@ from hypothesis import strategies as st
 
 import memlens
 from memlens.simulation.synthetic import generate_trace_dict
-from memlens.snapshot import compiled
-from memlens.snapshot.cache import entry_dir
 from memlens.snapshot.loader import SnapshotWarning
+from memlens.snapshot.read import compiled
+from memlens.snapshot.store.cache import entry_dir
 
 pytestmark = pytest.mark.skipif(not compiled.available(), reason="compiled reader not built")
 
