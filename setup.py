@@ -7,7 +7,7 @@ package, so docs/ stays their one source. The extension is optional: when
 there is no C compiler, setuptools warns and the install goes on, and
 memlens reads snapshots with its Python path (several times slower on large files; it
 says so on stderr when it opens one) and replays them with numpy. See
-src/memlens/snapshot/compiled.py and replay.py.
+src/memlens/snapshot/read/compiled.py and replay/device.py.
 """
 
 import shutil

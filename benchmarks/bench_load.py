@@ -172,7 +172,7 @@ def write_fresh_stacks(tiled_name: str, out_name: str) -> None:
     tiled, path = Path(tiled_name), Path(out_name)
     import pickle
 
-    from memlens.snapshot.safe_pickle import loads_plain_pickle
+    from memlens.snapshot.read.safe_pickle import loads_plain_pickle
 
     snap = loads_plain_pickle(tiled.read_bytes(), what=str(tiled))
     for trace in snap["device_traces"]:

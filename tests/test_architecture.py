@@ -1,6 +1,6 @@
 """The import contract: the packages follow the pipeline, and no module grows into a grab-bag.
 
-    capture/simulation -> snapshot (read, replay, cache) -> analysis -> views -> cli
+    capture/simulation -> snapshot (read, assemble, replay, store) -> analysis -> views -> cli
 
 Every import of a memlens module is read from the source by AST: top-level ones and the
 lazy ones inside functions (they run too, only later), plus importlib.import_module with a
@@ -18,8 +18,10 @@ Rules:
 3. No import cycle between packages (directories), nor between modules, lazy imports included.
    A package and a subpackage that import each other (not an __init__ re-exporting its
    submodules: a real two-way tie) are one unit only where TWO_WAY_TIES says why.
-4. No module (.py, .c or .js) over MAX_LINES lines, except ALLOWED_LONG, each with its reason.
-5. No import cycle between the JavaScript modules (static/js, the templates' scripts).
+4. Inside snapshot/, the step folders import in pipeline order (SNAPSHOT_STEPS): a step
+   imports only the steps after it.
+5. No module (.py, .c or .js) over MAX_LINES lines, except ALLOWED_LONG, each with its reason.
+6. No import cycle between the JavaScript modules (static/js, the templates' scripts).
 
 One extension point is named by string, not imported: Snapshot._repr_html_ (IPython looks
 it up on the class) reaches the views layer's memlens.views.notebook through
@@ -80,7 +82,22 @@ TWO_WAY_TIES = {
     "bands.py): the sections are the report's plug-ins, built on its toolkit",
     ("memlens.inspector", "memlens.inspector.render"): "the background worker renders the "
     "run as it goes (worker.py -> render); render reads the run back through store.py",
+    **dict.fromkeys(
+        (
+            ("memlens.snapshot", f"memlens.snapshot.{step}")
+            for step in ("read", "assemble", "store")
+        ),
+        "snapshot/ holds the model (model.py and its types, limits.py, native.py) that every "
+        "step reads or fills, and `load` (loader.py), the entry point that runs the steps in "
+        "order: the steps are the model's parts, as SNAPSHOT_STEPS orders them",
+    ),
 }
+
+# snapshot/'s steps in pipeline order: a step imports only the steps after it (the compiled
+# reader's glue hands its columns to the builder, the builder runs the replay, the store keeps
+# what they made), never one before it; loader.py, in snapshot/ itself, runs them all. The
+# build step's folder is assemble/: a folder named build/ is build output to .gitignore and ruff.
+SNAPSHOT_STEPS = ("read", "assemble", "replay", "store")
 
 
 @dataclass(frozen=True)
@@ -292,7 +309,7 @@ def test_no_cycle_between_packages():
 
 
 def test_no_cycle_between_modules():
-    """Inside a package too: the review's cycle snapshot.builder -> replay -> model ⇢ builder
+    """Inside a package too: the review's cycle snapshot.assemble.builder -> replay -> model ⇢ builder
     (kept alive by a lazy import) would be invisible to the package check once replay moved
     into snapshot/. A package __init__ and the modules under it are not counted (re-export)."""
 
@@ -339,6 +356,36 @@ def test_parent_and_child_packages_tied_both_ways_are_named():
     )
     stale = sorted(set(TWO_WAY_TIES) - ties)
     assert not stale, f"{stale} no longer import each other: remove them from TWO_WAY_TIES"
+
+
+def _snapshot_step_edges() -> dict[tuple[str, str], list[str]]:
+    """(importing step, imported step) -> the imports, between snapshot/'s step folders."""
+
+    def step(module: str) -> str | None:
+        parts = module.split(".")
+        in_step = len(parts) > 2 and parts[1] == "snapshot" and parts[2] in SNAPSHOT_STEPS
+        return parts[2] if in_step else None
+
+    out: dict[tuple[str, str], list[str]] = {}
+    for imp in _all_imports():
+        target = _resolve(imp.target)
+        a, b = step(imp.source), step(target) if target else None
+        if a and b and a != b:
+            out.setdefault((a, b), []).append(str(imp))
+    return out
+
+
+def test_snapshot_steps_import_in_pipeline_order():
+    edges = _snapshot_step_edges()
+    # the walker sees the steps' imports: the compiled reader builds through the builder
+    assert ("read", "assemble") in edges and ("assemble", "replay") in edges
+    order = SNAPSHOT_STEPS.index
+    backwards = {pair: imps for pair, imps in edges.items() if order(pair[0]) > order(pair[1])}
+    assert not backwards, (
+        f"snapshot/ steps importing an earlier step (order {' -> '.join(SNAPSHOT_STEPS)}): "
+        f"{backwards}. Move the shared code into snapshot/ itself or into the earlier step's "
+        "callee"
+    )
 
 
 def _side_table() -> set[tuple[str, str]]:

@@ -174,7 +174,7 @@ print(json.dumps(info))
 
 
 def compiled_reader() -> str:
-    from memlens.snapshot import compiled
+    from memlens.snapshot.read import compiled
 
     return "compiled" if compiled.available() else "python (the C extension is not built)"
 

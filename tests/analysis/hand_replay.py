@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from memlens.snapshot.safe_pickle import load_plain_pickle
+from memlens.snapshot.read.safe_pickle import load_plain_pickle
 
 
 def read_raw(path: Path) -> dict[str, Any]:

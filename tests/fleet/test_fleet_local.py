@@ -158,7 +158,7 @@ def test_memlens_generate_ranks_writes_a_fleet_with_its_skews(tmp_path):
 
 
 def test_the_cache_is_used_only_when_the_fleet_fits_in_it(tmp_path, fleet_dir, monkeypatch):
-    from memlens.snapshot import cache
+    from memlens.snapshot.store import cache
 
     for i in range(3):
         shutil.copy(fleet_dir / f"rank{i:05d}.pickle", tmp_path)

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import memlens
-from memlens.snapshot import cache as column_cache
+from memlens.snapshot.store import cache as column_cache
 from snapshot_builders import hand_snapshot
 
 COLUMNS = ("action", "addr", "size", "stack", "alloc_event", "free_event", "alloc_size",

@@ -11,7 +11,7 @@ import pytest
 from corpus import _shared_blocks, hostile_text
 
 from memlens.cli.main import main, run
-from memlens.snapshot import builder
+from memlens.snapshot.assemble import builder
 
 
 @pytest.fixture

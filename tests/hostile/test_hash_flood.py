@@ -14,9 +14,9 @@ import time
 import numpy as np
 import pytest
 
-from memlens.snapshot import replay
 from memlens.snapshot.actions import Action
 from memlens.snapshot.native import built_replay
+from memlens.snapshot.replay import device as replay
 
 pytestmark = pytest.mark.skipif(built_replay() is None, reason="compiled replay not built")
 

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from run_corpus import run, warm_up
 from test_hostile_corpus import check
 
-from memlens.snapshot.safe_pickle import loads_plain_pickle
+from memlens.snapshot.read.safe_pickle import loads_plain_pickle
 from shared_data import SHARED_SNAPSHOTS
 from snapshot_builders import hand_snapshot
 

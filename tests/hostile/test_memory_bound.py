@@ -13,8 +13,8 @@ from bounded_child import load_in_thread
 
 import memlens
 from memlens.errors import UnsafePickleError
-from memlens.snapshot import prescan
 from memlens.snapshot.native import built
+from memlens.snapshot.read import prescan
 
 READERS = ["python", "auto"] if built() is not None else ["python"]
 
@@ -121,7 +121,7 @@ def test_the_memory_limit_is_one_line_even_when_cpython_reports_on_the_way(
     """Issue 27 item 7: at the address-space limit, a CPython "Exception ignored" or
     SystemError line came before the 'memory' error (12 of 32,000 fuzz cases)."""
     from memlens.cli.main import run
-    from memlens.snapshot import safe_pickle
+    from memlens.snapshot.read import safe_pickle
 
     class Dies:
         def __del__(self) -> None:

@@ -1,4 +1,4 @@
-"""The scan before unpickling (memlens.snapshot.prescan) in Python and in C
+"""The scan before unpickling (memlens.snapshot.read.prescan) in Python and in C
 (`_fastreader.scan`) give the same answer to the byte: status, refused opcode, estimate and
 position. The Python one serves builds without a compiler, the C one every other, so a
 difference would make the bound depend on how memlens was installed."""
@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from memlens.snapshot import prescan
 from memlens.snapshot.native import built
+from memlens.snapshot.read import prescan
 from shared_data import SHARED_SNAPSHOTS, real_snapshot_names
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "snapshot"))

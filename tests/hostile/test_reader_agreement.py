@@ -34,8 +34,8 @@ from corpus import base_snapshot
 import memlens
 from memlens.errors import MemlensError
 from memlens.simulation.synthetic import generate_trace_dict
-from memlens.snapshot import compiled
 from memlens.snapshot.model import Snapshot
+from memlens.snapshot.read import compiled
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "snapshot"))
 from fuzz_mutations import mutate, opcode_table  # noqa: E402

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from bounded_child import load_in_thread
 
-from memlens.snapshot.interning import TEXT_CAP, as_text
+from memlens.snapshot.assemble.interning import TEXT_CAP, as_text
 from memlens.snapshot.limits import Budget, LimitExceeded, limits_for
 from memlens.snapshot.native import built
 

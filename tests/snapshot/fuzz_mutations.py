@@ -160,7 +160,7 @@ def _reset_peak() -> bool:
 
 def _spy_reader(state: dict[str, str]) -> None:
     """Record whether the compiled reader read each file or left it to the Python path."""
-    from memlens.snapshot import compiled
+    from memlens.snapshot.read import compiled
 
     real = compiled.read_compiled
 

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from memlens.simulation.synthetic import generate_trace_dict
-from memlens.snapshot import compiled
+from memlens.snapshot.read import compiled
 
 pytestmark = pytest.mark.skipif(not compiled.available(), reason="compiled reader not built")
 

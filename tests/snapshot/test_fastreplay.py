@@ -20,7 +20,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import memlens
-from memlens.snapshot import replay
 from memlens.snapshot.actions import Action
 from memlens.snapshot.model import (
     GHOST,
@@ -32,6 +31,7 @@ from memlens.snapshot.model import (
     Snapshot,
 )
 from memlens.snapshot.native import READER_ENV, built_replay, native_replay
+from memlens.snapshot.replay import device as replay
 from snapshot_builders import block, ev, hand_snapshot, segment
 
 pytestmark = pytest.mark.skipif(built_replay() is None, reason="compiled replay not built")

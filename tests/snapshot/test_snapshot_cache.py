@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 import memlens
-from memlens.snapshot import cache as column_cache
 from memlens.snapshot.loader import SnapshotWarning
+from memlens.snapshot.store import cache as column_cache
 from snapshot_builders import hand_snapshot
 
 

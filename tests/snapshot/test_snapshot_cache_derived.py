@@ -10,7 +10,7 @@ import pytest
 
 import memlens
 from memlens.errors import CacheError
-from memlens.snapshot import cache as column_cache
+from memlens.snapshot.store import cache as column_cache
 
 ARRAYS = {"a": np.array([3, 1, 2], dtype=np.int32), "b": np.array([7], dtype=np.int64)}
 

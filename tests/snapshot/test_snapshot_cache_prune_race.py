@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from memlens.snapshot import cache
+from memlens.snapshot.store import cache
 
 
 def test_prune_skips_an_entry_another_process_just_removed(tmp_path, monkeypatch):

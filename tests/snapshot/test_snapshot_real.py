@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import memlens
-from memlens.snapshot.safe_pickle import load_plain_pickle
+from memlens.snapshot.read.safe_pickle import load_plain_pickle
 from shared_data import real_snapshot_names
 from snapshot_reference import memoryviz_replay, naive_reserved
 

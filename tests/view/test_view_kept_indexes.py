@@ -12,7 +12,7 @@ import pytest
 
 import memlens
 from memlens.simulation.synthetic import generate_snapshot
-from memlens.snapshot import cache
+from memlens.snapshot.store import cache
 from memlens.views.layout import persist
 from memlens.views.web.data import ViewerData
 from shared_data import SHARED_SNAPSHOTS

@@ -160,7 +160,7 @@ def fits_in_cache(n_files: int) -> bool:
     """Whether the column cache can keep every rank (MEMLENS_CACHE_MAX_ENTRIES, 32 by
     default). A larger fleet is read without it: each file would write an entry that
     evicts another before it is ever read again, several times the cost of the read."""
-    from memlens.snapshot.cache import MAX_ENTRIES
+    from memlens.snapshot.store.cache import MAX_ENTRIES
 
     return n_files <= MAX_ENTRIES
 

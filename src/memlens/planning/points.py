@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, TypedDict
 
 from memlens.errors import MemlensError
-from memlens.snapshot.cache import cache_root
+from memlens.snapshot.store.cache import cache_root
 
 # Bump when the figures a cached point holds change meaning.
 CACHE_FORMAT = 1

@@ -9,11 +9,11 @@ from pathlib import Path
 from typing import Any
 
 from memlens.errors import CacheError, SnapshotError
-from memlens.snapshot import cache as column_cache
-from memlens.snapshot.builder import build_snapshot
-from memlens.snapshot.compiled import load_compiled
+from memlens.snapshot.assemble.builder import build_snapshot
 from memlens.snapshot.model import Snapshot
-from memlens.snapshot.reader import normalize_top_level, read_source_limited
+from memlens.snapshot.read.compiled import load_compiled
+from memlens.snapshot.read.reader import normalize_top_level, read_source_limited
+from memlens.snapshot.store import cache as column_cache
 
 
 class SnapshotWarning(UserWarning):
@@ -86,7 +86,7 @@ def load(
             return hit
 
     sink = _WarnOnce(name, warn)
-    # pickle files go through the compiled reader when it is built (see compiled.py)
+    # pickle files go through the compiled reader when it is built (see read/compiled.py)
     use_compiled = is_path and Path(source).is_file()
     # Unpickling creates millions of small objects; the cyclic GC would rescan them over
     # and over while they are being built. None of them form cycles we need collected.

@@ -25,7 +25,7 @@ from memlens.analysis.devices import traced_devices
 from memlens.analysis.stages import stage_intervals
 from memlens.errors import MemlensError
 from memlens.snapshot.actions import Action
-from memlens.snapshot.checks import glimpse
+from memlens.snapshot.assemble.checks import glimpse
 from memlens.snapshot.model import DeviceTrace, Snapshot
 
 # pid of device d's tracks: far from real process ids, so a merged trace keeps them apart

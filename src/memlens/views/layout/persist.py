@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 
 from memlens.errors import CacheError
-from memlens.snapshot import cache
 from memlens.snapshot.model import DeviceTrace
+from memlens.snapshot.store import cache
 from memlens.views.layout.index import LiveIndex, RangeArgmax
 
 # Bump whenever an index's construction or meaning changes.

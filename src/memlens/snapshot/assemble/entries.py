@@ -13,8 +13,8 @@ import numpy as np
 
 from memlens.errors import SnapshotError
 from memlens.snapshot.actions import Action
-from memlens.snapshot.checks import UINT64, check_sizes, checked_int, first_bad, glimpse
-from memlens.snapshot.context import BuildContext
+from memlens.snapshot.assemble.checks import UINT64, check_sizes, checked_int, first_bad, glimpse
+from memlens.snapshot.assemble.context import BuildContext
 
 KNOWN_ENTRY_FIELDS = {
     "action", "addr", "size", "stream", "time_us", "frames", "compile_context",

@@ -25,12 +25,11 @@ from typing import Any
 import numpy as np
 
 from memlens.errors import SnapshotError
-from memlens.snapshot import prescan
 from memlens.snapshot.actions import Action
-from memlens.snapshot.builder import build_snapshot
-from memlens.snapshot.checks import check_sizes
-from memlens.snapshot.context import BuildContext
-from memlens.snapshot.entries import (
+from memlens.snapshot.assemble.builder import build_snapshot
+from memlens.snapshot.assemble.checks import check_sizes
+from memlens.snapshot.assemble.context import BuildContext
+from memlens.snapshot.assemble.entries import (
     KNOWN_ENTRY_FIELDS,
     coded,
     optional_string_ids,
@@ -39,8 +38,9 @@ from memlens.snapshot.entries import (
 from memlens.snapshot.limits import RULES, LimitExceeded, Limits, limits_for
 from memlens.snapshot.model import Snapshot
 from memlens.snapshot.native import READER_ENV
-from memlens.snapshot.reader import normalize_top_level, open_data
-from memlens.snapshot.safe_pickle import loads_plain_pickle
+from memlens.snapshot.read import prescan
+from memlens.snapshot.read.reader import normalize_top_level, open_data
+from memlens.snapshot.read.safe_pickle import loads_plain_pickle
 
 try:
     from memlens.snapshot import _fastreader

@@ -7,8 +7,8 @@ from typing import Any
 
 from memlens.errors import SnapshotError
 from memlens.snapshot.actions import KNOWN_ACTIONS, Action
-from memlens.snapshot.checks import INT64, UINT64, checked_int, glimpse
-from memlens.snapshot.interning import FrameTable, StackTable, StringTable
+from memlens.snapshot.assemble.checks import INT64, UINT64, checked_int, glimpse
+from memlens.snapshot.assemble.interning import FrameTable, StackTable, StringTable
 from memlens.snapshot.limits import Budget
 
 Warn = Callable[[str, str], None]

@@ -14,7 +14,7 @@ import numpy as np
 from memlens.errors import SnapshotError
 from memlens.snapshot.actions import BLOCK_STATES, Action
 from memlens.snapshot.annotations import Annotations, annotation_columns
-from memlens.snapshot.checks import (
+from memlens.snapshot.assemble.checks import (
     INT64,
     MAX_SIZE,
     MAX_TOTAL,
@@ -24,12 +24,12 @@ from memlens.snapshot.checks import (
     checked_int,
     glimpse,
 )
-from memlens.snapshot.context import BuildContext, Warn
-from memlens.snapshot.entries import build_events, legacy_frames
-from memlens.snapshot.interning import as_text
+from memlens.snapshot.assemble.context import BuildContext, Warn
+from memlens.snapshot.assemble.entries import build_events, legacy_frames
+from memlens.snapshot.assemble.interning import as_text
 from memlens.snapshot.limits import Budget, LimitExceeded, Limits, bounded_walk, unlimited
 from memlens.snapshot.model import DeviceTrace, Frames, Segments, Snapshot, Stacks
-from memlens.snapshot.replay import replay_device
+from memlens.snapshot.replay.device import replay_device
 
 KNOWN_SEGMENT_FIELDS = {
     "device", "address", "total_size", "allocated_size", "active_size", "requested_size",

@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from memlens.errors import SnapshotError
-from memlens.snapshot import prescan
 from memlens.snapshot.limits import LimitExceeded, Limits, limits_for, unlimited
-from memlens.snapshot.safe_pickle import load_plain_pickle
+from memlens.snapshot.read import prescan
+from memlens.snapshot.read.safe_pickle import load_plain_pickle
 
 GZIP_MAGIC = b"\x1f\x8b"
 KNOWN_TOP_LEVEL = {

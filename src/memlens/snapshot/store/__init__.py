@@ -1,0 +1,1 @@
+"""Store step: the on-disk cache of a built snapshot's columns (memory-mapped .npy)."""
