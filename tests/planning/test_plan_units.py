@@ -6,7 +6,8 @@ import pytest
 
 from memlens.errors import MemlensError
 from memlens.planning.fit import fit
-from memlens.planning.plan import Setup, what_if_conf
+from memlens.planning.plan import Setup
+from memlens.planning.whatif import what_if_conf
 from memlens.planning.points import PointFigures, Sweep, cache_key, cached, grid, store, with_value
 
 MiB = 2**20
@@ -97,7 +98,7 @@ def test_cache_key_is_the_scripts_bytes_args_and_options(tmp_path, monkeypatch):
     assert cache_key(str(b), ["--bs", "1"], {"gpu": "t4"}) != key
     assert cached(key) is None
     figures: PointFigures = {"peak_active_bytes": 1, "peak_reserved_bytes": 2, "oom": False,
-                             "error": None}  # fmt: skip
+                             "error": None, "applied": [], "sites": []}  # fmt: skip
     store(key, figures)
     assert cached(key) == figures
     (tmp_path / "cache" / "plan" / f"{key}.json").write_text('{"peak_active_bytes": 1}')

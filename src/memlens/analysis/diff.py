@@ -58,7 +58,7 @@ def diff(
         figures.append(
             {"name": name, "a": va, "b": vb, "change": vb - va, "change_pct": pct(va, vb)}
         )
-    sites = match_sites(_sites_at_peak(a, hide_patterns), _sites_at_peak(b, hide_patterns))
+    sites = match_sites(sites_at_peak(a, hide_patterns), sites_at_peak(b, hide_patterns))
     sites.sort(key=lambda r: (-abs(r["change"]), -max(r["a_bytes"], r["b_bytes"]), r["site"]))
     return {
         "a": {"source": a.snapshot.source, "device": a.device},
@@ -74,7 +74,7 @@ def diff(
 SideSites = dict[SiteKey, tuple[int, int, int]]
 
 
-def _sites_at_peak(
+def sites_at_peak(
     dev: DeviceTrace, hide_patterns: Sequence[str] | None
 ) -> tuple[DeviceTrace, SideSites]:
     """Live bytes and count at the peak per site key (frames sharing a key are summed; the

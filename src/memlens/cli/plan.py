@@ -77,7 +77,38 @@ def render(result: dict) -> list[str]:  # type: ignore[type-arg]
             lines.append(f"  {_values(p['values'])}: peak reserved {format_bytes(dr)} "
                          f"(now {format_bytes(p['peak_reserved_bytes'])}), peak active "
                          f"{format_bytes(da)}, {_fits(p)}")  # fmt: skip
+    if result["knob_table"] is not None:
+        lines += render_table(result["knob_table"])
     lines.append(f"{result['simulations']} simulations run")
+    return lines
+
+
+def _saving(saved: int, pct: float | None) -> str:
+    return f"{format_bytes(saved)}" + ("" if pct is None else f" ({pct:.1f}%)")
+
+
+def render_table(table: dict) -> list[str]:  # type: ignore[type-arg]
+    """The knobs ranked by the peak reserved they save at one point, each with what it
+    covered and the call sites that moved."""
+    lines = [
+        f"knobs at {_values(table['values'])}, ranked by peak reserved saved (baseline "
+        f"{format_bytes(table['baseline_peak_reserved_bytes'])} reserved, "
+        f"{format_bytes(table['baseline_peak_active_bytes'])} active):"
+    ]
+    for n, r in enumerate(table["rows"], 1):
+        if r["error"] is not None:
+            lines.append(f"  {n}. {r['setting']}: failed ({r['error']})")
+        else:
+            lines.append(
+                f"  {n}. {r['setting']}: saves {_saving(r['reserved_saving_bytes'], r['reserved_saving_pct'])}"
+                f" reserved, {_saving(r['active_saving_bytes'], r['active_saving_pct'])} active"
+                f" (now {format_bytes(r['peak_reserved_bytes'])} reserved, "
+                f"{format_bytes(r['peak_active_bytes'])} active), {_fits(r)}"
+            )
+        lines += [f"     {a}" for a in r["applied"]]
+        for c in r["sites"]:
+            lines.append(f"     {format_bytes(c['change'])} at the peak: {c['site']} "
+                         f"({format_bytes(c['a_bytes'])} -> {format_bytes(c['b_bytes'])})")  # fmt: skip
     return lines
 
 
@@ -130,8 +161,11 @@ def render(result: dict) -> list[str]:  # type: ignore[type-arg]
     "knobs",
     multiple=True,
     metavar="SETTING",
-    help="Simulate again with this PYTORCH_CUDA_ALLOC_CONF setting "
-    "(expandable_segments, max_split_size_mb:N, roundup_power2_divisions:N).",
+    help="Simulate again with this knob (repeatable; ranked in a table): a "
+    "PYTORCH_CUDA_ALLOC_CONF setting (expandable_segments, max_split_size_mb:N, "
+    "roundup_power2_divisions:N) or a change to how the script runs: checkpoint=CLASS_REGEX, "
+    "autocast=bf16|fp16, sdpa=math|flash|efficient|cudnn, foreach=true|false, "
+    "fused=true|false, zero_grad=none|zeros.",
 )
 @click.option(
     "--jobs",

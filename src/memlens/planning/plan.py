@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
+from memlens.analysis.results import SiteChange
 from memlens.errors import MemlensError
 from memlens.planning.fit import Fit, fit, numeric
 from memlens.planning.points import PointFigures, Runner, Sweep, grid, with_value
@@ -59,10 +60,36 @@ class PlanFindMax(TypedDict):
 
 
 class PlanWhatIf(TypedDict):
-    setting: str  # added to PYTORCH_CUDA_ALLOC_CONF for the simulated run
+    setting: str  # added to PYTORCH_CUDA_ALLOC_CONF, or a code knob (simulation.knobs)
+    kind: str  # "allocator" or "code"
     points: list[PlanPoint]  # the sweep's points, in the same order, under `setting`
     active_change_bytes: list[int]  # per point: its peak active minus the baseline's
     reserved_change_bytes: list[int]  # per point: its peak reserved minus the baseline's
+    applied: list[list[str]]  # per point: what a code knob covered, or that it did not
+
+
+class PlanKnobRow(TypedDict):
+    setting: str
+    kind: str
+    peak_active_bytes: int
+    peak_reserved_bytes: int
+    reserved_saving_bytes: int  # the baseline's peak reserved minus this one
+    reserved_saving_pct: float | None  # of the baseline's (None: baseline 0)
+    active_saving_bytes: int
+    active_saving_pct: float | None
+    oom: bool
+    fits: bool | None
+    error: str | None
+    applied: list[str]
+    sites: list[SiteChange]  # a = baseline, b = with the knob; largest |change| first
+
+
+class PlanKnobTable(TypedDict):
+    point: int  # index in `points`: the one with the largest baseline peak reserved
+    values: dict[str, str]
+    baseline_peak_active_bytes: int
+    baseline_peak_reserved_bytes: int
+    rows: list[PlanKnobRow]  # largest reserved saving first; failed what-ifs last
 
 
 class PlanResult(TypedDict):
@@ -79,6 +106,7 @@ class PlanResult(TypedDict):
     predictions: list[PlanPrediction]
     find_max: PlanFindMax | None
     what_ifs: list[PlanWhatIf]
+    knob_table: PlanKnobTable | None  # with --what-if: which knob saves most, and where
     simulations: int
 
 
@@ -127,12 +155,19 @@ def _point(values: dict[str, str], argv: list[str], f: PointFigures, cached: boo
     }
 
 
-def sweep(runner: Runner, args: Sequence[str], sweeps: Sequence[Sweep],
-          usable: int | None) -> list[PlanPoint]:  # fmt: skip
+def sweep_figures(runner: Runner, args: Sequence[str], sweeps: Sequence[Sweep],
+                  usable: int | None) -> list[tuple[PlanPoint, PointFigures]]:  # fmt: skip
+    """Each point of the sweep with the figures it came from (call sites, knobs)."""
     points = grid(args, sweeps)
     labels = [" ".join(f"{k}={v}" for k, v in values.items()) for values, _ in points]
     results = runner.run([argv for _, argv in points], labels)
-    return [_point(v, a, f, c, usable) for (v, a), (f, c) in zip(points, results, strict=True)]
+    return [(_point(v, a, f, c, usable), f)
+            for (v, a), (f, c) in zip(points, results, strict=True)]  # fmt: skip
+
+
+def sweep(runner: Runner, args: Sequence[str], sweeps: Sequence[Sweep],
+          usable: int | None) -> list[PlanPoint]:  # fmt: skip
+    return [p for p, _ in sweep_figures(runner, args, sweeps, usable)]
 
 
 def largest_fitting(sweeps: Sequence[Sweep], points: Sequence[PlanPoint]) -> dict[str, str] | None:
@@ -239,57 +274,25 @@ def find_max(runner: Runner, args: Sequence[str], arg: str, lo: int, hi: int,
             "simulations": runner.simulated - before, "probes": probes}  # fmt: skip
 
 
-# Shorthands for --what-if: a bare key means switching it on.
-WHAT_IF_SHORTHANDS = {"expandable_segments": "expandable_segments:True"}
-
-
-def what_if_conf(base: str, knob: str) -> str:
-    """The PYTORCH_CUDA_ALLOC_CONF of a what-if run: `base` with `knob`'s keys (given
-    later, they win) after checking the allocator model knows them."""
-    from memlens.simulation.allocator import AllocatorSettings
-    from memlens.simulation.replay import what_if
-
-    setting = WHAT_IF_SHORTHANDS.get(knob.strip(), knob.strip())
-    if ":" not in setting:
-        raise MemlensError(f"--what-if {knob!r}: expected KEY:VALUE or expandable_segments")
-    what_if(AllocatorSettings(), setting)
-    return f"{base},{setting}" if base else setting
-
-
-def what_ifs(setup: Setup, runner: Runner, args: Sequence[str], sweeps: Sequence[Sweep],
-             baseline: Sequence[PlanPoint], knobs: Sequence[str]) -> list[PlanWhatIf]:  # fmt: skip
-    """Each knob: the sweep again with it, and the change at the peak of every point."""
-    out: list[PlanWhatIf] = []
-    base = runner.options["alloc_conf"]
-    for knob in knobs:
-        conf = what_if_conf(base, knob)
-        other = Runner(runner.script, {**runner.options, "alloc_conf": conf}, runner.jobs,
-                       runner.use_cache, runner.progress)  # fmt: skip
-        points = sweep(other, args, sweeps, setup.usable)
-        runner.simulated += other.simulated
-        out.append({
-            "setting": conf[len(base) + 1:] if base else conf,
-            "points": points,
-            "active_change_bytes": [p["peak_active_bytes"] - b["peak_active_bytes"]
-                                    for p, b in zip(points, baseline, strict=True)],
-            "reserved_change_bytes": [p["peak_reserved_bytes"] - b["peak_reserved_bytes"]
-                                      for p, b in zip(points, baseline, strict=True)],
-        })  # fmt: skip
-    return out
-
-
 def plan(script: str, args: Sequence[str], *, sweeps: Sequence[Sweep] = (), setup: Setup,
          jobs: int = 1, use_cache: bool = True, progress: Any = None,
          predict: Sequence[str] = (), find: tuple[str, int, int] | None = None,
          knobs: Sequence[str] = (), alloc_conf: str | None = None) -> PlanResult:  # fmt: skip
     """The whole of `memlens plan`: the sweep (one point, the script as given, without
     one), its fit and predictions, the what-ifs, then the bisection when asked."""
-    runner = Runner(script, setup.options(alloc_conf), jobs, use_cache, progress)
+    from memlens.planning.whatif import check_knob, knob_table, what_ifs
+
+    options = setup.options(alloc_conf)
+    if knobs:  # the knob table needs each point's call sites
+        options["sites"] = True
+    runner = Runner(script, options, jobs, use_cache, progress)
     for knob in knobs:  # a bad knob or range fails before any simulation
-        what_if_conf("", knob)
+        check_knob(knob)
     if find is not None:
         check_find(setup.usable, find[1], find[2])
-    points = sweep(runner, args, sweeps, setup.usable) if sweeps or not find else []
+    ran = sweep_figures(runner, args, sweeps, setup.usable) if sweeps or not find else []
+    points = [p for p, _ in ran]
+    done = what_ifs(setup, runner, args, sweeps, ran, knobs) if points else []
     model = fit_points(sweeps, points) if sweeps else None
     active = fit_points(sweeps, points, "peak_active_bytes") if sweeps else None
     result: PlanResult = {
@@ -305,7 +308,8 @@ def plan(script: str, args: Sequence[str], *, sweeps: Sequence[Sweep] = (), setu
         "fit_active": None if active is None else describe_fit(active, None),
         "predictions": predictions(model, active, predict),
         "find_max": None,
-        "what_ifs": what_ifs(setup, runner, args, sweeps, points, knobs) if points else [],
+        "what_ifs": [w for w, _ in done],
+        "knob_table": knob_table(ran, done) if done else None,
         "simulations": 0,
     }
     if find is not None:

@@ -19,10 +19,11 @@ from pathlib import Path
 from typing import Any, TypedDict
 
 from memlens.errors import MemlensError
+from memlens.planning.sites import PeakSite, peak_sites
 from memlens.snapshot.store.cache import cache_root
 
 # Bump when the figures a cached point holds change meaning.
-CACHE_FORMAT = 1
+CACHE_FORMAT = 2
 
 
 class PointFigures(TypedDict):
@@ -33,6 +34,8 @@ class PointFigures(TypedDict):
     peak_reserved_bytes: int
     oom: bool
     error: str | None
+    applied: list[str]  # what each code knob covered, or that it did not apply (knobs.py)
+    sites: list[PeakSite]  # bytes live at the peak per call site, for the knob table
 
 
 @dataclass(frozen=True)
@@ -129,23 +132,32 @@ def store(key: str, figures: PointFigures) -> None:
 
 
 def simulate_point(script: str, argv: list[str], options: dict[str, Any]) -> PointFigures:
-    """One simulation (in a pool worker): the whole run's peaks. The snapshot goes to a
-    temporary file: plan keeps only the figures."""
+    """One simulation (in a pool worker): the whole run's peaks and the bytes per call
+    site at the peak, with the code knobs of `options["knobs"]` (simulation.knobs)
+    patched in around the script. The snapshot goes to a temporary file: plan keeps only
+    the figures."""
     import memlens
     from memlens.simulation.api import run_script
+    from memlens.simulation.knobs import applied
 
-    with tempfile.TemporaryDirectory(prefix="memlens-plan-") as tmp:
+    options = dict(options)
+    knobs = options.pop("knobs", None) or []
+    # call sites cost the stacks' collection: only the knob table needs them
+    with_sites = bool(options.pop("sites", False))
+    with tempfile.TemporaryDirectory(prefix="memlens-plan-") as tmp, applied(knobs) as patched:
         try:
-            run = run_script(script, argv, Path(tmp) / "point.pickle", stacks=None, **options)
+            run = run_script(script, argv, Path(tmp) / "point.pickle", stacks="python" if with_sites else None, **options)  # fmt: skip
         except MemlensError as exc:  # ScriptFailed included: the point's row says why
             return {"peak_active_bytes": 0, "peak_reserved_bytes": 0, "oom": False,
-                    "error": str(exc)}  # fmt: skip
+                    "error": str(exc), "applied": patched.report(None), "sites": []}  # fmt: skip
     dev = memlens.load(run.whole, warn=False).device(0)
     return {
         "peak_active_bytes": int(dev.peak_active_bytes),
         "peak_reserved_bytes": int(dev.peak_reserved_bytes),
         "oom": run.oom is not None,
         "error": None,
+        "applied": patched.report(run.sim.sdpa_backends),
+        "sites": peak_sites(dev) if with_sites else [],
     }
 
 
@@ -189,11 +201,17 @@ class Runner:
         the progress lines (default: the argv)."""
         argvs = list(argvs)
         names = list(labels) if labels is not None else [" ".join(a) for a in argvs]
-        keys = [cache_key(self.script, a, self.options) for a in argvs]
+        # The call sites are not part of the key: an entry stored with them serves a run
+        # without; one stored without is simulated again when they are wanted.
+        wants_sites = bool(self.options.get("sites"))
+        keyed = {k: v for k, v in self.options.items() if k != "sites"}
+        keys = [cache_key(self.script, a, keyed) for a in argvs]
         out: list[tuple[PointFigures, bool] | None] = [None] * len(argvs)
         todo = []
         for i, key in enumerate(keys):
             hit = cached(key) if self.use_cache else None
+            if hit is not None and wants_sites and not hit["sites"]:
+                hit = None
             if hit is not None:
                 out[i] = (hit, True)
             else:

@@ -1,0 +1,321 @@
+"""What-if knobs that change how an unedited script runs in a simulation (`memlens plan
+--what-if`): runtime patches of torch applied around `run_script`, each counting what it
+covered so the report can say when it did not apply.
+
+  checkpoint=REGEX    every nn.Module whose class name matches REGEX (re.fullmatch) runs
+                      its forward under torch.utils.checkpoint (use_reentrant=False) when
+                      grad is on; a matching module inside a checkpointed one is not
+                      checkpointed again (its outer one's recomputation covers it)
+  autocast=bf16|fp16  every outermost nn.Module call runs under torch.autocast("cuda",
+                      dtype); code outside any module (a functional loss, the backward,
+                      the optimizer) runs as written, as in the recommended AMP pattern
+  sdpa=math|flash|efficient|cudnn
+                      only that scaled_dot_product_attention backend is enabled (the
+                      torch.backends.cuda flags simulation/sdpa.py reads); the script's
+                      own sdpa_kernel contexts and enable_*_sdp calls are ignored
+  foreach=true|false, fused=true|false
+                      passed to every torch.optim optimizer that takes the option,
+                      overriding the script's (forcing one on turns the other off)
+  zero_grad=none|zeros
+                      Optimizer.zero_grad and Module.zero_grad with set_to_none=True
+                      (none) or False (zeros), overriding the script's
+
+Imports torch: only the simulated process (a plan worker) imports this module.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from memlens.errors import MemlensError
+from memlens.simulation.fake_cuda import Patches
+
+AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+SDPA_BACKENDS = ("math", "flash", "efficient", "cudnn")
+BOOLS = {"true": True, "false": False}
+ZERO_GRAD = {"none": True, "zeros": False}  # the set_to_none it forces
+KEYS = ("checkpoint", "autocast", "sdpa", "foreach", "fused", "zero_grad")
+
+
+def is_code_knob(spec: str) -> bool:
+    """A `KEY=VALUE` what-if of this module (allocator settings are `KEY:VALUE`)."""
+    key, sep, _ = spec.strip().partition("=")
+    return bool(sep) and key.strip() in KEYS
+
+
+@dataclass(frozen=True)
+class CodeKnob:
+    key: str
+    value: str
+
+    @property
+    def spec(self) -> str:
+        return f"{self.key}={self.value}"
+
+    @classmethod
+    def parse(cls, spec: str) -> CodeKnob:
+        key, _, value = (s.strip() for s in spec.strip().partition("="))
+        value = value if key == "checkpoint" else value.lower()
+        allowed: Sequence[str] | None = {
+            "autocast": tuple(AUTOCAST_DTYPES),
+            "sdpa": SDPA_BACKENDS,
+            "foreach": tuple(BOOLS),
+            "fused": tuple(BOOLS),
+            "zero_grad": tuple(ZERO_GRAD),
+        }.get(key)
+        if key not in KEYS:
+            raise MemlensError(f"--what-if {spec!r}: unknown knob (known: {', '.join(KEYS)})")
+        if allowed is not None and value not in allowed:
+            raise MemlensError(f"--what-if {spec!r}: expected {key}={'|'.join(allowed)}")
+        if key == "checkpoint":
+            if not value:
+                raise MemlensError(f"--what-if {spec!r}: expected checkpoint=CLASS_NAME_OR_REGEX")
+            try:
+                re.compile(value)
+            except re.error as exc:
+                raise MemlensError(f"--what-if {spec!r}: bad regex ({exc})") from None
+        return cls(key, value)
+
+
+@dataclass
+class Counts:
+    """What the patches saw during the run."""
+
+    module_classes: set[str] = field(default_factory=set)  # every module class called
+    checkpointed: Counter[str] = field(default_factory=Counter)  # class -> calls
+    autocast_calls: int = 0
+    optimizers: dict[int, str] = field(default_factory=dict)  # id -> class, option applied
+    optimizers_without: set[str] = field(default_factory=set)  # classes lacking the option
+    zero_grad_calls: int = 0
+    overridden: Counter[str] = field(default_factory=Counter)  # the script's own settings
+
+
+class _ModuleCalls:
+    """nn.Module.__call__ for checkpoint= and autocast=: `depth` counts module calls
+    under way (outermost = 0), `in_checkpoint` checkpointed calls under way."""
+
+    def __init__(self, original: Callable[..., Any], counts: Counts,
+                 pattern: re.Pattern[str] | None, dtype: torch.dtype | None) -> None:  # fmt: skip
+        self.original, self.counts, self.pattern, self.dtype = original, counts, pattern, dtype
+        self.depth = 0
+        self.in_checkpoint = 0
+
+    def __call__(self, module: Any, *args: Any, **kwargs: Any) -> Any:
+        name = type(module).__name__
+        self.counts.module_classes.add(name)
+        outermost = self.depth == 0
+        self.depth += 1
+        try:
+            if self.dtype is not None and outermost:
+                self.counts.autocast_calls += 1
+                with torch.autocast("cuda", dtype=self.dtype):
+                    return self._maybe_checkpoint(module, name, args, kwargs)
+            return self._maybe_checkpoint(module, name, args, kwargs)
+        finally:
+            self.depth -= 1
+
+    def _maybe_checkpoint(self, module: Any, name: str, args: Any, kwargs: Any) -> Any:
+        if (
+            self.pattern is None
+            or self.in_checkpoint
+            or not torch.is_grad_enabled()
+            or not self.pattern.fullmatch(name)
+        ):
+            return self.original(module, *args, **kwargs)
+        self.counts.checkpointed[name] += 1
+
+        def run(*a: Any, **k: Any) -> Any:
+            # also during the recomputation in backward: inner matches stay plain
+            self.in_checkpoint += 1
+            try:
+                return self.original(module, *a, **k)
+            finally:
+                self.in_checkpoint -= 1
+
+        from torch.utils.checkpoint import checkpoint
+
+        return checkpoint(run, *args, use_reentrant=False, **kwargs)
+
+
+def _optimizer_classes() -> list[type]:
+    return [
+        c
+        for c in vars(torch.optim).values()
+        if isinstance(c, type) and issubclass(c, torch.optim.Optimizer)
+        and c is not torch.optim.Optimizer
+    ]  # fmt: skip
+
+
+def _patch_optimizers(patches: Patches, counts: Counts, forced: dict[str, bool]) -> None:
+    """Every torch.optim class's __init__ gets the forced foreach/fused it accepts."""
+    for cls in _optimizer_classes():
+        init = vars(cls).get("__init__")
+        if init is None:
+            continue
+        sig = inspect.signature(init)
+        params = {k: v for k, v in forced.items() if k in sig.parameters}
+        if not params:
+            counts.optimizers_without.add(cls.__name__)
+            continue
+        # forcing one of them on turns the other off (both on is an error in torch)
+        for on in [k for k, v in params.items() if v]:
+            other = "fused" if on == "foreach" else "foreach"
+            if other in sig.parameters and other not in params:
+                params[other] = False
+        patches.set(cls, "__init__", _forced_init(init, sig, params, counts))
+
+
+def _forced_init(init: Callable[..., Any], sig: inspect.Signature, params: dict[str, bool],
+                 counts: Counts) -> Callable[..., Any]:  # fmt: skip
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        bound = sig.bind(self, *args, **kwargs)
+        for k, v in params.items():
+            given = bound.arguments.get(k)
+            if given is not None and given != v:
+                counts.overridden[f"{k}={given}"] += 1
+            bound.arguments[k] = v
+        counts.optimizers.setdefault(id(self), type(self).__name__)
+        init(*bound.args, **bound.kwargs)
+
+    return __init__
+
+
+def _patch_zero_grad(patches: Patches, counts: Counts, set_to_none: bool) -> None:
+    for owner in (torch.optim.Optimizer, torch.nn.Module):
+        original = vars(owner)["zero_grad"]
+
+        def zero_grad(self: Any, set_to_none_: bool = True, *, _orig: Any = original) -> None:
+            counts.zero_grad_calls += 1
+            _orig(self, set_to_none)
+
+        patches.set(owner, "zero_grad", zero_grad)
+
+
+def _patch_sdpa(patches: Patches, counts: Counts, backend: str) -> None:
+    cuda = torch.backends.cuda
+    flags = {
+        "flash": (cuda.flash_sdp_enabled, cuda.enable_flash_sdp),
+        "efficient": (cuda.mem_efficient_sdp_enabled, cuda.enable_mem_efficient_sdp),
+        "math": (cuda.math_sdp_enabled, cuda.enable_math_sdp),
+        "cudnn": (cuda.cudnn_sdp_enabled, cuda.enable_cudnn_sdp),
+    }
+    for name, (get, enable) in flags.items():
+        saved = get()
+        enable(name == backend)
+        patches.on_restore(lambda enable=enable, saved=saved: enable(saved))
+
+    def ignored(what: str) -> Callable[..., Any]:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            counts.overridden[what] += 1
+            return _Null()
+
+        return call
+
+    import torch.nn.attention as attention
+
+    patches.set(attention, "sdpa_kernel", ignored("sdpa_kernel"))
+    for name in ("enable_flash_sdp", "enable_mem_efficient_sdp", "enable_math_sdp",
+                 "enable_cudnn_sdp", "sdp_kernel"):  # fmt: skip
+        patches.set(cuda, name, ignored(name))
+
+
+class _Null:
+    """A context manager that does nothing (the script's ignored sdpa_kernel)."""
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: Any) -> None:
+        return None
+
+
+@dataclass
+class Applied:
+    """The knobs of one run and what they covered; `report` says it in one line each."""
+
+    knobs: list[CodeKnob]
+    counts: Counts = field(default_factory=Counts)
+
+    def report(self, sdpa_backends: Sequence[str] | None) -> list[str]:
+        return [self._line(k, sdpa_backends) for k in self.knobs]
+
+    def _line(self, knob: CodeKnob, sdpa: Sequence[str] | None) -> str:
+        c = self.counts
+        if knob.key == "checkpoint":
+            if not c.checkpointed:
+                seen = ", ".join(sorted(c.module_classes)) or "none"
+                return (f"{knob.spec}: not applied: no module class matched "
+                        f"{knob.value!r} with grad on (classes called: {seen})")  # fmt: skip
+            done = ", ".join(f"{n} x{k}" for n, k in sorted(c.checkpointed.items()))
+            return f"{knob.spec}: forward checkpointed (use_reentrant=False): {done}"
+        if knob.key == "autocast":
+            if not c.autocast_calls:
+                return f"{knob.spec}: not applied: no nn.Module was called"
+            return (f"{knob.spec}: {c.autocast_calls} outermost module calls under "
+                    "torch.autocast('cuda'); code outside modules ran as written")  # fmt: skip
+        if knob.key == "sdpa":
+            taken = Counter(sdpa or ())
+            if not taken:
+                return f"{knob.spec}: not applied: no scaled_dot_product_attention call on cuda"
+            ways = ", ".join(f"{n} x{k}" for n, k in sorted(taken.items()))
+            return f"{knob.spec}: scaled_dot_product_attention calls took {ways}" + self._ignored()
+        if knob.key in ("foreach", "fused"):
+            if not c.optimizers:
+                return (f"{knob.spec}: not applied: no torch.optim optimizer taking "
+                        f"{knob.key}= was constructed")  # fmt: skip
+            names = ", ".join(sorted(Counter(c.optimizers.values())))
+            return f"{knob.spec}: {len(c.optimizers)} optimizers ({names})" + self._ignored()
+        if not c.zero_grad_calls:
+            return f"{knob.spec}: not applied: zero_grad was never called"
+        return f"{knob.spec}: {c.zero_grad_calls} zero_grad calls with set_to_none=" + str(
+            ZERO_GRAD[knob.value]
+        )
+
+    def _ignored(self) -> str:
+        over = self.counts.overridden
+        if not over:
+            return ""
+        return "; the script's own " + ", ".join(f"{k} x{n}" for k, n in sorted(over.items())) + (
+            " overridden"
+        )
+
+
+@contextmanager
+def applied(specs: Sequence[str]) -> Iterator[Applied]:
+    """Apply the code knobs `specs` for the block (around run_script) and undo them."""
+    knobs = [CodeKnob.parse(s) for s in specs]
+    keys = [k.key for k in knobs]
+    if len(set(keys)) != len(keys):
+        raise MemlensError(f"each knob may be given once per what-if: {', '.join(specs)}")
+    out = Applied(knobs)
+    by = {k.key: k.value for k in knobs}
+    patches = Patches()
+    try:
+        pattern = re.compile(by["checkpoint"]) if "checkpoint" in by else None
+        dtype = AUTOCAST_DTYPES[by["autocast"]] if "autocast" in by else None
+        if pattern is not None or dtype is not None:
+            calls = _ModuleCalls(torch.nn.Module.__call__, out.counts, pattern, dtype)
+
+            def __call__(module: Any, *args: Any, **kwargs: Any) -> Any:
+                # a function, not the bound method: it must bind to the module
+                return calls(module, *args, **kwargs)
+
+            patches.set(torch.nn.Module, "__call__", __call__)
+        forced = {k: BOOLS[by[k]] for k in ("foreach", "fused") if k in by}
+        if forced:
+            _patch_optimizers(patches, out.counts, forced)
+        if "zero_grad" in by:
+            _patch_zero_grad(patches, out.counts, ZERO_GRAD[by["zero_grad"]])
+        if "sdpa" in by:
+            _patch_sdpa(patches, out.counts, by["sdpa"])
+        yield out
+    finally:
+        patches.restore()
