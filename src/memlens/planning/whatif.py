@@ -69,7 +69,9 @@ def knob_runner(runner: Runner, knob: str) -> tuple[Runner, str, str]:
         conf = what_if_conf(base, knob)
         options = {**runner.options, "alloc_conf": conf}
         setting, kind = (conf[len(base) + 1 :] if base else conf), "allocator"
-    return Runner(runner.script, options, runner.jobs, runner.use_cache, runner.progress), setting, kind  # fmt: skip
+    say = runner.progress
+    progress = None if say is None else (lambda line: say(f"what-if {setting}: {line}"))
+    return Runner(runner.script, options, runner.jobs, runner.use_cache, progress), setting, kind
 
 
 def what_ifs(setup: Setup, runner: Runner, args: Sequence[str], sweeps: Sequence[Sweep],
