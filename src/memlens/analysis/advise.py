@@ -72,6 +72,7 @@ def advise(
         "replays": list(replays),
         "findings": found,
         "notes": notes,
+        "checks": [],
     }
 
 

@@ -227,6 +227,11 @@ ADVISE = Analysis(
         Option("device_memory", str, None, "The GPU's total memory (e.g. 80GiB): at an OOM, "
                "memory held outside PyTorch (another process) is then told apart.",
                metavar="SIZE"),
+        Option("script", str, None, "Verify each finding a knob answers by simulating this "
+               "script (with its arguments, one quoted string) without and with the knob.",
+               metavar="'SCRIPT ARGS'"),
+        Option("gpu", str, None, "The card --script is simulated on (as memlens simulate "
+               "--gpu).", metavar="NAME"),
     ),
     annotations=True, check_fn="memlens.cli.advise:check",
     doc="Ranked findings (fragmentation by allocator replay, the OOM, attention matrices,\n"

@@ -556,6 +556,21 @@ class Finding(TypedDict):
     sites: list[Site]
 
 
+class AdviceCheck(TypedDict):
+    """A finding tested by simulating the user's script with the knob that answers it
+    (`memlens advise --script`, planning.verify)."""
+
+    finding: int  # its index in `findings`
+    kind: str
+    knob: str | None  # the what-if simulated (None: no knob tests this finding)
+    compared: str  # "reserved" or "active": the peak the finding's bytes are of
+    predicted_bytes: int  # the finding's bytes
+    simulated_saving_bytes: int | None  # baseline simulation's peak minus the knob's
+    simulated_baseline_bytes: int | None  # that peak in the baseline simulation
+    applied: list[str]  # what a code knob covered, or that it did not
+    note: str  # why there is no figure, or what to read into it
+
+
 class AdviseResult(TypedDict):
     device: int
     peak_active_bytes: int
@@ -563,6 +578,7 @@ class AdviseResult(TypedDict):
     replays: list[AdviceReplay]
     findings: list[Finding]  # largest bytes first
     notes: list[str]
+    checks: list[AdviceCheck]  # with --script: the findings a knob tests, simulated
 
 
 # --- ranks -------------------------------------------------------------------------------------

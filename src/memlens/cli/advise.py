@@ -7,6 +7,7 @@ the replays and hands them in (docs/architecture.md, "memlens advise").
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -33,6 +34,16 @@ def check(options: Mapping[str, Any]) -> None:
         raise MemlensError("--ranks must be at least 1")
     if options.get("device_memory") is not None:
         parse_bytes(options["device_memory"])
+    if options.get("script") is not None:
+        from memlens.planning.verify import split_script
+        from memlens.simulation.gpus import gpu_preset
+
+        path, _ = split_script(options["script"])
+        if not os.path.isfile(path):
+            raise MemlensError(f"--script: no such script: {path}")
+        gpu_preset(options.get("gpu"))
+    elif options.get("gpu") is not None:
+        raise MemlensError("--gpu is the card of the --script simulation: give --script too")
 
 
 def oom_capacity(dev: DeviceTrace) -> int | None:
@@ -76,9 +87,21 @@ def advise(
     what_if: Sequence[str] | None = None,
     device_memory: str | int | None = None,
     hide_patterns: Sequence[str] | None = None,
+    script: str | None = None,
+    gpu: str | None = None,
 ) -> AdviseResult:
-    """`memlens advise`: analysis.advise.advise with the allocator replays of `dev`."""
+    """`memlens advise`: analysis.advise.advise with the allocator replays of `dev`; with
+    `script` ('SCRIPT ARGS'), each finding a knob answers simulated (planning.verify)."""
     runs = replays(dev, tuple(what_if or WHAT_IFS))
     total = None if device_memory is None else parse_bytes(device_memory)
-    return advise_findings(dev, replays=runs, top=top, ranks=ranks, device_memory=total,
-                           hide_patterns=hide_patterns)  # fmt: skip
+    result = advise_findings(dev, replays=runs, top=top, ranks=ranks, device_memory=total,
+                             hide_patterns=hide_patterns)  # fmt: skip
+    if script is not None:
+        from memlens.cli.options import status
+        from memlens.planning.verify import verify
+
+        result["checks"] = verify(
+            result, runs, script, gpu, jobs=os.cpu_count() or 1,
+            progress=lambda line: status(f"memlens: advise: {line}", err=True),
+        )  # fmt: skip
+    return result

@@ -212,19 +212,23 @@ def _patch_sdpa(patches: Patches, counts: Counts, backend: str) -> None:
         enable(name == backend)
         patches.on_restore(lambda enable=enable, saved=saved: enable(saved))
 
-    def ignored(what: str) -> Callable[..., Any]:
+    def ignore(owner: Any, what: str) -> None:
+        original = getattr(owner, what)
+
         def call(*args: Any, **kwargs: Any) -> Any:
             counts.overridden[what] += 1
             return _Null()
 
-        return call
+        # torch._dynamo reads sdpa_kernel.__wrapped__ when it is first imported
+        call.__wrapped__ = getattr(original, "__wrapped__", original)  # type: ignore[attr-defined]
+        patches.set(owner, what, call)
 
     import torch.nn.attention as attention
 
-    patches.set(attention, "sdpa_kernel", ignored("sdpa_kernel"))
+    ignore(attention, "sdpa_kernel")
     for name in ("enable_flash_sdp", "enable_mem_efficient_sdp", "enable_math_sdp",
                  "enable_cudnn_sdp", "sdp_kernel"):  # fmt: skip
-        patches.set(cuda, name, ignored(name))
+        ignore(cuda, name)
 
 
 class _Null:

@@ -43,5 +43,18 @@ def render_advise(result: AdviseResult, options: Mapping[str, Any] = NO_OPTIONS)
             f"   covers: {f['covers']}",
         ]
         lines += sites_lines(f["sites"], "     ")
+    if result["checks"]:
+        lines.append("checked by simulating the script (the finding's estimate vs the "
+                     "simulated saving at the peak):")  # fmt: skip
+        for c in result["checks"]:
+            head = f"  {c['finding'] + 1}. {c['kind']}: predicted {fb(c['predicted_bytes'])}"
+            if c["simulated_saving_bytes"] is not None:
+                head += (f", simulated {fb(c['simulated_saving_bytes'])} with {c['knob']} "
+                         f"(peak {c['compared']}, baseline "
+                         f"{fb(c['simulated_baseline_bytes'] or 0)})")  # fmt: skip
+            elif c["knob"] is not None:
+                head += f", {c['knob']} not measured"
+            lines.append(head + (f": {c['note']}" if c["note"] else ""))
+            lines += [f"     {a}" for a in c["applied"]]
     lines += [f"note: {n}" for n in result["notes"]]
     return "\n".join(lines)
