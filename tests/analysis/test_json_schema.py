@@ -32,7 +32,7 @@ from memlens.agents.results import Capabilities
 from memlens.analysis import registry
 from memlens.analysis import results as R
 from memlens.fleet.results import FleetResult
-from memlens.planning.plan import PlanResult
+from memlens.planning.results import PlanResult
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "json-schema.md"
 

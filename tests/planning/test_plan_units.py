@@ -7,8 +7,8 @@ import pytest
 from memlens.errors import MemlensError
 from memlens.planning.fit import fit
 from memlens.planning.plan import Setup
-from memlens.planning.whatif import what_if_conf
 from memlens.planning.points import PointFigures, Sweep, cache_key, cached, grid, store, with_value
+from memlens.planning.whatif import what_if_conf
 
 MiB = 2**20
 

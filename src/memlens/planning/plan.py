@@ -6,12 +6,18 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, TypedDict
+from typing import Any
 
-from memlens.analysis.results import SiteChange
 from memlens.errors import MemlensError
 from memlens.planning.fit import Fit, fit, numeric
-from memlens.planning.points import PointFigures, Runner, Sweep, grid, with_value
+from memlens.planning.points import Runner, Sweep, point, sweep_figures, with_value
+from memlens.planning.results import (
+    PlanFindMax,
+    PlanFit,
+    PlanPoint,
+    PlanPrediction,
+    PlanResult,
+)
 from memlens.simulation.gpus import gpu_preset
 from memlens.units import parse_bytes
 
@@ -20,94 +26,6 @@ from memlens.units import parse_bytes
 # lazy module loading (total minus torch.cuda.mem_get_info()'s free in a fresh process).
 # An assumption, not a measurement of the user's card: --reserve replaces it.
 DEFAULT_RESERVE = 512 * 2**20
-
-
-class PlanPoint(TypedDict):
-    values: dict[str, str]  # swept argument -> its value at this point
-    argv: list[str]  # the script's arguments at this point
-    peak_active_bytes: int
-    peak_reserved_bytes: int
-    oom: bool  # the script ran out of the usable memory (peaks are up to the OOM)
-    fits: bool | None  # ran to the end within the usable memory; None: no capacity given
-    error: str | None  # the script failed for another reason
-    cached: bool
-
-
-class PlanFit(TypedDict):
-    args: list[str]
-    constant_bytes: float
-    linear_bytes: list[float]  # per argument, bytes per unit
-    quadratic_bytes: list[float]  # per argument, bytes per unit squared
-    max_residual_bytes: float
-    points: int
-    largest_fitting: float | None  # one argument: the model's largest value within usable
-
-
-class PlanPrediction(TypedDict):
-    values: dict[str, float]
-    peak_reserved_bytes: float
-    peak_active_bytes: float  # from fit_active
-    extrapolated: bool
-
-
-class PlanFindMax(TypedDict):
-    arg: str
-    lo: int
-    hi: int
-    largest_fitting: int | None  # None: even `lo` does not fit
-    simulations: int  # simulations run (cached points not counted)
-    probes: list[PlanPoint]  # in the order probed
-
-
-class PlanWhatIf(TypedDict):
-    setting: str  # added to PYTORCH_CUDA_ALLOC_CONF, or a code knob (simulation.knobs)
-    kind: str  # "allocator" or "code"
-    points: list[PlanPoint]  # the sweep's points, in the same order, under `setting`
-    active_change_bytes: list[int]  # per point: its peak active minus the baseline's
-    reserved_change_bytes: list[int]  # per point: its peak reserved minus the baseline's
-    applied: list[list[str]]  # per point: what a code knob covered, or that it did not
-
-
-class PlanKnobRow(TypedDict):
-    setting: str
-    kind: str
-    peak_active_bytes: int
-    peak_reserved_bytes: int
-    reserved_saving_bytes: int  # the baseline's peak reserved minus this one
-    reserved_saving_pct: float | None  # of the baseline's (None: baseline 0)
-    active_saving_bytes: int
-    active_saving_pct: float | None
-    oom: bool
-    fits: bool | None
-    error: str | None
-    applied: list[str]
-    sites: list[SiteChange]  # a = baseline, b = with the knob; largest |change| first
-
-
-class PlanKnobTable(TypedDict):
-    point: int  # index in `points`: the one with the largest baseline peak reserved
-    values: dict[str, str]
-    baseline_peak_active_bytes: int
-    baseline_peak_reserved_bytes: int
-    rows: list[PlanKnobRow]  # largest reserved saving first; failed what-ifs last
-
-
-class PlanResult(TypedDict):
-    schema: int
-    script: str
-    gpu: str
-    capacity_bytes: int | None  # the card's memory; None: unlimited
-    reserve_bytes: int
-    usable_bytes: int | None  # capacity minus reserve: what PyTorch may reserve
-    points: list[PlanPoint]
-    largest_fitting: dict[str, str] | None  # one swept argument: its largest fitting value
-    fit: PlanFit | None  # of peak reserved
-    fit_active: PlanFit | None  # of peak active (no allocator rounding or caching in it)
-    predictions: list[PlanPrediction]
-    find_max: PlanFindMax | None
-    what_ifs: list[PlanWhatIf]
-    knob_table: PlanKnobTable | None  # with --what-if: which knob saves most, and where
-    simulations: int
 
 
 @dataclass
@@ -138,36 +56,6 @@ class Setup:
         """run_script's options (JSON-able: they are part of the cache key)."""
         conf = os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "") if alloc_conf is None else alloc_conf
         return {"gpu": self.gpu, "device_memory": self.usable, "alloc_conf": conf}
-
-
-def _point(values: dict[str, str], argv: list[str], f: PointFigures, cached: bool,
-           usable: int | None) -> PlanPoint:  # fmt: skip
-    ran = f["error"] is None
-    return {
-        "values": values,
-        "argv": argv,
-        "peak_active_bytes": f["peak_active_bytes"],
-        "peak_reserved_bytes": f["peak_reserved_bytes"],
-        "oom": f["oom"],
-        "fits": None if usable is None or not ran else not f["oom"],
-        "error": f["error"],
-        "cached": cached,
-    }
-
-
-def sweep_figures(runner: Runner, args: Sequence[str], sweeps: Sequence[Sweep],
-                  usable: int | None) -> list[tuple[PlanPoint, PointFigures]]:  # fmt: skip
-    """Each point of the sweep with the figures it came from (call sites, knobs)."""
-    points = grid(args, sweeps)
-    labels = [" ".join(f"{k}={v}" for k, v in values.items()) for values, _ in points]
-    results = runner.run([argv for _, argv in points], labels)
-    return [(_point(v, a, f, c, usable), f)
-            for (v, a), (f, c) in zip(points, results, strict=True)]  # fmt: skip
-
-
-def sweep(runner: Runner, args: Sequence[str], sweeps: Sequence[Sweep],
-          usable: int | None) -> list[PlanPoint]:  # fmt: skip
-    return [p for p, _ in sweep_figures(runner, args, sweeps, usable)]
 
 
 def largest_fitting(sweeps: Sequence[Sweep], points: Sequence[PlanPoint]) -> dict[str, str] | None:
@@ -254,7 +142,7 @@ def find_max(runner: Runner, args: Sequence[str], arg: str, lo: int, hi: int,
     def fits(value: int) -> bool:
         argv = with_value(args, arg, str(value))
         ((figures, cached),) = runner.run([argv], [f"{arg}={value}"])
-        probes.append(_point({arg: str(value)}, argv, figures, cached, usable))
+        probes.append(point({arg: str(value)}, argv, figures, cached, usable))
         if figures["error"] is not None:
             raise MemlensError(f"{' '.join(argv)}: {figures['error']}")
         return not figures["oom"]
@@ -292,7 +180,7 @@ def plan(script: str, args: Sequence[str], *, sweeps: Sequence[Sweep] = (), setu
         check_find(setup.usable, find[1], find[2])
     ran = sweep_figures(runner, args, sweeps, setup.usable) if sweeps or not find else []
     points = [p for p, _ in ran]
-    done = what_ifs(setup, runner, args, sweeps, ran, knobs) if points else []
+    done = what_ifs(setup.usable, runner, args, sweeps, ran, knobs) if points else []
     model = fit_points(sweeps, points) if sweeps else None
     active = fit_points(sweeps, points, "peak_active_bytes") if sweeps else None
     result: PlanResult = {

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, TypedDict
 
 from memlens.errors import MemlensError
+from memlens.planning.results import PlanPoint
 from memlens.planning.sites import PeakSite, peak_sites
 from memlens.snapshot.store.cache import cache_root
 
@@ -241,3 +242,28 @@ class Runner:
     def _say(self, line: str) -> None:
         if self.progress is not None:
             self.progress(line)
+
+
+def point(values: dict[str, str], argv: list[str], f: PointFigures, cached: bool,
+           usable: int | None) -> PlanPoint:  # fmt: skip
+    ran = f["error"] is None
+    return {
+        "values": values,
+        "argv": argv,
+        "peak_active_bytes": f["peak_active_bytes"],
+        "peak_reserved_bytes": f["peak_reserved_bytes"],
+        "oom": f["oom"],
+        "fits": None if usable is None or not ran else not f["oom"],
+        "error": f["error"],
+        "cached": cached,
+    }
+
+
+def sweep_figures(runner: Runner, args: Sequence[str], sweeps: Sequence[Sweep],
+                  usable: int | None) -> list[tuple[PlanPoint, PointFigures]]:  # fmt: skip
+    """Each point of the sweep with the figures it came from (call sites, knobs)."""
+    points = grid(args, sweeps)
+    labels = [" ".join(f"{k}={v}" for k, v in values.items()) for values, _ in points]
+    results = runner.run([argv for _, argv in points], labels)
+    return [(point(v, a, f, c, usable), f)
+            for (v, a), (f, c) in zip(points, results, strict=True)]  # fmt: skip

@@ -28,7 +28,7 @@ def peak_sites(dev: DeviceTrace) -> list[PeakSite]:
     _, side = sites_at_peak(dev, None)
     return [
         {"key": key_text(key), "site": frame_label(dev.snapshot, f),
-         **frame_dict(dev.snapshot, f), "bytes": b, "count": c}  # type: ignore[typeddict-item]
+         **frame_dict(dev.snapshot, f), "bytes": b, "count": c}
         for key, (b, c, f) in side.items()
     ]  # fmt: skip
 

@@ -19,12 +19,12 @@ from collections.abc import Callable, Sequence
 
 from memlens.analysis.results import AdviceCheck, AdviceReplay, AdviseResult, Finding
 from memlens.errors import MemlensError
-from memlens.planning.plan import PlanKnobRow, Setup, plan
+from memlens.planning.plan import Setup, plan
+from memlens.planning.results import PlanKnobRow
 
 SDPA_KNOB = "sdpa=efficient"  # runs in fp32 too, unlike flash
 NO_KNOB = {
-    "sharding": "no knob: sharding needs the multi-GPU simulation (fsdp2=N / ddp=N), not "
-    "built yet",
+    "sharding": "no knob: sharding needs the multi-GPU simulation (fsdp2=N / ddp=N), not built yet",
     "leak": "no knob: memory kept alive between steps is a change to the code",
 }
 

@@ -8,15 +8,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from memlens.errors import MemlensError
-from memlens.planning.plan import (
-    PlanKnobRow,
-    PlanKnobTable,
-    PlanPoint,
-    PlanWhatIf,
-    Setup,
-    sweep_figures,
-)
-from memlens.planning.points import PointFigures, Runner, Sweep
+from memlens.planning.points import PointFigures, Runner, Sweep, sweep_figures
+from memlens.planning.results import PlanKnobRow, PlanKnobTable, PlanPoint, PlanWhatIf
 from memlens.planning.sites import site_changes
 
 # Shorthands for --what-if: a bare key means switching it on.
@@ -74,14 +67,14 @@ def knob_runner(runner: Runner, knob: str) -> tuple[Runner, str, str]:
     return Runner(runner.script, options, runner.jobs, runner.use_cache, progress), setting, kind
 
 
-def what_ifs(setup: Setup, runner: Runner, args: Sequence[str], sweeps: Sequence[Sweep],
+def what_ifs(usable: int | None, runner: Runner, args: Sequence[str], sweeps: Sequence[Sweep],
              baseline: Ran, knobs: Sequence[str]) -> list[tuple[PlanWhatIf, Ran]]:  # fmt: skip
     """Each knob: the sweep again with it, and the change at the peak of every point."""
     out: list[tuple[PlanWhatIf, Ran]] = []
     base = [p for p, _ in baseline]
     for knob in knobs:
         other, setting, kind = knob_runner(runner, knob)
-        ran = sweep_figures(other, args, sweeps, setup.usable)
+        ran = sweep_figures(other, args, sweeps, usable)
         runner.simulated += other.simulated
         points = [p for p, _ in ran]
         entry: PlanWhatIf = {

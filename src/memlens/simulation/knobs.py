@@ -25,6 +25,7 @@ Imports torch: only the simulated process (a plan worker) imports this module.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import re
 from collections import Counter
@@ -201,7 +202,7 @@ def _patch_zero_grad(patches: Patches, counts: Counts, set_to_none: bool) -> Non
 
 def _patch_sdpa(patches: Patches, counts: Counts, backend: str) -> None:
     cuda = torch.backends.cuda
-    flags = {
+    flags: dict[str, tuple[Callable[[], bool], Callable[[bool], None]]] = {
         "flash": (cuda.flash_sdp_enabled, cuda.enable_flash_sdp),
         "efficient": (cuda.mem_efficient_sdp_enabled, cuda.enable_mem_efficient_sdp),
         "math": (cuda.math_sdp_enabled, cuda.enable_math_sdp),
@@ -210,7 +211,7 @@ def _patch_sdpa(patches: Patches, counts: Counts, backend: str) -> None:
     for name, (get, enable) in flags.items():
         saved = get()
         enable(name == backend)
-        patches.on_restore(lambda enable=enable, saved=saved: enable(saved))
+        patches.on_restore(functools.partial(enable, saved))
 
     def ignore(owner: Any, what: str) -> None:
         original = getattr(owner, what)
@@ -287,8 +288,10 @@ class Applied:
         over = self.counts.overridden
         if not over:
             return ""
-        return "; the script's own " + ", ".join(f"{k} x{n}" for k, n in sorted(over.items())) + (
-            " overridden"
+        return (
+            "; the script's own "
+            + ", ".join(f"{k} x{n}" for k, n in sorted(over.items()))
+            + (" overridden")
         )
 
 
@@ -313,7 +316,7 @@ def applied(specs: Sequence[str]) -> Iterator[Applied]:
                 return calls(module, *args, **kwargs)
 
             patches.set(torch.nn.Module, "__call__", __call__)
-        forced = {k: BOOLS[by[k]] for k in ("foreach", "fused") if k in by}
+        forced: dict[str, bool] = {k: BOOLS[by[k]] for k in ("foreach", "fused") if k in by}
         if forced:
             _patch_optimizers(patches, out.counts, forced)
         if "zero_grad" in by:
