@@ -196,22 +196,28 @@ class Runner:
     simulated: int = 0
 
     def run(
-        self, argvs: Iterable[list[str]], labels: Sequence[str] | None = None
+        self,
+        argvs: Iterable[list[str]],
+        labels: Sequence[str] | None = None,
+        options: Sequence[dict[str, Any]] | None = None,
     ) -> list[tuple[PointFigures, bool]]:
         """(figures, from the cache) for each argv, in order; `labels` name the points in
-        the progress lines (default: the argv)."""
+        the progress lines (default: the argv); `options`, one per argv, replace the
+        runner's (the what-ifs of a plan share one pool)."""
         argvs = list(argvs)
         names = list(labels) if labels is not None else [" ".join(a) for a in argvs]
+        each = list(options) if options is not None else [self.options] * len(argvs)
         # The call sites are not part of the key: an entry stored with them serves a run
         # without; one stored without is simulated again when they are wanted.
-        wants_sites = bool(self.options.get("sites"))
-        keyed = {k: v for k, v in self.options.items() if k != "sites"}
-        keys = [cache_key(self.script, a, keyed) for a in argvs]
+        keys = [
+            cache_key(self.script, a, {k: v for k, v in o.items() if k != "sites"})
+            for a, o in zip(argvs, each, strict=True)
+        ]
         out: list[tuple[PointFigures, bool] | None] = [None] * len(argvs)
         todo = []
         for i, key in enumerate(keys):
             hit = cached(key) if self.use_cache else None
-            if hit is not None and wants_sites and not hit["sites"]:
+            if hit is not None and each[i].get("sites") and not hit["sites"]:
                 hit = None
             if hit is not None:
                 out[i] = (hit, True)
@@ -223,7 +229,7 @@ class Runner:
         if todo:
             # multiprocessing's Pool, not ProcessPoolExecutor: its max_tasks_per_child is
             # Python 3.11+, and a fresh process per point is the point (see _context).
-            jobs = [(i, self.script, argvs[i], self.options) for i in todo]
+            jobs = [(i, self.script, argvs[i], each[i]) for i in todo]
             workers = max(1, min(self.jobs, len(todo)))
             with _context().Pool(workers, maxtasksperchild=1) as pool:
                 started = time.monotonic()

@@ -6,9 +6,10 @@ script's run, e.g. `checkpoint=Block`, `autocast=bf16`)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from memlens.errors import MemlensError
-from memlens.planning.points import PointFigures, Runner, Sweep, sweep_figures
+from memlens.planning.points import PointFigures, Runner, Sweep, grid, point
 from memlens.planning.results import PlanKnobRow, PlanKnobTable, PlanPoint, PlanWhatIf
 from memlens.planning.sites import site_changes
 
@@ -52,30 +53,33 @@ def check_knob(knob: str) -> None:
         what_if_conf("", knob)
 
 
-def knob_runner(runner: Runner, knob: str) -> tuple[Runner, str, str]:
-    """(a runner with the knob in its options, the setting as reported, its kind)."""
-    base = runner.options["alloc_conf"]
+def knob_options(options: dict[str, Any], knob: str) -> tuple[dict[str, Any], str, str]:
+    """(the run's options with the knob, the setting as reported, its kind)."""
+    base = options["alloc_conf"]
     if is_code(knob):
-        options = {**runner.options, "knobs": [knob.strip()]}
-        setting, kind = knob.strip(), "code"
-    else:
-        conf = what_if_conf(base, knob)
-        options = {**runner.options, "alloc_conf": conf}
-        setting, kind = (conf[len(base) + 1 :] if base else conf), "allocator"
-    say = runner.progress
-    progress = None if say is None else (lambda line: say(f"what-if {setting}: {line}"))
-    return Runner(runner.script, options, runner.jobs, runner.use_cache, progress), setting, kind
+        return {**options, "knobs": [knob.strip()]}, knob.strip(), "code"
+    conf = what_if_conf(base, knob)
+    return {**options, "alloc_conf": conf}, (conf[len(base) + 1 :] if base else conf), "allocator"
 
 
 def what_ifs(usable: int | None, runner: Runner, args: Sequence[str], sweeps: Sequence[Sweep],
              baseline: Ran, knobs: Sequence[str]) -> list[tuple[PlanWhatIf, Ran]]:  # fmt: skip
-    """Each knob: the sweep again with it, and the change at the peak of every point."""
-    out: list[tuple[PlanWhatIf, Ran]] = []
+    """Each knob: the sweep again with it, and the change at the peak of every point. All
+    knobs' points go to the pool at once (one knob at one point would use one process)."""
+    grid_points = grid(args, sweeps)
+    labels = [" ".join(f"{k}={v}" for k, v in values.items()) for values, _ in grid_points]
+    runs = [knob_options(runner.options, knob) for knob in knobs]
+    results = runner.run(
+        [argv for _ in runs for _, argv in grid_points],
+        [f"what-if {setting}: {label}".rstrip(": ") for _, setting, _ in runs for label in labels],
+        [options for options, _, _ in runs for _ in grid_points],
+    )
     base = [p for p, _ in baseline]
-    for knob in knobs:
-        other, setting, kind = knob_runner(runner, knob)
-        ran = sweep_figures(other, args, sweeps, usable)
-        runner.simulated += other.simulated
+    out: list[tuple[PlanWhatIf, Ran]] = []
+    for k, (_, setting, kind) in enumerate(runs):
+        mine = results[k * len(grid_points) : (k + 1) * len(grid_points)]
+        ran = [(point(v, a, f, c, usable), f)
+               for (v, a), (f, c) in zip(grid_points, mine, strict=True)]  # fmt: skip
         points = [p for p, _ in ran]
         entry: PlanWhatIf = {
             "setting": setting,

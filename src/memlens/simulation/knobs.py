@@ -94,7 +94,6 @@ class Counts:
     checkpointed: Counter[str] = field(default_factory=Counter)  # class -> calls
     autocast_calls: int = 0
     optimizers: dict[int, str] = field(default_factory=dict)  # id -> class, option applied
-    optimizers_without: set[str] = field(default_factory=set)  # classes lacking the option
     zero_grad_calls: int = 0
     overridden: Counter[str] = field(default_factory=Counter)  # the script's own settings
 
@@ -163,8 +162,7 @@ def _patch_optimizers(patches: Patches, counts: Counts, forced: dict[str, bool])
             continue
         sig = inspect.signature(init)
         params = {k: v for k, v in forced.items() if k in sig.parameters}
-        if not params:
-            counts.optimizers_without.add(cls.__name__)
+        if not params:  # LBFGS, SparseAdam, ...: nothing to force
             continue
         # forcing one of them on turns the other off (both on is an error in torch)
         for on in [k for k, v in params.items() if v]:
