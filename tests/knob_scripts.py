@@ -26,7 +26,7 @@ else:
     for _ in range(args.steps):
         model(x).float().sum().backward()
         opt.step()
-        opt.zero_grad()
+        opt.zero_grad(set_to_none=True)  # a keyword, as scripts often write it
 """
 
 # Four 1 MiB parameters with 1 MiB gradients, one Adam step: exp_avg and exp_avg_sq are

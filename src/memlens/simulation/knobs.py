@@ -187,13 +187,16 @@ def _forced_init(init: Callable[..., Any], sig: inspect.Signature, params: dict[
     return __init__
 
 
-def _patch_zero_grad(patches: Patches, counts: Counts, set_to_none: bool) -> None:
+def _patch_zero_grad(patches: Patches, counts: Counts, forced: bool) -> None:
     for owner in (torch.optim.Optimizer, torch.nn.Module):
         original = vars(owner)["zero_grad"]
 
-        def zero_grad(self: Any, set_to_none_: bool = True, *, _orig: Any = original) -> None:
+        # the script's own set_to_none (positional or keyword) is taken and ignored
+        def zero_grad(self: Any, set_to_none: bool = True, *, _orig: Any = original) -> None:
             counts.zero_grad_calls += 1
-            _orig(self, set_to_none)
+            if set_to_none != forced:
+                counts.overridden[f"set_to_none={set_to_none}"] += 1
+            _orig(self, forced)
 
         patches.set(owner, "zero_grad", zero_grad)
 
@@ -278,8 +281,9 @@ class Applied:
             return f"{knob.spec}: {len(c.optimizers)} optimizers ({names})" + self._ignored()
         if not c.zero_grad_calls:
             return f"{knob.spec}: not applied: zero_grad was never called"
-        return f"{knob.spec}: {c.zero_grad_calls} zero_grad calls with set_to_none=" + str(
-            ZERO_GRAD[knob.value]
+        forced = ZERO_GRAD[knob.value]
+        return f"{knob.spec}: {c.zero_grad_calls} zero_grad calls with set_to_none={forced}" + (
+            self._ignored()
         )
 
     def _ignored(self) -> str:
