@@ -5,12 +5,13 @@ CNN), never on a forward pass or torch.compile's autotuner; used by stages and l
 from __future__ import annotations
 
 import pytest
-from analysis_snapshots import training_snapshot
+from analysis_snapshots import ann, training_snapshot
 
 import memlens
 from memlens.analysis.inferred_steps import inferred_stages, user_marks_steps
 from memlens.analysis.leaks import leaks
-from memlens.analysis.stages import stage_intervals, stage_table
+from memlens.analysis.stages import stage_intervals, stage_table, stages_output
+from memlens.views.text.stages import render_stages
 
 
 def spans(dev):
@@ -112,3 +113,79 @@ def test_no_steps_in_a_forward_pass_or_the_autotuner(shared_snapshots_dir, name)
     dev = _real(shared_snapshots_dir, name)
     assert inferred_stages(dev) == []
     assert not any(s["inferred"] for s in stage_intervals(dev))
+
+
+def test_annotated_ranges_nest_inside_inferred_steps():
+    snap = training_snapshot()
+    # no step annotations; times 1000 + t, events as in analysis_snapshots: e8 (t70) is the
+    # optimizer call, e9 (t110) starts step 2, e12-e14 are t130-t140
+    snap["external_annotations"] = [
+        ann("epoch", "START", 0), ann("Optimizer.step#Adam.step", "START", 65),
+        ann("Optimizer.step#Adam.step", "END", 75),
+        ann("Optimizer.zero_grad#Adam.zero_grad", "START", 100),
+        ann("Optimizer.zero_grad#Adam.zero_grad", "END", 105),
+        ann("loss", "START", 125), ann("loss", "END", 145), ann("epoch", "END", 180),
+    ]  # fmt: skip
+    dev = memlens.load(snap).device(0)
+    got = [(s["index"], s["name"], s["depth"], s["parent"], s["first_event"], s["last_event"],
+            s["inferred"], s["crosses"]) for s in stage_intervals(dev)]  # fmt: skip
+    assert got == [
+        # epoch (events 0..19) holds step 1 whole and crosses step 2 (9..21)
+        (0, "epoch", 0, None, 0, 19, False, True),
+        (1, "step#1", 1, 0, 0, 8, True, False),
+        (2, "forward", 2, 1, 0, 3, True, False),
+        (3, "backward", 2, 1, 4, 6, True, False),
+        (4, "optimizer", 2, 1, 8, 8, True, False),
+        # the same events as the optimizer phase: inside it
+        (5, "Optimizer.step#Adam.step", 3, 4, 8, 8, False, False),
+        (6, "step#2", 0, None, 9, 21, True, True),
+        (7, "forward", 1, 6, 9, 13, True, True),
+        # no events, at step 2's first: in what starts there
+        (8, "Optimizer.zero_grad#Adam.zero_grad", 2, 7, 9, 8, False, False),
+        # inside step 2 (not under epoch, which does not hold step 2); crosses two phases
+        (9, "loss", 1, 6, 12, 14, False, True),
+        (10, "backward", 1, 6, 14, 18, True, True),
+    ]
+    # the text of `memlens stages` indents by the same depth
+    text = render_stages(stages_output(dev, top=0))
+    assert "\n        Optimizer.step#Adam.step " in text  # depth 3, after the 2-space margin
+    assert "\n    loss (crosses) " in text
+
+
+def test_wedson_optimizer_range_inside_its_inferred_step(shared_snapshots_dir):
+    dev = _real(shared_snapshots_dir, "wedson_medium_128_training")
+    got = [(s["name"], s["depth"], s["parent"], s["first_event"], s["last_event"])
+           for s in stage_intervals(dev)]  # fmt: skip
+    assert got == [
+        ("step#1", 0, None, 0, 19135),
+        ("forward", 1, 0, 0, 2793),
+        ("backward", 1, 0, 2794, 9935),
+        ("optimizer", 1, 0, 9938, 19135),
+        ("Optimizer.step#AdamW.step", 2, 3, 9938, 19135),
+    ]
+
+
+def test_the_viewer_strip_draws_the_same_tree():
+    from memlens.views.web.data import ViewerData
+
+    snap = training_snapshot()
+    snap["external_annotations"] = [
+        ann("Optimizer.step#Adam.step", "START", 65), ann("Optimizer.step#Adam.step", "END", 75),
+        ann("loss", "START", 125), ann("loss", "END", 145),
+    ]  # fmt: skip
+    spans = ViewerData._build_annotations(memlens.load(snap).device(0))["spans"]
+    # rows: a stage one below its parent; loss crosses forward (drawn t 1110..1130, the
+    # times of events 9 and 13), so it takes the row below; backward starts at 1140, after
+    # forward's end, on row 1 again (Optimizer.step's START 1065 is before its phase's
+    # first event, 1070: nesting is by events, not by drawn times)
+    assert [(s["name"], s["t0"], s["t1"], s["depth"]) for s in spans] == [
+        ("step#1", 1010, 1070, 0),
+        ("forward", 1010, 1030, 1),
+        ("backward", 1040, 1050, 1),
+        ("optimizer", 1070, 1070, 1),
+        ("Optimizer.step#Adam.step", 1065, 1075, 2),
+        ("step#2", 1110, 1200, 0),
+        ("forward", 1110, 1130, 1),
+        ("loss", 1125, 1145, 2),
+        ("backward", 1140, 1170, 1),
+    ]

@@ -28,8 +28,8 @@ events, plus one regex per distinct frame (memoized per device).
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
-from typing import NamedTuple
+from collections.abc import Mapping, Sequence
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -98,6 +98,12 @@ def _spans(runs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     first = ev[np.r_[0, edge]]
     last = ev[np.r_[edge - 1, len(ev) - 1]]
     return first, last
+
+
+def is_inferred_step(stage: Mapping[str, Any]) -> bool:
+    """Is this stage_intervals row an inferred step (not a phase, not annotated)? Its depth
+    does not tell: an annotated range may hold it (stage_nesting)."""
+    return bool(stage["inferred"]) and stage["base_name"] == STEP
 
 
 def user_marks_steps(names: Sequence[str]) -> bool:

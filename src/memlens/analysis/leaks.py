@@ -15,6 +15,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from memlens.analysis.events import rows_allocated_in
+from memlens.analysis.inferred_steps import is_inferred_step
 from memlens.analysis.results import (
     LeakGroup,
     LeaksResult,
@@ -57,7 +58,7 @@ def leaks(
     for s in table["stages"]:
         if stage is not None and stage not in s["name"]:
             continue
-        if s["inferred"] and s["depth"] > 0:  # an inferred step's phases: the step will do
+        if s["inferred"] and not is_inferred_step(s):  # a step's phases: the step will do
             continue
         groups.setdefault(s["base_name"], []).append(s)
     min_count = 1 if stage is not None else 2
@@ -136,7 +137,7 @@ def leaks(
                 "grew": grew,
             }
         )
-    inferred_steps = sum(s["inferred"] and s["depth"] == 0 for s in table["stages"])
+    inferred_steps = sum(is_inferred_step(s) for s in table["stages"])
     if not out and inferred_steps == 1:
         notes.append(
             "one training step in this trace (inferred): leaks show across two or more "

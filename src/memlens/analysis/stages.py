@@ -34,7 +34,7 @@ from memlens.analysis.events import (
     window_max,
     window_sums,
 )
-from memlens.analysis.inferred_steps import inferred_stages, user_marks_steps
+from memlens.analysis.inferred_steps import STEP, inferred_stages, user_marks_steps
 from memlens.analysis.results import (
     NetSite,
     RepeatedStage,
@@ -46,6 +46,7 @@ from memlens.analysis.results import (
     StepRow,
 )
 from memlens.analysis.sites import net_sites
+from memlens.analysis.stage_nesting import nest
 from memlens.analysis.stage_pairing import NO_END, NO_START, pair_loop, pair_nested
 from memlens.snapshot.model import DeviceTrace
 
@@ -109,31 +110,17 @@ def _interval_columns(dev: DeviceTrace, inferred: bool = True) -> list[Any] | No
         return cols
     rows = [list(r) for r in zip(*cols)] if cols else []
     times = dev.monotonic_time_us if has_time(dev) else None
+    inferred_rows: list[list[Any]] = []
     step_row = -1
     for s in steps:
-        step_row = len(rows) if s.depth == 0 else step_row
+        step_row = len(inferred_rows) if s.depth == 0 else step_row
         t0 = int(times[s.first_event]) if times is not None else None
         t1 = int(times[s.last_event]) if times is not None and not s.open_end else None
-        rows.append([len(rows), s.name, base_name(s.name), 0, s.depth,
-                     None if s.depth == 0 else step_row, t0, t1, False, s.open_end, False,
-                     True, s.first_event - 1, s.first_event, s.last_event])  # fmt: skip
-    # by start; an inferred step before its first phase; each list keeps its order otherwise
-    index, name, occurrence, depth, parent, inf, start = (
-        _COL[k] for k in ("index", "name", "occurrence", "depth", "parent", "inferred",
-                          "start_event")
-    )  # fmt: skip
-    order = sorted(
-        range(len(rows)), key=lambda i: (rows[i][start], rows[i][depth] > 0 or not rows[i][inf])
-    )
-    new_index = {rows[i][index]: k for k, i in enumerate(order)}
-    seen: dict[str, int] = {}
-    merged = []
-    for k, i in enumerate(order):
-        r = rows[i]
-        r[index], r[parent] = k, None if r[parent] is None else new_index[r[parent]]
-        r[occurrence] = seen.get(r[name], 0)
-        seen[r[name]] = r[occurrence] + 1
-        merged.append(r)
+        inferred_rows.append([len(inferred_rows), s.name, base_name(s.name), 0, s.depth,
+                              None if s.depth == 0 else step_row, t0, t1, False, s.open_end,
+                              False, True, s.first_event - 1, s.first_event, s.last_event])  # fmt: skip
+    # one tree: an annotated range inside an inferred step is its child (stage_nesting)
+    merged = nest(rows, inferred_rows, _COL)
     return [list(c) for c in zip(*merged)]
 
 
@@ -226,7 +213,7 @@ def _stage_table(
         notes.append("this trace has no timestamps (time_us): annotations cannot be placed")
     cols_in = _interval_columns(dev) or [[] for _ in _INTERVAL_KEYS]
     n_steps = sum(
-        1 for s, d in zip(cols_in[_COL["inferred"]], cols_in[_COL["depth"]]) if s and not d
+        1 for s, b in zip(cols_in[_COL["inferred"]], cols_in[_COL["base_name"]]) if s and b == STEP
     )
     if n_steps:
         notes.append(

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from memlens.analysis.inferred_steps import is_inferred_step
 from memlens.analysis.results import StagesOutput
 from memlens.units import format_bytes as fb
 from memlens.views.text.lines import NO_OPTIONS, elide, signed_bytes, sites_lines, table_lines
@@ -29,7 +30,7 @@ def render_stages(result: StagesOutput, options: Mapping[str, Any] = NO_OPTIONS)
         label = "  " * s["depth"] + s["name"] + occurrence_suffix(s)
         if s.get("crosses"):  # overlaps a neighbour without nesting (not a child of it)
             label += " (crosses)"
-        if s.get("inferred") and s["depth"] == 0:  # its phases are under it
+        if is_inferred_step(s):  # its phases are under it
             label += " (inferred)"
         ev = (
             f"{s['first_event']}..{s['last_event']}"

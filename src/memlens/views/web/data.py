@@ -426,22 +426,24 @@ class ViewerData:
         if not stages or span is None:  # (stages exist only on a timed trace)
             return {"spans": [], "truncated": False}
         t_first, t_last = span
-        spans = []
-        for st in stages:
+        truncated = len(stages) > MAX_ANNOTATIONS
+        # the strip's row: one below the stage's parent (stage_intervals nests annotated and
+        # inferred stages in one tree, in pre-order), lower still while a span drawn on that
+        # row has not ended (ranges that cross share no row)
+        out: list[Span] = []
+        row_of: list[int] = []
+        row_end: list[int] = []
+        for st in stages[:MAX_ANNOTATIONS]:
             s0, s1 = st["start_time_us"], st["end_time_us"]  # never both None
             # a stage open at an edge of the ring buffer's window is drawn to that edge
             t0 = s0 if s0 is not None else t_first if s1 is None else min(t_first, s1)
             t1 = s1 if s1 is not None else max(t_last, t0)
-            spans.append((t0, t1, st))
-        spans.sort(key=lambda x: (x[0], -x[1]))
-        truncated = len(spans) > MAX_ANNOTATIONS
-        # the strip's row: how many drawn spans still cover the start (a stage that began
-        # before the trace covers what starts inside it, though no START was recorded)
-        out: list[Span] = []
-        ends: list[int] = []
-        for t0, t1, st in spans[:MAX_ANNOTATIONS]:
-            while ends and ends[-1] <= t0:
-                ends.pop()
+            row = 0 if st["parent"] is None else row_of[st["parent"]] + 1
+            while row < len(row_end) and row_end[row] > t0:
+                row += 1
+            row_end[len(row_end) : row + 1] = [t0] * (row + 1 - len(row_end))
+            row_end[row] = t1
+            row_of.append(row)
             out.append(
                 {
                     "name": st["name"],
@@ -449,11 +451,10 @@ class ViewerData:
                     "t1": t1,
                     "e0": st["first_event"],  # events e0..e1-1 are inside
                     "e1": st["last_event"] + 1,
-                    "depth": len(ends),
+                    "depth": row,
                     "inferred": st["inferred"],  # read from the trace, not annotated
                 }
             )
-            ends.append(t1)
         return {"spans": out, "truncated": truncated}
 
     # ---- /api/compare ---------------------------------------------------------------------------

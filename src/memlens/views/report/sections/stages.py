@@ -3,6 +3,7 @@ compared step by step."""
 
 from __future__ import annotations
 
+from memlens.analysis.inferred_steps import is_inferred_step
 from memlens.analysis.results import StageTable
 from memlens.analysis.stages import compare_steps, sites_that_grew, stage_table
 from memlens.views.report.context import ReportContext, Section, SectionUnavailable
@@ -28,7 +29,7 @@ def stages_section(ctx: ReportContext) -> str:
         name = ("\u2003" * int(s.get("depth") or 0)) + str(s["name"]) + occurrence_suffix(s)
         edge = (
             " (inferred)"
-            if s.get("inferred") and not s.get("depth")
+            if is_inferred_step(s)
             else " (began before the trace)"
             if s.get("open_start")
             else " (still open at the end)"
