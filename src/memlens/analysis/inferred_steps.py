@@ -15,8 +15,11 @@ backward events ends a step (runs closer than the shorter of the two are one bac
 Inside a step, phases: "forward" up to its first backward event, "backward" to its last
 backward event before the optimizer call, "optimizer" the call.
 
-A trace with neither (inference, a forward pass, torch.compile's autotuner benchmarking
-one kernel after another) has no inferred step: repetition alone is not taken for steps.
+A trace whose stacks show neither (inference, a forward pass, torch.compile's autotuner
+benchmarking one kernel after another) has no inferred step: its repetition is layers or
+benchmark runs. A trace recorded without stacks has only repetition to go on: steps are
+then the repeated allocation sequence of a loop in a steady state (repeated_steps), with
+no phases (`inferred_from` says which).
 
 Inferred stages are marked "inferred" and nest among themselves (a step at depth 0, its
 phases at depth 1). They are inferred only when the annotations hold no repeated stage
@@ -35,6 +38,7 @@ import numpy as np
 
 from memlens.analysis.events import memo, rows_allocated_in
 from memlens.analysis.matching import stack_matches
+from memlens.analysis.repeated_steps import repeated_steps, stackless
 from memlens.snapshot.model import DeviceTrace
 
 # Frame patterns (searched in "filename:line:name"); categories uses them too.
@@ -126,6 +130,18 @@ def inferred_stages(dev: DeviceTrace) -> list[InferredStage]:
     return memo(dev, "inferred_stages", lambda: _infer(dev))
 
 
+def inferred_from(dev: DeviceTrace) -> str:
+    """What the inferred steps of `dev` were read from, for the notes that present them."""
+    if stackless(dev):
+        return (
+            "the repetition of the allocation sequence alone (no stacks were recorded): "
+            "step#N (inferred), without phases"
+        )
+    return (
+        "the trace (optimizer calls, backward's autograd frames): step#N (inferred) and its phases"
+    )
+
+
 def _infer(dev: DeviceTrace) -> list[InferredStage]:
     n = dev.n_events
     if n == 0:
@@ -139,7 +155,10 @@ def _infer(dev: DeviceTrace) -> list[InferredStage]:
     else:
         b_first, b_last = _spans(bw_runs)
         if len(b_first) == 0:
-            return []
+            # without stacks, the repetition of the allocations (with stacks showing
+            # neither, this is no training loop)
+            rep = repeated_steps(dev) if stackless(dev) else []
+            return [InferredStage(f"{STEP}#{k + 1}", a, b, 0, o) for k, (a, b, o) in enumerate(rep)]
         # a backward interrupted briefly (a hook, a stackless stretch) is one backward
         keep = np.ones(len(b_first), bool)
         length = b_last - b_first + 1

@@ -34,7 +34,12 @@ from memlens.analysis.events import (
     window_max,
     window_sums,
 )
-from memlens.analysis.inferred_steps import STEP, inferred_stages, user_marks_steps
+from memlens.analysis.inferred_steps import (
+    STEP,
+    inferred_from,
+    inferred_stages,
+    user_marks_steps,
+)
 from memlens.analysis.results import (
     NetSite,
     RepeatedStage,
@@ -218,8 +223,7 @@ def _stage_table(
     if n_steps:
         notes.append(
             f"no step annotations: {n_steps} step{'s' if n_steps > 1 else ''} inferred from "
-            "the trace (optimizer calls, backward's autograd frames): step#N (inferred) and "
-            "its phases"
+            + inferred_from(dev)
         )
     if name:
         keep = [i for i, x in enumerate(cols_in[1]) if name in x]
