@@ -1,5 +1,6 @@
-"""Build the optional compiled snapshot reader, memlens.snapshot._fastreader, and the
-one-pass replay, memlens.snapshot._fastreplay.
+"""Build the optional compiled snapshot reader, memlens.snapshot._fastreader, the
+one-pass replay, memlens.snapshot._fastreplay, and the column cache's checksum,
+memlens.snapshot.store._checksum.
 
 Everything else about the package is in pyproject.toml, except one build step: the two
 docs the MCP server offers as resources (memlens.agents.resources) are copied into the
@@ -46,6 +47,13 @@ setup(
         Extension(
             "memlens.snapshot._fastreplay",
             sources=["src/memlens/snapshot/_fastreplay.c"],
+            extra_compile_args=["-O2"],
+            optional=True,
+        ),
+        # CRC-32C for the column cache's check (Python's zlib.crc32 when not built)
+        Extension(
+            "memlens.snapshot.store._checksum",
+            sources=["src/memlens/snapshot/store/_checksum.c"],
             extra_compile_args=["-O2"],
             optional=True,
         ),

@@ -93,7 +93,7 @@ def _replace_with_manifest(entry):
     np.save(path, arr)
 
     def fix(m):
-        m["columns"]["d0.stack"]["crc32"] = column_cache._crc32(path)
+        m["columns"]["d0.stack"].update(column_cache._checksum_of(path))
 
     _edit_meta(entry, fix)
 

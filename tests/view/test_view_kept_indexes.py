@@ -96,7 +96,7 @@ def test_tampered_or_stale_kept_indexes_are_rebuilt(generated, how):
         bad[0] = 10**9
         np.save(target, bad)
         meta = json.loads((kept / "meta.json").read_text())
-        meta["columns"]["live_rows"]["crc32"] = cache._crc32(target)
+        meta["columns"]["live_rows"].update(cache._checksum_of(target))
         (kept / "meta.json").write_text(json.dumps(meta))
     elif how == "parent":  # kept for another entry
         meta = json.loads((kept / "meta.json").read_text())

@@ -1,0 +1,6 @@
+"""Types of the compiled CRC-32C (_checksum.c)."""
+
+HARDWARE: int
+
+def crc32c(data: bytes | bytearray | memoryview, value: int = 0, /) -> int: ...
+def _software(data: bytes | bytearray | memoryview, value: int = 0, /) -> int: ...
