@@ -18,7 +18,7 @@ import numpy as np
 from memlens.errors import CacheError
 from memlens.snapshot.model import DeviceTrace
 from memlens.snapshot.store import cache
-from memlens.views.layout.index import LiveIndex, RangeArgmax
+from memlens.views.layout.index import IdentityLevel, LiveIndex, RangeArgmax
 
 # Bump whenever an index's construction or meaning changes.
 LAYOUT_FORMAT = 1
@@ -72,13 +72,13 @@ def load(dev: DeviceTrace) -> dict[str, Any] | None:
         return None
     n, n_rows = dev.n_events, dev.n_allocations
     sizes = _level_sizes(n)
-    first = np.arange(n, dtype=np.int64)  # level 0 of both pyramids (read only)
+    first = IdentityLevel(n)  # level 0 of both pyramids
 
-    def pyramid(flat: np.ndarray) -> list[np.ndarray]:
+    def pyramid(flat: np.ndarray) -> list[np.ndarray | IdentityLevel]:
         if len(flat) != sum(sizes) or not _within(flat, n):
             raise CacheError("a kept range-max pyramid does not fit the trace")
         ends = np.cumsum(sizes)
-        return [first] + [flat[e - s : e] for s, e in zip(sizes, ends)]
+        return [first, *(flat[e - s : e] for s, e in zip(sizes, ends))]
 
     step = int(got["live_step"][0]) if len(got["live_step"]) == 1 else 0
     offsets, live_rows = got["live_offsets"], got["live_rows"]
