@@ -80,12 +80,14 @@ def _npy_data(path: Path) -> tuple[np.ndarray, int]:
     return arr, path.stat().st_size - arr.nbytes  # header length
 
 
-@pytest.mark.parametrize("how", ["bytes", "consistent", "parent", "missing"])
+@pytest.mark.parametrize("how", ["bytes", "consistent", "parent", "missing", "free event"])
 def test_tampered_or_stale_kept_indexes_are_rebuilt(generated, how):
     fresh, data = answers(generated)
     data.warm()
     kept = kept_dir(data)
     target = kept / "live_rows.npy"
+    if how == "free event":  # a free event in size order past the trace, checksum matching
+        target, how = kept / "by_size_free_event.npy", "consistent"
     arr, header = _npy_data(target)
     if how == "bytes":  # a flipped value: the crc32 no longer matches
         with open(target, "r+b") as fh:
@@ -96,7 +98,7 @@ def test_tampered_or_stale_kept_indexes_are_rebuilt(generated, how):
         bad[0] = 10**9
         np.save(target, bad)
         meta = json.loads((kept / "meta.json").read_text())
-        meta["columns"]["live_rows"].update(cache._checksum_of(target))
+        meta["columns"][target.stem].update(cache._checksum_of(target))
         (kept / "meta.json").write_text(json.dumps(meta))
     elif how == "parent":  # kept for another entry
         meta = json.loads((kept / "meta.json").read_text())
