@@ -32,6 +32,12 @@ def test_hardware_and_table_agree_at_every_alignment_and_chain():
         for end in (len(data), len(data) - 3, start + 7):
             chunk = memoryview(data)[start:end]
             assert _checksum.crc32c(chunk) == _checksum._software(chunk)
+    # three blocks of 4096 side by side, then one stream: lengths around those edges
+    big = os.urandom(5 * 3 * 4096 + 29)
+    for n in (3 * 4096 - 1, 3 * 4096, 3 * 4096 + 1, 3 * 4096 + 8, 6 * 4096 + 7, len(big)):
+        for start in (0, 3):
+            chunk = memoryview(big)[start : start + n]
+            assert _checksum.crc32c(chunk) == _checksum._software(chunk), (n, start)
     # chained like zlib.crc32
     assert _checksum.crc32c(data[100:], _checksum.crc32c(data[:100])) == _checksum.crc32c(data)
 

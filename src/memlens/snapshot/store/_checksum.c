@@ -56,39 +56,83 @@ static uint32_t crc_software(uint32_t crc, const unsigned char *p, size_t n) {
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <nmmintrin.h>
 #define HAVE_HARDWARE 1
-__attribute__((target("sse4.2"))) static uint32_t crc_hardware(uint32_t crc,
-                                                                const unsigned char *p,
-                                                                size_t n) {
-    uint64_t c = crc;
-    while (n >= 8) {
-        uint64_t w;
-        memcpy(&w, p, 8);
-        c = _mm_crc32_u64(c, w);
-        p += 8;
-        n -= 8;
-    }
-    crc = (uint32_t)c;
-    while (n--)
-        crc = _mm_crc32_u8(crc, *p++);
-    return crc;
-}
+#define HW_TARGET __attribute__((target("sse4.2")))
+#define HW_U64(crc, w) ((uint32_t)_mm_crc32_u64((crc), (w)))
+#define HW_U8(crc, b) _mm_crc32_u8((crc), (b))
 static int hardware_ok(void) { return __builtin_cpu_supports("sse4.2") != 0; }
 #elif defined(__aarch64__) && defined(__ARM_FEATURE_CRC32)
 #include <arm_acle.h>
 #define HAVE_HARDWARE 1
-static uint32_t crc_hardware(uint32_t crc, const unsigned char *p, size_t n) {
+#define HW_TARGET
+#define HW_U64(crc, w) __crc32cd((crc), (w))
+#define HW_U8(crc, b) __crc32cb((crc), (b))
+static int hardware_ok(void) { return 1; }
+#endif
+
+/* (a * b) mod P, polynomials in the reflected order (bit 31 is x^0) */
+static uint32_t multmodp(uint32_t a, uint32_t b) {
+    uint32_t m = (uint32_t)1 << 31, prod = 0;
+    for (;;) {
+        if (a & m) {
+            prod ^= b;
+            if ((a & (m - 1)) == 0)
+                break;
+        }
+        m >>= 1;
+        b = b & 1 ? (b >> 1) ^ POLY : b >> 1;
+    }
+    return prod;
+}
+
+/* x^(8 * n) mod P: what a CRC register is multiplied by when n zero bytes follow */
+static uint32_t x8nmodp(size_t n) {
+    uint32_t p = (uint32_t)1 << 31, sq = (uint32_t)1 << 30; /* x^0, then x^(2^k) */
+    for (int k = 0; k < 3; k++)
+        sq = multmodp(sq, sq); /* x^8 */
+    while (n) {
+        if (n & 1)
+            p = multmodp(sq, p);
+        sq = multmodp(sq, sq);
+        n >>= 1;
+    }
+    return p;
+}
+
+#ifdef HAVE_HARDWARE
+/* The instruction's latency (3 cycles) is what bounds one stream: three streams over three
+ * consecutive blocks run side by side, and the CRC being linear, the three registers are
+ * joined by shifting each over the bytes after its block:
+ * crc(A B C) = crc(A) * x^(16 BLOCK) + crc0(B) * x^(8 BLOCK) + crc0(C), mod P. */
+#define BLOCK 4096
+static uint32_t x_block; /* x^(8 BLOCK) mod P */
+
+HW_TARGET static uint32_t crc_hardware(uint32_t crc, const unsigned char *p, size_t n) {
+    while (n >= 3 * BLOCK) {
+        uint32_t c0 = crc, c1 = 0, c2 = 0;
+        for (size_t i = 0; i < BLOCK; i += 8) {
+            uint64_t w0, w1, w2;
+            memcpy(&w0, p + i, 8);
+            memcpy(&w1, p + BLOCK + i, 8);
+            memcpy(&w2, p + 2 * BLOCK + i, 8);
+            c0 = HW_U64(c0, w0);
+            c1 = HW_U64(c1, w1);
+            c2 = HW_U64(c2, w2);
+        }
+        crc = multmodp(x_block, multmodp(x_block, c0) ^ c1) ^ c2;
+        p += 3 * BLOCK;
+        n -= 3 * BLOCK;
+    }
     while (n >= 8) {
         uint64_t w;
         memcpy(&w, p, 8);
-        crc = __crc32cd(crc, w);
+        crc = HW_U64(crc, w);
         p += 8;
         n -= 8;
     }
     while (n--)
-        crc = __crc32cb(crc, *p++);
+        crc = HW_U8(crc, *p++);
     return crc;
 }
-static int hardware_ok(void) { return 1; }
 #endif
 
 static int use_hardware = 0;
@@ -138,6 +182,7 @@ PyMODINIT_FUNC PyInit__checksum(void) {
     init_table();
 #ifdef HAVE_HARDWARE
     use_hardware = hardware_ok();
+    x_block = x8nmodp(BLOCK);
 #endif
     PyObject *m = PyModule_Create(&module);
     if (m && PyModule_AddIntConstant(m, "HARDWARE", use_hardware) < 0) {
