@@ -12,8 +12,9 @@ with the same size and mtime, or deleted and recreated on a reused inode, gets a
 and so a new key (as does a chmod or a copy: a harmless miss).
 
 An entry is checked before use: format, identity, the type of every meta field, each
-column's dtype, shape and checksum (CRC-32C: _crc32) as written, and the cross references between tables
-(string, frame and stack ids, offsets). Any doubt is a CacheError, and the loader rebuilds.
+column's dtype, shape and checksum as written (CRC-32C: _checksum_of), and the cross
+references between tables (string, frame and stack ids, offsets). Any doubt is a
+CacheError, and the loader rebuilds.
 
 Derived arrays (`save_derived`/`load_derived`): a layer above may keep what it computes from
 the columns (e.g. the viewer's indexes) in <entry>/derived/<name>/, checked the same way
