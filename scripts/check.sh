@@ -16,7 +16,7 @@ echo "== tsc --checkJs"
   --noEmit --allowJs --checkJs --target es2022 --module es2022 --moduleResolution bundler \
   --lib es2022,dom,dom.iterable ./*.js pane/*.js)
 if command -v clang-format >/dev/null; then
-    echo "== clang-format"; clang-format --dry-run -Werror src/memlens/snapshot/*.c
+    echo "== clang-format"; clang-format --dry-run -Werror $(find src/memlens -name "*.c" -o -name "*.h")
 else
     echo "== clang-format: not installed (pip install clang-format), skipped"
 fi

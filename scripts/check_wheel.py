@@ -29,6 +29,8 @@ REQUIRED: list[tuple[str, int, str]] = [
     ("memlens/snapshot/_fastreader*.so", 1, "compiled snapshot reader"),
     ("memlens/snapshot/_fastreplay*.so", 1, "compiled replay"),
     ("memlens/snapshot/_fast*.pyi", 2, "types of the compiled modules"),
+    ("memlens/snapshot/store/_checksum*.so", 1, "compiled CRC-32C of the column cache"),
+    ("memlens/snapshot/store/_checksum.pyi", 1, "types of the compiled checksum"),
 ]
 
 # Nothing from the tests, benchmarks or local data may ship.

@@ -25,8 +25,7 @@ static uint32_t table[8][256];
 static void init_table(void) {
     for (uint32_t i = 0; i < 256; i++) {
         uint32_t c = i;
-        for (int k = 0; k < 8; k++)
-            c = (c >> 1) ^ (POLY & (0u - (c & 1u)));
+        for (int k = 0; k < 8; k++) c = (c >> 1) ^ (POLY & (0u - (c & 1u)));
         table[0][i] = c;
     }
     for (uint32_t i = 0; i < 256; i++)
@@ -42,14 +41,13 @@ static uint32_t crc_software(uint32_t crc, const unsigned char *p, size_t n) {
         memcpy(&w, p, 8);
         w ^= crc;
         crc = table[7][w & 0xFF] ^ table[6][(w >> 8) & 0xFF] ^ table[5][(w >> 16) & 0xFF] ^
-              table[4][(w >> 24) & 0xFF] ^ table[3][(w >> 32) & 0xFF] ^
-              table[2][(w >> 40) & 0xFF] ^ table[1][(w >> 48) & 0xFF] ^ table[0][w >> 56];
+              table[4][(w >> 24) & 0xFF] ^ table[3][(w >> 32) & 0xFF] ^ table[2][(w >> 40) & 0xFF] ^
+              table[1][(w >> 48) & 0xFF] ^ table[0][w >> 56];
         p += 8;
         n -= 8;
     }
 #endif
-    while (n--)
-        crc = (crc >> 8) ^ table[0][(crc ^ *p++) & 0xFF];
+    while (n--) crc = (crc >> 8) ^ table[0][(crc ^ *p++) & 0xFF];
     return crc;
 }
 
@@ -75,8 +73,7 @@ static uint32_t multmodp(uint32_t a, uint32_t b) {
     for (;;) {
         if (a & m) {
             prod ^= b;
-            if ((a & (m - 1)) == 0)
-                break;
+            if ((a & (m - 1)) == 0) break;
         }
         m >>= 1;
         b = b & 1 ? (b >> 1) ^ POLY : b >> 1;
@@ -87,11 +84,9 @@ static uint32_t multmodp(uint32_t a, uint32_t b) {
 /* x^(8 * n) mod P: what a CRC register is multiplied by when n zero bytes follow */
 static uint32_t x8nmodp(size_t n) {
     uint32_t p = (uint32_t)1 << 31, sq = (uint32_t)1 << 30; /* x^0, then x^(2^k) */
-    for (int k = 0; k < 3; k++)
-        sq = multmodp(sq, sq); /* x^8 */
+    for (int k = 0; k < 3; k++) sq = multmodp(sq, sq); /* x^8 */
     while (n) {
-        if (n & 1)
-            p = multmodp(sq, p);
+        if (n & 1) p = multmodp(sq, p);
         sq = multmodp(sq, sq);
         n >>= 1;
     }
@@ -129,8 +124,7 @@ HW_TARGET static uint32_t crc_hardware(uint32_t crc, const unsigned char *p, siz
         p += 8;
         n -= 8;
     }
-    while (n--)
-        crc = HW_U8(crc, *p++);
+    while (n--) crc = HW_U8(crc, *p++);
     return crc;
 }
 #endif
@@ -140,20 +134,17 @@ static int use_hardware = 0;
 static PyObject *checksum(PyObject *args, int software) {
     Py_buffer buf;
     unsigned long value = 0;
-    if (!PyArg_ParseTuple(args, "y*|k", &buf, &value))
-        return NULL;
+    if (!PyArg_ParseTuple(args, "y*|k", &buf, &value)) return NULL;
     uint32_t crc = ~(uint32_t)value;
     const unsigned char *p = (const unsigned char *)buf.buf;
     size_t n = (size_t)buf.len;
     Py_BEGIN_ALLOW_THREADS
 #ifdef HAVE_HARDWARE
-    if (use_hardware && !software)
-        crc = crc_hardware(crc, p, n);
+        if (use_hardware && !software) crc = crc_hardware(crc, p, n);
     else
 #endif
         crc = crc_software(crc, p, n);
-    Py_END_ALLOW_THREADS
-    PyBuffer_Release(&buf);
+    Py_END_ALLOW_THREADS PyBuffer_Release(&buf);
     return PyLong_FromUnsignedLong((unsigned long)~crc);
 }
 
@@ -174,8 +165,15 @@ static PyMethodDef methods[] = {
 };
 
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "_checksum", "CRC-32C for the column cache (see cache.py).", -1,
-    methods, NULL, NULL, NULL, NULL,
+    PyModuleDef_HEAD_INIT,
+    "_checksum",
+    "CRC-32C for the column cache (see cache.py).",
+    -1,
+    methods,
+    NULL,
+    NULL,
+    NULL,
+    NULL,
 };
 
 PyMODINIT_FUNC PyInit__checksum(void) {
