@@ -25,7 +25,7 @@ from torch.autograd.function import BackwardCFunction
 from torch.utils._pytree import tree_flatten
 
 from memlens.errors import MemlensError
-from memlens.simulation import cuda_stubs, cuda_surface, fake_cuda, sdpa
+from memlens.simulation import compiled, cuda_stubs, cuda_surface, fake_cuda, sdpa
 from memlens.simulation.allocator import CachingAllocator, SimulatedOOM
 from memlens.simulation.config import SimulateConfig
 from memlens.simulation.frames import FrameCollector
@@ -74,6 +74,7 @@ class Simulation:
         self.annotations: list[dict[str, Any]] = []
         # the backend each F.scaled_dot_product_attention call took (flash, efficient, ...)
         self.sdpa_backends: list[str] = []
+        self.untracked = False  # True while a compiled graph's runner places buffers itself
         self._ann_start = 0
         self._ann_stop: int | None = None
         self._live: dict[int, int] = {}  # StorageImpl address -> block address
@@ -130,6 +131,8 @@ class Simulation:
 
     # ------------------------------------------------------------ tracking
     def _track_outputs(self, out: Any) -> None:
+        if self.untracked:
+            return  # a compiled graph's runner decides its buffers (simulation/compiled.py)
         for t in tree_flatten(out)[0]:
             if not is_cuda(t):
                 continue
@@ -149,9 +152,9 @@ class Simulation:
             return self.frames.collect()  # forward, or a Python autograd.Function's backward
         return self.frames.autograd_node(node.name())
 
-    def _malloc(self, nbytes: int) -> int:
+    def _malloc(self, nbytes: int, stack: list[dict[str, Any]] | None = None) -> int:
         try:
-            return self.allocator.malloc(nbytes, 0, self._stack())
+            return self.allocator.malloc(nbytes, 0, self._stack() if stack is None else stack)
         except SimulatedOOM as oom:
             # PyTorch calls the observers after the `oom` trace entry, before raising.
             total = self.allocator.device_memory or 0
@@ -309,17 +312,7 @@ class Simulation:
         # torch.cuda.nvtx: ranges become annotations (like record_function) unless opted out.
         annotate = self._annotate if self.nvtx_annotations else None
         self._patches.set(torch.cuda.nvtx, "_nvtx", cuda_stubs.Nvtx(annotate))
-        original_compile = torch.compile
-
-        def compile_eagerly(model: Any = None, **kwargs: Any) -> Any:
-            # Dynamo would trace the fakes; run the code as written (no fusion) and say so.
-            self.note("torch.compile ran eagerly: compiled kernels' fusions are not simulated")
-            if model is None:
-                return lambda fn: fn
-            return model
-
-        compile_eagerly.__wrapped__ = original_compile  # type: ignore[attr-defined]
-        self._patches.set(torch, "compile", compile_eagerly)
+        compiled.install(self._patches, self)
 
     def note(self, text: str) -> None:
         """Record that the run took a path known to be approximate (once per text)."""

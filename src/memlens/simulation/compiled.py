@@ -1,0 +1,244 @@
+"""`torch.compile` in a simulation: Dynamo and AOTAutograd as on a GPU, Inductor's buffers
+modelled without its code generation (Triton is absent from CPU builds).
+
+- Dynamo traces the code on the fake CUDA tensors (the Tracker says it may: its
+  `ignore_compile_internals`), so graph breaks and guards are PyTorch's own.
+- AOTAutograd builds the joint graph with Inductor's decompositions and splits it with
+  Inductor's partitioner (its joint-graph passes, then the min-cut recomputation): the
+  forward graph's extra outputs are exactly the tensors a GPU run saves for backward.
+- Each forward / backward / inference graph then runs node by node on the fakes with
+  allocation tracking paused; `inductor_plan.plan` says which nodes get a buffer (the
+  rest are fused into kernels), when each buffer is freed and which freed buffer a new
+  one takes over, and the runner makes exactly those allocator calls. Graph inputs are
+  dropped at their last use (Inductor's boxed calling convention), so a compiled
+  backward frees saved activations as it goes. A buffer's stack is the user code the
+  node came from (its FX `stack_trace`) above the caller's frames, as PyTorch records
+  allocations from Inductor's generated code.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import weakref
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.fx import GraphModule, Node
+from torch.fx.node import map_arg
+from torch.utils._pytree import tree_flatten
+
+from memlens.simulation import fake_cuda
+from memlens.simulation.inductor_plan import Plan, plan
+from memlens.simulation.tracker import Tracker, is_cuda
+
+if TYPE_CHECKING:
+    from memlens.simulation.session import Simulation
+
+NOTE = (
+    "torch.compile: Dynamo's graphs partitioned by AOTAutograd with Inductor's "
+    "decompositions and min-cut recomputation (the tensors a GPU saves for backward); "
+    "Inductor's kernels modelled, not generated: pointwise ops fused (no buffer), buffers "
+    "freed after their last kernel and reused as its memory planner does; Triton "
+    "autotuning's benchmark buffers are not simulated"
+)
+_CUDA_GRAPHS = "torch.compile mode={mode!r}: CUDA graphs are not simulated (run without)"
+_FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
+
+
+def install(patches: fake_cuda.Patches, sim: Simulation) -> None:
+    """Make `torch.compile` (and `nn.Module.compile`, which calls it) use the model."""
+    original: Callable[..., Any] = torch.compile
+    # Dynamo skips every frame while a non-infrastructure dispatch mode is active.
+    patches.set(Tracker, "ignore_compile_internals", classmethod(lambda cls: True))
+    reset: list[bool] = []
+
+    def compile_(model: Any = None, **kwargs: Any) -> Any:
+        if model is None:  # @torch.compile(...) as a decorator factory
+            return lambda fn: compile_(fn, **kwargs)
+        if kwargs.get("disable"):
+            return model
+        backend = kwargs.pop("backend", None) or "inductor"
+        mode = kwargs.pop("mode", None)
+        options = kwargs.pop("options", None) or {}
+        if backend == "inductor":
+            if mode in ("reduce-overhead", "max-autotune") or options.get("triton.cudagraphs"):
+                sim.note(_CUDA_GRAPHS.format(mode=mode))
+            backend = InductorModel(sim)
+        else:
+            sim.note(f"torch.compile(backend={backend!r}) ran that backend on the fakes")
+        if not reset:
+            # compiled code is cached per code object: none of it may outlive the fakes
+            reset.append(True)
+            patches.on_restore(_reset_dynamo)
+        return original(model, backend=backend, **kwargs)
+
+    compile_.__wrapped__ = original  # type: ignore[attr-defined]
+    patches.set(torch, "compile", compile_)
+
+
+def _reset_dynamo() -> None:
+    # with torch.cuda patched as available, reset() would import CUDA-graph trees, which
+    # need CUDA bindings a CPU build lacks
+    from unittest import mock
+
+    with mock.patch.object(torch.cuda, "is_available", lambda: False):
+        torch._dynamo.reset()
+
+
+class InductorModel:
+    """A Dynamo backend: AOTAutograd as Inductor drives it, graphs run by GraphRunner."""
+
+    def __init__(self, sim: Simulation):
+        self.sim = sim
+
+    def __call__(self, gm: GraphModule, example_inputs: list[Any]) -> Any:
+        from torch._dynamo.backends.common import aot_autograd
+        from torch._inductor.compile_fx import partition_fn
+        from torch._inductor.decomposition import select_decomp_table
+
+        self.sim.note(NOTE)
+
+        def compiler(g: GraphModule, inputs: list[Any]) -> GraphRunner:
+            return GraphRunner(self.sim, g)
+
+        backend = aot_autograd(
+            fw_compiler=compiler,
+            bw_compiler=compiler,
+            inference_compiler=compiler,
+            partition_fn=partition_fn,
+            decompositions=select_decomp_table(),
+            keep_inference_input_mutations=True,
+        )
+        from torch._inductor import config
+
+        # Constant folding would run real kernels on the (fake) device: its results only
+        # replace constants, which hold no activation memory.
+        with _backward_devices(), config.patch(joint_graph_constant_folding=False):
+            return backend(gm, example_inputs)
+
+
+@contextlib.contextmanager
+def _backward_devices() -> Iterator[None]:
+    """While AOTAutograd traces the joint graph: backward formulas build tensors from a
+    CUDA tensor's options(), whose C++ device reads `cpu` here (see fake_cuda); on a GPU
+    they are CUDA tensors (the Tracker does the same for eager backward)."""
+    original = FakeTensorMode.__torch_dispatch__
+
+    def dispatch(
+        self: FakeTensorMode, func: Any, types: Any, args: Any = (), kwargs: Any = None
+    ) -> Any:
+        kwargs = kwargs or {}
+        if "device" in kwargs and torch._C._current_autograd_node() is not None:
+            device = kwargs["device"]
+            if device is None or torch.device(device).type == "cpu":
+                kwargs = {**kwargs, "device": fake_cuda.CUDA0}
+        return original(self, func, types, args, kwargs)
+
+    FakeTensorMode.__torch_dispatch__ = dispatch  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        FakeTensorMode.__torch_dispatch__ = original  # type: ignore[method-assign]
+
+
+class GraphRunner:
+    """One compiled graph: runs its nodes on the fakes, allocating as `plan` says."""
+
+    _boxed_call = True  # AOTAutograd hands over its argument list (inputs die early)
+
+    def __init__(self, sim: Simulation, gm: GraphModule):
+        self.sim = sim
+        self.gm = gm
+        self.nodes = list(gm.graph.nodes)
+        self.plan: Plan = plan(gm.graph)
+        realized = set(self.plan.realized)
+        held_by_owner = realized | {n for n in self.nodes if n.op == "placeholder"}
+        # values dropped when their buffer is released, or after their last FX user
+        self.members: dict[Node, list[Node]] = {}
+        self.drop_after: dict[Node, list[Node]] = {}
+        position = {n: i for i, n in enumerate(self.nodes)}
+        for n in self.nodes:
+            base = self.plan.owner.get(n, n)
+            if base in held_by_owner:
+                self.members.setdefault(base, []).append(n)
+            elif n.users:
+                last = max(n.users, key=position.__getitem__)
+                self.drop_after.setdefault(last, []).append(n)
+        self.realized = realized
+        self._frames: dict[Node, list[dict[str, Any]]] = {}
+
+    def __call__(self, args: list[Any]) -> Any:
+        inputs = iter(list(args))
+        args.clear()
+        env: dict[Node, Any] = {}
+        blocks: dict[Node, int] = {}  # buffer owner -> its storage's key in sim._live
+        held: dict[Node, int] = {}  # released buffers waiting to be taken over: address
+        try:
+            for n in self.nodes:
+                if n.op == "placeholder":
+                    env[n] = next(inputs)
+                elif n.op == "get_attr":
+                    env[n] = getattr(self.gm, str(n.target))
+                elif n.op == "output":
+                    return map_arg(n.args[0], env.__getitem__)
+                else:
+                    self._run(n, env, blocks, held)
+            raise AssertionError("graph without an output node")
+        finally:
+            for address in held.values():  # planned for a reuse that did not come
+                self.sim.allocator.free(address, self.sim.frames.collect())
+            env.clear()
+
+    def _run(self, n: Node, env: dict[Node, Any], blocks: dict[Node, int], held: dict[Node, int]) -> None:
+        sim = self.sim
+        fn_args = map_arg(n.args, env.__getitem__)
+        fn_kwargs = map_arg(n.kwargs, env.__getitem__)
+        sim.untracked = True
+        try:
+            value = n.target(*fn_args, **fn_kwargs)  # type: ignore[operator]
+        finally:
+            sim.untracked = False
+        env[n] = value
+        if n in self.realized:
+            self._allocate(n, value, blocks, held)
+        for buf in self.plan.release.get(n, ()):
+            if buf in self.plan.reuse.values() and buf in blocks:
+                # taken over later: keep its block, forget its (dying) storage
+                held[buf] = sim._live.pop(blocks.pop(buf))
+            for m in self.members.get(buf, ()):
+                env.pop(m, None)
+        for m in self.drop_after.get(n, ()):
+            env.pop(m, None)
+
+    def _allocate(self, n: Node, value: Any, blocks: dict[Node, int], held: dict[Node, int]) -> None:
+        sim = self.sim
+        for t in tree_flatten(value)[0]:
+            if not is_cuda(t):
+                continue
+            storage = t.untyped_storage()
+            key = storage._cdata
+            if key in sim._live or storage.nbytes() == 0:
+                continue  # an input's or an earlier buffer's storage
+            old = self.plan.reuse.get(n)
+            address = None
+            if old is not None and old in held:
+                address = held.pop(old)
+            elif old is not None and old in blocks:  # in place: its input dies here
+                address = sim._live.pop(blocks.pop(old))
+            if address is None:
+                address = sim._malloc(storage.nbytes(), self._stack(n))
+            sim._live[key] = address
+            blocks.setdefault(n, key)
+            weakref.finalize(storage, sim._on_storage_freed, key)
+
+    def _stack(self, n: Node) -> list[dict[str, Any]]:
+        frames = self._frames.get(n)
+        if frames is None:
+            found = _FRAME.findall(n.meta.get("stack_trace") or "")
+            frames = [{"filename": f, "line": int(line), "name": name} for f, line, name in found]
+            frames.reverse()  # a traceback lists the outermost frame first
+            self._frames[n] = frames
+        return frames + self.sim.frames.collect() if self.sim.frames.enabled else []

@@ -1,0 +1,234 @@
+"""Which buffers an Inductor-compiled graph allocates, when it frees them, which it reuses.
+
+A static plan over one AOTAutograd graph (forward, backward or inference), made from
+Inductor's rules as PyTorch 2.x states them (torch/_inductor: graph.py `run_node`,
+ir.py `StorageBox.should_realize_on_reuse`, codegen/wrapper.py `AllocateLine.plan`),
+without its code generation:
+
+- Realized (a buffer is allocated): outputs of extern kernels (GEMMs, convolutions,
+  attention, every op Inductor has no lowering for or falls back on), of reductions and
+  scatters, of `empty`; the graph's outputs (for a training forward: AOTAutograd's saved
+  tensors); inputs of extern kernels; a pointwise value with several users when its
+  inlined function reads more than `realize_reads_threshold` (4) buffers or has more than
+  `realize_opcount_threshold` (30) ops; any pointwise value reading more than
+  `realize_acc_reads_threshold` (8) buffers.
+- Everything else (pointwise ops, views) is fused into the kernels that read it: no memory.
+- A buffer is freed after the last kernel that reads it, directly or through fused ops.
+- Buffer reuse: an allocation takes a freed buffer of the same dtype and size (LIFO pool)
+  when the free was one kernel before, or when holding it meanwhile does not raise the
+  graph's planned peak; a fused pointwise kernel writes in place into an input buffer of
+  the same dtype and size whose last reader it is.
+
+Not modelled: the scheduler's reordering and kernel-local buffers of fused reductions
+(small: one value per reduced row), layout padding, Triton autotuning's benchmark
+allocations (see docs/simulation.md).
+"""
+
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass, field
+from functools import cache
+from typing import Any
+
+import torch
+from torch.fx import Graph, Node
+
+# the thresholds of torch/_inductor/config.py
+READS_THRESHOLD = 4
+OPCOUNT_THRESHOLD = 30
+ACC_READS_THRESHOLD = 8
+
+# realized output, inputs may be fused (reductions, scans, sorts, scatters, empty)
+_REDUCING = frozenset(
+    "sum prod amax amin max min argmax argmin mean var var_mean std any all logsumexp "
+    "cumsum cumprod logcumsumexp sort topk index_put scatter scatter_add scatter_reduce "
+    "index_add index_copy index_reduce cat empty empty_strided new_empty new_empty_strided "
+    "empty_like".split()
+)
+# extern kernels whose lowering is a template or a call (their inputs are realized)
+_EXTERN = frozenset("mm bmm addmm baddbmm addbmm _int_mm convolution".split())
+
+
+@cache
+def op_kind(target: Any) -> str:
+    """'view', 'pointwise' (fusible), 'reduction' (realized output) or 'extern'."""
+    if target is operator.getitem:
+        return "getitem"
+    if not isinstance(target, torch._ops.OpOverload):
+        return "extern"
+    if target.is_view:
+        return "view"
+    name = target._schema.name.split("::")[-1]
+    if name in _EXTERN or target._schema.is_mutable:
+        return "extern"
+    if name in _REDUCING and not (name in ("max", "min") and target._overloadname == "other"):
+        return "reduction"
+    from torch._inductor import lowering  # imports Inductor (seconds): only when compiling
+
+    if (
+        target in lowering.needs_realized_inputs
+        or target in lowering.fallbacks
+        or target not in lowering.lowerings
+    ):
+        return "extern"
+    return "pointwise"
+
+
+def _tensor_inputs(node: Node) -> list[Node]:
+    out: list[Node] = []
+    for arg in node.all_input_nodes:
+        val = arg.meta.get("val")
+        # tuples: a kernel's several outputs, read through getitem
+        if isinstance(val, (torch.Tensor, tuple, list)) or arg.op == "placeholder":
+            out.append(arg)
+    return out
+
+
+def _nbytes(node: Node) -> int:
+    val = node.meta.get("val")
+    if not isinstance(val, torch.Tensor):
+        return 0
+    return int(val.untyped_storage().nbytes())
+
+
+def _key(node: Node) -> tuple[Any, int]:
+    val = node.meta.get("val")
+    return (getattr(val, "dtype", None), _nbytes(node))
+
+
+@dataclass
+class Plan:
+    """What the runner does at each node of the graph (nodes in graph order)."""
+
+    owner: dict[Node, Node]  # tensor-valued node -> the node whose buffer holds it
+    realized: list[Node]  # buffer owners that are allocated, in order
+    # node -> owners (buffers, graph inputs) whose last reader it is
+    release: dict[Node, list[Node]]
+    reuse: dict[Node, Node] = field(default_factory=dict)  # new owner -> owner it takes over
+    outputs: set[Node] = field(default_factory=set)  # owners that outlive the graph
+    fused: int = 0  # pointwise values that got no buffer
+
+
+def plan(graph: Graph) -> Plan:
+    nodes = list(graph.nodes)
+    kinds = {n: (op_kind(n.target) if n.op == "call_function" else n.op) for n in nodes}
+    owner: dict[Node, Node] = {}
+    for n in nodes:
+        kind = kinds[n]
+        inputs = _tensor_inputs(n)
+        if kind == "view" and inputs:
+            owner[n] = owner.get(inputs[0], inputs[0])
+        elif kind == "extern" and n.op == "call_function" and n.target._schema.is_mutable:
+            # an in-place op writes into its first argument's buffer
+            owner[n] = owner.get(inputs[0], inputs[0]) if inputs else n
+        else:
+            owner[n] = n
+    realized: set[Node] = set()
+    output_node = nodes[-1]
+    outputs = {owner[a] for a in output_node.all_input_nodes if a in owner}
+    for n in nodes:
+        if kinds[n] in ("extern", "reduction", "getitem") and owner[n] is n:
+            realized.add(n)
+        if kinds[n] == "extern":
+            realized.update(owner[a] for a in _tensor_inputs(n))
+    realized.update(o for o in outputs if kinds[o] != "placeholder")
+    # fusion decisions in graph order: what a pointwise value reads through fused ops
+    reads: dict[Node, frozenset[Node]] = {}
+    opcount: dict[Node, int] = {}
+    for n in nodes:
+        if n.op == "placeholder":
+            reads[n], opcount[n] = frozenset([n]), 0
+            continue
+        if n.op != "call_function":
+            continue
+        got: set[Node] = set()
+        ops = 1
+        for a in _tensor_inputs(n):
+            base = owner[a]
+            if base in realized or kinds.get(base) == "placeholder":
+                got.add(base)
+            else:
+                got |= reads.get(base, frozenset())
+                ops += opcount.get(base, 0)
+        reads[n], opcount[n] = frozenset(got), ops
+        if kinds[n] == "pointwise" and owner[n] is n and n not in realized:
+            many = len(n.users) > 1 and (len(got) > READS_THRESHOLD or ops > OPCOUNT_THRESHOLD)
+            if many or len(got) > ACC_READS_THRESHOLD:
+                realized.add(n)
+        if n in realized:
+            reads[n], opcount[n] = frozenset([n]), 0
+    # a realized node's kernel reads what its fused inputs read; buffers die after it
+    last: dict[Node, Node] = {}
+    for n in nodes:
+        if n not in realized and n is not output_node:
+            continue
+        for a in _tensor_inputs(n):
+            base = owner[a]
+            sources = [base] if base in realized else list(reads.get(base, ()))
+            for s in sources:
+                last[s] = n
+    order = [n for n in nodes if n in realized]
+    for n in order:  # realized but never read (an unused reduction output): dies at once
+        last.setdefault(n, n)
+    release: dict[Node, list[Node]] = {}
+    for buf, at in last.items():
+        if (buf in realized or kinds.get(buf) == "placeholder") and buf not in outputs:
+            release.setdefault(at, []).append(buf)
+    out = Plan(owner, order, release, outputs=outputs)
+    out.fused = sum(1 for n in nodes if kinds[n] == "pointwise" and n not in realized)
+    _plan_reuse(out, kinds)
+    return out
+
+
+def _plan_reuse(p: Plan, kinds: dict[Node, str]) -> None:
+    """Inductor's memory planning (codegen/wrapper.py): in-place updates and the pool."""
+    steps = {n: i for i, n in enumerate(p.realized)}
+    freed_at = {b: steps[at] for at, bufs in p.release.items() if at in steps for b in bufs}
+    # live bytes after each step's allocation, before its frees (no reuse yet)
+    live = [0] * (len(p.realized) + 1)
+    for b in p.realized:
+        end = freed_at.get(b, len(p.realized))
+        for i in range(steps[b], end + 1):
+            live[i] += _nbytes(b)
+    peak = max(live, default=0)
+    pool: dict[tuple[Any, int], list[tuple[int, Node]]] = {}
+    claimed: set[Node] = set()
+    for i, n in enumerate(p.realized):
+        taken = _take(p, n, i, kinds, claimed, pool, live, peak)
+        if taken is not None:
+            p.reuse[n] = taken
+            claimed.add(taken)
+        for b in p.release.get(n, []):
+            if b not in claimed and kinds[b] != "placeholder":
+                pool.setdefault(_key(b), []).append((i, b))
+
+
+def _take(
+    p: Plan,
+    n: Node,
+    i: int,
+    kinds: dict[Node, str],
+    claimed: set[Node],
+    pool: dict[tuple[Any, int], list[tuple[int, Node]]],
+    live: list[int],
+    peak: int,
+) -> Node | None:
+    """The freed buffer that step `i` (node `n`) takes over, if any."""
+    key = _key(n)
+    if kinds[n] == "getitem" or key[1] == 0:
+        return None  # several outputs of one kernel: allocated together, never reused
+    if kinds[n] == "pointwise":
+        # in place: an input buffer whose last reader is this very kernel
+        for b in p.release.get(n, []):
+            if b is not n and b not in claimed and kinds[b] != "placeholder" and _key(b) == key:
+                live[i] -= key[1]  # one block where there were two
+                return b
+    if pool.get(key):
+        freed, old = pool[key][-1]
+        if freed + 1 == i or max(live[freed + 1 : i], default=0) + key[1] <= peak:
+            pool[key].pop()
+            for j in range(freed + 1, i):
+                live[j] += key[1]  # the block is held until it is taken over
+            return old
+    return None
