@@ -175,14 +175,23 @@ def cross_entropy(logits, targets):
     return (lse - true).mean()
 
 
-def run(context: int, fullstep: bool, mixed: bool = False, n_layers: int = N_LAYERS) -> tuple:
-    """What the recording script did: build on the GPU, then record one pass or step.
+def run(
+    context: int,
+    fullstep: bool,
+    mixed: bool = False,
+    n_layers: int = N_LAYERS,
+    compiled: bool = False,
+) -> tuple:
+    """What the recording script did: build on the GPU, then record one pass or step
+    (`compiled`: of `torch.compile(model)`, compiled at its first call, inside the window).
 
     Returns what the script still held when it dumped the snapshot (keep it alive until
     the simulation ends)."""
     device = torch.device("cuda")
     model = TransformerLM(context, n_layers, device=device)
     optimizer = AdamW(model.parameters())
+    if compiled:
+        model = torch.compile(model)
     batch = torch.randint(0, VOCAB, (BATCH, context)).to(device)
     cast = torch.autocast("cuda", dtype=torch.bfloat16) if mixed else _nullcontext()
     with cast:

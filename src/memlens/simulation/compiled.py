@@ -147,9 +147,10 @@ def _backward_devices() -> Iterator[None]:
 class GraphRunner:
     """One compiled graph: runs its nodes on the fakes, allocating as `plan` says."""
 
-    _boxed_call = True  # AOTAutograd hands over its argument list (inputs die early)
-
     def __init__(self, sim: Simulation, gm: GraphModule):
+        # AOTAutograd hands over its argument list, so inputs die at their last use; an
+        # instance attribute, which the wrappers AOTAutograd puts around it copy
+        self._boxed_call = True
         self.sim = sim
         self.gm = gm
         self.nodes = list(gm.graph.nodes)
@@ -192,7 +193,9 @@ class GraphRunner:
                 self.sim.allocator.free(address, self.sim.frames.collect())
             env.clear()
 
-    def _run(self, n: Node, env: dict[Node, Any], blocks: dict[Node, int], held: dict[Node, int]) -> None:
+    def _run(
+        self, n: Node, env: dict[Node, Any], blocks: dict[Node, int], held: dict[Node, int]
+    ) -> None:
         sim = self.sim
         fn_args = map_arg(n.args, env.__getitem__)
         fn_kwargs = map_arg(n.kwargs, env.__getitem__)
@@ -213,7 +216,9 @@ class GraphRunner:
         for m in self.drop_after.get(n, ()):
             env.pop(m, None)
 
-    def _allocate(self, n: Node, value: Any, blocks: dict[Node, int], held: dict[Node, int]) -> None:
+    def _allocate(
+        self, n: Node, value: Any, blocks: dict[Node, int], held: dict[Node, int]
+    ) -> None:
         sim = self.sim
         for t in tree_flatten(value)[0]:
             if not is_cuda(t):

@@ -41,13 +41,44 @@ ACC_READS_THRESHOLD = 8
 
 # realized output, inputs may be fused (reductions, scans, sorts, scatters, empty)
 _REDUCING = frozenset(
-    "sum prod amax amin max min argmax argmin mean var var_mean std any all logsumexp "
-    "cumsum cumprod logcumsumexp sort topk index_put scatter scatter_add scatter_reduce "
-    "index_add index_copy index_reduce cat empty empty_strided new_empty new_empty_strided "
-    "empty_like".split()
+    [
+        "sum",
+        "prod",
+        "amax",
+        "amin",
+        "max",
+        "min",
+        "argmax",
+        "argmin",
+        "mean",
+        "var",
+        "var_mean",
+        "std",
+        "any",
+        "all",
+        "logsumexp",
+        "cumsum",
+        "cumprod",
+        "logcumsumexp",
+        "sort",
+        "topk",
+        "index_put",
+        "scatter",
+        "scatter_add",
+        "scatter_reduce",
+        "index_add",
+        "index_copy",
+        "index_reduce",
+        "cat",
+        "empty",
+        "empty_strided",
+        "new_empty",
+        "new_empty_strided",
+        "empty_like",
+    ]
 )
 # extern kernels whose lowering is a template or a call (their inputs are realized)
-_EXTERN = frozenset("mm bmm addmm baddbmm addbmm _int_mm convolution".split())
+_EXTERN = frozenset(["mm", "bmm", "addmm", "baddbmm", "addbmm", "_int_mm", "convolution"])
 
 
 @cache

@@ -1,0 +1,162 @@
+"""`torch.compile` under simulation (memlens.simulation.compiled, .inductor_plan).
+
+The sizes are worked out by hand from Inductor's rules: pointwise ops fuse into one kernel
+with one output buffer; a GEMM's output is a buffer that a following pointwise kernel
+updates in place; AOTAutograd's min-cut partition saves the GEMM output and recomputes
+the cheap sigmoid in backward, where eager autograd keeps both. Every tensor here is
+64 x 64 fp32: 16,384 bytes. The cuBLAS workspace is switched off to keep the traces short.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import memlens  # noqa: E402
+
+pytestmark = pytest.mark.slow  # Dynamo and Inductor's imports: seconds per test
+SIZE = 64 * 64 * 4
+
+
+def events(sim) -> list[tuple[str, int]]:
+    snapshot = sim.snapshot or sim.build_snapshot()
+    return [
+        ("+" if e["action"] == "alloc" else "-", e["size"])
+        for e in snapshot["device_traces"][0]
+        if e["action"] in ("alloc", "free_completed")
+    ]
+
+
+def chain(x):
+    return ((x * 2).sin() + 1).relu()
+
+
+def gemms(x, w):
+    return torch.relu(x @ w) @ w
+
+
+def gated(x, w):
+    y = x @ w  # the line the saved buffer's stack names
+    return (torch.sigmoid(y) * y).sum()
+
+
+def test_a_pointwise_chain_is_one_kernel_with_one_buffer():
+    with memlens.simulate(cublas_workspace=0) as sim, torch.no_grad():
+        x = torch.randn(64, 64, device="cuda")
+        eager_events = len(events(sim))
+        chain(x)  # eager: three temporaries, each freed by the next op
+        assert len(events(sim)) - eager_events == 8
+        before = len(events(sim))
+        y = torch.compile(chain)(x)
+    assert events(sim)[before:] == [("+", SIZE)]  # the output, nothing else
+    assert y.shape == (64, 64) and y.device.type == "cuda"
+    assert any(n.startswith("torch.compile: Dynamo's graphs") for n in sim.notes)
+
+
+def test_a_pointwise_kernel_after_a_gemm_updates_its_buffer_in_place():
+    with memlens.simulate(cublas_workspace=0) as sim, torch.no_grad():
+        x, w = torch.randn(64, 64, device="cuda"), torch.randn(64, 64, device="cuda")
+        torch.compile(gemms)(x, w)
+    assert events(sim) == [
+        ("+", SIZE), ("+", SIZE),  # x, w
+        ("+", SIZE),  # x @ w; relu writes into it
+        ("+", SIZE),  # relu(...) @ w, the output
+        ("-", SIZE),  # the relu buffer, after its last reader; the output is dropped later
+        ("-", SIZE),  # the output (the call's result is not kept)
+    ]  # fmt: skip
+    trace = sim.snapshot["device_traces"][0]
+    allocs = [e for e in trace if e["action"] == "alloc"]
+    frees = [e for e in trace if e["action"] == "free_completed"]
+    assert frees[0]["addr"] == allocs[2]["addr"]  # the in-place buffer is the GEMM's
+
+
+def test_the_min_cut_partition_saves_less_than_eager_autograd():
+    def forward_memory(compiled: bool) -> tuple[int, list]:
+        with memlens.simulate(cublas_workspace=0) as sim:
+            x = torch.randn(64, 64, device="cuda")
+            w = torch.randn(64, 64, device="cuda", requires_grad=True)
+            start = torch.cuda.memory_allocated()
+            fn = torch.compile(gated) if compiled else gated
+            loss = fn(x, w)
+            after_forward = torch.cuda.memory_allocated() - start
+            loss.backward()
+            assert w.grad is not None and w.grad.shape == (64, 64)
+            del loss
+        return after_forward, sim.snapshot["device_traces"][0]
+
+    eager, _ = forward_memory(False)
+    compiled, trace = forward_memory(True)
+    scalar = 512  # the loss: 4 bytes in one 512-byte block
+    assert eager == 2 * SIZE + scalar  # y and sigmoid(y), kept for backward
+    assert compiled == SIZE + scalar  # y only: backward recomputes sigmoid(y)
+    x_alloc, w_alloc, saved = [e for e in trace if e["action"] == "alloc" and e["size"] == SIZE][:3]
+    first = saved["frames"][0]  # the user's line, as PyTorch records Inductor's buffers
+    assert first["filename"] == __file__ and first["name"] == "gated"
+    assert first["line"] == gated.__code__.co_firstlineno + 1
+
+
+class Gemms(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(64, 64))
+
+    def forward(self, x):
+        return gemms(x, self.w)
+
+
+def test_module_compile_and_cuda_graph_modes_are_noted():
+    with memlens.simulate(cublas_workspace=0) as sim, torch.no_grad():
+        model = Gemms().cuda()
+        model.compile(mode="reduce-overhead")
+        start = len(events(sim))
+        out = model(torch.randn(64, 64, device="cuda"))
+        assert out.shape == (64, 64)
+    # x, the GEMM buffer (relu in place), the output, the relu buffer freed (as above),
+    # then x, whose only reference was the call's argument list
+    assert events(sim)[start:] == [("+", SIZE)] * 3 + [("-", SIZE)] * 2
+    assert (
+        "torch.compile mode='reduce-overhead': CUDA graphs are not simulated (run without)"
+        in sim.notes
+    )
+    assert any(n.startswith("torch.compile: Dynamo's graphs") for n in sim.notes)
+
+
+def test_a_second_simulation_compiles_afresh():
+    # Dynamo caches compiled code per code object; a cache entry made for the first
+    # simulation's fakes must not serve the second.
+    runs = []
+    for _ in range(2):
+        with memlens.simulate(cublas_workspace=0) as sim, torch.no_grad():
+            x = torch.randn(64, 64, device="cuda")
+            torch.compile(chain)(x)
+        runs.append(events(sim))
+    assert runs[0] == runs[1] == [("+", SIZE), ("+", SIZE), ("-", SIZE)]
+
+
+@pytest.mark.skipif(
+    not os.environ.get("MEMLENS_SLOW_SIMULATIONS"),
+    reason="compiling the 3.4B-parameter model takes ~45 s CPU: set MEMLENS_SLOW_SIMULATIONS=1",
+)
+def test_the_compiled_cs336_forward_matches_its_gpu_recording(expected_figures):
+    """../shared/snapshots/cs336_compiled_ctx128_forward.pickle: `torch.compile(model)`,
+    compiled inside the recorded window, one forward with autograd on. Its peak is at the
+    end: the parameters plus what the forward graph saves for backward and the logits."""
+    from cs336_model import run  # beside this file: on sys.path under pytest
+
+    with memlens.simulate() as sim:
+        keep = run(128, fullstep=False, compiled=True)
+    del keep
+    gc.collect()
+    sim_figures = memlens.load(sim.snapshot).device(0)
+    real = expected_figures["cs336_compiled_ctx128_forward.pickle"]
+    assert sim_figures.baseline_bytes == real["baseline_bytes"]
+    # measured: -0.030 % (one (4, 128, 2560) fp32 buffer fewer saved: 5 MiB)
+    assert sim_figures.peak_active_bytes / real["peak_active_bytes"] - 1 == pytest.approx(
+        -5 * 2**20 / real["peak_active_bytes"], abs=1e-4
+    )
+    assert sim_figures.peak_reserved_bytes == pytest.approx(real["peak_reserved_bytes"], rel=0.005)
+    assert any(n.startswith("torch.compile: Dynamo's graphs") for n in sim.notes)
