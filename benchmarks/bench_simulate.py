@@ -35,6 +35,8 @@ CS336 = {  # name -> (context, fullstep, mixed, recorded file)
     "ctx128_fullstep": (128, True, False, "cs336_memory_ctx128_fullstep.pickle"),
     "ctx256_fullstep": (256, True, False, "cs336_memory_ctx256_fullstep.pickle"),
     "ctx512_forward": (512, False, False, "cs336_memory_ctx512_forward.pickle"),
+    # torch.compile(model), compiled inside the recorded window
+    "ctx128_forward_compiled": (128, False, False, "cs336_compiled_ctx128_forward.pickle"),
 }
 WEDSON = {  # name -> (script, flags, recorded file)
     "wedson_training": (
@@ -54,8 +56,6 @@ WEDSON = {  # name -> (script, flags, recorded file)
     ),
 }
 NOT_RUN = {
-    "cs336_compiled_ctx128_forward.pickle": "torch.compile run: simulation runs compiled code "
-    "eagerly (no fusion), so it is not compared",
     "eor_nn_train.pickle": "no script in ../shared",
     "ftcourse_finetune.pickle": "no script in ../shared",
 }
@@ -96,7 +96,7 @@ def run_case(name: str) -> dict:
 
         context, fullstep, mixed, recorded = CS336[name]
         with memlens.simulate() as sim:
-            keep = run(context, fullstep, mixed)
+            keep = run(context, fullstep, mixed, compiled=name.endswith("_compiled"))
         del keep
         snapshot = sim.snapshot
     else:

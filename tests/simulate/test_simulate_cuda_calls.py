@@ -13,6 +13,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import memlens  # noqa: E402
+from memlens.simulation import compiled  # noqa: E402
 from memlens.simulation.gpus import OLDER_WORKSPACE, gpu_preset  # noqa: E402
 
 MiB = 2**20
@@ -112,7 +113,8 @@ def test_cuda_amp_grad_scaler_and_autocast():
         assert w.grad is not None and w.grad.dtype == torch.float32
 
 
-def test_torch_compile_runs_eagerly_with_a_note():
+def test_torch_compile_is_modelled_with_a_note():
+    # memlens.simulation.compiled; its memory is tested in test_simulate_compiled.py
     with memlens.simulate() as sim:
         lin = torch.compile(torch.nn.Linear(4, 4, device="cuda"))
         double = torch.compile(lambda t: t * 2)
@@ -123,7 +125,10 @@ def test_torch_compile_runs_eagerly_with_a_note():
 
         x = torch.ones(2, 4, device="cuda")
         assert lin(x).shape == (2, 4) and double(x).shape == triple(x).shape == (2, 4)
-    assert sim.notes == ["torch.compile ran eagerly: compiled kernels' fusions are not simulated"]
+    assert sim.notes == [
+        "torch.compile mode='reduce-overhead': CUDA graphs are not simulated (run without)",
+        compiled.NOTE,
+    ]
 
 
 def test_gpu_presets_set_workspace_and_memory():

@@ -73,10 +73,20 @@ def install(patches: fake_cuda.Patches, sim: Simulation) -> None:
             # compiled code is cached per code object: none of it may outlive the fakes
             reset.append(True)
             patches.on_restore(_reset_dynamo)
+            _hide_autocast_patches(patches)
         return original(model, backend=backend, **kwargs)
 
     compile_.__wrapped__ = original  # type: ignore[attr-defined]
     patches.set(torch, "compile", compile_)
+
+
+def _hide_autocast_patches(patches: fake_cuda.Patches) -> None:
+    # The simulation's autocast __enter__/__exit__ (fake_cuda) are Python functions that
+    # Dynamo would inline and fail on; run them outside the graph (a graph break at each
+    # `with torch.autocast(...)` inside compiled code, e.g. Hugging Face's rotary embedding)
+    cls = torch.amp.autocast_mode.autocast
+    for name in ("__enter__", "__exit__"):
+        patches.set(cls, name, torch._dynamo.disable(getattr(cls, name)))
 
 
 def _reset_dynamo() -> None:
