@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import torch
-from torch._subclasses.fake_tensor import FakeTensorMode
+from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch.fx import GraphModule, Node
 from torch.fx.node import map_arg
 from torch.utils._pytree import tree_flatten
@@ -127,7 +127,11 @@ class InductorModel:
         # Constant folding would run real kernels on the (fake) device: its results only
         # replace constants, which hold no activation memory.
         with _backward_devices(), config.patch(joint_graph_constant_folding=False):
-            return backend(gm, example_inputs)
+            try:
+                return backend(gm, example_inputs)
+            except Exception as exc:  # a graph the model cannot take: run it as traced
+                self.sim.note(f"torch.compile: a graph ran eagerly ({type(exc).__name__})")
+                return gm.forward
 
 
 @contextlib.contextmanager
@@ -190,7 +194,7 @@ class GraphRunner:
         try:
             for n in self.nodes:
                 if n.op == "placeholder":
-                    env[n] = next(inputs)
+                    env[n] = self._on_device(n, next(inputs))
                 elif n.op == "get_attr":
                     env[n] = getattr(self.gm, str(n.target))
                 elif n.op == "output":
@@ -203,17 +207,33 @@ class GraphRunner:
                 self.sim.allocator.free(address, self.sim.frames.collect())
             env.clear()
 
+    def _on_device(self, n: Node, value: Any) -> Any:
+        """A gradient that eager autograd built as a CPU fake (its formula took the device
+        of a fake CUDA tensor's options(), which reads `cpu`, see fake_cuda) reaching a
+        graph traced on CUDA: on a GPU it is a CUDA tensor, so it becomes one here, and
+        is counted from now on."""
+        expected = n.meta.get("val")
+        if (
+            isinstance(value, FakeTensor)
+            and isinstance(expected, torch.Tensor)
+            and expected.device.type == "cuda"
+            and value.fake_device.type == "cpu"
+        ):
+            value.fake_device = expected.device
+            self.sim._track_outputs(value)
+        return value
+
     def _run(
         self, n: Node, env: dict[Node, Any], blocks: dict[Node, int], held: dict[Node, int]
     ) -> None:
         sim = self.sim
         fn_args = map_arg(n.args, env.__getitem__)
         fn_kwargs = map_arg(n.kwargs, env.__getitem__)
-        sim.untracked = True
+        sim.in_compiled_graph = True
         try:
             value = n.target(*fn_args, **fn_kwargs)  # type: ignore[operator]
         finally:
-            sim.untracked = False
+            sim.in_compiled_graph = False
         env[n] = value
         if n in self.realized:
             self._allocate(n, value, blocks, held)

@@ -74,7 +74,9 @@ class Simulation:
         self.annotations: list[dict[str, Any]] = []
         # the backend each F.scaled_dot_product_attention call took (flash, efficient, ...)
         self.sdpa_backends: list[str] = []
-        self.untracked = False  # True while a compiled graph's runner places buffers itself
+        self.in_compiled_graph = (
+            False  # a compiled graph's runner runs an op: it places buffers itself
+        )
         self._ann_start = 0
         self._ann_stop: int | None = None
         self._live: dict[int, int] = {}  # StorageImpl address -> block address
@@ -131,7 +133,7 @@ class Simulation:
 
     # ------------------------------------------------------------ tracking
     def _track_outputs(self, out: Any) -> None:
-        if self.untracked:
+        if self.in_compiled_graph:
             return  # a compiled graph's runner decides its buffers (simulation/compiled.py)
         for t in tree_flatten(out)[0]:
             if not is_cuda(t):

@@ -61,7 +61,8 @@ class Tracker(TorchDispatchMode):
         kwargs: dict[str, Any] | None = None,
     ) -> Any:
         kwargs = kwargs or {}
-        node = torch._C._current_autograd_node()
+        # a compiled graph's ops (simulation/compiled.py) are not eager autograd formulas
+        node = None if self.sim.in_compiled_graph else torch._C._current_autograd_node()
         if node is not None:
             inplace = self._backward.replacement(node, func, args, kwargs)
             if inplace is not None:
