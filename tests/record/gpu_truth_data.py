@@ -27,8 +27,9 @@ HELD = ("peak_active", "peak_reserved")
 # case name -> why its simulation is not held to 2% (each reason is also written up in
 # docs/benchmarks-simulate.md, "Ground truth from a GPU"). Fill in after a GPU run.
 EXPLAINED: dict[str, str] = {
-    "llama_compile": "torch.compile: the simulation runs the compiled model eagerly (no "
-    "fusion, no Inductor buffers), so activations differ by design",
+    "llama_compile": "torch.compile: Inductor's buffers are modelled, not generated; Triton "
+    "autotuning's benchmark buffers are not simulated, and each `torch.autocast` inside the "
+    "model is a graph break in the simulation only (docs/simulation.md, torch.compile)",
 }
 
 
