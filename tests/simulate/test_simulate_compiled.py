@@ -99,6 +99,26 @@ def test_the_min_cut_partition_saves_less_than_eager_autograd():
     assert first["line"] == gated.__code__.co_firstlineno + 1
 
 
+def two_reductions(*inputs):
+    total = sum(inputs[1:], inputs[0])  # one pointwise value reading every input
+    return total.sum(0), total.amax(0)  # used twice
+
+
+@pytest.mark.parametrize("n_inputs", [4, 5])
+def test_a_value_used_twice_is_stored_only_when_it_reads_more_than_four_buffers(n_inputs):
+    # Inductor's should_realize_on_reuse: 2 users and num_reads > realize_reads_threshold
+    # (4); otherwise each reduction recomputes it from the inputs
+    with memlens.simulate(cublas_workspace=0) as sim, torch.no_grad():
+        inputs = [torch.randn(64, 64, device="cuda") for _ in range(n_inputs)]
+        start = len(events(sim))
+        outputs = torch.compile(two_reductions)(*inputs)
+    stored = [("+", SIZE)] if n_inputs > 4 else []
+    freed = [("-", SIZE)] if n_inputs > 4 else []
+    # the two (64,) fp32 results: 256 bytes each
+    assert events(sim)[start:] == stored + [("+", 256), ("+", 256)] + freed
+    assert [o.shape for o in outputs] == [(64,), (64,)]
+
+
 class Gemms(torch.nn.Module):
     def __init__(self):
         super().__init__()
