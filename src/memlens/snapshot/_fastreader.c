@@ -26,10 +26,6 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
-#include <sched.h>
-#ifndef _WIN32
-#include <pthread.h>
-#endif
 
 /* ------------------------------------------------------------------ exceptions */
 static PyObject *Fallback;  /* shape we do not handle: read with the Python path */
@@ -82,53 +78,69 @@ enum {
     NCOSTS
 };
 
-/* One scan over a whole pickle: its inputs, its progress (read by the reader in another
-   thread: the end of the last opcode checked), and its outcome. */
+/* Where a scan stands: it can stop after any opcode and go on later (the reader runs it
+   just ahead of itself, and charges the opcodes of its own shortcuts itself). */
+typedef struct {
+    size_t pos, height, peak, nmarks;
+    /* where the current FRAME ends (PEP 3154: no opcode crosses it); 0, or a value at or
+       before `pos` once an opcode has ended on it: none */
+    size_t frame_end;
+    uint64_t cost, memo_len;
+    uint64_t extra; /* memo table and stack at their largest, kept up to date */
+    int64_t memo_top;
+} ScanAt;
+
+/* One scan over a whole pickle: its inputs, its tables, where it stands, and its outcome. */
 typedef struct {
     const unsigned char *d;
     size_t n;
     unsigned long long limit, memo_limit;
     uint64_t c[NCOSTS];
-    size_t progress; /* atomic */
-    int done;        /* atomic: 1 when the fields below are final */
+    uint64_t lim;
+    int64_t memo_max;
+    /* the class of each opcode (its argument), and its effect on the stack */
+    unsigned char cls[256], wid[256], eff[256], txt[256], popk[256], left[256];
+    uint64_t made[256], per_item[256];
+    ScanAt at;
+    size_t *marks, marks_cap; /* the stack's height at each open MARK */
+    uint64_t memo_named;      /* for a "memo" status: the slots named */
+    int done;                 /* 1 when the fields below are final */
     const char *status, *opname;
     unsigned long long value;
     size_t pos;
 } Scan;
 
 /* The whole pickle, borrowed from the caller's buffer (a mapped file or inflated bytes),
-   of which the reader may read `len` bytes: all `total` once the scan that runs beside it
-   has passed them (or when there is no scan), until then the bytes it has checked. */
+   of which the reader may read `len` bytes: all `total` once the scan has ended (or when
+   there is no scan), until then the bytes it has checked. */
 typedef struct {
     const unsigned char *buf;
     size_t pos, len, total;
-    Scan *sc; /* NULL: no scan beside the reader */
+    Scan *sc; /* NULL: no scan ahead of the reader */
 } Input;
 
 static PyObject *ScanStop; /* the scan refused the file: args (the scan's result) */
 
-/* Wait for the scan to pass `need` unread bytes (or to finish). 0 they are there; 1 the
-   data ends before (truncated); -1 with ScanStop set when the scan refused the file
-   before them (its answer is the reader's: the file is refused as the Python path would
-   refuse it). Spins: the scan runs several times faster than the reader, so it waits
-   only at the start. */
+static void scan_until(Scan *sc, size_t target);
+
+/* Run the scan over `need` unread bytes (it stops after the opcode that covers them). 0
+   they are there; 1 the data ends before (truncated); -1 with ScanStop set when the scan
+   refused the file before them (its answer is the reader's: the file is refused as the
+   Python path would refuse it). */
 static int input_need(Input *in, size_t need) {
     while (in->len - in->pos < need) {
         Scan *sc = in->sc;
         if (!sc) return 1;
-        const int done = __atomic_load_n(&sc->done, __ATOMIC_ACQUIRE);
-        const int ok = done && strcmp(sc->status, "ok") == 0;
-        const size_t visible = ok ? in->total : __atomic_load_n(&sc->progress, __ATOMIC_ACQUIRE);
-        if (visible > in->len) {
-            in->len = visible;
-        } else if (ok) {
-            in->sc = NULL; /* all of it is there: what is missing is missing */
-        } else if (done) {
+        if (!sc->done) scan_until(sc, need > in->total - in->pos ? in->total : in->pos + need);
+        if (sc->done && strcmp(sc->status, "ok") != 0) {
             PyErr_SetString(ScanStop, sc->status);
             return -1;
-        } else {
-            sched_yield();
         }
+        const size_t visible = sc->done ? in->total : sc->at.pos;
+        if (visible > in->len)
+            in->len = visible;
+        else if (sc->done)
+            in->sc = NULL; /* all of it is there: what is missing is missing */
     }
     return 0;
 }
@@ -1571,6 +1583,59 @@ static int push_long(VM *vm, const unsigned char *p, size_t n) {
    the reference; this is a shortcut through it for the common shape, with the same
    outcome (tests/snapshot/test_compiled_equality.py compares both with the Python path). */
 
+/* Only ASCII bytes? (8 at a time: the scan reads every string of the file) */
+static int all_ascii(const unsigned char *p, size_t n) {
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t x;
+        memcpy(&x, p + i, 8);
+        if (x & 0x8080808080808080ULL) return 0;
+    }
+    for (; i < n; i++)
+        if (p[i] & 0x80) return 0;
+    return 1;
+}
+
+/* The scan's charges for the opcodes the entry shortcut reads itself, as scan_until
+   charges them (a test holds the two to the same total: test_prescan.py). The scan then
+   goes on from the shortcut's end. */
+static inline void ch_push(Scan *sc, uint64_t made) {
+    sc->at.cost += made;
+    if (++sc->at.height > sc->at.peak) sc->at.peak = sc->at.height;
+}
+
+static inline int ch_mark(Scan *sc) {
+    if (sc->at.nmarks == sc->marks_cap) {
+        size_t ncap = sc->marks_cap ? sc->marks_cap * 2 : 64;
+        size_t *nm = realloc(sc->marks, ncap * sizeof *nm);
+        if (!nm) return -1; /* the shortcut gives up; the scan says "nomem" in its turn */
+        sc->marks = nm;
+        sc->marks_cap = ncap;
+    }
+    sc->marks[sc->at.nmarks++] = sc->at.height;
+    sc->at.cost += sc->c[C_STACK_SLOT];
+    return 0;
+}
+
+static inline void ch_from_mark(Scan *sc, int op) {
+    ScanAt *at = &sc->at;
+    const size_t base = at->nmarks ? sc->marks[--at->nmarks] : 0;
+    at->cost += sc->made[op] + sc->per_item[op] * (at->height > base ? at->height - base : 0);
+    at->height = base + sc->left[op];
+    if (at->height > at->peak) at->peak = at->height;
+}
+
+static inline void ch_pop(Scan *sc, int op) {
+    ScanAt *at = &sc->at;
+    at->cost += sc->made[op];
+    at->height = (at->height > sc->popk[op] ? at->height - sc->popk[op] : 0) + sc->left[op];
+}
+
+static inline void ch_memo(Scan *sc, int64_t idx) {
+    if (idx > sc->at.memo_top) sc->at.memo_top = idx;
+    sc->at.memo_len++;
+}
+
 #define FAST_PUTS 16
 
 typedef struct {
@@ -1580,6 +1645,7 @@ typedef struct {
 
 typedef struct {
     const unsigned char *p, *end;
+    Scan *sc; /* the scan to charge the opcodes read to, or NULL: it has passed them */
     PendingPut put[FAST_PUTS]; /* memo puts, applied only once the whole entry is read */
     int nput;
     size_t new_slots;    /* puts into empty slots: where the next MEMOIZE goes moves with them */
@@ -1624,6 +1690,7 @@ static int fast_put(VM *vm, Fast *f, PyObject *o) {
         return 0;
     }
     if (idx >= vm->max_memo || f->nput == FAST_PUTS || fast_memo(vm, f, idx)) return -1;
+    if (f->sc) ch_memo(f->sc, *f->p == 0x94 ? (int64_t)f->sc->at.memo_len : (int64_t)idx);
     f->put[f->nput++] = (PendingPut){idx, o};
     f->new_slots++;
     f->p = p;
@@ -1677,7 +1744,9 @@ static Py_ssize_t frames_items_stack(VM *vm, Fast *f, size_t k) {
 /* A frames list being built (EMPTY_LIST at f->p): its items must all be memo references
    to plain objects. *out becomes its VM stack. 1 ok, 0 not for the shortcut, -1 error. */
 static int fast_frames(VM *vm, Fast *f, Val *out) {
+    Scan *sc = f->sc;
     f->p++;
+    if (sc) ch_push(sc, sc->made[']']);
     int slot = f->nput;
     Py_INCREF(vm->marker); /* stands for the list until its stack is known */
     int r = fast_put(vm, f, vm->marker);
@@ -1692,6 +1761,7 @@ static int fast_frames(VM *vm, Fast *f, Val *out) {
     for (;;) {
         if (q >= end) return 0;
         if (*q == '(') {
+            if (sc && ch_mark(sc) < 0) return 0;
             for (q++;; k++) {
                 if (q < end && *q == 'e') break;
                 if (q < end && *q == 'h' && end - q >= 2)
@@ -1700,12 +1770,16 @@ static int fast_frames(VM *vm, Fast *f, Val *out) {
                     q += 5;
                 else
                     return 0;
+                if (sc) ch_push(sc, 0);
             }
             q++;
+            if (sc) ch_from_mark(sc, 'e');
         } else if (*q == 'h' && end - q >= 3 && q[2] == 'a') {
             q += 3, k++;
+            if (sc) ch_push(sc, 0), ch_pop(sc, 'a');
         } else if (*q == 'j' && end - q >= 6 && q[5] == 'a') {
             q += 6, k++;
+            if (sc) ch_push(sc, 0), ch_pop(sc, 'a');
         } else {
             break;
         }
@@ -1742,6 +1816,17 @@ static int fast_frames(VM *vm, Fast *f, Val *out) {
 static inline int fast_value(VM *vm, Fast *f, int fld, Val *out) {
     const unsigned char *p = f->p, *end = f->end;
     if (p >= end) return 0;
+    Scan *sc = f->sc;
+    /* the scan's charge for the value (a bail undoes it: fast_entry) */
+    if (sc && *p != ']') {
+        uint64_t arg = 0;
+        if (*p == 'M' && end - p >= 3 && rd_le(p + 1, 2) > 256) arg = sc->c[C_INT];
+        if (*p == 0x8a && end - p >= 2) arg = p[1];
+        if (*p == 0x8c && end - p >= 2 && (size_t)(end - p) >= 2u + p[1])
+            arg = (all_ascii(p + 2, p[1]) ? 1 : 4) * (uint64_t)p[1];
+        sc->at.cost += arg;
+        ch_push(sc, sc->made[*p]);
+    }
     switch (*p) {
     case 'K':
         if (end - p < 2) return 0;
@@ -1826,6 +1911,21 @@ static inline int fast_value(VM *vm, Fast *f, int fld, Val *out) {
     }
 }
 
+/* The shortcut read an entry, up to in->pos, and charged it to the scan (from `before`):
+   the scan goes on from there. Past a limit, the scan itself reads the entry again from
+   `before`, to stop where it stops alone, at the same byte with the same estimate. */
+static void scan_charged(Scan *sc, const ScanAt *before, Input *in) {
+    ScanAt *at = &sc->at;
+    at->pos = in->pos;
+    at->extra = sc->c[C_MEMO_SLOT] * (uint64_t)(at->memo_top + 1) +
+                sc->c[C_STACK_SLOT] * (uint64_t)at->peak;
+    if (at->cost + at->extra > sc->lim || at->memo_top >= sc->memo_max) {
+        *at = *before;
+        scan_until(sc, in->pos);
+    }
+    in->len = in->pos;
+}
+
 /* Right after an entry's EMPTY_DICT: 1 the entry was read and pushed as a pending row;
    0 nothing happened (the machine reads it); -1 error. */
 static int fast_entry(VM *vm) {
@@ -1834,6 +1934,15 @@ static int fast_entry(VM *vm) {
     Fast f; /* not zeroed as a whole: put[] is written before it is read */
     f.p = in->buf + in->pos;
     f.end = in->buf + in->len;
+    /* the scan is at the entry (it runs in step with the reader): the shortcut reads on to
+       the end of the data or of the FRAME, charging what it reads to the scan itself */
+    f.sc = in->sc && !in->sc->done && in->sc->at.pos == in->pos ? in->sc : NULL;
+    ScanAt before;
+    if (f.sc) {
+        before = f.sc->at;
+        const size_t fe = before.frame_end;
+        f.end = in->buf + (fe > in->pos ? fe : in->total);
+    }
     f.nput = 0;
     f.new_slots = 0;
     f.items = 0;
@@ -1848,15 +1957,18 @@ static int fast_entry(VM *vm) {
     int r = fast_put(vm, &f, vm->marker);
     if (r != 1) Py_DECREF(vm->marker);
     if (r < 0 || f.p >= f.end || *f.p != '(') goto bail;
+    if (f.sc && ch_mark(f.sc) < 0) goto bail;
     f.p++;
     for (;;) {
         if (f.p >= f.end) goto bail;
         if (*f.p == 'u') {
             f.p++;
+            if (f.sc) ch_from_mark(f.sc, 'u');
             break;
         }
         Py_ssize_t idx = fast_get_index(&f);
         if (idx < 0) goto bail;
+        if (f.sc) ch_push(f.sc, 0);
         int fld;
         if (vm->field_by_slot[idx & 255].slot1 == (size_t)idx + 1) {
             /* a filled slot: pending puts only go to empty ones, so this is the key */
@@ -1888,13 +2000,16 @@ static int fast_entry(VM *vm) {
     f.nput = 0;
     if (f.span) spanset_add(&vm->spans, f.span, f.span_n, f.span_hash, f.span_stack, f.span_items);
     in->pos = (size_t)(f.p - in->buf);
+    if (f.sc) scan_charged(f.sc, &before, in);
     row->frames_items = f.items;
     return push(vm, (Val){V_ENTRY, {.row = r_row}}) < 0 ? -1 : 1;
 bail:
+    if (f.sc) f.sc->at = before;
     row_free(vm, r_row);
     fast_drop_puts(&f);
     return 0;
 error:
+    if (f.sc) f.sc->at = before;
     row_free(vm, r_row);
     fast_drop_puts(&f);
     return -1;
@@ -2420,19 +2535,6 @@ error:
    one table), the same refusals and the same truncations, at the same positions
    (tests/hostile/test_prescan.py compares the two). */
 
-/* Only ASCII bytes? (8 at a time: the scan reads every string of the file) */
-static int all_ascii(const unsigned char *p, size_t n) {
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        uint64_t x;
-        memcpy(&x, p + i, 8);
-        if (x & 0x8080808080808080ULL) return 0;
-    }
-    for (; i < n; i++)
-        if (p[i] & 0x80) return 0;
-    return 1;
-}
-
 static const char *scan_refused(int op) {
     switch (op) {
     case 'c':
@@ -2459,26 +2561,42 @@ static int scan_costs(Scan *sc, PyObject *costs_obj) {
     return 0;
 }
 
-/* The scan itself: no Python API inside, so it can run beside the reader. */
-static void scan_run(Scan *sc) {
+/* The class of each opcode (its argument), and its effect on the stack. */
+enum {
+    CL_END,
+    CL_STOP,
+    CL_REFUSED,
+    CL_LINES2,
+    CL_FIXED,
+    CL_COUNTED,
+    CL_LINE,
+    CL_MEMOIZE,
+    CL_PLAIN
+};
+enum { EF_NONE, EF_PUSH, EF_MARK, EF_FROM_MARK, EF_POP };
+
+/* The scan's tables, from its costs (sc->c), and its start. No Python API in the scan. */
+static void scan_init(Scan *sc, const unsigned char *d, size_t n) {
     const uint64_t *c = sc->c;
-    const unsigned long long limit = sc->limit, memo_limit = sc->memo_limit;
-    /* the class of each opcode (its argument), and its effect on the stack */
-    enum {
-        CL_END,
-        CL_STOP,
-        CL_REFUSED,
-        CL_LINES2,
-        CL_FIXED,
-        CL_COUNTED,
-        CL_LINE,
-        CL_MEMOIZE,
-        CL_PLAIN
-    };
-    enum { EF_NONE, EF_PUSH, EF_MARK, EF_FROM_MARK, EF_POP };
-    unsigned char cls[256] = {0}, wid[256] = {0}, eff[256] = {0}, txt[256] = {0};
-    uint64_t made[256] = {0}, per_item[256] = {0};
-    unsigned char popk[256] = {0}, left[256] = {0};
+    sc->d = d;
+    sc->n = n;
+    sc->lim = sc->limit ? sc->limit : (1ULL << 62);
+    sc->memo_max =
+        sc->memo_limit && sc->memo_limit < (1ULL << 62) ? (int64_t)sc->memo_limit : (1LL << 62);
+    sc->at = (ScanAt){0};
+    sc->at.memo_top = -1;
+    sc->marks = NULL;
+    sc->marks_cap = 0;
+    sc->memo_named = 0;
+    sc->done = 0;
+    sc->status = "ok";
+    sc->opname = "";
+    unsigned char *cls = sc->cls, *wid = sc->wid, *eff = sc->eff, *txt = sc->txt;
+    unsigned char *popk = sc->popk, *left = sc->left;
+    uint64_t *made = sc->made, *per_item = sc->per_item;
+    memset(cls, 0, 256), memset(wid, 0, 256), memset(eff, 0, 256), memset(txt, 0, 256);
+    memset(popk, 0, 256), memset(left, 0, 256);
+    memset(made, 0, 256 * sizeof *made), memset(per_item, 0, 256 * sizeof *per_item);
     /* every opcode the unpickler knows but the out-of-band buffers: anything else ends the
        scan where the unpickler must stop, and leaves it the words */
     const unsigned char known_ops[] = "().012BCFGIJKLMNPQRSTUVX]abcdeghijlopqrstu}";
@@ -2546,19 +2664,34 @@ static void scan_run(Scan *sc) {
         const unsigned char op = pops[g].op;
         eff[op] = EF_POP, popk[op] = pops[g].k, left[op] = pops[g].left, made[op] = pops[g].add;
     }
+}
 
+/* Free what the scan holds (its MARK stack). */
+static void scan_free(Scan *sc) {
+    free(sc->marks);
+    sc->marks = NULL;
+    sc->marks_cap = 0;
+}
+
+/* Go on with the scan until it has passed byte `target` (it stops after an opcode) or has
+   ended (sc->done). Its state lives in locals while it runs. */
+static void scan_until(Scan *sc, size_t target) {
+    const uint64_t *c = sc->c;
+    const unsigned char *cls = sc->cls, *wid = sc->wid, *eff = sc->eff, *txt = sc->txt;
+    const unsigned char *popk = sc->popk, *left = sc->left;
+    const uint64_t *made = sc->made, *per_item = sc->per_item;
     const unsigned char *d = sc->d;
     const size_t n = sc->n;
-    size_t pos = 0, height = 0, peak = 0, nmarks = 0, marks_cap = 0;
-    size_t *marks = NULL;
-    uint64_t cost = 0, memo_len = 0;
-    int64_t memo_top = -1;
-    uint64_t extra = 0; /* memo table and stack at their largest, kept up to date */
-    const uint64_t lim = limit ? limit : (1ULL << 62);
-    const int64_t memo_max =
-        memo_limit && memo_limit < (1ULL << 62) ? (int64_t)memo_limit : (1LL << 62);
-    uint64_t memo_named = 0; /* for a "memo" status: the slots named */
+    size_t pos = sc->at.pos, height = sc->at.height, peak = sc->at.peak;
+    size_t nmarks = sc->at.nmarks, marks_cap = sc->marks_cap;
+    size_t *marks = sc->marks;
+    uint64_t cost = sc->at.cost, memo_len = sc->at.memo_len, extra = sc->at.extra;
+    int64_t memo_top = sc->at.memo_top;
+    const uint64_t lim = sc->lim;
+    const int64_t memo_max = sc->memo_max;
+    uint64_t memo_named = 0;
     const char *status = "ok", *opname = "";
+    size_t frame_end = sc->at.frame_end;
 #define TOTAL() (cost + extra)
 #define EXTRA() (c[C_MEMO_SLOT] * (uint64_t)(memo_top + 1) + c[C_STACK_SLOT] * (uint64_t)peak)
 #define SCAN_END(st)                                                                               \
@@ -2609,18 +2742,15 @@ static void scan_run(Scan *sc) {
             extra = EXTRA();                                                                       \
         }                                                                                          \
     } while (0)
-    /* where the current FRAME ends (PEP 3154: no opcode crosses it); 0, or a value at or
-       before `pos` once an opcode has ended on it: none */
-    size_t frame_end = 0;
-    unsigned ops = 0; /* progress is published every 256 opcodes */
-    while (pos < n) {
+    if (target > n) target = n;
+    while (pos < target) {
         /* The opcodes snapshots are made of (gets, memoize, small ints, marks, dicts and
            lists), in one dispatch each, while the longest fixed argument (4 bytes) cannot
            cross the end of the frame or of the data: no bounds or frame checks per opcode.
            They charge what the general step below charges; anything else, a counted
            argument that reaches the edge, and the last bytes before it take that step. */
         const size_t edge = frame_end > pos ? frame_end : n;
-        while (pos + 5 <= edge) {
+        while (pos + 5 <= edge && pos < target) {
             const int op = d[pos];
             switch (op) {
             case 'h': /* BINGET, BININT1 */
@@ -2697,10 +2827,9 @@ static void scan_run(Scan *sc) {
             default: goto general;
             }
             if (TOTAL() > lim) SCAN_END("memory");
-            if (!(++ops & 255)) __atomic_store_n(&sc->progress, pos, __ATOMIC_RELEASE);
         }
     general:
-        if (pos >= n) break;
+        if (pos >= target) break;
         const size_t start = pos;
         size_t new_frame = 0;
         const int op = d[pos++];
@@ -2795,15 +2924,21 @@ static void scan_run(Scan *sc) {
         default: break;
         }
         if (TOTAL() > lim) SCAN_END("memory");
-        if (!(++ops & 255)) __atomic_store_n(&sc->progress, pos, __ATOMIC_RELEASE);
     }
+    sc->at = (ScanAt){pos, height, peak, nmarks, frame_end, cost, memo_len, extra, memo_top};
+    sc->marks = marks;
+    sc->marks_cap = marks_cap;
+    if (pos < n) return; /* not at the end yet */
 out:
-    free(marks);
+    sc->at = (ScanAt){pos, height, peak, nmarks, frame_end, cost, memo_len, extra, memo_top};
+    sc->marks = marks;
+    sc->marks_cap = marks_cap;
+    sc->memo_named = memo_named;
     sc->status = status;
     sc->opname = opname;
     sc->value = (unsigned long long)(memo_named ? memo_named : TOTAL());
     sc->pos = pos;
-    __atomic_store_n(&sc->done, 1, __ATOMIC_RELEASE);
+    sc->done = 1;
 #undef MEMO_SET
 #undef PUSH
 #undef MARK
@@ -2813,12 +2948,16 @@ out:
 #undef SCAN_END
 }
 
-#ifndef _WIN32
-static void *scan_thread(void *arg) {
-    scan_run((Scan *)arg);
-    return NULL;
+/* The last read's scan, as scan() would answer it (for the tests: the reader's own
+   charges for its shortcut must come to what the scan alone finds). */
+static const char *last_scan[2] = {"", ""};
+static unsigned long long last_scan_value;
+static size_t last_scan_pos;
+
+static PyObject *fr_last_scan(PyObject *Py_UNUSED(mod), PyObject *Py_UNUSED(args)) {
+    return Py_BuildValue("(ssKn)", last_scan[0], last_scan[1], last_scan_value,
+                         (Py_ssize_t)last_scan_pos);
 }
-#endif
 
 static PyObject *scan_result(const Scan *sc) {
     return Py_BuildValue("(ssKn)", sc->status, sc->opname, sc->value, (Py_ssize_t)sc->pos);
@@ -2832,10 +2971,10 @@ static PyObject *fr_scan(PyObject *Py_UNUSED(mod), PyObject *args) {
         return NULL;
     PyObject *result = NULL;
     if (scan_costs(&sc, costs_obj) == 0) {
-        sc.d = view.buf;
-        sc.n = (size_t)view.len;
-        Py_BEGIN_ALLOW_THREADS scan_run(&sc);
+        scan_init(&sc, view.buf, (size_t)view.len);
+        Py_BEGIN_ALLOW_THREADS scan_until(&sc, sc.n);
         Py_END_ALLOW_THREADS result = scan_result(&sc);
+        scan_free(&sc);
     }
     PyBuffer_Release(&view);
     return result;
@@ -2894,17 +3033,11 @@ static PyObject *fr_read(PyObject *Py_UNUSED(mod), PyObject *args) {
         PyBuffer_Release(&view);
         return PyErr_NoMemory();
     }
-    /* The scan (prescan.py's, in C) runs beside the reader, ahead of it: the reader reads
-       only bytes it has passed, so it never builds what the scan would refuse, and its
-       answer wins; on one core it costs what running it first would. */
-    sc.d = view.buf;
-    sc.n = (size_t)view.len;
-    int threaded = 0;
-#ifndef _WIN32
-    pthread_t scanner;
-    threaded = pthread_create(&scanner, NULL, scan_thread, &sc) == 0;
-#endif
-    if (!threaded) scan_run(&sc); /* no thread to be had: first, then */
+    /* The scan (prescan.py's, in C) runs in step with the reader, just ahead of it: the
+       reader reads only bytes it has passed, so it never builds what the scan would
+       refuse, and its answer wins. The reader's shortcut for trace entries charges their
+       opcodes itself (fast_entry), so most bytes are decoded once. */
+    scan_init(&sc, view.buf, (size_t)view.len);
     PyObject *result = NULL;
     vm->known = known;
     vm->marker = PyList_New(0); /* a private object nobody else can hold */
@@ -2937,12 +3070,12 @@ static PyObject *fr_read(PyObject *Py_UNUSED(mod), PyObject *args) {
     }
     result = run(vm);
 done:
-#ifndef _WIN32
-    if (threaded) {
-        Py_BEGIN_ALLOW_THREADS pthread_join(scanner, NULL);
+    if (!sc.done) { /* the reader stopped early: the rest of the file may still be refused */
+        Py_BEGIN_ALLOW_THREADS scan_until(&sc, sc.n);
         Py_END_ALLOW_THREADS
     }
-#endif
+    last_scan[0] = sc.status, last_scan[1] = sc.opname;
+    last_scan_value = sc.value, last_scan_pos = sc.pos;
     if (strcmp(sc.status, "ok") != 0) { /* the scan's answer first, as on the Python path */
         Py_CLEAR(result);
         PyErr_Clear();
@@ -2952,6 +3085,7 @@ done:
             Py_DECREF(why);
         }
     }
+    scan_free(&sc);
     vm_free(vm);
     Py_XDECREF(vm->marker);
     Py_XDECREF(vm->s_device_traces);
@@ -2963,6 +3097,8 @@ done:
 static PyMethodDef fr_methods[] = {
     {"read", fr_read, METH_VARARGS, read_doc},
     {"scan", fr_scan, METH_VARARGS, scan_doc},
+    {"last_scan", fr_last_scan, METH_NOARGS,
+     "last_scan()\n--\n\nThe scan's result for the last read(), as scan() gives it."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -117,7 +117,7 @@ def raise_for(
     result: tuple[str, str, int, int], *, what: str, memory_limit: int, memo_limit: int
 ) -> None:
     """The error for a scan's result (nothing when it is "ok"): one wording for both
-    readers (the compiled reader runs the same scan beside it: `_fastreader.ScanStop`)."""
+    readers (the compiled reader runs the same scan in its own pass: `_fastreader.ScanStop`)."""
     status, op, cost, pos = result
     if status == "refused":
         raise refusal(op)
