@@ -361,8 +361,14 @@ typedef struct {
     size_t mask;
 } StackSet;
 
+/* Keys for the stack and span hashes, set once per process from os.urandom at import: the
+   bytes of a frames list come from an untrusted file, and with a fixed hash a crafted file
+   could choose bodies that all land in one slot run (as it could addresses in the replay's
+   table before it was keyed: tests/hostile/test_hash_flood.py). */
+static uint64_t hash_seed[2] = {0x9e3779b97f4a7c15ULL, 0x243f6a8885a308d3ULL};
+
 static uint64_t items_hash(PyObject *const *items, size_t k) {
-    uint64_t h = 0x9e3779b97f4a7c15ULL ^ k;
+    uint64_t h = hash_seed[0] ^ k;
     for (size_t i = 0; i < k; i++) h = (h ^ ptr_hash(items[i])) * 0x100000001b3ULL;
     return h ^ (h >> 31);
 }
@@ -480,7 +486,7 @@ typedef struct {
 } SpanSet;
 
 static uint64_t bytes_hash(const unsigned char *p, size_t n) {
-    uint64_t h = 0x243f6a8885a308d3ULL ^ n;
+    uint64_t h = hash_seed[1] ^ n;
     while (n >= 8) {
         uint64_t w;
         memcpy(&w, p, 8);
@@ -492,7 +498,16 @@ static uint64_t bytes_hash(const unsigned char *p, size_t n) {
     uint64_t w = 0;
     memcpy(&w, p, n);
     h = (h ^ w) * 0x9fb21c651e98df25ULL;
-    return h ^ (h >> 32);
+    h ^= h >> 32;
+    return (h ^ hash_seed[0]) * 0xff51afd7ed558ccdULL; /* the key again, at the end too */
+}
+
+static PyObject *fr_span_hash(PyObject *Py_UNUSED(mod), PyObject *arg) {
+    Py_buffer view;
+    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0) return NULL;
+    uint64_t h = bytes_hash(view.buf, (size_t)view.len);
+    PyBuffer_Release(&view);
+    return PyLong_FromUnsignedLongLong(h);
 }
 
 static void spanset_clear(SpanSet *t) {
@@ -3097,6 +3112,8 @@ done:
 static PyMethodDef fr_methods[] = {
     {"read", fr_read, METH_VARARGS, read_doc},
     {"scan", fr_scan, METH_VARARGS, scan_doc},
+    {"span_hash", fr_span_hash, METH_O,
+     "span_hash(data)\n--\n\nThe key a frames list's bytes are remembered by (for the tests)."},
     {"last_scan", fr_last_scan, METH_NOARGS,
      "last_scan()\n--\n\nThe scan's result for the last read(), as scan() gives it."},
     {NULL, NULL, 0, NULL},
@@ -3116,6 +3133,13 @@ static struct PyModuleDef fr_module = {
 
 PyMODINIT_FUNC PyInit__fastreader(void) {
     if (PyType_Ready(&ChunkType) < 0 || PyType_Ready(&ColumnsType) < 0) return NULL;
+    PyObject *os = PyImport_ImportModule("os");
+    PyObject *rnd = os ? PyObject_CallMethod(os, "urandom", "i", 16) : NULL;
+    Py_XDECREF(os);
+    if (!rnd) return NULL;
+    if (PyBytes_Check(rnd) && PyBytes_GET_SIZE(rnd) == 16)
+        memcpy(hash_seed, PyBytes_AS_STRING(rnd), 16);
+    Py_DECREF(rnd);
     PyObject *m = PyModule_Create(&fr_module);
     if (!m) return NULL;
     struct {
