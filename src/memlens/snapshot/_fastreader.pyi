@@ -1,6 +1,8 @@
-"""Types of the compiled snapshot reader (_fastreader.c)."""
+"""Types of the compiled snapshot reader (csrc/reader_*.c)."""
 
 from typing import Any
+
+TYPED_FIELDS: tuple[str, ...]
 
 class Fallback(Exception): ...
 class Corrupt(Exception): ...

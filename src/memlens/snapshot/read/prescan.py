@@ -9,7 +9,7 @@ first (no object made), and what the unpickler would allocate is estimated from 
 the costs below, which are upper bounds of CPython's own (64-bit: an empty dict is 64 bytes
 plus 16 of GC header, a list item 8 bytes plus over-allocation, a str 49 bytes plus its
 characters...). Past the 'memory' limit the file is refused before the unpickler starts.
-The compiled reader charges the same costs for the same opcodes (`_fastreader.c`, scan_*),
+The compiled reader charges the same costs for the same opcodes (`csrc/reader_scan.c`),
 so both readers refuse the same files at the same limit.
 
 It also refuses, in file order, every opcode that can reach code without `find_class`
