@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from memlens.snapshot import prescan
-from memlens.snapshot.compiled import NO_LIMIT
-from memlens.snapshot.entries import KNOWN_ENTRY_FIELDS
+from memlens.snapshot.assemble.entries import KNOWN_ENTRY_FIELDS
 from memlens.snapshot.native import built
+from memlens.snapshot.read import prescan
+from memlens.snapshot.read.compiled import NO_LIMIT
 from shared_data import SHARED_SNAPSHOTS, real_snapshot_names
 
 FAST = built()

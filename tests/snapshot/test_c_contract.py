@@ -12,7 +12,7 @@ from types import ModuleType
 import pytest
 
 from memlens.snapshot import model
-from memlens.snapshot.entries import KNOWN_ENTRY_FIELDS, TYPED_ENTRY_FIELDS
+from memlens.snapshot.assemble.entries import KNOWN_ENTRY_FIELDS, TYPED_ENTRY_FIELDS
 from memlens.snapshot.native import built, built_replay
 
 ROOT = Path(__file__).resolve().parents[2]

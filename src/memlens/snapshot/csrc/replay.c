@@ -1,4 +1,4 @@
-/* The replay of one device's trace (snapshot/replay.py) in one pass over the events.
+/* The replay of one device's trace (snapshot/replay/device.py) in one pass over the events.
 
    replay_device's numpy path computes the pairing of allocs and frees with a stable sort by
    address and then gathers row columns, builds the ghost rows, the active curve (scattered
@@ -210,7 +210,7 @@ PyDoc_STRVAR(
     "replay(*, action, addr, size, stack, stream, ghost_addr, ghost_size, ghost_stack,\n"
     "       ghost_stream, alloc_code, free_code, request_code, grow_codes, shrink_codes,\n"
     "       requests_as_frees, end_reserved)\n--\n\n"
-    "One device's replay (snapshot/replay.py), keyword arguments only. The events: action\n"
+    "One device's replay (snapshot/replay/device.py), keyword arguments only. The events: action\n"
     "uint8, addr uint64, size int64, stack int32, stream int32, of one length n; the ghost\n"
     "candidates (the final state's active_allocated blocks): ghost_addr uint64, ghost_size\n"
     "int64, ghost_stack int32, ghost_stream int32; the action codes of alloc, free and\n"
