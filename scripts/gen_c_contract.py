@@ -30,12 +30,15 @@ def render() -> str:
         "   and memlens.snapshot.model's alloc_flags bits: do not edit (the test\n"
         "   tests/snapshot/test_c_contract.py holds it to the Python). */\n"
         "#ifndef MEMLENS_CONTRACT_H\n"
-        "#define MEMLENS_CONTRACT_H\n\n"
+        "#define MEMLENS_CONTRACT_H\n"
+        "/* generated lines, one table per line: */\n"
+        "/* clang-format off */\n\n"
         "/* the entry fields the reader types into columns (anything else is skipped or unknown) */\n"
         f"enum {{ {fields}, NF }};\n"
         f"#define TYPED_FIELD_NAMES {{{names}}}\n\n"
         "/* alloc_flags bits of an allocation row */\n"
         f"enum {{ {flags} }};\n\n"
+        "/* clang-format on */\n"
         "#endif\n"
     )
 

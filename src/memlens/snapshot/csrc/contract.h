@@ -3,6 +3,8 @@
    tests/snapshot/test_c_contract.py holds it to the Python). */
 #ifndef MEMLENS_CONTRACT_H
 #define MEMLENS_CONTRACT_H
+/* generated lines, one table per line: */
+/* clang-format off */
 
 /* the entry fields the reader types into columns (anything else is skipped or unknown) */
 enum { F_ACTION, F_ADDR, F_SIZE, F_STREAM, F_TIME_US, F_FRAMES, F_COMPILE_CONTEXT, F_USER_METADATA, F_FORWARD_FRAMES, F_DEVICE_FREE, NF };
@@ -11,4 +13,5 @@ enum { F_ACTION, F_ADDR, F_SIZE, F_STREAM, F_TIME_US, F_FRAMES, F_COMPILE_CONTEX
 /* alloc_flags bits of an allocation row */
 enum { PREEXISTING = 1, GHOST = 2, LIVE_AT_END = 4, PENDING_FREE = 8, OVERWRITTEN = 16 };
 
+/* clang-format on */
 #endif
