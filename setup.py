@@ -30,24 +30,29 @@ class BuildPy(build_py):
             shutil.copyfile(Path(__file__).parent / "docs" / name, target / name)
 
 
-PTHREAD = [] if sys.platform == "win32" else ["-pthread"]
+# The C sources: the reader in units with one private header (reader.h), the replay in one
+# file; owned_buffer.h and contract.h (generated: scripts/gen_c_contract.py) shared by both.
+CSRC = Path("src/memlens/snapshot/csrc")
+# the reader's units call each other: none of it is the extension's interface
+HIDDEN = [] if sys.platform == "win32" else ["-fvisibility=hidden"]
 
 setup(
     cmdclass={"build_py": BuildPy},
     ext_modules=[
         Extension(
             "memlens.snapshot._fastreader",
-            sources=["src/memlens/snapshot/_fastreader.c"],
-            # the scan runs in a thread beside the reader (pthreads; Windows: one after
-            # the other)
-            extra_compile_args=["-O2", *PTHREAD],
-            extra_link_args=PTHREAD,
+            sources=sorted(str(p) for p in CSRC.glob("reader_*.c")),
+            depends=[str(p) for p in CSRC.glob("*.h")],
+            include_dirs=[str(CSRC)],
+            extra_compile_args=["-O2", *HIDDEN],
             optional=True,
         ),
         Extension(
             "memlens.snapshot._fastreplay",
-            sources=["src/memlens/snapshot/_fastreplay.c"],
-            extra_compile_args=["-O2"],
+            sources=[str(CSRC / "replay.c")],
+            depends=[str(CSRC / "owned_buffer.h"), str(CSRC / "contract.h")],
+            include_dirs=[str(CSRC)],
+            extra_compile_args=["-O2", *HIDDEN],
             optional=True,
         ),
         # CRC-32C for the column cache's check (Python's zlib.crc32 when not built)

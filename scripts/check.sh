@@ -20,7 +20,8 @@ if command -v clang-format >/dev/null; then
 else
     echo "== clang-format: not installed (pip install clang-format), skipped"
 fi
-# ASan+UBSan over the compiled reader and replay (about 3 minutes; issue 24/27)
+# ASan+UBSan over the compiled reader and replay, and their C line coverage (about 9
+# minutes on a loaded 2-core machine; issue 24/27)
 if [ "${MEMLENS_SKIP_SANITIZE:-}" != "1" ]; then
     echo "== sanitizers"; bash scripts/sanitize.sh
 fi

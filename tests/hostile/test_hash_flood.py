@@ -60,11 +60,15 @@ def test_colliding_addresses_replay_in_linear_time() -> None:
     fast = built_replay()
     start = time.perf_counter()
     out = fast.replay(
-        tuple(ev[k] for k in ("action", "addr", "size", "stack", "stream")),
-        tuple(empty),
-        (int(Action.ALLOC), int(Action.FREE_COMPLETED), int(Action.FREE_REQUESTED), b"", b""),
-        True,
-        None,
+        **{k: ev[k] for k in ("action", "addr", "size", "stack", "stream")},
+        **{f"ghost_{k}": v for k, v in empty._asdict().items()},
+        alloc_code=int(Action.ALLOC),
+        free_code=int(Action.FREE_COMPLETED),
+        request_code=int(Action.FREE_REQUESTED),
+        grow_codes=b"",
+        shrink_codes=b"",
+        requests_as_frees=True,
+        end_reserved=None,
     )
     elapsed = time.perf_counter() - start
     # the map reseeds when a probe run passes 64: no run can grow with the input

@@ -1,4 +1,4 @@
-"""The compiled replay (_fastreplay.c) and the numpy one give the same DeviceTrace, to the byte.
+"""The compiled replay (csrc/replay.c) and the numpy one give the same DeviceTrace, to the byte.
 
 Each trace is replayed twice from the same snapshot and event columns: as is (compiled)
 and with MEMLENS_READER=python (numpy). Every column must have the same dtype, shape and
@@ -283,6 +283,19 @@ CODES = (
 )  # fmt: skip
 
 
+EVENT_ARGS = ("action", "addr", "size", "stack", "stream")
+GHOST_ARGS = ("ghost_addr", "ghost_size", "ghost_stack", "ghost_stream")
+CODE_ARGS = ("alloc_code", "free_code", "request_code", "grow_codes", "shrink_codes")
+
+
+def _call(fast: Any, events: Any, ghosts: Any, codes: Any, requests_as_frees: Any, end: Any) -> Any:
+    """fast.replay with its keyword arguments made from the three groups (a group short of
+    values leaves the rest unnamed: TypeError)."""
+    kwargs = {**dict(zip(EVENT_ARGS, events)), **dict(zip(GHOST_ARGS, ghosts))}
+    kwargs.update(zip(CODE_ARGS, codes))
+    return fast.replay(**kwargs, requests_as_frees=requests_as_frees, end_reserved=end)
+
+
 def _columns(n: int) -> tuple[np.ndarray, ...]:
     return (
         np.zeros(n, np.uint8),
@@ -323,16 +336,18 @@ def test_bad_arguments_are_value_errors(events, ghosts, codes, end, match):
     fast = built_replay()
     assert fast is not None
     with pytest.raises((ValueError, BufferError, TypeError), match=match):
-        fast.replay(events, ghosts, codes, True, end)
+        _call(fast, events, ghosts, codes, True, end)
 
 
 def test_bad_argument_shapes_are_type_errors():
     fast = built_replay()
     assert fast is not None
     with pytest.raises(TypeError):
-        fast.replay(_columns(3)[:4], _ghosts(0), CODES, True, None)
+        _call(fast, _columns(3)[:4], _ghosts(0), CODES, True, None)
     with pytest.raises(TypeError):
-        fast.replay((1, 2, 3, 4, 5), _ghosts(0), CODES, True, None)
+        _call(fast, (1, 2, 3, 4, 5), _ghosts(0), CODES, True, None)
+    with pytest.raises(TypeError, match="keyword arguments only"):
+        fast.replay(*_columns(3), *_ghosts(0), *CODES, True, None)
 
 
 INT64 = st.integers(-(1 << 63), (1 << 63) - 1)
@@ -407,7 +422,7 @@ def test_any_action_codes_never_crash(actions, n_ghosts, codes, requests_as_free
     n = len(actions)
     events = (np.array(actions, np.uint8), np.arange(n, dtype=np.uint64) % 3, *_columns(n)[2:])
     ghosts = (np.arange(n_ghosts, dtype=np.uint64), *_ghosts(n_ghosts)[1:])
-    out = fast.replay(events, ghosts, codes, requests_as_frees, None)
+    out = _call(fast, events, ghosts, codes, requests_as_frees, None)
     rows = np.frombuffer(out["alloc_event"], np.int64)
     row_of = np.frombuffer(out["alloc_row"], np.int32)
     assert len(row_of) == n and row_of.max(initial=-1) < len(rows)

@@ -21,6 +21,12 @@ KNOWN_ENTRY_FIELDS = {
     "user_metadata", "forward_frames", "device_free", "cpp_frames", "category",
     "pool_id", "internal_metadata", "device", "real_size",
 }  # fmt: skip
+# The fields the compiled reader types into columns, in the order of its field enum: the C
+# side is generated from this tuple (scripts/gen_c_contract.py -> csrc/contract.h).
+TYPED_ENTRY_FIELDS = (
+    "action", "addr", "size", "stream", "time_us", "frames", "compile_context",
+    "user_metadata", "forward_frames", "device_free",
+)  # fmt: skip
 
 
 def _int_column(values: list[Any], dtype: Any, what: str, device: int) -> np.ndarray:

@@ -121,8 +121,8 @@ def read_compiled(path: Path, name: str) -> tuple[Any, Limits] | None:
 
 
 def _read(data: Any, name: str, what: str, memory_limit: int) -> tuple[Any, Limits] | None:
-    """The C reader over `data`, with the scan (prescan) running beside it: the scan's
-    answer comes first, as it does on the Python path."""
+    """The C reader over `data`, with the scan (prescan) in the same pass, just ahead of it:
+    the scan's answer comes first, as it does on the Python path."""
     size = len(data)
     lim = limits_for(size)
     # The C reader's own memory stays near the file's size: its memo (8 bytes an entry)

@@ -9,7 +9,7 @@ first (no object made), and what the unpickler would allocate is estimated from 
 the costs below, which are upper bounds of CPython's own (64-bit: an empty dict is 64 bytes
 plus 16 of GC header, a list item 8 bytes plus over-allocation, a str 49 bytes plus its
 characters...). Past the 'memory' limit the file is refused before the unpickler starts.
-The compiled reader charges the same costs for the same opcodes (`_fastreader.c`, scan_*),
+The compiled reader charges the same costs for the same opcodes (`csrc/reader_scan.c`),
 so both readers refuse the same files at the same limit.
 
 It also refuses, in file order, every opcode that can reach code without `find_class`
@@ -117,7 +117,7 @@ def raise_for(
     result: tuple[str, str, int, int], *, what: str, memory_limit: int, memo_limit: int
 ) -> None:
     """The error for a scan's result (nothing when it is "ok"): one wording for both
-    readers (the compiled reader runs the same scan beside it: `_fastreader.ScanStop`)."""
+    readers (the compiled reader runs the same scan in its own pass: `_fastreader.ScanStop`)."""
     status, op, cost, pos = result
     if status == "refused":
         raise refusal(op)

@@ -15,7 +15,7 @@ Semantics (docs/concepts.md has the long form; they match PyTorch's MemoryViz
   requests are taken as the frees.
 
 Two implementations give the same columns, to the byte (tests/snapshot/test_fastreplay.py):
-the compiled one (_fastreplay.c) pairs events with a hash map from address to its last
+the compiled one (csrc/replay.c) pairs events with a hash map from address to its last
 alloc/free and builds rows and curves in that one pass over the events; the numpy one, used
 when it is not built or MEMLENS_READER=python, pairs them without a Python loop: the
 alloc/free events are stably sorted by address, so each free's partner is simply its
@@ -216,26 +216,25 @@ _COMPILED_DTYPES = {
 def _replay_compiled(
     fast: ModuleType, ev: dict[str, np.ndarray], ghosts: _Candidates, end_reserved: int | None
 ) -> dict[str, Any]:
-    """The whole replay in one pass over the events (_fastreplay.c); same result as
+    """The whole replay in one pass over the events (csrc/replay.c); same result as
     _replay_numpy, to the byte."""
     out = fast.replay(
-        (
-            np.ascontiguousarray(ev["action"], dtype=np.uint8),
-            np.ascontiguousarray(ev["addr"], dtype=np.uint64),
-            np.ascontiguousarray(ev["size"], dtype=np.int64),
-            np.ascontiguousarray(ev["stack"], dtype=np.int32),
-            np.ascontiguousarray(ev["stream"], dtype=np.int32),
-        ),
-        tuple(ghosts),
-        (
-            int(Action.ALLOC),
-            int(Action.FREE_COMPLETED),
-            int(Action.FREE_REQUESTED),
-            _SEGMENT_GROW,
-            _SEGMENT_SHRINK,
-        ),
-        True,  # no free_completed at all: the requests are the frees
-        end_reserved,
+        action=np.ascontiguousarray(ev["action"], dtype=np.uint8),
+        addr=np.ascontiguousarray(ev["addr"], dtype=np.uint64),
+        size=np.ascontiguousarray(ev["size"], dtype=np.int64),
+        stack=np.ascontiguousarray(ev["stack"], dtype=np.int32),
+        stream=np.ascontiguousarray(ev["stream"], dtype=np.int32),
+        ghost_addr=ghosts.addr,
+        ghost_size=ghosts.size,
+        ghost_stack=ghosts.stack,
+        ghost_stream=ghosts.stream,
+        alloc_code=int(Action.ALLOC),
+        free_code=int(Action.FREE_COMPLETED),
+        request_code=int(Action.FREE_REQUESTED),
+        grow_codes=_SEGMENT_GROW,
+        shrink_codes=_SEGMENT_SHRINK,
+        requests_as_frees=True,  # no free_completed at all: the requests are the frees
+        end_reserved=end_reserved,
     )
     cols: dict[str, Any] = {
         name: np.frombuffer(out.pop(name), dtype=dtype) for name, dtype in _COMPILED_DTYPES.items()

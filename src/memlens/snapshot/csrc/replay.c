@@ -1,4 +1,4 @@
-/* The replay of one device's trace (snapshot/replay.py) in one pass over the events.
+/* The replay of one device's trace (snapshot/replay/device.py) in one pass over the events.
 
    replay_device's numpy path computes the pairing of allocs and frees with a stable sort by
    address and then gathers row columns, builds the ghost rows, the active curve (scattered
@@ -22,40 +22,13 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-/* alloc_flags bits, as in snapshot/model.py */
-enum { PREEXISTING = 1, GHOST = 2, LIVE_AT_END = 4, PENDING_FREE = 8, OVERWRITTEN = 16 };
+/* alloc_flags bits (PREEXISTING ...): generated from snapshot/model.py */
+#include "contract.h"
+#define OWNED_BUFFER_NAME "memlens.snapshot._fastreplay.Buffer"
+#include "owned_buffer.h"
+#include "urandom.h"
 
 /* ------------------------------------------------------------------ memory handed to numpy */
-/* A read-write buffer over part of a malloc'd block (numpy views it; freeing it frees the
-   block). Row columns are written with room in front for the rows that come first, whose
-   number is only known at the end, so a view may start past the block's start. */
-typedef struct {
-    PyObject_HEAD void *base;
-    char *data;
-    Py_ssize_t nbytes;
-} Buffer;
-
-static void buffer_dealloc(Buffer *self) {
-    free(self->base);
-    Py_TYPE(self)->tp_free((PyObject *)self);
-}
-
-static int buffer_getbuffer(Buffer *self, Py_buffer *view, int flags) {
-    return PyBuffer_FillInfo(view, (PyObject *)self, self->data ? self->data : (char *)"",
-                             self->nbytes, 0, flags);
-}
-
-static PyBufferProcs buffer_procs = {(getbufferproc)buffer_getbuffer, NULL};
-
-static PyTypeObject BufferType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "memlens.snapshot._fastreplay.Buffer",
-    .tp_basicsize = sizeof(Buffer),
-    .tp_dealloc = (destructor)buffer_dealloc,
-    .tp_as_buffer = &buffer_procs,
-    .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "replay output memory handed to numpy",
-};
-
 /* Output memory, with the `used` bytes from `used_from` on (the part the pass writes)
    prefaulted in one call where the kernel can (MADV_POPULATE_WRITE, Linux 5.14+): a fault
    per 4 KiB page costs more over a few hundred MB than the pass that fills them. No
@@ -76,17 +49,6 @@ static void *out_alloc(size_t bytes, size_t used_from, size_t used) {
     (void)used;
 #endif
     return p;
-}
-
-/* A Buffer over `nbytes` at `data` inside `*base`, which it now owns (*base set to NULL). */
-static PyObject *hand_over(void **base, char *data, Py_ssize_t nbytes) {
-    Buffer *b = PyObject_New(Buffer, &BufferType);
-    if (!b) return NULL;
-    b->base = *base;
-    b->data = data;
-    b->nbytes = nbytes;
-    *base = NULL;
-    return (PyObject *)b;
 }
 
 /* ------------------------------------------------------------------ address map */
@@ -245,27 +207,52 @@ typedef struct {
 
 PyDoc_STRVAR(
     replay_doc,
-    "replay(events, ghosts, codes, requests_as_frees, end_reserved)\n--\n\n"
-    "One device's replay (snapshot/replay.py). events: (action uint8, addr uint64, size\n"
-    "int64, stack int32, stream int32) of one length n; ghosts: (addr uint64, size int64,\n"
-    "stack int32, stream int32) of the final state's active_allocated blocks, the ghost\n"
-    "candidates; codes: (alloc, free, request or -1, bytes of segment-growing actions, bytes\n"
-    "of segment-shrinking ones); requests_as_frees: when no free event is there, the\n"
-    "requests are the frees; end_reserved: the final segments' total size, or None.\n"
+    "replay(*, action, addr, size, stack, stream, ghost_addr, ghost_size, ghost_stack,\n"
+    "       ghost_stream, alloc_code, free_code, request_code, grow_codes, shrink_codes,\n"
+    "       requests_as_frees, end_reserved)\n--\n\n"
+    "One device's replay (snapshot/replay/device.py), keyword arguments only. The events: action\n"
+    "uint8, addr uint64, size int64, stack int32, stream int32, of one length n; the ghost\n"
+    "candidates (the final state's active_allocated blocks): ghost_addr uint64, ghost_size\n"
+    "int64, ghost_stack int32, ghost_stream int32; the action codes of alloc, free and\n"
+    "request (-1: none), and bytes of the segment-growing and -shrinking ones;\n"
+    "requests_as_frees: when no free event is there, the requests are the frees;\n"
+    "end_reserved: the final segments' total size, or None.\n"
     "Returns a dict of the DeviceTrace columns as buffers (alloc_row, version, active_after,\n"
     "reserved_after; alloc_event ... alloc_flags) and ints baseline_bytes,\n"
     "reserved_start_bytes, orphans, ghosts, overwritten and frees_from_requested (bool).\n"
     "Raises ValueError on arrays of the wrong type or length.");
 
-static PyObject *fr_replay(PyObject *Py_UNUSED(mod), PyObject *args) {
+static PyObject *fr_replay(PyObject *Py_UNUSED(mod), PyObject *args, PyObject *kwargs) {
+    static char *names[] = {"action",
+                            "addr",
+                            "size",
+                            "stack",
+                            "stream",
+                            "ghost_addr",
+                            "ghost_size",
+                            "ghost_stack",
+                            "ghost_stream",
+                            "alloc_code",
+                            "free_code",
+                            "request_code",
+                            "grow_codes",
+                            "shrink_codes",
+                            "requests_as_frees",
+                            "end_reserved",
+                            NULL};
     PyObject *in[NIN], *end_obj;
     int alloc_code, free_code, req_code, requests_as_frees;
     const char *grow, *shrink;
     Py_ssize_t n_grow, n_shrink;
-    if (!PyArg_ParseTuple(args, "(OOOOO)(OOOO)(iiiy#y#)pO:replay", &in[EV_ACTION], &in[EV_ADDR],
-                          &in[EV_SIZE], &in[EV_STACK], &in[EV_STREAM], &in[GH_ADDR], &in[GH_SIZE],
-                          &in[GH_STACK], &in[GH_STREAM], &alloc_code, &free_code, &req_code, &grow,
-                          &n_grow, &shrink, &n_shrink, &requests_as_frees, &end_obj))
+    if (PyTuple_GET_SIZE(args)) { /* sixteen values are named, never counted */
+        PyErr_SetString(PyExc_TypeError, "replay() takes keyword arguments only");
+        return NULL;
+    }
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOOOOOOOiiiy#y#pO:replay", names,
+                                     &in[EV_ACTION], &in[EV_ADDR], &in[EV_SIZE], &in[EV_STACK],
+                                     &in[EV_STREAM], &in[GH_ADDR], &in[GH_SIZE], &in[GH_STACK],
+                                     &in[GH_STREAM], &alloc_code, &free_code, &req_code, &grow,
+                                     &n_grow, &shrink, &n_shrink, &requests_as_frees, &end_obj))
         return NULL;
     if (alloc_code < -1 || alloc_code > 255 || free_code < -1 || free_code > 255 || req_code < -1 ||
         req_code > 255) {
@@ -538,11 +525,11 @@ static PyObject *fr_replay(PyObject *Py_UNUSED(mod), PyObject *args) {
     for (int j = 0; j < NEV + NROW; j++) {
         PyObject *b;
         if (j < NEV)
-            b = hand_over(&ev_mem[j], ev_mem[j], (Py_ssize_t)((size_t)n * EV_ITEM[j]));
+            b = owned_buffer_new(&ev_mem[j], ev_mem[j], (Py_ssize_t)((size_t)n * EV_ITEM[j]));
         else {
             const int c = j - NEV;
             char *data = (char *)row_mem[c] + (size_t)(first + (ptrdiff_t)front) * ROW_ITEM[c];
-            b = hand_over(&row_mem[c], data, (Py_ssize_t)(n_rows * ROW_ITEM[c]));
+            b = owned_buffer_new(&row_mem[c], data, (Py_ssize_t)(n_rows * ROW_ITEM[c]));
         }
         if (!b || PyDict_SetItemString(result, j < NEV ? EV_NAMES[j] : ROW_NAMES[j - NEV], b) < 0) {
             Py_XDECREF(b);
@@ -584,7 +571,7 @@ done:
 }
 
 static PyMethodDef fr_methods[] = {
-    {"replay", fr_replay, METH_VARARGS, replay_doc},
+    {"replay", (PyCFunction)(void (*)(void))fr_replay, METH_VARARGS | METH_KEYWORDS, replay_doc},
     {NULL, NULL, 0, NULL},
 };
 
@@ -601,13 +588,17 @@ static struct PyModuleDef fr_module = {
 };
 
 PyMODINIT_FUNC PyInit__fastreplay(void) {
-    if (PyType_Ready(&BufferType) < 0) return NULL;
-    PyObject *os = PyImport_ImportModule("os");
-    PyObject *rnd = os ? PyObject_CallMethod(os, "urandom", "i", 8) : NULL;
-    Py_XDECREF(os);
-    if (!rnd) return NULL;
-    if (PyBytes_Check(rnd) && PyBytes_GET_SIZE(rnd) == 8)
-        memcpy(&process_seed, PyBytes_AS_STRING(rnd), 8);
-    Py_DECREF(rnd);
-    return PyModule_Create(&fr_module);
+    if (PyType_Ready(&OwnedBufferType) < 0 || urandom_fill(&process_seed, 8) < 0) return NULL;
+    PyObject *m = PyModule_Create(&fr_module);
+    if (!m) return NULL;
+    /* the alloc_flags bits (contract.h), for the test that they are the Python's */
+    PyObject *flags =
+        Py_BuildValue("{sisisisisi}", "PREEXISTING", PREEXISTING, "GHOST", GHOST, "LIVE_AT_END",
+                      LIVE_AT_END, "PENDING_FREE", PENDING_FREE, "OVERWRITTEN", OVERWRITTEN);
+    if (!flags || PyModule_AddObject(m, "ALLOC_FLAGS", flags) < 0) {
+        Py_XDECREF(flags);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
 }
