@@ -36,7 +36,7 @@ REQUIRED: list[tuple[str, int, str]] = [
 # Nothing from the tests, benchmarks or local data may ship.
 FORBIDDEN = ["tests/*", "benchmarks/*", "*.pickle", "*.pickle.gz"]
 # The C sources (src/memlens/snapshot/csrc) are the sdist's, built into the two .so files.
-FORBIDDEN += ["memlens/snapshot/csrc/*"]
+FORBIDDEN += ["memlens/snapshot/csrc/*", "*.c", "*.h"]
 
 
 def check(wheel: Path) -> list[str]:

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The compiled reader and replay under AddressSanitizer + UndefinedBehaviorSanitizer: both
+# The compiled reader, replay and cache checksum under AddressSanitizer + UndefinedBehaviorSanitizer: both
 # extensions are built with -fsanitize=address,undefined into a scratch copy of the
 # package, then the snapshot tests (the compiled reader's fuzz corpus among them:
 # tests/snapshot/test_compiled_fuzz.py) and the scan's differential fuzz
@@ -33,10 +33,11 @@ CC="$CC" CFLAGS="$flags" LDFLAGS="$ldflags" \
     python3 setup.py -q build_ext --build-lib "$work/lib" --build-temp "$work/tmp" >/dev/null
 mkdir -p "$work/src"
 cp -r src/memlens "$work/src/memlens"
-find "$work/src/memlens" -name '_fast*.so' -delete
+find "$work/src/memlens" \( -name '_fast*.so' -o -name '_checksum*.so' \) -delete
 cp "$work"/lib/memlens/snapshot/_fast*.so "$work/src/memlens/snapshot/"
-for m in _fastreader _fastreplay; do
-    [ -e "$work/src/memlens/snapshot/$m".*.so ] || { echo "$m did not build"; exit 1; }
+cp "$work"/lib/memlens/snapshot/store/_checksum*.so "$work/src/memlens/snapshot/store/"
+for m in snapshot/_fastreader snapshot/_fastreplay snapshot/store/_checksum; do
+    [ -e "$work/src/memlens/$m".*.so ] || { echo "$m did not build"; exit 1; }
 done
 
 # Python itself is not instrumented: the ASan runtime must be loaded first. Leaks are not
@@ -55,7 +56,7 @@ if [ "$#" -gt 0 ]; then
 else
     targets=(tests/snapshot tests/hostile/test_prescan.py tests/hostile/test_hash_flood.py
              tests/hostile/test_reader_charges.py tests/hostile/test_span_hash.py
-             tests/hostile/test_reader_agreement.py)
+             tests/hostile/test_reader_agreement.py tests/hostile/test_cache_tamper.py)
 fi
 python3 -m pytest -q -p no:cacheprovider -x "${targets[@]}"
 
