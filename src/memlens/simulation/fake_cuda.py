@@ -29,6 +29,14 @@ from memlens.simulation.autocast import CudaAutocast
 
 CPU = torch.device("cpu")
 CUDA0 = torch.device("cuda", 0)
+
+
+def current_cuda() -> torch.device:
+    """What `cuda` without an index means now: the device `torch.cuda.set_device` chose
+    (a simulated rank's LOCAL_RANK), cuda:0 unless it was called."""
+    return torch.device("cuda", torch.cuda.current_device())
+
+
 _PRIM_DEVICE = torch.ops.prim.device.default
 
 
@@ -88,7 +96,7 @@ def _cpu_prim_device(original: Callable[..., Any], *, is_class: bool) -> Any:
 
 def _target_device(device: Any) -> torch.device:
     if device is None:
-        return CUDA0
+        return current_cuda()
     if isinstance(device, int):
         return torch.device("cuda", device)
     return torch.device(device)
@@ -102,7 +110,7 @@ def make_to(original_to: Callable[..., Any]) -> Callable[..., Any]:
             return original_to(self, *args, copy=copy, **kwargs)
         device = self.device if device is None else device
         if device.type == "cuda" and device.index is None:
-            device = CUDA0
+            device = current_cuda()
         dtype = dtype or self.dtype
         keep_format = memory_format in (None, torch.preserve_format)
         if device == self.device and dtype == self.dtype and not copy and keep_format:

@@ -28,6 +28,7 @@ from memlens.errors import MemlensError
 from memlens.simulation import compiled, cuda_stubs, cuda_surface, fake_cuda, sdpa
 from memlens.simulation.allocator import CachingAllocator, SimulatedOOM
 from memlens.simulation.config import SimulateConfig
+from memlens.simulation.distributed import process_group
 from memlens.simulation.frames import FrameCollector
 from memlens.simulation.gpus import cublas_workspace_from_config
 from memlens.simulation.tracker import Tracker, is_cuda
@@ -90,6 +91,10 @@ class Simulation:
         self._fake_mode: FakeTensorMode | None = None
         self._tracker: Tracker | None = None
         self._thread = threading.get_ident()
+        # torch.cuda.set_device's choice (a simulated rank's LOCAL_RANK); all one allocator
+        self.device_index = 0
+        # True while DDP's reducer builds buckets: `cpu` in a factory op means the device
+        self.cpu_options_mean_cuda = False
         self.snapshot: dict[str, Any] | None = None
 
     # ------------------------------------------------------------ context manager
@@ -97,6 +102,7 @@ class Simulation:
         self.autocast_policy = fake_cuda.install(self._patches, self._cuda_api(), self.note)
         cuda_surface.install(self._patches, self)
         sdpa.install(self._patches, self)
+        process_group.install(self._patches, self)
         self.own.install(self._patches)
         self._patch_record_function()
         self._patch_private_api()
@@ -280,8 +286,8 @@ class Simulation:
             **{f"memory.{name}": fn for name, fn in memory.items()},
             "is_available": lambda: True,
             "device_count": lambda: 1,
-            "current_device": lambda: 0,
-            "set_device": lambda device: None,
+            "current_device": lambda: self.device_index,
+            "set_device": self._set_device,
             "is_initialized": lambda: True,
             "_lazy_init": lambda: None,
             "init": lambda: None,
@@ -303,6 +309,11 @@ class Simulation:
             "memory._dump_snapshot": dump_snapshot,
             "memory._snapshot": snapshot,
         }
+
+    def _set_device(self, device: int | str | torch.device) -> None:
+        index = device if isinstance(device, int) else torch.device(str(device)).index
+        if index is not None and index >= 0:
+            self.device_index = index
 
     def _patch_private_api(self) -> None:
         # torch._C functions a CPU-only build lacks and memlens's own capture code calls

@@ -16,6 +16,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_map
 
 from memlens.simulation import fake_cuda, sdpa
+from memlens.simulation.distributed import collectives, process_group
 from memlens.simulation.inplace import BackwardInPlace
 
 if TYPE_CHECKING:
@@ -68,12 +69,14 @@ class Tracker(TorchDispatchMode):
             if inplace is not None:
                 inplace(*args, **kwargs)  # allocates nothing: the GPU's in-place path
                 return args[0]
+        if self.sim.cpu_options_mean_cuda and node is None and process_group.is_factory(func):
+            return process_group.reducer_factory(self.sim, func, args, kwargs)
         if "device" in kwargs and node is not None:
             # Backward formulas build tensors from a CUDA tensor's options(), whose C++
             # device reads `cpu` here (see fake_cuda); on a GPU they land on the GPU.
             device = kwargs["device"]
             if device is None or torch.device(device).type == "cpu":
-                kwargs = {**kwargs, "device": fake_cuda.CUDA0}
+                kwargs = {**kwargs, "device": fake_cuda.current_cuda()}
         if func is _aten._local_scalar_dense.default:
             # `.item()` on a fake CUDA tensor (printing a loss), or on a CPU tensor made
             # inside the block (DataLoader's seed, a sampler's indices): there is no value,
@@ -86,6 +89,8 @@ class Tracker(TorchDispatchMode):
                     pass
             self.sim.note("tensor values are fake: .item() answered 0")
             return _zero(args[0].dtype)
+        if func.namespace == "c10d":
+            return collectives.run(self.sim, func, args, kwargs)
         if self._is_composite(func):
             # Under inference_mode (or with autograd off) a CompositeImplicitAutograd op
             # such as einsum reaches the dispatch modes whole; on a GPU it decomposes at

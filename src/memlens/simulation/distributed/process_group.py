@@ -1,0 +1,176 @@
+"""Fake process groups inside a simulation: `dist.init_process_group` with any backend.
+
+The script's own torch.distributed code runs unchanged on PyTorch's fake backend
+(`FakeProcessGroup`: every collective completes at once, outputs keep their shape, dtype
+and device, nothing is sent). What the collectives allocate is what the script and
+PyTorch's own code allocate around them (NCCL's collectives are in place or write into
+the output the caller passes, and its internal buffers are not the caching allocator's),
+so the fake tensors and the allocator model see it all. Three things need help:
+
+- the rank and world come from torchrun's environment (`memlens simulate
+  --nproc-per-node`), as `env://` initialisation reads them; no store, no network;
+- DDP's C++ reducer builds its gradient buckets with the options of a parameter, whose
+  C++ device reads `cpu` on fake CUDA tensors (see fake_cuda): while it builds them, a
+  factory op asked for `cpu` explicitly is made on the current CUDA device;
+- `_verify_params_across_processes` reads tensor values (the parameters' shapes gathered
+  from every rank): replaced by the same allocations in Python, with nothing to compare.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+if TYPE_CHECKING:
+    from memlens.simulation.fake_cuda import Patches
+    from memlens.simulation.session import Simulation
+
+_FAKE = "fake"
+
+
+def install(patches: Patches, sim: Simulation) -> None:
+    """Patch torch.distributed (when this build has it) for the session `sim`."""
+    import torch.distributed as dist
+
+    if not dist.is_available():
+        return
+    # registers the "fake" backend with c10d (an import side effect)
+    import torch.testing._internal.distributed.fake_pg as fake_pg
+
+    original_init: Callable[..., Any] = dist.init_process_group
+    asked: dict[str, str] = {}
+
+    def init_process_group(
+        backend: str | None = None,
+        init_method: str | None = None,
+        timeout: Any = None,
+        world_size: int = -1,
+        rank: int = -1,
+        store: Any = None,
+        group_name: str = "",
+        pg_options: Any = None,
+        device_id: Any = None,
+        **kwargs: Any,
+    ) -> None:
+        # env:// (torchrun) reads these; an explicit rank or world size wins, as in c10d
+        world = world_size if world_size != -1 else int(os.environ.get("WORLD_SIZE", "1"))
+        me = rank if rank != -1 else int(os.environ.get("RANK", "0"))
+        asked["backend"] = str(backend or "nccl")
+        sim.note(
+            f"torch.distributed ran on a fake process group (asked for {asked['backend']}): "
+            "collectives move no data; their allocations are modelled from PyTorch's source"
+        )
+        if device_id is not None:
+            torch.cuda.set_device(device_id)
+        options = {} if timeout is None else {"timeout": timeout}
+        original_init(
+            _FAKE, store=fake_pg.FakeStore(), world_size=world, rank=me,
+            group_name=group_name, **options,
+        )  # fmt: skip
+
+    original_new_group: Callable[..., Any] = dist.new_group
+
+    def new_group(*args: Any, **kwargs: Any) -> Any:
+        # a subgroup asking for gloo or nccl would open a real one: every group is fake
+        kwargs.pop("backend", None)
+        kwargs.pop("pg_options", None)
+        if len(args) > 2:
+            args = (*args[:2], None, *args[4:])
+        return original_new_group(*args, **kwargs)
+
+    original_get_backend: Callable[..., Any] = dist.get_backend
+
+    def get_backend(group: Any = None) -> Any:
+        # what the script asked for (it may branch on "nccl"), not the stand-in
+        got = original_get_backend(group)
+        return asked.get("backend", got) if got == _FAKE else got
+
+    patches.set(dist, "init_process_group", init_process_group)
+    patches.set(dist.distributed_c10d, "init_process_group", init_process_group)
+    patches.set(dist, "new_group", new_group)
+    patches.set(dist.distributed_c10d, "new_group", new_group)
+    patches.set(dist, "get_backend", get_backend)
+    patches.set(dist, "_verify_params_across_processes", _verify_params)
+    patches.set(dist, "Reducer", _reducer_class(dist.Reducer, sim))
+    patches.set(torch.cuda, "device_count", lambda: int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+    patches.on_restore(_destroy_groups)
+
+
+def _destroy_groups() -> None:
+    """A script that never called destroy_process_group leaves the default group behind;
+    the next simulation in this process starts without one, as a new process would."""
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def _verify_params(process_group: Any, params: list[torch.Tensor], logger: Any = None) -> None:
+    """The allocations of c10d's verify_params_across_processes (reducer.cpp), in its
+    order: the parameter count on the device, one output per rank for its all-gather,
+    then the shapes and strides (two int64 per dimension) copied to the device and
+    broadcast. All are freed when it returns (locals, newest first)."""
+    device = params[0].device
+    count = torch.tensor([len(params)], dtype=torch.int64, device=device)
+    gathered = [torch.empty_like(count) for _ in range(process_group.size())]
+    n = sum(2 * p.dim() for p in params)
+    metadata_dev = torch.empty(n, dtype=torch.int64).clone().to(device)
+    del metadata_dev, gathered, count
+
+
+def is_factory(func: Any) -> bool:
+    """An aten op that makes a tensor on a device it is given (empty, zeros, ...)."""
+    return any(a.name == "device" and a.kwarg_only for a in func._schema.arguments)
+
+
+def reducer_factory(
+    sim: Simulation, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
+    """A factory op run while the reducer builds buckets. Its device tensors name the
+    parameters' device, `cpu` here: made on the current CUDA device. Its host tensors
+    name none (the bucket indices it writes and reads back through an accessor after
+    broadcasting them from rank 0): made real, so that they hold their values; every
+    rank computes the same ones, so rank 0's are this rank's."""
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    from memlens.simulation.fake_cuda import current_cuda
+
+    device = kwargs.get("device")  # left out when None (the dispatcher drops defaults)
+    if device is None:
+        with unset_fake_temporarily():
+            return func(*args, **kwargs)
+    if torch.device(device).type == "cpu":
+        kwargs = {**kwargs, "device": current_cuda()}
+    out = func(*args, **kwargs)
+    sim._track_outputs(out)
+    return out
+
+
+@contextlib.contextmanager
+def _factories_on_device(sim: Simulation) -> Iterator[None]:
+    saved = sim.cpu_options_mean_cuda
+    sim.cpu_options_mean_cuda = True
+    try:
+        yield
+    finally:
+        sim.cpu_options_mean_cuda = saved
+
+
+def _reducer_class(base: Any, sim: Simulation) -> Any:
+    """dist.Reducer, building its buckets on the device (at construction and when DDP
+    rebuilds them in the order of the first backward)."""
+
+    class Reducer(base):  # type: ignore[misc]  # a pybind11 class
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            with _factories_on_device(sim):
+                super().__init__(*args, **kwargs)
+
+        def _rebuild_buckets(self) -> bool:
+            with _factories_on_device(sim):
+                return bool(super()._rebuild_buckets())
+
+    return Reducer
