@@ -161,19 +161,45 @@ def _positive(flag: str, help: str) -> Callable[[F], F]:
     help="Keep the stacks of blocks allocated before the script switched history on "
     "(the GPU recorder has none for them).",
 )
+@_positive(
+    "--nproc-per-node",
+    "Launch SCRIPT as torchrun would on this many GPUs per node: each rank runs in its "
+    "own process with RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR/PORT... set, on a fake "
+    "process group; -o is then a directory of rank<R>.pickle files.",
+)
+@_positive("--nnodes", "Nodes of the simulated job (with --nproc-per-node; default 1).")
+@click.option(
+    "--ranks",
+    default=None,
+    metavar="LIST",
+    help="Ranks to simulate: all (default), or numbers and ranges, e.g. 0,3,8-11.",
+)
+@click.option(
+    "--scheduler",
+    default=None,
+    metavar="tcp://HOST:PORT|dask-local",
+    help="Run the ranks on a Dask cluster, as memlens fleet does (default: a local process pool).",
+)
+@_positive("--workers", "Processes of the local pool (default: the cores, at most one per rank).")
 def command(
     output: Path | None,
     module: bool,
     whole_run: bool,
     script: str,
     args: tuple[str, ...],
+    nproc_per_node: int | None,
+    nnodes: int | None,
+    ranks: str | None,
+    scheduler: str | None,
+    workers: int | None,
     **options: Any,
 ) -> None:
     """Run SCRIPT (a module with -m) as __main__ with fake CUDA tensors and a model of
     PyTorch's caching allocator, then write the snapshot a GPU run would have recorded:
     the script's own last snapshot when it writes one (same window, same state), else
     the whole run. The first figure printed is always the whole run's peak. Settings not
-    given come from $PYTORCH_CUDA_ALLOC_CONF."""
+    given come from $PYTORCH_CUDA_ALLOC_CONF. With --nproc-per-node, every rank of a
+    torchrun-style job is simulated on a fake process group, one snapshot per rank."""
     try:
         import torch  # noqa: F401
     except ImportError:
@@ -185,6 +211,15 @@ def command(
     # every other option is named as a SimulateConfig field
     config = SimulateConfig.of(None, options)
     status(_assumptions(config), err=True)
+    if nproc_per_node is not None or nnodes is not None or ranks is not None:
+        from memlens.cli.simulate_ranks import launch
+
+        code = launch(
+            script, list(args), output, nproc_per_node=nproc_per_node or 1,
+            nnodes=nnodes or 1, ranks=ranks, scheduler=scheduler, workers=workers,
+            module=module, whole_run=whole_run, config=config,
+        )  # fmt: skip
+        click.get_current_context().exit(code)
     output = output or _default_output(script)
     try:
         run = run_script(

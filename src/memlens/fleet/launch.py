@@ -1,0 +1,72 @@
+"""`memlens simulate --nproc-per-node N`: a torchrun-shaped launcher for the simulator.
+
+Each picked rank runs the script once, in its own pool worker (or Dask task, as
+`memlens fleet` runs its ranks), with the environment torchrun gives that rank, and
+writes `rank<R>.pickle` into one directory, which `memlens fleet DIR` reads as it is.
+The results stream back small (a file name and two peaks), in rank order at the end.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from memlens.fleet.executors import TaskLost, default_workers, make_executor
+from memlens.simulation.config import SimulateConfig
+from memlens.simulation.distributed.env import World
+from memlens.simulation.distributed.ranks import RankResult, RankTask, run_rank
+
+
+def rank_file(directory: str | Path, rank: int) -> Path:
+    """Where rank `rank`'s snapshot goes: a name `memlens fleet` reads its rank from."""
+    return Path(directory) / f"rank{rank}.pickle"
+
+
+def simulate_ranks(
+    script: str,
+    args: Sequence[str],
+    directory: str | Path,
+    world: World,
+    ranks: Sequence[int],
+    *,
+    config: SimulateConfig | None = None,
+    module: bool = False,
+    whole_run: bool = False,
+    scheduler: str | None = None,
+    workers: int | None = None,
+    on_result: Callable[[RankResult], None] | None = None,
+) -> list[RankResult]:
+    """Simulate `ranks` of `world` running `script`; one RankResult per rank, in the
+    order of `ranks` (a rank whose worker died is a failed result, not an exception).
+    `on_result` hears each as it finishes."""
+    config = config or SimulateConfig()
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    # the workers may run elsewhere (Dask): every path they get is absolute
+    script_path = script if module else os.path.abspath(script)
+    tasks = [
+        RankTask(
+            rank,
+            script_path,
+            tuple(args),
+            str(rank_file(directory, rank).absolute()),
+            world.env(rank),
+            config,
+            module,
+            whole_run,
+        )  # fmt: skip
+        for rank in ranks
+    ]
+    executor = make_executor(scheduler, workers or min(len(tasks), default_workers()))
+    results: dict[int, RankResult] = {}
+    try:
+        for i, result in executor.map_unordered(run_rank, tasks):
+            if isinstance(result, TaskLost):
+                result = RankResult(tasks[i].rank, None, error=result.reason)
+            results[i] = result
+            if on_result is not None:
+                on_result(result)
+    finally:
+        executor.close()
+    return [results[i] for i in range(len(tasks))]
