@@ -14,8 +14,8 @@ from memlens.cli.options import status
 from memlens.units import format_bytes
 
 if TYPE_CHECKING:
+    from memlens.fleet.launch import RankResult
     from memlens.simulation.config import SimulateConfig
-    from memlens.simulation.distributed.ranks import RankResult
 
 
 def default_directory(script: str) -> Path:

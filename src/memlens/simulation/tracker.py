@@ -69,6 +69,11 @@ class Tracker(TorchDispatchMode):
             if inplace is not None:
                 inplace(*args, **kwargs)  # allocates nothing: the GPU's in-place path
                 return args[0]
+        device = kwargs.get("device")
+        if device is not None and str(device) == "cuda":
+            # a bare "cuda" means the current device (set_device: a rank's LOCAL_RANK);
+            # by index, or FakeTensorMode's dispatch cache answers an earlier one's
+            kwargs = {**kwargs, "device": fake_cuda.current_cuda()}
         if self.sim.cpu_options_mean_cuda and node is None and process_group.is_factory(func):
             return process_group.reducer_factory(self.sim, func, args, kwargs)
         if "device" in kwargs and node is not None:
@@ -144,13 +149,20 @@ class Tracker(TorchDispatchMode):
                 return torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device="cpu")
             return x
 
+        # the device asked for, by index: FakeTensorMode's dispatch cache would answer a
+        # bare "cuda" with the index of an earlier simulation in this process
+        asked = kwargs.get("device")
+        cuda = [a.device for a in tree_flatten(args)[0] if is_cuda(a)]
+        device = cuda[0] if asked is None else torch.device(asked)
+        if device.index is None:
+            device = fake_cuda.current_cuda()
         cpu_kwargs = dict(kwargs)
         if "device" in cpu_kwargs:
             cpu_kwargs["device"] = torch.device("cpu")
         out = func(*tree_map(to_cpu, args), **tree_map(to_cpu, cpu_kwargs))
         return tree_map(
             lambda x: (
-                torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device="cuda")
+                torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device=device)
                 if isinstance(x, torch.Tensor)
                 else x
             ),

@@ -44,9 +44,7 @@ def _flat_like(sim: Simulation, tensors: list[torch.Tensor]) -> torch.Tensor | N
 
 
 def _barrier_tensor(sim: Simulation) -> torch.Tensor:
-    from memlens.simulation.fake_cuda import current_cuda
-
-    tensor = torch.zeros(1, dtype=torch.float32, device=current_cuda())
+    tensor = torch.zeros(1, dtype=torch.float32, device=torch.device("cuda", sim.device_index))
     sim._track_outputs(tensor)
     return tensor
 

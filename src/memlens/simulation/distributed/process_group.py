@@ -137,14 +137,12 @@ def reducer_factory(
     rank computes the same ones, so rank 0's are this rank's."""
     from torch._subclasses.fake_tensor import unset_fake_temporarily
 
-    from memlens.simulation.fake_cuda import current_cuda
-
     device = kwargs.get("device")  # left out when None (the dispatcher drops defaults)
     if device is None:
         with unset_fake_temporarily():
             return func(*args, **kwargs)
     if torch.device(device).type == "cpu":
-        kwargs = {**kwargs, "device": current_cuda()}
+        kwargs = {**kwargs, "device": torch.device("cuda", sim.device_index)}
     out = func(*args, **kwargs)
     sim._track_outputs(out)
     return out

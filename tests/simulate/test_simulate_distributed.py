@@ -1,0 +1,211 @@
+"""`memlens simulate` on many GPUs (issue 22): torchrun's environment per rank, fake
+process groups, the collectives' own buffers, and DDP's gradient buckets, exact to the
+byte on a two-layer MLP (tests/simulate/ddp_script.py).
+
+The model: Linear(256, 256), ReLU, Linear(256, 256) in fp32. Its parameters P are two
+weights of 262,144 bytes and two biases of 1,024 (every size a multiple of 512, so the
+allocator's rounding adds nothing): P = 526,336 bytes. A step of batch 8 keeps x (8,192),
+ReLU's output (8,192, saved for the second Linear's backward) and the loss (4 -> 512).
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from memlens.errors import MemlensError  # noqa: E402
+from memlens.simulation.api import run_script  # noqa: E402
+from memlens.simulation.distributed.env import World  # noqa: E402
+
+SCRIPT = str(Path(__file__).with_name("ddp_script.py"))
+P = 2 * 262_144 + 2 * 1_024  # the parameters, bytes
+ACTS = 8_192 + 8_192 + 512  # x, ReLU's output, the loss
+KEPT = 8_192 + 512  # x and the loss, alive after backward until the loop drops them
+
+
+def run_rank(tmp_path, monkeypatch, rank: int, world: World, *args: str) -> tuple[dict, dict]:
+    """Rank `rank` simulated in this process: (its checkpoints, its whole-run snapshot)."""
+    for key, value in world.env(rank).items():
+        monkeypatch.setenv(key, value)
+    out = tmp_path / "marks.json"
+    run = run_script(
+        SCRIPT, ["--out", str(out), *args], tmp_path / f"rank{rank}.pickle", cublas_workspace=0
+    )
+    return json.loads(out.read_text()), run.whole
+
+
+def active_blocks(snapshot: dict) -> list[int]:
+    return sorted(
+        b["size"] for s in snapshot["segments"] for b in s["blocks"]
+        if b["state"] == "active_allocated"
+    )  # fmt: skip
+
+
+# ---------------------------------------------------------------- torchrun's environment
+def test_world_env_is_torchruns_numbering_node_by_node():
+    env = World(nproc_per_node=4, nnodes=2).env(6)
+    assert env["RANK"] == "6" and env["LOCAL_RANK"] == "2" and env["GROUP_RANK"] == "1"
+    assert env["WORLD_SIZE"] == "8" and env["LOCAL_WORLD_SIZE"] == "4"
+    assert env["GROUP_WORLD_SIZE"] == "2" and env["ROLE_WORLD_SIZE"] == "8"
+    assert (env["MASTER_ADDR"], env["MASTER_PORT"]) == ("127.0.0.1", "29500")
+
+
+def test_ranks_pick_lists_ranges_and_refuses_outside_the_world():
+    world = World(nproc_per_node=8, nnodes=2)
+    assert world.pick(None) == list(range(16)) == world.pick("all")
+    assert world.pick("0,3,8-10,3") == [0, 3, 8, 9, 10]
+    with pytest.raises(MemlensError, match="outside the world of 16"):
+        world.pick("15,16")
+    with pytest.raises(MemlensError, match="numbers and ranges"):
+        world.pick("first")
+
+
+# ---------------------------------------------------------------- DDP, by hand
+@pytest.mark.parametrize("world_size", [2, 4])
+def test_ddp_holds_one_bucket_of_every_gradient_on_top_of_the_single_gpu_run(
+    tmp_path, monkeypatch, world_size
+):
+    world = World(world_size)
+    ddp, _ = run_rank(tmp_path, monkeypatch, world_size - 1, world)
+    single, _ = run_rank(tmp_path, monkeypatch, world_size - 1, world, "--no-ddp")
+    assert ddp["env"]["RANK"] == str(world_size - 1) and ddp["world"] == world_size
+    assert ddp["backend"] == "nccl"  # what the script asked for, not the stand-in
+    # the single-GPU run: parameters, then activations, gradients, AdamW's two moments
+    assert single["model"] == single["wrapped"] == P
+    assert single["forward0"] == P + ACTS
+    assert single["backward0"] == 2 * P + KEPT
+    assert single["step0"] == 4 * P + KEPT
+    assert single["zero_grad0"] == 3 * P + KEPT
+    assert single["forward1"] == 3 * P + ACTS
+    # DDP (gradient_as_bucket_view=False): the reducer's flat bucket (all parameters in
+    # one bucket until the first backward, 526,336 bytes < the 1 MiB first bucket after
+    # the rebuild) is alive from construction on: exactly P more at every checkpoint
+    for mark in single:
+        if mark not in ("model", "env"):
+            assert ddp[mark] == single[mark] + P, mark
+
+
+def test_ddp_verifies_parameter_shapes_with_one_gather_output_per_rank(tmp_path, monkeypatch):
+    # verify_params_across_processes: the count (one int64), one output per rank for its
+    # all-gather, then 2 int64 per dimension of every parameter: 2 * (2+1+2+1) * 8 = 96
+    _, whole = run_rank(tmp_path, monkeypatch, 0, World(4))
+    sizes = [e["size"] for e in whole["device_traces"][0] if e["action"] == "alloc"]
+    assert sizes.count(8) == 1 + 4
+    assert sizes.count(96) == 1
+
+
+def test_gradient_as_bucket_view_keeps_gradients_in_the_bucket(tmp_path, monkeypatch):
+    view, _ = run_rank(tmp_path, monkeypatch, 1, World(2), "--as-view")
+    single, _ = run_rank(tmp_path, monkeypatch, 1, World(2), "--no-ddp")
+    # after backward the gradients are views of the bucket: no memory beyond the
+    # single-GPU run, which holds the same bytes as separate gradients
+    assert view["backward0"] == single["backward0"] == 2 * P + KEPT
+    assert view["step0"] == single["step0"] == 4 * P + KEPT
+    # zero_grad drops the views; the bucket (every gradient's bytes) stays
+    assert view["zero_grad0"] == single["zero_grad0"] + P == 4 * P + KEPT
+
+
+def test_bucket_cap_splits_the_rebuilt_buckets_in_gradient_order(tmp_path, monkeypatch):
+    # bucket_cap_mb=0.25 (262,144 bytes, also the first bucket's cap when not default):
+    # one bucket of everything at construction; after the first backward the reducer
+    # rebuilds in gradient order (bias2, weight2 | bias1, weight1), closing a bucket once
+    # it reaches the cap: two buckets of 1,024 + 262,144 = 263,168 bytes
+    marks, whole = run_rank(tmp_path, monkeypatch, 0, World(2), "--bucket-cap-mb", "0.25")
+    blocks = active_blocks(whole)
+    assert blocks.count(263_168) == 2 and P not in blocks
+    assert marks["wrapped"] == 2 * P  # the single bucket of construction
+    assert marks["forward1"] == 4 * P + ACTS  # two buckets, same total bytes
+
+
+# ---------------------------------------------------------------- collectives
+COLLECTIVES = """
+import torch, torch.distributed as dist
+dist.init_process_group("nccl")
+x = torch.empty(1024, device="cuda")                       # 4,096 bytes
+outs = [torch.empty(1024, device="cuda") for _ in range(dist.get_world_size())]
+big = torch.empty(1024 * dist.get_world_size(), device="cuda")
+base = torch.cuda.memory_allocated()
+torch.cuda.reset_peak_memory_stats()
+def peak_of(fn):
+    torch.cuda.reset_peak_memory_stats()
+    work = fn()
+    if work is not None:
+        work.wait()
+    return torch.cuda.max_memory_allocated() - base
+marks = {
+    "all_reduce": peak_of(lambda: dist.all_reduce(x, async_op=True)),
+    "all_gather": peak_of(lambda: dist.all_gather(outs, x, async_op=True)),
+    "into_tensor": peak_of(lambda: dist.all_gather_into_tensor(big, x, async_op=True)),
+    "reduce_scatter": peak_of(lambda: dist.reduce_scatter(x, outs, async_op=True)),
+    "barrier": peak_of(lambda: dist.barrier(async_op=True)),
+    "broadcast": peak_of(lambda: dist.broadcast(x, 0, async_op=True)),
+    "after": torch.cuda.memory_allocated() - base,
+    "shape": list(outs[1].shape), "device": str(big.device),
+    "value": dist.all_reduce(x, async_op=True).get_future().value()[0].shape[0],
+}
+import json, sys
+json.dump(marks, open(sys.argv[1], "w"))
+"""
+
+
+@pytest.mark.filterwarnings("ignore:`torch.distributed.all_gather_into_tensor` is deprecated")
+def test_collectives_allocate_what_process_group_nccl_allocates(tmp_path, monkeypatch):
+    (tmp_path / "coll.py").write_text(COLLECTIVES)
+    for key, value in World(4).env(2).items():
+        monkeypatch.setenv(key, value)
+    run_script(tmp_path / "coll.py", [str(tmp_path / "m.json")], tmp_path / "c.pickle")
+    marks = json.loads((tmp_path / "m.json").read_text())
+    # in place, or into the caller's output: nothing
+    assert marks["all_reduce"] == marks["into_tensor"] == marks["broadcast"] == 0
+    # a list of equal outputs (inputs): flattened into one world x 4,096 buffer
+    assert marks["all_gather"] == marks["reduce_scatter"] == 4 * 4_096
+    assert marks["barrier"] == 512  # its one float32, all-reduced
+    assert marks["after"] == 0  # every buffer freed when its op completes
+    assert marks["shape"] == [1024] and marks["device"] == "cuda:0"
+    assert marks["value"] == 1024  # the completed Work's future holds the outputs
+
+
+# ---------------------------------------------------------------- the launcher
+def test_launcher_writes_a_snapshot_per_rank_and_names_the_largest(tmp_path):
+    done = subprocess.run(
+        [sys.executable, "-m", "memlens", "simulate", "--nproc-per-node", "2",
+         "--workers", "1", "--cublas-workspace", "0", "--device-memory", "1GiB",
+         "-o", "job", SCRIPT, "--out", "marks{rank}.json", "--steps", "1",
+         "--rank-extra", str(2**20)],
+        capture_output=True, text=True, cwd=tmp_path, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert sorted(p.name for p in (tmp_path / "job").iterdir()) == [
+        "rank0.pickle",
+        "rank1.pickle",
+    ]
+    for rank in (0, 1):
+        env = json.loads((tmp_path / f"marks{rank}.json").read_text())["env"]
+        assert env == {
+            "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": "2",
+            "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500",
+        }  # fmt: skip
+    peaks = {
+        rank: pickle.loads((tmp_path / "job" / f"rank{rank}.pickle").read_bytes())
+        for rank in (0, 1)
+    }
+    assert active_blocks(peaks[1]) == sorted([*active_blocks(peaks[0]), 2**20])
+    assert "largest: rank 1" in done.stdout
+    assert "memlens fleet: 2 ranks (2 ok, 0 failed)" in done.stdout
+
+
+def test_launcher_refuses_ranks_outside_the_world_in_one_line(tmp_path):
+    done = subprocess.run(
+        [sys.executable, "-m", "memlens", "simulate", "--nproc-per-node", "2",
+         "--ranks", "2", SCRIPT, "--out", "m.json"],
+        capture_output=True, text=True, cwd=tmp_path, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines()[-1].startswith("memlens: error: --ranks '2'")
