@@ -62,6 +62,10 @@ class Tracker(TorchDispatchMode):
         kwargs: dict[str, Any] | None = None,
     ) -> Any:
         kwargs = kwargs or {}
+        if any(map(process_group.is_dtensor, tree_flatten((args, kwargs))[0])):
+            # a DTensor (FSDP2's parameters, tensor parallel): it runs the op on its local
+            # tensors, which come back through this mode and are tracked there
+            return NotImplemented
         # a compiled graph's ops (simulation/compiled.py) are not eager autograd formulas
         node = None if self.sim.in_compiled_graph else torch._C._current_autograd_node()
         if node is not None:

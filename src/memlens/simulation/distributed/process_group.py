@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import weakref
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -96,8 +97,74 @@ def install(patches: Patches, sim: Simulation) -> None:
     patches.set(dist, "get_backend", get_backend)
     patches.set(dist, "_verify_params_across_processes", _verify_params)
     patches.set(dist, "Reducer", _reducer_class(dist.Reducer, sim))
-    patches.set(torch.cuda, "device_count", lambda: int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+    # a node's GPUs, as torchrun's ranks see them; set_device picks this rank's
+    devices = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    patches.set(torch.cuda, "device_count", lambda: devices)
+    patches.set(torch.accelerator, "device_count", lambda: devices)
+    patches.set(torch.accelerator, "current_device_index", lambda: sim.device_index)
+    patches.set(torch.accelerator, "set_device_index", torch.cuda.set_device)
+    # FSDP2's default mesh and DTensor ask the build for its accelerator: a CPU build's is
+    # the CPU
+    cuda = torch.device("cuda")
+    patches.set(torch._C, "_get_accelerator", lambda check=False: cuda)
+    _install_device_mesh(patches)
+    _install_storage_resize(patches, sim)
     patches.on_restore(_destroy_groups)
+
+
+def _install_storage_resize(patches: Patches, sim: Simulation) -> None:
+    """`untyped_storage().resize_(0)` frees a CUDA storage's memory while its tensor
+    lives on, and `resize_(n)` allocates it again: how FSDP (1 and 2) frees unsharded
+    parameters after use and brings them back for the next all-gather
+    (`free_storage` / `alloc_storage`). On a GPU each is a caching-allocator free and
+    malloc; here the same, on the block the session tracks for that storage."""
+    original: Callable[..., Any] = torch.UntypedStorage.resize_
+    emptied: set[int] = set()  # tracked CUDA storages resized to 0, alive
+
+    def resize_(storage: Any, size: int) -> Any:
+        key = storage._cdata
+        out = original(storage, size)
+        if size == 0 and key in sim._live:
+            emptied.add(key)
+            sim._on_storage_freed(key)
+            weakref.finalize(storage, emptied.discard, key)
+        elif size > 0 and key in emptied:
+            emptied.discard(key)
+            sim._live[key] = sim._malloc(size)
+        return out
+
+    patches.set(torch.UntypedStorage, "resize_", resize_)
+
+
+def _on_host(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """`fn` run with the fake mode off: its CPU tensors are real ones, with values."""
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    def host(*args: Any, **kwargs: Any) -> Any:
+        with unset_fake_temporarily():
+            return fn(*args, **kwargs)
+
+    host.__wrapped__ = fn  # type: ignore[attr-defined]
+    return host
+
+
+def _install_device_mesh(patches: Patches) -> None:
+    """A DeviceMesh is bookkeeping on host tensors (the ranks' layout, `nonzero` to find
+    this rank's coordinates): values it needs, which fake tensors do not have. Every
+    method of the class, and init_device_mesh, runs with the fake mode off; its process
+    groups are fake ones all the same."""
+    import torch.distributed.device_mesh as device_mesh
+
+    cls = device_mesh.DeviceMesh
+    for name, value in list(vars(cls).items()):
+        if isinstance(value, property) and value.fget is not None:
+            wrapped = property(_on_host(value.fget), value.fset, value.fdel, value.__doc__)
+            patches.set(cls, name, wrapped)
+        elif isinstance(value, staticmethod | classmethod):  # callable too: first
+            patches.set(cls, name, type(value)(_on_host(value.__func__)))
+        elif callable(value) and not isinstance(value, type):
+            patches.set(cls, name, _on_host(value))
+    patches.set(device_mesh, "init_device_mesh", _on_host(device_mesh.init_device_mesh))
 
 
 def _destroy_groups() -> None:
@@ -120,6 +187,23 @@ def _verify_params(process_group: Any, params: list[torch.Tensor], logger: Any =
     n = sum(2 * p.dim() for p in params)
     metadata_dev = torch.empty(n, dtype=torch.int64).clone().to(device)
     del metadata_dev, gathered, count
+
+
+def _dtensor_class() -> type | None:
+    try:
+        from torch.distributed.tensor import DTensor
+    except ImportError:  # a build without torch.distributed
+        return None
+    return DTensor
+
+
+_DTENSOR = _dtensor_class()
+
+
+def is_dtensor(x: object) -> bool:
+    """A DTensor: the tracker lets it run the op on its local tensors (which then come
+    back through the tracker) rather than see the wrapper, which owns no storage."""
+    return _DTENSOR is not None and isinstance(x, _DTENSOR)
 
 
 def is_factory(func: Any) -> bool:
