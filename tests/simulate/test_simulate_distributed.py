@@ -209,3 +209,61 @@ def test_launcher_refuses_ranks_outside_the_world_in_one_line(tmp_path):
     )  # fmt: skip
     assert done.returncode == 2
     assert done.stderr.strip().splitlines()[-1].startswith("memlens: error: --ranks '2'")
+
+
+# ---------------------------------------------------------------- FSDP2, by hand
+def r512(n: int) -> int:
+    """The caching allocator's rounding of a request (512-byte multiples)."""
+    return -(-n // 512) * 512
+
+
+FSDP_SCRIPT = str(Path(__file__).with_name("fsdp_script.py"))
+
+
+def run_fsdp(tmp_path, monkeypatch, world: int, *args: str) -> dict:
+    """The last rank of `world` (the one whose shard is padded when 256 rows do not
+    divide evenly)."""
+    for key, value in World(world).env(world - 1).items():
+        monkeypatch.setenv(key, value)
+    out = tmp_path / "marks.json"
+    run_script(FSDP_SCRIPT, ["--out", str(out), *args], tmp_path / "f.pickle", cublas_workspace=0)
+    return json.loads(out.read_text())
+
+
+@pytest.mark.parametrize("world", [2, 3, 4])
+def test_fully_shard_holds_a_padded_shard_and_all_gathers_one_unit_ahead(
+    tmp_path, monkeypatch, world
+):
+    marks = run_fsdp(tmp_path, monkeypatch, world)
+    rows = -(-256 // world)  # torch.chunk's rows per rank: every shard is padded to it
+    last = 256 - rows * (world - 1)  # the last rank's own rows
+    assert marks["local_rows"] == last
+    # each Linear's weight (rows x 256) and bias (rows), fp32, padded, in separate blocks
+    shard = r512(rows * 256 * 4) + r512(rows * 4)
+    assert marks["sharded"] == 2 * shard
+    # per unit, an all-gather output of world x the padded shard (weight and bias in one
+    # flat buffer) and the unsharded parameters (world x rows of them, padding included)
+    gathered = r512(world * rows * 257 * 4)
+    unsharded = r512(world * rows * 256 * 4) + r512(world * rows * 4)
+    # reshard_after_forward=True: after forward only the shards and the activations remain
+    assert marks["forward"] == 2 * shard + ACTS
+    # the forward's peak is in the second unit: the first unit's all-gather output is
+    # kept until the next all-gather (FSDP2's all_gather_state), with x and ReLU's output
+    assert marks["forward_peak"] == 2 * shard + 8_192 + 8_192 + 2 * gathered + unsharded
+    # after backward: the reduce-scatter outputs are the sharded gradients (one flat
+    # buffer per unit, padded like the parameters)
+    grads = 2 * r512(rows * 257 * 4)
+    assert marks["backward"] == 2 * shard + grads + KEPT
+    # AdamW's moments are zeros_like the local shard: the last rank's own rows, no padding
+    moments = 2 * 2 * (r512(last * 256 * 4) + r512(last * 4))
+    assert marks["step"] == marks["backward"] + moments
+
+
+def test_reshard_after_forward_false_keeps_the_unsharded_parameters(tmp_path, monkeypatch):
+    marks = run_fsdp(tmp_path, monkeypatch, 2, "--keep-unsharded")
+    shard, unsharded = 2 * (128 * 1024 + 512), 2 * (256 * 1024 + 1024)
+    gathered = 2 * 128 * 257 * 4
+    assert marks["forward"] == shard + unsharded + ACTS
+    assert marks["forward_peak"] == shard + 8_192 + 8_192 + 2 * gathered + unsharded
+    # post-backward reshards them all the same
+    assert marks["backward"] == 2 * shard + KEPT
