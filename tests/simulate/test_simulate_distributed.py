@@ -267,3 +267,50 @@ def test_reshard_after_forward_false_keeps_the_unsharded_parameters(tmp_path, mo
     assert marks["forward_peak"] == shard + 8_192 + 8_192 + 2 * gathered + unsharded
     # post-backward reshards them all the same
     assert marks["backward"] == 2 * shard + KEPT
+
+
+TWO_D = """
+import json, os, sys, torch
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import fully_shard
+from torch.distributed.tensor.parallel import (
+    ColwiseParallel, RowwiseParallel, parallelize_module,
+)
+torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+mesh = init_device_mesh("cuda", (2, 2), mesh_dim_names=("dp", "tp"))  # no init_process_group
+model = torch.nn.Sequential(
+    torch.nn.Linear(256, 256), torch.nn.ReLU(), torch.nn.Linear(256, 256)
+).cuda()
+parallelize_module(model, mesh["tp"], {"0": ColwiseParallel(), "2": RowwiseParallel()})
+fully_shard(model, mesh=mesh["dp"])
+marks = {
+    "coords": [mesh["dp"].get_local_rank(), mesh["tp"].get_local_rank()],
+    "shapes": [list(p.to_local().shape) for p in model.parameters()],
+    "devices": sorted({str(p.device) for p in model.parameters()}),
+    "sharded": torch.cuda.memory_allocated(),
+}
+loss = model(torch.randn(8, 256, device="cuda")).sum()
+loss.backward()
+marks["backward"] = torch.cuda.memory_allocated()
+json.dump(marks, open(sys.argv[1], "w"))
+"""
+
+
+def test_fsdp2_with_tensor_parallel_on_a_2d_mesh_shards_a_quarter_per_rank(tmp_path, monkeypatch):
+    (tmp_path / "two_d.py").write_text(TWO_D)
+    for key, value in World(4).env(3).items():
+        monkeypatch.setenv(key, value)
+    run_script(
+        tmp_path / "two_d.py", [str(tmp_path / "m.json")], tmp_path / "t.pickle",
+        cublas_workspace=0,
+    )  # fmt: skip
+    marks = json.loads((tmp_path / "m.json").read_text())
+    assert marks["coords"] == [1, 1]  # rank 3 of a (dp=2, tp=2) mesh
+    # colwise: weight rows and bias split over tp, then dim 0 over dp; rowwise: weight
+    # columns over tp, rows over dp; its bias replicated over tp, split over dp
+    assert marks["shapes"] == [[64, 256], [64], [128, 128], [128]]
+    assert marks["devices"] == ["cuda:3"]
+    assert marks["sharded"] == 65_536 + 512 + 65_536 + 512
+    # the gradients are sharded like the parameters; the loss stays (x was never named:
+    # backward freed it)
+    assert marks["backward"] == 2 * marks["sharded"] + 512

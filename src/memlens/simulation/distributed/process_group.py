@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 import weakref
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
@@ -92,6 +93,10 @@ def install(patches: Patches, sim: Simulation) -> None:
 
     patches.set(dist, "init_process_group", init_process_group)
     patches.set(dist.distributed_c10d, "init_process_group", init_process_group)
+    # init_device_mesh initialises the default group itself, through its own import
+    import torch.distributed.device_mesh as device_mesh
+
+    patches.set(device_mesh, "init_process_group", init_process_group)
     patches.set(dist, "new_group", new_group)
     patches.set(dist.distributed_c10d, "new_group", new_group)
     patches.set(dist, "get_backend", get_backend)
@@ -108,6 +113,12 @@ def install(patches: Patches, sim: Simulation) -> None:
     cuda = torch.device("cuda")
     patches.set(torch._C, "_get_accelerator", lambda check=False: cuda)
     _install_device_mesh(patches)
+    # A DTensor's C++ constructor copies its local tensor's C++ device, `cpu` on fakes
+    # (see fake_cuda): in Python it answers its local tensor's, as on a GPU.
+    from torch.distributed.tensor import DTensor
+
+    patches.set(DTensor, "device", property(lambda self: self._local_tensor.device))
+    patches.set(DTensor, "is_cuda", property(lambda self: self._local_tensor.device.type == "cuda"))
     _install_storage_resize(patches, sim)
     patches.on_restore(_destroy_groups)
 
@@ -164,7 +175,17 @@ def _install_device_mesh(patches: Patches) -> None:
             patches.set(cls, name, type(value)(_on_host(value.__func__)))
         elif callable(value) and not isinstance(value, type):
             patches.set(cls, name, _on_host(value))
-    patches.set(device_mesh, "init_device_mesh", _on_host(device_mesh.init_device_mesh))
+    # also where it was imported by name (FSDP2's default mesh): its arange of the ranks
+    # must be real before DeviceMesh sees it
+    import torch.distributed.fsdp  # noqa: F401  # loaded now, so patched and restored
+
+    original = device_mesh.init_device_mesh
+    host = _on_host(original)
+    for module in list(sys.modules.values()):
+        if getattr(module, "__name__", "").startswith("torch.distributed") and (
+            getattr(module, "init_device_mesh", None) is original
+        ):
+            patches.set(module, "init_device_mesh", host)
 
 
 def _destroy_groups() -> None:
