@@ -211,6 +211,23 @@ def test_launcher_refuses_ranks_outside_the_world_in_one_line(tmp_path):
     assert done.stderr.strip().splitlines()[-1].startswith("memlens: error: --ranks '2'")
 
 
+def test_a_rank_dependent_script_gives_an_odd_rank_that_memlens_fleet_flags(tmp_path, monkeypatch):
+    from memlens import fleet
+
+    job = tmp_path / "job"  # the snapshots alone (marks.json would read as one)
+    job.mkdir()
+    for rank in range(4):
+        run_rank(tmp_path, monkeypatch, rank, World(4), "--steps", "1", "--rank-extra", "1048576")
+        (tmp_path / f"rank{rank}.pickle").rename(job / f"rank{rank}.pickle")
+    result = fleet.run(str(job), workers=1)
+    assert result["ranks_ok"] == 4
+    assert [o["rank"] for o in result["outliers"]] == [1]
+    diff = result["outliers"][0]["diff"]
+    assert diff is not None
+    top = diff["sites"][0]
+    assert (top["change"], top["a_bytes"]) == (2**20, 0)  # rank 1's extra tensor alone
+
+
 # ---------------------------------------------------------------- FSDP2, by hand
 def r512(n: int) -> int:
     """The caching allocator's rounding of a request (512-byte multiples)."""

@@ -121,6 +121,8 @@ def install(patches: Patches, sim: Simulation) -> None:
     patches.set(DTensor, "is_cuda", property(lambda self: self._local_tensor.device.type == "cuda"))
     _install_storage_resize(patches, sim)
     patches.on_restore(_destroy_groups)
+    # init_process_group wraps sys.excepthook to prefix "[rankN]:"; put it back after
+    patches.set(sys, "excepthook", sys.excepthook)
 
 
 def _install_storage_resize(patches: Patches, sim: Simulation) -> None:
