@@ -18,6 +18,7 @@ parser.add_argument("--bucket-cap-mb", type=float, default=None)
 parser.add_argument("--as-view", action="store_true")
 parser.add_argument("--steps", type=int, default=2)
 parser.add_argument("--rank-extra", type=int, default=0, help="bytes rank 1 also holds")
+parser.add_argument("--fail-rank", type=int, default=None, help="this rank raises")
 opts = parser.parse_args()
 
 checkpoints = {}
@@ -42,6 +43,8 @@ if not opts.no_ddp:
         kwargs["bucket_cap_mb"] = opts.bucket_cap_mb
     model = DDP(model, device_ids=[local_rank], **kwargs)
 mark("wrapped")
+if opts.fail_rank == int(os.environ.get("RANK", "0")):
+    raise RuntimeError("this rank fails")
 extra = None
 if opts.rank_extra and int(os.environ.get("RANK", "0")) == 1:
     extra = torch.empty(opts.rank_extra, dtype=torch.uint8, device=device)

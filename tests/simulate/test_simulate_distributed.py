@@ -331,3 +331,17 @@ def test_fsdp2_with_tensor_parallel_on_a_2d_mesh_shards_a_quarter_per_rank(tmp_p
     # the gradients are sharded like the parameters; the loss stays (x was never named:
     # backward freed it)
     assert marks["backward"] == 2 * marks["sharded"] + 512
+
+
+def test_launcher_reports_a_failing_rank_and_exits_1(tmp_path):
+    done = subprocess.run(
+        [sys.executable, "-m", "memlens", "simulate", "--nproc-per-node", "2",
+         "--workers", "1", "--cublas-workspace", "0", "-o", "job", SCRIPT,
+         "--out", "marks{rank}.json", "--steps", "0", "--fail-rank", "0"],
+        capture_output=True, text=True, cwd=tmp_path, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 1
+    assert "RuntimeError: this rank fails" in done.stderr  # the script's own traceback
+    rows = {line.split()[0]: line for line in done.stdout.splitlines() if line[:1].isspace()}
+    assert "failed:" in rows["0"] and "failed:" not in rows["1"]
+    assert "largest: rank 1" in done.stdout
