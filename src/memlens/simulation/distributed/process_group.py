@@ -45,6 +45,7 @@ def install(patches: Patches, sim: Simulation) -> None:
 
     original_init: Callable[..., Any] = dist.init_process_group
     asked: dict[str, str] = {}
+    lazy: list[bool] = []  # the sharding patches, installed at the first group
 
     def init_process_group(
         backend: str | None = None,
@@ -66,6 +67,9 @@ def install(patches: Patches, sim: Simulation) -> None:
             f"torch.distributed ran on a fake process group (asked for {asked['backend']}): "
             "collectives move no data; their allocations are modelled from PyTorch's source"
         )
+        if not lazy:
+            lazy.append(True)
+            _install_sharding(patches)
         if device_id is not None:
             torch.cuda.set_device(device_id)
         options = {} if timeout is None else {"timeout": timeout}
@@ -108,21 +112,41 @@ def install(patches: Patches, sim: Simulation) -> None:
     patches.set(torch.accelerator, "device_count", lambda: devices)
     patches.set(torch.accelerator, "current_device_index", lambda: sim.device_index)
     patches.set(torch.accelerator, "set_device_index", torch.cuda.set_device)
-    # FSDP2's default mesh and DTensor ask the build for its accelerator: a CPU build's is
-    # the CPU
+    _install_device_mesh(patches)
+    _install_storage_resize(patches, sim)
+    patches.on_restore(_destroy_groups)
+    # init_process_group wraps sys.excepthook to prefix "[rankN]:"; put it back after
+    patches.set(sys, "excepthook", sys.excepthook)
+
+
+def _install_sharding(patches: Patches) -> None:
+    """What DTensor, tensor parallel and FSDP2 need, installed when the script makes
+    its first process group (importing DTensor costs seconds; a script without
+    torch.distributed should not pay it)."""
+    # FSDP2's default mesh and DTensor ask the build for its accelerator: a CPU build's
+    # is the CPU
     cuda = torch.device("cuda")
     patches.set(torch._C, "_get_accelerator", lambda check=False: cuda)
-    _install_device_mesh(patches)
     # A DTensor's C++ constructor copies its local tensor's C++ device, `cpu` on fakes
     # (see fake_cuda): in Python it answers its local tensor's, as on a GPU.
     from torch.distributed.tensor import DTensor
 
     patches.set(DTensor, "device", property(lambda self: self._local_tensor.device))
     patches.set(DTensor, "is_cuda", property(lambda self: self._local_tensor.device.type == "cuda"))
-    _install_storage_resize(patches, sim)
-    patches.on_restore(_destroy_groups)
-    # init_process_group wraps sys.excepthook to prefix "[rankN]:"; put it back after
-    patches.set(sys, "excepthook", sys.excepthook)
+    # init_device_mesh where modules imported it by name before the simulation began
+    # (FSDP2's default mesh): its arange of the ranks must be real before DeviceMesh
+    # sees it
+    import torch.distributed.device_mesh as device_mesh
+
+    host = device_mesh.init_device_mesh
+    original = getattr(host, "__wrapped__", host)
+    for module in list(sys.modules.values()):
+        name = getattr(module, "__name__", "")
+        if (
+            name.startswith("torch.distributed")
+            and getattr(module, "init_device_mesh", None) is original
+        ):
+            patches.set(module, "init_device_mesh", host)
 
 
 def _install_storage_resize(patches: Patches, sim: Simulation) -> None:
@@ -177,17 +201,9 @@ def _install_device_mesh(patches: Patches) -> None:
             patches.set(cls, name, type(value)(_on_host(value.__func__)))
         elif callable(value) and not isinstance(value, type):
             patches.set(cls, name, _on_host(value))
-    # also where it was imported by name (FSDP2's default mesh): its arange of the ranks
-    # must be real before DeviceMesh sees it
-    import torch.distributed.fsdp  # noqa: F401  # loaded now, so patched and restored
-
-    original = device_mesh.init_device_mesh
-    host = _on_host(original)
-    for module in list(sys.modules.values()):
-        if getattr(module, "__name__", "").startswith("torch.distributed") and (
-            getattr(module, "init_device_mesh", None) is original
-        ):
-            patches.set(module, "init_device_mesh", host)
+    # imported by name later (torch.distributed.tensor, FSDP2), it is this one; modules
+    # that imported it before are patched with the first process group
+    patches.set(device_mesh, "init_device_mesh", _on_host(device_mesh.init_device_mesh))
 
 
 def _destroy_groups() -> None:
