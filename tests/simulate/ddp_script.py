@@ -16,6 +16,8 @@ parser.add_argument("--out", required=True, help="{rank} is replaced by $RANK")
 parser.add_argument("--no-ddp", action="store_true")
 parser.add_argument("--bucket-cap-mb", type=float, default=None)
 parser.add_argument("--as-view", action="store_true")
+parser.add_argument("--static-graph", action="store_true")
+parser.add_argument("--find-unused", action="store_true")
 parser.add_argument("--steps", type=int, default=2)
 parser.add_argument("--rank-extra", type=int, default=0, help="bytes rank 1 also holds")
 parser.add_argument("--fail-rank", type=int, default=None, help="this rank raises")
@@ -38,7 +40,11 @@ model = torch.nn.Sequential(
 ).to(device)
 mark("model")
 if not opts.no_ddp:
-    kwargs = {"gradient_as_bucket_view": opts.as_view}
+    kwargs = {
+        "gradient_as_bucket_view": opts.as_view,
+        "static_graph": opts.static_graph,
+        "find_unused_parameters": opts.find_unused,
+    }
     if opts.bucket_cap_mb is not None:
         kwargs["bucket_cap_mb"] = opts.bucket_cap_mb
     model = DDP(model, device_ids=[local_rank], **kwargs)

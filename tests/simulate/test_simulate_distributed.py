@@ -112,6 +112,15 @@ def test_gradient_as_bucket_view_keeps_gradients_in_the_bucket(tmp_path, monkeyp
     assert view["zero_grad0"] == single["zero_grad0"] + P == 4 * P + KEPT
 
 
+@pytest.mark.parametrize("flag", ["--static-graph", "--find-unused"])
+def test_static_graph_and_find_unused_add_the_used_parameters_map(tmp_path, monkeypatch, flag):
+    # one int32 per parameter on the device (local_used_map_dev_: 16 bytes -> 512),
+    # made at construction; its host twin is not device memory
+    marks, _ = run_rank(tmp_path, monkeypatch, 1, World(2), flag, "--steps", "1")
+    assert marks["wrapped"] == 2 * P + 512
+    assert marks["backward0"] == 3 * P + 512 + KEPT
+
+
 def test_bucket_cap_splits_the_rebuilt_buckets_in_gradient_order(tmp_path, monkeypatch):
     # bucket_cap_mb=0.25 (262,144 bytes, also the first bucket's cap when not default):
     # one bucket of everything at construction; after the first backward the reducer

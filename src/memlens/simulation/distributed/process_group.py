@@ -283,7 +283,8 @@ def _factories_on_device(sim: Simulation) -> Iterator[None]:
 
 def _reducer_class(base: Any, sim: Simulation) -> Any:
     """dist.Reducer, building its buckets on the device (at construction and when DDP
-    rebuilds them in the order of the first backward)."""
+    rebuilds them in the order of the first backward) and its used-parameters map
+    (find_unused_parameters at construction, static_graph when DDP sets it)."""
 
     class Reducer(base):  # type: ignore[misc]  # a pybind11 class
         def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -293,5 +294,10 @@ def _reducer_class(base: Any, sim: Simulation) -> Any:
         def _rebuild_buckets(self) -> bool:
             with _factories_on_device(sim):
                 return bool(super()._rebuild_buckets())
+
+        def _set_static_graph(self) -> None:
+            # it makes the used-parameters map, on the host and on the device
+            with _factories_on_device(sim):
+                super()._set_static_graph()
 
     return Reducer
