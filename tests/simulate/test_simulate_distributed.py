@@ -183,6 +183,7 @@ def test_collectives_allocate_what_process_group_nccl_allocates(tmp_path, monkey
 
 # ---------------------------------------------------------------- the launcher
 def test_launcher_writes_a_snapshot_per_rank_and_names_the_largest(tmp_path):
+    (tmp_path / "job").mkdir()  # -o may name a directory that exists
     done = subprocess.run(
         [sys.executable, "-m", "memlens", "simulate", "--nproc-per-node", "2",
          "--workers", "1", "--cublas-workspace", "0", "--device-memory", "1GiB",

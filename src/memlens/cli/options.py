@@ -67,14 +67,15 @@ def no_cache_option(f: F) -> F:
     return click.option("--no-cache", is_flag=True, help=help)(f)
 
 
-def script_command(output_help: str) -> Callable[[F], click.Command]:
+def script_command(output_help: str, *, dir_okay: bool = False) -> Callable[[F], click.Command]:
     """`run` and `simulate`: SCRIPT [ARGS]... runs as __main__ (everything after SCRIPT is
-    the script's own, options included) and -o/--output names the snapshot to write."""
+    the script's own, options included) and -o/--output names the snapshot to write
+    (`dir_okay`: or a directory, simulate's of one file per rank)."""
 
     def decorate(f: F) -> click.Command:
         f = click.argument("args", nargs=-1, type=click.UNPROCESSED)(f)
         f = click.argument("script", type=click.Path(dir_okay=False))(f)
-        output_type = click.Path(dir_okay=False, path_type=Path)
+        output_type = click.Path(dir_okay=dir_okay, path_type=Path)
         f = click.option("--output", "-o", type=output_type, help=output_help)(f)
         settings = {"ignore_unknown_options": True, "allow_interspersed_args": False}
         return click.command(context_settings=settings)(f)

@@ -97,7 +97,11 @@ def _positive(flag: str, help: str) -> Callable[[F], F]:
     return click.option(flag, type=click.IntRange(min=1), default=None, help=help)
 
 
-@script_command("Snapshot file to write (default: memlens-sim-<script>.<pid>.pickle).")
+@script_command(
+    "Snapshot file to write (default: memlens-sim-<script>.<pid>.pickle); with "
+    "--nproc-per-node the directory of one file per rank (default memlens-sim-<script>.<pid>).",
+    dir_okay=True,
+)
 @click.option(
     "--device-memory",
     metavar="SIZE",
@@ -220,6 +224,8 @@ def command(
             module=module, whole_run=whole_run, config=config,
         )  # fmt: skip
         click.get_current_context().exit(code)
+    if output is not None and output.is_dir():
+        raise MemlensError(f"-o {output} is a directory: give a file (or --nproc-per-node)")
     output = output or _default_output(script)
     try:
         run = run_script(
