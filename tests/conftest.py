@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import pickle
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -21,11 +22,12 @@ def shared_snapshots_dir() -> Path:
 
 
 @pytest.fixture(scope="session")
-def expected_figures(shared_snapshots_dir: Path) -> dict:
+def expected_figures(shared_snapshots_dir: Path) -> dict[str, Any]:
     path = shared_snapshots_dir / "expected.json"
     if not path.exists():
         pytest.skip("../shared/snapshots/expected.json is absent")
-    return json.loads(path.read_text())
+    figures: dict[str, Any] = json.loads(path.read_text())
+    return figures
 
 
 @pytest.fixture

@@ -27,11 +27,11 @@ def ev(
     size: int,
     t: int = 0,
     stream: int = 0,
-    frames: list | None = None,
+    frames: list[dict[str, Any]] | None = None,
     *,
     clock: Clock = CLOCK_US,
     **extra: Any,
-) -> dict:
+) -> dict[str, Any]:
     """One trace entry at tick `t` of `clock` (frames default: STACK)."""
     e = {
         "action": action,
@@ -45,7 +45,9 @@ def ev(
     return e
 
 
-def block(addr: int, size: int, requested: int, state: str, frames: list | None = None) -> dict:
+def block(
+    addr: int, size: int, requested: int, state: str, frames: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
     return {
         "address": addr,
         "size": size,
@@ -55,7 +57,9 @@ def block(addr: int, size: int, requested: int, state: str, frames: list | None 
     }
 
 
-def segment(addr: int, blocks: list[dict], device: int = 0, stream: int = 0, **extra: Any) -> dict:
+def segment(
+    addr: int, blocks: list[dict[str, Any]], device: int = 0, stream: int = 0, **extra: Any
+) -> dict[str, Any]:
     total = sum(b["size"] for b in blocks)
     seg = {
         "device": device, "address": addr, "total_size": total,
@@ -69,7 +73,7 @@ def segment(addr: int, blocks: list[dict], device: int = 0, stream: int = 0, **e
     return seg
 
 
-def hand_snapshot() -> dict:
+def hand_snapshot() -> dict[str, Any]:
     """The worked example of docs/concepts.md (every figure there is checked in tests).
 
     S = 0x10000 segment of 2 MiB; A reused at 0x10000; B, C (orphan), D, G (ghost).
@@ -99,12 +103,12 @@ def hand_snapshot() -> dict:
     return {"segments": [segment(S, blocks)], "device_traces": [trace]}
 
 
-def wrapped_snapshot(depth: int) -> dict:
+def wrapped_snapshot(depth: int) -> dict[str, Any]:
     """Two live allocations (1 and 3 MiB) under `depth` wrapper frames that pass everything on
     (main -> w1 -> ... -> w{depth}), then two different leaves: the tree branches only there.
     Both are alive at the end (and at the peak, after event 2)."""
 
-    def frame(name: str, line: int) -> dict:
+    def frame(name: str, line: int) -> dict[str, Any]:
         return {"filename": f"/home/u/{name}.py", "line": line, "name": name}
 
     outer = [frame(f"w{i}", i) for i in range(depth, 0, -1)] + [frame("main", 1)]

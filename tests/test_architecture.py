@@ -31,6 +31,7 @@ snapshot.model.NOTEBOOK_VIEW, as the facade reaches its lazy names.
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -110,16 +111,15 @@ class Import:
         return f"{path}:{self.line}: {kind} of {self.target}"
 
 
+@functools.cache
 def _modules() -> dict[str, tuple[Path, bool]]:
     """dotted name -> (file, is a package __init__)."""
-    if not hasattr(_modules, "cache"):
-        out = {}
-        for path in sorted(SRC.rglob("*.py")):
-            parts = list(path.relative_to(SRC.parent).with_suffix("").parts)
-            is_pkg = parts[-1] == "__init__"
-            out[".".join(parts[:-1] if is_pkg else parts)] = (path, is_pkg)
-        _modules.cache = out  # type: ignore[attr-defined]
-    return _modules.cache  # type: ignore[attr-defined]
+    out = {}
+    for path in sorted(SRC.rglob("*.py")):
+        parts = list(path.relative_to(SRC.parent).with_suffix("").parts)
+        is_pkg = parts[-1] == "__init__"
+        out[".".join(parts[:-1] if is_pkg else parts)] = (path, is_pkg)
+    return out
 
 
 def _is_type_checking(test: ast.expr) -> bool:

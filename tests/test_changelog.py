@@ -5,6 +5,7 @@ drift)."""
 from __future__ import annotations
 
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -13,7 +14,7 @@ from script_module import load_script
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _changelog_module():
+def _changelog_module() -> ModuleType:
     return load_script("changelog")
 
 

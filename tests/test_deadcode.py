@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from types import ModuleType
+
 import pytest
 
 from script_module import load_script
@@ -9,7 +11,7 @@ from script_module import load_script
 pytest.importorskip("vulture")
 
 
-def _deadcode():
+def _deadcode() -> ModuleType:
     return load_script("deadcode")
 
 

@@ -27,7 +27,8 @@ def capabilities() -> dict[str, Any]:
         [sys.executable, "-m", "memlens", "capabilities", "--json"], capture_output=True, text=True
     )
     assert out.returncode == 0, out.stderr
-    return json.loads(out.stdout)
+    answer: dict[str, Any] = json.loads(out.stdout)
+    return answer
 
 
 def flags(command: dict[str, Any]) -> set[str]:

@@ -37,7 +37,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from snapshot_builders import MiB, block, ev, segment
+from snapshot_builders import MiB as MiB
+from snapshot_builders import block, ev, segment
 
 TRAIN = {"filename": "/home/u/train.py", "line": 50, "name": "train"}
 MODEL = {"filename": "/home/u/model.py", "line": 20, "name": "forward"}

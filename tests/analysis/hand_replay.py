@@ -12,7 +12,8 @@ from memlens.snapshot.read.safe_pickle import load_plain_pickle
 
 def read_raw(path: Path) -> dict[str, Any]:
     with open(path, "rb") as f:
-        return load_plain_pickle(f)
+        raw: dict[str, Any] = load_plain_pickle(f)
+        return raw
 
 
 class HandReplay:

@@ -4,6 +4,8 @@ real snapshots (with the recorded settings it must reproduce their reserved curv
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 from analysis_snapshots import training_snapshot
@@ -22,11 +24,11 @@ S1, S2, S3 = 0x10000000, 0x20000000, 0x30000000
 USER = [{"filename": "/home/u/train.py", "line": 7, "name": "step"}]
 
 
-def large(addr: int, blocks: list[dict]) -> dict:
+def large(addr: int, blocks: list[dict[str, Any]]) -> dict[str, Any]:
     return segment(addr, blocks, segment_type="large")
 
 
-def fragmented() -> dict:
+def fragmented() -> dict[str, Any]:
     """A 100, B 100, free B, C 120 MiB (large pool, nothing before the trace).
 
     Recorded (no expandable segments): A and B reserve 100 MiB segments S1, S2; B's freed
@@ -53,7 +55,7 @@ def fragmented() -> dict:
     return {"segments": segs, "device_traces": [trace]}
 
 
-def reuse(second: int) -> list[dict]:
+def reuse(second: int) -> list[dict[str, Any]]:
     """Events 0-4: a 100 MiB segment S1, A (100 MiB) in it, free A, then `second` at S1."""
     return [
         ev("segment_alloc", S1, 100 * MiB, 0),
@@ -64,7 +66,7 @@ def reuse(second: int) -> list[dict]:
     ]
 
 
-def reused() -> dict:
+def reused() -> dict[str, Any]:
     """A 100 MiB, free A, B 100 MiB: B reuses A's segment; reserved 100 = peak active."""
     trace = reuse(100 * MiB)
     segs = [large(S1, [block(S1, 100 * MiB, 100 * MiB, "active_allocated")])]
@@ -125,7 +127,7 @@ def test_no_fragmentation_when_the_cache_is_reused():
     assert result["findings"] == []
 
 
-def oom(tail_free: bool) -> dict:
+def oom(tail_free: bool) -> dict[str, Any]:
     """Capacity 140 MiB (reserved 100 + 40 free at the OOM); a request of 60 MiB fails.
 
     tail_free: S1 (100 MiB) held A 100, freed, then A2 50 at its start: 50 MiB cached at
@@ -175,7 +177,7 @@ FUSED = {"filename": "??", "line": 0,
          "name": "at::_ops::_scaled_dot_product_efficient_attention::call(x)"}  # fmt: skip
 
 
-def attention(softmax: list[dict]) -> dict:
+def attention(softmax: list[dict[str, Any]]) -> dict[str, Any]:
     """Scores (4 MiB, the matmul in attention()), the softmax's max (32 KiB, S = 128 times
     smaller: not a matrix) freed at once, then its output P (4 MiB): peak after event 3
     with scores + P = 8 MiB live; a 4 MiB buffer made elsewhere (no attention frame) is

@@ -51,7 +51,10 @@ def test_state_pending_and_edges(dev):
 
 def test_expandable_segments_map_unmap():
     dev = memlens.load(expandable_snapshot()).device(0)
-    seg = lambda e: [(x["address"], x["size"]) for x in state_at(dev, e)["segments"]]  # noqa: E731
+
+    def seg(e: int) -> list[tuple[str, int]]:
+        return [(x["address"], x["size"]) for x in state_at(dev, e)["segments"]]
+
     assert seg(6) == [("0x400000", 4 * MiB)]
     assert seg(5) == [("0x400000", 6 * MiB)]  # undoing the unmap merges the range back
     assert seg(1) == [("0x400000", 2 * MiB)]  # undoing the second map carves it out
@@ -70,6 +73,7 @@ def test_fragmentation_curve(dev):
     assert (f["max_gap_bytes"], f["max_gap_event"]) == (3 * MiB - 1510, 18)
     assert c["largest_free_bytes"][11] == state_at(dev, 11)["largest_free_bytes"]
     assert c["n_segments"][9:12] == [1, 2, 2]
+    assert f["at_peak"] is not None and f["end"] is not None
     assert f["at_peak"]["event"] == 11 and f["end"]["event"] == 21
 
 

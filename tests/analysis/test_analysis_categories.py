@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 from analysis_snapshots import BIG_SIZE, FWD, TRAIN, training_snapshot
@@ -122,7 +124,7 @@ STEP = [USER_OPT, OPT_WRAPPER, TRAIN]
 M0, M1, S1, A1, M2, S2, X = (0x100000 + 0x400 * k for k in range(7))
 
 
-def replaced_state_snapshot(*, annotations: bool = True, gap: bool = True) -> dict:
+def replaced_state_snapshot(*, annotations: bool = True, gap: bool = True) -> dict[str, Any]:
     """Two optimizer steps; m is replaced in each (M0 made before the trace -> M1 -> M2).
 
     before the trace: M0 400 (the previous step's m)
@@ -155,7 +157,7 @@ def replaced_state_snapshot(*, annotations: bool = True, gap: bool = True) -> di
               block(M2, 1024, 400, "active_allocated", STEP),
               block(S2, 1024, 1024, "inactive"),
               block(X, MiB - 6 * 1024, MiB - 6 * 1024, "inactive")]  # fmt: skip
-    snap: dict = {"segments": [segment(M0, blocks)], "device_traces": [trace]}
+    snap: dict[str, Any] = {"segments": [segment(M0, blocks)], "device_traces": [trace]}
     if annotations:
         name = "Optimizer.step#AdamW.step"
         snap["external_annotations"] = [
@@ -165,7 +167,7 @@ def replaced_state_snapshot(*, annotations: bool = True, gap: bool = True) -> di
     return snap
 
 
-def _by_addr_event(snap: dict) -> dict[tuple[int, int], str]:
+def _by_addr_event(snap: dict[str, Any]) -> dict[tuple[int, int], str]:
     dev = memlens.load(snap).device(0)
     cat, names = categorize(dev)
     return {

@@ -37,6 +37,7 @@ def test_diff_figures_sites_stages(pair):
     assert (top["site"], top["a_bytes"], top["b_bytes"], top["change"], top["status"]) == (
         "forward (/home/u/model.py:20)", BIG_SIZE + 110, NEW_BIG + 110, 500_000, "both")  # fmt: skip
     assert all(s["change"] == 0 for s in r["sites"][1:]) and r["sites_total"] == 4
+    assert r["stages"] is not None
     st = {(s["name"], s["occurrence"]): s["peak_change"] for s in r["stages"]}
     assert st[("ProfilerStep#1", 0)] == 0 and st[("ProfilerStep#2", 0)] == 500_000
 
@@ -134,6 +135,7 @@ def test_real_diff_of_fullsteps(shared_snapshots_dir, expected_figures):
     assert sum(s["change"] for s in r["sites"]) == fig["peak_active_bytes"]
     # the step and phases inferred on both sides, PyTorch's optimizer ranges nested in
     # them (zero_grad holds no event: in the forward phase that starts where it is)
+    assert r["stages"] is not None
     assert [s["name"] for s in r["stages"]] == [
         "step#1", "forward", "Optimizer.zero_grad#AdamW.zero_grad", "backward", "optimizer",
         "Optimizer.step#AdamW.step"]  # fmt: skip

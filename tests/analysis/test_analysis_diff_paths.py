@@ -37,14 +37,14 @@ def _rewrite(obj: Any, old: str, new: str, seen: set[int] | None = None) -> Any:
     return obj
 
 
-def _moved(snap: dict, *prefixes: tuple[str, str]) -> dict:
+def _moved(snap: dict[str, Any], *prefixes: tuple[str, str]) -> dict[str, Any]:
     out = copy.deepcopy(snap)
     for old, new in prefixes:
         _rewrite(out, old, new)
     return out
 
 
-def _assert_no_change(a: dict, b: dict) -> None:
+def _assert_no_change(a: dict[str, Any], b: dict[str, Any]) -> None:
     r = diff(memlens.load(a).device(0), memlens.load(b).device(0), limit=None)
     assert r["sites"] and r["sites_total"] == len(r["sites"])
     assert {s["status"] for s in r["sites"]} == {"both"}
@@ -84,7 +84,7 @@ def test_hand_built_snapshot_under_two_prefixes_diffs_to_zero():
     assert by_key["forward (model.py:20)"]["filename"] == "/home/alice/work/proj/model.py"
 
 
-def _site_snapshot(frames: list[dict], size: int = MiB) -> dict:
+def _site_snapshot(frames: list[dict[str, Any]], size: int = MiB) -> dict[str, Any]:
     """One live allocation of `size` per frame (each frame alone in its stack)."""
     base = 0x100000
     trace = [ev("alloc", base + i * size, size, i, frames=[f]) for i, f in enumerate(frames)]
@@ -92,7 +92,7 @@ def _site_snapshot(frames: list[dict], size: int = MiB) -> dict:
     return {"segments": [segment(base, blocks)], "device_traces": [trace]}
 
 
-def _frame(path: str, line: int = 10, name: str = "forward") -> dict:
+def _frame(path: str, line: int = 10, name: str = "forward") -> dict[str, Any]:
     return {"filename": path, "line": line, "name": name}
 
 

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from typing import cast
+
 import pytest
 from analysis_snapshots import BIG_SIZE, MiB, expandable_snapshot, training_snapshot
 
 import memlens
 from memlens.analysis.anomalies import anomalies
 from memlens.analysis.leaks import leaks
+from memlens.analysis.results import StageRow
 
 
 @pytest.fixture(scope="module")
@@ -110,7 +113,8 @@ def test_left_alive_per_occurrence_equals_a_loop(dev, windows):
     from memlens.analysis.leaks import _left_alive
 
     occ = [{"start_event": a, "last_event": b} for a, b in windows]
-    got = [r.tolist() for r in _left_alive(dev, occ)]
+    # _left_alive reads only these two keys of a stage row
+    got = [r.tolist() for r in _left_alive(dev, cast("list[StageRow]", occ))]
     # by hand from the trace table in analysis_snapshots: alive at the end are G (event 4),
     # L1 (7), O (8), L2 (19), X (21) and the ghost P (before the trace, in no window)
     alive_at = {4: "G", 7: "L1", 8: "O", 19: "L2", 21: "X"}

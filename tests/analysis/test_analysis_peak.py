@@ -43,6 +43,7 @@ def test_peak_totals_and_sites(dev):
 
 def test_peak_tree_python_view_has_totals_at_every_level(dev):
     t = peak(dev, tree_min_share=0)["tree"]
+    assert t is not None
     assert t["bytes"] == dev.peak_active_bytes and t["count"] == 6
     kids = {c["label"]: c for c in t["children"]}
     train = kids["train (train.py:50)"]
@@ -62,14 +63,17 @@ def test_peak_tree_python_view_has_totals_at_every_level(dev):
 
 def test_tree_all_frames_and_pruning(dev):
     t = peak(dev, python_only=False, tree_min_share=0)["tree"]
+    assert t is not None
     labels = [c["label"] for c in t["children"]]
     assert "torch::autograd::Engine::evaluate_function (??)" not in labels  # '??' file dropped
     assert any("Engine::evaluate_function" in lab for lab in labels)
     pruned = peak(dev, tree_min_share=0.5)["tree"]
+    assert pruned is not None
     # everything under half the total is merged into one <other> node per level
     assert [c["label"] for c in pruned["children"]] == ["train (train.py:50)", "<other>"]
     assert pruned["children"][1]["bytes"] == 1200 and pruned["children"][1]["count"] == 2
-    assert peak(dev, tree_depth=1)["tree"]["children"][0]["children"] == []
+    shallow = peak(dev, tree_depth=1)["tree"]
+    assert shallow is not None and shallow["children"][0]["children"] == []
 
 
 def test_live_set_before_first_event_is_the_baseline(dev):
@@ -124,6 +128,7 @@ def test_real_peak_matches_expected(shared_snapshots_dir, expected_figures):
         r = peak(dev, top=5)
         assert r["event"] == exp["peak_event_index"]
         assert r["active_bytes"] == exp["peak_active_bytes"]
+        assert r["tree"] is not None
         assert r["tree"]["bytes"] == exp["peak_active_bytes"]
         # the python view of the tree loses no bytes
         assert sum(c["bytes"] for c in r["tree"]["children"]) == exp["peak_active_bytes"]
@@ -142,6 +147,7 @@ def test_trace_recorded_without_stacks():
     assert len(bare.snapshot.stacks.offsets) <= 1  # no stack recorded
     for python_only in (True, False):
         r = live_set(bare, bare.peak_event_index, python_only=python_only)
+        assert r["tree"] is not None
         assert r["tree"]["bytes"] == r["active_bytes"] == bare.peak_active_bytes
         assert [k["label"] for k in r["tree"]["children"]] == ["<no stack recorded>"]
     # the same figures as with stacks: stacks only name things

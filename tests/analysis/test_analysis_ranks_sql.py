@@ -6,6 +6,7 @@ import json
 import pickle
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 from analysis_snapshots import BIG_SIZE, training_segments, training_snapshot, training_trace
@@ -17,7 +18,7 @@ from memlens.cli.main import main
 from memlens.errors import MemlensError
 
 
-def two_device_snapshot() -> dict:
+def two_device_snapshot() -> dict[str, Any]:
     return {
         "segments": training_segments(0) + training_segments(1),
         "device_traces": [training_trace(), training_trace(2_000_000)],
@@ -30,6 +31,7 @@ def test_ranks_across_devices_and_files():
     assert [x["label"] for x in r["ranks"]] == ["x:0", "x:1"]
     assert [x["peak_active_bytes"] for x in r["ranks"]] == [1610 + BIG_SIZE, 1610 + 2_000_000]
     im = r["imbalance"]
+    assert im is not None
     assert (im["spread_bytes"], im["max_label"], im["min_label"]) == (500_000, "x:1", "x:0")
     assert im["max_over_mean"] == pytest.approx((1610 + 2e6) / (1610 + 1.75e6), rel=1e-6)
     assert r["sites"] == [{"site": "forward (/home/u/model.py:20)",
@@ -37,6 +39,7 @@ def test_ranks_across_devices_and_files():
     one = memlens.load(training_snapshot())
     r2 = ranks(traces_of([("a", one), ("b", snap)], device=0))
     assert [x["label"] for x in r2["ranks"]] == ["a:0", "b:0"]
+    assert r2["imbalance"] is not None
     assert r2["imbalance"]["spread_bytes"] == 0 and r2["sites"] == []
     with pytest.raises(MemlensError, match="device 1"):
         traces_of([("a", one)], device=1)
@@ -48,7 +51,10 @@ def snap():
 
 
 def test_sql_tables(snap):
-    q = lambda s: query(snap, s)["rows"]  # noqa: E731
+
+    def q(sql: str) -> list[list[Any]]:
+        return query(snap, sql)["rows"]
+
     assert q("select count(*) from events") == [[22]]
     assert q("select action, count(*) from events group by 1 order by 1") == [
         ["alloc", 10], ["free_completed", 5], ["free_requested", 5],

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from typing import Any
 
 import pytest
 from hand_replay import HandReplay, read_raw
@@ -18,7 +19,7 @@ from memlens.analysis.peak import live_set, memory_at_allocation
 FILES = ["cs336_memory_ctx128_fullstep.pickle", "eor_nn_train.pickle", "ftcourse_finetune.pickle"]
 
 
-def reused_allocation(hand: HandReplay) -> dict:
+def reused_allocation(hand: HandReplay) -> dict[str, Any]:
     """An allocation that is not the first at its address (version >= 2) and is freed in
     the trace, from the second half of it: the case where the version matters."""
     n = len(hand.trace)
@@ -61,10 +62,11 @@ def test_live_set_at_the_peak_matches_hand_replay(shared_snapshots_dir, name, ex
     live = hand.live_at(first)
     assert (r["active_bytes"], r["live_count"]) == (sum(live), len(live))
     assert sum(s["bytes"] for s in r["by_site"]) <= r["active_bytes"]
+    assert r["tree"] is not None
     assert r["tree"]["bytes"] == r["active_bytes"] and r["tree"]["count"] == len(live)
 
 
-def memlens_cli(*args: str) -> subprocess.CompletedProcess:
+def memlens_cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "memlens", *args], capture_output=True,
                           text=True, timeout=120)  # fmt: skip
 

@@ -24,6 +24,7 @@ def test_formats(tmp_path):
     y = tmp_path / "r.yaml"
     y.write_text("rules:\n  - name: opt\n    pattern: torch/optim\n    description: optimizer\n")
     assert load_rules(str(y)) == [Rule("opt", "torch/optim", "optimizer")]
+    bad: object
     for bad in ({"x": "("}, [], {"rules": [{"name": "a"}]}, {"other": "x"}, {}):
         with pytest.raises(MemlensError):
             parse_rules(bad)

@@ -3,11 +3,14 @@ steps; on the real training-step files, stage peaks equal a by-hand replay."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from analysis_snapshots import BIG_SIZE, MiB, training_snapshot
 from hand_replay import HandReplay, read_raw
 
 import memlens
+from memlens.analysis.results import StageRow, StageTable
 from memlens.analysis.stages import base_name, compare_steps, stage_ranges, stage_table
 from memlens.views.text.stages import render_stages
 
@@ -17,7 +20,7 @@ def table():
     return stage_table(memlens.load(training_snapshot()).device(0), top=5)
 
 
-def by_name(table, name, occ=0):
+def by_name(table: StageTable, name: str, occ: int = 0) -> StageRow:
     (s,) = [s for s in table["stages"] if s["name"] == name and s["occurrence"] == occ]
     return s
 
@@ -120,7 +123,7 @@ def test_base_name():
 FULLSTEP = ["cs336_memory_ctx128_fullstep.pickle", "cs336_memory_ctx256_fullstep.pickle"]
 
 
-def first_user_frame(frames: list[dict]) -> tuple[str, int] | None:
+def first_user_frame(frames: list[dict[str, Any]]) -> tuple[str, int] | None:
     """By hand: the innermost Python frame that is not torch's own."""
     for f in frames:
         if f["filename"].endswith(".py") and "/torch/" not in f["filename"]:
@@ -172,13 +175,14 @@ def test_real_fullstep_stage_peaks_match_hand_replay(shared_snapshots_dir, name)
     for a in hand.allocs:
         if step["first_event"] <= a["alloc"] <= last and (a["free"] is None or a["free"] > last):
             site = first_user_frame(a["frames"])
+            assert site is not None
             kept[site] = kept.get(site, 0) + a["size"]
     hand_top = sorted((-b, f"step ({fn}:{line})") for (fn, line), b in kept.items())[:2]
     # (sites of equal bytes may come in either order)
     assert sorted((-g["bytes"], g["site"]) for g in step["grew"][:2]) == hand_top
 
 
-def lightning_step_annotations():
+def lightning_step_annotations() -> list[dict[str, Any]]:
     """One step as Lightning and memlens' callback record it: the callback's "forward" is
     entered before `optimizer.step(closure)` and left inside it (on_before_backward, in
     the closure), and its "optimizer" is entered inside it (on_before_optimizer_step) and
@@ -224,7 +228,7 @@ def test_crossing_ranges_keep_their_own_start_and_end():
         if s["parent"] is not None:
             p = t["stages"][s["parent"]]
             assert p["first_event"] <= s["first_event"] and s["last_event"] <= p["last_event"]
-    assert "Optimizer.step#AdamW.step (crosses)" in render_stages({**t, "repeated": []}, 0)
+    assert "Optimizer.step#AdamW.step (crosses)" in render_stages({**t, "repeated": []})
 
 
 def test_an_end_closes_the_latest_start_of_its_name_only():

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import gc
-from typing import Any
 
 import numpy as np
 import pytest
@@ -50,11 +49,13 @@ def test_paused_gc_restores_the_collector():
     assert gc.isenabled()
 
 
-def _nested_sequence(rng: np.random.Generator, n_stages: int) -> tuple[list, list, list]:
+def _nested_sequence(
+    rng: np.random.Generator, n_stages: int
+) -> tuple[list[int], list[int], list[int]]:
     """A random well-nested START/END sequence with repeated names and OTHER markers."""
     ids: list[int] = []
-    stage: list[Any] = []
-    open_: list[Any] = []
+    stage: list[int] = []
+    open_: list[int] = []
     while n_stages or open_:
         if n_stages and (not open_ or rng.random() < 0.55):
             name = int(rng.integers(0, 4))

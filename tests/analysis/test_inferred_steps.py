@@ -4,17 +4,20 @@ CNN), never on a forward pass or torch.compile's autotuner; used by stages and l
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from analysis_snapshots import ann, training_snapshot
 
 import memlens
+from memlens import DeviceTrace
 from memlens.analysis.inferred_steps import inferred_stages, user_marks_steps
 from memlens.analysis.leaks import leaks
 from memlens.analysis.stages import stage_intervals, stage_table, stages_output
 from memlens.views.text.stages import render_stages
 
 
-def spans(dev):
+def spans(dev: DeviceTrace) -> list[tuple[object, ...]]:
     return [(s["name"], s["depth"], s["parent"], s["first_event"], s["last_event"],
              s["open_end"]) for s in stage_intervals(dev) if s["inferred"]]  # fmt: skip
 
@@ -52,7 +55,7 @@ def test_annotated_steps_are_not_second_guessed():
                                  "_compile.compile_inner (dynamo_timed)"])  # fmt: skip
 
 
-def _real(shared_snapshots_dir, name):
+def _real(shared_snapshots_dir: Path, name: str) -> DeviceTrace:
     path = shared_snapshots_dir / f"{name}.pickle"
     if not path.exists():
         pytest.skip(f"{name}.pickle is absent")

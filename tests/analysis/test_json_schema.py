@@ -314,8 +314,9 @@ def test_every_json_command_has_a_documented_schema_and_a_type():
     text = DOC.read_text()
     ctx = click.Context(cli)
     # (generate --json writes the snapshot as JSON: PyTorch's format, not a result schema)
-    with_json = [name for name in cli.list_commands(ctx) if name != "generate"
-                 and any(p.name == "as_json" for p in cli.get_command(ctx, name).params)]  # fmt: skip
+    commands = {name: cli.get_command(ctx, name) for name in cli.list_commands(ctx)}
+    with_json = [name for name, command in commands.items() if name != "generate"
+                 and command is not None and any(p.name == "as_json" for p in command.params)]  # fmt: skip
     assert {"peak", "at", "check", "sql", "diff"} <= set(with_json)
     assert set(with_json) == set(COMMANDS)
     assert missing_schemas(text, COMMANDS) == []

@@ -55,8 +55,7 @@ def toy_registered(monkeypatch):
 
     module = types.ModuleType("toy_analysis")
     module.__spec__ = importlib.machinery.ModuleSpec("toy_analysis", None)
-    module.toy, module.render_toy = toy, render_toy
-    module.SECTION = Section("toy", "Toy", toy_section)
+    vars(module).update(toy=toy, render_toy=render_toy, SECTION=Section("toy", "Toy", toy_section))
     monkeypatch.setitem(sys.modules, "toy_analysis", module)
     analysis = registry.register(
         Analysis(

@@ -6,11 +6,15 @@ stacks, and on the shared cs336, wedson and fine-tuning snapshots when present."
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
 
 import memlens
+from memlens import DeviceTrace
 from memlens.analysis.diff import diff
 from memlens.analysis.peak import peak
 from memlens.analysis.sites import SITE_HIDE_PATTERNS, top_sites
@@ -26,7 +30,7 @@ USER = {"filename": "/home/u/model.py", "line": 22, "name": "forward"}
 MAIN = {"filename": "/home/u/train.py", "line": 5, "name": "<module>"}
 
 
-def glue_snapshot() -> dict:
+def glue_snapshot() -> dict[str, Any]:
     """0x1000: 1 MiB through einops from model.py:22; 0x200000: 2 MiB from einops with no
     user frame above it (glue alone keeps its name); 0x400000: 4 MiB from model.py directly."""
     trace = [
@@ -40,7 +44,9 @@ def glue_snapshot() -> dict:
     return {"segments": [segment(0x1000, blocks)], "device_traces": [trace]}
 
 
-def sites_of(dev, hide=None):
+def sites_of(
+    dev: DeviceTrace, hide: Sequence[str] | None = None
+) -> list[tuple[str, int, str | None]]:
     rows = dev.live_at(dev.n_events - 1)
     return [(s["site"], s["bytes"], s["via"]) for s in top_sites(dev, rows, hide_patterns=hide)]
 
@@ -78,7 +84,7 @@ def test_hide_adds_to_the_defaults_and_hide_only_replaces_them(tmp_path):
     def first_site(*args: str) -> str:
         r = CliRunner().invoke(cli, ["peak", str(path), "--json", *args])
         assert r.exit_code == 0, r.output
-        return json.loads(r.stdout)["by_site"][0]["site"]
+        return str(json.loads(r.stdout)["by_site"][0]["site"])
 
     assert first_site() == "forward (/home/u/model.py:22)"
     assert first_site("--hide", r"model\.py$") == "<module> (/home/u/train.py:5)"
@@ -90,7 +96,7 @@ def test_hide_adds_to_the_defaults_and_hide_only_replaces_them(tmp_path):
             "/_backends.py:288)") in text  # fmt: skip
 
 
-def _real(shared_snapshots_dir, name):
+def _real(shared_snapshots_dir: Path, name: str) -> DeviceTrace:
     path = shared_snapshots_dir / f"{name}.pickle"
     if not path.exists():
         pytest.skip(f"{name}.pickle is absent")
@@ -125,7 +131,9 @@ def test_wedson_names_the_users_line(shared_snapshots_dir):
     model = "/home/lin/cs336/assignment2-systems/cs336-basics/cs336_basics/model.py"
     s = sites[f"forward ({model}:39)"]
     assert (s["bytes"], s["count"]) == (10_485_760, 2)
-    assert s["via"].endswith("/.venv/lib/python3.12/site-packages/einops/_backends.py:291)")
+    assert s["via"] is not None and s["via"].endswith(
+        "/.venv/lib/python3.12/site-packages/einops/_backends.py:291)"
+    )
     assert not [k for k in sites if "einops" in k]
 
 

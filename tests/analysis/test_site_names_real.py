@@ -69,6 +69,7 @@ def test_gradients_at_the_peak_are_named_by_accumulate_grad_in_every_view(traini
     assert sites[ACCUMULATE] == (GRAD_BYTES, GRAD_COUNT)
     assert not any("wrapper_CUDA" in s for s in sites)
     # the tree (Python frames only): under the C++ / backward group, by the same name
+    assert p["tree"] is not None
     (group,) = [c for c in p["tree"]["children"] if c["label"] == NO_PYTHON_LABEL]
     kids = {c["label"]: (c["bytes"], c["count"]) for c in group["children"]}
     assert kids[ACCUMULATE] == (GRAD_BYTES, GRAD_COUNT)
@@ -84,6 +85,6 @@ def test_gradients_at_the_peak_are_named_by_accumulate_grad_in_every_view(traini
     assert kids[ACCUMULATE] == (GRAD_BYTES, GRAD_COUNT)
     # the TUI's live tree (user frames)
     tui = live_stack_tree(dev, dev.peak_event_index, hide_internals=True)
-    (group,) = [c for c in tui.children if c.label == NO_PYTHON_LABEL]
-    kids = {c.label: (c.value, c.count) for c in group.children}
+    (node,) = [c for c in tui.children if c.label == NO_PYTHON_LABEL]
+    kids = {c.label: (c.value, c.count) for c in node.children}
     assert kids[ACCUMULATE] == (GRAD_BYTES, GRAD_COUNT)

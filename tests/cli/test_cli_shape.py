@@ -39,7 +39,7 @@ def test_ctx_exit_code_reaches_the_process():
 
 
 def test_check_exit_codes_from_a_real_process(hand_file):
-    def memlens(*args: str) -> subprocess.CompletedProcess:
+    def memlens(*args: str) -> subprocess.CompletedProcess[str]:
         cmd = [sys.executable, "-m", "memlens", *args]
         return subprocess.run(cmd, capture_output=True, text=True)
 
@@ -82,9 +82,11 @@ def test_device_help_says_the_default():
     ctx = cli.make_context("memlens", ["--help"], resilient_parsing=True)
     for name in cli.list_commands(ctx):
         command = cli.get_command(ctx, name)
-        (device,) = [p for p in command.params if p.name == "device"] or [None]
-        if device is None:
+        assert command is not None
+        found = [p for p in command.params if p.name == "device"]
+        if not found:
             continue
+        (device,) = found
         text = device.help or ""
         if name in every:
             assert "every device" in text or "all" in text, name

@@ -12,7 +12,7 @@ from memlens.fleet.synthetic import write_fleet
 
 
 @pytest.fixture(scope="session")
-def fleet_dir(tmp_path_factory) -> Path:
+def fleet_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("fleet")
     write_fleet(out, RANKS, PLANTED, events=EVENTS)
     return out

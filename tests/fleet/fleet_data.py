@@ -3,6 +3,8 @@
 import os
 import signal
 
+from memlens.fleet.record import RankRecord
+
 RANKS = 64
 PLANTED = {5: "leak", 23: "activations", 42: "pipeline"}
 EVENTS = 1_500
@@ -23,7 +25,7 @@ class KillFirstWorker:
         self.killed: list[int] = []
         self.seen: list[int] = []
 
-    def __call__(self, rec) -> None:
+    def __call__(self, rec: RankRecord) -> None:
         self.seen.append(rec.rank)
         if not self.killed:
             pid = int(rec.worker.rsplit(":", 1)[1])

@@ -8,16 +8,18 @@ import socket
 import subprocess
 import sys
 import time
+from typing import Any
 
 import pytest
 from fleet_data import PLANTED, RANKS, KillFirstWorker
 
 from memlens.fleet.api import run
+from memlens.fleet.results import FleetResult
 
 pytest.importorskip("distributed")
 
 
-def _figures(result):
+def _figures(result: FleetResult) -> list[dict[str, object]]:
     """Each row without the worker that read it (the only field that may differ)."""
     return [{k: v for k, v in row.items() if k != "worker"} for row in result["table"]]
 
@@ -33,7 +35,8 @@ def test_local_cluster_finds_the_same(fleet_dir, local_result):
     assert sorted(o["rank"] for o in r["outliers"]) == sorted(PLANTED)
     assert _figures(r) == _figures(local_result)
     assert len({row["worker"] for row in r["table"]}) == 2  # both workers took part
-    assert r["outliers"][0]["diff"]["sites"]  # the diff ran on the cluster too
+    diff = r["outliers"][0]["diff"]
+    assert diff is not None and diff["sites"]  # the diff ran on the cluster too
 
 
 def _free_port() -> int:
@@ -49,7 +52,7 @@ def dask_processes():
     port = _free_port()
     address = f"tcp://127.0.0.1:{port}"
     dask = [sys.executable, "-m", "dask"]
-    quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
+    quiet: dict[str, Any] = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
     procs = [subprocess.Popen([*dask, "scheduler", "--host", "127.0.0.1", "--port", str(port),
                                "--no-dashboard"], **quiet)]  # fmt: skip
     # the workers run in another directory than the client, as on another machine: a

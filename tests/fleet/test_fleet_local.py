@@ -90,8 +90,8 @@ def test_an_unreadable_file_is_a_failed_row(tmp_path, fleet_dir):
         shutil.copy(fleet_dir / f"rank{i:05d}.pickle", tmp_path)
     (tmp_path / "rank00003.pickle").write_bytes(b"\x80\x04not a snapshot")
     r = run([str(tmp_path), str(tmp_path / "rank00009.pickle")], workers=2)
-    assert [(f["rank"], f["reason"].count("\n")) for f in r["failed"]] == [(3, 0), (9, 0)]
-    assert r["failed"][0]["reason"].startswith(f"{tmp_path}/rank00003.pickle")
+    assert [(f["rank"], str(f["reason"]).count("\n")) for f in r["failed"]] == [(3, 0), (9, 0)]
+    assert str(r["failed"][0]["reason"]).startswith(f"{tmp_path}/rank00003.pickle")
     assert r["failed"][1]["reason"] == f"{tmp_path}/rank00009.pickle: no such file"
     assert [row["status"] for row in r["table"]] == ["ok", "ok", "ok", "failed", "failed"]
 

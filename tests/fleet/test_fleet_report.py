@@ -27,7 +27,9 @@ def test_heatmap_outliers_and_escaping():
     result["executor"], result["rank_source"] = "test", "file name"
     page = fleet_report(result)
     assert [o["rank"] for o in result["outliers"]] == [9]
-    svg = re.search(r'<svg class="heatmap".*?</svg>', page, re.S).group(0)
+    found = re.search(r'<svg class="heatmap".*?</svg>', page, re.S)
+    assert found is not None
+    svg = found.group(0)
     assert svg.count("<rect") == 10 * 2  # 10 ok ranks x 2 stages
     assert svg.count("outlier: rank 9") == 1
     assert "rank 9, forward: 150.00 MiB (+50.0% of the median)" in svg
@@ -43,11 +45,12 @@ def test_progress_bar_counts_files_per_second():
 
     from memlens.fleet import progress
 
-    console = Console(file=io.StringIO(), force_terminal=True, width=100)
+    written = io.StringIO()
+    console = Console(file=written, force_terminal=True, width=100)
     with progress.progress_bar(3, "ranks", enabled=True, console=console) as bar:
         for _ in range(3):
             bar.advance()
-    text = console.file.getvalue()
+    text = written.getvalue()
     assert "3/3" in text and "files/s" in text
     with progress.progress_bar(3, "ranks", enabled=False) as bar:
         bar.advance()  # no terminal: nothing drawn, nothing fails

@@ -38,7 +38,9 @@ HOSTILE_TEXT = {
 }
 
 
-def _frame(name: str = "train_step", filename: str = "/home/u/train.py", line: int = 10) -> dict:
+def _frame(
+    name: str = "train_step", filename: str = "/home/u/train.py", line: int = 10
+) -> dict[str, Any]:
     return {"filename": filename, "line": line, "name": name}
 
 
@@ -96,16 +98,16 @@ def _dump(obj: Any, protocol: int = 4) -> bytes:
     return pickle.dumps(obj, protocol=protocol)
 
 
-def _laughs(levels: int = 32) -> list:
+def _laughs(levels: int = 32) -> list[object]:
     """A list holding its predecessor twice: 2^levels leaves from a few hundred bytes."""
-    x: list = ["lol"]
+    x: list[object] = ["lol"]
     for _ in range(levels):
         x = [x, x]
     return x
 
 
 # Where a free-form (nested) value can go: each setter puts `v` in one field of a snapshot.
-FREE_FORM: dict[str, Callable[[dict, Any], None]] = {
+FREE_FORM: dict[str, Callable[[dict[str, Any], Any], None]] = {
     "allocator_settings": lambda s, v: s.__setitem__("allocator_settings", {"x": v}),
     "user_metadata": lambda s, v: s["device_traces"][0][1].__setitem__("user_metadata", v),
     "compile_context": lambda s, v: s["device_traces"][0][1].__setitem__("compile_context", v),
@@ -118,7 +120,7 @@ FREE_FORM: dict[str, Callable[[dict, Any], None]] = {
 }
 
 
-def _with(setter: Callable[[dict, Any], None], value: Any) -> dict:
+def _with(setter: Callable[[dict[str, Any], Any], None], value: Any) -> dict[str, Any]:
     snap = base_snapshot()
     setter(snap, value)
     return snap
@@ -208,8 +210,8 @@ def _colliding_allocations(n: int) -> dict[str, Any]:
     return {"segments": [], "device_traces": [trace]}
 
 
-def _tuple_laughs(levels: int = 32) -> tuple:
-    x: tuple = ("lol",)
+def _tuple_laughs(levels: int = 32) -> tuple[object, ...]:
+    x: tuple[object, ...] = ("lol",)
     for _ in range(levels):
         x = (x, x)
     return x
@@ -235,7 +237,7 @@ def _deep_settings(depth: int) -> bytes:
     )  # fmt: skip
 
 
-def _shared_blocks(segments: int, blocks: int) -> dict:
+def _shared_blocks(segments: int, blocks: int) -> dict[str, Any]:
     shared = [
         {"address": 0, "size": 512, "requested_size": 512, "state": "active_allocated",
          "frames": []}
@@ -249,35 +251,35 @@ def _shared_blocks(segments: int, blocks: int) -> dict:
     return {"segments": segs, "device_traces": []}
 
 
-def _shared_entries(n: int) -> dict:
+def _shared_entries(n: int) -> dict[str, Any]:
     entry = {"action": "alloc", "addr": 1 << 40, "size": 512, "stream": 0, "time_us": 1}
     entry.update({f"k{i}": i for i in range(200)})
     return {"segments": [], "device_traces": [[entry] * n]}
 
 
-def _shared_traces(devices: int) -> dict:
+def _shared_traces(devices: int) -> dict[str, Any]:
     trace = base_snapshot()["device_traces"][0] * 300
     return {"segments": [], "device_traces": [trace] * devices}
 
 
 # (field label, path setter) for the type and range mutations
-def _trace_field(i: int, key: str) -> Callable[[dict, Any], None]:
+def _trace_field(i: int, key: str) -> Callable[[dict[str, Any], Any], None]:
     return lambda s, v: s["device_traces"][0][i].__setitem__(key, v)
 
 
-def _seg_field(key: str) -> Callable[[dict, Any], None]:
+def _seg_field(key: str) -> Callable[[dict[str, Any], Any], None]:
     return lambda s, v: s["segments"][0].__setitem__(key, v)
 
 
-def _block_field(key: str) -> Callable[[dict, Any], None]:
+def _block_field(key: str) -> Callable[[dict[str, Any], Any], None]:
     return lambda s, v: s["segments"][0]["blocks"][0].__setitem__(key, v)
 
 
-def _ann_field(key: str) -> Callable[[dict, Any], None]:
+def _ann_field(key: str) -> Callable[[dict[str, Any], Any], None]:
     return lambda s, v: s["external_annotations"][0].__setitem__(key, v)
 
 
-FIELDS: dict[str, Callable[[dict, Any], None]] = {
+FIELDS: dict[str, Callable[[dict[str, Any], Any], None]] = {
     **{f"entry.{k}": _trace_field(1, k) for k in (
         "action", "addr", "size", "stream", "time_us", "frames", "compile_context",
         "user_metadata", "forward_frames")},

@@ -19,6 +19,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 TIME_LIMIT_S = 20
 MEMORY_LIMIT = 2 << 30
@@ -98,7 +99,7 @@ def _child(path: str, command: str, out_dir: str) -> None:
     os._exit(code)
 
 
-def run(path: str, command: str) -> dict:
+def run(path: str, command: str) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as out_dir:
         t0 = time.monotonic()
         pid = os.fork()
@@ -134,7 +135,7 @@ def warm_up() -> None:
 
 
 def main(argv: list[str]) -> None:
-    commands = COMMANDS
+    commands: tuple[str, ...] = COMMANDS
     if argv and argv[0].startswith("--commands="):
         commands = tuple(argv[0].split("=", 1)[1].split(","))
         argv = argv[1:]

@@ -8,6 +8,9 @@ import os
 import pickle
 import time
 import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -20,7 +23,7 @@ COLUMNS = ("action", "addr", "size", "stack", "alloc_event", "free_event", "allo
            "active_after", "reserved_after")  # fmt: skip
 
 
-def fingerprint(snap) -> dict:
+def fingerprint(snap) -> dict[str, Any]:
     d = snap.device(0)
     out = {name: np.asarray(getattr(d, name)).tolist() for name in COLUMNS}
     out["strings"] = list(snap.strings)
@@ -29,31 +32,36 @@ def fingerprint(snap) -> dict:
     return out
 
 
-def _entry(path):
+def _entry(path: Path) -> Path:
     memlens.load(path)  # writes the entry
     entry, _ = column_cache.entry_dir(path)
     assert (entry / "meta.json").exists()
     return entry
 
 
-def _flip_byte(p, offset=-1):
+def _flip_byte(p: Path, offset: int = -1) -> None:
     data = bytearray(p.read_bytes())
     data[offset] ^= 0x01
     p.write_bytes(bytes(data))
 
 
-def _edit_meta(entry, fn):
+def _flip_each_column(entry: Path) -> None:
+    for p in entry.glob("*.npy"):
+        _flip_byte(p)
+
+
+def _edit_meta(entry: Path, fn: Callable[[dict[str, Any]], object]) -> None:
     meta = json.loads((entry / "meta.json").read_text())
     fn(meta)
     (entry / "meta.json").write_text(json.dumps(meta))
 
 
-def _set(key, value):
+def _set(key: str, value: object) -> Callable[[dict[str, Any]], None]:
     return lambda m: m.__setitem__(key, value)
 
 
-TAMPERINGS = {
-    "flip last byte of each column": lambda e: [_flip_byte(p) for p in e.glob("*.npy")],
+TAMPERINGS: dict[str, Callable[[Path], object]] = {
+    "flip last byte of each column": lambda e: _flip_each_column(e),
     "flip a stack id": lambda e: _flip_byte(e / "d0.stack.npy"),
     "truncate a column": lambda e: (e / "d0.size.npy").write_bytes(
         (e / "d0.size.npy").read_bytes()[:20]
@@ -84,7 +92,7 @@ TAMPERINGS = {
 }
 
 
-def _replace_with_manifest(entry):
+def _replace_with_manifest(entry: Path) -> None:
     """Consistent forgery of an id column pointing past the stack table: the manifest's crc
     is updated too, so only the cross-reference checks can catch it."""
     path = entry / "d0.stack.npy"
@@ -98,7 +106,7 @@ def _replace_with_manifest(entry):
     _edit_meta(entry, fix)
 
 
-def _meta_dir(entry):
+def _meta_dir(entry: Path) -> None:
     (entry / "meta.json").unlink()
     (entry / "meta.json").mkdir()
 

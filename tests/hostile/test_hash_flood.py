@@ -58,6 +58,7 @@ def test_colliding_addresses_replay_in_linear_time() -> None:
         np.zeros(0, np.uint64), np.zeros(0, np.int64), np.zeros(0, np.int32), np.zeros(0, np.int32)
     )
     fast = built_replay()
+    assert fast is not None
     start = time.perf_counter()
     out = fast.replay(
         **{k: ev[k] for k in ("action", "addr", "size", "stack", "stream")},

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 from corpus import BAD_VALUES, FIELDS, SLOW_PREFIXES, bombs, hostile_text, mutations
@@ -47,7 +48,7 @@ CASES = _selected()
 
 
 @pytest.fixture(scope="module")
-def corpus_dir(tmp_path_factory) -> Path:
+def corpus_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("hostile")
     for name, data, _ in CASES:
         (out / name).write_bytes(data)
@@ -55,7 +56,7 @@ def corpus_dir(tmp_path_factory) -> Path:
     return out
 
 
-def check(result: dict) -> list[str]:
+def check(result: dict[str, Any]) -> list[str]:
     """What is wrong with one run (empty: it held the line)."""
     problems = []
     out, err = result["stdout"], result["stderr"]

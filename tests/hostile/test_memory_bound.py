@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copyreg
 import pickle
+import threading
 from pathlib import Path
 
 import pytest
@@ -133,7 +134,7 @@ def test_the_memory_limit_is_one_line_even_when_cpython_reports_on_the_way(
         raise SystemError("<built-in method load> returned NULL without setting an exception")
 
     monkeypatch.setattr(safe_pickle._PlainDataUnpickler, "load", load)
-    monkeypatch.setattr(safe_pickle.threading, "active_count", lambda: 1)
+    monkeypatch.setattr(threading, "active_count", lambda: 1)
     monkeypatch.setenv("MEMLENS_NO_CACHE", "1")
     monkeypatch.setenv("MEMLENS_READER", "python")
     p = tmp_path / "s.pickle"

@@ -24,7 +24,10 @@ FAST = built()
 pytestmark = pytest.mark.skipif(FAST is None, reason="compiled reader not built")
 
 
-def _both(data: bytes, memory: int = 0, memo: int = 0) -> tuple[object, object]:
+def _both(
+    data: bytes, memory: int = 0, memo: int = 0
+) -> tuple[tuple[str, str, int, int], tuple[str, str, int, int]]:
+    assert FAST is not None
     return prescan.scan(data, memory, memo), FAST.scan(data, memory, memo, prescan.COSTS)
 
 

@@ -120,6 +120,7 @@ def appended_after_read(data: bytes) -> bytes:
         if op.name == "MEMOIZE":
             memo += 1
         elif op.name in ("BINPUT", "LONG_BINPUT"):
+            assert isinstance(arg, int)
             memo = max(memo, arg + 1)
     assert target is not None and data.endswith(b"u.")
     get = b"j" + target.to_bytes(4, "little")

@@ -22,7 +22,7 @@ def snap_path(tmp_path: Path, monkeypatch) -> Path:
     return p
 
 
-def _one_line_exit_2(argv: list[str], capsys) -> str:
+def _one_line_exit_2(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
     assert run(argv) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "unexpected" not in err, err

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from corpus import base_snapshot
@@ -18,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tui"))
 from tui_pilot import shown  # noqa: E402
 
 
-def hostile_snapshot(target: Path) -> dict:
+def hostile_snapshot(target: Path) -> dict[str, Any]:
     click = f"[@click=app.screenshot('{target.name}','{target.parent}')]CLICK[/]"
     snap = base_snapshot()
     trace = snap["device_traces"][0]

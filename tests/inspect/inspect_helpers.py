@@ -4,7 +4,11 @@ statistics computed directly with torch that saved values are compared with."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
+from typing import Any
 
+import numpy as np
+import numpy.typing as npt
 import torch
 import torch.nn as nn
 
@@ -16,12 +20,13 @@ class TinyMLP(nn.Module):
         self.act = nn.ReLU()
         self.fc2 = nn.Linear(hidden, d_out)
 
-    def forward(self, x):
-        return self.fc2(self.act(self.fc1(x)))
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = self.fc2(self.act(self.fc1(x)))
+        return out
 
 
 class TinyCNN(nn.Module):
-    def __init__(self, classes: int = 5):
+    def __init__(self, classes: int = 5) -> None:
         super().__init__()
         self.conv1 = nn.Conv2d(3, 8, 3, padding=1)
         self.bn1 = nn.BatchNorm2d(8)
@@ -31,18 +36,19 @@ class TinyCNN(nn.Module):
         self.pool = nn.AdaptiveAvgPool2d(1)
         self.head = nn.Linear(8, classes)
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = self.relu(self.bn1(self.conv1(x)))
         out = self.bn2(self.conv2(y))
         out += y  # residual, in place, right after a hooked module (as in torchvision's ResNet)
         out = self.relu(out)
-        return self.head(self.pool(out).flatten(1))
+        logits: torch.Tensor = self.head(self.pool(out).flatten(1))
+        return logits
 
 
 class TinyTransformer(nn.Module):
     def __init__(
         self, vocab: int = 50, d: int = 32, heads: int = 4, layers: int = 2, seq: int = 16
-    ):
+    ) -> None:
         super().__init__()
         self.embed = nn.Embedding(vocab, d)
         self.pos = nn.Parameter(torch.zeros(seq, d))
@@ -52,12 +58,15 @@ class TinyTransformer(nn.Module):
         self.encoder = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
         self.head = nn.Linear(d, vocab)
 
-    def forward(self, tokens):
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         h = self.embed(tokens) + self.pos[: tokens.shape[1]]
-        return self.head(self.encoder(h))
+        logits: torch.Tensor = self.head(self.encoder(h))
+        return logits
 
 
-def batch_for(model: nn.Module, n: int = 4, gen: torch.Generator | None = None):
+def batch_for(
+    model: nn.Module, n: int = 4, gen: torch.Generator | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     if isinstance(model, TinyMLP):
         return torch.randn(n, 12, generator=gen), torch.randint(0, 3, (n,), generator=gen)
     if isinstance(model, TinyCNN):
@@ -66,7 +75,9 @@ def batch_for(model: nn.Module, n: int = 4, gen: torch.Generator | None = None):
     return tokens, tokens
 
 
-def train_step(model, opt, batch):
+def train_step(
+    model: nn.Module, opt: torch.optim.Optimizer, batch: tuple[torch.Tensor, torch.Tensor]
+) -> torch.Tensor:
     x, y = batch
     out = model(x)
     if out.dim() == 3:
@@ -79,7 +90,7 @@ def train_step(model, opt, batch):
     return loss
 
 
-def direct(t: torch.Tensor) -> dict:
+def direct(t: torch.Tensor) -> dict[str, Any]:
     x = t.detach().double().reshape(-1)
     fin = torch.isfinite(x)
     xf = x[fin]
@@ -96,7 +107,7 @@ def direct(t: torch.Tensor) -> dict:
 
 
 # -- checking what a run left on disk ---------------------------------------------------------
-def decode_video(path) -> list:
+def decode_video(path: str | Path) -> list[npt.NDArray[np.uint8]]:
     """Every frame of a video, decoded. GIFs (and MP4s, when imageio has an MP4 plugin) with
     imageio; otherwise MP4 through the ffmpeg binary, which must then decode it cleanly."""
     import importlib.util
@@ -129,7 +140,7 @@ def decode_video(path) -> list:
     return list(raw.reshape(-1, FRAME_H, FRAME_W, 3))
 
 
-def check_html(text: str) -> dict:
+def check_html(text: str) -> dict[str, Any]:
     """Parse a page; tags balanced, nothing loaded from elsewhere. Returns tag counts."""
     from html.parser import HTMLParser
 
@@ -159,7 +170,7 @@ def check_html(text: str) -> dict:
     stack: list[str] = []
 
     class P(HTMLParser):
-        def handle_starttag(self, tag, attrs):
+        def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
             counts[tag] = counts.get(tag, 0) + 1
             for name, value in attrs:
                 if name in ("src", "href") and value:
@@ -167,10 +178,10 @@ def check_html(text: str) -> dict:
             if tag not in void:
                 stack.append(tag)
 
-        def handle_startendtag(self, tag, attrs):
+        def handle_startendtag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
             counts[tag] = counts.get(tag, 0) + 1
 
-        def handle_endtag(self, tag):
+        def handle_endtag(self, tag: str) -> None:
             if tag in void:
                 return
             assert stack and stack[-1] == tag, f"</{tag}> closes <{stack[-1] if stack else None}>"
@@ -184,7 +195,7 @@ def check_html(text: str) -> dict:
     return counts
 
 
-def check_run_files(root) -> None:
+def check_run_files(root: str | Path) -> None:
     """Every file a run leaves is complete: JSON parses, JSONL lines are whole."""
     import json
     from pathlib import Path

@@ -2,27 +2,32 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
 import pytest
 
 torch = pytest.importorskip("torch")
-nn = torch.nn
+from torch import nn  # noqa: E402
 
 import memlens  # noqa: E402
 from memlens.inspector.alerts import AlertChecker  # noqa: E402
+from memlens.inspector.api import Inspector  # noqa: E402
 from memlens.inspector.store import load_run  # noqa: E402
 
 pytestmark = pytest.mark.torch
 
 
-class Faulty(nn.Module):  # type: ignore[name-defined]  # nn comes from importorskip
+class Faulty(nn.Module):
     """A small MLP that can be made to misbehave at a chosen step."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         super().__init__()
         self.fc1 = nn.Linear(8, 32)
         self.act = nn.ReLU()
         self.fc2 = nn.Linear(32, 2)
-        self.nan_from = None
+        self.nan_from: int | None = None
         self.step = 0
 
     def forward(self, x):
@@ -33,7 +38,9 @@ class Faulty(nn.Module):  # type: ignore[name-defined]  # nn comes from importor
         return self.fc2(self.act(h))
 
 
-def train(model, ins, steps, hook=None):
+def train(
+    model: Faulty, ins: Inspector, steps: int, hook: Callable[[int], None] | None = None
+) -> None:
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     for step in range(steps):
         model.step = step
@@ -47,7 +54,7 @@ def train(model, ins, steps, hook=None):
         ins.step()
 
 
-def alerts_of(out, rule):
+def alerts_of(out: Path, rule: str) -> list[dict[str, Any]]:
     return [a for a in load_run(out).alerts if a["rule"] == rule]
 
 

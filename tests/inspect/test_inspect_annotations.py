@@ -9,6 +9,7 @@ import pickle
 import subprocess
 import sys
 import time
+from typing import Any
 
 import pytest
 
@@ -22,22 +23,22 @@ MiB = 1024 * 1024
 T0 = 1_700_000_000_000_000
 
 
-def _doc(steps: list[dict]) -> dict:
+def _doc(steps: list[dict[str, Any]]) -> dict[str, Any]:
     return {"format": "memlens.inspect.annotations/1", "kind": "activation_bytes",
             "unit": "bytes", "modules": ["fc1", "fc2"], "steps": steps}  # fmt: skip
 
 
-def _write(tmp_path, steps: list[dict]):
+def _write(tmp_path, steps: list[dict[str, Any]]):
     tmp_path.mkdir(exist_ok=True)
     (tmp_path / "annotations.json").write_text(json.dumps(_doc(steps)))
     return tmp_path
 
 
-def _snapshot() -> dict:
+def _snapshot() -> dict[str, Any]:
     """One 8 MiB segment; events at T0+10..T0+60 (µs): alloc A 1 MiB, alloc B 2 MiB, free B
     (requested, completed), alloc C 3 MiB. Active after each (MiB): 1, 3, 3, 1, 4."""
 
-    def ev(action, addr, size, t):
+    def ev(action: str, addr: int, size: int, t: int) -> dict[str, Any]:
         return {"action": action, "addr": addr, "size": size, "stream": 0,
                 "time_us": T0 + t, "frames": []}  # fmt: skip
 
@@ -178,6 +179,7 @@ def test_viewer_draws_the_forward_passes(one_step_run):
            "--no-browser", "--port", "0"]  # fmt: skip
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
+        assert proc.stdout is not None
         line = proc.stdout.readline()
         url = line.split(" at ", 1)[1].split()[0]
         deadline = time.monotonic() + 20

@@ -6,18 +6,22 @@ from __future__ import annotations
 import json
 import math
 import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 import pytest
 
 torch = pytest.importorskip("torch")
 
 from inspect_helpers import TinyCNN, TinyMLP, TinyTransformer, batch_for, direct, train_step  # noqa: E402
+from torch import Tensor, nn  # noqa: E402
 
 import memlens  # noqa: E402
 from memlens.errors import MemlensError  # noqa: E402
 from memlens.inspector import stats as S  # noqa: E402
 from memlens.inspector.select import label, leaf_modules, select_modules  # noqa: E402
-from memlens.inspector.store import load_run  # noqa: E402
+from memlens.inspector.store import Run, load_run  # noqa: E402
 
 pytestmark = pytest.mark.torch
 
@@ -25,23 +29,23 @@ pytestmark = pytest.mark.torch
 class Reference:
     """Records, with hooks of its own, the tensors the inspector should have seen."""
 
-    def __init__(self, model, names, every):
+    def __init__(self, model: nn.Module, names: list[str], every: int) -> None:
         self.every = every
         self.step = 0
-        self.seen: dict[tuple[int, str], torch.Tensor] = {}
+        self.seen: dict[tuple[int, str], Tensor] = {}
         self.model = model
         mods = dict(model.named_modules())
         for name in names:
             mods[name].register_forward_hook(self._hook(label(name)))
 
-    def sampled(self):
+    def sampled(self) -> bool:
         return self.step % self.every == 0
 
-    def _put(self, key, t):
+    def _put(self, key: str, t: Tensor) -> None:
         self.seen.setdefault((self.step, key), t.detach().clone())
 
-    def _hook(self, lab):
-        def hook(m, args, out):
+    def _hook(self, lab: str) -> Callable[[nn.Module, object, object], None]:
+        def hook(m: nn.Module, args: object, out: object) -> None:
             if not self.sampled() or not isinstance(out, torch.Tensor):
                 return
             self._put(f"{lab}:output", out)
@@ -50,7 +54,7 @@ class Reference:
 
         return hook
 
-    def params_and_grads(self):
+    def params_and_grads(self) -> None:
         if self.sampled():
             for n, p in self.model.named_parameters():
                 self._put(f"{n}:param", p)
@@ -58,7 +62,9 @@ class Reference:
                     self._put(f"{n}:grad", p.grad)
 
 
-def run_and_compare(model, tmp_path, *, every=2, steps=7, **kw):
+def run_and_compare(
+    model: nn.Module, tmp_path: Path, *, every: int = 2, steps: int = 7, **kw: Any
+) -> tuple[Run, int]:
     torch.manual_seed(0)
     gen = torch.Generator().manual_seed(0)
     opt = torch.optim.SGD(model.parameters(), lr=0.05)

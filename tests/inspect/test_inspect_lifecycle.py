@@ -20,7 +20,7 @@ pytest.importorskip("torch")
 
 from inspect_helpers import check_html, check_run_files, decode_video  # noqa: E402
 
-from memlens.inspector.store import load_run  # noqa: E402
+from memlens.inspector.store import Run, load_run  # noqa: E402
 
 pytestmark = [pytest.mark.torch, pytest.mark.slow]
 HERE = Path(__file__).resolve().parent
@@ -77,7 +77,7 @@ def session_processes(sid: int) -> list[int]:
     return pids
 
 
-def start(tmp_path: Path, mode: str) -> tuple[subprocess.Popen, Path]:
+def start(tmp_path: Path, mode: str) -> tuple[subprocess.Popen[str], Path]:
     script = tmp_path / "train.py"
     script.write_text(SCRIPT)
     out = tmp_path / "run"
@@ -94,7 +94,7 @@ def start(tmp_path: Path, mode: str) -> tuple[subprocess.Popen, Path]:
     return proc, out
 
 
-def wait_for_step(proc: subprocess.Popen, n: int, lines: list[str]) -> None:
+def wait_for_step(proc: subprocess.Popen[str], n: int, lines: list[str]) -> None:
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         assert proc.stdout is not None
@@ -107,7 +107,7 @@ def wait_for_step(proc: subprocess.Popen, n: int, lines: list[str]) -> None:
     pytest.fail(f"the training script did not reach step {n}: {''.join(lines)}")
 
 
-def finish(proc: subprocess.Popen, lines: list[str], timeout: float = 150) -> tuple[str, str]:
+def finish(proc: subprocess.Popen[str], lines: list[str], timeout: float = 150) -> tuple[str, str]:
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -140,7 +140,7 @@ def assert_complete_outputs(out: Path, *, status: str, videos: bool = True) -> N
             assert len(frames) == len(run.tensors[_key_of(run, v)])
 
 
-def _key_of(run, video: Path) -> str:
+def _key_of(run: Run, video: Path) -> str:
     name = video.name.rsplit(".", 1)[0]
     return next(k for k, s in run.tensors.items() if s.dir.name == name)
 
@@ -201,6 +201,7 @@ def test_ctrl_c_while_the_worker_is_still_starting(tmp_path):
     lines: list[str] = []
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
+        assert proc.stdout is not None
         line = proc.stdout.readline()
         lines.append(line)
         if not line or line.startswith("WORKER"):

@@ -43,7 +43,7 @@ def run_cli(args: list[str]) -> int:
 
 
 @pytest.fixture(scope="module")
-def run_dir(tmp_path_factory) -> Path:
+def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("inspect") / "run"
     torch.manual_seed(0)
     m = TinyTransformer(layers=1)
@@ -62,7 +62,7 @@ def run_dir(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def gif_run(run_dir, tmp_path_factory) -> Path:
+def gif_run(run_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("gif") / "run"
     shutil.copytree(run_dir, out)
     render.render_run(out, video_format="gif")

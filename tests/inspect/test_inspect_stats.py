@@ -4,14 +4,17 @@ against values computed directly with torch."""
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import pytest
 
 torch = pytest.importorskip("torch")
 F = torch.nn.functional
 
 from inspect_helpers import direct  # noqa: E402
+from torch import Tensor  # noqa: E402
 
 from memlens.inspector import stats as S  # noqa: E402
 from memlens.inspector.reduce import prepare, reduce_packed  # noqa: E402
@@ -19,7 +22,7 @@ from memlens.inspector.reduce import prepare, reduce_packed  # noqa: E402
 BINS = 32
 
 
-def direct_hist(t, bins=BINS):
+def direct_hist(t: Tensor, bins: int = BINS) -> tuple[npt.NDArray[np.int64], float, float]:
     x = t.detach().double().reshape(-1)
     x = x[torch.isfinite(x)]
     lo, hi = x.min(), x.max()
@@ -27,7 +30,7 @@ def direct_hist(t, bins=BINS):
     return torch.bincount(idx, minlength=bins).numpy(), lo.item(), hi.item()
 
 
-def via(t, *, raw: bool, chunk=1 << 22, size=8):
+def via(t, *, raw: bool | str, chunk=1 << 22, size=8):
     if raw == "torch":  # the reduction used on accelerators, run here on the CPU
         packed, nchunks, heat = reduce_packed(t, bins=BINS, heatmap_size=size, chunk_numel=chunk)
         return S.unpack_reduced(packed.numpy(), nchunks, BINS, heat)
@@ -40,7 +43,7 @@ def via(t, *, raw: bool, chunk=1 << 22, size=8):
     return S.unpack_reduced(payload[1], payload[2], BINS, payload[3])
 
 
-def assert_stats(got: dict, want: dict):
+def assert_stats(got: dict[str, Any], want: dict[str, Any]):
     for k in S.STAT_NAMES:
         if math.isnan(want[k]):
             assert math.isnan(got[k]), k

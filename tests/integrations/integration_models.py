@@ -32,7 +32,7 @@ def tiny_llama() -> LlamaForCausalLM:
     return LlamaForCausalLM(config)
 
 
-class Tokens(torch.utils.data.Dataset):
+class Tokens(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
     """64 sequences of SEQ token ids, labels = inputs (causal LM)."""
 
     def __len__(self) -> int:

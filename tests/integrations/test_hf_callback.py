@@ -48,6 +48,7 @@ def test_steps_2_to_3_are_recorded_with_their_stages_and_report(tmp_path):
     assert list((folder / "oom").iterdir()) == []  # no OOM, no dump
     assert callback.snapshot_path == folder / "steps2-3_rank0.pickle"
     assert callback.report_path == folder / "steps2-3_rank0.html"
+    assert callback.report_path is not None
     assert b"<html" in callback.report_path.read_bytes()[:200].lower()
     dev = memlens.load(callback.snapshot_path).device(0)
     # steps 2 and 3 only (record_steps honoured), each holding forward/backward/optimizer

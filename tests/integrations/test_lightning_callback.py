@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("transformers")
-pl = pytest.importorskip("lightning.pytorch")
+pytest.importorskip("lightning.pytorch")
 torch = pytest.importorskip("torch")
 
+import lightning.pytorch as pl  # noqa: E402
 from integration_models import Tokens, our_stages, tiny_llama  # noqa: E402
 
 import memlens  # noqa: E402
@@ -19,7 +20,7 @@ from memlens.fleet.naming import rank_ids  # noqa: E402
 from memlens.integrations.lightning import MemlensCallback  # noqa: E402
 
 
-class TinyLM(pl.LightningModule):  # type: ignore[name-defined]  # from importorskip
+class TinyLM(pl.LightningModule):
     def __init__(self) -> None:
         super().__init__()
         self.model = tiny_llama()

@@ -39,7 +39,7 @@ def test_grid_is_the_cartesian_product_in_order():
 
 def test_fit_recovers_the_terms_and_predicts_a_held_out_point():
     # 3 MiB + 5 MiB x b + 7 MiB x b^2 + 11 MiB x s, exactly (s is linear: no s^2 term)
-    def peak(b, s):
+    def peak(b: int, s: int) -> int:
         return (3 + 5 * b + 7 * b * b + 11 * s) * MiB
 
     xs = [{"b": b, "s": s} for b in (1, 2, 4) for s in (1, 2, 3)]
@@ -47,14 +47,15 @@ def test_fit_recovers_the_terms_and_predicts_a_held_out_point():
     assert model is not None and model.max_residual < 1
     assert model.predict({"b": 3, "s": 2})[0] == pytest.approx(peak(3, 2), abs=1)
     assert model.predict({"b": 3, "s": 2})[1] is False
-    assert model.predict({"b": 8, "s": 2}) == (pytest.approx(peak(8, 2), abs=1), True)
+    predicted, extrapolated = model.predict({"b": 8, "s": 2})
+    assert predicted == pytest.approx(peak(8, 2), abs=1) and extrapolated is True
     assert model.quadratic[1] == pytest.approx(0, abs=1e-3)
 
 
 def test_fit_drops_terms_the_points_cannot_tell_apart():
     model = fit(["b"], [{"b": 1}, {"b": 3}], [10, 30])
     assert model is not None and model.quadratic == (0.0,)
-    assert (model.constant, model.linear[0]) == (pytest.approx(0, abs=1e-9), pytest.approx(10))
+    assert model.constant == pytest.approx(0, abs=1e-9) and model.linear[0] == pytest.approx(10)
 
 
 def test_largest_below_bisects_the_model():

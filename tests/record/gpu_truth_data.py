@@ -92,7 +92,8 @@ def resimulate(case: TruthCase, folder: Path) -> Path | None:
     argv, cwd = truth_cases.sim_command(spec, False, folder, gpu, memory)
     env = truth_cases.case_env(spec, _env())
     subprocess.run(argv, cwd=cwd, env=env, capture_output=True, timeout=900)
-    return truth_cases.find_snapshot(spec, folder)
+    found: Path | None = truth_cases.find_snapshot(spec, folder)
+    return found
 
 
 def _env() -> dict[str, str]:

@@ -105,7 +105,7 @@ class FakeBackend:
         if not self.segment:
             self.segment = True
             self._event("segment_alloc", addr=SEGMENT_ADDRESS, size=SEGMENT_SIZE)
-        addr = SEGMENT_ADDRESS + sum(size for _, size, _ in self.blocks)
+        addr: int = SEGMENT_ADDRESS + sum(size for _, size, _ in self.blocks)
         if addr + size > SEGMENT_ADDRESS + SEGMENT_SIZE:
             raise ValueError("fake segment is full")
         self.blocks.append([addr, size, True])
@@ -171,4 +171,5 @@ def read_snapshot_file(path: Path) -> dict[str, Any]:
     """Tests may unpickle what memlens wrote from a fake (src/ never unpickles by hand)."""
     data = Path(path).read_bytes()
     assert data[:2] == b"\x80\x04", "snapshot must be pickle protocol 4"
-    return pickle.loads(data)
+    snapshot: dict[str, Any] = pickle.loads(data)
+    return snapshot

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import sys
 import types
+from collections.abc import Callable
 
 import pytest
 import record_fixtures
@@ -225,9 +226,11 @@ def test_failed_dump_does_not_hide_the_blocks_exception(fake, tmp_path, caplog):
     assert "not written: driver said no" in caplog.text
 
 
-def _fake_report_module(monkeypatch, write_report):
+def _fake_report_module(
+    monkeypatch: pytest.MonkeyPatch, write_report: Callable[..., object]
+) -> None:
     module = types.ModuleType("memlens.views.report")
-    module.write_report = write_report
+    vars(module)["write_report"] = write_report
     monkeypatch.setitem(sys.modules, "memlens.views.report", module)
 
 
@@ -255,7 +258,8 @@ def test_report_failure_warns_once_and_keeps_the_snapshot(fake, tmp_path, monkey
     for name in ("a.pickle", "b.pickle"):
         with memlens.record(tmp_path / name) as rec:
             pass
-        assert rec.snapshot_path.is_file() and rec.report_path is None
+        assert rec.snapshot_path is not None and rec.snapshot_path.is_file()
+        assert rec.report_path is None
     warnings = [r for r in caplog.records if "HTML report not written" in r.getMessage()]
     assert len(warnings) == 1
     assert "OSError: template missing" in warnings[0].getMessage()

@@ -21,7 +21,7 @@ def _range_names(prof) -> list[str]:
 
 def test_stage_as_context_manager_and_decorator():
     @memlens.stage("opt")
-    def update(x):
+    def update(x: int) -> int:
         return x + 1
 
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
@@ -35,7 +35,7 @@ def test_stage_as_context_manager_and_decorator():
 
 def test_stage_can_be_reentered(monkeypatch):
     # The profiler folds nested ranges of one name together, so watch the ranges directly.
-    log = []
+    log: list[tuple[str, int]] = []
 
     class Range:
         def __init__(self, name):
@@ -51,7 +51,7 @@ def test_stage_can_be_reentered(monkeypatch):
     s = memlens.stage("fwd")
 
     @s
-    def down(n):
+    def down(n: int) -> int:
         return 0 if n == 0 else 1 + down(n - 1)
 
     assert down(2) == 2
@@ -78,7 +78,7 @@ def test_stage_needs_a_name():
 
 
 def test_step_numbers_markers_and_hooks():
-    seen = []
+    seen: list[int] = []
     remove = markers.add_step_hook(seen.append)
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
         assert memlens.step() == 1

@@ -241,7 +241,9 @@ def test_cli_on_oom_without_oom_says_so(fake, tmp_path, capsys):
     )
 
 
-def _memlens(args, cwd, env_extra):
+def _memlens(
+    args: list[str], cwd: Path, env_extra: dict[str, str]
+) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != backend_mod.BACKEND_ENV}
     env.update(env_extra)
     return subprocess.run(

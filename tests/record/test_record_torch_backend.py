@@ -5,6 +5,7 @@ replaced by recorders here, since this machine has no GPU)."""
 from __future__ import annotations
 
 import inspect
+from typing import Any
 
 import pytest
 import record_fixtures
@@ -25,8 +26,12 @@ def test_record_memory_history_takes_the_arguments_memlens_passes():
 
 @pytest.fixture
 def torch_calls(monkeypatch):
-    calls = []
-    snapshot = {"segments": [], "device_traces": [[]], "external_annotations": []}
+    calls: list[tuple[object, ...]] = []
+    snapshot: dict[str, list[Any]] = {
+        "segments": [],
+        "device_traces": [[]],
+        "external_annotations": [],
+    }
 
     history = [False]  # as torch: on from enabled="all" until enabled=None
 
@@ -82,7 +87,7 @@ def test_without_the_probe_recorded_events_tell(torch_calls, monkeypatch):
 
 
 def test_oom_observer_is_attached_through_torch(torch_calls, monkeypatch):
-    attached = []
+    attached: list[object] = []
     monkeypatch.setattr(
         torch._C, "_cuda_attach_out_of_memory_observer", attached.append, raising=False
     )

@@ -8,8 +8,10 @@ from __future__ import annotations
 import copy
 import pickle
 from pathlib import Path
+from typing import Any
 
-from snapshot_builders import FRAME_FWD, FRAME_TORCH, FRAME_USER, MiB, block, ev, segment
+from snapshot_builders import FRAME_FWD, FRAME_TORCH, FRAME_USER, block, ev, segment
+from snapshot_builders import MiB as MiB
 
 EVIL_NAME = "<img src=x onerror=alert(1)>"
 EVIL_FILE = "/home/u/</script><script>alert(2)</script>.py"
@@ -21,7 +23,7 @@ U_EVIL = {"filename": EVIL_FILE, "line": 5, "name": EVIL_NAME}
 T_LINEAR = FRAME_TORCH  # torch/nn/functional.py:2380 linear
 
 
-def step_snapshot(*, evil: bool = True, scale: int = 1) -> dict:
+def step_snapshot(*, evil: bool = True, scale: int = 1) -> dict[str, Any]:
     """8 MiB segment; A (1 MiB, forward), B (2 MiB, the hostile frame), C (3 MiB, forward).
 
     active after each event (MiB): 0, 1, 3, 6 (peak, event 3), 6, 5, 5+512B, 5+512B, 2+512B
@@ -72,7 +74,7 @@ def step_snapshot(*, evil: bool = True, scale: int = 1) -> dict:
     )
 
 
-def write(snapshot: dict, path: Path) -> Path:
+def write(snapshot: dict[str, Any], path: Path) -> Path:
     path.write_bytes(pickle.dumps(snapshot, protocol=4))
     return path
 
@@ -81,7 +83,7 @@ U_CACHE = {"filename": "/home/u/cache.py", "line": 7, "name": "remember"}
 U_TMP = {"filename": "/home/u/model.py", "line": 30, "name": "scratch"}
 
 
-def steps_snapshot(steps: int = 3) -> dict:
+def steps_snapshot(steps: int = 3) -> dict[str, Any]:
     """`steps` annotated steps ("ProfilerStep#k"); each makes a 1 MiB temporary (freed in
     the step) and a 1 MiB cache entry that is never freed: a leak of 1 MiB per step.
 
@@ -116,7 +118,9 @@ def steps_snapshot(steps: int = 3) -> dict:
     return {"segments": [seg], "device_traces": [trace], "external_annotations": annotations}
 
 
-def with_oom(snapshot: dict, requested: int = 100 * MiB, device_free: int = MiB) -> dict:
+def with_oom(
+    snapshot: dict[str, Any], requested: int = 100 * MiB, device_free: int = MiB
+) -> dict[str, Any]:
     """The snapshot with an `oom` entry appended (addr holds the driver's free bytes)."""
     trace = snapshot["device_traces"][0]
     trace.append({"action": "oom", "addr": device_free, "size": requested, "stream": 0,

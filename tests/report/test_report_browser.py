@@ -56,7 +56,7 @@ def hover_timeline(page, fraction: float, svg: str = "#timeline-a") -> str:
     page.mouse.move(x, box["y"] + box["height"] * 0.5)
     tip = page.locator("#tooltip")
     assert tip.is_visible()
-    return tip.text_content()
+    return tip.text_content() or ""
 
 
 def test_hostile_report_in_chromium(browser, tmp_path):

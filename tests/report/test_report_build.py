@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from typing import Any
 
 import numpy as np
 import pytest
@@ -23,8 +24,9 @@ def _island_text(html_text: str) -> str:
     return found.group(1)
 
 
-def island(html_text: str) -> dict:
-    return json.loads(_island_text(html_text))
+def island(html_text: str) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(_island_text(html_text))
+    return data
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,7 @@ def run(*args: str):
     return CliRunner().invoke(cli, list(args), catch_exceptions=False)
 
 
-def main(*args: str) -> subprocess.CompletedProcess:
+def main(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "memlens", *args], capture_output=True, text=True, timeout=120
     )

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 import time
+from typing import Any
 
 import pytest
 
@@ -27,8 +28,9 @@ def _island_text(html_text: str) -> str:
 MAX_BYTES = 2_000_000
 
 
-def figures_of(text: str) -> dict:
-    return json.loads(_island_text(text))
+def figures_of(text: str) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(_island_text(text))
+    return data
 
 
 @pytest.mark.skipif(not NAMES, reason="../shared/snapshots is absent")

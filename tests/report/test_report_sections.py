@@ -65,7 +65,9 @@ def test_stage_row_and_band(step_report):
         "0 B",
         "+6.00 MiB",
     ]
-    data = json.loads(ISLAND.search(step_report).group(1))
+    found = ISLAND.search(step_report)
+    assert found is not None
+    data = json.loads(found.group(1))
     assert data["timelines"][0]["stages"] == [[1, 3, "forward"]]
     assert 'class="stage-band d0"' in section(step_report, "timeline")
 
@@ -190,7 +192,9 @@ def test_diff_of_two_snapshots():
     stage = sites["forward"]
     assert stage[1:4] == ["6.00 MiB", "12.00 MiB", "+6.00 MiB"]
     # B's own timeline is drawn too
-    data = json.loads(ISLAND.search(text).group(1))
+    found = ISLAND.search(text)
+    assert found is not None
+    data = json.loads(found.group(1))
     by_svg = {t["svg"]: t for t in data["timelines"]}
     assert sorted(by_svg) == ["timeline-a", "timeline-b"]
     assert max(by_svg["timeline-b"]["curves"]["amax"]) == 12 * MiB

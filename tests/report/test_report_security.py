@@ -42,7 +42,9 @@ def test_no_raw_hostile_markup_outside_the_data_island():
 
 def test_data_island_cannot_be_closed_from_inside():
     text = hostile_report()
-    body = ISLAND.search(text).group(1)
+    found = ISLAND.search(text)
+    assert found is not None
+    body = found.group(1)
     assert "</" not in body and "<!--" not in body
     # ... yet the strings are all there, intact, for the script to insert with textContent
     data = json.loads(body)

@@ -10,40 +10,51 @@ the same tensors are allocated and saved for backward as on the GPU.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
+from typing import Literal
 
 import torch
-from torch import nn
+from torch import Tensor, nn
+
+# where a module is built: what torch.empty(device=...) accepts
+Device = torch.device | str | None
 
 D_MODEL, D_FF, N_LAYERS, N_HEADS, VOCAB, BATCH, THETA = 2560, 10240, 32, 32, 10000, 4, 10000.0
 
 
 class Linear(nn.Module):
-    def __init__(self, d_in: int, d_out: int, device=None, dtype=None):
+    def __init__(
+        self, d_in: int, d_out: int, device: Device = None, dtype: torch.dtype | None = None
+    ) -> None:
         super().__init__()
         self.weight = nn.Parameter(torch.empty(d_out, d_in, device=device, dtype=dtype))
         nn.init.trunc_normal_(self.weight, std=0.02)
 
-    def forward(self, x):
+    def forward(self, x: Tensor) -> Tensor:
         return torch.einsum("...i,oi->...o", x, self.weight)
 
 
 class Embedding(nn.Module):
-    def __init__(self, n: int, d: int, device=None, dtype=None):
+    def __init__(
+        self, n: int, d: int, device: Device = None, dtype: torch.dtype | None = None
+    ) -> None:
         super().__init__()
         self.weight = nn.Parameter(torch.empty(n, d, device=device, dtype=dtype))
         nn.init.trunc_normal_(self.weight, std=1.0)
 
-    def forward(self, ids):
+    def forward(self, ids: Tensor) -> Tensor:
         return self.weight[ids]
 
 
 class RMSNorm(nn.Module):
-    def __init__(self, d: int, eps: float = 1e-5, device=None, dtype=None):
+    def __init__(
+        self, d: int, eps: float = 1e-5, device: Device = None, dtype: torch.dtype | None = None
+    ) -> None:
         super().__init__()
         self.d, self.eps = d, eps
         self.weight = nn.Parameter(torch.ones(d, device=device, dtype=dtype))
 
-    def forward(self, x):
+    def forward(self, x: Tensor) -> Tensor:
         # upcast, normalise, scale (weight first: its autocast copy is made first in the
         # recording), back to the input dtype (a 4-byte copy per element under autocast)
         in_dtype = x.dtype
@@ -55,14 +66,17 @@ class RMSNorm(nn.Module):
 
 
 class RoPE(nn.Module):
-    def __init__(self, theta: float, d_k: int, max_len: int, device=None):
+    cos: Tensor  # buffers (register_buffer), which nn.Module types as Tensor | Module
+    sin: Tensor
+
+    def __init__(self, theta: float, d_k: int, max_len: int, device: Device = None) -> None:
         super().__init__()
         freq = theta ** (-torch.arange(0, d_k, 2, device=device).float() / d_k)
         angles = torch.arange(max_len, device=device).float()[:, None] * freq[None, :]
         self.register_buffer("cos", angles.cos(), persistent=False)
         self.register_buffer("sin", angles.sin(), persistent=False)
 
-    def forward(self, x, positions):
+    def forward(self, x: Tensor, positions: Tensor) -> Tensor:
         cos = self.cos[positions].unsqueeze(1)
         sin = self.sin[positions].unsqueeze(1)
         out = torch.empty_like(x)
@@ -72,14 +86,16 @@ class RoPE(nn.Module):
         return out
 
 
-def softmax(x, dim):
+def softmax(x: Tensor, dim: int) -> Tensor:
     m = torch.max(x, dim=dim, keepdim=True)
     e = torch.exp(x - m.values)
     return e / e.sum(dim=dim, keepdim=True)
 
 
 class Attention(nn.Module):
-    def __init__(self, d: int, h: int, max_len: int, device=None, dtype=None):
+    def __init__(
+        self, d: int, h: int, max_len: int, device: Device = None, dtype: torch.dtype | None = None
+    ) -> None:
         super().__init__()
         self.h, self.dk = h, d // h
         self.q_proj, self.k_proj, self.v_proj, self.output_proj = (
@@ -87,7 +103,7 @@ class Attention(nn.Module):
         )
         self.rope = RoPE(THETA, self.dk, max_len, device)
 
-    def forward(self, x):
+    def forward(self, x: Tensor) -> Tensor:
         b, s, d = x.shape
         q, k, v = (
             p(x).view(b, s, self.h, self.dk).transpose(1, 2)
@@ -100,11 +116,15 @@ class Attention(nn.Module):
         scores = torch.einsum("...qd,...kd->...qk", q, k) / math.sqrt(self.dk)
         scores = scores.masked_fill(mask == False, -1e9)  # noqa: E712 (as the original)
         out = torch.einsum("...qk,...kd->...qd", softmax(scores, -1), v)
-        return self.output_proj(out.transpose(1, 2).reshape(b, s, d))
+        # nn.Module.__call__ is typed as returning Any: the annotation says what it is
+        y: Tensor = self.output_proj(out.transpose(1, 2).reshape(b, s, d))
+        return y
 
 
 class SwiGLU(nn.Module):
-    def __init__(self, d: int, d_ff: int, device=None, dtype=None):
+    def __init__(
+        self, d: int, d_ff: int, device: Device = None, dtype: torch.dtype | None = None
+    ) -> None:
         super().__init__()
         self.w1, self.w2, self.w3 = (
             Linear(d, d_ff, device, dtype),
@@ -112,44 +132,64 @@ class SwiGLU(nn.Module):
             Linear(d, d_ff, device, dtype),
         )
 
-    def forward(self, x):
+    def forward(self, x: Tensor) -> Tensor:
         a, g = self.w1(x), self.w3(x)
-        return self.w2(a * torch.sigmoid(a) * g)
+        y: Tensor = self.w2(a * torch.sigmoid(a) * g)
+        return y
 
 
 class Block(nn.Module):
-    def __init__(self, max_len: int, device=None, dtype=None):
+    def __init__(
+        self, max_len: int, device: Device = None, dtype: torch.dtype | None = None
+    ) -> None:
         super().__init__()
         self.ln1, self.ln2 = RMSNorm(D_MODEL, device=device), RMSNorm(D_MODEL, device=device)
         self.attn = Attention(D_MODEL, N_HEADS, max_len, device, dtype)
         self.ffn = SwiGLU(D_MODEL, D_FF, device, dtype)
 
-    def forward(self, x):
+    def forward(self, x: Tensor) -> Tensor:
         x = x + self.attn(self.ln1(x))
-        return x + self.ffn(self.ln2(x))
+        y: Tensor = x + self.ffn(self.ln2(x))
+        return y
 
 
 class TransformerLM(nn.Module):
-    def __init__(self, context: int, n_layers: int = N_LAYERS, device=None, dtype=None):
+    def __init__(
+        self,
+        context: int,
+        n_layers: int = N_LAYERS,
+        device: Device = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
         super().__init__()
         self.token_embeddings = Embedding(VOCAB, D_MODEL, device, dtype)
         self.layers = nn.ModuleList(Block(context, device, dtype) for _ in range(n_layers))
         self.ln_final = RMSNorm(D_MODEL, device=device)
         self.lm_head = Linear(D_MODEL, VOCAB, device, dtype)
 
-    def forward(self, ids):
+    def forward(self, ids: Tensor) -> Tensor:
         x = self.token_embeddings(ids)
         for layer in self.layers:
             x = layer(x)
-        return self.lm_head(self.ln_final(x))
+        y: Tensor = self.lm_head(self.ln_final(x))
+        return y
 
 
 class AdamW(torch.optim.Optimizer):
-    def __init__(self, params, lr=1e-4, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.01):
+    def __init__(
+        self,
+        params: Iterable[nn.Parameter],
+        lr: float = 1e-4,
+        betas: tuple[float, float] = (0.9, 0.95),
+        eps: float = 1e-8,
+        weight_decay: float = 0.01,
+    ) -> None:
         super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay))
 
     @torch.no_grad()
-    def step(self):
+    # torch.optim.Optimizer.step is overloaded on a closure; the recorded script never
+    # passed one, so this step takes none (the override is narrower on purpose)
+    def step(self, closure: None = None) -> None:  # type: ignore[override]
         for group in self.param_groups:
             b1, b2 = group["betas"]
             for p in group["params"]:
@@ -167,7 +207,7 @@ class AdamW(torch.optim.Optimizer):
                 p.mul_(1 - group["lr"] * group["weight_decay"])
 
 
-def cross_entropy(logits, targets):
+def cross_entropy(logits: Tensor, targets: Tensor) -> Tensor:
     logits = logits.reshape(-1, logits.shape[-1])
     m = logits.max(dim=-1, keepdim=True).values
     lse = torch.log(torch.exp(logits - m).sum(-1)) + m.squeeze(-1)
@@ -181,7 +221,7 @@ def run(
     mixed: bool = False,
     n_layers: int = N_LAYERS,
     compiled: bool = False,
-) -> tuple:
+) -> tuple[object, ...]:
     """What the recording script did: build on the GPU, then record one pass or step
     (`compiled`: of `torch.compile(model)`, compiled at its first call, inside the window).
 
@@ -207,8 +247,8 @@ def run(
 
 
 class _nullcontext:
-    def __enter__(self):
+    def __enter__(self) -> _nullcontext:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> Literal[False]:
         return False

@@ -8,6 +8,7 @@ process had no history before the trace started.
 from __future__ import annotations
 
 import gc
+from typing import Any
 
 import pytest
 
@@ -27,7 +28,7 @@ CASES = {
 }
 
 
-def simulate_case(context: int, fullstep: bool, mixed: bool) -> dict:
+def simulate_case(context: int, fullstep: bool, mixed: bool) -> dict[str, Any]:
     with memlens.simulate() as sim:
         keep = run(context, fullstep, mixed)  # alive at dump time, as in the recording
     del keep

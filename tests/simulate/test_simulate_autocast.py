@@ -83,6 +83,7 @@ def test_the_exp_chain_of_a_hand_written_softmax_allocates_in_fp32():
             p = e / e.sum(-1, keepdim=True)
         assert (s.dtype, e.dtype, p.dtype) == (torch.bfloat16, torch.float32, torch.float32)
     n = 2 * 4 * 64 * 64
+    assert sim.snapshot is not None
     sizes = [e["size"] for e in sim.snapshot["device_traces"][0] if e["action"] == "alloc"]
     # fp32: x, exp's fp32 copy of its bf16 input, exp's result, p (fp32 / fp32)
     assert sizes.count(4 * n) == 4
@@ -102,6 +103,7 @@ def test_weight_casts_are_cached_until_the_outermost_autocast_exits():
             cached = torch.cuda.memory_allocated()
         after = torch.cuda.memory_allocated()
     weight_fp16 = 256 * 256 * 2
+    assert sim.snapshot is not None
     casts = [
         e for e in sim.snapshot["device_traces"][0]
         if e["action"] == "alloc" and e["size"] == weight_fp16
@@ -174,6 +176,7 @@ def test_a_cast_cached_under_no_grad_still_carries_the_weights_gradient():
             y = lin(x)
         y.float().sum().backward()
         assert lin.weight.grad is not None
+    assert sim.snapshot is not None
     sizes = [e["size"] for e in sim.snapshot["device_traces"][0] if e["action"] == "alloc"]
     # fp16: the cast and its gradient (mm's backward); fp32: the weight and its gradient
     assert sizes.count(WEIGHT_FP16) == 2 and sizes.count(256 * 256 * 4) == 2

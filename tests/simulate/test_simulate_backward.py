@@ -73,6 +73,7 @@ def test_backward_allocations_are_named_by_their_autograd_node_as_on_a_gpu():
     # the backward thread has no Python frames on a GPU: the node's apply names it
     sites = {s["site"] for s in peak(memlens.load(sim.snapshot).device(0))["by_site"]}
     assert any("MmBackward0::apply" in s for s in sites), sites
+    assert sim.snapshot is not None
     frames = [e["frames"] for e in sim.snapshot["device_traces"][0] if e["action"] == "alloc"]
     assert frames[-1] == [
         {

@@ -4,6 +4,7 @@ as torch reports it, the OOM observer, scalar tensors on the device, CPU values.
 from __future__ import annotations
 
 import pickle
+from typing import Any
 
 import pytest
 
@@ -16,7 +17,7 @@ from memlens.simulation import session  # noqa: E402
 MiB = 2**20
 
 
-def sizes(snapshot: dict) -> list[int]:
+def sizes(snapshot: dict[str, Any]) -> list[int]:
     return [e["size"] for e in snapshot["device_traces"][0] if e["action"] == "alloc"]
 
 
@@ -36,6 +37,7 @@ def test_history_is_off_until_the_code_switches_it_on_and_reenabling_keeps_it():
         torch.cuda.memory._record_memory_history(enabled=None)
         assert torch._C._cuda_isHistoryEnabled() is False
     assert kept == [8000, 12000] and cleared == [16000]
+    assert sim.snapshot is not None
     assert sizes(sim.snapshot) == [16000]
     assert not hasattr(torch._C, "_cuda_isHistoryEnabled")  # restored on exit (CPU build)
 
@@ -81,6 +83,7 @@ def test_scalar_tensors_on_the_device_and_values_of_cpu_tensors():
         seed = torch.empty((), dtype=torch.int64).random_().item()  # DataLoader's seed
         assert seed == 0
         assert torch.tensor(3.5).item() == 3.5  # a constant the fake mode knows keeps it
+    assert sim.snapshot is not None
     assert sizes(sim.snapshot) == [4]
 
 

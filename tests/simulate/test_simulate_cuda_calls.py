@@ -7,6 +7,7 @@ import pickle
 import subprocess
 import sys
 import textwrap
+from typing import Any
 
 import pytest
 
@@ -135,6 +136,7 @@ def test_gpu_presets_set_workspace_and_memory():
     with memlens.simulate(gpu="ampere") as sim:
         torch.ones(4, 4, device="cuda") @ torch.ones(4, 4, device="cuda")
         assert torch.cuda.mem_get_info()[1] == gpu_preset("a100").memory
+    assert sim.snapshot is not None
     sizes = [e["size"] for e in sim.snapshot["device_traces"][0] if e["action"] == "alloc"]
     assert OLDER_WORKSPACE in sizes and 32 * MiB not in sizes
     assert gpu_preset("Hopper").cublas_workspace == 32 * MiB
@@ -149,6 +151,7 @@ def test_inference_mode_decomposes_einsum_so_its_gemm_and_autocast_apply():
         with torch.autocast("cuda", dtype=torch.bfloat16):
             out = torch.einsum("bij,bjk->bik", a, b)
         assert out.dtype == torch.bfloat16
+    assert sim.snapshot is not None
     sizes = [e["size"] for e in sim.snapshot["device_traces"][0] if e["action"] == "alloc"]
     # a, b, their bf16 copies, the result of the bmm inside einsum, then its workspace
     assert sizes == [4 * 16 * 8 * 4, 4 * 8 * 16 * 4, 4 * 16 * 8 * 2, 4 * 8 * 16 * 2,
@@ -156,11 +159,12 @@ def test_inference_mode_decomposes_einsum_so_its_gemm_and_autocast_apply():
 
 
 def test_early_blocks_have_no_stacks_unless_asked():
-    def run(**kw):
+    def run(**kw: Any) -> tuple[dict[str, Any], dict[int, Any]]:
         with memlens.simulate(**kw) as sim:
             early = torch.ones(256, device="cuda")
             torch.cuda.memory._record_memory_history(max_entries=1000)
             late = torch.ones(256, device="cuda")
+        assert sim.snapshot is not None
         frames = {b["size"]: b["frames"] for s in sim.snapshot["segments"] for b in s["blocks"]
                   if b["state"] == "active_allocated"}  # fmt: skip
         del early, late
@@ -174,7 +178,7 @@ def test_early_blocks_have_no_stacks_unless_asked():
     assert [bool(b["frames"]) for b in blocks] == [True, True]
 
 
-def simulate_cli(tmp_path, source: str, *extra: str) -> subprocess.CompletedProcess:
+def simulate_cli(tmp_path, source: str, *extra: str) -> subprocess.CompletedProcess[str]:
     script = tmp_path / "script.py"
     script.write_text(textwrap.dedent(source))
     return subprocess.run(

@@ -11,7 +11,11 @@ import importlib
 import os
 import re
 import warnings
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from functools import partial
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
@@ -33,6 +37,7 @@ MODULES = ["torch.cuda", "torch.cuda.memory", "torch.cuda.random", "torch.cuda.a
 CUDNN = ["allow_tf32", "benchmark", "benchmark_limit", "deterministic", "enabled",
          "fp32_precision", "version", "is_available", "is_acceptable", "flags", "set_flags"]  # fmt: skip
 cuda, mem, rnd = torch.cuda, torch.cuda.memory, torch.cuda.random
+T = TypeVar("T")
 
 
 def public_names() -> set[str]:
@@ -44,17 +49,22 @@ def public_names() -> set[str]:
     return names
 
 
-CALLS: dict = {}
+CALLS: dict[str, Callable[[], object]] = {}
 
 
-def entered(context):
+def entered(context: AbstractContextManager[T]) -> T:
     """Enter and leave a context manager (the walk must leave no state behind)."""
     with context as value:
         return value
 
 
-def c(name, fn):
+def c(name: str, fn: Callable[[], object]) -> None:
     CALLS[name] = fn
+
+
+def calling(module: object, name: str, *args: object) -> Callable[[], object]:
+    """A call of `module.name(*args)`, looked up when it is made (inside the simulation)."""
+    return lambda: getattr(module, name)(*args)
 
 
 # torch.cuda
@@ -72,7 +82,7 @@ for n in [
     "LongStorage",
     "ShortStorage",
 ]:
-    c("torch.cuda." + n, (lambda n=n: getattr(cuda, n)(4)))
+    c("torch.cuda." + n, calling(cuda, n, 4))
 for n in [
     "BFloat16Tensor",
     "BoolTensor",
@@ -85,7 +95,7 @@ for n in [
     "LongTensor",
     "ShortTensor",
 ]:
-    c("torch.cuda." + n, (lambda n=n: getattr(cuda, n)(2, 3)))
+    c("torch.cuda." + n, calling(cuda, n, 2, 3))
 c("torch.cuda.CUDAGraph", lambda: cuda.CUDAGraph())
 c("torch.cuda.CUDAPluggableAllocator", lambda: cuda.CUDAPluggableAllocator("x.so", "a", "f"))
 c("torch.cuda.CudaError", lambda: cuda.CudaError(1))
@@ -177,7 +187,7 @@ for n in [
     "reset_peak_host_memory_stats",
     "reset_peak_memory_stats",
 ]:
-    c("torch.cuda." + n, (lambda n=n: getattr(cuda, n)()))
+    c("torch.cuda." + n, calling(cuda, n))
 c("torch.cuda.memory_usage", lambda: cuda.memory_usage())
 c("torch.cuda.nccl", lambda: cuda.nccl.version())
 c("torch.cuda.power_draw", lambda: cuda.power_draw())
@@ -220,7 +230,7 @@ for n in [
     "fp16_bf16_reduction_math_sdp_allowed",
     "is_flash_attention_available",
 ]:
-    c("torch.backends.cuda." + n, (lambda n=n: getattr(b, n)()))
+    c("torch.backends.cuda." + n, calling(b, n))
 for n, query in [
     ("enable_cudnn_sdp", "cudnn_sdp_enabled"),
     ("enable_flash_sdp", "flash_sdp_enabled"),
@@ -228,17 +238,25 @@ for n, query in [
     ("enable_math_sdp", "math_sdp_enabled"),
     ("allow_fp16_bf16_reduction_math_sdp", "fp16_bf16_reduction_math_sdp_allowed"),
 ]:  # set to what they are: the walk leaves no state behind
-    c("torch.backends.cuda." + n, (lambda n=n, q=query: getattr(b, n)(getattr(b, q)())))
+
+    def set_as_it_is(n: str = n, q: str = query) -> object:
+        return getattr(b, n)(getattr(b, q)())
+
+    c("torch.backends.cuda." + n, set_as_it_is)
 
 
-def params():
+def params() -> object:
     q = torch.randn(1, 2, 8, 16, device="cuda", dtype=torch.float16)
     return b.SDPAParams(q, q, q, None, 0.0, False, False)
 
 
 c("torch.backends.cuda.SDPAParams", params)
 for n in ["can_use_flash_attention", "can_use_efficient_attention", "can_use_cudnn_attention"]:
-    c("torch.backends.cuda." + n, (lambda n=n: getattr(b, n)(params(), False)))
+
+    def can_use(n: str = n) -> object:
+        return getattr(b, n)(params(), False)
+
+    c("torch.backends.cuda." + n, can_use)
 c("torch.backends.cuda.sdp_kernel", lambda: entered(b.sdp_kernel()))
 c("torch.backends.cuda.cuBLASModule", lambda: b.cuBLASModule)
 c("torch.backends.cuda.cuFFTPlanCache", lambda: b.cuFFTPlanCache)
@@ -253,7 +271,12 @@ for n in [
     "enabled",
     "fp32_precision",
 ]:
-    c("torch.backends.cudnn." + n, (lambda n=n: setattr(d, n, getattr(d, n)) or getattr(d, n)))  # type: ignore[func-returns-value]
+
+    def set_to_itself(n: str = n) -> object:
+        setattr(d, n, getattr(d, n))
+        return getattr(d, n)
+
+    c("torch.backends.cudnn." + n, set_to_itself)
 c("torch.backends.cudnn.version", lambda: d.version())
 c("torch.backends.cudnn.is_available", lambda: d.is_available())
 c("torch.backends.cudnn.is_acceptable", lambda: d.is_acceptable(torch.empty(1, device="cuda")))
@@ -280,7 +303,7 @@ for n in [
     "reset_peak_memory_stats",
     "synchronize",
 ]:
-    c("torch.accelerator." + n, (lambda n=n: getattr(a, n)()))
+    c("torch.accelerator." + n, calling(a, n))
 c("torch.accelerator.set_device_idx", lambda: a.set_device_idx(0))
 c("torch.accelerator.set_device_index", lambda: a.set_device_index(0))
 c("torch.accelerator.set_stream", lambda: a.set_stream(torch.cuda.Stream()))
@@ -294,12 +317,12 @@ c("torch.cuda.amp.autocast", lambda: entered(torch.cuda.amp.autocast()))
 c("torch.cuda.amp.custom_fwd", lambda: torch.cuda.amp.custom_fwd(lambda x: x))
 c("torch.cuda.amp.custom_bwd", lambda: torch.cuda.amp.custom_bwd(lambda x: x))
 for n in ["mark", "range_push", "range_start"]:
-    c("torch.cuda.nvtx." + n, (lambda n=n: getattr(torch.cuda.nvtx, n)("x")))
+    c("torch.cuda.nvtx." + n, calling(torch.cuda.nvtx, n, "x"))
 c("torch.cuda.nvtx.range_pop", lambda: torch.cuda.nvtx.range_pop())
 c("torch.cuda.nvtx.range_end", lambda: torch.cuda.nvtx.range_end(1))
 c("torch.cuda.nvtx.range", lambda: entered(torch.cuda.nvtx.range("x")))
 for _module in ("amp", "graphs", "memory", "nvtx", "random", "streams"):
-    c(f"torch.cuda.{_module}", lambda _module=_module: getattr(cuda, _module))
+    c(f"torch.cuda.{_module}", partial(getattr, cuda, _module))
 c(
     "torch.cuda.amp.amp_definitely_not_available",
     lambda: torch.cuda.amp.amp_definitely_not_available(),
@@ -310,14 +333,13 @@ for _name in list(CALLS):
         for _sub in ("memory", "random"):
             _short = _name.rpartition(".")[2]
             if _short in getattr(torch.cuda, _sub).__all__:
-                CALLS[f"torch.cuda.{_sub}.{_short}"] = (
-                    lambda _sub=_sub, _short=_short, _fn=CALLS[_name]: _fn()
-                )
+                CALLS[f"torch.cuda.{_sub}.{_short}"] = CALLS[_name]
 
 
-def walk() -> tuple[dict, dict]:
+def walk() -> tuple[dict[str, object], dict[str, str]]:
     """(works: name -> value, refused: name -> message), every public name called."""
-    works, refused = {}, {}
+    works: dict[str, object] = {}
+    refused: dict[str, str] = {}
     with warnings.catch_warnings(), memlens.simulate(gpu="a100"):
         warnings.simplefilter("ignore")
         for name in sorted(public_names()):
@@ -418,6 +440,7 @@ def test_raw_allocations_and_the_memory_fraction_go_through_the_allocator():
         assert torch.cuda.get_per_process_memory_fraction() == 0.5
         with pytest.raises(torch.OutOfMemoryError):
             torch.empty(41 * 2**30, dtype=torch.uint8, device="cuda")  # > 40 GiB of 80
+    assert sim.snapshot is not None
     actions = [(e["action"], e["size"]) for e in sim.snapshot["device_traces"][0]]
     assert actions[:4] == [("segment_alloc", 2 * 2**20), ("alloc", 3000), ("free_requested", 3000),
                            ("free_completed", 3000)]  # fmt: skip

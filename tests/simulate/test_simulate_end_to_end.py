@@ -7,6 +7,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -22,7 +23,7 @@ def trace_of(sim) -> list[tuple[str, int, int]]:
     return [(e["action"], e["addr"] - B, e["size"]) for e in sim.snapshot["device_traces"][0]]
 
 
-def replay_live(snapshot: dict) -> dict[int, int]:
+def replay_live(snapshot: dict[str, Any]) -> dict[int, int]:
     """Blocks alive at the end of the trace, replaying alloc / free_completed."""
     live: dict[int, int] = {}
     for e in snapshot["device_traces"][0]:
@@ -33,7 +34,7 @@ def replay_live(snapshot: dict) -> dict[int, int]:
     return live
 
 
-def active_blocks(snapshot: dict) -> dict[int, int]:
+def active_blocks(snapshot: dict[str, Any]) -> dict[int, int]:
     return {
         b["address"]: b["requested_size"]
         for s in snapshot["segments"]
@@ -60,6 +61,7 @@ def test_linear_forward_exact_snapshot():
         ("free_requested", 534528, 16384),  # del y
         ("free_completed", 534528, 16384),
     ]
+    assert sim.snapshot is not None
     small, large = sim.snapshot["segments"]
     assert [(b["size"], b["state"]) for b in small["blocks"]] == [
         (524288, "active_allocated"),
@@ -75,6 +77,7 @@ def test_linear_forward_exact_snapshot():
 def test_stacks_are_user_frames_innermost_first():
     with memlens.simulate(cublas_workspace=0) as sim:
         t = torch.empty(100, device="cuda")  # THIS LINE
+    assert sim.snapshot is not None
     (seg_alloc, alloc) = sim.snapshot["device_traces"][0]
     top = alloc["frames"][0]
     assert (
@@ -121,6 +124,7 @@ def test_training_step_end_state_equals_active_blocks():
             opt.step()
         torch.cuda.empty_cache()
     snap = sim.snapshot
+    assert snap is not None
     assert replay_live(snap) == active_blocks(snap)
     names = [(a["name"], a["stage"]) for a in snap["external_annotations"]]
     assert names[:2] == [
@@ -164,6 +168,7 @@ def test_record_history_window_and_dump(tmp_path):
         torch.cuda.memory._dump_snapshot(str(dumped))
         torch.cuda.memory._record_memory_history(enabled=None)
         torch.empty(5000, device="cuda")  # not recorded
+    assert sim.snapshot is not None
     assert [e["size"] for e in sim.snapshot["device_traces"][0]] == [12000]
     assert [(a["name"], a["stage"]) for a in sim.snapshot["external_annotations"]] == [
         ("phase", "START"),
@@ -178,6 +183,7 @@ def test_expandable_segments_option():
         a = torch.empty(3 * MiB // 4, device="cuda")
         b = torch.empty(18 * MiB // 4, device="cuda")
     assert [e[0] for e in trace_of(sim)] == ["segment_map", "alloc", "segment_map", "alloc"]
+    assert sim.snapshot is not None
     assert sim.snapshot["allocator_settings"]["expandable_segments"] is True
     del a, b
 
@@ -238,6 +244,7 @@ def test_scalars_tensors_from_data_and_timing_events_do_not_stop_a_script():
         assert (
             torch.cuda.get_device_properties(0).total_memory == 81559 * 2**20
         )  # the default H100 preset
+    assert sim.snapshot is not None
     sizes = [e["size"] for e in sim.snapshot["device_traces"][0] if e["action"] == "alloc"]
     assert sizes[:2] == [32, 4]  # randn(8) fp32, then the sum
 
@@ -251,6 +258,7 @@ def test_streams_pinned_memory_and_record_stream_are_accepted():
         torch.cuda.current_stream().wait_stream(side)
         x.record_stream(torch.cuda.current_stream())
         assert not host.is_pinned() and x.is_cuda
+    assert sim.snapshot is not None
     assert [e["action"] for e in sim.snapshot["device_traces"][0]] == ["segment_alloc", "alloc"]
     del x
 
@@ -260,6 +268,7 @@ def test_max_entries_keeps_the_newest_and_stacks_none_records_no_frames():
         a = torch.empty(100, device="cuda")
         b = torch.empty(200, device="cuda")
         c = torch.empty(300, device="cuda")
+    assert sim.snapshot is not None
     trace = sim.snapshot["device_traces"][0]
     assert [(e["action"], e["size"]) for e in trace] == [("alloc", 800), ("alloc", 1200)]
     assert all(e["frames"] == [] for e in trace)

@@ -37,7 +37,7 @@ torch.cuda.memory._record_memory_history(enabled=None)
 """
 
 
-def simulate_cli(tmp_path, source: str, *extra: str) -> subprocess.CompletedProcess:
+def simulate_cli(tmp_path, source: str, *extra: str) -> subprocess.CompletedProcess[str]:
     (tmp_path / "script.py").write_text(textwrap.dedent(source))
     return subprocess.run(
         [sys.executable, "-m", "memlens", "simulate", "-o", "out.pickle", *extra, "script.py"],

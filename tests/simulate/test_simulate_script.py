@@ -7,6 +7,7 @@ from __future__ import annotations
 import pickle
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -28,7 +29,9 @@ print(sys.argv)
 """
 
 
-def simulate(cwd, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+def simulate(
+    cwd: Path, *args: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "memlens", "simulate", "-o", "out.pickle", *args],
         capture_output=True, text=True, cwd=cwd, timeout=300, env=env,
@@ -145,11 +148,12 @@ def test_stacks_under_the_python_api_keep_the_callers_frames():
     # memlens.simulate() in the user's own code: nothing is cut (no runpy runner)
     import memlens
 
-    def inner():
+    def inner() -> object:
         return torch.empty(256, device="cuda")
 
     with memlens.simulate() as sim:
         x = inner()
+    assert sim.snapshot is not None
     names = [f["name"] for f in sim.snapshot["device_traces"][0][0]["frames"]]
     assert names[:2] == ["inner", "test_stacks_under_the_python_api_keep_the_callers_frames"]
     del x
@@ -176,6 +180,7 @@ def test_a_dataloader_with_workers_and_pinned_memory_runs(recwarn):
         assert loader.num_workers == 2  # what the code sees is unchanged
     assert shapes == [((8, 16), (8,))] * 16
     # each batch: x (8 x 16 x 4 B) and y (8 x 8 B), both 512-byte blocks, freed in turn
+    assert sim.snapshot is not None
     allocs = [e["size"] for e in sim.snapshot["device_traces"][0] if e["action"] == "alloc"]
     assert allocs == [512, 64] * 16
     assert any("DataLoader workers ran in the main process" in n for n in sim.notes)
@@ -195,6 +200,7 @@ def test_a_workspace_size_set_by_the_script_applies_at_the_next_matmul():
         a @ a
         torch.backends.cuda.cublas_workspace_size(MiB)
         a @ a
+    assert sim.snapshot is not None
     trace = sim.snapshot["device_traces"][0]
     workspaces = [(e["action"], e["size"]) for e in trace if e["size"] >= OLDER_WORKSPACE
                   and e["action"] in ("alloc", "free_completed")]  # fmt: skip

@@ -14,6 +14,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import torch.nn.functional as F  # noqa: E402
+from torch import Tensor  # noqa: E402
 from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: E402
 
 import memlens  # noqa: E402
@@ -31,9 +32,22 @@ def events(sim) -> list[tuple[str, int]]:
     ]
 
 
-def qkv(b, h, s, d, dtype=F16, s_k=None, h_k=None, grad=False):
+def qkv(
+    b: int,
+    h: int,
+    s: int,
+    d: int,
+    dtype: object = F16,
+    s_k: int | None = None,
+    h_k: int | None = None,
+    grad: bool = False,
+) -> tuple[Tensor, Tensor, Tensor]:
     s_k, h_k = s_k or s, h_k or h
-    make = lambda *shape: torch.randn(*shape, device="cuda", dtype=dtype, requires_grad=grad)  # noqa: E731
+
+    def make(*shape: int) -> Tensor:
+        made: Tensor = torch.randn(*shape, device="cuda", dtype=dtype, requires_grad=grad)
+        return made
+
     return make(b, h, s, d), make(b, h_k, s_k, d), make(b, h_k, s_k, d)
 
 
@@ -244,5 +258,5 @@ def test_efficient_attention_with_grouped_query_heads_trains():
         q, k, v = qkv(1, 8, 64, 64, dtype=torch.float32, h_k=2, grad=True)
         out = F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
         out.sum().backward()
-        assert k.grad.shape == (1, 2, 64, 64)
+        assert k.grad is not None and k.grad.shape == (1, 2, 64, 64)
     assert sim.sdpa_backends == ["efficient"]

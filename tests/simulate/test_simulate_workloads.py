@@ -44,7 +44,7 @@ CASES = {
 
 
 @pytest.fixture(scope="module")
-def workload(tmp_path_factory, shared_snapshots_dir) -> Path:
+def workload(tmp_path_factory: pytest.TempPathFactory, shared_snapshots_dir: Path) -> Path:
     if not WORKLOAD.is_dir():
         pytest.skip("../shared/workloads/cs336_medium is absent")
     root = tmp_path_factory.mktemp("wedson")

@@ -24,6 +24,10 @@ import random
 import sys
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from memlens.snapshot.limits import Limits
 
 ALL_OPCODES = sorted({op.code.encode("latin-1")[0] for op in pickletools.opcodes})
 LENGTH_WIDTH = {  # opcode -> width of its little-endian length field
@@ -46,6 +50,7 @@ def opcode_table(data: bytes) -> list[tuple[int, int, str]]:
     prev = None
     try:
         for op, _arg, pos in pickletools.genops(data):
+            assert pos is not None  # None only for a stream without tell()
             if prev is not None:
                 out.append((prev[0], pos, prev[1]))
             prev = (pos, op.name)
@@ -164,7 +169,7 @@ def _spy_reader(state: dict[str, str]) -> None:
 
     real = compiled.read_compiled
 
-    def spy(path, name):
+    def spy(path: Path, name: str) -> tuple[Any, Limits] | None:
         state["reader"] = "compiled"
         got = real(path, name)
         if got is None:

@@ -14,6 +14,7 @@ import os
 import pickle
 import warnings
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -177,7 +178,7 @@ def snapshots(draw):
     for _ in range(draw(st.integers(0, 3))):
         with_time = draw(st.booleans())
         devices.append(draw(st.lists(entries(with_time), max_size=40)))
-    snap: dict = {"device_traces": devices}
+    snap: dict[str, Any] = {"device_traces": devices}
     if draw(st.booleans()):
         snap["segments"] = [
             {
@@ -236,6 +237,7 @@ def test_hypothesis_traces_identical(tmp_path_factory, snap, protocol, gz):
 
 def test_single_entry_lists_and_dicts(tmp_path):
     """One device, one entry, one key: the pickler writes APPEND/SETITEM without MARK."""
+    snap: dict[str, Any]
     for snap in (
         {"device_traces": [[{"action": "alloc"}]]},
         {"device_traces": [[{"action": "alloc", "addr": 4096, "size": 512}]]},
@@ -302,7 +304,7 @@ def test_stack_and_memo_past_the_readers_bounds_go_to_the_python_path(tmp_path):
 # --- the shapes PyTorch writes, which the reader takes a shortcut through ---------------
 
 
-def _pytorch_shaped(n_allocs: int, devices: int = 1, seed: int = 0) -> dict:
+def _pytorch_shaped(n_allocs: int, devices: int = 1, seed: int = 0) -> dict[str, Any]:
     """Every allocation gets a new frames list made of shared frame dicts and its free
     shares that list, as `torch.cuda.memory._snapshot()` builds them; stacks run from 0 to
     2,001 frames (the pickler writes lists in batches of 1,000, and a batch of one as a
@@ -443,13 +445,15 @@ def test_a_memo_slot_written_again_is_seen(tmp_path):
     def dict_slot(filename: str) -> int:
         for i, (op, _, _) in enumerate(ops):
             if op.name == "EMPTY_DICT" and any(arg == filename for _, arg, _ in ops[i : i + 8]):
-                return ops[i + 1][1]
+                slot = ops[i + 1][1]
+                assert isinstance(slot, int)
+                return slot
         raise AssertionError(filename)
 
     last_entry = max(
         pos
         for op, _, pos in ops[: [a for _, a, _ in ops].index(777_777)]
-        if op.name == "EMPTY_DICT"
+        if op.name == "EMPTY_DICT" and pos is not None
     )
     overwrite = bytes([ord("h"), dict_slot("/fb.py"), ord("q"), dict_slot("/fa.py"), ord("0")])
     path = tmp_path / "overwrite.pickle"

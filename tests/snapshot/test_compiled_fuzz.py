@@ -19,6 +19,7 @@ import sys
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -38,7 +39,7 @@ REAL_BASE = "wedson_medium_128_inference.pickle"
 
 def _bases(tmp: Path) -> list[Path]:
     out = []
-    variants = [
+    variants: list[tuple[dict[str, Any], int]] = [
         ({"events": 300, "seed": 11}, 4),
         ({"events": 250, "devices": 2, "seed": 12}, 2),
         ({"events": 250, "oom": True, "expandable": True, "seed": 13}, 5),
@@ -68,7 +69,7 @@ def _bases(tmp: Path) -> list[Path]:
     return out
 
 
-def _run(bases_json: Path, first: int, count: int) -> tuple[int, list[dict]]:
+def _run(bases_json: Path, first: int, count: int) -> tuple[int, list[dict[str, Any]]]:
     env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "MEMLENS_NO_CACHE": "1"}
     env.pop(compiled.READER_ENV, None)
     proc = subprocess.run(
@@ -91,7 +92,7 @@ def test_fuzz_compiled_reader(tmp_path):
     with ThreadPoolExecutor(max_workers=2) as pool:
         results = list(pool.map(lambda b: (b, *_run(bases_json, *b)), batches))
 
-    cases: dict[int, dict] = {}
+    cases: dict[int, dict[str, Any]] = {}
     died: list[str] = []
     for (first, count), rc, lines in results:
         for line in lines:

@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -375,7 +376,7 @@ def test_any_values_never_crash_and_agree_where_numpy_can(rows, ghost_rows, end)
     fast = built_replay()
     assert fast is not None
     n = len(rows)
-    columns = {
+    columns: dict[str, npt.NDArray[Any]] = {
         "action": np.array([r[0] for r in rows], np.uint8),
         "addr": np.array([r[1] for r in rows], np.uint64),
         "size": np.array([r[2] for r in rows], np.int64),

@@ -10,12 +10,13 @@ import numpy as np
 import pytest
 
 import memlens
+from memlens import Snapshot
 from memlens.snapshot.loader import SnapshotWarning
 from memlens.snapshot.store import cache as column_cache
 from snapshot_builders import hand_snapshot
 
 
-def _same(a, b):
+def _same(a: Snapshot, b: Snapshot) -> None:
     da, db = a.device(0), b.device(0)
     for name in (
         "action",

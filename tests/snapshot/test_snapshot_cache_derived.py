@@ -4,15 +4,20 @@ the entry, checked like the columns, and gone with the entry."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import pytest
 
 import memlens
 from memlens.errors import CacheError
 from memlens.snapshot.store import cache as column_cache
 
-ARRAYS = {"a": np.array([3, 1, 2], dtype=np.int32), "b": np.array([7], dtype=np.int64)}
+ARRAYS: dict[str, npt.NDArray[Any]] = {
+    "a": np.array([3, 1, 2], dtype=np.int32),
+    "b": np.array([7], dtype=np.int64),
+}
 
 
 def test_round_trip_memory_mapped(hand_file):

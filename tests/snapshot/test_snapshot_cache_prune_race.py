@@ -3,7 +3,9 @@ cache): an entry that vanishes between the listing and its mtime must not fail t
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
+from typing import Any
 
 from memlens.snapshot.store import cache
 
@@ -16,7 +18,7 @@ def test_prune_skips_an_entry_another_process_just_removed(tmp_path, monkeypatch
     gone = entries[0]
     real_stat = Path.stat
 
-    def stat(self: Path, *a: object, **k: object):  # type: ignore[no-untyped-def]
+    def stat(self: Path, *a: Any, **k: Any) -> os.stat_result:
         if self == gone:  # removed by another process after iterdir listed it
             raise FileNotFoundError(2, "No such file or directory", str(self))
         return real_stat(self, *a, **k)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import pickle
+from pathlib import Path
 
 from click.testing import CliRunner
 
@@ -14,7 +15,7 @@ from memlens.views.tui.describe import summary_figures
 from snapshot_builders import ev
 
 
-def _write(path):
+def _write(path: Path) -> None:
     trace = [ev("alloc", 0x1000, 100, 0), ev("alloc", 0x2000, 300, 1)]
     path.write_bytes(pickle.dumps({"segments": [], "device_traces": [trace]}))
 

@@ -4,6 +4,7 @@ error type (a MemlensError, so the CLI prints one line and exits 2) and the same
 from __future__ import annotations
 
 import pickle
+from collections.abc import Callable
 
 import pytest
 
@@ -24,7 +25,7 @@ def dev():
 
 @pytest.mark.parametrize("event", [10, -2])
 def test_every_entry_point_raises_the_same_error(dev, event):
-    calls = [
+    calls: list[Callable[[], object]] = [
         lambda: dev.active_at(event),
         lambda: dev.reserved_at(event),
         lambda: dev.live_at(event),

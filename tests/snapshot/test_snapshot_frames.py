@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 import memlens
+from memlens import Snapshot
 from memlens.analysis.sites import frame_label, top_sites
 from memlens.snapshot.frames import (
     CPP,
@@ -46,7 +49,7 @@ def test_classify():
 
 
 def test_short_cpp_name():
-    assert short_cpp_name(NODE["name"]) == "torch::autograd::generated::MmBackward0::apply"
+    assert short_cpp_name(str(NODE["name"])) == "torch::autograd::generated::MmBackward0::apply"
     assert short_cpp_name("void at::f<int(long)>(int)") == "void at::f<int(long)>"
     assert (
         short_cpp_name("torch::cuda::(anonymous namespace)::gather_with_cpp()")
@@ -54,7 +57,7 @@ def test_short_cpp_name():
     )
 
 
-def _snap(*stacks):
+def _snap(*stacks: list[dict[str, Any]]) -> Snapshot:
     trace = [
         ev("alloc", 0x100 * (k + 1), 100 * (k + 1), frames=list(s)) for k, s in enumerate(stacks)
     ]
@@ -115,7 +118,7 @@ def test_top_sites_group_and_order():
 
 # Frames as PyTorch 2.x records them on autograd's backward thread (names shortened to the
 # parts the rule reads; the real ones carry full parameter lists, as here).
-def _cpp(name: str, filename: str = "??") -> dict:
+def _cpp(name: str, filename: str = "??") -> dict[str, Any]:
     return {"filename": filename, "line": 0, "name": name}
 
 

@@ -3,6 +3,8 @@ and generated snapshots keep the end-of-trace invariant whatever the options."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -40,9 +42,9 @@ def random_traces(draw):
     return trace
 
 
-def _naive_live(trace, end_event):
+def _naive_live(trace: list[dict[str, Any]], end_event: int) -> list[tuple[int, int]]:
     """Which allocation is alive after `end_event`, MemoryViz's way, as (addr, size) pairs."""
-    live = []
+    live: list[list[Any]] = []  # [addr, size, alloc event, free event or None]
     opened = {}
     orphan = []
     for i, e in enumerate(trace):

@@ -149,7 +149,7 @@ def test_empty_trace_is_fine():
     assert d.live_at(-1).tolist() == []
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess:
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "memlens", *args], capture_output=True, text=True, timeout=60
     )

@@ -8,6 +8,7 @@ import sys
 
 import pytest
 import tui_snapshots as hs
+from rich.color import Color
 from tui_pilot import chart, press, run, shown, wheel
 
 import memlens
@@ -492,7 +493,8 @@ def test_no_color(dev, monkeypatch):
     monkeypatch.setenv("NO_COLOR", "1")
     app = None
 
-    def colours(selector: str) -> set:
+    def colours(selector: str) -> set[Color]:
+        assert app is not None
         w = app.screen.query_one(selector)
         rows = w.provider(*w.size)
         return {

@@ -9,7 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tui_snapshots as hs
+from rich.color import Color
 from rich.style import Style
+from rich.text import Text
 
 import memlens
 from memlens.analysis.stages import stage_table
@@ -395,7 +397,7 @@ def test_diff_matches_a_function_whose_line_moved():
     assert [(c.label, c.before, c.after) for c in d.children] == [("f (a.py)", 15, 15)]
 
 
-def _colours(lines) -> set:
+def _colours(lines: list[Text]) -> set[Color]:
     """Every colour used in these rows (foreground and background)."""
     out = set()
     for line in lines:
@@ -427,7 +429,7 @@ def test_heat_colours_differ_and_no_colour_uses_weight():
     shares = (0.01, 0.1, 0.3, 0.5, 0.9)
     colours = [heat_style(x).color for x in shares]
     assert colours[0] is None and len(set(colours[1:])) == 4
-    assert all(c.triplet is not None for c in colours[1:])
+    assert all(c is not None and c.triplet is not None for c in colours[1:])
     mono = [heat_style(x, mono=True) for x in shares]
     assert [m.color for m in mono] == [None] * 5
     assert [bool(m.dim) for m in mono] == [True, False, False, False, False]

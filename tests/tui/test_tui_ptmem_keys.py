@@ -4,10 +4,14 @@ x-axis event labels, the breadcrumb and independent panes in compare."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+
 import pytest
 import tui_snapshots as hs
 from click.testing import CliRunner
 from rich.text import Text
+from textual.pilot import Pilot
+from textual.screen import Screen
 from tui_pilot import chart, press, run, shown
 
 import memlens
@@ -43,8 +47,10 @@ def heat_dev():
     return memlens.load({"segments": [], "device_traces": [trace]}).device()
 
 
-def _closes_only_the_help(app_screen_type):
-    async def check(app, pilot, key):
+def _closes_only_the_help(
+    app_screen_type: type[Screen[None]],
+) -> Callable[[TuiApp, Pilot[None], str], Awaitable[None]]:
+    async def check(app: TuiApp, pilot: Pilot[None], key: str) -> None:
         below = app.screen
         await press(pilot, "question_mark")
         assert isinstance(app.screen, HelpScreen)
@@ -167,8 +173,8 @@ def test_b_f_and_brackets_move_the_timeline_cursor():
     async def script(app, pilot):
         tl = app.screen.primary.timeline
 
-        def column():
-            return app.screen.view.cursor_column
+        def column() -> int:
+            return int(app.screen.view.cursor_column)
 
         assert column() == 99  # the peak, the last event
         await press(pilot, "b")
@@ -223,7 +229,7 @@ def test_compare_panes_move_alone_after_tab_and_together_after_l(dev):
     other = memlens.load(hs.small(scale=2, extra_fwd=3 * MiB, fwd_line=23)).device()
 
     async def script(app, pilot):
-        def events():
+        def events() -> list[str]:
             return [shown(app, f"#status{k}").split(" ", 2)[1] for k in (0, 1)]
 
         assert events() == ["3", "3"]

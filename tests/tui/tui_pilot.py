@@ -7,7 +7,9 @@ from collections.abc import Awaitable, Callable
 
 from rich.text import Text
 from textual import events
+from textual.pilot import Pilot
 
+from memlens import DeviceTrace
 from memlens.views.tui.app import Lines, Session, TuiApp
 
 SIZE = (120, 40)
@@ -27,7 +29,7 @@ def chart(app: TuiApp, k: int = 0) -> str:
 
 
 def run(
-    devs: list,
+    devs: list[DeviceTrace],
     script: Callable[[TuiApp, object], Awaitable[None]],
     size: tuple[int, int] = SIZE,
 ) -> None:
@@ -42,7 +44,7 @@ def run(
     asyncio.run(main())
 
 
-async def wheel(pilot, selector: str, steps: int) -> None:
+async def wheel(pilot: Pilot[None], selector: str, steps: int) -> None:
     """Turn the mouse wheel over a widget: steps > 0 down, < 0 up."""
     w = pilot.app.screen.query_one(selector)
     for _ in range(abs(steps)):
@@ -51,7 +53,7 @@ async def wheel(pilot, selector: str, steps: int) -> None:
     await pilot.pause()
 
 
-async def press(pilot, *keys: str) -> None:
+async def press(pilot: Pilot[None], *keys: str) -> None:
     for k in keys:
         await pilot.press(k)
     await pilot.pause()

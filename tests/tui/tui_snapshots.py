@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from functools import partial
+from typing import Any
 
-from snapshot_builders import CLOCK_MS, FRAME_FWD, FRAME_TORCH, MiB, ev
+from snapshot_builders import CLOCK_MS, FRAME_FWD, FRAME_TORCH, ev
+from snapshot_builders import MiB as MiB
 
 MAIN = {"filename": "/home/u/train.py", "line": 5, "name": "main"}
 FWD = FRAME_FWD  # /home/u/model.py:20 forward
@@ -19,7 +21,7 @@ STACK_OPT = [OPT, MAIN]
 ev_ms = partial(ev, clock=CLOCK_MS)
 
 
-def small(scale: int = 1, extra_fwd: int = 0, fwd_line: int = 20) -> dict:
+def small(scale: int = 1, extra_fwd: int = 0, fwd_line: int = 20) -> dict[str, Any]:
     """Nine events: a 20 MiB segment, A 4, B 2, C 8 (the peak, 14 MiB), C freed, D 1, B freed.
 
     `scale` multiplies C (the peak), `extra_fwd` adds a forward allocation and `fwd_line`
@@ -50,7 +52,7 @@ def small(scale: int = 1, extra_fwd: int = 0, fwd_line: int = 20) -> dict:
     return {"segments": [], "device_traces": [trace], "external_annotations": annotations}
 
 
-def long_trace(n_allocs: int = 500) -> dict:
+def long_trace(n_allocs: int = 500) -> dict[str, Any]:
     """A saw-tooth: n allocations of i KiB, each freed right after: 2n events, peak at the end."""
     trace = []
     for i in range(1, n_allocs + 1):

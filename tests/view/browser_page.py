@@ -6,6 +6,10 @@ from __future__ import annotations
 import math
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:  # playwright is only needed when a browser test runs
+    from playwright.sync_api import Browser, Dialog, FloatRect, Locator
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "artifacts" / "view"
 
@@ -32,7 +36,14 @@ PIXELS = """() => {
 }"""
 
 
-def client_point(box: dict[str, float], x_lo: float, x_hi: float, y: float) -> tuple[int, int]:
+def box_of(locator: Locator) -> FloatRect:
+    """Where an element is on the page (it must be laid out: None from playwright is a failure)."""
+    box = locator.bounding_box()
+    assert box is not None, f"{locator} is not laid out"
+    return box
+
+
+def client_point(box: FloatRect, x_lo: float, x_hi: float, y: float) -> tuple[int, int]:
     """Whole client coordinates for a canvas-relative target: Chromium truncates a mouse
     event's clientX/Y to whole CSS pixels, so a fractional target lands up to a pixel off,
     depending on where layout put the canvas (fonts differ between machines). The point
@@ -44,20 +55,28 @@ def client_point(box: dict[str, float], x_lo: float, x_hi: float, y: float) -> t
 
 
 class Page:
-    def __init__(self, browser, url: str, scheme: str = "light") -> None:
+    def __init__(
+        self, browser: Browser, url: str, scheme: Literal["light", "dark"] = "light"
+    ) -> None:
         self.page = browser.new_page(viewport={"width": 1400, "height": 900}, color_scheme=scheme)
         self.errors: list[str] = []
         self.dialogs: list[str] = []
         self.foreign: list[str] = []
         self.page.on("pageerror", lambda e: self.errors.append(str(e)))
-        self.page.on("console", lambda m: m.type == "error" and self.errors.append(m.text))
-        self.page.on("dialog", lambda d: (self.dialogs.append(d.message), d.dismiss()))
-        self.page.on("request", lambda r: r.url.startswith(url) or self.foreign.append(r.url))
+        self.page.on("console", lambda m: self.errors.extend([m.text] if m.type == "error" else []))
+        self.page.on("dialog", self._dismiss)
+        self.page.on(
+            "request", lambda r: self.foreign.extend([] if r.url.startswith(url) else [r.url])
+        )
         self.page.goto(url)
         self.page.wait_for_selector("body[data-ready='1']", timeout=30_000)
 
+    def _dismiss(self, dialog: Dialog) -> None:
+        self.dialogs.append(dialog.message)
+        dialog.dismiss()
+
     def requests(self) -> int:
-        return self.page.evaluate("() => window.memlens.panes[0].reqCount")
+        return int(self.page.evaluate("() => window.memlens.panes[0].reqCount"))
 
     def settle(self, before: int, timeout: float = 10) -> None:
         deadline = time.monotonic() + timeout

@@ -8,9 +8,11 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Mapping
+from typing import Any
 
 import pytest
-from browser_page import Page
+from browser_page import Page, box_of
 from view_fixtures import serving
 
 import memlens
@@ -27,15 +29,16 @@ def snap_path(tmp_path_factory):
     return path
 
 
-def fragmentation_json(path, event: int) -> dict:
+def fragmentation_json(path, event: int) -> dict[str, Any]:
     out = subprocess.run(
         [sys.executable, "-m", "memlens", "fragmentation", str(path), "--event", str(event), "--json"],
         capture_output=True, text=True, check=True, timeout=120,
     )  # fmt: skip
-    return json.loads(out.stdout)
+    answer: dict[str, Any] = json.loads(out.stdout)
+    return answer
 
 
-def as_cli(st: dict) -> dict:
+def as_cli(st: Mapping[str, Any]) -> dict[str, Any]:
     """The API's answer in the CLI's shape (what the card adds taken out)."""
     out = {
         k: v
@@ -104,7 +107,7 @@ def test_card_follows_the_cursor_and_steps(browser, snap_path):
             f"() => document.querySelector('#state').innerText.includes('in {nxt['n_blocks']:,} blocks')"
         )
         # a click in the chart moves the cursor: the card follows
-        box = page.locator("canvas.main").bounding_box()
+        box = box_of(page.locator("canvas.main"))
         page.mouse.click(box["x"] + box["width"] * 0.3, box["y"] + 12)
         page.wait_for_function(
             "() => { const a = window.memlens.allocator, l = window.memlens.live;"
@@ -118,7 +121,7 @@ def test_card_follows_the_cursor_and_steps(browser, snap_path):
           const w = document.querySelector('#state canvas.segments').getBoundingClientRect().width;
           const max = d.segments.reduce((m, x) => Math.max(m, x.size), 1), bar = Math.max(2, s.size / max * w);
           return {x: (b.offset + b.size / 2) / s.size * bar, y: i * 13 + 5, row: b.row}; }""")
-        cv = page.locator("#state canvas.segments").bounding_box()
+        cv = box_of(page.locator("#state canvas.segments"))
         page.mouse.click(cv["x"] + pt["x"], cv["y"] + pt["y"])
         page.wait_for_selector("#details .kv")
         assert page.evaluate("() => window.memlens.pinned.row") == pt["row"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import typing
+from typing import Any
 
 import pytest
 from starlette.testclient import TestClient
@@ -65,7 +66,7 @@ def client() -> TestClient:
     return TestClient(create_app(ViewerData([a, b], ["a", "b"])), base_url="http://127.0.0.1")
 
 
-def keys_fit(answer: dict, cls: typing.Any) -> None:
+def keys_fit(answer: dict[str, Any], cls: typing.Any) -> None:
     assert cls.__required_keys__ <= set(answer) <= cls.__required_keys__ | cls.__optional_keys__
 
 

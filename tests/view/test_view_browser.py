@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
-from browser_page import BAND_POINT, PIXELS, Page
+from browser_page import BAND_POINT, PIXELS, Page, box_of
 from view_fixtures import EVIL, serving, small_snapshot
 
 import memlens
@@ -30,7 +30,7 @@ def exercise(browser, path: Path, tag: str) -> None:
         pg.shot(f"{tag}_loaded.png")
 
         # zoom in around the middle: the range shrinks and the picture changes
-        box = page.locator("canvas.main").bounding_box()
+        box = box_of(page.locator("canvas.main"))
         x0, x1 = page.evaluate("() => [window.memlens.panes[0].x0, window.memlens.panes[0].x1]")
         assert (x0, x1) == (0, dev.n_events)
         before = pg.requests()
@@ -117,7 +117,7 @@ def test_hostile_strings_are_shown_as_text(browser):
         pg = Page(browser, url)
         page = pg.page
         assert EVIL in page.inner_text("#title")
-        box = page.locator("canvas.main").bounding_box()
+        box = box_of(page.locator("canvas.main"))
         pt = page.evaluate(BAND_POINT)  # C, the 300-byte allocation with the hostile frame
         page.mouse.move(box["x"] + pt["x"], box["y"] + pt["y"])
         page.wait_for_selector("#tooltip:not([hidden])")
@@ -142,7 +142,7 @@ def test_real_snapshot_y_zoom_separates_small_allocations(browser, shared_snapsh
         page = pg.page
         n_bands = "() => window.memlens.panes[0].view.bands.row.length"
         before_bands = page.evaluate(n_bands)
-        box = page.locator("canvas.main").bounding_box()
+        box = box_of(page.locator("canvas.main"))
         page.mouse.move(box["x"] + box["width"] * 0.9, box["y"] + box["height"] * 0.5)
         page.keyboard.down("Shift")
         for _ in range(5):

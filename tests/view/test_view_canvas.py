@@ -4,13 +4,16 @@ themes; and the compare page (two aligned timelines, the call-site table)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import pytest
-from browser_page import Page
+from browser_page import Page, box_of
 from view_fixtures import ev, layered_snapshot, serving, small_snapshot, stacked_snapshot
 
 import memlens
 from chromium import BROWSER_MARKS
+from memlens import Snapshot
 from memlens.analysis.sites import site_of_allocations
 from memlens.views.web.data import ViewerData
 from snapshot_builders import wrapped_snapshot
@@ -44,13 +47,15 @@ def layered():
         yield snap, url
 
 
-def geometry(pg: Page, n: int, top: int) -> tuple:
+def geometry(
+    pg: Page, n: int, top: int
+) -> tuple[Callable[[float], float], Callable[[float], float]]:
     """x of an event position and y of a byte count, from the known margins and range
     (n events, `top` bytes at the top of the plot)."""
     plot_w = pg.page.evaluate("() => window.memlens.panes[0].plotW")
 
     def x(event: float) -> float:
-        return ML + event / n * plot_w
+        return float(ML + event / n * plot_w)
 
     def y(nbytes: float) -> float:
         return MT + PLOT_H - nbytes / top * PLOT_H
@@ -85,7 +90,7 @@ COLUMN_ALPHA = """([x, y0, y1]) => {
 }"""
 
 
-def site_colours(snap) -> tuple:
+def site_colours(snap: Snapshot) -> tuple[tuple[int, int, int], ...]:
     """Colours of A (train_step), C (build_head) and the stripes (adam_state): distinct."""
     rows = np.array([0, 321, 322])
     a, c, s = (site_rgb(f) for f in site_of_allocations(snap.device(), rows).tolist())
@@ -98,7 +103,10 @@ def test_bands_aggregate_and_reserved_line_are_painted_where_they_belong(browser
     a_rgb, c_rgb, stripe_rgb = site_colours(snap)
     pg = Page(browser, url)
     x, y = geometry(pg, **LAYERED)
-    px = lambda e, b: pg.pixel("canvas.main", x(e), y(b))  # noqa: E731
+
+    def px(e: float, b: float) -> tuple[int, ...]:
+        return pg.pixel("canvas.main", x(e), y(b))
+
     assert px(AFTER, 2000)[:3] == a_rgb  # A: 0-4010
     assert px(AFTER, 5500)[:3] == c_rgb  # C: 4010-7010 on top of A
     assert px(AFTER, 7070)[:3] == stripe_rgb  # ten half-pixel stripes: 7010-7130
@@ -110,9 +118,12 @@ def test_bands_aggregate_and_reserved_line_are_painted_where_they_belong(browser
     assert is_hatch(px(161.5, 4110), "light")  # 4010-4170
     assert px(161.5, 5500)[3] == 0
     # the stage strip: "fwd" covers events 1..100 on the first level
-    strip = lambda e: pg.pixel("canvas.ann", x(e), 7)  # noqa: E731
+
+    def strip(e: float) -> tuple[int, ...]:
+        return pg.pixel("canvas.ann", x(e), 7)
+
     assert strip(50)[:3] == (0xC7, 0xD2, 0xFE) and strip(150)[3] == 0
-    strip_box = pg.page.locator("canvas.ann").bounding_box()
+    strip_box = box_of(pg.page.locator("canvas.ann"))
     pg.page.mouse.move(strip_box["x"] + x(50), strip_box["y"] + 7)
     assert pg.page.inner_text("#tooltip").startswith("fwd\n")
     pg.page.mouse.move(strip_box["x"] + x(150), strip_box["y"] + 7)
@@ -143,7 +154,7 @@ def test_hover_and_click_name_the_band_under_the_pointer(browser, layered):
     snap, url = layered
     pg = Page(browser, url)
     x, y = geometry(pg, **LAYERED)
-    box = pg.page.locator("canvas.main").bounding_box()
+    box = box_of(pg.page.locator("canvas.main"))
     pg.page.mouse.move(box["x"] + x(AFTER), box["y"] + y(5500))
     pg.page.wait_for_selector("#tooltip:not([hidden])")
     tip = pg.page.inner_text("#tooltip")
@@ -176,7 +187,7 @@ def test_sub_pixel_allocations_are_coloured_stripes_that_can_be_hovered(browser,
         assert pg.pixel("canvas.main", x(AFTER), y(b))[:3] == stripe_rgb
     assert pg.pixel("canvas.main", x(AFTER), y(6960))[:3] == c_rgb  # C right under them
     # hovering a stripe names one of them (the one covering most of the pixel row)
-    box = pg.page.locator("canvas.main").bounding_box()
+    box = box_of(pg.page.locator("canvas.main"))
     pg.page.mouse.move(box["x"] + x(AFTER), box["y"] + y(7070))
     pg.page.wait_for_selector("#tooltip:not([hidden])")
     tip = pg.page.inner_text("#tooltip")
@@ -189,7 +200,7 @@ def test_sub_pixel_allocations_are_coloured_stripes_that_can_be_hovered(browser,
     px_lo, px_hi = (10_000 * (MT + PLOT_H - yy) / PLOT_H for yy in (y_top + 1, y_top))
     off = {r: 7010 + 12 * (r - 322) for r in range(322, 332)}
     cover = {r: min(o + 12, px_hi) - max(o, px_lo) for r, o in off.items()}
-    assert hover == max(cover, key=cover.get) and v["bands"]["size"][2] == 12
+    assert hover == max(cover, key=cover.__getitem__) and v["bands"]["size"][2] == 12
     pg.page.mouse.click(box["x"] + x(AFTER), box["y"] + y(7070))
     pg.page.wait_for_selector("#details .frames li")
     text = pg.page.inner_text("#details")
@@ -240,7 +251,7 @@ def test_compare_aligns_two_timelines_and_tabulates_the_difference(browser):
         assert pg.pixel("canvas.main", xc, ya, 1)[3] == 255  # B: 610 bytes, painted at 500
         assert pg.pixel("canvas.main", xc, yb, 1)[3] == 255
         # zooming one pane zooms the other: the two stay aligned
-        box = page.locator("canvas.main").first.bounding_box()
+        box = box_of(page.locator("canvas.main").first)
         page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
         page.keyboard.press("+")
         ranges = page.evaluate("() => window.memlens.panes.map((p) => [p.x0, p.x1])")
@@ -254,7 +265,7 @@ def test_live_tree_expands_focuses_and_searches(browser):
         pg = Page(browser, url)
         page = pg.page
         plot_w = page.evaluate("() => window.memlens.panes[0].plotW")
-        box = page.locator("canvas.main").bounding_box()
+        box = box_of(page.locator("canvas.main"))
         # above the stack after event 3 (410 of 1000 bytes): a moment, not an allocation
         page.mouse.click(box["x"] + ML + 3.3 / 7 * plot_w, box["y"] + MT + PLOT_H * 0.2)
         page.wait_for_selector("#live .tree .row")
@@ -266,7 +277,7 @@ def test_live_tree_expands_focuses_and_searches(browser):
         assert rows == [["all", "410 B", "100.0%"], ["train_step (train.py:10)", "410 B", "100.0%"],
                         ["c10::malloc (CUDACachingAllocator.cpp)", "300 B", "73.2%"]]  # fmt: skip
         heat = page.locator("#live .row:has-text('c10::malloc') .heat").get_attribute("style")
-        assert "width: 73.17%" in heat
+        assert heat is not None and "width: 73.17%" in heat
         # collapse and expand train_step
         ts = page.locator("#live .tree .row").nth(1)
         ts.locator(".lbl").click()
@@ -296,7 +307,7 @@ def test_overview_brush_selects_and_dragging_pans(browser, stacked):
     page.wait_for_function("() => window.memlens.panes[0].ov && window.memlens.panes[0].summary")
     x, _ = geometry(pg, n=43, top=1000)
     rng = "() => [window.memlens.panes[0].x0, window.memlens.panes[0].x1]"
-    ov = page.locator("canvas.overview").bounding_box()
+    ov = box_of(page.locator("canvas.overview"))
     before = pg.requests()
     page.mouse.move(ov["x"] + x(10), ov["y"] + 20)
     page.mouse.down()
@@ -309,7 +320,7 @@ def test_overview_brush_selects_and_dragging_pans(browser, stacked):
     assert page.evaluate("() => window.memlens.panes[0].view.x") == {
         "mode": "event", "e0": pytest.approx(10, abs=0.06), "e1": pytest.approx(20, abs=0.06)}  # fmt: skip
     # drag the chart 1/4 of its width to the left: the range moves 2.5 events later
-    main = page.locator("canvas.main").bounding_box()
+    main = box_of(page.locator("canvas.main"))
     plot_w = page.evaluate("() => window.memlens.panes[0].plotW")
     page.mouse.move(main["x"] + ML + plot_w * 0.75, main["y"] + 100)
     page.mouse.down()
@@ -325,7 +336,7 @@ def test_overview_brush_selects_and_dragging_pans(browser, stacked):
 def _click_moment(page, fraction: float) -> None:
     """Click the chart at `fraction` of its width, high above the stack (a moment)."""
     plot_w = page.evaluate("() => window.memlens.panes[0].plotW")
-    box = page.locator("canvas.main").bounding_box()
+    box = box_of(page.locator("canvas.main"))
     page.mouse.click(box["x"] + ML + fraction * plot_w, box["y"] + MT + PLOT_H * 0.1)
 
 
@@ -342,7 +353,8 @@ def test_live_tree_folds_frames_that_pass_everything_on(browser):
         assert rows == ["all", "\u22ef 6 frames that pass it all on \u22ef", "w6 (w6.py:6)",
                         "leaf_b (leaf_b.py:20)", "leaf_a (leaf_a.py:10)"]  # fmt: skip
         chain = page.locator("#live .row.chain")
-        assert chain.locator(".lbl").get_attribute("title").split("\n") == [
+        title = chain.locator(".lbl").get_attribute("title")
+        assert title is not None and title.split("\n") == [
             "main (main.py:1)", "w1 (w1.py:1)", "w2 (w2.py:2)", "w3 (w3.py:3)", "w4 (w4.py:4)",
             "w5 (w5.py:5)",
         ]  # fmt: skip

@@ -65,6 +65,7 @@ def test_serves_and_prints_the_url(tmp_path):
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
+        assert proc.stdout is not None
         line = proc.stdout.readline()
         assert "memlens view: serving" in line and "http://127.0.0.1:" in line
         url = line.split(" at ", 1)[1].split()[0]

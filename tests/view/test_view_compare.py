@@ -4,6 +4,7 @@ diff`, the report and the viewer), in the page's JSON shape: fields only added."
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import pytest
 from browser_page import Page
@@ -72,7 +73,7 @@ def test_compare_shares_one_y_scale_with_a_toggle(browser):
         assert not pg.errors
 
 
-def _same_function_snapshot(scale: int) -> dict:
+def _same_function_snapshot(scale: int) -> dict[str, Any]:
     """Four sites of one long-named function in one long-named file, lines 22/57/78/79."""
     from snapshot_builders import ev
 

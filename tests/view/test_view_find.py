@@ -5,6 +5,7 @@ them and says how many."""
 from __future__ import annotations
 
 import os
+from typing import TypedDict
 
 import pytest
 from browser_page import Page
@@ -15,10 +16,17 @@ from chromium import CHROMIUM
 from memlens.views.web.data import ViewerData
 
 
+class Window(TypedDict):
+    e0: int
+    e1: int
+    width: int
+    height: int
+
+
 def test_frame_and_address_find():
     # A, B, D: [train_step]; C: [c10::malloc (CUDACachingAllocator.cpp), train_step]
     data = ViewerData([memlens.load(small_snapshot())])
-    q = {"e0": 0, "e1": 7, "width": 7, "height": 100}
+    q = Window(e0=0, e1=7, width=7, height=100)
     v = data.view(0, 0, **q, q="CachingAllocator")  # a C++ file name, not the site
     assert v["bands"]["row"] == [0, 1, 2, 3] and v["bands"]["match"] == [0, 0, 1, 0]
     assert data.view(0, 0, **q, q="TRAIN_step")["bands"]["match"] == [1, 1, 1, 1]

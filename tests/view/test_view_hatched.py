@@ -6,9 +6,10 @@ runs without a browser."""
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import numpy as np
-from browser_page import Page, client_point
+from browser_page import Page, box_of, client_point
 from view_fixtures import USER, ev, serving
 
 import memlens
@@ -22,12 +23,12 @@ BIG = 4 << 30
 CHUNK = 100
 
 
-def many_small() -> dict:
+def many_small() -> dict[str, Any]:
     """N_SMALL allocations of SMALL bytes (in segments of CHUNK of them), all alive when a
     BIG one comes and goes in its own segment (the peak, where they are 4.4% of the
     memory), then freed in allocation order."""
     base = 1 << 40
-    trace: list[dict] = []
+    trace: list[dict[str, Any]] = []
     addrs = [base + k * SMALL for k in range(N_SMALL)]
     for k, a in enumerate(addrs):
         if k % CHUNK == 0:
@@ -77,7 +78,7 @@ def test_hatched_band_is_stated_then_separates(browser):
         share = N_SMALL * SMALL / (BIG + N_SMALL * SMALL)
         assert f"{share * 100:.1f}% of it" in hint and f"{N_SMALL:,} allocations" in hint, hint
         assert "Shift + wheel" in hint and "zoom in on time" not in hint  # no false advice
-        box = page.locator("canvas.main").bounding_box()
+        box = box_of(page.locator("canvas.main"))
         pt = page.evaluate("""() => { const p = window.memlens.panes[0], v = p.view;
           let c = 0; for (let i = 1; i < v.width; i++) if (v.active[i] > v.active[c]) c = i;
           const y = 8 + p.plotH - ((v.small.offset[c] + v.small.bytes[c] / 2 - v.ymin) / (v.ymax - v.ymin)) * p.plotH;
@@ -114,7 +115,7 @@ def test_hatched_band_is_stated_then_separates(browser):
             page.evaluate(
                 f"() => {{ document.body.style.transform = 'translate({shift}px, {shift}px)'; }}"
             )
-            box = page.locator("canvas.main").bounding_box()
+            box = box_of(page.locator("canvas.main"))
             for row, y in v["bands"]:
                 page.mouse.move(*client_point(box, v["x0"], v["x1"], y))
                 got = page.evaluate(

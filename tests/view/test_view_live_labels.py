@@ -10,6 +10,7 @@ from starlette.testclient import TestClient
 
 import memlens
 from memlens.analysis.peak import live_set
+from memlens.analysis.results import TreeNode
 from memlens.analysis.sites import NO_PYTHON_LABEL, NO_STACK_LABEL
 from memlens.views.tui.trees import live_stack_tree, rows_under
 from memlens.views.web.data import ViewerData
@@ -39,7 +40,7 @@ EXPECTED = {
 }
 
 
-def _kids(node: dict) -> dict[str, tuple[int, int]]:
+def _kids(node: TreeNode) -> dict[str, tuple[int, int]]:
     return {c["label"]: (c["bytes"], c["count"]) for c in node["children"]}
 
 

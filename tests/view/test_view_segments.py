@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 
 import pytest
-from browser_page import Page
+from browser_page import Page, box_of
 from view_fixtures import serving
 
 import memlens
@@ -56,7 +56,7 @@ def test_segment_chart_in_the_page(browser, snap):
           let off = 0;
           for (let i = b.run_start[k]; i < b.run_start[k + 1] && b.run_col[i] <= c; i++) off = b.run_off[i];
           return {x: p.colXFn(v)(c + 0.5), y: 8 + p.plotH - ((off + b.size[k] / 2) / v.ymax) * p.plotH, a: b.address[k]}; }""")
-        box = page.locator("canvas.main").bounding_box()
+        box = box_of(page.locator("canvas.main"))
         page.mouse.move(box["x"] + pt["x"], box["y"] + pt["y"])
         page.wait_for_selector("#tooltip:not([hidden])")
         assert f"at {pt['a']}" in page.inner_text("#tooltip")

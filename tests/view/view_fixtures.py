@@ -14,14 +14,21 @@ CPP = {"filename": "/pytorch/c10/cuda/CUDACachingAllocator.cpp", "line": 1, "nam
 EVIL_FRAME = {"filename": f"/home/u/{EVIL}.py", "line": 7, "name": EVIL}
 
 
-def ev(action: str, addr: int, size: int, i: int, frames: list | None = None, **extra: Any) -> dict:
+def ev(
+    action: str,
+    addr: int,
+    size: int,
+    i: int,
+    frames: list[dict[str, Any]] | None = None,
+    **extra: Any,
+) -> dict[str, Any]:
     e = {"action": action, "addr": addr, "size": size, "stream": 0, "time_us": 1000 + 10 * i,
          "frames": [USER] if frames is None else frames}  # fmt: skip
     e.update(extra)
     return e
 
 
-def small_snapshot(evil: bool = False) -> dict:
+def small_snapshot(evil: bool = False) -> dict[str, Any]:
     """Seven events, four allocations A(100) B(10) C(300) D(50); reserved 1000 after event 0.
 
     active after each event: 0, 100, 110, 410, 400, 300, 350.
@@ -59,7 +66,7 @@ def small_snapshot(evil: bool = False) -> dict:
 HEAD = {"filename": "/home/u/model.py", "line": 99, "name": "build_head"}
 
 
-def stacked_snapshot() -> dict:
+def stacked_snapshot() -> dict[str, Any]:
     """A (400 bytes, train_step), 40 allocations of 2 bytes, then C (300 bytes, build_head):
     43 events, reserved 1000 from event 0, active 780 after the last (the peak).
 
@@ -80,7 +87,7 @@ def stacked_snapshot() -> dict:
 OPT = {"filename": "/home/u/optim.py", "line": 5, "name": "adam_state"}
 
 
-def layered_snapshot() -> dict:
+def layered_snapshot() -> dict[str, Any]:
     """Bands, thin stripes and an aggregate band on one 10,000-byte segment (event 0):
     A (4010 bytes, train_step, event 1), 320 allocations of 1 byte (train_step, events
     2-321), C (3000, build_head, event 322), ten stripes of 12 bytes (adam_state, events

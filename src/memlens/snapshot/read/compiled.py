@@ -37,7 +37,7 @@ from memlens.snapshot.assemble.entries import (
 )
 from memlens.snapshot.limits import RULES, LimitExceeded, Limits, limits_for
 from memlens.snapshot.model import Snapshot
-from memlens.snapshot.native import READER_ENV
+from memlens.snapshot.native import READER_ENV as READER_ENV  # part of this interface
 from memlens.snapshot.read import prescan
 from memlens.snapshot.read.reader import normalize_top_level, open_data
 from memlens.snapshot.read.safe_pickle import loads_plain_pickle
