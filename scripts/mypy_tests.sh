@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # mypy over tests/ (scripts/check.sh). The tests import their helper modules as pytest puts
 # them on sys.path (each test folder's own, e.g. `from view_fixtures import ...`), so every
-# folder under tests/ is a package root here. Settings: scripts/mypy_tests.ini (mypy's
-# default mode: what is annotated is checked, unannotated test functions' bodies are not;
-# --strict for tests is left for later). The folders' own conftest.py files share one
-# module name, so each is checked in a run of its own.
+# folder under tests/ is a package root here. Settings: scripts/mypy_tests.ini (--strict,
+# except that test functions and fixtures may stay unannotated; the ini says why). The
+# folders' own conftest.py files share one module name, so each is checked in a run of its
+# own.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export MYPYPATH
