@@ -158,7 +158,14 @@ def anomalies_output(
     """`memlens anomalies`: anomalies() with the command's options (sizes as written)."""
     from memlens.units import parse_bytes
 
-    return anomalies(dev, late_min_events=late_events, late_min_us=late_us,
-                     temp_min_bytes=parse_bytes(temp_min), temp_max_events=temp_events,
-                     gap_min_bytes=parse_bytes(gap_min), gap_ratio=gap_ratio, limit=top,
-                     hide_patterns=hide_patterns)  # fmt: skip
+    return anomalies(
+        dev,
+        late_min_events=late_events,
+        late_min_us=late_us,
+        temp_min_bytes=parse_bytes(temp_min),
+        temp_max_events=temp_events,
+        gap_min_bytes=parse_bytes(gap_min),
+        gap_ratio=gap_ratio,
+        limit=top,
+        hide_patterns=hide_patterns,
+    )

@@ -84,9 +84,16 @@ def check_budgets(
             + (f" ({100 * max_growth:g}%)" if max_growth is not None else "")
         )
         checks.append(
-            {"name": "max_growth", "ok": ok, "value": peak, "limit": limit, "message": msg,
-             "baseline_bytes": base, "growth_bytes": growth}
-        )  # fmt: skip
+            {
+                "name": "max_growth",
+                "ok": ok,
+                "value": peak,
+                "limit": limit,
+                "message": msg,
+                "baseline_bytes": base,
+                "growth_bytes": growth,
+            }
+        )
     elif max_growth is not None or max_growth_bytes is not None:
         raise MemlensError("--max-growth needs --baseline OLD.pickle")
     violations = [c["message"] for c in checks if not c["ok"]]
@@ -149,6 +156,14 @@ def check_output(
         base_dev = None
         if baseline is not None:
             base_dev = baseline.device(d if d in baseline.traces else None)
-        results.append(check_budgets(snap.device(d), max_peak=peak_limit, max_reserved=reserved_limit,
-                                     baseline=base_dev, max_growth=frac, max_growth_bytes=grow_b))  # fmt: skip
+        results.append(
+            check_budgets(
+                snap.device(d),
+                max_peak=peak_limit,
+                max_reserved=reserved_limit,
+                baseline=base_dev,
+                max_growth=frac,
+                max_growth_bytes=grow_b,
+            )
+        )
     return {"ok": all(r["ok"] for r in results), "source": snap.source, "devices": results}

@@ -245,7 +245,12 @@ def categories_output(
     hide_patterns: Sequence[str] | None = None,
 ) -> CategoriesOutput:
     """`memlens categories`: categories() and by_compile_context() at the same event."""
-    result = categories(dev, event=event, overrides=override_pairs(overrides, rules_path),
-                        points=points, hide_patterns=hide_patterns)  # fmt: skip
+    result = categories(
+        dev,
+        event=event,
+        overrides=override_pairs(overrides, rules_path),
+        points=points,
+        hide_patterns=hide_patterns,
+    )
     contexts = by_compile_context(dev, event=result["event"])
     return {**result, "compile_contexts": contexts}

@@ -27,8 +27,9 @@ def event(help: str = "At this event instead of the peak (-1: before the first).
 
 
 def points(default: int) -> Option:
-    return Option("points", int, default, "Points of the curves over time (--json).",
-                  show_default=True)  # fmt: skip
+    return Option(
+        "points", int, default, "Points of the curves over time (--json).", show_default=True
+    )
 
 
 # the live-set tree and site list of `peak` and `at` (analysis.peak.tree_options), in
@@ -239,6 +240,18 @@ ADVISE = Analysis(
 )  # fmt: skip
 
 BUILTIN: tuple[Analysis[Any], ...] = (
-    SUMMARY, PEAK, AT, STAGES, CATEGORIES, RULES, DIFF, CHECK, LEAKS, ANOMALIES,
-    FRAGMENTATION, OOM, RANKS, ADVISE,
-)  # fmt: skip
+    SUMMARY,
+    PEAK,
+    AT,
+    STAGES,
+    CATEGORIES,
+    RULES,
+    DIFF,
+    CHECK,
+    LEAKS,
+    ANOMALIES,
+    FRAGMENTATION,
+    OOM,
+    RANKS,
+    ADVISE,
+)

@@ -39,9 +39,13 @@ CONTEXT_ALLOWANCE = 1 << 30
 
 
 def oom_verdict(
-    requested: int, device_free: int, reserved_unused: int, largest_free: int,
-    reserved: int, device_memory: int | None = None,
-) -> tuple[str, int | None]:  # fmt: skip
+    requested: int,
+    device_free: int,
+    reserved_unused: int,
+    largest_free: int,
+    reserved: int,
+    device_memory: int | None = None,
+) -> tuple[str, int | None]:
     """(why the request failed, bytes held outside this process or None when the device's
     size is not given). The caching allocator, before it gives up, frees its cached
     segments that hold nothing and asks the driver again, so:
@@ -92,9 +96,14 @@ def oom_report(
         rows = dev.live_at(e)
         sid = int(dev.stack[e])
         unused = st["reserved_bytes"] - st["active_bytes"]
-        verdict, outside = oom_verdict(req, entry["device_free_bytes"], unused,
-                                       st["largest_free_bytes"], st["reserved_bytes"],
-                                       device_memory)  # fmt: skip
+        verdict, outside = oom_verdict(
+            req,
+            entry["device_free_bytes"],
+            unused,
+            st["largest_free_bytes"],
+            st["reserved_bytes"],
+            device_memory,
+        )
         ooms.append(
             {
                 **entry,

@@ -292,8 +292,13 @@ def tree_options(
 ) -> LiveSetOptions:
     """The options of `memlens peak` and `memlens at` (their --top, --depth, --all-frames,
     --min-share, --hide) as live_set's keywords."""
-    return {"top": top, "tree_depth": depth, "python_only": not all_frames,
-            "tree_min_share": min_share, "hide_patterns": hide}  # fmt: skip
+    return {
+        "top": top,
+        "tree_depth": depth,
+        "python_only": not all_frames,
+        "tree_min_share": min_share,
+        "hide_patterns": hide,
+    }
 
 
 def peak_output(

@@ -49,8 +49,21 @@ from typing import Any, TypeVar
 from memlens.analysis.spec import DEVICE, DEVICE_B, HIDE, Analysis, Opens, Option, Text, open_inputs
 from memlens.errors import MemlensError
 
-__all__ = ["DEVICE", "DEVICE_B", "HIDE", "Analysis", "Opens", "Option", "Text", "all", "get",
-           "names", "open_inputs", "register", "unregister"]  # fmt: skip
+__all__ = [
+    "DEVICE",
+    "DEVICE_B",
+    "HIDE",
+    "Analysis",
+    "Opens",
+    "Option",
+    "Text",
+    "all",
+    "get",
+    "names",
+    "open_inputs",
+    "register",
+    "unregister",
+]
 
 R = TypeVar("R")
 

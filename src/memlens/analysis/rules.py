@@ -149,14 +149,20 @@ def rules_analysis(
     event = dev.peak_event_index if event is None else int(event)
     names = [r.name for r in rules] + [OTHER]
     items, curve = group_summary(
-        dev, rule_of_allocations(dev, rules), names, event=event, points=points, top=top,
+        dev,
+        rule_of_allocations(dev, rules),
+        names,
+        event=event,
+        points=points,
+        top=top,
         hide_patterns=hide_patterns,
-    )  # fmt: skip
+    )
     rows: list[RuleRow] = []
     for j, item in enumerate(items):
         r = rules[j] if j < len(rules) else None
-        rows.append({**item, "pattern": r.pattern if r else None,
-                     "description": r.description if r else ""})  # fmt: skip
+        rows.append(
+            {**item, "pattern": r.pattern if r else None, "description": r.description if r else ""}
+        )
     return {"device": dev.device, **event_info(dev, event), "rules": rows, "curve": curve}
 
 

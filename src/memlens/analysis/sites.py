@@ -168,8 +168,7 @@ def top_sites(
         order = order[:limit]
     via = _main_via(dev, rows, inv, len(uniq), hide_patterns)
     snap = dev.snapshot
-    return [_site_row(snap, int(uniq[k]), int(total[k]), int(count[k]), int(via[k]))
-            for k in order]  # fmt: skip
+    return [_site_row(snap, int(uniq[k]), int(total[k]), int(count[k]), int(via[k])) for k in order]
 
 
 def _main_via(
@@ -196,8 +195,13 @@ def _main_via(
 def _site_row(snap: Snapshot, site: int, nbytes: int, count: int, via: int = -1) -> Site:
     """One Site object of the JSON (docs/json-schema.md): the site's name, its frame's
     filename/line/name, bytes and count, and the glue frame it was reached through."""
-    return {"site": frame_label(snap, site), **frame_dict(snap, site), "bytes": nbytes,
-            "count": count, "via": frame_label(snap, via) if via >= 0 else None}  # fmt: skip
+    return {
+        "site": frame_label(snap, site),
+        **frame_dict(snap, site),
+        "bytes": nbytes,
+        "count": count,
+        "via": frame_label(snap, via) if via >= 0 else None,
+    }
 
 
 def net_sites(
@@ -234,7 +238,10 @@ def net_sites(
         order = order[:limit]
     snap = dev.snapshot
     return [
-        {**_site_row(snap, int(uniq[k]), int(net[k]), int(count[k]), int(via[k])),
-         "added_bytes": int(added[k]), "removed_bytes": int(removed[k])}
+        {
+            **_site_row(snap, int(uniq[k]), int(net[k]), int(count[k]), int(via[k])),
+            "added_bytes": int(added[k]),
+            "removed_bytes": int(removed[k]),
+        }
         for k in order
-    ]  # fmt: skip
+    ]

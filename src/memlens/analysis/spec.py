@@ -64,12 +64,25 @@ def _symbol(ref: str) -> Any:
 
 
 # options every analysis shares (per its `opens` and `hide`), in --help order
-DEVICE = Option("device", int, None, "Device ordinal (default: the device with the longest trace).",
-                flag="--device", short="-d")  # fmt: skip
+DEVICE = Option(
+    "device",
+    int,
+    None,
+    "Device ordinal (default: the device with the longest trace).",
+    flag="--device",
+    short="-d",
+)
 DEVICE_B = Option("device_b", int, None, "Device of B when it differs from --device.")
-HIDE = Option("hide_patterns", str, None,
-              "Filename patterns to skip when naming the call site (None: torch internals, "
-              "stdlib; [] shows every frame).", multiple=True, flag="--hide", metavar="REGEX")  # fmt: skip
+HIDE = Option(
+    "hide_patterns",
+    str,
+    None,
+    "Filename patterns to skip when naming the call site (None: torch internals, "
+    "stdlib; [] shows every frame).",
+    multiple=True,
+    flag="--hide",
+    metavar="REGEX",
+)
 
 
 @dataclass(frozen=True)
@@ -148,8 +161,11 @@ class Analysis(Generic[R]):
         aliases = dict(self.aliases)
         for key, value in options.items():
             if key in aliases and aliases[key] in known:
-                warnings.warn(f"{self.name}: {key}= is deprecated, use {aliases[key]}=",
-                              DeprecationWarning, stacklevel=3)  # fmt: skip
+                warnings.warn(
+                    f"{self.name}: {key}= is deprecated, use {aliases[key]}=",
+                    DeprecationWarning,
+                    stacklevel=3,
+                )
                 key = aliases[key]
             if key not in known:
                 raise MemlensError(f"{self.name} has no option {key!r} ({', '.join(known)})")

@@ -30,8 +30,17 @@ from memlens.snapshot.model import (
     Snapshot,
 )
 
-TABLES = ("events", "allocations", "frames", "stacks", "stack_frames", "segments", "blocks",
-          "annotations", "strings")  # fmt: skip
+TABLES = (
+    "events",
+    "allocations",
+    "frames",
+    "stacks",
+    "stack_frames",
+    "segments",
+    "blocks",
+    "annotations",
+    "strings",
+)
 
 
 def _libs() -> tuple[Any, Any]:
@@ -160,9 +169,16 @@ def arrow_tables(snap: Snapshot) -> dict[str, Any]:
     })  # fmt: skip
     strings = pa.table({"id": np.arange(len(snap.strings), dtype=np.int32),
                         "value": pa.array(_utf8(snap.strings), type=pa.string())})  # fmt: skip
-    return {"events": events, "allocations": allocations, "_frames": frames, "stacks": stacks,
-            "segments": segments, "blocks": blocks, "_annotations": annotations,
-            "strings": strings}  # fmt: skip
+    return {
+        "events": events,
+        "allocations": allocations,
+        "_frames": frames,
+        "stacks": stacks,
+        "segments": segments,
+        "blocks": blocks,
+        "_annotations": annotations,
+        "strings": strings,
+    }
 
 
 # A query over an untrusted snapshot's tables should not be able to read or write files,

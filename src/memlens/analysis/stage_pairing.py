@@ -48,9 +48,12 @@ def pair_nested(ids: np.ndarray, stage: np.ndarray, times: np.ndarray) -> Pairs 
     level = after - is_start  # a START's depth before it; an END's depth after it
     by_level = np.lexsort((np.arange(len(idx)), level))
     s_pos, e_pos = by_level[0::2], by_level[1::2]
-    if not (is_start[s_pos].all() and not is_start[e_pos].any()
-            and (level[s_pos] == level[e_pos]).all()
-            and (ids[idx[s_pos]] == ids[idx[e_pos]]).all()):  # fmt: skip
+    if not (
+        is_start[s_pos].all()
+        and not is_start[e_pos].any()
+        and (level[s_pos] == level[e_pos]).all()
+        and (ids[idx[s_pos]] == ids[idx[e_pos]]).all()
+    ):
         return None
     o = np.argsort(s_pos, kind="stable")  # stages in START order
     s_pos, e_pos = s_pos[o], e_pos[o]

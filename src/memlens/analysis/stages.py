@@ -229,8 +229,13 @@ def _stage_table(
         keep = [i for i, x in enumerate(cols_in[1]) if name in x]
         cols_in = [[c[i] for i in keep] for c in cols_in]
     stages: list[StageRow] = []
-    out: StageTable = {"device": dev.device, "has_time": has_time(dev), "annotations": n_ann,
-           "notes": notes, "stages": stages}  # fmt: skip
+    out: StageTable = {
+        "device": dev.device,
+        "has_time": has_time(dev),
+        "annotations": n_ann,
+        "notes": notes,
+        "stages": stages,
+    }
     if not cols_in[0]:
         return out
     start = np.array(cols_in[_INTERVAL_KEYS.index("start_event")], np.int64)
@@ -266,8 +271,9 @@ def _stage_table(
     keys = [*_INTERVAL_KEYS, *cols, "grew"]
     values = [*cols_in, *(v.tolist() for v in cols.values())]
     if top > 0:
-        values.append([_grew(dev, a, b, top, hide_patterns)
-                       for a, b in zip(start.tolist(), last.tolist())])  # fmt: skip
+        values.append(
+            [_grew(dev, a, b, top, hide_patterns) for a, b in zip(start.tolist(), last.tolist())]
+        )
     else:
         values.append([[] for _ in start.tolist()])
     stages.extend(cast(StageRow, dict(zip(keys, row))) for row in zip(*values))

@@ -47,8 +47,7 @@ class StackNode:
             nd = None if max_depth is None else max_depth - 1
             kids = [c.to_dict(snap, nd) for c in self.sorted_children()]
         if snap is None or self.frame_id < 0:
-            return {"label": self.label, "bytes": self.bytes, "count": self.count,
-                    "children": kids}  # fmt: skip
+            return {"label": self.label, "bytes": self.bytes, "count": self.count, "children": kids}
         f = snap.frames
         frame: TreeFrame = {
             "filename": snap.strings[f.filename[self.frame_id]],
@@ -57,8 +56,13 @@ class StackNode:
             "kind": _KIND_NAMES[int(f.kind[self.frame_id])],
         }
         # key order as in the JSON: frame before children
-        return {"label": self.label, "bytes": self.bytes, "count": self.count, "frame": frame,
-                "children": kids}  # fmt: skip
+        return {
+            "label": self.label,
+            "bytes": self.bytes,
+            "count": self.count,
+            "frame": frame,
+            "children": kids,
+        }
 
 
 def frame_short_label(snap: Snapshot, frame_id: int) -> str:

@@ -177,8 +177,15 @@ def registered_command(analysis: Analysis[Any]) -> click.Command:
     if any(o.name == "top" for o in analysis.options):
         # `limit` was the other name of "how many": scripts that used it keep working
         options.append(click.option("--limit", "limit_alias", type=int, hidden=True))
-    return _shape(analysis.name, callback, options, analysis.opens, analysis.device_help,
-                  analysis.hide, analysis.annotations)  # fmt: skip
+    return _shape(
+        analysis.name,
+        callback,
+        options,
+        analysis.opens,
+        analysis.device_help,
+        analysis.hide,
+        analysis.annotations,
+    )
 
 
 def click_option(o: Option) -> Callable[[F], F]:
@@ -188,16 +195,29 @@ def click_option(o: Option) -> Callable[[F], F]:
         return click.argument(o.name, type=path if o.path else o.type)
     if o.type is bool:
         spelling = f"{o.cli_flag}/{o.secondary}" if o.secondary else o.cli_flag
-        return click.option(spelling, o.name, is_flag=True, default=o.default,
-                            show_default=o.show_default, help=o.help)  # fmt: skip
+        return click.option(
+            spelling,
+            o.name,
+            is_flag=True,
+            default=o.default,
+            show_default=o.show_default,
+            help=o.help,
+        )
     kind: Any = o.type
     if o.path or o.kind == "snapshot":
         kind = path
     elif o.choices:
         kind = click.Choice(o.choices)
     decls = [o.cli_flag, *([o.short] if o.short else []), o.name]
-    return click.option(*decls, type=kind, default=o.default, show_default=o.show_default,
-                        multiple=o.multiple, metavar=o.metavar, help=o.help)  # fmt: skip
+    return click.option(
+        *decls,
+        type=kind,
+        default=o.default,
+        show_default=o.show_default,
+        multiple=o.multiple,
+        metavar=o.metavar,
+        help=o.help,
+    )
 
 
 def _shape(
@@ -219,15 +239,20 @@ def _shape(
     if opens == "pair":
         f = click.option(
             "--device-b", type=int, default=None, help="Device of B when it differs from --device."
-        )(f)  # fmt: skip
+        )(f)
     f = device_option(help=device_help)(f)
     for option in reversed(options):
         f = option(f)
     if opens == "pair":
         f = snapshots_argument(two=True)(f)
     elif opens == "many":
-        f = click.argument("paths", metavar="SNAPSHOTS...", nargs=-1, required=True,
-                           type=click.Path(dir_okay=False))(f)  # fmt: skip
+        f = click.argument(
+            "paths",
+            metavar="SNAPSHOTS...",
+            nargs=-1,
+            required=True,
+            type=click.Path(dir_okay=False),
+        )(f)
     elif opens == "paths":
         f = click.argument("paths", metavar="PATHS...", nargs=-1, required=True)(f)
     else:

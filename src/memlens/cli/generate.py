@@ -42,12 +42,20 @@ from memlens.cli.options import status
 )
 # --json everywhere else means "print the result as JSON"; here it was --format json
 @click.option("--json", "json_alias", is_flag=True, hidden=True)
-@click.option("--ranks", type=int, default=None,
-              help="Write this many rank files into the directory OUTPUT (a fleet: one "
-              "training loop, per-rank noise; see --skew).")  # fmt: skip
-@click.option("--skew", multiple=True, metavar="KIND:RANK",
-              help="With --ranks: skew that rank (repeatable): leak, activations or "
-              "pipeline, e.g. --skew leak:3.")  # fmt: skip
+@click.option(
+    "--ranks",
+    type=int,
+    default=None,
+    help="Write this many rank files into the directory OUTPUT (a fleet: one "
+    "training loop, per-rank noise; see --skew).",
+)
+@click.option(
+    "--skew",
+    multiple=True,
+    metavar="KIND:RANK",
+    help="With --ranks: skew that rank (repeatable): leak, activations or "
+    "pipeline, e.g. --skew leak:3.",
+)
 def command(
     output: str,
     events: int,
@@ -75,8 +83,15 @@ def command(
     if events < 0 or devices < 1 or layers < 1 or truncate < 0:
         raise MemlensError("--events and --truncate must be >= 0, --devices and --layers >= 1")
     if ranks is not None or skew:
-        _fleet(output, ranks, skew, events, layers, seed,
-               refused=devices != 1 or truncate > 0 or expandable or oom or as_json)  # fmt: skip
+        _fleet(
+            output,
+            ranks,
+            skew,
+            events,
+            layers,
+            seed,
+            refused=devices != 1 or truncate > 0 or expandable or oom or as_json,
+        )
         return
     options: dict[str, Any] = dict(
         events=events,
@@ -102,16 +117,25 @@ def command(
     )
 
 
-def _fleet(output: str, ranks: int | None, skew: tuple[str, ...], events: int, layers: int,
-           seed: int, refused: bool) -> None:  # fmt: skip
+def _fleet(
+    output: str,
+    ranks: int | None,
+    skew: tuple[str, ...],
+    events: int,
+    layers: int,
+    seed: int,
+    refused: bool,
+) -> None:
     from memlens.errors import MemlensError
     from memlens.fleet.synthetic import write_fleet
 
     if ranks is None or ranks < 1:
         raise MemlensError("--skew needs --ranks N (N >= 1)")
     if refused:
-        raise MemlensError("--ranks writes one-device pickles: no --devices, --truncate, "
-                           "--expandable, --oom or --format json")  # fmt: skip
+        raise MemlensError(
+            "--ranks writes one-device pickles: no --devices, --truncate, "
+            "--expandable, --oom or --format json"
+        )
     try:
         write_fleet(output, ranks, skew, events=events, layers=layers, seed=seed)
     except OSError as exc:

@@ -39,8 +39,14 @@ def snapshots_argument(two: bool = False) -> Callable[[F], F]:
         return (paths[0], paths[1] if len(paths) > 1 else None)
 
     metavar = "SNAPSHOT SNAPSHOT2" if two else "SNAPSHOT [SNAPSHOT2]"
-    return click.argument("paths", metavar=metavar, nargs=-1, required=True,
-                          type=click.Path(dir_okay=False), callback=check)  # fmt: skip
+    return click.argument(
+        "paths",
+        metavar=metavar,
+        nargs=-1,
+        required=True,
+        type=click.Path(dir_okay=False),
+        callback=check,
+    )
 
 
 LONGEST_TRACE = DEVICE.help  # "...(default: the device with the longest trace)."
@@ -86,26 +92,34 @@ def script_command(output_help: str, *, dir_okay: bool = False) -> Callable[[F],
 def hide_option(f: F) -> F:
     """--hide (added to the default patterns) and --hide-only (replacing them)."""
     f = click.option(
-        "--hide-only", "hide_only", multiple=True, metavar="REGEX",
+        "--hide-only",
+        "hide_only",
+        multiple=True,
+        metavar="REGEX",
         help="Like --hide, but instead of the default patterns (repeatable). "
         "--hide-only '' shows every frame.",
-    )(f)  # fmt: skip
+    )(f)
     return click.option(
-        "--hide", multiple=True, metavar="REGEX",
+        "--hide",
+        multiple=True,
+        metavar="REGEX",
         help="Filename pattern to skip when naming the call site (repeatable), added to "
         "the defaults: torch, the stdlib and thin glue (einops, accelerate's hooks, "
         "bitsandbytes, ...), which yields to the line that called it.",
-    )(f)  # fmt: skip
+    )(f)
 
 
 def annotations_option(f: F) -> F:
     return click.option(
-        "--annotations", "annotation_files", multiple=True, metavar="PATH",
+        "--annotations",
+        "annotation_files",
+        multiple=True,
+        metavar="PATH",
         type=click.Path(exists=True),
         help="Add stages from PATH (repeatable): a `memlens.inspect` run directory (each "
         "sampled forward pass, with its activation bytes) or a JSON list of "
         '{"name", "stage": "START"|"END", "time_us"} entries.',
-    )(f)  # fmt: skip
+    )(f)
 
 
 def status(message: str, *, err: bool = False) -> None:

@@ -33,9 +33,17 @@ from memlens.cli.options import (
 )
 @json_option
 @no_cache_option
-def command(snapshot: str, query: str | None, as_csv: bool, top: int | None,
-            limit_alias: int | None, show_tables: bool, allow_files: bool, as_json: bool,
-            no_cache: bool) -> None:  # fmt: skip
+def command(
+    snapshot: str,
+    query: str | None,
+    as_csv: bool,
+    top: int | None,
+    limit_alias: int | None,
+    show_tables: bool,
+    allow_files: bool,
+    as_json: bool,
+    no_cache: bool,
+) -> None:
     """Run a SQL QUERY (DuckDB dialect) over the snapshot: events, allocations, frames,
     stacks, stack_frames, segments, blocks, annotations, strings.
 

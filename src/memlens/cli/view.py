@@ -52,7 +52,7 @@ def command(
 
     Zoom with the wheel, pan by dragging, hover an allocation for its call site, click it for
     its stack, click the time axis strip for what is live at that moment. Press ? for keys.
-    """  # fmt: skip
+    """
     require_extra("view", "its web server", ("starlette", "uvicorn"), "web")
     import uvicorn
 
@@ -78,8 +78,11 @@ def command(
     threading.Thread(target=data.warm, name="memlens-warm", daemon=True).start()
     status(f"memlens view: serving {', '.join(snapshots)} at {url}  (Ctrl+C to stop)")
     if host not in ("127.0.0.1", "localhost", "::1"):
-        click.echo("memlens: warning: listening beyond loopback; anyone who can reach this "
-                   "port can read the snapshot", err=True)  # fmt: skip
+        click.echo(
+            "memlens: warning: listening beyond loopback; anyone who can reach this "
+            "port can read the snapshot",
+            err=True,
+        )
     if not no_browser:
         threading.Timer(0.3, lambda: webbrowser.open(url)).start()
     try:

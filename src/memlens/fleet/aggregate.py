@@ -90,12 +90,22 @@ def outliers(
         if not r.ok:
             continue
         figs = figures_of(r)
-        flagged = [_flagged(k, figs[k], stats[k]["median"], zk)
-                   for k, zk in z[r.rank].items() if abs(zk) > threshold]  # fmt: skip
+        flagged = [
+            _flagged(k, figs[k], stats[k]["median"], zk)
+            for k, zk in z[r.rank].items()
+            if abs(zk) > threshold
+        ]
         if flagged:
             flagged.sort(key=lambda f: (-abs(f["z"]), _figure_order(f["name"])))
-            out.append(Outlier(rank=r.rank, path=r.path, max_abs_z=abs(flagged[0]["z"]),
-                               figures=flagged, diff=None))  # fmt: skip
+            out.append(
+                Outlier(
+                    rank=r.rank,
+                    path=r.path,
+                    max_abs_z=abs(flagged[0]["z"]),
+                    figures=flagged,
+                    diff=None,
+                )
+            )
     out.sort(key=lambda o: (-o["max_abs_z"], o["rank"]))
     return out
 
@@ -137,10 +147,15 @@ def groups(
             made.append({"fingerprint": r.fingerprint, "ranks": [r.rank], "_first": r})
     made.sort(key=lambda g: (-len(g["ranks"]), g["ranks"][0]))
     return [
-        Group(group=i, fingerprint=g["fingerprint"], count=len(g["ranks"]), ranks=g["ranks"],
-              peak_active_bytes=g["_first"].peak_active_bytes)
+        Group(
+            group=i,
+            fingerprint=g["fingerprint"],
+            count=len(g["ranks"]),
+            ranks=g["ranks"],
+            peak_active_bytes=g["_first"].peak_active_bytes,
+        )
         for i, g in enumerate(made)
-    ]  # fmt: skip
+    ]
 
 
 def stage_imbalance(records: Iterable[RankRecord]) -> list[StageImbalance]:
@@ -158,10 +173,17 @@ def stage_imbalance(records: Iterable[RankRecord]) -> list[StageImbalance]:
         (lo, lo_rank), hi = vals[0], vals[-1][0]
         hi_rank = next(rank for v, rank in vals if v == hi)  # the lowest rank at the max
         out.append(
-            StageImbalance(stage=name, ranks=len(vals), min_bytes=lo, min_rank=lo_rank,
-                           median_bytes=med, max_bytes=hi, max_rank=hi_rank,
-                           spread_bytes=hi - lo,
-                           max_over_median=round(hi / med, 4) if med else None)
-        )  # fmt: skip
+            StageImbalance(
+                stage=name,
+                ranks=len(vals),
+                min_bytes=lo,
+                min_rank=lo_rank,
+                median_bytes=med,
+                max_bytes=hi,
+                max_rank=hi_rank,
+                spread_bytes=hi - lo,
+                max_over_median=round(hi / med, 4) if med else None,
+            )
+        )
     out.sort(key=lambda s: (-(s["max_over_median"] or 0), s["stage"]))
     return out

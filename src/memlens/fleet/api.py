@@ -59,8 +59,13 @@ def outlier_diff(
     stages = d["stages"]
     if stages is not None:  # one row per step would be thousands: the largest changes
         stages = sorted(stages, key=lambda s: -abs(s["peak_change"] or 0))[:limit]
-    return OutlierDiff(error=None, figures=d["figures"], sites=d["sites"],
-                       sites_total=d["sites_total"], stages=stages)  # fmt: skip
+    return OutlierDiff(
+        error=None,
+        figures=d["figures"],
+        sites=d["sites"],
+        sites_total=d["sites_total"],
+        stages=stages,
+    )
 
 
 def diff_error(reason: str) -> OutlierDiff:
@@ -95,20 +100,31 @@ def run(
     """
     # absolute before they travel: a worker's working directory is not ours (a Dask
     # worker started elsewhere found none of the relative paths)
-    files = [os.path.abspath(f) for f in expand_paths([paths] if isinstance(paths, str)
-                                                      else list(paths))]  # fmt: skip
+    files = [
+        os.path.abspath(f) for f in expand_paths([paths] if isinstance(paths, str) else list(paths))
+    ]
     ids, rank_source = rank_ids(files, rank_regex)
     cache = cache and fits_in_cache(len(files))
     own = executor is None
     ex = executor or make_executor(scheduler, workers)
     try:
-        records = _collect(ex, files, ids, progress, on_record, device=device, top=top,
-                           hide_patterns=hide_patterns, cache=cache)  # fmt: skip
+        records = _collect(
+            ex,
+            files,
+            ids,
+            progress,
+            on_record,
+            device=device,
+            top=top,
+            hide_patterns=hide_patterns,
+            cache=cache,
+        )
         check_visible(records, ex.name)
         result = summarize_fleet(records, threshold=threshold, tolerance=tolerance)
         result["executor"], result["rank_source"] = ex.name, rank_source
-        _attach_diffs(ex, result, records, diffs, device=device,
-                      hide_patterns=hide_patterns, cache=cache)  # fmt: skip
+        _attach_diffs(
+            ex, result, records, diffs, device=device, hide_patterns=hide_patterns, cache=cache
+        )
     finally:
         if own:
             ex.close()
@@ -121,8 +137,7 @@ MISSING = ": no such file"  # the end of the reader's reason for a path that is 
 def unseen(rec: RankRecord) -> bool:
     """A rank whose worker found no file at a path that exists here: the worker runs on
     another machine (or in a container) that does not see this file system."""
-    return (not rec.ok and (rec.reason or "").endswith(MISSING)
-            and os.path.isfile(rec.path))  # fmt: skip
+    return not rec.ok and (rec.reason or "").endswith(MISSING) and os.path.isfile(rec.path)
 
 
 def check_visible(records: Sequence[RankRecord], executor: str) -> None:
@@ -152,8 +167,9 @@ def failure_reasons(records: Sequence[RankRecord]) -> list[FailureReason]:
             why = "the worker cannot see the file (it exists here)"
         counts[why] += 1
         first.setdefault(why, r.rank)
-    return [FailureReason(reason=why, ranks=n, first_rank=first[why])
-            for why, n in counts.most_common()]  # fmt: skip
+    return [
+        FailureReason(reason=why, ranks=n, first_rank=first[why]) for why, n in counts.most_common()
+    ]
 
 
 def fits_in_cache(n_files: int) -> bool:
@@ -215,10 +231,17 @@ def summarize_fleet(
     # a shallow copy: a row shares its lists and dicts with the record (at thousands of
     # ranks a deep copy would double the parent's memory for nothing)
     table = [
-        cast(FleetRow, {**vars(r), "group": group_of.get(r.rank),
-                        "outlier": r.rank in flagged, "z": z.get(r.rank, {})})
+        cast(
+            FleetRow,
+            {
+                **vars(r),
+                "group": group_of.get(r.rank),
+                "outlier": r.rank in flagged,
+                "z": z.get(r.rank, {}),
+            },
+        )
         for r in records
-    ]  # fmt: skip
+    ]
     return {
         "schema": FLEET_SCHEMA_VERSION,
         "executor": None,
@@ -236,7 +259,7 @@ def summarize_fleet(
         "stages": agg.stage_imbalance(records),
         "failed": [
             {"rank": r.rank, "path": r.path, "reason": r.reason} for r in records if not r.ok
-        ],  # fmt: skip
+        ],
         "failure_reasons": failure_reasons(records),
     }
 

@@ -142,9 +142,11 @@ class DaskExecutor:
         try:
             if scheduler == "dask-local":
                 self._cluster = LocalCluster(
-                    n_workers=workers or default_workers(), threads_per_worker=1,
-                    processes=True, dashboard_address=None,
-                )  # fmt: skip
+                    n_workers=workers or default_workers(),
+                    threads_per_worker=1,
+                    processes=True,
+                    dashboard_address=None,
+                )
                 self.client = Client(self._cluster)
                 self.name = f"Dask LocalCluster ({len(self._cluster.workers)} workers)"
             else:

@@ -37,8 +37,11 @@ def expand_paths(paths: Sequence[str]) -> list[str]:
     out: list[str] = []
     for p in paths:
         if os.path.isdir(p):
-            found = [str(f) for f in Path(p).iterdir()
-                     if f.is_file() and f.name.endswith(SNAPSHOT_SUFFIXES)]  # fmt: skip
+            found = [
+                str(f)
+                for f in Path(p).iterdir()
+                if f.is_file() and f.name.endswith(SNAPSHOT_SUFFIXES)
+            ]
             if not found:
                 raise MemlensError(f"no snapshot files ({', '.join(SNAPSHOT_SUFFIXES)}) in {p}")
             out.extend(sorted(found, key=natural_key))

@@ -50,8 +50,13 @@ def progress_bar(
     if not enabled:
         yield _NoBar()
         return
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-               FilesPerSecond(), TimeRemainingColumn())  # fmt: skip
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        FilesPerSecond(),
+        TimeRemainingColumn(),
+    )
     console = console or Console(stderr=True)
     with Progress(*columns, console=console, transient=True) as progress:
         yield _Bar(progress, progress.add_task(label, total=total))

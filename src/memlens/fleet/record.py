@@ -118,8 +118,14 @@ def rank_record(
             dev = snap.device(device)
             return record_of(dev, path, rank, top=top, hide_patterns=hide_patterns)
     except Exception as exc:  # every failure is a row: the other ranks go on
-        return RankRecord(rank=rank, path=path, status=FAILED, reason=one_line(exc),
-                          device=device, worker=worker_name())  # fmt: skip
+        return RankRecord(
+            rank=rank,
+            path=path,
+            status=FAILED,
+            reason=one_line(exc),
+            device=device,
+            worker=worker_name(),
+        )
 
 
 def record_of(

@@ -70,8 +70,15 @@ def rank_snapshot(
     """The snapshot dict of one rank (PyTorch's format)."""
     if skew is not None and skew not in SKEWS:
         raise MemlensError(f"unknown skew {skew!r} (one of: {', '.join(SKEWS)})")
-    opts = rank_options(rank, skew, events=events, layers=layers, hidden=hidden,
-                        batch_tokens=batch_tokens, seed=seed)  # fmt: skip
+    opts = rank_options(
+        rank,
+        skew,
+        events=events,
+        layers=layers,
+        hidden=hidden,
+        batch_tokens=batch_tokens,
+        seed=seed,
+    )
     snap = generate_trace_dict(**opts)
     if skew == "leak":
         add_leak(snap)
@@ -83,12 +90,19 @@ def add_leak(snap: dict[str, Any]) -> None:
     segment of its own, with the final `segments` listing them: the file stays one that
     memlens replays exactly."""
     trace = snap["device_traces"][0]
-    ends = sorted(a["time_us"] for a in snap["external_annotations"]
-                  if a["name"].startswith("ProfilerStep#") and a["stage"] == "END")  # fmt: skip
+    ends = sorted(
+        a["time_us"]
+        for a in snap["external_annotations"]
+        if a["name"].startswith("ProfilerStep#") and a["stage"] == "END"
+    )
     if not ends or not trace:
         return
-    end_bytes = sum(b["size"] for s in snap["segments"] for b in s["blocks"]
-                    if s["device"] == 0 and b["state"] == "active_allocated")  # fmt: skip
+    end_bytes = sum(
+        b["size"]
+        for s in snap["segments"]
+        for b in s["blocks"]
+        if s["device"] == 0 and b["state"] == "active_allocated"
+    )
     size = max(512, -(-int(end_bytes * LEAK_SHARE / len(ends)) // 512) * 512)
     frames = list(LEAK_FRAMES)
     stream = trace[0]["stream"]
@@ -101,17 +115,41 @@ def add_leak(snap: dict[str, Any]) -> None:
         prev = at
         addr = LEAK_BASE + k * (size + (2 << 20))
         for action in ("segment_alloc", "alloc"):
-            out.append({"action": action, "addr": addr, "size": size, "stream": stream,
-                        "time_us": t, "frames": frames, "compile_context": "N/A",
-                        "user_metadata": ""})  # fmt: skip
-        block = {"address": addr, "size": size, "requested_size": size,
-                 "state": "active_allocated", "frames": frames}  # fmt: skip
+            out.append(
+                {
+                    "action": action,
+                    "addr": addr,
+                    "size": size,
+                    "stream": stream,
+                    "time_us": t,
+                    "frames": frames,
+                    "compile_context": "N/A",
+                    "user_metadata": "",
+                }
+            )
+        block = {
+            "address": addr,
+            "size": size,
+            "requested_size": size,
+            "state": "active_allocated",
+            "frames": frames,
+        }
         snap["segments"].append(
-            {"device": 0, "address": addr, "total_size": size, "allocated_size": size,
-             "active_size": size, "requested_size": size, "stream": stream,
-             "segment_type": "large", "segment_pool_id": (0, 0), "is_expandable": False,
-             "frames": frames, "blocks": [block]}
-        )  # fmt: skip
+            {
+                "device": 0,
+                "address": addr,
+                "total_size": size,
+                "allocated_size": size,
+                "active_size": size,
+                "requested_size": size,
+                "stream": stream,
+                "segment_type": "large",
+                "segment_pool_id": (0, 0),
+                "is_expandable": False,
+                "frames": frames,
+                "blocks": [block],
+            }
+        )
     out.extend(trace[prev:])
     snap["device_traces"][0] = out
     snap["segments"].sort(key=lambda s: (s["device"], s["address"]))

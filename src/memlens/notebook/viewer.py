@@ -25,9 +25,13 @@ from memlens.snapshot.model import Snapshot
 # VS Code's notebook webviews. No "http://[::1]:*": a CSP host-source cannot be an IPv6
 # literal, and Chromium rejects it (a notebook on [::1] is opened as localhost instead).
 FRAME_ANCESTORS = (
-    "http://localhost:*", "http://127.0.0.1:*",
-    "https://localhost:*", "https://127.0.0.1:*", "vscode-webview:", "vscode-file:",
-)  # fmt: skip
+    "http://localhost:*",
+    "http://127.0.0.1:*",
+    "https://localhost:*",
+    "https://127.0.0.1:*",
+    "vscode-webview:",
+    "vscode-file:",
+)
 START_TIMEOUT_S = 15.0
 
 _live: set[Viewer] = set()

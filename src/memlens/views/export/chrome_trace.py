@@ -98,10 +98,19 @@ def device_events(dev: DeviceTrace, base_us: int = 0) -> list[Event]:
         out.append({**common, "ph": "E", "ts": end - base_us})
     for i in np.flatnonzero(dev.action == Action.OOM).tolist():
         out.append(
-            {"name": "CUDA out of memory", "ph": "i", "s": "p", "ts": int(times[i]) - base_us,
-             "pid": pid, "tid": STAGES_TID,
-             "args": {"requested_bytes": int(dev.size[i]), "device_free_bytes": int(dev.addr[i])}}
-        )  # fmt: skip
+            {
+                "name": "CUDA out of memory",
+                "ph": "i",
+                "s": "p",
+                "ts": int(times[i]) - base_us,
+                "pid": pid,
+                "tid": STAGES_TID,
+                "args": {
+                    "requested_bytes": int(dev.size[i]),
+                    "device_free_bytes": int(dev.addr[i]),
+                },
+            }
+        )
     return out
 
 

@@ -23,9 +23,18 @@ from memlens.views.layout.index import IdentityLevel, LiveIndex, RangeArgmax
 
 # Bump whenever an index's construction or meaning changes.
 LAYOUT_FORMAT = 2
-KEYS = ["active_levels", "reserved_levels", "live_step", "live_rows", "live_offsets",
-        "by_size", "by_size_neg_sizes", "by_size_alloc_event", "by_size_free_event",
-        "live_count"]  # fmt: skip
+KEYS = [
+    "active_levels",
+    "reserved_levels",
+    "live_step",
+    "live_rows",
+    "live_offsets",
+    "by_size",
+    "by_size_neg_sizes",
+    "by_size_alloc_event",
+    "by_size_free_event",
+    "live_count",
+]
 
 
 def set_name(dev: DeviceTrace) -> str:
@@ -53,10 +62,12 @@ def save(dev: DeviceTrace, built: dict[str, Any]) -> bool:
     n, rows = dev.n_events, dev.n_allocations
     li: LiveIndex = built["live_index"]
     arrays = {
-        "active_levels": _narrow(np.concatenate([np.zeros(0, np.int64),
-                                                 *built["active_max"].levels[1:]]), n),
-        "reserved_levels": _narrow(np.concatenate([np.zeros(0, np.int64),
-                                                   *built["reserved_max"].levels[1:]]), n),
+        "active_levels": _narrow(
+            np.concatenate([np.zeros(0, np.int64), *built["active_max"].levels[1:]]), n
+        ),
+        "reserved_levels": _narrow(
+            np.concatenate([np.zeros(0, np.int64), *built["reserved_max"].levels[1:]]), n
+        ),
         "live_step": np.array([li.step], dtype=np.int64),
         "live_rows": li.rows,
         "live_offsets": li.offsets,
@@ -67,7 +78,7 @@ def save(dev: DeviceTrace, built: dict[str, Any]) -> bool:
         "by_size_alloc_event": _narrow(built["by_size"][2], n),
         "by_size_free_event": _narrow(built["by_size"][3], n + 1),
         "live_count": _narrow(built["live_count"], rows + 1),
-    }  # fmt: skip
+    }
     return cache.save_derived(dev.snapshot, set_name(dev), arrays)
 
 
@@ -90,9 +101,14 @@ def load(dev: DeviceTrace) -> dict[str, Any] | None:
     step = int(got["live_step"][0]) if len(got["live_step"]) == 1 else 0
     offsets, live_rows = got["live_offsets"], got["live_rows"]
     n_ck = n // step + 1 if n and step > 0 else 0
-    if (step < 1 or len(offsets) != n_ck + 1 or int(offsets[0]) != 0
-            or int(offsets[-1]) != len(live_rows) or bool(np.any(np.diff(offsets) < 0))
-            or not _within(live_rows, n_rows)):  # fmt: skip
+    if (
+        step < 1
+        or len(offsets) != n_ck + 1
+        or int(offsets[0]) != 0
+        or int(offsets[-1]) != len(live_rows)
+        or bool(np.any(np.diff(offsets) < 0))
+        or not _within(live_rows, n_rows)
+    ):
         raise CacheError("the kept live-row checkpoints do not fit the trace")
     order, live_count = got["by_size"], got["live_count"]
     if len(order) != n_rows or not _within(order, n_rows) or len(live_count) != n:

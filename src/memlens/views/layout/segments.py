@@ -55,8 +55,15 @@ def segment_lifetimes(lay: DeviceLayout) -> Segments:
     return lay._cached("segments", build)
 
 
-def segment_view(lay: DeviceLayout, bounds: np.ndarray, height: int, *, ymax: int | None = None,
-                 ymin: int = 0, max_runs: int = MAX_DETAIL_RUNS) -> tuple[View, Segments]:  # fmt: skip
+def segment_view(
+    lay: DeviceLayout,
+    bounds: np.ndarray,
+    height: int,
+    *,
+    ymax: int | None = None,
+    ymin: int = 0,
+    max_runs: int = MAX_DETAIL_RUNS,
+) -> tuple[View, Segments]:
     """The segment timeline for the columns `bounds` (as DeviceLayout.view): band_rows are
     indexes into the returned Segments."""
     dev = lay.dev
@@ -83,11 +90,24 @@ def segment_view(lay: DeviceLayout, bounds: np.ndarray, height: int, *, ymax: in
     )
     cut_count, cut_bytes = _per_column(c0[~drawn], c1[~drawn], sizes[~drawn], width)
     view = View(
-        bounds=base.bounds, sample=sample, active=reserved, reserved=reserved, ymax=base.ymax,
-        bytes_per_px=base.bytes_per_px, band_rows=idx[drawn].astype(np.int64),
-        band_c0=c0[drawn].astype(np.int64), band_c1=c1[drawn].astype(np.int64),
-        run_start=run_start, run_col=run_col, run_off=run_off, small_offset=drawn_sum,
-        small_bytes=np.maximum(reserved - drawn_sum, 0), small_count=cut_count, small_max=small_max,
-        cut_count=cut_count, cut_bytes=cut_bytes, small_min=1,
-    )  # fmt: skip
+        bounds=base.bounds,
+        sample=sample,
+        active=reserved,
+        reserved=reserved,
+        ymax=base.ymax,
+        bytes_per_px=base.bytes_per_px,
+        band_rows=idx[drawn].astype(np.int64),
+        band_c0=c0[drawn].astype(np.int64),
+        band_c1=c1[drawn].astype(np.int64),
+        run_start=run_start,
+        run_col=run_col,
+        run_off=run_off,
+        small_offset=drawn_sum,
+        small_bytes=np.maximum(reserved - drawn_sum, 0),
+        small_count=cut_count,
+        small_max=small_max,
+        cut_count=cut_count,
+        cut_bytes=cut_bytes,
+        small_min=1,
+    )
     return view, segs

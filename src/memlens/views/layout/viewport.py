@@ -279,12 +279,14 @@ class DeviceLayout:
         height = max(int(height), 1)
         bpp = (ymax - ymin) / height
         zeros = np.zeros(width, dtype=np.int64)
-        e = np.zeros(0, dtype=np.int64)
         live = self.curve_at(sample, self.live_count, self.base_count) if self.n else zeros
-        if not detail or width == 0:
-            return View(bounds, sample, active, reserved, ymax, bpp, e, e, e, np.zeros(1, np.int64),
-                        e, e, zeros, active.copy(), live, int(active.max(initial=0)), zeros,
-                        zeros)  # fmt: skip
+        if not detail or width == 0:  # the curves only: every active byte in the aggregate band
+            e, top, small = np.zeros(0, np.int64), int(active.max(initial=0)), active.copy()
+            bands = (e, e, e, np.zeros(1, np.int64), e, e)  # no band rows, c0, c1, no runs
+            cut = (zeros, zeros)  # cut_count, cut_bytes
+            return View(
+                bounds, sample, active, reserved, ymax, bpp, *bands, zeros, small, live, top, *cut
+            )
         min_size = max(int(np.ceil(bpp * min(max(min_px, 0.0), 1.0))), 1)
         rows = self._candidates(sample, min_size)
         a = dev.alloc_event[rows].astype(np.int64)

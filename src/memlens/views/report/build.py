@@ -13,8 +13,21 @@ from memlens.views.report.sections import devices, overview, settings, timeline
 # the page, in order: each id is a report-only section (these) or the section an analysis
 # declares (memlens.analysis.registry); a registered section not named here goes before
 # the allocator settings
-PAGE = ["overview", "diff", "devices", "timeline", "peak", "stages", "categories", "rules",
-        "leaks", "oom", "anomalies", "allocator", "settings"]  # fmt: skip
+PAGE = [
+    "overview",
+    "diff",
+    "devices",
+    "timeline",
+    "peak",
+    "stages",
+    "categories",
+    "rules",
+    "leaks",
+    "oom",
+    "anomalies",
+    "allocator",
+    "settings",
+]
 REPORT_ONLY = [overview.SECTION, devices.SECTION, timeline.SECTION, settings.SECTION]
 
 

@@ -71,8 +71,10 @@ def heatmap(r: FleetResult) -> str:
     label_w = 8 * min(40, max(len(s) for s in stages)) + 12
     width = label_w + cell * len(rows)
     height = ROW_HEIGHT * (len(stages) + 1)
-    parts = [f'<svg class="heatmap" width="{width:.0f}" height="{height}" '
-             f'viewBox="0 0 {width:.1f} {height}" role="img">']  # fmt: skip
+    parts = [
+        f'<svg class="heatmap" width="{width:.0f}" height="{height}" '
+        f'viewBox="0 0 {width:.1f} {height}" role="img">'
+    ]
     for y, stage in enumerate(stages):
         parts.append(
             f'<text x="0" y="{y * ROW_HEIGHT + 13}" font-size="11" fill="currentColor">'
@@ -83,8 +85,10 @@ def heatmap(r: FleetResult) -> str:
             if value is None:
                 continue
             med = medians[stage] or 1
-            tip = esc(f"rank {row['rank']}, {stage}: {bytes_text(value)} "
-                      f"({100 * (value - med) / med:+.1f}% of the median)")  # fmt: skip
+            tip = esc(
+                f"rank {row['rank']}, {stage}: {bytes_text(value)} "
+                f"({100 * (value - med) / med:+.1f}% of the median)"
+            )
             parts.append(
                 f'<rect x="{label_w + x * cell:.2f}" y="{y * ROW_HEIGHT}" width="{cell:.2f}" '
                 f'height="{ROW_HEIGHT - 2}" fill="{_heat_colour(value / med)}">'
@@ -95,15 +99,17 @@ def heatmap(r: FleetResult) -> str:
         if row["rank"] in flagged:
             cx = label_w + (x + 0.5) * cell
             y0 = len(stages) * ROW_HEIGHT + 2
-            parts.append(f'<path d="M{cx:.2f} {y0} l4 8 h-8 z" fill="rgb(192,57,43)">'
-                         f"<title>outlier: rank {row['rank']}</title></path>")  # fmt: skip
+            parts.append(
+                f'<path d="M{cx:.2f} {y0} l4 8 h-8 z" fill="rgb(192,57,43)">'
+                f"<title>outlier: rank {row['rank']}</title></path>"
+            )
     parts.append("</svg>")
     return (
         note(
             f"{len(rows):,} ranks (in rank order, left to right) x {len(stages)} stages: each "
             "cell is the rank's peak in that stage against the stage's median (red above, "
             "blue below, saturating at +-50%); triangles mark the outliers."
-        )  # fmt: skip
+        )
         + '<div class="tablewrap">'
         + "".join(parts)
         + "</div>"
@@ -117,9 +123,16 @@ def outlier_table(r: FleetResult) -> str:
     for o in r["outliers"]:
         for k, f in enumerate(o["figures"]):
             pct = "" if f["change_pct"] is None else f"{f['change_pct']:+.1f}%"
-            rows.append([o["rank"] if k == 0 else "", figure_label(f["name"]),
-                         num(fmt_bytes(f["value"])), num(fmt_bytes(int(f["median"]))),
-                         num(esc(pct)), num(f"{f['z']:+.1f}")])  # fmt: skip
+            rows.append(
+                [
+                    o["rank"] if k == 0 else "",
+                    figure_label(f["name"]),
+                    num(fmt_bytes(f["value"])),
+                    num(fmt_bytes(int(f["median"]))),
+                    num(esc(pct)),
+                    num(f"{f['z']:+.1f}"),
+                ]
+            )
     return note(
         "Robust z = (value - median) / (1.4826 x MAD), the MAD floored at 1% of the median; "
         "the flagged figures of each rank, largest |z| first."
@@ -139,42 +152,72 @@ def outlier_diffs(r: FleetResult) -> str:
             parts.append(note(f"No diff: {d['error']}"))
             continue
         rows = [
-            [Cell(site_code(s["site"])), num(fmt_bytes(s["a_bytes"])), num(fmt_bytes(s["b_bytes"])),
-             num(fmt_delta(s["change"])), STATUS.get(s["status"], s["status"])]
-            for s in d["sites"] if s["change"]
-        ]  # fmt: skip
-        parts.append(table(["call site", "median rank", f"rank {o['rank']}", "change", ""], rows,
-                           numeric=(1, 2, 3), empty="no call site differs at the peak"))  # fmt: skip
+            [
+                Cell(site_code(s["site"])),
+                num(fmt_bytes(s["a_bytes"])),
+                num(fmt_bytes(s["b_bytes"])),
+                num(fmt_delta(s["change"])),
+                STATUS.get(s["status"], s["status"]),
+            ]
+            for s in d["sites"]
+            if s["change"]
+        ]
+        parts.append(
+            table(
+                ["call site", "median rank", f"rank {o['rank']}", "change", ""],
+                rows,
+                numeric=(1, 2, 3),
+                empty="no call site differs at the peak",
+            )
+        )
     if not parts:
         return note("No outlier diffs (no outliers, or --diffs 0).")
-    return note("Call sites alive at each one's peak (memlens diff), largest change first.") + "".join(parts)  # fmt: skip
+    return note(
+        "Call sites alive at each one's peak (memlens diff), largest change first."
+    ) + "".join(parts)
 
 
 def groups_and_stages(r: FleetResult) -> str:
     groups = table(
         ["group", "ranks", "which", "peak of its first rank", "call sites"],
-        [[g["group"], num(fmt_int(g["count"])), rank_ranges(g["ranks"]),
-          num(fmt_bytes(g["peak_active_bytes"])), Cell(f"<code>{esc(g['fingerprint'])}</code>")]
-         for g in r["groups"]],
+        [
+            [
+                g["group"],
+                num(fmt_int(g["count"])),
+                rank_ranges(g["ranks"]),
+                num(fmt_bytes(g["peak_active_bytes"])),
+                Cell(f"<code>{esc(g['fingerprint'])}</code>"),
+            ]
+            for g in r["groups"]
+        ],
         numeric=(1, 3),
-    )  # fmt: skip
+    )
     stages = table(
         ["stage", "min", "median", "max", "max rank", "max / median"],
-        [[s["stage"], num(fmt_bytes(s["min_bytes"])), num(fmt_bytes(int(s["median_bytes"]))),
-          num(fmt_bytes(s["max_bytes"])), num(fmt_int(s["max_rank"])),
-          num("&ndash;" if s["max_over_median"] is None else f"{s['max_over_median']:.3f}")]
-         for s in r["stages"]],
+        [
+            [
+                s["stage"],
+                num(fmt_bytes(s["min_bytes"])),
+                num(fmt_bytes(int(s["median_bytes"]))),
+                num(fmt_bytes(s["max_bytes"])),
+                num(fmt_int(s["max_rank"])),
+                num("&ndash;" if s["max_over_median"] is None else f"{s['max_over_median']:.3f}"),
+            ]
+            for s in r["stages"]
+        ],
         numeric=(1, 2, 3, 4, 5),
         empty="no stages (no annotations)",
-    )  # fmt: skip
+    )
     return f"<h3>Groups</h3>{groups}<h3>Stages, most imbalanced first</h3>{stages}"
 
 
 def failed(r: FleetResult) -> str | None:
     if not r["failed"]:
         return None
-    return table(["rank", "file", "reason"],
-                 [[f["rank"], Cell(site_code(f["path"])), f["reason"]] for f in r["failed"]])  # fmt: skip
+    return table(
+        ["rank", "file", "reason"],
+        [[f["rank"], Cell(site_code(f["path"])), f["reason"]] for f in r["failed"]],
+    )
 
 
 SECTIONS: list[tuple[str, str, Callable[[FleetResult], str | None]]] = [
@@ -197,8 +240,10 @@ def fleet_report(result: FleetResult, title: str = "memlens fleet report") -> st
             continue
         nav.append((sid, heading))
         parts.append(f'<section id="{sid}"><h2>{esc(heading)}</h2>{body}</section>')
-    header = (f"<h1>{esc(title)}</h1><div class=\"source\">{result['ranks_total']:,} ranks "
-              f"&middot; {esc(result['executor'])}</div>")  # fmt: skip
+    header = (
+        f'<h1>{esc(title)}</h1><div class="source">{result["ranks_total"]:,} ranks '
+        f"&middot; {esc(result['executor'])}</div>"
+    )
     data: dict[str, Any] = {}
     return render_page(
         title=title, header_html=header, nav=nav, body_html="".join(parts), data=data

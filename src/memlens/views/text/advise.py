@@ -22,19 +22,25 @@ def render_advise(result: AdviseResult, options: Mapping[str, Any] = NO_OPTIONS)
                 ("recorded: " if r["recorded"] else "") + r["settings"],
                 fb(r["peak_reserved_bytes"]),
                 fb(r["saving_bytes"]),
-                ("reproduces the recording" if not r["mismatched_events"]
-                 else f"{r['mismatched_events']:,} events differ") if r["recorded"]
+                (
+                    "reproduces the recording"
+                    if not r["mismatched_events"]
+                    else f"{r['mismatched_events']:,} events differ"
+                )
+                if r["recorded"]
                 else ("" if r["oom_fits"] is None else "OOM fits" if r["oom_fits"] else "OOM"),
             ]
             for r in result["replays"]
-        ]  # fmt: skip
+        ]
         lines += table_lines(["settings", "peak reserved", "saving", ""], rows, "  ")
     if not result["findings"]:
         lines.append("no finding: nothing to change that memlens can size")
     else:
         lines.append("findings, largest first:")
-        rows = [[str(k), f["kind"], fb(f["bytes"]), f["certainty"]]
-                for k, f in enumerate(result["findings"], 1)]  # fmt: skip
+        rows = [
+            [str(k), f["kind"], fb(f["bytes"]), f["certainty"]]
+            for k, f in enumerate(result["findings"], 1)
+        ]
         lines += table_lines(["#", "finding", "bytes at stake", "how sure"], rows, "  ")
     for k, f in enumerate(result["findings"], 1):
         lines += [

@@ -18,8 +18,10 @@ def render_categories(result: CategoriesOutput, options: Mapping[str, Any] = NO_
     lines.append("")
     if cc["has_context"]:
         lines.append("by compile context:")
-        lines += table_lines(["context", "at event", "allocated in trace"],
-                             [[x["context"], fb(x["bytes"]), fb(x["allocated_bytes"])] for x in cc["contexts"]])  # fmt: skip
+        lines += table_lines(
+            ["context", "at event", "allocated in trace"],
+            [[x["context"], fb(x["bytes"]), fb(x["allocated_bytes"])] for x in cc["contexts"]],
+        )
     else:
         lines.append(
             "by compile context: not recorded (record with compile_context=True, PyTorch 2.8+)"

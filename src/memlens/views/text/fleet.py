@@ -68,15 +68,24 @@ def render_fleet(r: Mapping[str, Any]) -> str:
         lines += ["", "stages (each stage's peak across the ranks, most imbalanced first):"]
         lines += table_lines(
             ["stage", "min", "median", "max", "max rank", "max/median"],
-            [[s["stage"][:60], fb(s["min_bytes"]), fb(int(s["median_bytes"])),
-              fb(s["max_bytes"]), s["max_rank"],
-              "" if s["max_over_median"] is None else f"{s['max_over_median']:.3f}"]
-             for s in r["stages"]],
-        )  # fmt: skip
+            [
+                [
+                    s["stage"][:60],
+                    fb(s["min_bytes"]),
+                    fb(int(s["median_bytes"])),
+                    fb(s["max_bytes"]),
+                    s["max_rank"],
+                    "" if s["max_over_median"] is None else f"{s['max_over_median']:.3f}",
+                ]
+                for s in r["stages"]
+            ],
+        )
     if r["failed"]:
         lines += ["", f"failed ({len(r['failed']):,}), by reason:"]
-        lines += [f"  {f['ranks']:>7,} ranks  {f['reason']}  (first: rank {f['first_rank']})"
-                  for f in r["failure_reasons"][:TEXT_ROWS]]  # fmt: skip
+        lines += [
+            f"  {f['ranks']:>7,} ranks  {f['reason']}  (first: rank {f['first_rank']})"
+            for f in r["failure_reasons"][:TEXT_ROWS]
+        ]
         lines += ["", "failed ranks:"]
         lines += [f"  rank {f['rank']}  {f['reason']}" for f in r["failed"][:TEXT_ROWS]]
         lines += _more(len(r["failed"]), "failed ranks")
@@ -104,21 +113,33 @@ def outlier_lines(r: Mapping[str, Any], by_rank: dict[int, dict[str, Any]]) -> l
         return ["no rank could be read: nothing to compare (see failed below)"]
     if not found:
         return [f"no outliers (no figure has |robust z| > {r['threshold_z']:g})"]
-    lines = [f"outliers ({len(found)}; |robust z| > {r['threshold_z']:g}, median/MAD over the "
-             "ok ranks):"]  # fmt: skip
+    lines = [
+        f"outliers ({len(found)}; |robust z| > {r['threshold_z']:g}, median/MAD over the ok ranks):"
+    ]
     rows = []
     for o in found:
         for k, f in enumerate(o["figures"][:FIGURES_PER_OUTLIER]):
             pct = "" if f["change_pct"] is None else f"{f['change_pct']:+.1f}%"
-            rows.append([o["rank"] if k == 0 else "", figure_label(f["name"]), fb(f["value"]),
-                         fb(int(f["median"])), pct, f"{f['z']:+.1f}"])  # fmt: skip
+            rows.append(
+                [
+                    o["rank"] if k == 0 else "",
+                    figure_label(f["name"]),
+                    fb(f["value"]),
+                    fb(int(f["median"])),
+                    pct,
+                    f"{f['z']:+.1f}",
+                ]
+            )
     lines += table_lines(["rank", "figure", "value", "median", "change", "z"], rows)
     for o in found:
         d = o.get("diff")
         if not d:
             continue
-        lines += ["", f"rank {o['rank']} vs median rank {r['median_rank']} "
-                      f"({o['path']}), call sites at the peak:"]  # fmt: skip
+        lines += [
+            "",
+            f"rank {o['rank']} vs median rank {r['median_rank']} "
+            f"({o['path']}), call sites at the peak:",
+        ]
         if d["error"] is not None:  # the key is always there (OutlierDiff): None = a diff
             lines.append(f"  (no diff: {d['error']})")
             continue

@@ -21,8 +21,10 @@ def render_fragmentation(
 
 def _render_curve(result: Mapping[str, Any]) -> str:
     device = result["device"]
-    lines = [f"device {device}: reserved minus active peaks at {fb(result['max_gap_bytes'])} "
-             f"{when_text(result['max_gap_event'])}"]  # fmt: skip
+    lines = [
+        f"device {device}: reserved minus active peaks at {fb(result['max_gap_bytes'])} "
+        f"{when_text(result['max_gap_event'])}"
+    ]
     for title, key in (("at the peak of active memory", "at_peak"), ("at the end", "end")):
         if result[key]:
             lines += ["", title + ":"] + _state_lines(result[key])[1:]
@@ -35,10 +37,20 @@ def render_state(result: Mapping[str, Any], blocks: bool) -> str:
     if blocks:
         segs = sorted(result["segments"], key=lambda s: -s["size"])[:30]
         lines += ["", "largest segments:"]
-        lines += table_lines(["segment", "size", "blocks", "free", "largest free", "expandable"],
-                             [[s["address"], fb(s["size"]), len(s["blocks"]), fb(s["free_bytes"]),
-                               fb(s["largest_free_bytes"]), "yes" if s["is_expandable"] else ""]
-                              for s in segs])  # fmt: skip
+        lines += table_lines(
+            ["segment", "size", "blocks", "free", "largest free", "expandable"],
+            [
+                [
+                    s["address"],
+                    fb(s["size"]),
+                    len(s["blocks"]),
+                    fb(s["free_bytes"]),
+                    fb(s["largest_free_bytes"]),
+                    "yes" if s["is_expandable"] else "",
+                ]
+                for s in segs
+            ],
+        )
     return "\n".join(lines)
 
 

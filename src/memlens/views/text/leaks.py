@@ -15,14 +15,28 @@ def render_leaks(result: LeaksResult, options: Mapping[str, Any] = NO_OPTIONS) -
     lines = [f"device {device}: {len(result['groups'])} stage group(s)"]
     lines += [f"note: {n}" for n in result["notes"]]
     for g in result["groups"]:
-        lines += ["", f"{g['base_name']} x{g['count']}: growth {signed_bytes(g['growth_bytes'])} "
-                      f"({signed_bytes(g['growth_per_step_bytes'])} per step"
-                      + (f"; {signed_bytes(g['steady_growth_bytes'])} after the first" if g["steady_growth_bytes"] is not None else "")
-                      + "); "
-                      f"suspects {fb(g['suspects_bytes'])} in {g['suspects_count']:,} allocations"]  # fmt: skip
+        lines += [
+            "",
+            f"{g['base_name']} x{g['count']}: growth {signed_bytes(g['growth_bytes'])} "
+            f"({signed_bytes(g['growth_per_step_bytes'])} per step"
+            + (
+                f"; {signed_bytes(g['steady_growth_bytes'])} after the first"
+                if g["steady_growth_bytes"] is not None
+                else ""
+            )
+            + "); "
+            f"suspects {fb(g['suspects_bytes'])} in {g['suspects_count']:,} allocations",
+        ]
         shown, hidden = elide(g["occurrences"], 5, 3)
-        rows = [[f"{o['name']} [{o['occurrence']}]", fb(o["start_bytes"]), fb(o["end_bytes"]),
-                 fb(o["left_alive_bytes"])] for o in shown]  # fmt: skip
+        rows = [
+            [
+                f"{o['name']} [{o['occurrence']}]",
+                fb(o["start_bytes"]),
+                fb(o["end_bytes"]),
+                fb(o["left_alive_bytes"]),
+            ]
+            for o in shown
+        ]
         if hidden:
             rows.insert(5, [f"... {hidden:,} more (--json)", "", "", ""])
         lines += table_lines(["occurrence", "start", "end", "left alive"], rows)

@@ -100,9 +100,17 @@ def groups_lines(kind: str, groups: Sequence[Mapping[str, Any]]) -> list[str]:
     allocated per group, then each group's top sites."""
     lines = table_lines(
         [kind, "at event", "count", "own peak", "allocated in trace"],
-        [[g["name"], format_bytes(g["bytes"]), f"{g['count']:,}", format_bytes(g["peak_bytes"]),
-          format_bytes(g["allocated_bytes"])] for g in groups],
-    )  # fmt: skip
+        [
+            [
+                g["name"],
+                format_bytes(g["bytes"]),
+                f"{g['count']:,}",
+                format_bytes(g["peak_bytes"]),
+                format_bytes(g["allocated_bytes"]),
+            ]
+            for g in groups
+        ],
+    )
     for g in groups:
         if g.get("top_sites"):
             lines += ["", f"{g['name']}:", *sites_lines(g["top_sites"])]

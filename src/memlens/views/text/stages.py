@@ -37,9 +37,18 @@ def render_stages(result: StagesOutput, options: Mapping[str, Any] = NO_OPTIONS)
             if s["last_event"] >= s["first_event"]
             else "(no events)"
         )
-        rows.append([label, ev, fb(s["active_start_bytes"]), fb(s["peak_bytes"]),
-                     fb(s["active_end_bytes"]), signed_bytes(s["net_bytes"]),
-                     fb(s["allocated_bytes"]), fb(s["freed_bytes"])])  # fmt: skip
+        rows.append(
+            [
+                label,
+                ev,
+                fb(s["active_start_bytes"]),
+                fb(s["peak_bytes"]),
+                fb(s["active_end_bytes"]),
+                signed_bytes(s["net_bytes"]),
+                fb(s["allocated_bytes"]),
+                fb(s["freed_bytes"]),
+            ]
+        )
     if rows:
         lines += table_lines(
             ["stage", "events", "start", "peak", "end", "net", "allocated", "freed"], rows
@@ -56,11 +65,16 @@ def render_stages(result: StagesOutput, options: Mapping[str, Any] = NO_OPTIONS)
             f"(end growth {signed_bytes(g['end_growth_bytes'])})"
         )
         steps_shown, steps_hidden = elide(g["steps"], 5, 3)
-        srows = [[r["name"] + f" [{r['occurrence']}]", fb(r["peak_bytes"]),
-                  "" if r["delta_peak_bytes"] is None else signed_bytes(r["delta_peak_bytes"]),
-                  fb(r["active_end_bytes"]),
-                  "" if r["delta_end_bytes"] is None else signed_bytes(r["delta_end_bytes"])]
-                 for r in steps_shown]  # fmt: skip
+        srows = [
+            [
+                r["name"] + f" [{r['occurrence']}]",
+                fb(r["peak_bytes"]),
+                "" if r["delta_peak_bytes"] is None else signed_bytes(r["delta_peak_bytes"]),
+                fb(r["active_end_bytes"]),
+                "" if r["delta_end_bytes"] is None else signed_bytes(r["delta_end_bytes"]),
+            ]
+            for r in steps_shown
+        ]
         if steps_hidden:
             srows.insert(5, [f"... {steps_hidden:,} more (--json)", "", "", "", ""])
         lines += table_lines(["step", "peak", "Δpeak", "end", "Δend"], srows)

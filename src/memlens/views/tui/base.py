@@ -89,7 +89,7 @@ def wrap_lines(lines: list[str], width: int, indent: int = 4) -> list[str]:
                 replace_whitespace=False,
                 drop_whitespace=True,
                 break_on_hyphens=False,
-            )  # fmt: skip
+            )
         )
     return out
 

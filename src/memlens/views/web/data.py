@@ -193,11 +193,19 @@ class ViewerData:
         rows = v.band_rows
         uniq, inv = np.unique(site_of_allocations(dev, rows), return_inverse=True)
         out = self._chart(
-            "allocations", v, dev, bounds, x, width, height, ymin,
-            size=dev.alloc_size[rows], group=inv,
+            "allocations",
+            v,
+            dev,
+            bounds,
+            x,
+            width,
+            height,
+            ymin,
+            size=dev.alloc_size[rows],
+            group=inv,
             groups=[frame_label(dev.snapshot, int(u)) for u in uniq],
             group_keys=uniq,  # frame ids
-        )  # fmt: skip
+        )
         out["bands"]["flags"] = dev.alloc_flags[rows].tolist()
         if q:  # the find box: which bands match, and for an address where it was
             query = parse_query(q)
@@ -314,14 +322,22 @@ class ViewerData:
         streams = self.snap(s).streams
         uniq, inv = np.unique(segs.stream[rows], return_inverse=True)
         out = self._chart(
-            "segments", v, lay.dev, bounds, x, width, height, 0,
-            size=segs.size[rows], group=inv,
+            "segments",
+            v,
+            lay.dev,
+            bounds,
+            x,
+            width,
+            height,
+            0,
+            size=segs.size[rows],
+            group=inv,
             groups=[
                 f"segment on stream 0x{int(streams[u]) if 0 <= u < len(streams) else int(u):x}"
                 for u in uniq.tolist()
             ],
             group_keys=uniq,  # stream indices
-        )  # fmt: skip
+        )
         out["bands"]["address"] = [f"0x{int(a):x}" for a in segs.addr[rows].tolist()]
         return out
 

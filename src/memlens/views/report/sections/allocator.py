@@ -19,9 +19,19 @@ def allocator_state_section(ctx: ReportContext) -> str:
     rows = []
     for label, ev in points:
         s = state_at(dev, ev, blocks=False)
-        rows.append([label, event_text(ev), num(fmt_bytes(s["reserved_bytes"])), num(fmt_bytes(s["allocated_bytes"])),
-                     num(fmt_bytes(s["free_bytes"])), num(fmt_bytes(s["largest_free_bytes"])),
-                     f"{100 * float(s['fragmentation']):.1f}%", fmt_int(s["n_segments"]), fmt_int(s["n_blocks"])])  # fmt: skip
+        rows.append(
+            [
+                label,
+                event_text(ev),
+                num(fmt_bytes(s["reserved_bytes"])),
+                num(fmt_bytes(s["allocated_bytes"])),
+                num(fmt_bytes(s["free_bytes"])),
+                num(fmt_bytes(s["largest_free_bytes"])),
+                f"{100 * float(s['fragmentation']):.1f}%",
+                fmt_int(s["n_segments"]),
+                fmt_int(s["n_blocks"]),
+            ]
+        )
     out = table(
         [
             "when",

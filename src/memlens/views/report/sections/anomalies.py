@@ -21,8 +21,10 @@ def anomalies_section(ctx: ReportContext) -> str:
         ("large temporaries", fmt_int(temps.get("count", 0)), f"{bytes_text(temps.get('bytes', 0))} short-lived"),
         ("largest reserved-active gap", fmt_bytes(gaps.get("max_gap_bytes", 0)), f"at event {event_text(gaps.get('max_gap_event'))}"),
     ])  # fmt: skip
-    for title, found in (("Late frees (memory used on another stream) by site", late),
-                         ("Large short-lived temporaries by site", temps)):  # fmt: skip
+    for title, found in (
+        ("Late frees (memory used on another stream) by site", late),
+        ("Large short-lived temporaries by site", temps),
+    ):
         if found.get("by_site"):
             rows = [
                 [site_cell(s), num(fmt_bytes(s.get("bytes", 0))), fmt_int(s.get("count"))]
@@ -32,9 +34,16 @@ def anomalies_section(ctx: ReportContext) -> str:
                 ["call site", "bytes", "count"], rows, numeric=(1, 2)
             )
     if gaps.get("stretches"):
-        rows = [[f"{int(s['first_event']):,}\u2013{int(s['last_event']):,}", num(fmt_bytes(s["max_gap_bytes"])),
-                 event_text(s.get("max_gap_event")), num(fmt_bytes(s["active_bytes"])), num(fmt_bytes(s["reserved_bytes"]))]
-                for s in gaps["stretches"]]  # fmt: skip
+        rows = [
+            [
+                f"{int(s['first_event']):,}\u2013{int(s['last_event']):,}",
+                num(fmt_bytes(s["max_gap_bytes"])),
+                event_text(s.get("max_gap_event")),
+                num(fmt_bytes(s["active_bytes"])),
+                num(fmt_bytes(s["reserved_bytes"])),
+            ]
+            for s in gaps["stretches"]
+        ]
         out += "<h3>Reserved far above active</h3>" + table(
             ["events", "largest gap", "at event", "active there", "reserved there"],
             rows,

@@ -18,8 +18,10 @@ def categories_section(ctx: ReportContext) -> str:
         for c in result.get("categories") or []
         if c.get("peak_bytes") or c.get("allocated_bytes") or c.get("bytes")
     ]
-    out = note(f"At the peak (after event {event_text(result.get('event'))}): {bytes_text(total)} active. "
-               "Categories are inferred from stacks and lifetimes (docs/analyses.md).")  # fmt: skip
+    out = note(
+        f"At the peak (after event {event_text(result.get('event'))}): {bytes_text(total)} active. "
+        "Categories are inferred from stacks and lifetimes (docs/analyses.md)."
+    )
     out += groups_table("category", cats, total)
     out += curve_chart(result.get("curve"), [c["name"] for c in cats], ctx.dev.n_events)
     out += compile_contexts(ctx)

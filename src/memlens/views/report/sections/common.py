@@ -50,19 +50,31 @@ def groups_table(
     rows = [
         [g["name"]]
         + ([Cell(f"<code>{esc(g.get('pattern') or '')}</code>")] if pattern else [])
-        + [num(fmt_bytes(g["bytes"])), f"{100 * g['bytes'] / total:.1f}%" if total else "",
-           fmt_int(g["count"]), num(fmt_bytes(g["peak_bytes"])),
-           num(fmt_bytes(g["allocated_bytes"])), sites_cell((g.get("top_sites") or [])[:3])]
+        + [
+            num(fmt_bytes(g["bytes"])),
+            f"{100 * g['bytes'] / total:.1f}%" if total else "",
+            fmt_int(g["count"]),
+            num(fmt_bytes(g["peak_bytes"])),
+            num(fmt_bytes(g["allocated_bytes"])),
+            sites_cell((g.get("top_sites") or [])[:3]),
+        ]
         for g in groups
-    ]  # fmt: skip
+    ]
     first = 2 if pattern else 1
     return table(
-        [kind] + (["pattern"] if pattern else [])
-        + ["at the peak", "share", "allocations", "own peak", "allocated over the trace",
-           "top sites"],
+        [kind]
+        + (["pattern"] if pattern else [])
+        + [
+            "at the peak",
+            "share",
+            "allocations",
+            "own peak",
+            "allocated over the trace",
+            "top sites",
+        ],
         rows,
         numeric=range(first, first + 5),
-    )  # fmt: skip
+    )
 
 
 def curve_chart(curve: Mapping[str, Any] | None, names: list[str], n_events: int) -> str:

@@ -34,11 +34,16 @@ def devices_section(ctx: ReportContext) -> str:
         hide_patterns=ctx.hide_patterns,
     )
     rows = [
-        [rk["label"] + (" (this report)" if rk["device"] == ctx.dev.device else ""), fmt_int(rk["trace_entries"]),
-         num(fmt_bytes(rk["peak_active_bytes"])), num(fmt_bytes(rk["peak_reserved_bytes"])),
-         num(fmt_bytes(rk["baseline_bytes"])), num(fmt_bytes(rk["end_active_bytes"]))]
+        [
+            rk["label"] + (" (this report)" if rk["device"] == ctx.dev.device else ""),
+            fmt_int(rk["trace_entries"]),
+            num(fmt_bytes(rk["peak_active_bytes"])),
+            num(fmt_bytes(rk["peak_reserved_bytes"])),
+            num(fmt_bytes(rk["baseline_bytes"])),
+            num(fmt_bytes(rk["end_active_bytes"])),
+        ]
         for rk in r.get("ranks") or []
-    ]  # fmt: skip
+    ]
     out = table(
         ["device", "trace entries", "peak active", "peak reserved", "baseline", "end active"],
         rows,

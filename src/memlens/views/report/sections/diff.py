@@ -81,10 +81,16 @@ def diff_tables(ctx: ReportContext) -> str:
     out = table(["", "A", "B", "change", "change %"], rows, numeric=(1, 2, 3, 4))
     sites = r.get("sites") or []
     rows = [
-        [Cell(site_code(s["site"])), num(fmt_bytes(s["a_bytes"])), num(fmt_bytes(s["b_bytes"])),
-         num(fmt_delta(s["change"])), f"{fmt_int(s['a_count'])} \u2192 {fmt_int(s['b_count'])}", STATUS.get(s["status"], s["status"])]
+        [
+            Cell(site_code(s["site"])),
+            num(fmt_bytes(s["a_bytes"])),
+            num(fmt_bytes(s["b_bytes"])),
+            num(fmt_delta(s["change"])),
+            f"{fmt_int(s['a_count'])} \u2192 {fmt_int(s['b_count'])}",
+            STATUS.get(s["status"], s["status"]),
+        ]
         for s in sites
-    ]  # fmt: skip
+    ]
     total = int(r.get("sites_total") or len(sites))
     out += "<h3>Call sites live at each peak</h3>" + note(
         f"By first user frame, largest change first ({len(sites):,} of {total:,} sites)."
@@ -97,12 +103,18 @@ def diff_tables(ctx: ReportContext) -> str:
     stages = r.get("stages")
     if stages:
         rows = [
-            [f"{st['name']}" + (f" #{st['occurrence']}" if st.get("occurrence") else ""),
-             num(fmt_bytes(st.get("a_peak_bytes"))), num(fmt_bytes(st.get("b_peak_bytes"))), num(fmt_delta(st.get("peak_change"))),
-             num(fmt_delta(st.get("a_net_bytes"))), num(fmt_delta(st.get("b_net_bytes"))), num(fmt_delta(st.get("net_change"))),
-             STATUS.get(st.get("status"), st.get("status"))]
+            [
+                f"{st['name']}" + (f" #{st['occurrence']}" if st.get("occurrence") else ""),
+                num(fmt_bytes(st.get("a_peak_bytes"))),
+                num(fmt_bytes(st.get("b_peak_bytes"))),
+                num(fmt_delta(st.get("peak_change"))),
+                num(fmt_delta(st.get("a_net_bytes"))),
+                num(fmt_delta(st.get("b_net_bytes"))),
+                num(fmt_delta(st.get("net_change"))),
+                STATUS.get(st.get("status"), st.get("status")),
+            ]
             for st in stages
-        ]  # fmt: skip
+        ]
         out += "<h3>Stage by stage</h3>" + table(
             ["stage", "A peak", "B peak", "peak change", "A net", "B net", "net change", ""],
             rows,

@@ -45,12 +45,19 @@ def leaks_section(ctx: ReportContext) -> str:
                         f"{int(g['suspects_count']):,} allocations alive at the end",
                     ),
                 ]
-            )  # fmt: skip
+            )
         )
         sus = g.get("suspects") or []
         if sus:
-            rows = [[site_cell(s), num(fmt_bytes(s["bytes"])), fmt_int(s["count"]),
-                     ", ".join(bytes_text(b) for b in (s.get("per_occurrence") or [])[:12])] for s in sus]  # fmt: skip
+            rows = [
+                [
+                    site_cell(s),
+                    num(fmt_bytes(s["bytes"])),
+                    fmt_int(s["count"]),
+                    ", ".join(bytes_text(b) for b in (s.get("per_occurrence") or [])[:12]),
+                ]
+                for s in sus
+            ]
             parts.append(
                 "<h3>Made inside the stage and still alive at the end</h3>"
                 + table(

@@ -46,7 +46,7 @@ def oom_section(ctx: ReportContext) -> str:
                         f"{fmt_int(o.get('n_segments'))} segments",
                     ),
                 ]
-            )  # fmt: skip
+            )
             + _oom_notes(o)
             + "<h3>What was live: top sites</h3>"
             + _sites_table(o.get("top_sites") or [])

@@ -26,9 +26,11 @@ def peak_section(ctx: ReportContext) -> str:
         '<button data-view="python">Python frames</button><button data-view="all">all frames</button>'
         '<button data-reset="1">reset zoom</button><span class="crumbs"></span></div>'
         '<div class="icicle-wrap"><div class="icicle"></div></div></div>'
-        + note("Outermost frame at the top. Click a cell to zoom into it, click a breadcrumb to zoom out; "
-               "hover for bytes. Nodes under 0.1% of the total are merged into \"<other>\".")
-    )  # fmt: skip
+        + note(
+            "Outermost frame at the top. Click a cell to zoom into it, click a breadcrumb to zoom out; "
+            'hover for bytes. Nodes under 0.1% of the total are merged into "<other>".'
+        )
+    )
     sites = top_sites(dev, rows, limit=25, hide_patterns=ctx.hide_patterns)
     return (
         note(
@@ -45,12 +47,15 @@ def largest_allocations(ctx: ReportContext) -> str:
     """The ten largest allocations live at the peak (memlens.analysis.peak)."""
     result = peak(ctx.dev, tree=False, top=0, largest=10, hide_patterns=ctx.hide_patterns)
     rows = [
-        [Cell(f"<code>{esc(a['address'])}_{int(a['version'])}</code>"), num(fmt_bytes(a["bytes"])),
-         Cell(site_code(a["site"])),
-         "before the trace" if a["alloc_event"] < 0 else f"{a['alloc_event']:,}",
-         "alive at the end" if a.get("free_event") is None else f"{a['free_event']:,}"]
+        [
+            Cell(f"<code>{esc(a['address'])}_{int(a['version'])}</code>"),
+            num(fmt_bytes(a["bytes"])),
+            Cell(site_code(a["site"])),
+            "before the trace" if a["alloc_event"] < 0 else f"{a['alloc_event']:,}",
+            "alive at the end" if a.get("free_event") is None else f"{a['free_event']:,}",
+        ]
         for a in result.get("largest") or []
-    ]  # fmt: skip
+    ]
     return "<h3>Largest allocations at the peak</h3>" + table(
         [
             "allocation (address_version)",

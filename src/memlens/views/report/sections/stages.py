@@ -40,13 +40,19 @@ def stages_section(ctx: ReportContext) -> str:
         events = (
             "none" if last < int(s["first_event"]) else f"{int(s['first_event']):,}\u2013{last:,}"
         )
-        rows.append([
-            name + edge, num(events),
-            num(fmt_bytes(s["active_start_bytes"])), num(fmt_bytes(s["active_end_bytes"])),
-            num(fmt_bytes(s["peak_bytes"])), num(fmt_bytes(s["allocated_bytes"])),
-            num(fmt_bytes(s["freed_bytes"])), num(fmt_delta(s["net_bytes"])),
-            sites_cell((s.get("grew") or [])[:2]),
-        ])  # fmt: skip
+        rows.append(
+            [
+                name + edge,
+                num(events),
+                num(fmt_bytes(s["active_start_bytes"])),
+                num(fmt_bytes(s["active_end_bytes"])),
+                num(fmt_bytes(s["peak_bytes"])),
+                num(fmt_bytes(s["allocated_bytes"])),
+                num(fmt_bytes(s["freed_bytes"])),
+                num(fmt_delta(s["net_bytes"])),
+                sites_cell((s.get("grew") or [])[:2]),
+            ]
+        )
     more = (
         note(f"Showing the first {MAX_STAGE_ROWS:,} of {len(stages):,} stages.")
         if len(stages) > MAX_STAGE_ROWS
@@ -80,11 +86,17 @@ def steps_html(ctx: ReportContext, result: StageTable) -> str:
     parts = []
     for g in groups:
         rows = [
-            [str(st["name"]) + occurrence_suffix(st), num(fmt_bytes(st["peak_bytes"])), num(fmt_delta(st.get("delta_peak_bytes"))),
-             num(fmt_bytes(st["active_start_bytes"])), num(fmt_bytes(st["active_end_bytes"])),
-             num(fmt_delta(st.get("delta_end_bytes"))), num(fmt_delta(st["net_bytes"]))]
+            [
+                str(st["name"]) + occurrence_suffix(st),
+                num(fmt_bytes(st["peak_bytes"])),
+                num(fmt_delta(st.get("delta_peak_bytes"))),
+                num(fmt_bytes(st["active_start_bytes"])),
+                num(fmt_bytes(st["active_end_bytes"])),
+                num(fmt_delta(st.get("delta_end_bytes"))),
+                num(fmt_delta(st["net_bytes"])),
+            ]
             for st in (g.get("steps") or [])[:MAX_STAGE_ROWS]
-        ]  # fmt: skip
+        ]
         parts.append(
             f"<h3>Repeated stage {esc(g['base_name'])}: {int(g['count']):,} times</h3>"
             + note(
