@@ -64,25 +64,12 @@ def _symbol(ref: str) -> Any:
 
 
 # options every analysis shares (per its `opens` and `hide`), in --help order
-DEVICE = Option(
-    "device",
-    int,
-    None,
-    "Device ordinal (default: the device with the longest trace).",
-    flag="--device",
-    short="-d",
-)
+DEVICE = Option("device", int, None, "Device ordinal (default: the device with the longest trace).",
+                flag="--device", short="-d")  # fmt: skip
 DEVICE_B = Option("device_b", int, None, "Device of B when it differs from --device.")
-HIDE = Option(
-    "hide_patterns",
-    str,
-    None,
-    "Filename patterns to skip when naming the call site (None: torch internals, "
-    "stdlib; [] shows every frame).",
-    multiple=True,
-    flag="--hide",
-    metavar="REGEX",
-)
+HIDE = Option("hide_patterns", str, None,
+              "Filename patterns to skip when naming the call site (None: torch internals, "
+              "stdlib; [] shows every frame).", multiple=True, flag="--hide", metavar="REGEX")  # fmt: skip
 
 
 @dataclass(frozen=True)

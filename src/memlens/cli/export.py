@@ -32,30 +32,22 @@ def _check(
 
 
 CHROME_TRACE = click.option(
-    "--chrome-trace",
-    type=_OUT,
-    metavar="OUT",
+    "--chrome-trace", type=_OUT, metavar="OUT",
     help="Write allocated/reserved counters and the stages as a Chrome trace (Perfetto).",
-)
+)  # fmt: skip
 MERGE = click.option(
-    "--merge",
-    type=click.Path(dir_okay=False, exists=True, path_type=Path),
-    metavar="TRACE",
+    "--merge", type=click.Path(dir_okay=False, exists=True, path_type=Path), metavar="TRACE",
     help="A torch.profiler Chrome trace to add the memory tracks to, on its clock "
     "(written to --chrome-trace OUT).",
-)
+)  # fmt: skip
 SNAPSHOT_JSON = click.option(
-    "--snapshot-json",
-    type=_OUT,
-    metavar="OUT",
+    "--snapshot-json", type=_OUT, metavar="OUT",
     help="Write the whole snapshot as JSON in PyTorch's snapshot layout (memlens.load reads it).",
-)
+)  # fmt: skip
 PARQUET = click.option(
-    "--parquet",
-    type=click.Path(file_okay=False, path_type=Path),
-    metavar="DIR",
+    "--parquet", type=click.Path(file_okay=False, path_type=Path), metavar="DIR",
     help="Write the tables of `memlens sql` as DIR/<table>.parquet.",
-)
+)  # fmt: skip
 
 
 @analysis_command(

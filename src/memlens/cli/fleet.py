@@ -22,73 +22,32 @@ def _check(**own: Any) -> dict[str, Any]:
 
 @analysis_command(
     "fleet",
-    click.option(
-        "--scheduler",
-        default=None,
-        metavar="tcp://HOST:PORT|dask-local",
-        help="Run on a Dask cluster: the address of an existing scheduler, or "
-        "dask-local to start a LocalCluster (needs memlens[fleet]). Default: a "
-        "local process pool.",
-    ),
-    click.option(
-        "--workers",
-        type=int,
-        default=None,
-        help="Processes of the local pool or the LocalCluster (default: the cores).",
-    ),
-    click.option(
-        "--rank-regex",
-        default=None,
-        metavar="REGEX",
-        help="Rank id from the file name: the regex's first group, a number "
-        "(default: rank12, rank_12, ..._12.pickle; else the order given).",
-    ),
-    click.option(
-        "--out",
-        type=click.Path(dir_okay=False),
-        default=None,
-        help="Also write the per-rank table as Parquet (needs pyarrow).",
-    ),
-    click.option(
-        "--report",
-        type=click.Path(dir_okay=False),
-        default=None,
-        help="Also write an HTML report: rank x stage heatmap, outliers and "
-        "their diffs, groups, stages.",
-    ),
-    click.option(
-        "--z",
-        "threshold",
-        type=float,
-        default=3.5,
-        show_default=True,
-        help="|robust z| above which a figure makes a rank an outlier.",
-    ),
-    click.option(
-        "--tolerance",
-        type=float,
-        default=0.05,
-        show_default=True,
-        help="Ranks group together within this fraction of the median.",
-    ),
-    click.option(
-        "--diffs",
-        type=int,
-        default=10,
-        show_default=True,
-        help="How many outliers get a diff against the median rank.",
-    ),
-    click.option(
-        "--top",
-        type=int,
-        default=10,
-        show_default=True,
-        help="Call sites at the peak kept per rank.",
-    ),
+    click.option("--scheduler", default=None, metavar="tcp://HOST:PORT|dask-local",
+                 help="Run on a Dask cluster: the address of an existing scheduler, or "
+                 "dask-local to start a LocalCluster (needs memlens[fleet]). Default: a "
+                 "local process pool."),
+    click.option("--workers", type=int, default=None,
+                 help="Processes of the local pool or the LocalCluster (default: the cores)."),
+    click.option("--rank-regex", default=None, metavar="REGEX",
+                 help="Rank id from the file name: the regex's first group, a number "
+                 "(default: rank12, rank_12, ..._12.pickle; else the order given)."),
+    click.option("--out", type=click.Path(dir_okay=False), default=None,
+                 help="Also write the per-rank table as Parquet (needs pyarrow)."),
+    click.option("--report", type=click.Path(dir_okay=False), default=None,
+                 help="Also write an HTML report: rank x stage heatmap, outliers and "
+                 "their diffs, groups, stages."),
+    click.option("--z", "threshold", type=float, default=3.5, show_default=True,
+                 help="|robust z| above which a figure makes a rank an outlier."),
+    click.option("--tolerance", type=float, default=0.05, show_default=True,
+                 help="Ranks group together within this fraction of the median."),
+    click.option("--diffs", type=int, default=10, show_default=True,
+                 help="How many outliers get a diff against the median rank."),
+    click.option("--top", type=int, default=10, show_default=True,
+                 help="Call sites at the peak kept per rank."),
     opens="paths",
     device_help="Device of each file (default: the longest trace).",
     prepare=_check,
-)
+)  # fmt: skip
 def command(
     inputs: tuple[str, ...],
     scheduler: str | None,

@@ -42,20 +42,12 @@ from memlens.cli.options import status
 )
 # --json everywhere else means "print the result as JSON"; here it was --format json
 @click.option("--json", "json_alias", is_flag=True, hidden=True)
-@click.option(
-    "--ranks",
-    type=int,
-    default=None,
-    help="Write this many rank files into the directory OUTPUT (a fleet: one "
-    "training loop, per-rank noise; see --skew).",
-)
-@click.option(
-    "--skew",
-    multiple=True,
-    metavar="KIND:RANK",
-    help="With --ranks: skew that rank (repeatable): leak, activations or "
-    "pipeline, e.g. --skew leak:3.",
-)
+@click.option("--ranks", type=int, default=None,
+              help="Write this many rank files into the directory OUTPUT (a fleet: one "
+              "training loop, per-rank noise; see --skew).")  # fmt: skip
+@click.option("--skew", multiple=True, metavar="KIND:RANK",
+              help="With --ranks: skew that rank (repeatable): leak, activations or "
+              "pipeline, e.g. --skew leak:3.")  # fmt: skip
 def command(
     output: str,
     events: int,

@@ -22,21 +22,11 @@ from memlens.errors import MemlensError
 
 @click.command("report")
 @snapshots_argument()
-@click.option(
-    "-o",
-    "--output",
-    type=click.Path(dir_okay=False),
-    default=None,
-    help="HTML file to write (default: SNAPSHOT with .html).",
-)
+@click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
+              help="HTML file to write (default: SNAPSHOT with .html).")  # fmt: skip
 @device_option
-@click.option(
-    "--rules",
-    "rules",
-    type=click.Path(dir_okay=False),
-    default=None,
-    help="JSON or YAML file of custom rules (name: regex over frames) to add a rules section.",
-)
+@click.option("--rules", "rules", type=click.Path(dir_okay=False), default=None,
+              help="JSON or YAML file of custom rules (name: regex over frames) to add a rules section.")  # fmt: skip
 @hide_option
 @no_cache_option
 @annotations_option

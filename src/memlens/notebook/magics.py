@@ -59,28 +59,16 @@ def _parser(name: str, default_output: str) -> _Parser:
 
 
 RECORD = _parser("record", "memlens-cell-N.pickle, N = the execution count")
-RECORD.add_argument(
-    "--stacks",
-    choices=["python", "all"],
-    default="python",
-    help="'all' adds C++ frames (dumps can then take minutes)",
-)
+RECORD.add_argument("--stacks", choices=["python", "all"], default="python",
+                    help="'all' adds C++ frames (dumps can then take minutes)")  # fmt: skip
 RECORD.add_argument("--no-report", action="store_true", help="no HTML report beside it")
 SIMULATE = _parser("simulate", "memlens-sim-cell-N.pickle")
 SIMULATE.add_argument("--device-memory", metavar="SIZE", help="e.g. 24GiB; beyond: OOM")
-SIMULATE.add_argument(
-    "--expandable-segments",
-    action="store_true",
-    default=None,
-    help="model expandable_segments:True",
-)
+SIMULATE.add_argument("--expandable-segments", action="store_true", default=None,
+                      help="model expandable_segments:True")  # fmt: skip
 SIMULATE.add_argument("--max-split-size-mb", type=int, default=None, help="model max_split_size_mb")
-SIMULATE.add_argument(
-    "--cublas-workspace",
-    metavar="SIZE",
-    default="32MiB",
-    help="cuBLAS workspace (default 32MiB; 0 to omit)",
-)
+SIMULATE.add_argument("--cublas-workspace", metavar="SIZE", default="32MiB",
+                      help="cuBLAS workspace (default 32MiB; 0 to omit)")  # fmt: skip
 
 
 def cell_number(shell: Any) -> int:
