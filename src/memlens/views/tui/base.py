@@ -176,7 +176,9 @@ class KeyScreen(Screen[None], inherit_bindings=False):
         """Call do_<name>(arg) for an action of a key table ("step(-1)", "peak"). (Not
         named run_action: that is textual's async Widget.run_action(action, namespaces).)"""
         name, _, arg = action.partition("(")
-        args = [int(arg.rstrip(")"))] if arg else []
+        self.do(name, [int(arg.rstrip(")"))] if arg else [])
+
+    def do(self, name: str, args: list[int]) -> None:
         getattr(self, f"do_{name}")(*args)
 
     def intercept(self, event: events.Key) -> bool:

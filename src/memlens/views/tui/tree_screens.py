@@ -25,6 +25,14 @@ from memlens.views.tui.trees import (
     rows_under,
 )
 
+# actions of the tree table that are the outline's own methods: action -> Outline method
+_SAME_NAME = "move home end expand collapse toggle expand_all collapse_all parent first_child"
+OUTLINE_ACTIONS = {
+    **{name: name for name in (_SAME_NAME + " sibling focus back unfocus").split()},
+    "open": "toggle",  # Enter, as in ptmem: expand or collapse the row
+    "match": "next_match",
+}
+
 
 class TreeScreen(KeyScreen):
     """An outline with title and status lines; subclasses say what the tree is."""
@@ -129,59 +137,21 @@ class TreeScreen(KeyScreen):
         return True
 
     # ---- actions ---------------------------------------------------------------------
-    def do_move(self, n: int) -> None:
-        self.outline.move(n)
+    def do(self, name: str, args: list[int]) -> None:
+        """An outline move (OUTLINE_ACTIONS) unless the screen has a do_<name> of its own."""
+        move = OUTLINE_ACTIONS.get(name)
+        if move is not None and not hasattr(self, f"do_{name}"):
+            getattr(self.outline, move)(*args)
+        else:
+            super().do(name, args)
 
     def do_page(self, n: int) -> None:
         self.outline.move(n * self._page)
-
-    def do_home(self) -> None:
-        self.outline.home()
-
-    def do_end(self) -> None:
-        self.outline.end()
-
-    def do_expand(self) -> None:
-        self.outline.expand()
-
-    def do_collapse(self) -> None:
-        self.outline.collapse()
-
-    def do_toggle(self) -> None:
-        self.outline.toggle()
-
-    def do_open(self) -> None:
-        """Enter, as in ptmem: expand or collapse the row."""
-        self.outline.toggle()
 
     def do_heat(self) -> None:
         s = self.settings
         s.heat = HEAT_MODES[(HEAT_MODES.index(s.heat) + 1) % len(HEAT_MODES)]
         self.notify(f"heat colour and %: share of the {s.heat}", markup=False)
-
-    def do_expand_all(self) -> None:
-        self.outline.expand_all()
-
-    def do_collapse_all(self) -> None:
-        self.outline.collapse_all()
-
-    def do_parent(self) -> None:
-        self.outline.parent()
-
-    def do_first_child(self) -> None:
-        self.outline.first_child()
-
-    def do_sibling(self, n: int) -> None:
-        self.outline.sibling(n)
-
-    def do_focus(self) -> None:
-        self.outline.focus()
-
-    def do_back(self) -> None:
-        self.outline.back()
-
-    def do_unfocus(self) -> None:
-        self.outline.unfocus()
 
     def do_hide(self) -> None:
         self.hide_internals = not self.hide_internals
@@ -202,9 +172,6 @@ class TreeScreen(KeyScreen):
     def do_search(self) -> None:
         self.searching = True
         self.outline.search("")
-
-    def do_match(self, n: int) -> None:
-        self.outline.next_match(n)
 
     def do_allocations(self) -> None:
         self.notify("no allocation list here", markup=False)
@@ -336,7 +303,7 @@ class AllocationListScreen(TreeScreen):
         if n.row >= 0 and n.dev is not None:
             self.app.push_screen(AllocationScreen(n.dev, n.row))
         else:
-            self.do_toggle()
+            self.outline.toggle()
 
     def do_open(self) -> None:
         """Enter on an allocation opens it (a list's rows have nothing to expand)."""
