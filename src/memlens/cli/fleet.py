@@ -50,18 +50,11 @@ def _check(**own: Any) -> dict[str, Any]:
 )  # fmt: skip
 def command(
     inputs: tuple[str, ...],
-    scheduler: str | None,
-    workers: int | None,
-    rank_regex: str | None,
     out: str | None,
     report: str | None,
-    threshold: float,
-    tolerance: float,
-    diffs: int,
-    top: int,
-    device: int | None,
     no_cache: bool,
     hide: list[str] | None,
+    **relayed: Any,
 ) -> Answer[FleetResult]:
     """Compare ranks: per rank (in parallel) peak, baseline, end, OOMs, stage peaks,
     categories and top sites at the peak; across ranks, outliers by robust z-score with
@@ -74,20 +67,9 @@ def command(
     from memlens.fleet.api import run
     from memlens.views.text.fleet import failure_warning, render_fleet
 
-    result = run(
-        list(inputs),
-        scheduler=scheduler,
-        workers=workers,
-        rank_regex=rank_regex,
-        device=device,
-        top=top,
-        hide_patterns=hide,
-        cache=not no_cache,
-        threshold=threshold,
-        tolerance=tolerance,
-        diffs=diffs,
-        progress=None,
-    )
+    # scheduler, workers, rank_regex, threshold, tolerance, diffs, top and device are
+    # run()'s own parameters, under the same names
+    result = run(list(inputs), hide_patterns=hide, cache=not no_cache, progress=None, **relayed)
     if out is not None:
         from memlens.fleet.table import write_parquet
 
