@@ -5,7 +5,6 @@ them and says how many."""
 from __future__ import annotations
 
 import os
-from typing import TypedDict
 
 import pytest
 from browser_page import Page
@@ -13,14 +12,7 @@ from view_fixtures import serving, small_snapshot
 
 import memlens
 from chromium import CHROMIUM
-from memlens.views.web.data import ViewerData
-
-
-class Window(TypedDict):
-    e0: int
-    e1: int
-    width: int
-    height: int
+from memlens.views.web.data import ViewerData, Window
 
 
 def test_frame_and_address_find():

@@ -8,7 +8,7 @@ here as JSON data; the page inserts it with textContent only.
 from __future__ import annotations
 
 import threading
-from typing import Literal
+from typing import TYPE_CHECKING, Literal, TypedDict
 
 import numpy as np
 
@@ -64,6 +64,22 @@ MAX_OOM_MARKERS = 100
 # the page draws allocations down to this fraction of a pixel as thin stripes (within the
 # layout's cell budget): at full zoom on a large model every tensor is under a pixel
 PAGE_MIN_PX = 1 / 16
+
+
+if TYPE_CHECKING:
+    from typing_extensions import NotRequired, Unpack
+
+
+class Window(TypedDict):
+    """A viewport's size and x range (events, or times when t0 and t1 are given), as the
+    chart endpoints take it; a missing bound is the trace's own."""
+
+    width: int
+    height: int
+    e0: NotRequired[float | None]
+    e1: NotRequired[float | None]
+    t0: NotRequired[float | None]
+    t1: NotRequired[float | None]
 
 
 class ViewerData:
@@ -169,23 +185,18 @@ class ViewerData:
         s: int,
         device: int,
         *,
-        width: int,
-        height: int,
-        e0: float | None = None,
-        e1: float | None = None,
-        t0: float | None = None,
-        t1: float | None = None,
         ymax: int | None = None,
         ymin: int | None = None,
         detail: bool = True,
         min_px: float = PAGE_MIN_PX,
         q: str | None = None,
+        **window: Unpack[Window],
     ) -> ChartAnswer:
         if not 0 < min_px <= 1:
             raise MemlensError("min_px must be in (0, 1]")
         lay = self.layout(s, device)
         dev = lay.dev
-        width, height, bounds, x = self._columns(lay, width, height, e0, e1, t0, t1)
+        width, height, bounds, x = self._columns(lay, window)
         ymin = int(ymin or 0)
         if ymax is not None and not ymax > ymin >= 0:
             raise MemlensError("need 0 <= ymin < ymax")
@@ -215,19 +226,13 @@ class ViewerData:
         return out
 
     @staticmethod
-    def _columns(
-        lay: DeviceLayout,
-        width: int,
-        height: int,
-        e0: float | None,
-        e1: float | None,
-        t0: float | None,
-        t1: float | None,
-    ) -> tuple[int, int, np.ndarray, XRange]:
+    def _columns(lay: DeviceLayout, window: Window) -> tuple[int, int, np.ndarray, XRange]:
         """A viewport's width and height (clamped), its column bounds on the event or the
         time axis, and its "x" echo."""
-        width = int(min(max(width, 1), MAX_WIDTH))
-        height = int(min(max(height, 1), MAX_HEIGHT))
+        width = int(min(max(window["width"], 1), MAX_WIDTH))
+        height = int(min(max(window["height"], 1), MAX_HEIGHT))
+        e0, e1 = window.get("e0"), window.get("e1")
+        t0, t1 = window.get("t0"), window.get("t1")
         dev = lay.dev
         if t0 is not None and t1 is not None:
             if time_range(dev) is None:
@@ -301,22 +306,11 @@ class ViewerData:
         return out
 
     # ---- /api/d/{device}/segments --------------------------------------------------------------
-    def segments(
-        self,
-        s: int,
-        device: int,
-        *,
-        width: int,
-        height: int,
-        e0: float | None = None,
-        e1: float | None = None,
-        t0: float | None = None,
-        t1: float | None = None,
-    ) -> ChartAnswer:
+    def segments(self, s: int, device: int, **window: Unpack[Window]) -> ChartAnswer:
         """The Active Cached Segment Timeline: the chart's shape, a band per segment, its
         stream as the group (colour and label), its address in bands.address."""
         lay = self.layout(s, device)
-        width, height, bounds, x = self._columns(lay, width, height, e0, e1, t0, t1)
+        width, height, bounds, x = self._columns(lay, window)
         v, segs = segment_view(lay, bounds, height)
         rows = v.band_rows
         streams = self.snap(s).streams

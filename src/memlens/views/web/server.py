@@ -12,7 +12,7 @@ import math
 import socket
 from collections.abc import Awaitable, Callable, Sequence
 from importlib.resources import files
-from typing import Any, TypedDict, overload
+from typing import Any, overload
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
@@ -38,7 +38,7 @@ from memlens.views.web.answers import (
     MetaAnswer,
     StateAnswer,
 )
-from memlens.views.web.data import PAGE_MIN_PX, ViewerData
+from memlens.views.web.data import PAGE_MIN_PX, ViewerData, Window
 
 # the page and its ES modules (static/js/), package data like the report templates; served
 # from disk by StaticFiles (str() of it: memlens is never imported from a zip)
@@ -106,15 +106,6 @@ def _float(
     if out is not None and not lo <= out <= hi:
         raise MemlensError(f"{name} must be between {lo:g} and {hi:g}")
     return out
-
-
-class Window(TypedDict):
-    width: int
-    height: int
-    e0: float | None
-    e1: float | None
-    t0: float | None
-    t1: float | None
 
 
 def _window(req: Request) -> Window:
