@@ -6,9 +6,10 @@ import os
 
 import numpy as np
 
+from memlens.analysis.allocations import flag_notes, life_events
 from memlens.snapshot.actions import Action
 from memlens.snapshot.frames import CPP, NOISE, short_cpp_name
-from memlens.snapshot.model import GHOST, LIVE_AT_END, PENDING_FREE, PREEXISTING, DeviceTrace
+from memlens.snapshot.model import DeviceTrace
 from memlens.units import format_bytes
 from memlens.views.tui.chart import Timeline, Viewport
 
@@ -102,12 +103,7 @@ def _event_text(dev: DeviceTrace, event: int) -> str:
 def describe_allocation(dev: DeviceTrace, row: int) -> list[str]:
     """Everything known about one allocation: size, place, lifetime and its full stack."""
     snap = dev.snapshot
-    flags = int(dev.alloc_flags[row])
-    a, fr, f = (
-        int(dev.alloc_event[row]),
-        int(dev.free_requested_event[row]),
-        int(dev.free_event[row]),
-    )
+    a, fr, f = life_events(dev, row)
     lines = [
         f"allocation #{row}: {format_bytes(int(dev.alloc_size[row]))} "
         f"({int(dev.alloc_size[row]):,} bytes requested)",
@@ -126,16 +122,7 @@ def describe_allocation(dev: DeviceTrace, row: int) -> list[str]:
     if a >= 0 and event_time(dev, first):
         life += f", {(int(dev.time_us[last]) - int(dev.time_us[first])) / 1e6:.6f} s"
     lines.append(life + (" (at least)" if a < 0 or f >= dev.n_events else ""))
-    notes = [
-        text
-        for bit, text in (
-            (PREEXISTING, "allocated before the trace window"),
-            (GHOST, "known only from the final segments"),
-            (LIVE_AT_END, "still allocated after the last event"),
-            (PENDING_FREE, "free requested, not completed"),
-        )
-        if flags & bit
-    ]
+    notes = flag_notes(dev, row)
     if notes:
         lines.append("notes     " + "; ".join(notes))
     frames = snap.stacks.frames_of(int(dev.alloc_stack[row])).tolist()

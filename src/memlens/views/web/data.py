@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Literal, TypedDict
 
 import numpy as np
 
+from memlens.analysis.allocations import flag_names, life_events
 from memlens.analysis.allocator_state import pool_at
 from memlens.analysis.diff import diff
 from memlens.analysis.oom import oom_entries
@@ -21,15 +22,7 @@ from memlens.analysis.stages import stage_intervals
 from memlens.analysis.summary import device_summary
 from memlens.analysis.tree import live_tree
 from memlens.errors import MemlensError
-from memlens.snapshot.model import (
-    GHOST,
-    LIVE_AT_END,
-    OVERWRITTEN,
-    PENDING_FREE,
-    PREEXISTING,
-    DeviceTrace,
-    Snapshot,
-)
+from memlens.snapshot.model import DeviceTrace, Snapshot
 from memlens.views.layout import MAX_HEIGHT, MAX_WIDTH, DeviceLayout, View, time_range
 from memlens.views.layout.segments import segment_view
 from memlens.views.web.allocator_view import allocator_state
@@ -51,13 +44,6 @@ from memlens.views.web.answers import (
 )
 from memlens.views.web.search import address_hits, band_matches, parse_query
 
-FLAG_NAMES = {
-    PREEXISTING: "preexisting",
-    GHOST: "ghost",
-    LIVE_AT_END: "live_at_end",
-    PENDING_FREE: "pending_free",
-    OVERWRITTEN: "overwritten",
-}
 KIND_NAMES: tuple[Literal["python", "cpp", "noise"], ...] = ("python", "cpp", "noise")
 MAX_ANNOTATIONS = 200_000
 MAX_OOM_MARKERS = 100
@@ -341,12 +327,8 @@ class ViewerData:
         if not 0 <= row < dev.n_allocations:
             raise MemlensError(f"no allocation row {row}")
         snap = dev.snapshot
-        flags = int(dev.alloc_flags[row])
-        ae, fe, fr = (
-            int(dev.alloc_event[row]),
-            int(dev.free_event[row]),
-            int(dev.free_requested_event[row]),
-        )
+        flags = flag_names(dev, row)
+        ae, fr, fe = life_events(dev, row)
         # context fields live on the alloc event; a pre-existing allocation only has its free
         ctx_event = ae if ae >= 0 else (fe if fe < dev.n_events else -1)
         addr = int(dev.alloc_addr[row])
@@ -380,8 +362,8 @@ class ViewerData:
             "compile_context": string_at(dev.compile_context),
             "user_metadata": string_at(dev.user_metadata),
             "forward_frames": string_at(dev.forward_stack),
-            "flags": [name for bit, name in FLAG_NAMES.items() if flags & bit],
-            "stack_from_free": bool(flags & PREEXISTING) and not bool(flags & GHOST),
+            "flags": flags,
+            "stack_from_free": "preexisting" in flags and "ghost" not in flags,
             "frames": self._frames(snap, sid),
             "free_frames": free_stack,
         }
