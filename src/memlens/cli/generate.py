@@ -50,17 +50,11 @@ from memlens.cli.options import status
               "pipeline, e.g. --skew leak:3.")  # fmt: skip
 def command(
     output: str,
-    events: int,
-    devices: int,
-    layers: int,
-    truncate: int,
-    expandable: bool,
-    oom: bool,
-    seed: int,
     file_format: str,
     json_alias: bool,
     ranks: int | None,
     skew: tuple[str, ...],
+    **synthetic: Any,
 ) -> None:
     """Generate a realistic training-loop snapshot: parameters, activations, gradients,
     AdamW state, side-stream frees and ProfilerStep/forward/backward annotations."""
@@ -72,40 +66,26 @@ def command(
     if json_alias:
         status("memlens: warning: generate --json is deprecated; use --format json", err=True)
     as_json = json_alias or file_format == "json"
-    if events < 0 or devices < 1 or layers < 1 or truncate < 0:
+    # events, devices, layers, truncate, expandable, oom and seed: the generator's own options
+    s = synthetic
+    if s["events"] < 0 or s["devices"] < 1 or s["layers"] < 1 or s["truncate"] < 0:
         raise MemlensError("--events and --truncate must be >= 0, --devices and --layers >= 1")
     if ranks is not None or skew:
-        _fleet(
-            output,
-            ranks,
-            skew,
-            events,
-            layers,
-            seed,
-            refused=devices != 1 or truncate > 0 or expandable or oom or as_json,
-        )
+        refused = s["devices"] != 1 or s["truncate"] > 0 or s["expandable"] or s["oom"] or as_json
+        _fleet(output, ranks, skew, s["events"], s["layers"], s["seed"], refused=refused)
         return
-    options: dict[str, Any] = dict(
-        events=events,
-        devices=devices,
-        layers=layers,
-        truncate=truncate,
-        expandable=expandable,
-        oom=oom,
-        seed=seed,
-    )
     try:
         if as_json:
-            snap = generate_trace_dict(**options)
+            snap = generate_trace_dict(**s)
             with open(output, "w") as fh:
                 json.dump(snap, fh)
         else:
-            snap = generate_snapshot(output, **options)
+            snap = generate_snapshot(output, **s)
     except OSError as exc:
         raise MemlensError(f"cannot write {output}: {exc.strerror}") from None
     n = sum(len(t) for t in snap["device_traces"])
     status(
-        f"wrote {output}: {devices} device(s), {n:,} trace entries, {len(snap['segments'])} segments"
+        f"wrote {output}: {s['devices']} device(s), {n:,} trace entries, {len(snap['segments'])} segments"
     )
 
 
