@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from memlens.cli.options import F
+from memlens.cli.options import F, no_cache_option
 
 if TYPE_CHECKING:
     from memlens.agents.tools import Declaration, Tool
@@ -44,9 +44,7 @@ def _limit(flag: str, least: int, default: int, help: str) -> Callable[[F], F]:
     is_flag=True,
     help="Let the sql tool's queries read and write files (off by default).",
 )
-@click.option(
-    "--no-cache", is_flag=True, help="Do not read or write the column cache (MEMLENS_CACHE_DIR)."
-)
+@no_cache_option
 @_limit("--max-items", 1, 50, "Entries kept per list of an answer (a note says what was cut).")
 @_limit(
     "--max-chars", 1000, 100_000, "Characters of an answer; lists are cut shorter until it fits."
