@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, overload
 
@@ -127,6 +127,30 @@ def status(message: str, *, err: bool = False) -> None:
     quote a snapshot's names, so control characters are shown as escapes (`\\x1b`) as in
     every analysis's text (cli/command.py's _echo), never sent raw to the terminal."""
     click.echo(visible_output(message), err=err)
+
+
+def opening_options(device_help: str = LONGEST_TRACE) -> Callable[[F], F]:
+    """--device, --no-cache and --annotations: what open_snapshots takes."""
+
+    def apply(f: F) -> F:
+        return device_option(help=device_help)(no_cache_option(annotations_option(f)))
+
+    return apply
+
+
+def open_snapshots(
+    paths: Sequence[str | None],
+    no_cache: bool,
+    annotation_files: tuple[str, ...],
+    device: int | None,
+) -> list[tuple[str, Snapshot]]:
+    """The snapshots given (a second one may be absent), each with its path, opened by
+    open_snapshot; --annotations belong to the first (the run they were recorded with)."""
+    given = [p for p in paths if p is not None]
+    return [
+        (p, open_snapshot(p, no_cache, annotation_files if i == 0 else (), device))
+        for i, p in enumerate(given)
+    ]
 
 
 def open_snapshot(

@@ -6,22 +6,13 @@ import os
 
 import click
 
-from memlens.cli.options import (
-    annotations_option,
-    device_option,
-    no_cache_option,
-    open_snapshot,
-    require_extra,
-    snapshots_argument,
-)
+from memlens.cli.options import open_snapshots, opening_options, require_extra, snapshots_argument
 from memlens.errors import MemlensError
 
 
 @click.command("tui")
 @snapshots_argument()
-@device_option
-@no_cache_option
-@annotations_option
+@opening_options()
 @click.option(
     "--heat",
     type=click.Choice(["total", "parent"]),
@@ -45,15 +36,11 @@ def command(
     require_extra("tui", "Textual", ("textual",), "tui")
     from memlens.views.tui.app import Session, TuiApp
 
-    sessions = []
     for path in paths:
-        if path is None:
-            continue
-        if not os.path.isfile(path):
+        if path is not None and not os.path.isfile(path):
             raise MemlensError(f"no such snapshot file: {path}")
-        # --annotations belong to the first snapshot (the run they were recorded with)
-        extra = annotation_files if path is paths[0] else ()
-        snap = open_snapshot(path, no_cache, extra, device)
+    sessions = []
+    for path, snap in open_snapshots(paths, no_cache, annotation_files, device):
         dev = snap.device(device)
         if dev.n_events == 0:
             raise MemlensError(

@@ -8,10 +8,8 @@ import webbrowser
 import click
 
 from memlens.cli.options import (
-    annotations_option,
-    device_option,
-    no_cache_option,
-    open_snapshot,
+    open_snapshots,
+    opening_options,
     require_extra,
     snapshots_argument,
     status,
@@ -36,9 +34,7 @@ from memlens.cli.options import (
     "remotely; 0.0.0.0 exposes the snapshot to your network.",
 )
 @click.option("--no-browser", is_flag=True, help="Do not open a browser; just print the URL.")
-@device_option(help="Device shown first (default: the longest trace).")
-@no_cache_option
-@annotations_option
+@opening_options(device_help="Device shown first (default: the longest trace).")
 def command(
     paths: tuple[str, str | None],
     port: int,
@@ -59,12 +55,8 @@ def command(
     from memlens.views.web.data import ViewerData
     from memlens.views.web.server import bind_socket, create_app, url_for
 
-    snapshots = [p for p in paths if p is not None]
-    # --annotations belong to the first snapshot (the run they were recorded with)
-    snaps = [
-        open_snapshot(p, no_cache, annotation_files if i == 0 else (), device)
-        for i, p in enumerate(snapshots)
-    ]
+    opened = open_snapshots(paths, no_cache, annotation_files, device)
+    snapshots, snaps = [p for p, _ in opened], [s for _, s in opened]
     if device is not None:
         for s in snaps:
             s.device(device)  # fails early, with the list of devices
