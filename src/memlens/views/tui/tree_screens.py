@@ -3,6 +3,8 @@ allocations under a row. They share one outline (outline.py) and one key table."
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 from rich.text import Text
 from textual import events
@@ -25,12 +27,24 @@ from memlens.views.tui.trees import (
     rows_under,
 )
 
-# actions of the tree table that are the outline's own methods: action -> Outline method
-_SAME_NAME = "move home end expand collapse toggle expand_all collapse_all parent first_child"
-OUTLINE_ACTIONS = {
-    **{name: name for name in (_SAME_NAME + " sibling focus back unfocus").split()},
-    "open": "toggle",  # Enter, as in ptmem: expand or collapse the row
-    "match": "next_match",
+# actions of the tree table that are the outline's own moves
+OUTLINE_ACTIONS: dict[str, Callable[..., None]] = {
+    "move": Outline.move,
+    "home": Outline.home,
+    "end": Outline.end,
+    "expand": Outline.expand,
+    "collapse": Outline.collapse,
+    "toggle": Outline.toggle,
+    "open": Outline.toggle,  # Enter, as in ptmem: expand or collapse the row
+    "expand_all": Outline.expand_all,
+    "collapse_all": Outline.collapse_all,
+    "parent": Outline.parent,
+    "first_child": Outline.first_child,
+    "sibling": Outline.sibling,
+    "focus": Outline.focus,
+    "back": Outline.back,
+    "unfocus": Outline.unfocus,
+    "match": Outline.next_match,
 }
 
 
@@ -141,7 +155,7 @@ class TreeScreen(KeyScreen):
         """An outline move (OUTLINE_ACTIONS) unless the screen has a do_<name> of its own."""
         move = OUTLINE_ACTIONS.get(name)
         if move is not None and not hasattr(self, f"do_{name}"):
-            getattr(self.outline, move)(*args)
+            move(self.outline, *args)
         else:
             super().do(name, args)
 
