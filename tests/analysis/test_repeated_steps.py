@@ -9,11 +9,13 @@ import pickle
 import subprocess
 import sys
 import warnings
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 import memlens
+from memlens import DeviceTrace
 from memlens.analysis.inferred_steps import inferred_stages
 from memlens.analysis.leaks import leaks
 from memlens.analysis.stages import stage_intervals, stage_table
@@ -24,7 +26,9 @@ X, Y, Z, W, STATE = S + 0x400, S + 0x800, S + 0xC00, S + 0x1000, S + 0x1400
 UNIT = ((X, 400), (Y, 200), (Z, 100), (W, 50))  # one step's allocations, freed in reverse
 
 
-def loop_trace(steps: int, *, frames: list | None = None, cut: int = 0) -> list[dict[str, Any]]:
+def loop_trace(
+    steps: int, *, frames: list[dict[str, Any]] | None = None, cut: int = 0
+) -> list[dict[str, Any]]:
     """`steps` steps of 4 allocations (12 events: alloc X Y Z W, then each freed in reverse
     with free_requested + free_completed... as written below), step 1 also allocating the
     optimizer state (300 B, alive to the end) after its frees; then `cut` allocations of
@@ -93,7 +97,7 @@ def test_growth_and_small_swings_are_not_steps():
     grow = [ev("alloc", S + 0x400 * k, 100 + k % 4, k, frames=[]) for k in range(40)]
     blocks = [block(S + 0x400 * k, 1024, 100 + k % 4, "active_allocated", []) for k in range(40)]
     blocks.append(block(S + 0xA000, MiB - 0xA000, MiB - 0xA000, "inactive"))
-    snap = {"segments": [segment(S, blocks)], "device_traces": [grow]}
+    snap: dict[str, Any] = {"segments": [segment(S, blocks)], "device_traces": [grow]}
     assert inferred_stages(memlens.load(snap).device(0)) == []
     # inference: a loop whose temporaries are small beside what stays (10,000,000 B)
     snap = loop_snapshot(5)
@@ -109,7 +113,7 @@ def test_with_stacks_repetition_alone_is_no_training():
     assert inferred_stages(memlens.load(loop_snapshot(5, frames=frames)).device(0)) == []
 
 
-def _stackless(path):
+def _stackless(path: Path) -> DeviceTrace:
     if not path.exists():
         pytest.skip(f"{path.name} is absent")
     with path.open("rb") as fh:

@@ -34,12 +34,14 @@ def _read(data: bytes, memory: int, memo: int = MEMO) -> tuple[str, str, int, in
         return status, op, value, pos
     except (FAST.Fallback, FAST.Corrupt, FAST.Truncated, FAST.Refused, FAST.LimitHit):
         pass
-    return FAST.last_scan()
+    scanned: tuple[str, str, int, int] = FAST.last_scan()
+    return scanned
 
 
 def _scan(data: bytes, memory: int, memo: int = MEMO) -> tuple[str, str, int, int]:
     assert FAST is not None
-    return FAST.scan(data, memory, memo, prescan.COSTS)
+    scanned: tuple[str, str, int, int] = FAST.scan(data, memory, memo, prescan.COSTS)
+    return scanned
 
 
 def _trace(n: int) -> bytes:

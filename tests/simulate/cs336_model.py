@@ -10,7 +10,7 @@ the same tensors are allocated and saved for backward as on the GPU.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Literal
 
 import torch
@@ -228,10 +228,9 @@ def run(
     Returns what the script still held when it dumped the snapshot (keep it alive until
     the simulation ends)."""
     device = torch.device("cuda")
-    model = TransformerLM(context, n_layers, device=device)
-    optimizer = AdamW(model.parameters())
-    if compiled:
-        model = torch.compile(model)
+    net = TransformerLM(context, n_layers, device=device)
+    optimizer = AdamW(net.parameters())
+    model: Callable[..., Tensor] = torch.compile(net) if compiled else net
     batch = torch.randint(0, VOCAB, (BATCH, context)).to(device)
     cast = torch.autocast("cuda", dtype=torch.bfloat16) if mixed else _nullcontext()
     with cast:

@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import gc
 import os
+from typing import Any
 
 import pytest
 
 torch = pytest.importorskip("torch")
+
+from torch import Tensor, nn  # noqa: E402
 
 import memlens  # noqa: E402
 
@@ -31,17 +34,19 @@ def events(sim) -> list[tuple[str, int]]:
     ]
 
 
-def chain(x):
+def chain(x: Tensor) -> Tensor:
     return ((x * 2).sin() + 1).relu()
 
 
-def gemms(x, w):
-    return torch.relu(x @ w) @ w
+def gemms(x: Tensor, w: Tensor) -> Tensor:
+    out: Tensor = torch.relu(x @ w) @ w
+    return out
 
 
-def gated(x, w):
+def gated(x: Tensor, w: Tensor) -> Tensor:
     y = x @ w  # the line the saved buffer's stack names
-    return (torch.sigmoid(y) * y).sum()
+    out: Tensor = (torch.sigmoid(y) * y).sum()
+    return out
 
 
 def test_a_pointwise_chain_is_one_kernel_with_one_buffer():
@@ -68,6 +73,7 @@ def test_a_pointwise_kernel_after_a_gemm_updates_its_buffer_in_place():
         ("-", SIZE),  # the relu buffer, after its last reader; the output is dropped later
         ("-", SIZE),  # the output (the call's result is not kept)
     ]  # fmt: skip
+    assert sim.snapshot is not None
     trace = sim.snapshot["device_traces"][0]
     allocs = [e for e in trace if e["action"] == "alloc"]
     frees = [e for e in trace if e["action"] == "free_completed"]
@@ -75,7 +81,7 @@ def test_a_pointwise_kernel_after_a_gemm_updates_its_buffer_in_place():
 
 
 def test_the_min_cut_partition_saves_less_than_eager_autograd():
-    def forward_memory(compiled: bool) -> tuple[int, list]:
+    def forward_memory(compiled: bool) -> tuple[int, list[dict[str, Any]]]:
         with memlens.simulate(cublas_workspace=0) as sim:
             x = torch.randn(64, 64, device="cuda")
             w = torch.randn(64, 64, device="cuda", requires_grad=True)
@@ -86,6 +92,7 @@ def test_the_min_cut_partition_saves_less_than_eager_autograd():
             loss.backward()
             assert w.grad is not None and w.grad.shape == (64, 64)
             del loss
+        assert sim.snapshot is not None
         return after_forward, sim.snapshot["device_traces"][0]
 
     eager, _ = forward_memory(False)
@@ -119,12 +126,12 @@ def test_a_value_used_twice_is_stored_only_when_it_reads_more_than_four_buffers(
     assert [o.shape for o in outputs] == [(64,), (64,)]
 
 
-class Gemms(torch.nn.Module):
-    def __init__(self):
+class Gemms(nn.Module):
+    def __init__(self) -> None:
         super().__init__()
-        self.w = torch.nn.Parameter(torch.randn(64, 64))
+        self.w = nn.Parameter(torch.randn(64, 64))
 
-    def forward(self, x):
+    def forward(self, x: Tensor) -> Tensor:
         return gemms(x, self.w)
 
 

@@ -119,9 +119,20 @@ def load(dev: DeviceTrace) -> dict[str, Any] | None:
     a_ev, f_ev = got["by_size_alloc_event"], got["by_size_free_event"]
     # values, not indexes: checked to be of the right length and range (their bytes are
     # checked by the derived-array hook's checksum, tied to the entry)
-    if (len(neg) != n_rows or len(a_ev) != n_rows or len(f_ev) != n_rows
-            or (n_rows and (int(neg.max()) > 0 or int(a_ev.min()) < -1
-                            or int(a_ev.max()) >= n or not _within(f_ev, n + 1)))):  # fmt: skip
+    if (
+        len(neg) != n_rows
+        or len(a_ev) != n_rows
+        or len(f_ev) != n_rows
+        or (
+            n_rows
+            and (
+                int(neg.max()) > 0
+                or int(a_ev.min()) < -1
+                or int(a_ev.max()) >= n
+                or not _within(f_ev, n + 1)
+            )
+        )
+    ):
         raise CacheError("the kept columns in size order do not fit the trace")
     return {
         "active_max": RangeArgmax(np.asarray(dev.active_after), pyramid(got["active_levels"])),
