@@ -23,10 +23,10 @@ parser.add_argument("--rank-extra", type=int, default=0, help="bytes rank 1 also
 parser.add_argument("--fail-rank", type=int, default=None, help="this rank raises")
 opts = parser.parse_args()
 
-checkpoints = {}
+checkpoints: dict[str, object] = {}
 
 
-def mark(name):
+def mark(name: str) -> None:
     checkpoints[name] = torch.cuda.memory_allocated()
 
 
@@ -35,7 +35,7 @@ if not opts.no_ddp:
     dist.init_process_group("nccl")
     torch.cuda.set_device(local_rank)
 device = torch.device("cuda", local_rank)
-model = torch.nn.Sequential(
+model: torch.nn.Module = torch.nn.Sequential(
     torch.nn.Linear(256, 256), torch.nn.ReLU(), torch.nn.Linear(256, 256)
 ).to(device)
 mark("model")

@@ -6,6 +6,7 @@ checkpoint, and the forward's peak, to the JSON file `--out` ({rank} -> $RANK)."
 import argparse
 import json
 import os
+from typing import Any, cast
 
 import torch
 import torch.distributed as dist
@@ -18,10 +19,10 @@ opts = parser.parse_args()
 
 dist.init_process_group("nccl")
 torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
-marks = {}
+marks: dict[str, object] = {}
 
 
-def mark(name):
+def mark(name: str) -> None:
     marks[name] = torch.cuda.memory_allocated()
 
 
@@ -32,7 +33,7 @@ for layer in (model[0], model[2]):
     fully_shard(layer, reshard_after_forward=not opts.keep_unsharded)
 fully_shard(model, reshard_after_forward=not opts.keep_unsharded)
 mark("sharded")
-marks["local_rows"] = model[0].weight.to_local().shape[0]
+marks["local_rows"] = cast(Any, model[0].weight).to_local().shape[0]  # a DTensor, sharded
 opt = torch.optim.AdamW(model.parameters(), foreach=False)
 x = torch.randn(8, 256, device="cuda")
 torch.cuda.reset_peak_memory_stats()

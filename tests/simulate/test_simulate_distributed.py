@@ -15,6 +15,7 @@ import pickle
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -30,7 +31,9 @@ ACTS = 8_192 + 8_192 + 512  # x, ReLU's output, the loss
 KEPT = 8_192 + 512  # x and the loss, alive after backward until the loop drops them
 
 
-def run_rank(tmp_path, monkeypatch, rank: int, world: World, *args: str) -> tuple[dict, dict]:
+def run_rank(
+    tmp_path, monkeypatch, rank: int, world: World, *args: str
+) -> tuple[dict[str, Any], dict[str, Any]]:
     """Rank `rank` simulated in this process: (its checkpoints, its whole-run snapshot)."""
     for key, value in world.env(rank).items():
         monkeypatch.setenv(key, value)
@@ -41,7 +44,7 @@ def run_rank(tmp_path, monkeypatch, rank: int, world: World, *args: str) -> tupl
     return json.loads(out.read_text()), run.whole
 
 
-def active_blocks(snapshot: dict) -> list[int]:
+def active_blocks(snapshot: dict[str, Any]) -> list[int]:
     return sorted(
         b["size"] for s in snapshot["segments"] for b in s["blocks"]
         if b["state"] == "active_allocated"
@@ -247,14 +250,15 @@ def r512(n: int) -> int:
 FSDP_SCRIPT = str(Path(__file__).with_name("fsdp_script.py"))
 
 
-def run_fsdp(tmp_path, monkeypatch, world: int, *args: str) -> dict:
+def run_fsdp(tmp_path, monkeypatch, world: int, *args: str) -> dict[str, Any]:
     """The last rank of `world` (the one whose shard is padded when 256 rows do not
     divide evenly)."""
     for key, value in World(world).env(world - 1).items():
         monkeypatch.setenv(key, value)
     out = tmp_path / "marks.json"
     run_script(FSDP_SCRIPT, ["--out", str(out), *args], tmp_path / "f.pickle", cublas_workspace=0)
-    return json.loads(out.read_text())
+    marks: dict[str, Any] = json.loads(out.read_text())
+    return marks
 
 
 @pytest.mark.parametrize("world", [2, 3, 4])
