@@ -40,3 +40,6 @@ _.bytes_in_use
 _.reserved_match
 # agents/: apparently unused, left to issue 28 (agents/resources.py)
 _.DOCS
+# snapshot/assemble/entries.py: the typed-field list the C reader is generated from
+# (scripts/gen_c_contract.py writes csrc/contract.h; tests/snapshot/test_c_contract.py)
+TYPED_ENTRY_FIELDS

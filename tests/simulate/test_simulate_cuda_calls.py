@@ -3,6 +3,7 @@ annotations, --gpu presets, inference_mode decomposition, and the CLI's failure 
 
 from __future__ import annotations
 
+import copy
 import pickle
 import subprocess
 import sys
@@ -287,3 +288,21 @@ def test_the_first_line_prints_sizes_in_units(tmp_path, flags, first_line):
     done = simulate_cli(tmp_path, "pass\n", *flags)
     assert done.returncode == 0, done.stderr
     assert done.stderr.splitlines()[0] == f"memlens: simulating {first_line}"
+
+
+def test_torch_compile_wrapped_by_a_deep_copying_wrapper(monkeypatch):
+    # Lightning (imported by its callback's tests, in the same process) replaces
+    # torch.compile by a wrapper that deep-copies the call's arguments onto the module; the
+    # simulation's backend rides in those arguments and must survive the copy
+    real = torch.compile
+
+    def capture(model, **kwargs):
+        compiled = real(model, **kwargs)
+        compiled._kwargs_seen = copy.deepcopy(kwargs)
+        return compiled
+
+    monkeypatch.setattr(torch, "compile", capture)
+    with memlens.simulate():
+        lin = torch.compile(torch.nn.Linear(4, 4, device="cuda"))
+        assert lin(torch.ones(2, 4, device="cuda")).shape == (2, 4)
+    assert lin._kwargs_seen["backend"] is not None

@@ -104,6 +104,12 @@ class InductorModel:
     def __init__(self, sim: Simulation):
         self.sim = sim
 
+    def __deepcopy__(self, memo: dict[int, Any]) -> InductorModel:
+        # one backend per simulation, never copied: wrappers of torch.compile that keep a
+        # deep copy of its arguments (Lightning's `_compile_kwargs`) would otherwise try to
+        # copy the whole simulation with it
+        return self
+
     def __call__(self, gm: GraphModule, example_inputs: list[Any]) -> Any:
         from torch._dynamo.backends.common import aot_autograd
         from torch._inductor.compile_fx import partition_fn
