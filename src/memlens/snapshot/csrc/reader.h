@@ -110,6 +110,9 @@ typedef struct {
     const unsigned char *buf;
     size_t pos, len, total;
     Scan *sc; /* NULL: no scan ahead of the reader */
+    /* a mapped file: its pages the reader has passed are given back as it goes (from
+       `released` on, every RELEASE_STEP bytes); 0: not a mapping, nothing given back */
+    size_t release_step, released;
 } Input;
 
 /* ------------------------------------------------------------------ growable buffers */
