@@ -92,8 +92,7 @@ def _map(fd: int) -> mmap.mmap:
     by one as the readers go costs more)."""
     if not hasattr(mmap, "MAP_SHARED"):  # Windows
         return mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
-    flags = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
-    return mmap.mmap(fd, 0, flags=flags, prot=mmap.PROT_READ)
+    return mmap.mmap(fd, 0, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ)
 
 
 MAX_GZIP_LAYERS = 2  # a file gzipped twice happens by accident; more is not a snapshot
