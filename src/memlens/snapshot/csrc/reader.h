@@ -331,6 +331,15 @@ int fallback(const char *why);
 int corrupt(const char *fmt, ...);
 int limit_hit(const char *name, unsigned long long value, unsigned long long limit);
 int input_need(Input *in, size_t need);
+void input_release(Input *in);
+/* How far behind the reader the pages of a mapped file stay mapped. */
+#define RELEASE_KEEP ((size_t)1 << 20)
+/* Called as the reader goes (input_need, an entry read by the shortcut): every
+   release_step bytes, the pages of a mapped file it has passed go back (input_release). */
+static inline void input_passed(Input *in) {
+    if (in->release_step && in->pos >= in->released + in->release_step + RELEASE_KEEP)
+        input_release(in);
+}
 int scan_costs(Scan *sc, PyObject *costs_obj);
 void scan_init(Scan *sc, const unsigned char *d, size_t n);
 void scan_free(Scan *sc);

@@ -6,16 +6,13 @@
 #include <unistd.h>
 #endif
 
-/* How far behind the reader the pages of a mapped file stay mapped. */
-#define RELEASE_KEEP ((size_t)1 << 20)
-
 /* The mapped file's pages from in->released to RELEASE_KEEP before the reader, unmapped
    from this process: mapped whole, a file adds its size to the peak RSS (pre-27 read it
    through a 1 MiB buffer). The mapping is a shared one of a file: a page read again
    (a frames list compared with an earlier one, the scan going back over an entry) is
    mapped again from the page cache, with the same bytes, so what either reader sees is
    unchanged (docs/security.md: one set of bytes for both). */
-static void input_release(Input *in) {
+void input_release(Input *in) {
     const size_t upto = in->pos - RELEASE_KEEP;
 #if defined(__linux__) && defined(MADV_DONTNEED)
     const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
@@ -31,8 +28,7 @@ static void input_release(Input *in) {
    refused the file before them (its answer is the reader's: the file is refused as the
    Python path would refuse it). */
 int input_need(Input *in, size_t need) {
-    if (in->release_step && in->pos >= in->released + in->release_step + RELEASE_KEEP)
-        input_release(in);
+    input_passed(in);
     while (in->len - in->pos < need) {
         Scan *sc = in->sc;
         if (!sc) return 1;
