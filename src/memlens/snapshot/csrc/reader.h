@@ -422,6 +422,17 @@ static inline uint64_t ld_le(const unsigned char *p, int n) {
     return x;
 }
 
+/* ld_le(p, n) for n <= 8 where 8 bytes can be read at p: one load, masked. */
+static inline uint64_t ld_le_in8(const unsigned char *p, int n) {
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    uint64_t x;
+    memcpy(&x, p, 8);
+    return n >= 8 ? x : x & ((1ULL << (8 * n)) - 1);
+#else
+    return ld_le(p, n);
+#endif
+}
+
 static inline uint32_t ld32(const unsigned char *p) {
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }

@@ -255,7 +255,7 @@ static inline int fast_value(VM *vm, Fast *f, int fld, Val *out) {
         if ((size_t)(end - p) < 2 + n) return 0;
         const unsigned char *b = p + 2;
         if (n <= 8) {
-            uint64_t x = n ? ld_le(b, (int)n) : 0;
+            uint64_t x = end - b >= 8 ? ld_le_in8(b, (int)n) : ld_le(b, (int)n);
             if (n && n < 8 && (b[n - 1] & 0x80)) x |= ~0ULL << (8 * n);
             *out = (Val){V_INT, {.i = (int64_t)x}};
         } else if (n == 9 && b[8] == 0) {
