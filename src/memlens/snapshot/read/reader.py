@@ -89,8 +89,8 @@ def open_data(path: Path) -> Iterator[tuple[Any, str, int]]:
 
 def _map(fd: int) -> mmap.mmap:
     """The file mapped read-only and shared. Not populated: the compiled reader gives the
-    pages it has passed back as it goes (peak RSS), and populating all of them first cost
-    more CPU than faulting them in (docs/benchmarks.md, issue 27's section)."""
+    pages it has passed back as it goes (peak RSS), and populating all of them first saved
+    no CPU (docs/benchmarks.md, issue 27's section)."""
     if not hasattr(mmap, "MAP_SHARED"):  # Windows
         return mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
     return mmap.mmap(fd, 0, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ)
