@@ -25,6 +25,7 @@ def read(
     memory_limit: int,
     memo_limit: int,
     costs: tuple[int, ...],
+    mapped: bool = False,
     /,
 ) -> Any: ...
 def scan(

@@ -110,6 +110,9 @@ typedef struct {
     const unsigned char *buf;
     size_t pos, len, total;
     Scan *sc; /* NULL: no scan ahead of the reader */
+    /* a mapped file: its pages the reader has passed are given back as it goes (from
+       `released` on, every RELEASE_STEP bytes); 0: not a mapping, nothing given back */
+    size_t release_step, released;
 } Input;
 
 /* ------------------------------------------------------------------ growable buffers */
@@ -328,6 +331,15 @@ int fallback(const char *why);
 int corrupt(const char *fmt, ...);
 int limit_hit(const char *name, unsigned long long value, unsigned long long limit);
 int input_need(Input *in, size_t need);
+void input_release(Input *in);
+/* How far behind the reader the pages of a mapped file stay mapped. */
+#define RELEASE_KEEP ((size_t)1 << 20)
+/* Called as the reader goes (input_need, an entry read by the shortcut): every
+   release_step bytes, the pages of a mapped file it has passed go back (input_release). */
+static inline void input_passed(Input *in) {
+    if (in->release_step && in->pos >= in->released + in->release_step + RELEASE_KEEP)
+        input_release(in);
+}
 int scan_costs(Scan *sc, PyObject *costs_obj);
 void scan_init(Scan *sc, const unsigned char *d, size_t n);
 void scan_free(Scan *sc);
@@ -348,12 +360,9 @@ Py_ssize_t spanset_find(SpanSet *t, const unsigned char *p, size_t n, uint64_t h
 void spanset_add(SpanSet *t, const unsigned char *p, size_t n, uint64_t h, int32_t stack,
                  int32_t n_items);
 int buf_reserve(Buf *b, size_t n);
-void val_release(Val *v);
 Columns *columns_new(void);
-void memo_release(PyObject *o);
-int push(VM *vm, Val v);
+int push_grow(VM *vm, Val v);
 int push_obj(VM *vm, PyObject *o);
-int is_role(VM *vm, PyObject *o);
 void row_free(VM *vm, Py_ssize_t r);
 void discard(VM *vm, Val *v);
 int is_entry_val(VM *vm, Val *v);
@@ -379,18 +388,48 @@ PyObject *run(VM *vm);
 
 /* ------------------------------------------------------------------ small helpers */
 
+/* Called for every value of every entry (millions of times a file), across units: kept
+   inline here, as they were in the one-file reader (out of line they cost ~8 ms at x50). */
+static inline void val_release(Val *v) {
+    if (v->tag == V_OBJ) Py_XDECREF(v->v.o);
+    v->tag = V_INT;
+    v->v.i = 0;
+}
+
+static inline void memo_release(PyObject *o) {
+    if (o && !MEMO_IS_STACK(o)) Py_DECREF(o);
+}
+
+static inline int is_role(VM *vm, PyObject *o) {
+    return o == vm->root || o == vm->dtlist || Py_IS_TYPE(o, &ColumnsType);
+}
+
+/* Push v (owned); the stack grows, or meets its limit, out of line (push_grow). */
+static inline int push(VM *vm, Val v) {
+    if (vm->sp == vm->stack_cap) return push_grow(vm, v);
+    vm->stack[vm->sp++] = v;
+    return 0;
+}
+
 static inline Py_ssize_t fence(VM *vm) { return vm->nmarks ? vm->marks[vm->nmarks - 1] : 0; }
 
-/* Little-endian loads of pickle arguments (whatever the host's byte order). */
+/* Little-endian loads of pickle arguments (whatever the host's byte order). A byte loop,
+   not a memcpy of n bytes into a uint64_t: that one is stored byte by byte and read back
+   whole, a store-forwarding stall on every LONG1 (a sixth of the entry shortcut's time). */
 static inline uint64_t ld_le(const unsigned char *p, int n) {
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-    uint64_t x = 0;
-    memcpy(&x, p, (size_t)n);
-    return x;
-#else
     uint64_t x = 0;
     for (int i = n - 1; i >= 0; i--) x = (x << 8) | p[i];
     return x;
+}
+
+/* ld_le(p, n) for n <= 8 where 8 bytes can be read at p: one load, masked. */
+static inline uint64_t ld_le_in8(const unsigned char *p, int n) {
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    uint64_t x;
+    memcpy(&x, p, 8);
+    return n >= 8 ? x : x & ((1ULL << (8 * n)) - 1);
+#else
+    return ld_le(p, n);
 #endif
 }
 

@@ -35,11 +35,6 @@ static PyObject *buf_to_chunk(Buf *b) {
 
 const char *FIELD_NAMES[NF] = TYPED_FIELD_NAMES;
 
-void val_release(Val *v) {
-    if (v->tag == V_OBJ) Py_XDECREF(v->v.o);
-    v->tag = V_INT;
-    v->v.i = 0;
-}
 static const char *COL_NAMES[NCOL] = {
     "action",          "addr",          "size",           "stream",          "time_us",    "frames",
     "compile_context", "user_metadata", "forward_frames", "device_free_row", "device_free"};

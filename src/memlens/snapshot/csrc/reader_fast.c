@@ -255,7 +255,7 @@ static inline int fast_value(VM *vm, Fast *f, int fld, Val *out) {
         if ((size_t)(end - p) < 2 + n) return 0;
         const unsigned char *b = p + 2;
         if (n <= 8) {
-            uint64_t x = n ? ld_le(b, (int)n) : 0;
+            uint64_t x = end - b >= 8 ? ld_le_in8(b, (int)n) : ld_le(b, (int)n);
             if (n && n < 8 && (b[n - 1] & 0x80)) x |= ~0ULL << (8 * n);
             *out = (Val){V_INT, {.i = (int64_t)x}};
         } else if (n == 9 && b[8] == 0) {
@@ -318,18 +318,29 @@ static inline int fast_value(VM *vm, Fast *f, int fld, Val *out) {
 }
 
 /* The shortcut read an entry, up to in->pos, and charged it to the scan (from `before`):
-   the scan goes on from there. Past a limit, the scan itself reads the entry again from
-   `before`, to stop where it stops alone, at the same byte with the same estimate. */
+   the scan goes on from there. The next entry's EMPTY_DICT, when it follows in the same
+   frame, is charged too (as the scan charges it), so that the reader reads on to it
+   without a call into the scan for that one byte (once per entry). Past a limit, none of
+   this: the scan itself reads the entry again from `before`, to stop where it stops
+   alone, at the same byte with the same estimate, and the reader goes no further. */
 static void scan_charged(Scan *sc, const ScanAt *before, Input *in) {
     ScanAt *at = &sc->at;
-    at->pos = in->pos;
+    size_t upto = in->pos;
+    const size_t edge = at->frame_end > upto ? at->frame_end : in->total;
+    if (upto < edge && in->buf[upto] == '}') {
+        ch_push(sc, sc->made['}']);
+        upto++;
+    }
+    at->pos = upto;
     at->extra = sc->c[C_MEMO_SLOT] * (uint64_t)(at->memo_top + 1) +
                 sc->c[C_STACK_SLOT] * (uint64_t)at->peak;
     if (at->cost + at->extra > sc->lim || at->memo_top >= sc->memo_max) {
         *at = *before;
         scan_until(sc, in->pos);
+        upto = in->pos;
     }
-    in->len = in->pos;
+    in->len = upto;
+    input_passed(in);
 }
 
 /* Right after an entry's EMPTY_DICT: 1 the entry was read and pushed as a pending row;

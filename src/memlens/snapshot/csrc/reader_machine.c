@@ -1,28 +1,23 @@
 /* The machine: its stack, values, pending entry rows, roles, memo and strings. */
 #include "reader.h"
 
-void memo_release(PyObject *o) {
-    if (o && !MEMO_IS_STACK(o)) Py_DECREF(o);
-}
-
-int push(VM *vm, Val v) {
-    if (vm->sp == vm->stack_cap) {
-        if (vm->stack_cap >= vm->max_stack) {
-            if (v.tag == V_OBJ) Py_XDECREF(v.v.o);
-            return limit_hit("stack", (unsigned long long)vm->sp + 1,
-                             (unsigned long long)vm->max_stack);
-        }
-        Py_ssize_t ncap = vm->stack_cap * 2;
-        if (ncap > vm->max_stack) ncap = vm->max_stack;
-        Val *ns = realloc(vm->stack, (size_t)ncap * sizeof(Val));
-        if (!ns) {
-            if (v.tag == V_OBJ) Py_XDECREF(v.v.o);
-            PyErr_NoMemory();
-            return -1;
-        }
-        vm->stack = ns;
-        vm->stack_cap = ncap;
+/* push()'s slow side: the stack is full; it grows, up to its limit. */
+int push_grow(VM *vm, Val v) {
+    if (vm->stack_cap >= vm->max_stack) {
+        if (v.tag == V_OBJ) Py_XDECREF(v.v.o);
+        return limit_hit("stack", (unsigned long long)vm->sp + 1,
+                         (unsigned long long)vm->max_stack);
     }
+    Py_ssize_t ncap = vm->stack_cap * 2;
+    if (ncap > vm->max_stack) ncap = vm->max_stack;
+    Val *ns = realloc(vm->stack, (size_t)ncap * sizeof(Val));
+    if (!ns) {
+        if (v.tag == V_OBJ) Py_XDECREF(v.v.o);
+        PyErr_NoMemory();
+        return -1;
+    }
+    vm->stack = ns;
+    vm->stack_cap = ncap;
     vm->stack[vm->sp++] = v;
     return 0;
 }
@@ -31,10 +26,6 @@ int push_obj(VM *vm, PyObject *o) {
     if (!o) return -1;
     Val v = {V_OBJ, {.o = o}};
     return push(vm, v);
-}
-
-int is_role(VM *vm, PyObject *o) {
-    return o == vm->root || o == vm->dtlist || Py_IS_TYPE(o, &ColumnsType);
 }
 
 void row_free(VM *vm, Py_ssize_t r) {

@@ -106,10 +106,12 @@ static void vm_free(VM *vm) {
 
 PyDoc_STRVAR(read_doc,
              "read(data, known_fields, max_memo, max_stack, max_depth, max_string, max_text,\n"
-             "     memory_limit, memo_limit, costs)\n"
+             "     memory_limit, memo_limit, costs, mapped=False)\n"
              "--\n\n"
              "The top-level object of the pickle in `data` (bytes-like, checked by scan()),\n"
-             "with every device trace list as a Columns.\n"
+             "with every device trace list as a Columns. `mapped`: `data` is a shared\n"
+             "mapping of a file, whose pages the reader may give back once it has passed\n"
+             "them (they map again, unchanged, when read again).\n"
              "Raises ScanStop (args: the scan's result, as scan() returns it) when the scan\n"
              "refuses the file, whatever the reader met; else Fallback, Corrupt, Truncated,\n"
              "Refused or LimitHit.");
@@ -120,9 +122,10 @@ static PyObject *fr_read(PyObject *Py_UNUSED(mod), PyObject *args) {
     unsigned long long max_memo, max_stack, max_depth, max_string, max_text;
     Scan sc = {0};
     PyObject *costs_obj;
-    if (!PyArg_ParseTuple(args, "y*O!KKKKKKKO", &view, &PySet_Type, &known, &max_memo, &max_stack,
-                          &max_depth, &max_string, &max_text, &sc.limit, &sc.memo_limit,
-                          &costs_obj))
+    int mapped = 0;
+    if (!PyArg_ParseTuple(args, "y*O!KKKKKKKO|p", &view, &PySet_Type, &known, &max_memo, &max_stack,
+                          &max_depth, &max_string, &max_text, &sc.limit, &sc.memo_limit, &costs_obj,
+                          &mapped))
         return NULL;
     if (scan_costs(&sc, costs_obj) < 0) {
         PyBuffer_Release(&view);
@@ -161,6 +164,7 @@ static PyObject *fr_read(PyObject *Py_UNUSED(mod), PyObject *args) {
     vm->in.buf = view.buf;
     vm->in.total = (size_t)view.len;
     vm->in.sc = &sc;
+    vm->in.release_step = mapped ? (size_t)8 << 20 : 0;
     /* PyTorch's entries take 70-80 bytes of pickle: a slight overestimate */
     vm->rows_hint = (size_t)view.len / 64;
     if (!vm->marker || !vm->s_device_traces || !vm->stack || !vm->marks ||

@@ -1,12 +1,34 @@
 /* The pre-scan: prescan.py's pass over a pickle's opcodes, in C, run one opcode ahead of
    the reader (input_need) or alone (scan()). */
 #include "reader.h"
+#if defined(__linux__)
+#include <sys/mman.h>
+#include <unistd.h>
+#endif
+
+/* The mapped file's pages from in->released to RELEASE_KEEP before the reader, unmapped
+   from this process: mapped whole, a file adds its size to the peak RSS (pre-27 read it
+   through a 1 MiB buffer). The mapping is a shared one of a file: a page read again
+   (a frames list compared with an earlier one, the scan going back over an entry) is
+   mapped again from the page cache, with the same bytes, so what either reader sees is
+   unchanged (docs/security.md: one set of bytes for both). */
+void input_release(Input *in) {
+    const size_t upto = in->pos - RELEASE_KEEP;
+#if defined(__linux__) && defined(MADV_DONTNEED)
+    const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    const uintptr_t lo = ((uintptr_t)in->buf + in->released + page - 1) & ~(page - 1);
+    const uintptr_t hi = ((uintptr_t)in->buf + upto) & ~(page - 1);
+    if (hi > lo) (void)madvise((void *)lo, hi - lo, MADV_DONTNEED);
+#endif
+    in->released = upto;
+}
 
 /* Run the scan over `need` unread bytes (it stops after the opcode that covers them). 0
    they are there; 1 the data ends before (truncated); -1 with ScanStop set when the scan
    refused the file before them (its answer is the reader's: the file is refused as the
    Python path would refuse it). */
 int input_need(Input *in, size_t need) {
+    input_passed(in);
     while (in->len - in->pos < need) {
         Scan *sc = in->sc;
         if (!sc) return 1;

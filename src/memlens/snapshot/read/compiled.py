@@ -17,6 +17,7 @@ extension is not built.
 
 from __future__ import annotations
 
+import mmap
 import os
 import sys
 from pathlib import Path
@@ -143,6 +144,7 @@ def _read(data: Any, name: str, what: str, memory_limit: int) -> tuple[Any, Limi
             memory_limit,
             lim.memo,
             prescan.COSTS,
+            isinstance(data, mmap.mmap),  # pages passed may go back (RSS), not bytes
         )
     except _fastreader.ScanStop as exc:
         prescan.raise_for(exc.args, what=what, memory_limit=memory_limit, memo_limit=lim.memo)

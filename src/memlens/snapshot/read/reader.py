@@ -88,12 +88,12 @@ def open_data(path: Path) -> Iterator[tuple[Any, str, int]]:
 
 
 def _map(fd: int) -> mmap.mmap:
-    """The file mapped read-only; on Linux populated in one go (faulting its pages in one
-    by one as the readers go costs more)."""
+    """The file mapped read-only and shared. Not populated: the compiled reader gives the
+    pages it has passed back as it goes (peak RSS), and populating all of them first saved
+    no CPU (docs/benchmarks.md, issue 27's section)."""
     if not hasattr(mmap, "MAP_SHARED"):  # Windows
         return mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
-    flags = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
-    return mmap.mmap(fd, 0, flags=flags, prot=mmap.PROT_READ)
+    return mmap.mmap(fd, 0, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ)
 
 
 MAX_GZIP_LAYERS = 2  # a file gzipped twice happens by accident; more is not a snapshot
