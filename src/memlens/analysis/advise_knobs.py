@@ -3,7 +3,9 @@
 (analysis.categories), never a replay.
 
 checkpoint: activations (allocated outside backward, freed after a later backward event:
-  saved for backward) live at the peak. Checkpointing the modules that make them keeps
+  saved for backward) live at the peak, freed no later than the trace's last backward
+  event (tensors a script frees after its last step, such as the model's parameters when
+  `main()` returns, also come after a backward event: they are not activations). Checkpointing the modules that make them keeps
   only each module's input until its backward recomputes the rest, so their bytes are
   the estimate (less the inputs kept and the one module recomputed at a time). The
   snapshot names functions, not module classes: the finding gives the call sites whose
@@ -11,7 +13,8 @@ checkpoint: activations (allocated outside backward, freed after a later backwar
 autocast: a trace with no allocation under autocast (no `autocast` / `cached_cast` frame)
   is taken to run fp32 (a snapshot records no dtypes). bf16/fp16 autocast would store the
   activations live at the peak at half size and add half-size copies of the parameters
-  live at the peak (the weight casts the backward keeps): the estimate is half the
+  live at the peak (the parameter category and what is freed after the last backward:
+  the weight casts the backward keeps): the estimate is half the
   activations less half the parameters, a finding only when positive.
 """
 
@@ -22,6 +25,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from memlens.analysis.categories import ACTIVATION, PARAMETER, categorize
+from memlens.analysis.inferred_steps import BACKWARD
 from memlens.analysis.matching import rows_matching, stack_matches
 from memlens.analysis.results import Finding
 from memlens.analysis.sites import top_sites
@@ -31,12 +35,18 @@ from memlens.units import format_bytes as fb
 AUTOCAST = r"(?i)autocast|cached_cast"
 
 
-def _live(dev: DeviceTrace, category: int) -> np.ndarray:
-    """Allocation rows of `category` live at the active peak."""
+def _live(dev: DeviceTrace) -> tuple[np.ndarray, np.ndarray]:
+    """Allocation rows live at the active peak: (activations freed by the last backward
+    event, parameters and what else outlives the steps: the parameter category and the
+    "activations" freed after the last backward event, see the module's docstring)."""
     cat, _ = categorize(dev)
     live = dev.live_at_peak()
-    out: np.ndarray = live[cat[live] == category]
-    return out
+    acts = live[cat[live] == ACTIVATION]
+    in_bw = rows_matching(stack_matches(dev.snapshot, BACKWARD), dev.stack.astype(np.int64))
+    last = np.flatnonzero(in_bw)
+    saved = dev.free_event[acts] <= (last[-1] if len(last) else -1)
+    kept = np.concatenate([live[cat[live] == PARAMETER], acts[~saved]])
+    return acts[saved], kept
 
 
 def checkpoint_finding(
@@ -44,7 +54,7 @@ def checkpoint_finding(
 ) -> Finding | None:
     if not dev.n_events:
         return None
-    rows = _live(dev, ACTIVATION)
+    rows, _ = _live(dev)
     held = int(dev.alloc_size[rows].sum())
     if not held:
         return None
@@ -69,9 +79,9 @@ def autocast_finding(
 ) -> Finding | None:
     if not dev.n_events or rows_matching(stack_matches(dev.snapshot, AUTOCAST), dev.alloc_stack).any():  # fmt: skip
         return None
-    acts = _live(dev, ACTIVATION)
+    acts, kept = _live(dev)
     activations = int(dev.alloc_size[acts].sum())
-    params = int(dev.alloc_size[_live(dev, PARAMETER)].sum())
+    params = int(dev.alloc_size[kept].sum())
     saved = activations // 2 - params // 2
     if saved <= 0:
         return None
