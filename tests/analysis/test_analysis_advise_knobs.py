@@ -3,6 +3,8 @@ hand-built training step that has them and on variants that do not; figures by h
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 import memlens
@@ -13,7 +15,7 @@ from snapshot_builders import MiB, block, ev, segment
 S1 = 0x10000000
 
 
-def fwd(line: int) -> list[dict]:
+def fwd(line: int) -> list[dict[str, Any]]:
     return [{"filename": "/home/u/model.py", "line": line, "name": "forward"}]
 
 
@@ -23,7 +25,7 @@ CAST = {"filename": "??", "line": 0, "name": "at::autocast::cached_cast(x)"}
 
 
 def step(weight: int = 2 * MiB, backward: bool = True, autocast: bool = False,
-         teardown: bool = False) -> dict:  # fmt: skip
+         teardown: bool = False) -> dict[str, Any]:  # fmt: skip
     """A `weight` parameter W (alive before and after the trace) at S1, then: A1 4 MiB
     (model.py:20), a 1 MiB temporary T (model.py:22) made and freed, A2 2 MiB (model.py:21),
     B 1 MiB made by the autograd engine (event 4: the peak, W + 7 MiB live), then A2, A1
