@@ -179,3 +179,65 @@ def test_a_failing_point_is_reported_and_not_cached(tmp_path):
         )  # fmt: skip
         assert bad["fits"] is None and "ValueError: no batch of 2" in bad["error"]
         assert out["simulations"] == simulations
+
+
+# `--pattern` as the cs336 script takes it: a forward holds 16 MiB x (1 + c) (weights and
+# one activation per context unit), a training step also a 16 MiB x c^2 "attention
+# gradient". Each tensor is its own segment of exactly its size: active = reserved.
+PATTERNS = """
+import argparse, torch
+p = argparse.ArgumentParser()
+p.add_argument("--context", type=int, default=1)
+p.add_argument("--pattern", choices=["forward-only", "full-training-step"], default="forward-only")
+a = p.parse_args()
+MiB = 2**20
+w = torch.empty(4 * MiB, device="cuda")
+x = torch.empty(a.context * 4 * MiB, device="cuda")
+if a.pattern == "full-training-step":
+    g = torch.empty(a.context * a.context * 4 * MiB, device="cuda")
+"""
+
+
+def test_a_non_numeric_sweep_is_fitted_per_value(tmp_path):
+    """--pattern forward-only vs full-training-step over --context 1,2,4,8 on 1000 MiB
+    (no reserve): the training step at 8 needs 16 x 73 = 1168 MiB and runs out; each
+    pattern gets its own fit. Forward: 16 + 16 c MiB, largest c with 16 (1 + c) <= 1000 is
+    61; training: 16 (1 + c + c^2), fitted over the three points that ran, largest 7
+    (16 x 57 = 912; 8 gives 1168)."""
+    (tmp_path / "cs.py").write_text(textwrap.dedent(PATTERNS))
+    env = {**os.environ, "MEMLENS_CACHE_DIR": str(tmp_path / "cache")}
+    env.pop("PYTORCH_CUDA_ALLOC_CONF", None)
+    cmd = [sys.executable, "-m", "memlens", "plan", "--device-memory", "1000MiB",
+           "--reserve", "0", "--jobs", "2", "--sweep", "--pattern=forward-only,full-training-step",
+           "--sweep", "--context=1,2,4,8"]  # fmt: skip
+    done = subprocess.run([*cmd, "--json", "cs.py"], capture_output=True, text=True,
+                          cwd=tmp_path, env=env, timeout=600)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    peaks = [(p["values"]["--pattern"], int(p["values"]["--context"]), p["peak_active_bytes"],
+              p["peak_reserved_bytes"], p["fits"]) for p in out["points"]]  # fmt: skip
+    fwd = [("forward-only", c, 16 * MiB * (1 + c), 16 * MiB * (1 + c), True) for c in (1, 2, 4, 8)]
+    assert peaks[:4] == fwd
+    train = [("full-training-step", c, 16 * MiB * (1 + c + c * c)) for c in (1, 2, 4)]
+    assert [p[:4] for p in peaks[4:7]] == [(*t, t[2]) for t in train]
+    assert peaks[7][4] is False and out["points"][7]["oom"] is True
+    # no single polynomial over a pattern and a number
+    assert out["fit"] is None and out["largest_fitting"] is None
+    forward, training = out["groups"]
+    assert forward["values"] == {"--pattern": "forward-only"}
+    assert forward["largest_fitting"] == {"--context": "8"}
+    assert forward["fit"]["points"] == 4 and forward["fit"]["largest_fitting"] == 61
+    assert forward["fit"]["constant_bytes"] == pytest.approx(16 * MiB, abs=1)
+    assert forward["fit"]["linear_bytes"] == [pytest.approx(16 * MiB, abs=1)]
+    assert forward["fit"]["quadratic_bytes"] == [pytest.approx(0, abs=1)]
+    assert training["values"] == {"--pattern": "full-training-step"}
+    assert training["largest_fitting"] == {"--context": "4"}
+    assert training["fit"]["points"] == 3 and training["fit"]["largest_fitting"] == 7
+    assert training["fit_active"]["quadratic_bytes"] == [pytest.approx(16 * MiB, abs=1)]
+
+    text = subprocess.run([*cmd, "cs.py"], capture_output=True, text=True, cwd=tmp_path,
+                          env=env, timeout=600).stdout  # fmt: skip
+    assert "--pattern=full-training-step --context=8: peak active" in text
+    assert "--pattern=full-training-step:\n  largest fitting: --context=4\n" in text
+    assert "  fit of peak reserved over 3 points: 16.00 MiB + 16.00 MiB x --context" in text
+    assert "    the fit's largest fitting --context: 7\n" in text

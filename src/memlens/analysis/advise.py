@@ -13,6 +13,8 @@ Findings, largest bytes first:
   attention      (B, H, S, S) matrices of a hand-written attention: estimate
   sharding       gradients and optimizer state over N GPUs: estimate
   leak           memory repeated steps left alive (analysis.leaks): exact for the trace
+  checkpoint     activations live at the peak, freed by checkpointing: estimate
+  autocast       fp32 activations autocast would halve, less the weight casts: estimate
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from memlens.analysis.advise_estimates import attention_finding, sharding_finding
+from memlens.analysis.advise_knobs import autocast_finding, checkpoint_finding
 from memlens.analysis.leaks import leaks
 from memlens.analysis.oom import oom_report
 from memlens.analysis.results import AdviceReplay, AdviseResult, Finding
@@ -55,6 +58,8 @@ def advise(
             attention_finding(dev, top, hide_patterns),
             sharding_finding(dev, ranks, top, hide_patterns),
             *leak_findings(dev, top, hide_patterns),
+            checkpoint_finding(dev, top, hide_patterns),
+            autocast_finding(dev, top, hide_patterns),
         )
         if f is not None and f["bytes"] > 0
     ]

@@ -236,7 +236,8 @@ ADVISE = Analysis(
     ),
     annotations=True, check_fn="memlens.cli.advise:check",
     doc="Ranked findings (fragmentation by allocator replay, the OOM, attention matrices,\n"
-    "    sharding, leaks), each with the bytes at stake, the call sites and how sure it is.",
+    "    sharding, leaks, activation checkpointing, autocast), each with the bytes at\n"
+    "    stake, the call sites and how sure it is.",
 )  # fmt: skip
 
 BUILTIN: tuple[Analysis[Any], ...] = (

@@ -45,19 +45,12 @@ def render(result: dict) -> list[str]:  # type: ignore[type-arg]
         lines.append(line + (" [cached]" if p["cached"] else ""))
     if result["largest_fitting"]:
         lines.append(f"largest fitting: {_values(result['largest_fitting'])}")
-    for key, what in (("fit", "peak reserved"), ("fit_active", "peak active")):
-        fit = result[key]
-        if fit is None:
-            continue
-        terms = [format_bytes(fit["constant_bytes"])]
-        for arg, lin, quad in zip(fit["args"], fit["linear_bytes"], fit["quadratic_bytes"]):
-            terms.append(f"{format_bytes(lin)} x {arg}")
-            terms.append(f"{format_bytes(quad)} x {arg}^2")
-        lines.append(f"fit of {what} over {fit['points']} points: " + " + ".join(terms)
-                     + f" (largest residual {format_bytes(fit['max_residual_bytes'])})")  # fmt: skip
-        if fit["largest_fitting"] is not None:
-            lines.append(f"  the fit's largest fitting {fit['args'][0]}: "
-                         f"{fit['largest_fitting']:g}")  # fmt: skip
+    lines += _fit_lines(result, "")
+    for g in result["groups"]:
+        lines.append(f"{_values(g['values'])}:")
+        if g["largest_fitting"]:
+            lines.append(f"  largest fitting: {_values(g['largest_fitting'])}")
+        lines += _fit_lines(g, "  ")
     for pred in result["predictions"]:
         lines.append(
             f"predicted at {_values(pred['values'])}: peak reserved "
@@ -80,6 +73,25 @@ def render(result: dict) -> list[str]:  # type: ignore[type-arg]
     if result["knob_table"] is not None:
         lines += render_table(result["knob_table"])
     lines.append(f"{result['simulations']} simulations run")
+    return lines
+
+
+def _fit_lines(result: dict, indent: str) -> list[str]:  # type: ignore[type-arg]
+    """The fits of peak reserved and peak active (of the whole sweep or of one group)."""
+    lines = []
+    for key, what in (("fit", "peak reserved"), ("fit_active", "peak active")):
+        fit = result[key]
+        if fit is None:
+            continue
+        terms = [format_bytes(fit["constant_bytes"])]
+        for arg, lin, quad in zip(fit["args"], fit["linear_bytes"], fit["quadratic_bytes"]):
+            terms.append(f"{format_bytes(lin)} x {arg}")
+            terms.append(f"{format_bytes(quad)} x {arg}^2")
+        lines.append(f"{indent}fit of {what} over {fit['points']} points: " + " + ".join(terms)
+                     + f" (largest residual {format_bytes(fit['max_residual_bytes'])})")  # fmt: skip
+        if fit["largest_fitting"] is not None:
+            lines.append(f"{indent}  the fit's largest fitting {fit['args'][0]}: "
+                         f"{fit['largest_fitting']:g}")  # fmt: skip
     return lines
 
 

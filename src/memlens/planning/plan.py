@@ -3,6 +3,7 @@ largest fitting value, and bisection for it (`find_max`)."""
 
 from __future__ import annotations
 
+import itertools
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -14,6 +15,7 @@ from memlens.planning.points import Runner, Sweep, point, sweep_figures, with_va
 from memlens.planning.results import (
     PlanFindMax,
     PlanFit,
+    PlanGroup,
     PlanPoint,
     PlanPrediction,
     PlanResult,
@@ -97,6 +99,31 @@ def describe_fit(model: Fit, usable: int | None) -> PlanFit:
         "points": model.points,
         "largest_fitting": best,
     }
+
+
+def groups(sweeps: Sequence[Sweep], points: Sequence[PlanPoint],
+           usable: int | None) -> list[PlanGroup]:  # fmt: skip
+    """With a non-numeric swept argument (`--pattern=forward-only,full-training-step`) no
+    single polynomial fits: one group per combination of the non-numeric values, each with
+    its largest fitting value and its fits over the numeric arguments. Empty when every
+    swept argument is numeric (the top-level fit covers it)."""
+    labels = [s for s in sweeps if any(numeric(v) is None for v in s.values)]
+    if not labels:
+        return []
+    nums = [s for s in sweeps if s not in labels]
+    out: list[PlanGroup] = []
+    for combo in itertools.product(*(s.values for s in labels)):
+        values = {s.arg: v for s, v in zip(labels, combo, strict=True)}
+        mine = [p for p in points if all(p["values"][k] == v for k, v in values.items())]
+        model = fit_points(nums, mine) if nums else None
+        active = fit_points(nums, mine, "peak_active_bytes") if nums else None
+        out.append({
+            "values": values,
+            "largest_fitting": largest_fitting(nums, mine) if usable is not None else None,
+            "fit": None if model is None else describe_fit(model, usable),
+            "fit_active": None if active is None else describe_fit(active, None),
+        })  # fmt: skip
+    return out
 
 
 def predictions(model: Fit | None, active: Fit | None,
@@ -194,6 +221,7 @@ def plan(script: str, args: Sequence[str], *, sweeps: Sequence[Sweep] = (), setu
         "largest_fitting": largest_fitting(sweeps, points) if setup.usable is not None else None,
         "fit": None if model is None else describe_fit(model, setup.usable),
         "fit_active": None if active is None else describe_fit(active, None),
+        "groups": groups(sweeps, points, setup.usable),
         "predictions": predictions(model, active, predict),
         "find_max": None,
         "what_ifs": [w for w, _ in done],

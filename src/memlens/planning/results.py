@@ -28,6 +28,16 @@ class PlanFit(TypedDict):
     largest_fitting: float | None  # one argument: the model's largest value within usable
 
 
+class PlanGroup(TypedDict):
+    """The points sharing one value of each non-numeric swept argument (e.g. `--pattern`
+    forward-only vs full-training-step), fitted over the numeric ones alone."""
+
+    values: dict[str, str]  # the non-numeric swept arguments' values
+    largest_fitting: dict[str, str] | None  # one numeric swept argument: its largest fitting
+    fit: PlanFit | None  # of peak reserved over the group's numeric arguments
+    fit_active: PlanFit | None
+
+
 class PlanPrediction(TypedDict):
     values: dict[str, float]
     peak_reserved_bytes: float
@@ -88,6 +98,7 @@ class PlanResult(TypedDict):
     largest_fitting: dict[str, str] | None  # one swept argument: its largest fitting value
     fit: PlanFit | None  # of peak reserved
     fit_active: PlanFit | None  # of peak active (no allocator rounding or caching in it)
+    groups: list[PlanGroup]  # some swept argument not numeric: a fit per value of it
     predictions: list[PlanPrediction]
     find_max: PlanFindMax | None
     what_ifs: list[PlanWhatIf]

@@ -6,6 +6,9 @@ the finding's estimate.
   fragmentation  the best allocator setting of the replays   peak reserved
   oom            the allocator setting the replay fitted in   peak reserved
   attention      sdpa=efficient (fused SDPA, no (B,H,S,S))    peak active
+  autocast       autocast=bf16                                 peak active
+  checkpoint     no knob here: the snapshot names no module class (plan --what-if
+                 checkpoint=CLASS tests it)
   sharding, leak no knob (fsdp2=/ddp= need the multi-GPU simulation; a leak is a code fix)
 
 The simulation is of the script as it runs now (its own arguments, the card of `gpu`),
@@ -23,7 +26,10 @@ from memlens.planning.plan import Setup, plan
 from memlens.planning.results import PlanKnobRow
 
 SDPA_KNOB = "sdpa=efficient"  # runs in fp32 too, unlike flash
+AUTOCAST_KNOB = "autocast=bf16"
 NO_KNOB = {
+    "checkpoint": "no knob here: the snapshot names no module class; test it with memlens "
+    "plan --what-if checkpoint=CLASS",
     "sharding": "no knob: sharding needs the multi-GPU simulation (fsdp2=N / ddp=N), not built yet",
     "leak": "no knob: memory kept alive between steps is a change to the code",
 }
@@ -41,6 +47,8 @@ def knob_for(finding: Finding, replays: Sequence[AdviceReplay]) -> tuple[str | N
         return None, "reserved", "no knob: no allocator setting fitted the OOM in the replay"
     if finding["kind"] == "attention":
         return SDPA_KNOB, "active", ""
+    if finding["kind"] == "autocast":
+        return AUTOCAST_KNOB, "active", ""
     return None, "reserved", NO_KNOB.get(finding["kind"], "no knob tests this finding")
 
 
