@@ -130,17 +130,39 @@ def build_events(trace: list[Any], device: int, ctx: BuildContext) -> dict[str, 
             return np.full(n, -1, dtype=np.int32)
         return optional_string_ids(_column(trace, key, None), key, ctx)
 
-    return {
+    return event_columns(action, addr, size, stream, time_us, stack, optional_strings)
+
+
+# the optional string fields of an entry: (column, entry key)
+OPTIONAL_STRINGS = (
+    ("compile_context", "compile_context"),
+    ("user_metadata", "user_metadata"),
+    ("forward_stack", "forward_frames"),
+)
+
+
+def event_columns(
+    action: np.ndarray,
+    addr: np.ndarray,
+    size: np.ndarray,
+    stream: np.ndarray,
+    time_us: np.ndarray,
+    stack: np.ndarray,
+    optional: Callable[[str], np.ndarray],
+) -> dict[str, np.ndarray]:
+    """A device's event columns as both readers hand them to the builder; `optional(key)`
+    gives the string ids of an optional entry field (-1 where absent)."""
+    columns = {
         "action": action,
         "addr": addr,
         "size": size,
         "stream": stream,
         "time_us": time_us,
         "stack": stack,
-        "compile_context": optional_strings("compile_context"),
-        "user_metadata": optional_strings("user_metadata"),
-        "forward_stack": optional_strings("forward_frames"),
     }
+    for column, key in OPTIONAL_STRINGS:
+        columns[column] = optional(key)
+    return columns
 
 
 # what each optional per-entry text field holds when it is empty

@@ -154,6 +154,16 @@ static int slots_grow(int32_t **slots, size_t *mask, const uint64_t *hash, size_
     return 0;
 }
 
+/* The two columns every interning table keys by, grown to `ncap` entries (off has one
+   more: entry g spans off[g]..off[g + 1]); -1 when out of memory (what did grow is kept). */
+static int grow_keys(size_t **off, uint64_t **hash, size_t ncap) {
+    size_t *no = realloc(*off, (ncap + 1) * sizeof(size_t));
+    if (no) *off = no;
+    uint64_t *nh = realloc(*hash, ncap * sizeof(uint64_t));
+    if (nh) *hash = nh;
+    return no && nh ? 0 : -1;
+}
+
 static int stackset_grow_slots(StackSet *t) {
     if (slots_grow(&t->slots, &t->mask, t->hash, t->n) < 0) {
         PyErr_NoMemory();
@@ -178,13 +188,10 @@ Py_ssize_t stackset_index(StackSet *t, PyObject *const *items, size_t k, int *ad
     if (t->n >= INT32_MAX - 1) return fallback("too many distinct stacks");
     if (t->n + 1 >= t->cap) {
         size_t ncap = t->cap ? t->cap * 2 : 256;
-        size_t *no = realloc(t->off, (ncap + 1) * sizeof(size_t));
-        if (no) t->off = no;
-        uint64_t *nh = realloc(t->hash, ncap * sizeof(uint64_t));
-        if (nh) t->hash = nh;
+        const int keys = grow_keys(&t->off, &t->hash, ncap);
         PyObject **nr = realloc(t->rep, ncap * sizeof(PyObject *));
         if (nr) t->rep = nr;
-        if (!no || !nh || !nr) {
+        if (keys < 0 || !nr) {
             PyErr_NoMemory();
             return -1;
         }
@@ -275,15 +282,12 @@ void spanset_add(SpanSet *t, const unsigned char *p, size_t n, uint64_t h, int32
         return;
     if (t->n + 1 >= t->cap) {
         size_t ncap = t->cap ? t->cap * 2 : 256;
-        size_t *no = realloc(t->off, (ncap + 1) * sizeof(size_t));
-        if (no) t->off = no;
-        uint64_t *nh = realloc(t->hash, ncap * sizeof(uint64_t));
-        if (nh) t->hash = nh;
+        const int keys = grow_keys(&t->off, &t->hash, ncap);
         int32_t *nst = realloc(t->stack, ncap * sizeof(int32_t));
         if (nst) t->stack = nst;
         int32_t *nk = realloc(t->n_items, ncap * sizeof(int32_t));
         if (nk) t->n_items = nk;
-        if (!no || !nh || !nst || !nk) return;
+        if (keys < 0 || !nst || !nk) return;
         if (!t->cap) t->off[0] = 0;
         t->cap = ncap;
     }

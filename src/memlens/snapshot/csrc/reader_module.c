@@ -208,17 +208,11 @@ static PyMethodDef fr_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
+/* the remaining slots (m_slots, traverse, clear, free) are unused: zero */
 static struct PyModuleDef fr_module = {
-    PyModuleDef_HEAD_INIT,
-    "_fastreader",
-    "Streaming reader of PyTorch memory-snapshot pickles into columns (see compiled.py).",
-    -1,
-    fr_methods,
-    NULL,
-    NULL,
-    NULL,
-    NULL,
-};
+    PyModuleDef_HEAD_INIT, "_fastreader",
+    "Streaming reader of PyTorch memory-snapshot pickles into columns (see read/compiled.py).", -1,
+    fr_methods};
 
 PyMODINIT_FUNC PyInit__fastreader(void) {
     if (columns_ready() < 0) return NULL;

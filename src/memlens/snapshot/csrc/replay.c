@@ -76,6 +76,15 @@ typedef struct {
 /* Set once per process from os.urandom at import. A fixed hash lets a crafted file choose
    addresses that all land in one slot run, making the replay quadratic (200k allocations:
    38 s instead of 0.1 s); a keyed one leaves nothing to aim at. */
+/* `p` (an array of `*cap` items of `item` bytes) reallocated to twice as many (1024 at
+   first), `*cap` updated; NULL when out of memory (`p` is then still the caller's). */
+static void *grown(void *p, size_t *cap, size_t item) {
+    const size_t ncap = *cap ? *cap * 2 : 1024;
+    void *n = realloc(p, ncap * item);
+    if (n) *cap = ncap;
+    return n;
+}
+
 static uint64_t process_seed = 0x9e3779b97f4a7c15ULL;
 
 static size_t addr_hash(uint64_t a, uint64_t seed) { /* splitmix64's finalizer, keyed */
@@ -370,7 +379,7 @@ static PyObject *fr_replay(PyObject *Py_UNUSED(mod), PyObject *args, PyObject *k
     int32_t *r_stream = (int32_t *)row_mem[R_STREAM] + front;
     uint8_t *r_flags = (uint8_t *)row_mem[R_FLAGS] + front;
 
-    /* --- the pass: pairing (see replay.py), rows, both curves ------------------------- */
+    /* --- the pass: pairing (see replay/device.py), rows, both curves ------------------------- */
     uint64_t cur = 0, seg = reserved_start;
     int32_t n_rows_alloc = 0;
     size_t n_over = 0;
@@ -412,11 +421,9 @@ static PyObject *fr_replay(PyObject *Py_UNUSED(mod), PyObject *args, PyObject *k
                     cur -= (uint64_t)r_size[k];
                 } else { /* an allocation from before the trace */
                     if (n_orph == cap_orph) {
-                        size_t ncap = cap_orph ? cap_orph * 2 : 1024;
-                        Orphan *no = realloc(orphans, ncap * sizeof(Orphan));
+                        Orphan *no = grown(orphans, &cap_orph, sizeof(Orphan));
                         if (!no) goto nomem;
                         orphans = no;
-                        cap_orph = ncap;
                     }
                     const int32_t r = (int32_t)n_orph++;
                     orphans[r] = (Orphan){i, -1, st->frees};
@@ -443,11 +450,9 @@ static PyObject *fr_replay(PyObject *Py_UNUSED(mod), PyObject *args, PyObject *k
                 ver = r_ver[k];
             } else { /* a request with nothing open: waits for the next anchor here */
                 if (n_pend == cap_pend) {
-                    size_t ncap = cap_pend ? cap_pend * 2 : 1024;
-                    Pending *np_ = realloc(pend, ncap * sizeof(Pending));
+                    Pending *np_ = grown(pend, &cap_pend, sizeof(Pending));
                     if (!np_) goto nomem;
                     pend = np_;
-                    cap_pend = ncap;
                 }
                 const int32_t p = (int32_t)n_pend++;
                 pend[p] = (Pending){(int32_t)i, -1};
@@ -575,17 +580,11 @@ static PyMethodDef fr_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
+/* the remaining slots (m_slots, traverse, clear, free) are unused: zero */
 static struct PyModuleDef fr_module = {
-    PyModuleDef_HEAD_INIT,
-    "_fastreplay",
-    "One-pass replay of a device's trace into allocation rows and curves (see replay.py).",
-    -1,
-    fr_methods,
-    NULL,
-    NULL,
-    NULL,
-    NULL,
-};
+    PyModuleDef_HEAD_INIT, "_fastreplay",
+    "One-pass replay of a device's trace into allocation rows and curves (see replay/device.py).",
+    -1, fr_methods};
 
 PyMODINIT_FUNC PyInit__fastreplay(void) {
     if (PyType_Ready(&OwnedBufferType) < 0 || urandom_fill(&process_seed, 8) < 0) return NULL;

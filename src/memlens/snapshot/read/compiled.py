@@ -33,6 +33,7 @@ from memlens.snapshot.assemble.context import BuildContext
 from memlens.snapshot.assemble.entries import (
     KNOWN_ENTRY_FIELDS,
     coded,
+    event_columns,
     optional_string_ids,
     warn_unknown_entry_fields,
 )
@@ -251,14 +252,4 @@ class CompiledTrace:
             out: np.ndarray = ids[self._array(key, np.int32)]
             return out
 
-        return {
-            "action": action,
-            "addr": addr,
-            "size": size,
-            "stream": stream,
-            "time_us": time_us,
-            "stack": stack,
-            "compile_context": optional("compile_context"),
-            "user_metadata": optional("user_metadata"),
-            "forward_stack": optional("forward_frames"),
-        }
+        return event_columns(action, addr, size, stream, time_us, stack, optional)

@@ -164,17 +164,10 @@ static PyMethodDef methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT,
-    "_checksum",
-    "CRC-32C for the column cache (see cache.py).",
-    -1,
-    methods,
-    NULL,
-    NULL,
-    NULL,
-    NULL,
-};
+/* the remaining slots (m_slots, traverse, clear, free) are unused: zero */
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_checksum",
+                                    "CRC-32C for the column cache (see store/cache.py).", -1,
+                                    methods};
 
 PyMODINIT_FUNC PyInit__checksum(void) {
     init_table();
