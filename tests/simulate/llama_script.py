@@ -1,0 +1,184 @@
+"""A torchrun-style training step of a small Llama-style model, built from a config
+(no weights, no hub), for tests/simulate/test_simulate_llama.py: token embedding,
+`--layers` blocks of RMSNorm, causal self-attention through SDPA (no RoPE: it adds no
+parameters) and a SwiGLU MLP, a final RMSNorm and an output head, tied to the
+embedding with `--tied`. Every Linear is bias-free, as in Llama. `--mode` wraps it:
+single (one GPU, no process group), ddp, fsdp2 (`fully_shard` per block, then the
+root), fsdp1 (`FullyShardedDataParallel`, a unit per block) or tp (`parallelize_module`:
+q, k, v and the MLP's w1, w3 colwise; wo and w2 rowwise). One step of AdamW
+(foreach=False). torch.cuda.memory_allocated() at each checkpoint goes to `--out`.
+"""
+
+import argparse
+import json
+import os
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--out", required=True, help="{rank} is replaced by $RANK")
+parser.add_argument("--mode", default="single", choices=["single", "ddp", "fsdp2", "fsdp1", "tp"])
+parser.add_argument("--vocab", type=int, default=250)
+parser.add_argument("--dim", type=int, default=64)
+parser.add_argument("--heads", type=int, default=8)
+parser.add_argument("--inter", type=int, default=176)
+parser.add_argument("--layers", type=int, default=2)
+parser.add_argument("--batch", type=int, default=2)
+parser.add_argument("--seq", type=int, default=16)
+parser.add_argument("--tied", action="store_true")
+parser.add_argument("--bf16", action="store_true", help="FSDP2 MixedPrecisionPolicy(bf16)")
+parser.add_argument("--checkpoint", action="store_true", help="activation checkpointing per block")
+parser.add_argument("--no-step", action="store_true", help="forward and backward only")
+opts = parser.parse_args()
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float = 1e-5):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+
+
+class Attention(nn.Module):
+    def __init__(self, dim: int, heads: int):
+        super().__init__()
+        self.head_dim = dim // heads
+        self.wq, self.wk, self.wv, self.wo = (nn.Linear(dim, dim, bias=False) for _ in range(4))
+
+    def forward(self, x):
+        b, s, _ = x.shape
+        # -1 heads: under tensor parallel each rank holds heads / tp of them
+        q, k, v = (
+            w(x).view(b, s, -1, self.head_dim).transpose(1, 2) for w in (self.wq, self.wk, self.wv)
+        )
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.wo(out.transpose(1, 2).reshape(b, s, -1))
+
+
+class MLP(nn.Module):
+    def __init__(self, dim: int, inter: int):
+        super().__init__()
+        self.w1 = nn.Linear(dim, inter, bias=False)
+        self.w3 = nn.Linear(dim, inter, bias=False)
+        self.w2 = nn.Linear(inter, dim, bias=False)
+
+    def forward(self, x):
+        return self.w2(F.silu(self.w1(x)) * self.w3(x))
+
+
+class Block(nn.Module):
+    def __init__(self, dim: int, heads: int, inter: int):
+        super().__init__()
+        self.attention_norm = RMSNorm(dim)
+        self.attention = Attention(dim, heads)
+        self.ffn_norm = RMSNorm(dim)
+        self.feed_forward = MLP(dim, inter)
+
+    def forward(self, x):
+        h = x + self.attention(self.attention_norm(x))
+        return h + self.feed_forward(self.ffn_norm(h))
+
+
+class Llama(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.tok_embeddings = nn.Embedding(opts.vocab, opts.dim)
+        self.layers = nn.ModuleList(
+            Block(opts.dim, opts.heads, opts.inter) for _ in range(opts.layers)
+        )
+        self.norm = RMSNorm(opts.dim)
+        self.output = nn.Linear(opts.dim, opts.vocab, bias=False)
+        if opts.tied:
+            self.output.weight = self.tok_embeddings.weight
+
+    def forward(self, tokens):
+        h = self.tok_embeddings(tokens)
+        for layer in self.layers:
+            h = layer(h)
+        return self.output(self.norm(h))
+
+
+marks = {}
+
+
+def mark(name):
+    marks[name] = torch.cuda.memory_allocated()
+
+
+local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+device = torch.device("cuda", local_rank)
+if opts.mode != "single":
+    import torch.distributed as dist
+
+    dist.init_process_group("nccl")
+    torch.cuda.set_device(local_rank)
+model = Llama().to(device)
+if opts.checkpoint:
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
+
+    for i, layer in enumerate(model.layers):
+        model.layers[i] = checkpoint_wrapper(layer)
+if opts.mode == "ddp":
+    from torch.nn.parallel import DistributedDataParallel
+
+    model = DistributedDataParallel(model, device_ids=[local_rank])
+elif opts.mode == "fsdp2":
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    kwargs = {"mp_policy": policy} if opts.bf16 else {}
+    for layer in model.layers:
+        fully_shard(layer, **kwargs)
+    fully_shard(model, **kwargs)
+elif opts.mode == "fsdp1":
+    from torch.distributed.fsdp import FullyShardedDataParallel
+    from torch.distributed.fsdp.wrap import ModuleWrapPolicy
+
+    model = FullyShardedDataParallel(
+        model, auto_wrap_policy=ModuleWrapPolicy({Block}), device_id=device
+    )
+elif opts.mode == "tp":
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.parallel import (
+        ColwiseParallel,
+        RowwiseParallel,
+        parallelize_module,
+    )
+
+    mesh = init_device_mesh("cuda", (int(os.environ["WORLD_SIZE"]),))
+    plan = {
+        "attention.wq": ColwiseParallel(),
+        "attention.wk": ColwiseParallel(),
+        "attention.wv": ColwiseParallel(),
+        "attention.wo": RowwiseParallel(),
+        "feed_forward.w1": ColwiseParallel(),
+        "feed_forward.w3": ColwiseParallel(),
+        "feed_forward.w2": RowwiseParallel(),
+    }
+    for layer in model.layers:
+        parallelize_module(layer, mesh, plan)
+mark("params")
+marks["local_shapes"] = {
+    name: list(getattr(p, "_local_tensor", p).shape) for name, p in model.named_parameters()
+}
+opt = torch.optim.AdamW(model.parameters(), foreach=False)
+tokens = torch.randint(0, opts.vocab, (opts.batch, opts.seq), device=device)
+torch.cuda.reset_peak_memory_stats()
+logits = model(tokens)
+loss = F.cross_entropy(logits.flatten(0, 1).float(), tokens.flatten())
+del logits
+mark("forward")
+loss.backward()
+del loss
+mark("backward")
+if not opts.no_step:
+    opt.step()
+    mark("step")
+marks["peak"] = torch.cuda.max_memory_allocated()
+with open(opts.out.format(rank=os.environ.get("RANK", "0")), "w") as f:
+    json.dump(marks, f)

@@ -1,0 +1,176 @@
+"""Issue 22 on a small Llama-style model (tests/simulate/llama_script.py): per-rank
+parameter, gradient and AdamW-state bytes under DDP, FSDP2, FSDP1 and tensor parallel at
+world sizes 2, 4 and 8, equal to the sharding arithmetic worked out here from the
+model's shapes; DDP's peak equals the single-GPU run's plus its bucket.
+
+The model (fp32, bias-free Linears): vocab V=250, dim D=64, 8 heads, SwiGLU width FF=176,
+2 blocks, untied head. V divides by neither 4 nor 8, so FSDP shards are padded. (FF divides
+by 8: tensor parallel's RowwiseParallel rebuilds its input DTensor from the local shards
+assuming even ones, so an uneven FF fails there on a GPU too.) Each
+simulated rank is the last one of its world (the one whose own rows are fewest).
+Every tensor is its own caching-allocator block, rounded up to 512 bytes (r512).
+A step of batch 2 x 16 tokens keeps the int64 tokens (256 bytes -> 512) to the end.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from memlens.simulation.api import run_script  # noqa: E402
+from memlens.simulation.distributed.env import World  # noqa: E402
+
+SCRIPT = str(Path(__file__).with_name("llama_script.py"))
+V, D, FF, LAYERS = 250, 64, 176, 2
+TOKENS = 512  # 2 x 16 int64 = 256 bytes, one block
+F32 = 4
+
+
+def r512(n: int) -> int:
+    """The caching allocator's rounding of a request (512-byte multiples)."""
+    return -(-n // 512) * 512
+
+
+def ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+# (shape, kind) of every parameter, per FSDP unit: a block, then the root's own
+# (embedding, final norm, head). kind: how tensor parallel splits it.
+BLOCK = [
+    ((D,), "replicate"),  # attention_norm
+    ((D, D), "colwise"), ((D, D), "colwise"), ((D, D), "colwise"),  # wq, wk, wv
+    ((D, D), "rowwise"),  # wo
+    ((D,), "replicate"),  # ffn_norm
+    ((FF, D), "colwise"), ((FF, D), "colwise"),  # w1, w3
+    ((D, FF), "rowwise"),  # w2
+]  # fmt: skip
+ROOT = [((V, D), "replicate"), ((D,), "replicate"), ((V, D), "replicate")]
+UNITS = [BLOCK] * LAYERS + [ROOT]
+PARAMS = [p for unit in UNITS for p in unit]
+
+
+def numel(shape: tuple[int, ...]) -> int:
+    out = 1
+    for n in shape:
+        out *= n
+    return out
+
+
+def fsdp2_rows(rows: int, world: int, rank: int) -> tuple[int, int]:
+    """FSDP2 shards dim 0 as torch.chunk does: every rank's shard is padded to the
+    first chunk's rows; the last ranks own what is left (possibly nothing)."""
+    padded = ceil_div(rows, world)
+    return padded, max(0, min(padded, rows - padded * rank))
+
+
+def tp_local(shape: tuple[int, ...], kind: str, world: int, rank: int) -> tuple[int, ...]:
+    """A DTensor's local shard, unpadded (torch.chunk's split): colwise splits a
+    Linear's weight on its output rows (dim 0), rowwise on its input columns (dim 1)."""
+    if kind == "replicate":
+        return shape
+    dim = 0 if kind == "colwise" else 1
+    chunk = ceil_div(shape[dim], world)
+    mine = max(0, min(chunk, shape[dim] - chunk * rank))
+    return tuple(mine if d == dim else n for d, n in enumerate(shape))
+
+
+def expected(mode: str, world: int) -> dict[str, int]:
+    """Parameter, gradient and AdamW-state bytes on the last rank of `world`."""
+    rank = world - 1
+    if mode == "single":  # every parameter, gradient and moment its own block
+        params = sum(r512(numel(s) * F32) for s, _ in PARAMS)
+        return {"params": params, "grads": params, "state": 2 * params}
+    if mode == "ddp":
+        # as one GPU; DDP's flat bucket (all parameters in one until the first
+        # backward: 530,688 bytes < the 1 MiB first bucket) is counted on its own
+        return expected("single", world)
+    if mode == "tp":
+        local = sum(r512(numel(tp_local(s, k, world, rank)) * F32) for s, k in PARAMS)
+        return {"params": local, "grads": local, "state": 2 * local}
+    if mode == "fsdp2":
+        params = state = grads = 0
+        for unit in UNITS:
+            flat = 0  # the unit's reduce-scatter output: every padded shard, one buffer
+            for shape, _ in unit:
+                padded, own = fsdp2_rows(shape[0], world, rank)
+                row = numel(shape[1:])
+                params += r512(padded * row * F32)  # the padded shard, its own block
+                state += 2 * r512(own * row * F32)  # zeros_like the unpadded local shard
+                flat += padded * row
+            grads += r512(flat * F32)  # the sharded gradients are views of it
+        return {"params": params, "grads": grads, "state": state}
+    if mode == "fsdp1":
+        # one flat parameter per unit, padded to a multiple of the world size; each
+        # rank's shard, its gradient and the two moments are (flat / world) elements
+        shards = [r512(ceil_div(sum(numel(s) for s, _ in unit), world) * F32) for unit in UNITS]
+        return {"params": sum(shards), "grads": sum(shards), "state": 2 * sum(shards)}
+    raise AssertionError(mode)
+
+
+def simulate(tmp_path, monkeypatch, mode: str, world: int, *args: str) -> dict:
+    for key, value in World(world).env(world - 1).items():
+        monkeypatch.setenv(key, value)
+    out = tmp_path / f"{mode}{world}.json"
+    run_script(
+        SCRIPT, ["--out", str(out), "--mode", mode, *args], tmp_path / f"{mode}.pickle",
+        cublas_workspace=0,
+    )  # fmt: skip
+    return json.loads(out.read_text())
+
+
+def measured(marks: dict, extra: int = 0) -> dict[str, int]:
+    """What each checkpoint adds: after wrapping (parameters, plus `extra` held from
+    construction on), after backward with the loss dropped (the gradients, and the
+    tokens), after AdamW's step (its two moments; `step` is a host tensor)."""
+    return {
+        "params": marks["params"] - extra,
+        "grads": marks["backward"] - marks["params"] - TOKENS,
+        "state": marks["step"] - marks["backward"],
+    }
+
+
+def test_the_arithmetic_is_the_models():
+    # the single-GPU bytes by hand: embedding and head 250 x 64 x 4 = 64,000 each,
+    # 5 norms of 256 -> 512, 8 attention projections of 16,384, 6 MLP ones of 45,056
+    assert expected("single", 1)["params"] == 2 * 64_000 + 5 * 512 + 8 * 16_384 + 6 * 45_056
+    # FSDP2, rank 3 of 4: 63 padded rows of the 250 (61 its own); rank 7 of 8: 32 (26)
+    assert fsdp2_rows(V, 4, 3) == (63, 61) and fsdp2_rows(V, 8, 7) == (32, 26)
+    assert fsdp2_rows(FF, 8, 7) == (22, 22)
+    assert tp_local((D, FF), "rowwise", 8, 7) == (64, 22)
+
+
+@pytest.fixture(scope="module")
+def single(tmp_path_factory) -> dict:
+    mp = pytest.MonkeyPatch()
+    try:
+        return simulate(tmp_path_factory.mktemp("single"), mp, "single", 1)
+    finally:
+        mp.undo()
+
+
+def test_single_gpu_holds_parameters_gradients_and_two_moments(single):
+    assert measured(single) == expected("single", 1)
+
+
+@pytest.mark.parametrize("world", [2, 4, 8])
+def test_ddp_is_the_single_gpu_run_plus_its_bucket(tmp_path, monkeypatch, single, world):
+    marks = simulate(tmp_path, monkeypatch, "ddp", world)
+    bucket = r512(sum(numel(s) for s, _ in PARAMS) * F32)  # one flat fp32 buffer
+    assert bucket == 530_944  # 530,688 bytes of parameters, rounded
+    assert measured(marks, extra=bucket) == expected("ddp", world)
+    for mark in ("params", "forward", "backward", "step", "peak"):
+        assert marks[mark] == single[mark] + bucket, mark
+
+
+# FSDP1 reads its flat parameter's data_ptr (to compare storages), a fake's answers 0
+@pytest.mark.filterwarnings("ignore:Accessing the data pointer of FakeTensor")
+@pytest.mark.parametrize("world", [2, 4, 8])
+@pytest.mark.parametrize("mode", ["fsdp2", "fsdp1", "tp"])
+def test_sharded_bytes_per_rank_are_the_sharding_arithmetic(tmp_path, monkeypatch, mode, world):
+    marks = simulate(tmp_path, monkeypatch, mode, world)
+    assert measured(marks) == expected(mode, world)
