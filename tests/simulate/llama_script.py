@@ -10,6 +10,7 @@ q, k, v and the MLP's w1, w3 colwise; wo and w2 rowwise). One step of AdamW
 """
 
 import argparse
+import contextlib
 import json
 import os
 
@@ -31,6 +32,9 @@ parser.add_argument("--tied", action="store_true")
 parser.add_argument("--bf16", action="store_true", help="FSDP2 MixedPrecisionPolicy(bf16)")
 parser.add_argument("--checkpoint", action="store_true", help="activation checkpointing per block")
 parser.add_argument("--no-step", action="store_true", help="forward and backward only")
+parser.add_argument(
+    "--tracker", action="store_true", help="run the step under PyTorch's (FSDP)MemTracker too"
+)
 opts = parser.parse_args()
 
 
@@ -168,17 +172,35 @@ marks["local_shapes"] = {
 }
 opt = torch.optim.AdamW(model.parameters(), foreach=False)
 tokens = torch.randint(0, opts.vocab, (opts.batch, opts.seq), device=device)
+tracker = contextlib.nullcontext()
+if opts.tracker:
+    from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
+    from torch.distributed._tools.mem_tracker import MemTracker
+
+    if opts.mode == "fsdp2":
+        tracker = FSDPMemTracker(model, opt)
+        tracker.track_inputs((tokens,))
+    else:
+        tracker = MemTracker()
+        tracker.track_external(model, opt, tokens)
 torch.cuda.reset_peak_memory_stats()
-logits = model(tokens)
-loss = F.cross_entropy(logits.flatten(0, 1).float(), tokens.flatten())
-del logits
-mark("forward")
-loss.backward()
-del loss
-mark("backward")
-if not opts.no_step:
-    opt.step()
-    mark("step")
+with tracker:
+    logits = model(tokens)
+    loss = F.cross_entropy(logits.flatten(0, 1).float(), tokens.flatten())
+    del logits
+    mark("forward")
+    loss.backward()
+    del loss
+    mark("backward")
+    if not opts.no_step:
+        opt.step()
+        mark("step")
 marks["peak"] = torch.cuda.max_memory_allocated()
+if opts.tracker:
+    peaks = tracker.get_tracker_snapshot("peak")
+    marks["tracker_peak"] = max(snap["Total"] for snap in peaks.values())
+    marks["tracker_by_kind"] = {
+        f"{dev}:{k}": v for dev, snap in peaks.items() for k, v in snap.items() if v
+    }
 with open(opts.out.format(rank=os.environ.get("RANK", "0")), "w") as f:
     json.dump(marks, f)
