@@ -31,6 +31,9 @@ parser.add_argument("--seq", type=int, default=16)
 parser.add_argument("--tied", action="store_true")
 parser.add_argument("--bf16", action="store_true", help="FSDP2 MixedPrecisionPolicy(bf16)")
 parser.add_argument("--checkpoint", action="store_true", help="activation checkpointing per block")
+parser.add_argument(
+    "--meta", action="store_true", help="build on the meta device, materialise after fully_shard"
+)
 parser.add_argument("--no-step", action="store_true", help="forward and backward only")
 parser.add_argument(
     "--tracker", action="store_true", help="run the step under PyTorch's (FSDP)MemTracker too"
@@ -121,7 +124,11 @@ if opts.mode != "single":
 
     dist.init_process_group("nccl")
     torch.cuda.set_device(local_rank)
-model = Llama().to(device)
+if opts.meta:  # as large-model FSDP2 scripts do: never the whole model on one GPU
+    with torch.device("meta"):
+        model = Llama()
+else:
+    model = Llama().to(device)
 if opts.checkpoint:
     from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
 
@@ -139,6 +146,8 @@ elif opts.mode == "fsdp2":
     for layer in model.layers:
         fully_shard(layer, **kwargs)
     fully_shard(model, **kwargs)
+    if opts.meta:
+        model.to_empty(device=device)
 elif opts.mode == "fsdp1":
     from torch.distributed.fsdp import FullyShardedDataParallel
     from torch.distributed.fsdp.wrap import ModuleWrapPolicy
