@@ -34,6 +34,7 @@ parser.add_argument("--checkpoint", action="store_true", help="activation checkp
 parser.add_argument(
     "--meta", action="store_true", help="build on the meta device, materialise after fully_shard"
 )
+parser.add_argument("--strategy", default="FULL_SHARD", help="FSDP1's ShardingStrategy")
 parser.add_argument("--no-step", action="store_true", help="forward and backward only")
 parser.add_argument(
     "--tracker", action="store_true", help="run the step under PyTorch's (FSDP)MemTracker too"
@@ -149,11 +150,14 @@ elif opts.mode == "fsdp2":
     if opts.meta:
         model.to_empty(device=device)
 elif opts.mode == "fsdp1":
-    from torch.distributed.fsdp import FullyShardedDataParallel
+    from torch.distributed.fsdp import FullyShardedDataParallel, ShardingStrategy
     from torch.distributed.fsdp.wrap import ModuleWrapPolicy
 
     model = FullyShardedDataParallel(
-        model, auto_wrap_policy=ModuleWrapPolicy({Block}), device_id=device
+        model,
+        auto_wrap_policy=ModuleWrapPolicy({Block}),
+        device_id=device,
+        sharding_strategy=ShardingStrategy[opts.strategy],
     )
 elif opts.mode == "tp":
     from torch.distributed.device_mesh import init_device_mesh

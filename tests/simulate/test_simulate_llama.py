@@ -112,8 +112,8 @@ def expected(mode: str, world: int) -> dict[str, int]:
     raise AssertionError(mode)
 
 
-def simulate(tmp_path, monkeypatch, mode: str, world: int, *args: str) -> dict:
-    for key, value in World(world).env(world - 1).items():
+def simulate(tmp_path, monkeypatch, mode: str, world: int, *args: str, nodes: int = 1) -> dict:
+    for key, value in World(world // nodes, nodes).env(world - 1).items():
         monkeypatch.setenv(key, value)
     out = tmp_path / f"{mode}{world}.json"
     run_script(
@@ -174,6 +174,35 @@ def test_ddp_is_the_single_gpu_run_plus_its_bucket(tmp_path, monkeypatch, single
 def test_sharded_bytes_per_rank_are_the_sharding_arithmetic(tmp_path, monkeypatch, mode, world):
     marks = simulate(tmp_path, monkeypatch, mode, world)
     assert measured(marks) == expected(mode, world)
+
+
+def fsdp1_unit_bytes(shard_over: int) -> list[int]:
+    """Each FSDP1 unit's flat parameter split `shard_over` ways (padded to a multiple)."""
+    return [r512(ceil_div(sum(numel(s) for s, _ in unit), shard_over) * F32) for unit in UNITS]
+
+
+@pytest.mark.filterwarnings("ignore:Accessing the data pointer of FakeTensor")
+@pytest.mark.filterwarnings("ignore:The `NO_SHARD` sharding strategy is deprecated")
+@pytest.mark.parametrize(
+    ("strategy", "nodes", "shard_over"),
+    [
+        ("SHARD_GRAD_OP", 1, 4),  # sharded as FULL_SHARD
+        ("NO_SHARD", 1, 1),  # every rank the whole flat parameters
+        ("HYBRID_SHARD", 2, 4),  # 2 nodes x 4: sharded within a node, replicated across
+    ],
+)
+def test_fsdp1_sharding_strategies(tmp_path, monkeypatch, strategy, nodes, shard_over):
+    world = 4 * nodes
+    marks = simulate(tmp_path, monkeypatch, "fsdp1", world, "--strategy", strategy, nodes=nodes)
+    shards = sum(fsdp1_unit_bytes(shard_over))
+    assert measured(marks) == {"params": shards, "grads": shards, "state": 2 * shards}
+    if strategy == "SHARD_GRAD_OP":
+        # no reshard after forward: both blocks' unsharded flat parameters (the root's
+        # is freed when the root's forward ends) stay until backward, on top of what
+        # FULL_SHARD holds after forward
+        full = simulate(tmp_path, monkeypatch, "fsdp1", world)
+        blocks = LAYERS * fsdp1_unit_bytes(1)[0]
+        assert marks["forward"] == full["forward"] + blocks
 
 
 # ---------------------------------------------------------------- PyTorch's own trackers
