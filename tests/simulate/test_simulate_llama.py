@@ -220,7 +220,9 @@ def test_fsdp1_sharding_strategies(tmp_path, monkeypatch, strategy, nodes, shard
         # memlens sees every allocation inside an op; MemTracker only what is alive when
         # an op returns. FSDP2's peak is inside the backward of the first MLP's SiLU,
         # whose temporaries (22,528-byte tensors of batch x seq x 176 fp32) are gone when
-        # it returns. At every op boundary the two agree within 2 KiB.
+        # it returns. At every op boundary the two agree within 2 KiB. Those temporaries
+        # are memlens's error: it decomposes silu_backward (a CompositeImplicitAutograd
+        # kernel on this CPU build), where a GPU runs one fused kernel (docs/simulation.md)
         ("fsdp2", 96_256),
     ],
 )
