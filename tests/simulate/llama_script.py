@@ -178,7 +178,7 @@ elif opts.mode == "tp":
         "feed_forward.w2": RowwiseParallel(),
     }
     for layer in model.layers:
-        parallelize_module(layer, mesh, plan)
+        parallelize_module(getattr(layer, "_checkpoint_wrapped_module", layer), mesh, plan)
 mark("params")
 marks["local_shapes"] = {
     name: list(getattr(p, "_local_tensor", p).shape) for name, p in model.named_parameters()

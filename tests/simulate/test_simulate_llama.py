@@ -235,3 +235,23 @@ def test_peak_against_pytorchs_mem_tracker(tmp_path, monkeypatch, mode, above):
     # two for the single-GPU and DDP runs), which MemTracker does not model at all
     reserved = memlens.load(tmp_path / f"{mode}.pickle").device(0).peak_reserved_bytes
     assert reserved == (4 if mode in ("single", "ddp") else 2) * 2**20
+
+
+# ---------------------------------------------------------------- activation checkpointing
+# checkpoint_wrapper around every block, under each parallelism: the sharding arithmetic
+# is unchanged, the forward keeps less, and DDP stays the single-GPU run plus its bucket.
+@pytest.mark.filterwarnings("ignore:Accessing the data pointer of FakeTensor")
+@pytest.mark.parametrize("mode", ["fsdp2", "fsdp1", "tp"])
+def test_checkpointed_blocks_shard_the_same_and_keep_less(tmp_path, monkeypatch, mode):
+    plain = simulate(tmp_path, monkeypatch, mode, 4)
+    checkpointed = simulate(tmp_path, monkeypatch, mode, 4, "--checkpoint")
+    assert measured(checkpointed) == expected(mode, 4)
+    assert checkpointed["forward"] < plain["forward"]
+
+
+def test_checkpointed_ddp_is_the_checkpointed_single_gpu_run_plus_its_bucket(tmp_path, monkeypatch):
+    single = simulate(tmp_path, monkeypatch, "single", 1, "--checkpoint")
+    ddp = simulate(tmp_path, monkeypatch, "ddp", 4, "--checkpoint")
+    bucket = r512(sum(numel(s) for s, _ in PARAMS) * F32)
+    for mark in ("params", "forward", "backward", "step", "peak"):
+        assert ddp[mark] == single[mark] + bucket, mark
