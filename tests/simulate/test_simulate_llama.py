@@ -52,6 +52,9 @@ BLOCK = [
 ROOT = [((V, D), "replicate"), ((D,), "replicate"), ((V, D), "replicate")]
 UNITS = [BLOCK] * LAYERS + [ROOT]
 PARAMS = [p for unit in UNITS for p in unit]
+# --tied: the head's weight is the embedding's, one parameter (and one gradient, one
+# pair of moments) fewer
+TIED = [BLOCK] * LAYERS + [ROOT[:-1]]
 
 
 def numel(shape: tuple[int, ...]) -> int:
@@ -79,22 +82,23 @@ def tp_local(shape: tuple[int, ...], kind: str, world: int, rank: int) -> tuple[
     return tuple(mine if d == dim else n for d, n in enumerate(shape))
 
 
-def expected(mode: str, world: int) -> dict[str, int]:
+def expected(mode: str, world: int, units: list = UNITS) -> dict[str, int]:
     """Parameter, gradient and AdamW-state bytes on the last rank of `world`."""
     rank = world - 1
+    params_ = [p for unit in units for p in unit]
     if mode == "single":  # every parameter, gradient and moment its own block
-        params = sum(r512(numel(s) * F32) for s, _ in PARAMS)
+        params = sum(r512(numel(s) * F32) for s, _ in params_)
         return {"params": params, "grads": params, "state": 2 * params}
     if mode == "ddp":
         # as one GPU; DDP's flat bucket (all parameters in one until the first
         # backward: 530,688 bytes < the 1 MiB first bucket) is counted on its own
-        return expected("single", world)
+        return expected("single", world, units)
     if mode == "tp":
-        local = sum(r512(numel(tp_local(s, k, world, rank)) * F32) for s, k in PARAMS)
+        local = sum(r512(numel(tp_local(s, k, world, rank)) * F32) for s, k in params_)
         return {"params": local, "grads": local, "state": 2 * local}
     if mode == "fsdp2":
         params = state = grads = 0
-        for unit in UNITS:
+        for unit in units:
             flat = 0  # the unit's reduce-scatter output: every padded shard, one buffer
             for shape, _ in unit:
                 padded, own = fsdp2_rows(shape[0], world, rank)
@@ -107,8 +111,8 @@ def expected(mode: str, world: int) -> dict[str, int]:
     if mode == "fsdp1":
         # one flat parameter per unit, padded to a multiple of the world size; each
         # rank's shard, its gradient and the two moments are (flat / world) elements
-        shards = [r512(ceil_div(sum(numel(s) for s, _ in unit), world) * F32) for unit in UNITS]
-        return {"params": sum(shards), "grads": sum(shards), "state": 2 * sum(shards)}
+        shards = sum(fsdp1_unit_bytes(world, units))
+        return {"params": shards, "grads": shards, "state": 2 * shards}
     raise AssertionError(mode)
 
 
@@ -176,9 +180,9 @@ def test_sharded_bytes_per_rank_are_the_sharding_arithmetic(tmp_path, monkeypatc
     assert measured(marks) == expected(mode, world)
 
 
-def fsdp1_unit_bytes(shard_over: int) -> list[int]:
+def fsdp1_unit_bytes(shard_over: int, units: list = UNITS) -> list[int]:
     """Each FSDP1 unit's flat parameter split `shard_over` ways (padded to a multiple)."""
-    return [r512(ceil_div(sum(numel(s) for s, _ in unit), shard_over) * F32) for unit in UNITS]
+    return [r512(ceil_div(sum(numel(s) for s, _ in unit), shard_over) * F32) for unit in units]
 
 
 @pytest.mark.filterwarnings("ignore:Accessing the data pointer of FakeTensor")
@@ -255,3 +259,24 @@ def test_checkpointed_ddp_is_the_checkpointed_single_gpu_run_plus_its_bucket(tmp
     bucket = r512(sum(numel(s) for s, _ in PARAMS) * F32)
     for mark in ("params", "forward", "backward", "step", "peak"):
         assert ddp[mark] == single[mark] + bucket, mark
+
+
+# ---------------------------------------------------------------- a tied head, bf16 FSDP2
+@pytest.mark.filterwarnings("ignore:Accessing the data pointer of FakeTensor")
+@pytest.mark.parametrize("mode", ["single", "ddp", "fsdp2", "fsdp1", "tp"])
+def test_a_tied_head_is_one_parameter_fewer_everywhere(tmp_path, monkeypatch, mode):
+    world = 1 if mode == "single" else 4
+    marks = simulate(tmp_path, monkeypatch, mode, world, "--tied")
+    if mode != "fsdp1":  # FSDP1 names its flat parameters alone
+        assert len(marks["local_shapes"]) == len(PARAMS) - 1
+    bucket = r512(sum(numel(s) for unit in TIED for s, _ in unit) * F32) if mode == "ddp" else 0
+    assert measured(marks, extra=bucket) == expected(mode, world, TIED)
+
+
+def test_fsdp2_bf16_mixed_precision_keeps_fp32_shards_gradients_and_moments(tmp_path, monkeypatch):
+    # MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32): only the unsharded
+    # parameters (and so the activations) are bf16
+    plain = simulate(tmp_path, monkeypatch, "fsdp2", 4)
+    mixed = simulate(tmp_path, monkeypatch, "fsdp2", 4, "--bf16")
+    assert measured(mixed) == expected("fsdp2", 4)
+    assert mixed["forward"] < plain["forward"] and mixed["peak"] < plain["peak"]
