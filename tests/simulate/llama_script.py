@@ -20,7 +20,9 @@ from torch import nn
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--out", required=True, help="{rank} is replaced by $RANK")
-parser.add_argument("--mode", default="single", choices=["single", "ddp", "fsdp2", "fsdp1", "tp"])
+parser.add_argument(
+    "--mode", default="single", choices=["single", "ddp", "fsdp2", "fsdp1", "tp", "sp"]
+)
 parser.add_argument("--vocab", type=int, default=250)
 parser.add_argument("--dim", type=int, default=64)
 parser.add_argument("--heads", type=int, default=8)
@@ -159,11 +161,15 @@ elif opts.mode == "fsdp1":
         device_id=device,
         sharding_strategy=ShardingStrategy[opts.strategy],
     )
-elif opts.mode == "tp":
+elif opts.mode in ("tp", "sp"):
     from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Replicate, Shard
     from torch.distributed.tensor.parallel import (
         ColwiseParallel,
+        PrepareModuleInput,
+        PrepareModuleInputOutput,
         RowwiseParallel,
+        SequenceParallel,
         parallelize_module,
     )
 
@@ -177,8 +183,35 @@ elif opts.mode == "tp":
         "feed_forward.w3": ColwiseParallel(),
         "feed_forward.w2": RowwiseParallel(),
     }
+    if opts.mode == "sp":
+        # sequence parallel: the norms and residual stream sharded on the sequence,
+        # all-gathered before attention and the MLP, reduce-scattered after them; each
+        # block takes and gives a replicated plain tensor
+        gather = PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),))
+        plan.update({
+            "attention_norm": SequenceParallel(),
+            "ffn_norm": SequenceParallel(),
+            "attention": gather,
+            "feed_forward": gather,
+            "attention.wo": RowwiseParallel(output_layouts=Shard(1), use_local_output=False),
+            "feed_forward.w2": RowwiseParallel(output_layouts=Shard(1), use_local_output=False),
+        })  # fmt: skip
     for layer in model.layers:
-        parallelize_module(getattr(layer, "_checkpoint_wrapped_module", layer), mesh, plan)
+        inner = getattr(layer, "_checkpoint_wrapped_module", layer)
+        if opts.mode == "sp":
+            parallelize_module(
+                inner,
+                mesh,
+                PrepareModuleInputOutput(
+                    input_layouts=(Replicate(),),
+                    desired_input_layouts=(Shard(1),),
+                    output_layouts=(Shard(1),),
+                    desired_output_layouts=(Replicate(),),
+                    use_local_input=False,
+                    use_local_output=True,
+                ),
+            )
+        parallelize_module(inner, mesh, plan)
 mark("params")
 marks["local_shapes"] = {
     name: list(getattr(p, "_local_tensor", p).shape) for name, p in model.named_parameters()

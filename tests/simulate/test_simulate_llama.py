@@ -93,7 +93,7 @@ def expected(mode: str, world: int, units: list = UNITS) -> dict[str, int]:
         # as one GPU; DDP's flat bucket (all parameters in one until the first
         # backward: 530,688 bytes < the 1 MiB first bucket) is counted on its own
         return expected("single", world, units)
-    if mode == "tp":
+    if mode in ("tp", "sp"):  # sequence parallel shards activations, not parameters
         local = sum(r512(numel(tp_local(s, k, world, rank)) * F32) for s, k in params_)
         return {"params": local, "grads": local, "state": 2 * local}
     if mode == "fsdp2":
@@ -174,7 +174,7 @@ def test_ddp_is_the_single_gpu_run_plus_its_bucket(tmp_path, monkeypatch, single
 # FSDP1 reads its flat parameter's data_ptr (to compare storages), a fake's answers 0
 @pytest.mark.filterwarnings("ignore:Accessing the data pointer of FakeTensor")
 @pytest.mark.parametrize("world", [2, 4, 8])
-@pytest.mark.parametrize("mode", ["fsdp2", "fsdp1", "tp"])
+@pytest.mark.parametrize("mode", ["fsdp2", "fsdp1", "tp", "sp"])
 def test_sharded_bytes_per_rank_are_the_sharding_arithmetic(tmp_path, monkeypatch, mode, world):
     marks = simulate(tmp_path, monkeypatch, mode, world)
     assert measured(marks) == expected(mode, world)
@@ -280,3 +280,13 @@ def test_fsdp2_bf16_mixed_precision_keeps_fp32_shards_gradients_and_moments(tmp_
     mixed = simulate(tmp_path, monkeypatch, "fsdp2", 4, "--bf16")
     assert measured(mixed) == expected("fsdp2", 4)
     assert mixed["forward"] < plain["forward"] and mixed["peak"] < plain["peak"]
+
+
+def test_sequence_parallel_keeps_less_after_forward_than_tensor_parallel(tmp_path, monkeypatch):
+    tp = simulate(tmp_path, monkeypatch, "tp", 4)
+    sp = simulate(tmp_path, monkeypatch, "sp", 4)
+    # the residual stream and what the RMSNorms save for backward are sharded on the
+    # sequence (a quarter of the 16 tokens on each rank): less kept after forward;
+    # parameters, gradients, moments and the peak (AdamW's step) are tensor parallel's
+    assert sp["forward"] < tp["forward"]
+    assert (sp["backward"], sp["step"], sp["peak"]) == (tp["backward"], tp["step"], tp["peak"])
