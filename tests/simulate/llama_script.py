@@ -4,8 +4,11 @@
 parameters) and a SwiGLU MLP, a final RMSNorm and an output head, tied to the
 embedding with `--tied`. Every Linear is bias-free, as in Llama. `--mode` wraps it:
 single (one GPU, no process group), ddp, fsdp2 (`fully_shard` per block, then the
-root), fsdp1 (`FullyShardedDataParallel`, a unit per block) or tp (`parallelize_module`:
-q, k, v and the MLP's w1, w3 colwise; wo and w2 rowwise). One step of AdamW
+root), fsdp1 (`FullyShardedDataParallel`, a unit per block, `--strategy`), tp
+(`parallelize_module`: q, k, v and the MLP's w1, w3 colwise; wo and w2 rowwise) or sp
+(tp plus sequence parallel). `--checkpoint` wraps every block in `checkpoint_wrapper`,
+`--bf16` gives FSDP2 a bf16 MixedPrecisionPolicy, `--meta` builds on the meta device,
+`--tracker` runs the step under PyTorch's MemTracker (FSDPMemTracker with FSDP2). One step of AdamW
 (foreach=False). torch.cuda.memory_allocated() at each checkpoint goes to `--out`.
 """
 
