@@ -16,6 +16,7 @@ import argparse
 import contextlib
 import json
 import os
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -48,57 +49,60 @@ opts = parser.parse_args()
 
 
 class RMSNorm(nn.Module):
-    def __init__(self, dim: int, eps: float = 1e-5):
+    def __init__(self, dim: int, eps: float = 1e-5) -> None:
         super().__init__()
         self.eps = eps
         self.weight = nn.Parameter(torch.ones(dim))
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
 
 
 class Attention(nn.Module):
-    def __init__(self, dim: int, heads: int):
+    def __init__(self, dim: int, heads: int) -> None:
         super().__init__()
         self.head_dim = dim // heads
         self.wq, self.wk, self.wv, self.wo = (nn.Linear(dim, dim, bias=False) for _ in range(4))
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, s, _ = x.shape
         # -1 heads: under tensor parallel each rank holds heads / tp of them
         q, k, v = (
             w(x).view(b, s, -1, self.head_dim).transpose(1, 2) for w in (self.wq, self.wk, self.wv)
         )
         out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        return self.wo(out.transpose(1, 2).reshape(b, s, -1))
+        projected: torch.Tensor = self.wo(out.transpose(1, 2).reshape(b, s, -1))
+        return projected
 
 
 class MLP(nn.Module):
-    def __init__(self, dim: int, inter: int):
+    def __init__(self, dim: int, inter: int) -> None:
         super().__init__()
         self.w1 = nn.Linear(dim, inter, bias=False)
         self.w3 = nn.Linear(dim, inter, bias=False)
         self.w2 = nn.Linear(inter, dim, bias=False)
 
-    def forward(self, x):
-        return self.w2(F.silu(self.w1(x)) * self.w3(x))
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = self.w2(F.silu(self.w1(x)) * self.w3(x))
+        return out
 
 
 class Block(nn.Module):
-    def __init__(self, dim: int, heads: int, inter: int):
+    def __init__(self, dim: int, heads: int, inter: int) -> None:
         super().__init__()
         self.attention_norm = RMSNorm(dim)
         self.attention = Attention(dim, heads)
         self.ffn_norm = RMSNorm(dim)
         self.feed_forward = MLP(dim, inter)
 
-    def forward(self, x):
-        h = x + self.attention(self.attention_norm(x))
-        return h + self.feed_forward(self.ffn_norm(h))
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h: torch.Tensor = x + self.attention(self.attention_norm(x))
+        out: torch.Tensor = h + self.feed_forward(self.ffn_norm(h))
+        return out
 
 
 class Llama(nn.Module):
-    def __init__(self):
+    def __init__(self) -> None:
         super().__init__()
         self.tok_embeddings = nn.Embedding(opts.vocab, opts.dim)
         self.layers = nn.ModuleList(
@@ -109,17 +113,18 @@ class Llama(nn.Module):
         if opts.tied:
             self.output.weight = self.tok_embeddings.weight
 
-    def forward(self, tokens):
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         h = self.tok_embeddings(tokens)
         for layer in self.layers:
             h = layer(h)
-        return self.output(self.norm(h))
+        logits: torch.Tensor = self.output(self.norm(h))
+        return logits
 
 
-marks = {}
+marks: dict[str, Any] = {}
 
 
-def mark(name):
+def mark(name: str) -> None:
     marks[name] = torch.cuda.memory_allocated()
 
 
@@ -132,14 +137,16 @@ if opts.mode != "single":
     torch.cuda.set_device(local_rank)
 if opts.meta:  # as large-model FSDP2 scripts do: never the whole model on one GPU
     with torch.device("meta"):
-        model = Llama()
+        llama = Llama()
 else:
-    model = Llama().to(device)
+    llama = Llama().to(device)
+layers = llama.layers  # each parallelism wraps the blocks, then the whole
+model: nn.Module = llama
 if opts.checkpoint:
     from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
 
-    for i, layer in enumerate(model.layers):
-        model.layers[i] = checkpoint_wrapper(layer)
+    for i, layer in enumerate(layers):
+        layers[i] = checkpoint_wrapper(layer)
 if opts.mode == "ddp":
     from torch.nn.parallel import DistributedDataParallel
 
@@ -147,11 +154,14 @@ if opts.mode == "ddp":
 elif opts.mode == "fsdp2":
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
-    policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
-    kwargs = {"mp_policy": policy} if opts.bf16 else {}
-    for layer in model.layers:
-        fully_shard(layer, **kwargs)
-    fully_shard(model, **kwargs)
+    policy = (
+        MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+        if opts.bf16
+        else MixedPrecisionPolicy()  # fully_shard's default: no casts
+    )
+    for layer in layers:
+        fully_shard(layer, mp_policy=policy)
+    fully_shard(model, mp_policy=policy)
     if opts.meta:
         model.to_empty(device=device)
 elif opts.mode == "fsdp1":
@@ -199,7 +209,7 @@ elif opts.mode in ("tp", "sp"):
             "attention.wo": RowwiseParallel(output_layouts=Shard(1), use_local_output=False),
             "feed_forward.w2": RowwiseParallel(output_layouts=Shard(1), use_local_output=False),
         })  # fmt: skip
-    for layer in model.layers:
+    for layer in layers:
         inner = getattr(layer, "_checkpoint_wrapped_module", layer)
         if opts.mode == "sp":
             parallelize_module(
@@ -221,7 +231,7 @@ marks["local_shapes"] = {
 }
 opt = torch.optim.AdamW(model.parameters(), foreach=False)
 tokens = torch.randint(0, opts.vocab, (opts.batch, opts.seq), device=device)
-tracker = contextlib.nullcontext()
+tracker: Any = contextlib.nullcontext()
 if opts.tracker:
     from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
     from torch.distributed._tools.mem_tracker import MemTracker

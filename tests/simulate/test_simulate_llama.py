@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -43,7 +44,7 @@ def ceil_div(a: int, b: int) -> int:
 
 # (shape, kind) of every parameter, per FSDP unit: a block, then the root's own
 # (embedding, final norm, head). kind: how tensor parallel splits it.
-BLOCK = [
+BLOCK: Unit = [
     ((D,), "replicate"),  # attention_norm
     ((D, D), "colwise"), ((D, D), "colwise"), ((D, D), "colwise"),  # wq, wk, wv
     ((D, D), "rowwise"),  # wo
@@ -51,12 +52,13 @@ BLOCK = [
     ((FF, D), "colwise"), ((FF, D), "colwise"),  # w1, w3
     ((D, FF), "rowwise"),  # w2
 ]  # fmt: skip
-ROOT = [((V, D), "replicate"), ((D,), "replicate"), ((V, D), "replicate")]
-UNITS = [BLOCK] * LAYERS + [ROOT]
+ROOT: Unit = [((V, D), "replicate"), ((D,), "replicate"), ((V, D), "replicate")]
+Unit = list[tuple[tuple[int, ...], str]]
+UNITS: list[Unit] = [BLOCK] * LAYERS + [ROOT]
 PARAMS = [p for unit in UNITS for p in unit]
 # --tied: the head's weight is the embedding's, one parameter (and one gradient, one
 # pair of moments) fewer
-TIED = [BLOCK] * LAYERS + [ROOT[:-1]]
+TIED: list[Unit] = [BLOCK] * LAYERS + [ROOT[:-1]]
 
 
 def numel(shape: tuple[int, ...]) -> int:
@@ -84,7 +86,7 @@ def tp_local(shape: tuple[int, ...], kind: str, world: int, rank: int) -> tuple[
     return tuple(mine if d == dim else n for d, n in enumerate(shape))
 
 
-def expected(mode: str, world: int, units: list = UNITS) -> dict[str, int]:
+def expected(mode: str, world: int, units: list[Unit] = UNITS) -> dict[str, int]:
     """Parameter, gradient and AdamW-state bytes on the last rank of `world`."""
     rank = world - 1
     params_ = [p for unit in units for p in unit]
@@ -118,7 +120,9 @@ def expected(mode: str, world: int, units: list = UNITS) -> dict[str, int]:
     raise AssertionError(mode)
 
 
-def simulate(tmp_path, monkeypatch, mode: str, world: int, *args: str, nodes: int = 1) -> dict:
+def simulate(
+    tmp_path, monkeypatch, mode: str, world: int, *args: str, nodes: int = 1
+) -> dict[str, Any]:
     for key, value in World(world // nodes, nodes).env(world - 1).items():
         monkeypatch.setenv(key, value)
     out = tmp_path / f"{mode}{world}.json"
@@ -126,10 +130,11 @@ def simulate(tmp_path, monkeypatch, mode: str, world: int, *args: str, nodes: in
         SCRIPT, ["--out", str(out), "--mode", mode, *args], tmp_path / f"{mode}.pickle",
         cublas_workspace=0,
     )  # fmt: skip
-    return json.loads(out.read_text())
+    marks: dict[str, Any] = json.loads(out.read_text())
+    return marks
 
 
-def measured(marks: dict, extra: int = 0) -> dict[str, int]:
+def measured(marks: dict[str, Any], extra: int = 0) -> dict[str, int]:
     """What each checkpoint adds: after wrapping (parameters, plus `extra` held from
     construction on), after backward with the loss dropped (the gradients, and the
     tokens), after AdamW's step (its two moments; `step` is a host tensor)."""
@@ -151,7 +156,7 @@ def test_the_arithmetic_is_the_models():
 
 
 @pytest.fixture(scope="module")
-def single(tmp_path_factory) -> dict:
+def single(tmp_path_factory) -> dict[str, Any]:
     mp = pytest.MonkeyPatch()
     try:
         return simulate(tmp_path_factory.mktemp("single"), mp, "single", 1)
@@ -182,7 +187,7 @@ def test_sharded_bytes_per_rank_are_the_sharding_arithmetic(tmp_path, monkeypatc
     assert measured(marks) == expected(mode, world)
 
 
-def fsdp1_unit_bytes(shard_over: int, units: list = UNITS) -> list[int]:
+def fsdp1_unit_bytes(shard_over: int, units: list[Unit] = UNITS) -> list[int]:
     """Each FSDP1 unit's flat parameter split `shard_over` ways (padded to a multiple)."""
     return [r512(ceil_div(sum(numel(s) for s, _ in unit), shard_over) * F32) for unit in units]
 
