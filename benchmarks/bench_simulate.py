@@ -2,6 +2,7 @@
 
     python benchmarks/bench_simulate.py                 # every case, markdown on stdout
     python benchmarks/bench_simulate.py --case wedson_training
+    python benchmarks/bench_simulate.py --distributed      # issue 22: one rank of 64
 
 Cases: the cs336 3.4B-parameter model rebuilt in tests/simulate/cs336_model.py (against
 the cs336_* recordings), and the third-party script in ../shared/workloads/cs336_medium run
@@ -55,6 +56,16 @@ WEDSON = {  # name -> (script, flags, recorded file)
         "wedson_medium_128_inference.pickle",
     ),
 }
+# Issue 22's cost: one rank of a world against the single-GPU simulation of the same
+# model (tests/simulate/llama_script.py, a ~170M-parameter Llama-style config, one step).
+LLAMA = "--vocab 32000 --dim 1024 --heads 16 --inter 2816 --layers 8 --batch 4 --seq 512"
+DISTRIBUTED = {  # name -> (mode, world); rank 0 of the world is simulated
+    "llama_single": ("single", 1),
+    "llama_ddp_w64": ("ddp", 64),
+    "llama_fsdp2_w8": ("fsdp2", 8),
+    "llama_fsdp2_w64": ("fsdp2", 64),
+    "llama_fsdp2_w512": ("fsdp2", 512),
+}
 NOT_RUN = {
     "eor_nn_train.pickle": "no script in ../shared",
     "ftcourse_finetune.pickle": "no script in ../shared",
@@ -99,6 +110,17 @@ def run_case(name: str) -> dict:
             keep = run(context, fullstep, mixed, compiled=name.endswith("_compiled"))
         del keep
         snapshot = sim.snapshot
+    elif name in DISTRIBUTED:
+        from memlens.simulation.api import run_script
+        from memlens.simulation.distributed.env import World
+
+        mode, world = DISTRIBUTED[name]
+        os.environ.update(World(world).env(0))
+        work = Path(tempfile.mkdtemp())
+        args = ["--out", str(work / "marks.json"), "--mode", mode, *LLAMA.split()]
+        script = ROOT / "tests" / "simulate" / "llama_script.py"
+        snapshot = run_script(script, args, work / "out.pickle", cublas_workspace=0).snapshot
+        recorded = ""
     else:
         from memlens.simulation.api import run_script
 
@@ -117,7 +139,7 @@ def run_case(name: str) -> dict:
         "max_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
         "sim": figures(snapshot),
     }
-    if (SHARED / recorded).exists():
+    if recorded and (SHARED / recorded).exists():
         out["real"] = figures(SHARED / recorded)
     return out
 
@@ -158,14 +180,16 @@ def report(results: list[dict]) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--case", choices=[*CS336, *WEDSON])
+    parser.add_argument("--case", choices=[*CS336, *WEDSON, *DISTRIBUTED])
+    parser.add_argument("--distributed", action="store_true", help="issue 22's cases alone")
     parser.add_argument("--json", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.case and args.json:
         print(json.dumps(run_case(args.case)))
         return
     results = []
-    for name in [args.case] if args.case else [*CS336, *WEDSON]:
+    names = [*DISTRIBUTED] if args.distributed else [*CS336, *WEDSON, *DISTRIBUTED]
+    for name in [args.case] if args.case else names:
         proc = subprocess.run(
             [sys.executable, __file__, "--case", name, "--json"],
             capture_output=True,

@@ -128,8 +128,14 @@ class Tracker(TorchDispatchMode):
         composite = self._composite.get(func)
         if composite is None:
             # prim ops (prim::device) are not dispatcher operators
-            composite = func.namespace == "aten" and torch._C._dispatch_has_kernel_for_dispatch_key(
-                func.name(), "CompositeImplicitAutograd"
+            # An op with its own backend kernel (silu_backward) runs that kernel on a
+            # GPU, not its composite: a CPU build registers no CUDA kernels, so a CPU
+            # kernel stands for the CUDA one
+            has = torch._C._dispatch_has_kernel_for_dispatch_key
+            composite = (
+                func.namespace == "aten"
+                and has(func.name(), "CompositeImplicitAutograd")
+                and not has(func.name(), "CPU")
             )
             self._composite[func] = composite
         return composite
