@@ -28,8 +28,10 @@ def render(result: dict) -> list[str]:  # type: ignore[type-arg]
     bisection, what-ifs."""
     lines = []
     if result["usable_bytes"] is None:
-        lines.append(f"memory: unlimited ({result['gpu']}); --gpu NAME or --device-memory "
-                     "SIZE to say what fits")  # fmt: skip
+        lines.append(
+            f"memory: unlimited ({result['gpu']}); --gpu NAME or --device-memory "
+            "SIZE to say what fits"
+        )
     else:
         lines.append(
             f"memory: {result['gpu']}, {format_bytes(result['capacity_bytes'])} minus "
@@ -38,8 +40,10 @@ def render(result: dict) -> list[str]:  # type: ignore[type-arg]
             "by PyTorch"
         )
     for p in result["points"]:
-        line = (f"  {_values(p['values'])}: peak active {format_bytes(p['peak_active_bytes'])}, "
-                f"peak reserved {format_bytes(p['peak_reserved_bytes'])}, {_fits(p)}")  # fmt: skip
+        line = (
+            f"  {_values(p['values'])}: peak active {format_bytes(p['peak_active_bytes'])}, "
+            f"peak reserved {format_bytes(p['peak_reserved_bytes'])}, {_fits(p)}"
+        )
         if p["error"] is not None:
             line += f" ({p['error']})"
         lines.append(line + (" [cached]" if p["cached"] else ""))
@@ -62,14 +66,18 @@ def render(result: dict) -> list[str]:  # type: ignore[type-arg]
     if found is not None:
         best = found["largest_fitting"]
         answer = f"{found['arg']}={best}" if best is not None else f"none (not even {found['lo']})"
-        lines.append(f"find-max {found['arg']} in [{found['lo']}, {found['hi']}]: {answer}, "
-                     f"{found['simulations']} simulations")  # fmt: skip
+        lines.append(
+            f"find-max {found['arg']} in [{found['lo']}, {found['hi']}]: {answer}, "
+            f"{found['simulations']} simulations"
+        )
     for w in result["what_ifs"]:
         lines.append(f"what-if {w['setting']}:")
         for p, da, dr in zip(w["points"], w["active_change_bytes"], w["reserved_change_bytes"]):
-            lines.append(f"  {_values(p['values'])}: peak reserved {format_bytes(dr)} "
-                         f"(now {format_bytes(p['peak_reserved_bytes'])}), peak active "
-                         f"{format_bytes(da)}, {_fits(p)}")  # fmt: skip
+            lines.append(
+                f"  {_values(p['values'])}: peak reserved {format_bytes(dr)} "
+                f"(now {format_bytes(p['peak_reserved_bytes'])}), peak active "
+                f"{format_bytes(da)}, {_fits(p)}"
+            )
     if result["knob_table"] is not None:
         lines += render_table(result["knob_table"])
     lines.append(f"{result['simulations']} simulations run")
@@ -87,11 +95,15 @@ def _fit_lines(result: dict, indent: str) -> list[str]:  # type: ignore[type-arg
         for arg, lin, quad in zip(fit["args"], fit["linear_bytes"], fit["quadratic_bytes"]):
             terms.append(f"{format_bytes(lin)} x {arg}")
             terms.append(f"{format_bytes(quad)} x {arg}^2")
-        lines.append(f"{indent}fit of {what} over {fit['points']} points: " + " + ".join(terms)
-                     + f" (largest residual {format_bytes(fit['max_residual_bytes'])})")  # fmt: skip
+        lines.append(
+            f"{indent}fit of {what} over {fit['points']} points: "
+            + " + ".join(terms)
+            + f" (largest residual {format_bytes(fit['max_residual_bytes'])})"
+        )
         if fit["largest_fitting"] is not None:
-            lines.append(f"{indent}  the fit's largest fitting {fit['args'][0]}: "
-                         f"{fit['largest_fitting']:g}")  # fmt: skip
+            lines.append(
+                f"{indent}  the fit's largest fitting {fit['args'][0]}: {fit['largest_fitting']:g}"
+            )
     return lines
 
 
@@ -119,13 +131,14 @@ def render_table(table: dict) -> list[str]:  # type: ignore[type-arg]
             )
         lines += [f"     {a}" for a in r["applied"]]
         for c in r["sites"]:
-            lines.append(f"     {format_bytes(c['change'])} at the peak: {c['site']} "
-                         f"({format_bytes(c['a_bytes'])} -> {format_bytes(c['b_bytes'])})")  # fmt: skip
+            lines.append(
+                f"     {format_bytes(c['change'])} at the peak: {c['site']} "
+                f"({format_bytes(c['a_bytes'])} -> {format_bytes(c['b_bytes'])})"
+            )
     return lines
 
 
-@click.command(context_settings={"ignore_unknown_options": True,
-                                 "allow_interspersed_args": False})  # fmt: skip
+@click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @click.option(
     "--gpu",
     metavar="NAME",
@@ -190,10 +203,22 @@ def render_table(table: dict) -> list[str]:  # type: ignore[type-arg]
 @click.option("--json", "as_json", is_flag=True, help="Write the result as JSON.")
 @click.argument("script", type=click.Path(dir_okay=False))
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
-def command(gpu: str | None, device_memory: str | None, reserve: str | None,
-            sweeps: tuple[str, ...], predict: tuple[str, ...], find_arg: str | None,
-            lo: int, hi: int, knobs: tuple[str, ...], jobs: int | None, no_cache: bool,
-            as_json: bool, script: str, args: tuple[str, ...]) -> None:  # fmt: skip
+def command(
+    gpu: str | None,
+    device_memory: str | None,
+    reserve: str | None,
+    sweeps: tuple[str, ...],
+    predict: tuple[str, ...],
+    find_arg: str | None,
+    lo: int,
+    hi: int,
+    knobs: tuple[str, ...],
+    jobs: int | None,
+    no_cache: bool,
+    as_json: bool,
+    script: str,
+    args: tuple[str, ...],
+) -> None:
     """Simulate SCRIPT at each point of the sweeps (each in its own process, cached by
     the script's content, arguments and options): peak active and reserved, whether it
     fits the card, the largest value that fits, a quadratic fit per argument, and the
@@ -209,7 +234,8 @@ def command(gpu: str | None, device_memory: str | None, reserve: str | None,
     if not os.path.isfile(script):
         raise MemlensError(f"no such script: {script}")
     result = plan(
-        script, list(args),
+        script,
+        list(args),
         sweeps=[Sweep.parse(s) for s in sweeps],
         setup=Setup.of(gpu, device_memory, reserve),
         jobs=jobs or os.cpu_count() or 1,
@@ -218,7 +244,7 @@ def command(gpu: str | None, device_memory: str | None, reserve: str | None,
         predict=predict,
         find=None if find_arg is None else (find_arg, lo, hi),
         knobs=knobs,
-    )  # fmt: skip
+    )
     if as_json:
         click.echo(json.dumps(result, indent=2))
     else:

@@ -219,10 +219,18 @@ def command(
         from memlens.cli.simulate_ranks import launch
 
         code = launch(
-            script, list(args), output, nproc_per_node=nproc_per_node or 1,
-            nnodes=nnodes or 1, ranks=ranks, scheduler=scheduler, workers=workers,
-            module=module, whole_run=whole_run, config=config,
-        )  # fmt: skip
+            script,
+            list(args),
+            output,
+            nproc_per_node=nproc_per_node or 1,
+            nnodes=nnodes or 1,
+            ranks=ranks,
+            scheduler=scheduler,
+            workers=workers,
+            module=module,
+            whole_run=whole_run,
+            config=config,
+        )
         click.get_current_context().exit(code)
     if output is not None and output.is_dir():
         raise MemlensError(f"-o {output} is a directory: give a file (or --nproc-per-node)")

@@ -34,9 +34,14 @@ def rank_table(results: list[RankResult], device_memory: int | None) -> str:
         headroom = "-" if device_memory is None else format_bytes(device_memory - r.peak_reserved)
         note = "OOM" if r.oom is not None else ""
         rows.append(
-            (str(r.rank), format_bytes(r.peak_active), format_bytes(r.peak_reserved),
-             headroom, note)
-        )  # fmt: skip
+            (
+                str(r.rank),
+                format_bytes(r.peak_active),
+                format_bytes(r.peak_reserved),
+                headroom,
+                note,
+            )
+        )
     widths = [max(len(row[i]) for row in rows) for i in range(4)]
     lines = [
         "  ".join(cell.rjust(w) for cell, w in zip(row[:4], widths, strict=True)) + f"  {row[4]}"
@@ -89,9 +94,18 @@ def launch(
             status(f"memlens: rank {r.rank}: {r.error}", err=True)
 
     results = simulate_ranks(
-        script, args, directory, world, picked, config=config, module=module,
-        whole_run=whole_run, scheduler=scheduler, workers=workers, on_result=heard,
-    )  # fmt: skip
+        script,
+        args,
+        directory,
+        world,
+        picked,
+        config=config,
+        module=module,
+        whole_run=whole_run,
+        scheduler=scheduler,
+        workers=workers,
+        on_result=heard,
+    )
     notes = dict.fromkeys(n for r in results for n in r.notes)
     for note in notes:
         status(f"memlens: note: {note}", err=True)

@@ -63,9 +63,13 @@ def run_rank(task: RankTask) -> RankResult:
     os.chdir(task.cwd)
     try:
         run = run_script(
-            task.script, list(task.args), task.output, module=task.module,
-            whole_run=task.whole_run, config=task.config,
-        )  # fmt: skip
+            task.script,
+            list(task.args),
+            task.output,
+            module=task.module,
+            whole_run=task.whole_run,
+            config=task.config,
+        )
     except ScriptFailed as failed:
         written = None if failed.written is None else str(failed.written)
         return RankResult(task.rank, written, error=str(failed), traceback=failed.traceback)
@@ -75,9 +79,13 @@ def run_rank(task: RankTask) -> RankResult:
         warnings.simplefilter("ignore")  # the figures only; `memlens fleet` says the rest
         device = load(run.whole, warn=False).device(0)
     return RankResult(
-        task.rank, str(Path(run.output)), device.peak_active_bytes,
-        device.peak_reserved_bytes, run.oom, notes=tuple(run.notes),
-    )  # fmt: skip
+        task.rank,
+        str(Path(run.output)),
+        device.peak_active_bytes,
+        device.peak_reserved_bytes,
+        run.oom,
+        notes=tuple(run.notes),
+    )
 
 
 def rank_file(directory: str | Path, rank: int) -> Path:
@@ -117,7 +125,7 @@ def simulate_ranks(
             config,
             module,
             whole_run,
-        )  # fmt: skip
+        )
         for rank in ranks
     ]
     executor = make_executor(scheduler, workers or min(len(tasks), default_workers()))

@@ -93,5 +93,6 @@ def fit(args: Sequence[str], xs: Sequence[Mapping[str, float]], ys: Sequence[int
         (linear if power == 1 else quadratic)[i] = float(c)
     ranges = tuple((min(p[a] for p in xs), max(p[a] for p in xs)) for a in args)
     residual = float(np.max(np.abs(design @ coef - y)))
-    return Fit(tuple(args), float(coef[0]), tuple(linear), tuple(quadratic), ranges,
-               residual, len(xs))  # fmt: skip
+    return Fit(
+        tuple(args), float(coef[0]), tuple(linear), tuple(quadratic), ranges, residual, len(xs)
+    )

@@ -72,8 +72,9 @@ def largest_fitting(sweeps: Sequence[Sweep], points: Sequence[PlanPoint]) -> dic
     return {arg: max(nums, key=lambda nv: nv[0] or 0.0)[1]}
 
 
-def fit_points(sweeps: Sequence[Sweep], points: Sequence[PlanPoint],
-               key: str = "peak_reserved_bytes") -> Fit | None:  # fmt: skip
+def fit_points(
+    sweeps: Sequence[Sweep], points: Sequence[PlanPoint], key: str = "peak_reserved_bytes"
+) -> Fit | None:
     """A peak (`key`) against the swept arguments, over the points that ran to the end (an
     OOM point's peak stops at the OOM); None when some swept value is not a number."""
     args = [s.arg for s in sweeps]
@@ -101,8 +102,9 @@ def describe_fit(model: Fit, usable: int | None) -> PlanFit:
     }
 
 
-def groups(sweeps: Sequence[Sweep], points: Sequence[PlanPoint],
-           usable: int | None) -> list[PlanGroup]:  # fmt: skip
+def groups(
+    sweeps: Sequence[Sweep], points: Sequence[PlanPoint], usable: int | None
+) -> list[PlanGroup]:
     """With a non-numeric swept argument (`--pattern=forward-only,full-training-step`) no
     single polynomial fits: one group per combination of the non-numeric values, each with
     its largest fitting value and its fits over the numeric arguments. Empty when every
@@ -117,17 +119,20 @@ def groups(sweeps: Sequence[Sweep], points: Sequence[PlanPoint],
         mine = [p for p in points if all(p["values"][k] == v for k, v in values.items())]
         model = fit_points(nums, mine) if nums else None
         active = fit_points(nums, mine, "peak_active_bytes") if nums else None
-        out.append({
-            "values": values,
-            "largest_fitting": largest_fitting(nums, mine) if usable is not None else None,
-            "fit": None if model is None else describe_fit(model, usable),
-            "fit_active": None if active is None else describe_fit(active, None),
-        })  # fmt: skip
+        out.append(
+            {
+                "values": values,
+                "largest_fitting": largest_fitting(nums, mine) if usable is not None else None,
+                "fit": None if model is None else describe_fit(model, usable),
+                "fit_active": None if active is None else describe_fit(active, None),
+            }
+        )
     return out
 
 
-def predictions(model: Fit | None, active: Fit | None,
-                specs: Sequence[str]) -> list[PlanPrediction]:  # fmt: skip
+def predictions(
+    model: Fit | None, active: Fit | None, specs: Sequence[str]
+) -> list[PlanPrediction]:
     """`--predict 'ARG=V[,ARG2=V2]'`: the models at a point, flagged when outside the fit
     (both models are over the same points)."""
     out: list[PlanPrediction] = []
@@ -146,8 +151,14 @@ def predictions(model: Fit | None, active: Fit | None,
                 f"--predict {spec!r}: give a value for each of {', '.join(model.args)}"
             )
         peak, outside = model.predict(values)
-        out.append({"values": values, "peak_reserved_bytes": peak,
-                    "peak_active_bytes": active.predict(values)[0], "extrapolated": outside})  # fmt: skip
+        out.append(
+            {
+                "values": values,
+                "peak_reserved_bytes": peak,
+                "peak_active_bytes": active.predict(values)[0],
+                "extrapolated": outside,
+            }
+        )
     return out
 
 
@@ -158,8 +169,9 @@ def check_find(usable: int | None, lo: int, hi: int) -> None:
         raise MemlensError(f"--find-max needs 1 <= --lo <= --hi (got {lo}, {hi})")
 
 
-def find_max(runner: Runner, args: Sequence[str], arg: str, lo: int, hi: int,
-             usable: int | None) -> PlanFindMax:  # fmt: skip
+def find_max(
+    runner: Runner, args: Sequence[str], arg: str, lo: int, hi: int, usable: int | None
+) -> PlanFindMax:
     """Bisection on the fitting boundary, memory taken to grow with `arg`: `hi` first (all
     fits: done), then `lo` (none fits: done), then ceil(log2(hi - lo)) midpoints."""
     check_find(usable, lo, hi)
@@ -185,14 +197,30 @@ def find_max(runner: Runner, args: Sequence[str], arg: str, lo: int, hi: int,
             mid = (good + bad) // 2
             good, bad = (mid, bad) if fits(mid) else (good, mid)
         best = good
-    return {"arg": arg, "lo": lo, "hi": hi, "largest_fitting": best,
-            "simulations": runner.simulated - before, "probes": probes}  # fmt: skip
+    return {
+        "arg": arg,
+        "lo": lo,
+        "hi": hi,
+        "largest_fitting": best,
+        "simulations": runner.simulated - before,
+        "probes": probes,
+    }
 
 
-def plan(script: str, args: Sequence[str], *, sweeps: Sequence[Sweep] = (), setup: Setup,
-         jobs: int = 1, use_cache: bool = True, progress: Any = None,
-         predict: Sequence[str] = (), find: tuple[str, int, int] | None = None,
-         knobs: Sequence[str] = (), alloc_conf: str | None = None) -> PlanResult:  # fmt: skip
+def plan(
+    script: str,
+    args: Sequence[str],
+    *,
+    sweeps: Sequence[Sweep] = (),
+    setup: Setup,
+    jobs: int = 1,
+    use_cache: bool = True,
+    progress: Any = None,
+    predict: Sequence[str] = (),
+    find: tuple[str, int, int] | None = None,
+    knobs: Sequence[str] = (),
+    alloc_conf: str | None = None,
+) -> PlanResult:
     """The whole of `memlens plan`: the sweep (one point, the script as given, without
     one), its fit and predictions, the what-ifs, then the bisection when asked."""
     from memlens.planning.whatif import check_knob, knob_table, what_ifs

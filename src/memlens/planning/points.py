@@ -147,10 +147,22 @@ def simulate_point(script: str, argv: list[str], options: dict[str, Any]) -> Poi
     with_sites = bool(options.pop("sites", False))
     with tempfile.TemporaryDirectory(prefix="memlens-plan-") as tmp, applied(knobs) as patched:
         try:
-            run = run_script(script, argv, Path(tmp) / "point.pickle", stacks="python" if with_sites else None, **options)  # fmt: skip
+            run = run_script(
+                script,
+                argv,
+                Path(tmp) / "point.pickle",
+                stacks="python" if with_sites else None,
+                **options,
+            )
         except MemlensError as exc:  # ScriptFailed included: the point's row says why
-            return {"peak_active_bytes": 0, "peak_reserved_bytes": 0, "oom": False,
-                    "error": str(exc), "applied": patched.report(None), "sites": []}  # fmt: skip
+            return {
+                "peak_active_bytes": 0,
+                "peak_reserved_bytes": 0,
+                "oom": False,
+                "error": str(exc),
+                "applied": patched.report(None),
+                "sites": [],
+            }
     dev = memlens.load(run.whole, warn=False).device(0)
     return {
         "peak_active_bytes": int(dev.peak_active_bytes),
@@ -250,8 +262,9 @@ class Runner:
             self.progress(line)
 
 
-def point(values: dict[str, str], argv: list[str], f: PointFigures, cached: bool,
-           usable: int | None) -> PlanPoint:  # fmt: skip
+def point(
+    values: dict[str, str], argv: list[str], f: PointFigures, cached: bool, usable: int | None
+) -> PlanPoint:
     ran = f["error"] is None
     return {
         "values": values,
@@ -265,11 +278,11 @@ def point(values: dict[str, str], argv: list[str], f: PointFigures, cached: bool
     }
 
 
-def sweep_figures(runner: Runner, args: Sequence[str], sweeps: Sequence[Sweep],
-                  usable: int | None) -> list[tuple[PlanPoint, PointFigures]]:  # fmt: skip
+def sweep_figures(
+    runner: Runner, args: Sequence[str], sweeps: Sequence[Sweep], usable: int | None
+) -> list[tuple[PlanPoint, PointFigures]]:
     """Each point of the sweep with the figures it came from (call sites, knobs)."""
     points = grid(args, sweeps)
     labels = [" ".join(f"{k}={v}" for k, v in values.items()) for values, _ in points]
     results = runner.run([argv for _, argv in points], labels)
-    return [(point(v, a, f, c, usable), f)
-            for (v, a), (f, c) in zip(points, results, strict=True)]  # fmt: skip
+    return [(point(v, a, f, c, usable), f) for (v, a), (f, c) in zip(points, results, strict=True)]

@@ -27,10 +27,15 @@ def peak_sites(dev: DeviceTrace) -> list[PeakSite]:
     """analysis.diff's per-site bytes at the peak, as plain rows."""
     _, side = sites_at_peak(dev, None)
     return [
-        {"key": key_text(key), "site": frame_label(dev.snapshot, f),
-         **frame_dict(dev.snapshot, f), "bytes": b, "count": c}
+        {
+            "key": key_text(key),
+            "site": frame_label(dev.snapshot, f),
+            **frame_dict(dev.snapshot, f),
+            "bytes": b,
+            "count": c,
+        }
         for key, (b, c, f) in side.items()
-    ]  # fmt: skip
+    ]
 
 
 def site_changes(a: list[PeakSite], b: list[PeakSite], limit: int) -> list[SiteChange]:
@@ -45,12 +50,20 @@ def site_changes(a: list[PeakSite], b: list[PeakSite], limit: int) -> list[SiteC
         change = (y["bytes"] if y else 0) - (x["bytes"] if x else 0)
         if change == 0:
             continue
-        rows.append({
-            "site": ref["site"], "filename": ref["filename"], "line": ref["line"],
-            "name": ref["name"], "a_bytes": x["bytes"] if x else 0,
-            "b_bytes": y["bytes"] if y else 0, "change": change,
-            "a_count": x["count"] if x else 0, "b_count": y["count"] if y else 0,
-            "status": "both" if x and y else ("only_a" if x else "only_b"), "key": key,
-        })  # fmt: skip
+        rows.append(
+            {
+                "site": ref["site"],
+                "filename": ref["filename"],
+                "line": ref["line"],
+                "name": ref["name"],
+                "a_bytes": x["bytes"] if x else 0,
+                "b_bytes": y["bytes"] if y else 0,
+                "change": change,
+                "a_count": x["count"] if x else 0,
+                "b_count": y["count"] if y else 0,
+                "status": "both" if x and y else ("only_a" if x else "only_b"),
+                "key": key,
+            }
+        )
     rows.sort(key=lambda r: (-abs(r["change"]), r["site"]))
     return rows[:limit]

@@ -63,9 +63,14 @@ def split_script(script: str) -> tuple[str, list[str]]:
     return words[0], words[1:]
 
 
-def verify(result: AdviseResult, replays: Sequence[AdviceReplay], script: str,
-           gpu: str | None = None, jobs: int = 1,
-           progress: Callable[[str], None] | None = None) -> list[AdviceCheck]:  # fmt: skip
+def verify(
+    result: AdviseResult,
+    replays: Sequence[AdviceReplay],
+    script: str,
+    gpu: str | None = None,
+    jobs: int = 1,
+    progress: Callable[[str], None] | None = None,
+) -> list[AdviceCheck]:
     """One check per finding, the knobs simulated in one plan (baseline once)."""
     path, args = split_script(script)
     wanted = [(i, f, *knob_for(f, replays)) for i, f in enumerate(result["findings"])]
@@ -73,13 +78,16 @@ def verify(result: AdviseResult, replays: Sequence[AdviceReplay], script: str,
     rows: dict[str, PlanKnobRow] = {}
     baseline = {"reserved": 0, "active": 0}
     if knobs:
-        done = plan(path, args, setup=Setup.of(gpu, None, None), jobs=jobs,
-                    progress=progress, knobs=knobs)  # fmt: skip
+        done = plan(
+            path, args, setup=Setup.of(gpu, None, None), jobs=jobs, progress=progress, knobs=knobs
+        )
         table = done["knob_table"]
         assert table is not None  # knobs were given
         rows = {r["setting"]: r for r in table["rows"]}
-        baseline = {"reserved": table["baseline_peak_reserved_bytes"],
-                    "active": table["baseline_peak_active_bytes"]}  # fmt: skip
+        baseline = {
+            "reserved": table["baseline_peak_reserved_bytes"],
+            "active": table["baseline_peak_active_bytes"],
+        }
         # allocator settings come back as given to PYTORCH_CUDA_ALLOC_CONF
         for k, w in zip(knobs, done["what_ifs"], strict=True):
             rows.setdefault(k, rows[w["setting"]])
@@ -96,15 +104,17 @@ def verify(result: AdviseResult, replays: Sequence[AdviceReplay], script: str,
                 note = "the simulated run ran out of the card's memory" if row["oom"] else ""
                 if any(": not applied:" in a for a in row["applied"]):
                     note = "the knob did not apply to this script: the estimate is untested"
-        out.append({
-            "finding": i,
-            "kind": finding["kind"],
-            "knob": knob,
-            "compared": compared,
-            "predicted_bytes": finding["bytes"],
-            "simulated_saving_bytes": saving,
-            "simulated_baseline_bytes": baseline[compared] if row is not None else None,
-            "applied": row["applied"] if row is not None else [],
-            "note": note,
-        })  # fmt: skip
+        out.append(
+            {
+                "finding": i,
+                "kind": finding["kind"],
+                "knob": knob,
+                "compared": compared,
+                "predicted_bytes": finding["bytes"],
+                "simulated_saving_bytes": saving,
+                "simulated_baseline_bytes": baseline[compared] if row is not None else None,
+                "applied": row["applied"] if row is not None else [],
+                "note": note,
+            }
+        )
     return out

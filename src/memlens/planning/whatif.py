@@ -62,8 +62,14 @@ def knob_options(options: dict[str, Any], knob: str) -> tuple[dict[str, Any], st
     return {**options, "alloc_conf": conf}, (conf[len(base) + 1 :] if base else conf), "allocator"
 
 
-def what_ifs(usable: int | None, runner: Runner, args: Sequence[str], sweeps: Sequence[Sweep],
-             baseline: Ran, knobs: Sequence[str]) -> list[tuple[PlanWhatIf, Ran]]:  # fmt: skip
+def what_ifs(
+    usable: int | None,
+    runner: Runner,
+    args: Sequence[str],
+    sweeps: Sequence[Sweep],
+    baseline: Ran,
+    knobs: Sequence[str],
+) -> list[tuple[PlanWhatIf, Ran]]:
     """Each knob: the sweep again with it, and the change at the peak of every point. All
     knobs' points go to the pool at once (one knob at one point would use one process)."""
     grid_points = grid(args, sweeps)
@@ -78,19 +84,24 @@ def what_ifs(usable: int | None, runner: Runner, args: Sequence[str], sweeps: Se
     out: list[tuple[PlanWhatIf, Ran]] = []
     for k, (_, setting, kind) in enumerate(runs):
         mine = results[k * len(grid_points) : (k + 1) * len(grid_points)]
-        ran = [(point(v, a, f, c, usable), f)
-               for (v, a), (f, c) in zip(grid_points, mine, strict=True)]  # fmt: skip
+        ran = [
+            (point(v, a, f, c, usable), f) for (v, a), (f, c) in zip(grid_points, mine, strict=True)
+        ]
         points = [p for p, _ in ran]
         entry: PlanWhatIf = {
             "setting": setting,
             "kind": kind,
             "points": points,
-            "active_change_bytes": [p["peak_active_bytes"] - b["peak_active_bytes"]
-                                    for p, b in zip(points, base, strict=True)],
-            "reserved_change_bytes": [p["peak_reserved_bytes"] - b["peak_reserved_bytes"]
-                                      for p, b in zip(points, base, strict=True)],
+            "active_change_bytes": [
+                p["peak_active_bytes"] - b["peak_active_bytes"]
+                for p, b in zip(points, base, strict=True)
+            ],
+            "reserved_change_bytes": [
+                p["peak_reserved_bytes"] - b["peak_reserved_bytes"]
+                for p, b in zip(points, base, strict=True)
+            ],
             "applied": [f["applied"] for _, f in ran],
-        }  # fmt: skip
+        }
         out.append((entry, ran))
     return out
 
@@ -118,23 +129,30 @@ def knob_table(baseline: Ran, done: Sequence[tuple[PlanWhatIf, Ran]]) -> PlanKno
         failed = p["error"] is not None or bp["error"] is not None
         saved_r = bp["peak_reserved_bytes"] - p["peak_reserved_bytes"]
         saved_a = bp["peak_active_bytes"] - p["peak_active_bytes"]
-        rows.append({
-            "setting": entry["setting"],
-            "kind": entry["kind"],
-            "peak_active_bytes": p["peak_active_bytes"],
-            "peak_reserved_bytes": p["peak_reserved_bytes"],
-            "reserved_saving_bytes": 0 if failed else saved_r,
-            "reserved_saving_pct": None if failed else _pct(saved_r, bp["peak_reserved_bytes"]),
-            "active_saving_bytes": 0 if failed else saved_a,
-            "active_saving_pct": None if failed else _pct(saved_a, bp["peak_active_bytes"]),
-            "oom": p["oom"],
-            "fits": p["fits"],
-            "error": p["error"],
-            "applied": f["applied"],
-            "sites": [] if failed else site_changes(bf["sites"], f["sites"], TABLE_SITES),
-        })  # fmt: skip
-    rows.sort(key=lambda r: (r["error"] is not None, -r["reserved_saving_bytes"],
-                             -r["active_saving_bytes"]))  # fmt: skip
+        rows.append(
+            {
+                "setting": entry["setting"],
+                "kind": entry["kind"],
+                "peak_active_bytes": p["peak_active_bytes"],
+                "peak_reserved_bytes": p["peak_reserved_bytes"],
+                "reserved_saving_bytes": 0 if failed else saved_r,
+                "reserved_saving_pct": None if failed else _pct(saved_r, bp["peak_reserved_bytes"]),
+                "active_saving_bytes": 0 if failed else saved_a,
+                "active_saving_pct": None if failed else _pct(saved_a, bp["peak_active_bytes"]),
+                "oom": p["oom"],
+                "fits": p["fits"],
+                "error": p["error"],
+                "applied": f["applied"],
+                "sites": [] if failed else site_changes(bf["sites"], f["sites"], TABLE_SITES),
+            }
+        )
+    rows.sort(
+        key=lambda r: (
+            r["error"] is not None,
+            -r["reserved_saving_bytes"],
+            -r["active_saving_bytes"],
+        )
+    )
     return {
         "point": i,
         "values": bp["values"],

@@ -102,8 +102,13 @@ class _ModuleCalls:
     """nn.Module.__call__ for checkpoint= and autocast=: `depth` counts module calls
     under way (outermost = 0), `in_checkpoint` checkpointed calls under way."""
 
-    def __init__(self, original: Callable[..., Any], counts: Counts,
-                 pattern: re.Pattern[str] | None, dtype: torch.dtype | None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        original: Callable[..., Any],
+        counts: Counts,
+        pattern: re.Pattern[str] | None,
+        dtype: torch.dtype | None,
+    ) -> None:
         self.original, self.counts, self.pattern, self.dtype = original, counts, pattern, dtype
         self.depth = 0
         self.in_checkpoint = 0
@@ -149,9 +154,10 @@ def _optimizer_classes() -> list[type]:
     return [
         c
         for c in vars(torch.optim).values()
-        if isinstance(c, type) and issubclass(c, torch.optim.Optimizer)
+        if isinstance(c, type)
+        and issubclass(c, torch.optim.Optimizer)
         and c is not torch.optim.Optimizer
-    ]  # fmt: skip
+    ]
 
 
 def _patch_optimizers(patches: Patches, counts: Counts, forced: dict[str, bool]) -> None:
@@ -172,8 +178,9 @@ def _patch_optimizers(patches: Patches, counts: Counts, forced: dict[str, bool])
         patches.set(cls, "__init__", _forced_init(init, sig, params, counts))
 
 
-def _forced_init(init: Callable[..., Any], sig: inspect.Signature, params: dict[str, bool],
-                 counts: Counts) -> Callable[..., Any]:  # fmt: skip
+def _forced_init(
+    init: Callable[..., Any], sig: inspect.Signature, params: dict[str, bool], counts: Counts
+) -> Callable[..., Any]:
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
         bound = sig.bind(self, *args, **kwargs)
         for k, v in params.items():
@@ -228,8 +235,13 @@ def _patch_sdpa(patches: Patches, counts: Counts, backend: str) -> None:
     import torch.nn.attention as attention
 
     ignore(attention, "sdpa_kernel")
-    for name in ("enable_flash_sdp", "enable_mem_efficient_sdp", "enable_math_sdp",
-                 "enable_cudnn_sdp", "sdp_kernel"):  # fmt: skip
+    for name in (
+        "enable_flash_sdp",
+        "enable_mem_efficient_sdp",
+        "enable_math_sdp",
+        "enable_cudnn_sdp",
+        "sdp_kernel",
+    ):
         ignore(cuda, name)
 
 
@@ -258,15 +270,19 @@ class Applied:
         if knob.key == "checkpoint":
             if not c.checkpointed:
                 seen = ", ".join(sorted(c.module_classes)) or "none"
-                return (f"{knob.spec}: not applied: no module class matched "
-                        f"{knob.value!r} with grad on (classes called: {seen})")  # fmt: skip
+                return (
+                    f"{knob.spec}: not applied: no module class matched "
+                    f"{knob.value!r} with grad on (classes called: {seen})"
+                )
             done = ", ".join(f"{n} x{k}" for n, k in sorted(c.checkpointed.items()))
             return f"{knob.spec}: forward checkpointed (use_reentrant=False): {done}"
         if knob.key == "autocast":
             if not c.autocast_calls:
                 return f"{knob.spec}: not applied: no nn.Module was called"
-            return (f"{knob.spec}: {c.autocast_calls} outermost module calls under "
-                    "torch.autocast('cuda'); code outside modules ran as written")  # fmt: skip
+            return (
+                f"{knob.spec}: {c.autocast_calls} outermost module calls under "
+                "torch.autocast('cuda'); code outside modules ran as written"
+            )
         if knob.key == "sdpa":
             taken = Counter(sdpa or ())
             if not taken:
@@ -275,8 +291,10 @@ class Applied:
             return f"{knob.spec}: scaled_dot_product_attention calls took {ways}" + self._ignored()
         if knob.key in ("foreach", "fused"):
             if not c.optimizers:
-                return (f"{knob.spec}: not applied: no torch.optim optimizer taking "
-                        f"{knob.key}= was constructed")  # fmt: skip
+                return (
+                    f"{knob.spec}: not applied: no torch.optim optimizer taking "
+                    f"{knob.key}= was constructed"
+                )
             names = ", ".join(sorted(Counter(c.optimizers.values())))
             return f"{knob.spec}: {len(c.optimizers)} optimizers ({names})" + self._ignored()
         if not c.zero_grad_calls:

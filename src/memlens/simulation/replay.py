@@ -206,8 +206,9 @@ def replay(
     final = seg.block_segment[seg.block_state != 0]
     on_device = np.isin(final, seg.of_device(dev.device))
     held = seg.block_state != 0
-    final_size = dict(zip(seg.block_address[held][on_device].tolist(),
-                          seg.block_size[held][on_device].tolist()))  # fmt: skip
+    final_size = dict(
+        zip(seg.block_address[held][on_device].tolist(), seg.block_size[held][on_device].tolist())
+    )
     to_end = (dev.free_event[pre] >= dev.n_events).tolist()
     blocks = [
         (a, final_size.get(a, 0) if end else 0, r)
@@ -279,8 +280,16 @@ def replay(
     conf = label or _describe(settings or recorded)
     in_trace = dev.alloc_event >= 0
     moved = int(np.count_nonzero(where[in_trace] != dev.alloc_addr[in_trace].astype(np.int64)))
-    return Replay(conf, max(start, model.peak_reserved), out, int(checked.sum()),
-                  len(differ), int(differ[0]) if len(differ) else -1, moved, failed)  # fmt: skip
+    return Replay(
+        conf,
+        max(start, model.peak_reserved),
+        out,
+        int(checked.sum()),
+        len(differ),
+        int(differ[0]) if len(differ) else -1,
+        moved,
+        failed,
+    )
 
 
 def _start_segments(

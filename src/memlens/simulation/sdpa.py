@@ -58,8 +58,9 @@ def _common(q: Any, k: Any, v: Any) -> bool:
     return all(t.is_cuda for t in (q, k, v)) and q.dim() == k.dim() == v.dim() == 4
 
 
-def can_use_flash(gpu: Gpu, q: Any, k: Any, v: Any, mask: Any, dropout: float,
-                  causal: bool, gqa: bool, grad: bool) -> bool:  # fmt: skip
+def can_use_flash(
+    gpu: Gpu, q: Any, k: Any, v: Any, mask: Any, dropout: float, causal: bool, gqa: bool, grad: bool
+) -> bool:
     d = q.size(-1)
     if not (torch.backends.cuda.flash_sdp_enabled() and _common(q, k, v) and mask is None):
         return False
@@ -104,8 +105,7 @@ def can_use_efficient(gpu: Gpu, q: Any, k: Any, v: Any, gqa: bool) -> bool:
     return q.dtype in dtypes and k.dtype == q.dtype == v.dtype
 
 
-def can_use_cudnn(gpu: Gpu, q: Any, k: Any, v: Any, mask: Any, dropout: float,
-                  gqa: bool) -> bool:  # fmt: skip
+def can_use_cudnn(gpu: Gpu, q: Any, k: Any, v: Any, mask: Any, dropout: float, gqa: bool) -> bool:
     if not (torch.backends.cuda.cudnn_sdp_enabled() and _common(q, k, v)):
         return False
     if torch.are_deterministic_algorithms_enabled() and not (
@@ -127,8 +127,16 @@ def can_use_cudnn(gpu: Gpu, q: Any, k: Any, v: Any, mask: Any, dropout: float,
     return s_k != 1 and not (dropout != 0.0 and s_q == 1)
 
 
-def choose(gpu: Gpu, q: Any, k: Any, v: Any, mask: Any = None, dropout: float = 0.0,
-           causal: bool = False, gqa: bool = False) -> int:  # fmt: skip
+def choose(
+    gpu: Gpu,
+    q: Any,
+    k: Any,
+    v: Any,
+    mask: Any = None,
+    dropout: float = 0.0,
+    causal: bool = False,
+    gqa: bool = False,
+) -> int:
     """The SDPBackend PyTorch's CUDA dispatch picks on `gpu` (select_sdp_backend)."""
     grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
     checks: dict[int, Callable[[], bool]] = {
@@ -165,8 +173,9 @@ def make_sdpa(sim: Simulation, original: Callable[..., Any]) -> Callable[..., An
         enable_gqa: bool = False,
     ) -> Any:
         if not all(getattr(t, "is_cuda", False) for t in (query, key, value)):
-            return original(query, key, value, attn_mask, dropout_p, is_causal, scale,
-                            enable_gqa=enable_gqa)  # fmt: skip
+            return original(
+                query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa=enable_gqa
+            )
         autocast = torch.is_autocast_enabled("cuda")
         if autocast:  # lower_precision_fp: cast, then the kernels run with autocast off
             low = torch.get_autocast_dtype("cuda")
@@ -177,14 +186,24 @@ def make_sdpa(sim: Simulation, original: Callable[..., Any]) -> Callable[..., An
         backend = choose(sim.gpu, query, key, value, attn_mask, dropout_p, is_causal, enable_gqa)
         sim.sdpa_backends.append(NAMES[backend])
         with torch.autocast("cuda", enabled=False) if autocast else contextlib.nullcontext():
-            return _run(backend, query, key, value, attn_mask, dropout_p, is_causal, scale,
-                        enable_gqa)  # fmt: skip
+            return _run(
+                backend, query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa
+            )
 
     return scaled_dot_product_attention
 
 
-def _run(backend: int, q: Any, k: Any, v: Any, mask: Any, dropout: float, causal: bool,
-         scale: float | None, gqa: bool) -> torch.Tensor:  # fmt: skip
+def _run(
+    backend: int,
+    q: Any,
+    k: Any,
+    v: Any,
+    mask: Any,
+    dropout: float,
+    causal: bool,
+    scale: float | None,
+    gqa: bool,
+) -> torch.Tensor:
     if backend == FLASH:
         og = q.size(-1)
         qp, kp, vp = _pad8(q), _pad8(k), _pad8(v)
@@ -300,8 +319,12 @@ def _flash_forward(sim: Simulation, args: tuple[Any, ...], out: Any) -> None:
     temporaries: list[int] = []
     if dropout == 0.0:  # set_params_splitkv: split-KV accumulators for short queries
         block_n = 256 if d <= 64 else (128 if d <= 128 else 64)
-        splits = num_splits(b * h * _round(s_q, 64) // 64, sim.gpu.multiprocessors * 2,
-                            _round(s_k, block_n) // block_n, 128)  # fmt: skip
+        splits = num_splits(
+            b * h * _round(s_q, 64) // 64,
+            sim.gpu.multiprocessors * 2,
+            _round(s_k, block_n) // block_n,
+            128,
+        )
         if splits > 1:
             d_rounded = _round(d, 32 if d <= 128 else 64)
             temporaries.append(sim._malloc(_nbytes(splits, b, h, s_q, 4)))
@@ -385,5 +408,8 @@ KERNELS: dict[Any, Callable[[Simulation, tuple[Any, ...], Any], None]] = {
 
 def install(patches: Patches, sim: Simulation) -> None:
     functional = torch.nn.functional
-    patches.set(functional, "scaled_dot_product_attention",
-                make_sdpa(sim, functional.scaled_dot_product_attention))  # fmt: skip
+    patches.set(
+        functional,
+        "scaled_dot_product_attention",
+        make_sdpa(sim, functional.scaled_dot_product_attention),
+    )

@@ -160,9 +160,17 @@ def generate_trace_dict(
             for layer in reversed(range(layers)):
                 bw_stack = fr.stack(
                     *CPP_NOISE,
-                    ("??", 0, "torch::autograd::generated::MmBackward0::apply(std::vector<at::Tensor, std::allocator<at::Tensor> >&&)"),
-                    ("??", 0, "torch::autograd::Engine::thread_main(std::shared_ptr<torch::autograd::GraphTask> const&)"),
-                )  # fmt: skip
+                    (
+                        "??",
+                        0,
+                        "torch::autograd::generated::MmBackward0::apply(std::vector<at::Tensor, std::allocator<at::Tensor> >&&)",
+                    ),
+                    (
+                        "??",
+                        0,
+                        "torch::autograd::Engine::thread_main(std::shared_ptr<torch::autograd::GraphTask> const&)",
+                    ),
+                )
                 g_tmp = alloc.malloc(batch_tokens * hidden * 4, main_stream, bw_stack)
                 for k in (2 * layer, 2 * layer + 1):
                     if k not in grads:
@@ -198,9 +206,18 @@ def generate_trace_dict(
         # we stop recording here, so the final state is the state after the last event.
         if oom:
             need = max(alloc.reserved, 1) * 4
-            trace.append({"action": "oom", "device_free": 64 * MB, "size": round_size(need),
-                          "stream": main_stream, "time_us": clock(), "frames": fr.stack((USER, 31, "train_step")),
-                          "compile_context": "N/A", "user_metadata": ""})  # fmt: skip
+            trace.append(
+                {
+                    "action": "oom",
+                    "device_free": 64 * MB,
+                    "size": round_size(need),
+                    "stream": main_stream,
+                    "time_us": clock(),
+                    "frames": fr.stack((USER, 31, "train_step")),
+                    "compile_context": "N/A",
+                    "user_metadata": "",
+                }
+            )
         if truncate:
             del trace[:truncate]
         device_traces.append(trace)

@@ -50,14 +50,18 @@ def render_advise(result: AdviseResult, options: Mapping[str, Any] = NO_OPTIONS)
         ]
         lines += sites_lines(f["sites"], "     ")
     if result["checks"]:
-        lines.append("checked by simulating the script (the finding's estimate vs the "
-                     "simulated saving at the peak):")  # fmt: skip
+        lines.append(
+            "checked by simulating the script (the finding's estimate vs the "
+            "simulated saving at the peak):"
+        )
         for c in result["checks"]:
             head = f"  {c['finding'] + 1}. {c['kind']}: predicted {fb(c['predicted_bytes'])}"
             if c["simulated_saving_bytes"] is not None:
-                head += (f", simulated {fb(c['simulated_saving_bytes'])} with {c['knob']} "
-                         f"(peak {c['compared']}, baseline "
-                         f"{fb(c['simulated_baseline_bytes'] or 0)})")  # fmt: skip
+                head += (
+                    f", simulated {fb(c['simulated_saving_bytes'])} with {c['knob']} "
+                    f"(peak {c['compared']}, baseline "
+                    f"{fb(c['simulated_baseline_bytes'] or 0)})"
+                )
             elif c["knob"] is not None:
                 head += f", {c['knob']} not measured"
             lines.append(head + (f": {c['note']}" if c["note"] else ""))
