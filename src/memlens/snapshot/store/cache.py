@@ -443,8 +443,9 @@ def save_derived(snap: Snapshot, name: str, arrays: dict[str, np.ndarray]) -> bo
     try:
         for key, array in arrays.items():
             _save_array(tmp, key, array, manifest)
-        _commit(tmp, target, {"format": CACHE_FORMAT, "parent": snap.cache_key,
-                              "columns": manifest})  # fmt: skip
+        _commit(
+            tmp, target, {"format": CACHE_FORMAT, "parent": snap.cache_key, "columns": manifest}
+        )
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
