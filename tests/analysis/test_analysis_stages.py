@@ -244,3 +244,34 @@ def test_an_end_closes_the_latest_start_of_its_name_only():
     assert t0.tolist() == [0, 10, 20, 60] and t1.tolist() == [50, 40, 30, NO_END]
     assert (depth.tolist(), parent.tolist()) == ([0, 1, 2, 0], [-1, 0, 1, -1])
     assert not crosses.any()
+
+
+def test_ranges_open_at_the_trace_start_come_parent_first():
+    """A ring buffer that starts inside a step, inside its optimizer step: both ENDs are
+    unmatched, the inner one first. The parent must still come before its child (pre-order),
+    as the viewer's stage strip places a child under a parent already drawn."""
+    from analysis_snapshots import ann
+
+    from memlens.views.web.data import ViewerData
+
+    snap = training_snapshot()
+    snap["external_annotations"] = [
+        ann("Optimizer.step#AdamW.step", "END", 15),
+        ann("step", "END", 25),
+        ann("step", "START", 35),
+        ann("step", "END", 75),
+    ]
+    loaded = memlens.load(snap)
+    t = stage_table(loaded.device(0), top=0)
+    rows = [(s["name"], s["depth"], s["parent"], s["open_start"]) for s in t["stages"]]
+    assert rows == [
+        ("step", 0, None, True),
+        ("Optimizer.step#AdamW.step", 1, 0, True),
+        ("step", 0, None, False),
+    ]
+    spans = ViewerData([loaded]).annotations(0, 0)["spans"]
+    assert [(s["name"], s["depth"]) for s in spans] == [
+        ("step", 0),
+        ("Optimizer.step#AdamW.step", 1),
+        ("step", 0),
+    ]

@@ -139,8 +139,10 @@ def _annotated_columns(dev: DeviceTrace) -> list[Any] | None:
     pairs = pair_nested(ids, stage, times)
     r_ann, r_t0, r_t1, r_depth, r_parent, r_cross = pairs or pair_loop(names, stage, times)
     m = len(r_ann)
-    # order by start; unmatched ENDs (started at the trace start) first, in pairing order
-    order = np.lexsort((np.arange(m), r_t0))
+    # order by start, a parent before its children (pre-order: the page and `stages` draw
+    # a child under a parent already placed); unmatched ENDs (started at the trace start)
+    # first, outer ones first, then in pairing order
+    order = np.lexsort((np.arange(m), r_depth, r_t0))
     new_index = np.empty(m + 1, np.int64)
     new_index[order] = np.arange(m)
     new_index[-1] = -1  # parent -1 stays -1

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, overload
 
@@ -143,12 +144,14 @@ def open_snapshots(
     no_cache: bool,
     annotation_files: tuple[str, ...],
     device: int | None,
+    cache_writes: list[Callable[[], None]] | None = None,
 ) -> list[tuple[str, Snapshot]]:
     """The snapshots given (a second one may be absent), each with its path, opened by
-    open_snapshot; --annotations belong to the first (the run they were recorded with)."""
+    open_snapshot; --annotations belong to the first (the run they were recorded with).
+    With `cache_writes`, see open_snapshot."""
     given = [p for p in paths if p is not None]
     return [
-        (p, open_snapshot(p, no_cache, annotation_files if i == 0 else (), device))
+        (p, open_snapshot(p, no_cache, annotation_files if i == 0 else (), device, cache_writes))
         for i, p in enumerate(given)
     ]
 
@@ -158,20 +161,21 @@ def open_snapshot(
     no_cache: bool = False,
     annotation_files: tuple[str, ...] = (),
     device: int | None = None,
+    cache_writes: list[Callable[[], None]] | None = None,
 ) -> Snapshot:
     """Load for the CLI: snapshot warnings go to stderr, once each, without Python's noise.
     `annotation_files` (see annotations_option) are added to the snapshot's annotations,
-    on `device` (default: the longest trace, the one shown by default)."""
-    from memlens.snapshot.loader import SnapshotWarning, load
+    on `device` (default: the longest trace, the one shown by default). With
+    `cache_writes`, a cold load's column cache is not written now: its writer is appended
+    there for the caller to run later (memlens view, in the background)."""
+    from memlens.snapshot.loader import load_then_cache
 
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", SnapshotWarning)
-        snap = load(path, cache=not no_cache)
-    for w in caught:
-        if issubclass(w.category, SnapshotWarning):
-            click.echo(f"memlens: warning: {visible(str(w.message))}", err=True)
-        else:  # someone else's (numpy's, a deprecation): back to the filters it escaped
-            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, source=w.source)
+    with _snapshot_warnings_to_stderr():
+        snap, write_cache = load_then_cache(path, cache=not no_cache)
+        if cache_writes is None:
+            write_cache()
+    if cache_writes is not None:
+        cache_writes.append(lambda: _with_snapshot_warnings(write_cache))
     if annotation_files:
         from memlens.inspector.annotations import annotations_from
 
@@ -180,6 +184,27 @@ def open_snapshot(
         for extra in annotation_files:
             snap.add_annotations(annotations_from(extra, device))
     return snap
+
+
+def _with_snapshot_warnings(run: Callable[[], None]) -> None:
+    with _snapshot_warnings_to_stderr():
+        run()
+
+
+@contextlib.contextmanager
+def _snapshot_warnings_to_stderr() -> Iterator[None]:
+    """Snapshot warnings as `memlens: warning: ...` lines; anyone else's (numpy's, a
+    deprecation) back to the filters they escaped."""
+    from memlens.snapshot.loader import SnapshotWarning
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", SnapshotWarning)
+        yield
+    for w in caught:
+        if issubclass(w.category, SnapshotWarning):
+            click.echo(f"memlens: warning: {visible(str(w.message))}", err=True)
+        else:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, source=w.source)
 
 
 def require_extra(command: str, what: str, modules: tuple[str, ...], extra: str) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import webbrowser
+from collections.abc import Callable
 
 import click
 
@@ -14,6 +15,9 @@ from memlens.cli.options import (
     snapshots_argument,
     status,
 )
+
+# at Ctrl+C, how long to let the column cache finish writing (4M events: about a second)
+CACHE_WRITE_WAIT_S = 60.0
 
 
 @click.command("view")
@@ -55,7 +59,9 @@ def command(
     from memlens.views.web.data import ViewerData
     from memlens.views.web.server import bind_socket, create_app, url_for
 
-    opened = open_snapshots(paths, no_cache, annotation_files, device)
+    # a cold load's column cache is written in the background, after the URL is out
+    cache_writes: list[Callable[[], None]] = []
+    opened = open_snapshots(paths, no_cache, annotation_files, device, cache_writes)
     snapshots, snaps = [p for p, _ in opened], [s for _, s in opened]
     if device is not None:
         for s in snaps:
@@ -67,7 +73,19 @@ def command(
     app = create_app(data, host=host)
     config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off")
     server = uvicorn.Server(config)
-    threading.Thread(target=data.warm, name="memlens-warm", daemon=True).start()
+    data.defer_indexes()
+
+    written = threading.Event()
+
+    def background() -> None:
+        try:
+            for write in cache_writes:
+                write()
+        finally:
+            written.set()
+        data.warm()  # waits for the first viewport; keeps its indexes beside the cache
+
+    threading.Thread(target=background, name="memlens-warm", daemon=True).start()
     status(f"memlens view: serving {', '.join(snapshots)} at {url}  (Ctrl+C to stop)")
     if host not in ("127.0.0.1", "localhost", "::1"):
         click.echo(
@@ -81,3 +99,5 @@ def command(
         server.run(sockets=[sock])
     finally:
         sock.close()
+        # a server stopped at once still leaves the cache written, for a fast next start
+        written.wait(CACHE_WRITE_WAIT_S)
