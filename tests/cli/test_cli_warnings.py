@@ -4,6 +4,7 @@ warning raised while loading (numpy's, a deprecation) still reaches Python's fil
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 
 import pytest
 
@@ -37,7 +38,7 @@ def test_a_deferred_cache_write_warns_as_the_load_did(monkeypatch, hand_file, ca
 
     monkeypatch.setenv("MEMLENS_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setattr(cache, "save", full_disk)
-    writes: list = []
+    writes: list[Callable[[], None]] = []
     snap = open_snapshot(str(hand_file), cache_writes=writes)
     assert capsys.readouterr().err == "" and len(writes) == 1  # nothing written yet
     writes[0]()
