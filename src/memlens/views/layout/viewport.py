@@ -190,6 +190,13 @@ class DeviceLayout:
             "base_count", lambda: int(np.searchsorted(self.dev.alloc_event, -1, side="right"))
         )
 
+    def restore(self) -> None:
+        """Map the indexes kept beside the column cache now, if not yet (cheap next to
+        building them: the server does it while the page is still loading)."""
+        with self._lock:
+            if self._kept is None:
+                self._restore()
+
     def _restore(self) -> None:
         """Take the indexes kept beside the column cache by an earlier warm(), if any and
         if they check out (a damaged or stale set is rebuilt and kept again)."""

@@ -118,15 +118,19 @@ class ViewerData:
 
     def warm(self) -> None:
         """Build what the first paint needs (a background thread after startup): the device
-        list and the layout indexes of the device shown first, then the other devices.
-        Summaries and stage spans are left to the page, which asks after its first paint."""
+        list and the kept layout indexes of the device shown first; after the first
+        viewport when defer_indexes() was called, the indexes of every device, the one
+        shown first first. Summaries and stage spans are left to the page, which asks after
+        its first paint."""
         self.meta()
+        keys = [(s, d) for s, snap in enumerate(self.snapshots) for d in snap.traces]
+        keys.sort(key=lambda k: k[1] != self.snapshots[k[0]].default_device)
+        if keys:  # the kept indexes of the first device shown, if any, while the page loads
+            self.layout(*keys[0]).restore()
         if self._deferred:
             # building the indexes takes the CPU (and the GIL) the first viewport needs:
             # 1.2 s instead of 0.3 for it at 4M events on a cold start; start once it is out
             self._first_view.wait(FIRST_VIEW_WAIT_S)
-        keys = [(s, d) for s, snap in enumerate(self.snapshots) for d in snap.traces]
-        keys.sort(key=lambda k: k[1] != self.snapshots[k[0]].default_device)
         for s, d in keys:
             self.layout(s, d).warm()
 
