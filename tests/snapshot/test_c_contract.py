@@ -33,12 +33,12 @@ def test_the_committed_header_is_the_generated_one() -> None:
     assert gen.HEADER.read_text(encoding="utf-8") == gen.render(), (
         "csrc/contract.h is stale: run python3 scripts/gen_c_contract.py"
     )
-    assert "F_DEVICE_FREE, NF" in gen.render()  # the enum the reader's rows index by
+    assert "F_DEVICE_FREE, F_POOL_ID, NF" in gen.render()  # the enum the reader's rows index by
 
 
 def test_typed_fields_are_known_fields() -> None:
     assert set(TYPED_ENTRY_FIELDS) <= KNOWN_ENTRY_FIELDS
-    assert len(set(TYPED_ENTRY_FIELDS)) == len(TYPED_ENTRY_FIELDS) == 10
+    assert len(set(TYPED_ENTRY_FIELDS)) == len(TYPED_ENTRY_FIELDS) == 11
 
 
 @pytest.mark.skipif(built() is None, reason="compiled reader not built")

@@ -38,7 +38,7 @@ from snapshot_builders import block, ev, hand_snapshot, segment
 pytestmark = pytest.mark.skipif(built_replay() is None, reason="compiled replay not built")
 
 EVENT_FIELDS = (
-    "action", "addr", "size", "stream", "time_us", "stack",
+    "action", "addr", "size", "stream", "time_us", "stack", "pool",
     "compile_context", "user_metadata", "forward_stack",
 )  # fmt: skip
 X, Y, Z, W = 0x1000, 0x1200, 0x1400, 0x1600

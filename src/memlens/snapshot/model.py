@@ -81,6 +81,7 @@ class DeviceTrace:
     stream: np.ndarray  # int32 index into Snapshot.streams
     time_us: np.ndarray  # int64, -1 where absent
     stack: np.ndarray  # int32, -1 = no frames
+    pool: np.ndarray  # int16 index into Snapshot.pools, -1 = the entry has no pool_id
     compile_context: np.ndarray  # int32 string id, -1 = none ("N/A")
     user_metadata: np.ndarray  # int32 string id, -1 = none ("")
     forward_stack: np.ndarray  # int32 string id of the joined forward_frames, -1 = none
@@ -268,6 +269,9 @@ class Snapshot:
     allocator_settings: dict[str, Any]
     action_names: list[str]  # names of codes >= Action.FIRST_UNKNOWN, in code order
     traces: dict[int, DeviceTrace] = field(default_factory=dict)
+    # memory pools the trace entries name (pool_id pairs; (0, 0) the default pool), in
+    # order of first use; DeviceTrace.pool indexes it
+    pools: list[tuple[int, int]] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     format_notes: list[str] = field(default_factory=list)
     from_cache: bool = False

@@ -280,6 +280,7 @@ def _build_snapshot(top: dict[str, Any], source: str, warn: Warn, budget: Budget
         allocator_settings=_jsonable(settings),
         action_names=ctx.action_names,
         format_notes=notes,
+        pools=ctx.pools,
     )
     seg_devices = {int(d) for d in np.unique(segments.device)}
     for device in sorted(set(events_per_device) | seg_devices):

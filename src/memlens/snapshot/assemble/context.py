@@ -12,6 +12,13 @@ from memlens.snapshot.assemble.interning import FrameTable, StackTable, StringTa
 from memlens.snapshot.limits import Budget
 
 Warn = Callable[[str, str], None]
+# Pools are indexed by an int16 per event (DeviceTrace.pool): a process has a handful (the
+# default pool, one per CUDA graph pool or MemPool), so 32,767 is a bound no run reaches.
+MAX_POOLS = (1 << 15) - 1
+
+
+class BadPool(Exception):
+    """A trace entry's pool_id that is not a pair of integers (the value, as it was)."""
 
 
 class BuildContext:
@@ -28,6 +35,8 @@ class BuildContext:
         self._stream_ids: dict[int, int] = {0: 0}
         self.action_names: list[str] = []
         self.action_codes: dict[str, int] = dict(KNOWN_ACTIONS)
+        self.pools: list[tuple[int, int]] = []
+        self._pool_ids: dict[tuple[int, int], int] = {}
 
     def stream_id(self, raw: Any) -> int:
         if raw is None:
@@ -45,6 +54,28 @@ class BuildContext:
                 self.streams.append(value)
                 self._stream_ids[value] = i
             self._stream_ids[raw] = i
+        return i
+
+    def pool_id(self, raw: Any) -> int:
+        """The index in `pools` of an entry's pool_id (a pair of ints); -1 for None (the
+        entry does not say). Anything else: BadPool, which the caller words with the
+        entry's index."""
+        if raw is None:
+            return -1
+        if not isinstance(raw, (tuple, list)) or len(raw) != 2:
+            raise BadPool(raw)
+        try:
+            pair = (checked_int(raw[0], "pool_id", INT64), checked_int(raw[1], "pool_id", INT64))
+        except SnapshotError:
+            raise BadPool(raw) from None
+        i = self._pool_ids.get(pair)
+        if i is None:
+            if len(self.pools) >= MAX_POOLS:
+                raise SnapshotError(
+                    f"more than {MAX_POOLS} distinct memory pools in the trace: not a snapshot"
+                )
+            i = self._pool_ids[pair] = len(self.pools)
+            self.pools.append(pair)
         return i
 
     def action_code(self, name: Any) -> int:

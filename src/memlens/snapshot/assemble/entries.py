@@ -14,7 +14,7 @@ import numpy as np
 from memlens.errors import SnapshotError
 from memlens.snapshot.actions import Action
 from memlens.snapshot.assemble.checks import UINT64, check_sizes, checked_int, first_bad, glimpse
-from memlens.snapshot.assemble.context import BuildContext
+from memlens.snapshot.assemble.context import BadPool, BuildContext
 
 KNOWN_ENTRY_FIELDS = {
     "action", "addr", "size", "stream", "time_us", "frames", "compile_context",
@@ -25,7 +25,7 @@ KNOWN_ENTRY_FIELDS = {
 # side is generated from this tuple (scripts/gen_c_contract.py -> csrc/contract.h).
 TYPED_ENTRY_FIELDS = (
     "action", "addr", "size", "stream", "time_us", "frames", "compile_context",
-    "user_metadata", "forward_frames", "device_free",
+    "user_metadata", "forward_frames", "device_free", "pool_id",
 )  # fmt: skip
 
 
@@ -130,7 +130,42 @@ def build_events(trace: list[Any], device: int, ctx: BuildContext) -> dict[str, 
             return np.full(n, -1, dtype=np.int32)
         return optional_string_ids(_column(trace, key, None), key, ctx)
 
-    return event_columns(action, addr, size, stream, time_us, stack, optional_strings)
+    if "pool_id" in keys:
+        pool = pool_ids(_column(trace, "pool_id", None), device, ctx)
+    else:
+        pool = no_pools(n)
+    return event_columns(action, addr, size, stream, time_us, stack, pool, optional_strings)
+
+
+# Why a pool index per event, int16, into one table of pairs (Snapshot.pools): a process has
+# a handful of pools (the default one, one per CUDA graph pool or MemPool) and millions of
+# events, so 2 bytes an event, where a pair of int64s would be 16; and per event rather than
+# only on segment events, because an allocation's own entry names its pool even when its
+# segment's events fell out of the ring buffer. A trace without pool_id (PyTorch before
+# entries carried it) costs nothing: one -1 seen n times (a read-only broadcast view).
+def no_pools(n: int) -> np.ndarray:
+    """The pool column of n entries that do not say their pool (-1: unknown)."""
+    return np.broadcast_to(np.int16(-1), (n,))
+
+
+def pool_ids(
+    values: list[Any], device: int, ctx: BuildContext, rows: np.ndarray | None = None
+) -> np.ndarray:
+    """Indexes into ctx.pools of pool_id values (-1 for None): one per entry, or (the
+    compiled reader) the distinct values of a column `rows` indexes. A value that is not a
+    pair of integers is a SnapshotError naming the first entry that has it."""
+    if list in set(map(type, values)):  # a JSON layout's pairs: hashable, as tuples
+        values = [tuple(v) if isinstance(v, list) else v for v in values]
+    try:
+        return coded(values, ctx.pool_id, np.int16)
+    except BadPool as exc:
+        bad = exc.args[0]
+        k = next(i for i, v in enumerate(values) if v is bad)
+        row = k if rows is None else int(np.flatnonzero(rows == k)[0])
+        raise SnapshotError(
+            f"device {device}: trace entry {row}: pool_id is a {type(bad).__name__} "
+            f"({glimpse(bad)}), expected a pair of integers"
+        ) from None
 
 
 # the optional string fields of an entry: (column, entry key)
@@ -148,6 +183,7 @@ def event_columns(
     stream: np.ndarray,
     time_us: np.ndarray,
     stack: np.ndarray,
+    pool: np.ndarray,
     optional: Callable[[str], np.ndarray],
 ) -> dict[str, np.ndarray]:
     """A device's event columns as both readers hand them to the builder; `optional(key)`
@@ -159,6 +195,7 @@ def event_columns(
         "stream": stream,
         "time_us": time_us,
         "stack": stack,
+        "pool": pool,
     }
     for column, key in OPTIONAL_STRINGS:
         columns[column] = optional(key)

@@ -7,8 +7,8 @@
 /* clang-format off */
 
 /* the entry fields the reader types into columns (anything else is skipped or unknown) */
-enum { F_ACTION, F_ADDR, F_SIZE, F_STREAM, F_TIME_US, F_FRAMES, F_COMPILE_CONTEXT, F_USER_METADATA, F_FORWARD_FRAMES, F_DEVICE_FREE, NF };
-#define TYPED_FIELD_NAMES {"action", "addr", "size", "stream", "time_us", "frames", "compile_context", "user_metadata", "forward_frames", "device_free"}
+enum { F_ACTION, F_ADDR, F_SIZE, F_STREAM, F_TIME_US, F_FRAMES, F_COMPILE_CONTEXT, F_USER_METADATA, F_FORWARD_FRAMES, F_DEVICE_FREE, F_POOL_ID, NF };
+#define TYPED_FIELD_NAMES {"action", "addr", "size", "stream", "time_us", "frames", "compile_context", "user_metadata", "forward_frames", "device_free", "pool_id"}
 
 /* alloc_flags bits of an allocation row */
 enum { PREEXISTING = 1, GHOST = 2, LIVE_AT_END = 4, PENDING_FREE = 8, OVERWRITTEN = 16 };

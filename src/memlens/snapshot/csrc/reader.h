@@ -221,6 +221,7 @@ enum {
     C_CC,
     C_UM,
     C_FF,
+    C_POOL,
     C_DF_ROW,
     C_DF_VAL,
     NCOL
@@ -232,6 +233,7 @@ typedef struct {
     Buf col[NCOL];
     int has_col[NCOL]; /* optional columns exist once their key was seen */
     EqTable actions, streams, cc, um, ff;
+    EqTable pools; /* distinct pool_id values (pairs of ints, or None), first use order */
     /* frames values, by their local index (the "frames" column): a stack's representative
        list, or any other object (None, a tuple...) as it is */
     PyObject *frames_objects;

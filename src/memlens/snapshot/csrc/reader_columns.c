@@ -35,10 +35,19 @@ static PyObject *buf_to_chunk(Buf *b) {
 
 const char *FIELD_NAMES[NF] = TYPED_FIELD_NAMES;
 
-static const char *COL_NAMES[NCOL] = {
-    "action",          "addr",          "size",           "stream",          "time_us",    "frames",
-    "compile_context", "user_metadata", "forward_frames", "device_free_row", "device_free"};
-static const size_t COL_ITEM[NCOL] = {1, 8, 8, 4, 8, 4, 4, 4, 4, 8, 8};
+static const char *COL_NAMES[NCOL] = {"action",
+                                      "addr",
+                                      "size",
+                                      "stream",
+                                      "time_us",
+                                      "frames",
+                                      "compile_context",
+                                      "user_metadata",
+                                      "forward_frames",
+                                      "pool_id",
+                                      "device_free_row",
+                                      "device_free"};
+static const size_t COL_ITEM[NCOL] = {1, 8, 8, 4, 8, 4, 4, 4, 4, 4, 8, 8};
 
 static void columns_dealloc(Columns *self) {
     for (int c = 0; c < NCOL; c++) free(self->col[c].data);
@@ -47,6 +56,7 @@ static void columns_dealloc(Columns *self) {
     eq_clear(&self->cc);
     eq_clear(&self->um);
     eq_clear(&self->ff);
+    eq_clear(&self->pools);
     id_clear(&self->frames);
     id_clear(&self->ff_lists);
     Py_XDECREF(self->ff_texts);
@@ -103,6 +113,7 @@ static PyObject *columns_export(Columns *self, PyObject *Py_UNUSED(ignored)) {
         PyDict_SetItemString(d, "compile_context_values", self->cc.list) < 0 ||
         PyDict_SetItemString(d, "user_metadata_values", self->um.list) < 0 ||
         PyDict_SetItemString(d, "forward_frames_values", self->ff.list) < 0 ||
+        PyDict_SetItemString(d, "pool_id_values", self->pools.list) < 0 ||
         PyDict_SetItemString(d, "unknown_fields", self->unknown) < 0 ||
         PyDict_SetItemString(d, "has_action", self->has_action ? Py_True : Py_False) < 0)
         goto fail;
@@ -142,6 +153,7 @@ Columns *columns_new(void) {
     c->cc = (EqTable){0};
     c->um = (EqTable){0};
     c->ff = (EqTable){0};
+    c->pools = (EqTable){0};
     c->frames = (IdTable){0};
     c->frames_objects = NULL;
     c->g2l = NULL;
@@ -158,9 +170,10 @@ Columns *columns_new(void) {
     c->last_stream = 0;
     c->last_stream_idx = -1;
     if (eq_init(&c->actions) < 0 || eq_init(&c->streams) < 0 || eq_init(&c->cc) < 0 ||
-        eq_init(&c->um) < 0 || eq_init(&c->ff) < 0 || id_init(&c->frames) < 0 ||
-        id_init(&c->ff_lists) < 0 || !(c->frames_objects = PyList_New(0)) ||
-        !(c->ff_texts = PyList_New(0)) || !(c->unknown = PySet_New(NULL))) {
+        eq_init(&c->um) < 0 || eq_init(&c->ff) < 0 || eq_init(&c->pools) < 0 ||
+        id_init(&c->frames) < 0 || id_init(&c->ff_lists) < 0 ||
+        !(c->frames_objects = PyList_New(0)) || !(c->ff_texts = PyList_New(0)) ||
+        !(c->unknown = PySet_New(NULL))) {
         Py_DECREF(c);
         return NULL;
     }

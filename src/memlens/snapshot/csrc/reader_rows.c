@@ -149,6 +149,11 @@ static PyObject *forward_frames_text(VM *vm, Columns *ct, PyObject *list) {
     return text;
 }
 
+/* Columns that exist only once an entry has their key. */
+static inline int optional_col(int c) {
+    return c == C_TIME || c == C_CC || c == C_UM || c == C_FF || c == C_POOL;
+}
+
 /* Write a finished entry to a device's columns, at index ct->n. */
 int finish_row(VM *vm, Columns *ct, Row *row) {
     Py_ssize_t i = ct->n;
@@ -163,7 +168,7 @@ int finish_row(VM *vm, Columns *ct, Row *row) {
         }
         for (int c = 0; c < NCOL; c++) {
             if (c == C_DF_ROW || c == C_DF_VAL) continue;
-            if ((c == C_TIME || c == C_CC || c == C_UM || c == C_FF) && !ct->has_col[c]) continue;
+            if (optional_col(c) && !ct->has_col[c]) continue;
             if (buf_reserve(&ct->col[c], want) < 0) return -1;
             if (ct->col[c].cap < room) room = ct->col[c].cap;
         }
@@ -264,6 +269,24 @@ int finish_row(VM *vm, Columns *ct, Row *row) {
         if (obj_index(vm, row, f, opt_t[k], &idx) < 0) return -1;
         ((int32_t *)ct->col[c].data)[i] = (int32_t)idx;
     }
+    /* pool_id: a pair of ints (a tuple, as PyTorch writes it) or None, interned by equality
+       like the optional strings; the builder checks the ints' range on the distinct values.
+       Anything else (a list, a bool, a wrong length) goes the Python way, which says what
+       is wrong with it. */
+    if (row->set & (1u << F_POOL_ID)) {
+        Val *v = &row->f[F_POOL_ID];
+        PyObject *o = v->tag == V_OBJ ? v->v.o : NULL;
+        if (!o || !(o == Py_None || (PyTuple_CheckExact(o) && PyTuple_GET_SIZE(o) == 2 &&
+                                     PyLong_CheckExact(PyTuple_GET_ITEM(o, 0)) &&
+                                     PyLong_CheckExact(PyTuple_GET_ITEM(o, 1)))))
+            return fallback("a pool_id that is not a pair of integers");
+        if (opt_column(ct, C_POOL, &ct->pools) < 0) return -1;
+    }
+    if (ct->has_col[C_POOL]) {
+        if (buf_reserve(&ct->col[C_POOL], need) < 0) return -1;
+        if (obj_index(vm, row, F_POOL_ID, &ct->pools, &idx) < 0) return -1;
+        ((int32_t *)ct->col[C_POOL].data)[i] = (int32_t)idx;
+    }
     /* device_free (only used for oom rows, decided later when action codes are known) */
     if (row->set & (1u << F_DEVICE_FREE)) {
         Val *v = &row->f[F_DEVICE_FREE];
@@ -300,8 +323,7 @@ int finish_row(VM *vm, Columns *ct, Row *row) {
     ct->n = i + 1;
     for (int c = 0; c < NCOL; c++) {
         if (c == C_DF_ROW || c == C_DF_VAL) continue;
-        int optional = c == C_TIME || c == C_CC || c == C_UM || c == C_FF;
-        if (!optional || ct->has_col[c]) ct->col[c].n = (size_t)ct->n;
+        if (!optional_col(c) || ct->has_col[c]) ct->col[c].n = (size_t)ct->n;
     }
     return 0;
 }

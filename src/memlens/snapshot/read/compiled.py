@@ -34,7 +34,9 @@ from memlens.snapshot.assemble.entries import (
     KNOWN_ENTRY_FIELDS,
     coded,
     event_columns,
+    no_pools,
     optional_string_ids,
+    pool_ids,
     warn_unknown_entry_fields,
 )
 from memlens.snapshot.limits import RULES, LimitExceeded, Limits, limits_for
@@ -252,4 +254,9 @@ class CompiledTrace:
             out: np.ndarray = ids[self._array(key, np.int32)]
             return out
 
-        return event_columns(action, addr, size, stream, time_us, stack, optional)
+        if "pool_id" in c:
+            rows = self._array("pool_id", np.int32)
+            pool = pool_ids(c["pool_id_values"], device, ctx, rows)[rows]
+        else:
+            pool = no_pools(n)
+        return event_columns(action, addr, size, stream, time_us, stack, pool, optional)

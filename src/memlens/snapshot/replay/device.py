@@ -385,6 +385,7 @@ def replay_device(
         stream=ev["stream"],
         time_us=ev["time_us"],
         stack=ev["stack"],
+        pool=ev["pool"],
         compile_context=ev["compile_context"],
         user_metadata=ev["user_metadata"],
         forward_stack=ev["forward_stack"],

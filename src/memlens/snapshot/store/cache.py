@@ -49,7 +49,7 @@ except ImportError:  # pragma: no cover - exercised by the test that hides it
     _checksum = None  # type: ignore[assignment]
 
 # Bump whenever the columns or their meaning change.
-CACHE_FORMAT = 4
+CACHE_FORMAT = 5  # 5: DeviceTrace.pool and the snapshot's pools
 # A temporary entry older than this was left by a writer that died: prune it.
 STALE_TMP_SECONDS = 3600
 EDGE_BYTES = 1 << 20
@@ -205,6 +205,7 @@ def save(snap: Snapshot, path: str | os.PathLike[str]) -> Path:
             "source": snap.source,
             "strings": snap.strings,
             "streams": snap.streams,
+            "pools": [list(p) for p in snap.pools],
             "allocator_settings": snap.allocator_settings,
             "action_names": snap.action_names,
             "warnings": snap.warnings,
@@ -290,6 +291,7 @@ def load(path: str | os.PathLike[str], *, mmap: bool = True) -> Snapshot | None:
             frames=_load_dataclass(Frames, "frames", target, columns, mmap),
             stacks=_load_dataclass(Stacks, "stacks", target, columns, mmap),
             streams=meta["streams"],
+            pools=[(int(p[0]), int(p[1])) for p in meta["pools"]],
             segments=_load_dataclass(Segments, "segments", target, columns, mmap),
             annotations=_load_dataclass(Annotations, "annotations", target, columns, mmap),
             allocator_settings=meta["allocator_settings"],
@@ -324,6 +326,8 @@ def _check_meta(meta: dict[str, Any]) -> None:
         isinstance(meta.get("source"), str)
         and _is_list_of(meta.get("strings"), str)
         and _is_list_of(meta.get("streams"), int)
+        and _is_list_of(meta.get("pools"), list)
+        and all(len(p) == 2 and _is_list_of(p, int) for p in meta["pools"])
         and _is_list_of(meta.get("action_names"), str)
         and _is_list_of(meta.get("warnings"), str)
         and _is_list_of(meta.get("format_notes"), str)
@@ -390,7 +394,7 @@ def _check_references(snap: Snapshot) -> None:
     _ids_within(ann.name, n_strings, "an annotation name", allow_missing=False)
     for t in snap.traces.values():
         n = len(t.action)
-        for name in ("addr", "size", "stream", "time_us", "stack", "compile_context",
+        for name in ("addr", "size", "stream", "time_us", "stack", "pool", "compile_context",
                      "user_metadata", "forward_stack", "version", "alloc_row",
                      "active_after", "reserved_after"):  # fmt: skip
             if len(getattr(t, name)) != n:
@@ -403,6 +407,7 @@ def _check_references(snap: Snapshot) -> None:
         _ids_within(t.stream, len(snap.streams), "an event stream", allow_missing=False)
         _ids_within(t.alloc_stream, len(snap.streams), "an allocation stream")
         _ids_within(t.stack, n_stacks, "an event stack")
+        _ids_within(t.pool, len(snap.pools), "an event pool")
         _ids_within(t.alloc_stack, n_stacks, "an allocation stack")
         for name in ("compile_context", "user_metadata", "forward_stack"):
             _ids_within(getattr(t, name), n_strings, f"an event {name}")
