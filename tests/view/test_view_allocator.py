@@ -46,7 +46,7 @@ def as_cli(st: Mapping[str, Any]) -> dict[str, Any]:
         if k not in ("rounding_waste_bytes", "segments_shown", "blocks_shown", "settings")
     }
     out["segments"] = [
-        {**{k: v for k, v in s.items() if k not in ("blocks_total", "pool")},
+        {**{k: v for k, v in s.items() if k != "blocks_total"},
          "blocks": [{k: v for k, v in b.items() if k != "offset"} for b in s["blocks"]]}
         for s in st["segments"]
     ]  # fmt: skip

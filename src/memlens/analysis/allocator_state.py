@@ -53,12 +53,13 @@ class SegmentWalker:
         seg = dev.snapshot.segments
         rows = seg.of_device(dev.device)
         order = rows[np.argsort(seg.address[rows], kind="stable")]
-        self.segs: list[list[int]] = [
+        self.segs: list[list[Any]] = [
             [
                 int(seg.address[r]),
                 int(seg.total_size[r]),
                 int(seg.stream[r]),
                 bool(seg.is_expandable[r]),
+                [int(seg.pool_id0[r]), int(seg.pool_id1[r])],
             ]
             for r in order
         ]
@@ -78,11 +79,11 @@ class SegmentWalker:
             if act == Action.SEGMENT_ALLOC:
                 self._remove_at(a)
             elif act == Action.SEGMENT_FREE:
-                self._insert([a, size, st, False])
+                self._insert([a, size, st, False, event_pool(d, i)])
             elif act == Action.SEGMENT_MAP:
                 self._carve(a, size)
             elif act == Action.SEGMENT_UNMAP:
-                self._insert_merge(a, size, st)
+                self._insert_merge(a, size, st, event_pool(d, i))
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """(address, size, stream index, expandable) of the current segments, by address."""
@@ -93,6 +94,10 @@ class SegmentWalker:
             np.asarray([x[2] for x in segs], dtype=np.int64),
             np.asarray([x[3] for x in segs], dtype=bool),
         )
+
+    def pools(self) -> list[list[int] | None]:
+        """The pool of each segment of arrays() (None: unknown)."""
+        return [x[4] for x in self.segs]
 
     def _remove_at(self, a: int) -> None:
         k = bisect.bisect_left(self.addrs, a)
@@ -115,26 +120,26 @@ class SegmentWalker:
         start, end = s[0], s[0] + s[1]
         del self.addrs[k], self.segs[k]
         if a > start:
-            self._insert([start, a - start, s[2], s[3]])
+            self._insert([start, a - start, s[2], s[3], s[4]])
         if a + size < end:
-            self._insert([a + size, end - (a + size), s[2], s[3]])
+            self._insert([a + size, end - (a + size), s[2], s[3], s[4]])
 
-    def _insert_merge(self, a: int, size: int, stream: int) -> None:
+    def _insert_merge(self, a: int, size: int, stream: int, pool: list[int] | None) -> None:
         k = bisect.bisect_left(self.addrs, a)
         start, end = a, a + size
         # merge with the address-adjacent ranges on the same stream (MemoryViz does too)
         if k > 0:
             p = self.segs[k - 1]
             if p[0] + p[1] == start and p[2] == stream and p[3]:
-                start = p[0]
+                start, pool = p[0], pool or p[4]
                 del self.addrs[k - 1], self.segs[k - 1]
                 k -= 1
         if k < len(self.segs):
             q = self.segs[k]
             if q[0] == end and q[2] == stream and q[3]:
-                end = q[0] + q[1]
+                end, pool = q[0] + q[1], pool or q[4]
                 del self.addrs[k], self.segs[k]
-        self._insert([start, end - start, stream, True])
+        self._insert([start, end - start, stream, True, pool])
 
 
 class SegmentIntervals:
@@ -184,8 +189,18 @@ class SegmentIntervals:
         self.expandable = np.concatenate([np.zeros(len(frees), bool), seg.is_expandable[rows]])
         self.start = np.concatenate([f_start, fin_start]).astype(np.int64)
         self.end = np.concatenate([sidx[frees], np.full(len(rows), n)]).astype(np.int64)
+        # pools: recorded on the segment_alloc, else on the segment_free, else (a final
+        # segment) its segment_pool_id; a segment freed in a trace without pool_id: unknown
+        pool, known = recorded_pools(dev, self.start)
+        end_pool, end_known = recorded_pools(dev, self.end)
+        pool = np.where((~known & end_known)[:, None], end_pool, pool)
+        known |= end_known
+        fin = ~known & (np.arange(len(known)) >= len(frees))
+        final_pairs = np.column_stack([seg.pool_id0[rows], seg.pool_id1[rows]])
+        pool[fin] = final_pairs[np.flatnonzero(fin) - len(frees)]
+        self.pool, self.pool_known = pool, known | fin
         o = np.argsort(self.addr, kind="stable")
-        for name in ("addr", "size", "stream", "expandable", "start", "end"):
+        for name in ("addr", "size", "stream", "expandable", "start", "end", "pool", "pool_known"):
             setattr(self, name, getattr(self, name)[o])
         self._m = self.end > n - 1  # the final state until rewound
 
@@ -195,6 +210,11 @@ class SegmentIntervals:
     def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         m = self._m
         return self.addr[m], self.size[m], self.stream[m], self.expandable[m]
+
+    def pools(self) -> list[list[int] | None]:
+        """The pool of each segment of arrays() (None: unknown)."""
+        m = self._m
+        return [p if k else None for p, k in zip(self.pool[m].tolist(), self.pool_known[m])]
 
 
 def segment_tracker(dev: DeviceTrace) -> SegmentWalker | SegmentIntervals:
@@ -226,34 +246,58 @@ def rounding_waste(segments: Sequence[Segment]) -> int:
     return int((rounded(sizes) - sizes).sum())
 
 
-def final_pools(dev: DeviceTrace) -> dict[int, list[int]]:
+def recorded_pools(dev: DeviceTrace, events: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The pools the trace entries at `events` name (their pool_id): (pairs, an (n, 2)
+    int64 array, and known, a bool array); an index outside the trace, or an entry
+    without pool_id (PyTorch before entries carried it), is not known."""
+    events = np.asarray(events, dtype=np.int64)
+    inside = (events >= 0) & (events < dev.n_events)
+    k = np.full(len(events), -1, dtype=np.int64)
+    k[inside] = dev.pool[events[inside]]
+    known = k >= 0
+    pairs = np.zeros((len(events), 2), dtype=np.int64)
+    if known.any():
+        pairs[known] = np.asarray(dev.snapshot.pools, dtype=np.int64)[k[known]]
+    return pairs, known
+
+
+def event_pool(dev: DeviceTrace, event: int) -> list[int] | None:
+    """The pool the entry at `event` names (None: it names none)."""
+    pairs, known = recorded_pools(dev, np.asarray([event]))
+    return [int(pairs[0, 0]), int(pairs[0, 1])] if known[0] else None
+
+
+def pool_at(snap: Snapshot, device: int, addr: int, event: int | None = None) -> list[int] | None:
     """Memory pool (id pair; (0, 0) is the default pool, anything else a private pool such
-    as a CUDA graph's) of each segment of the snapshot's final state, by address: a
-    segment freed before the end has no recorded pool."""
-    seg = dev.snapshot.segments
-    rows = seg.of_device(dev.device)
-    return {
-        int(a): [int(p0), int(p1)]
-        for a, p0, p1 in zip(
-            seg.address[rows].tolist(), seg.pool_id0[rows].tolist(), seg.pool_id1[rows].tolist()
-        )
-    }
+    as a CUDA graph's or a MemPool) of the segment holding `addr` right after `event`
+    (default: the last event, the final state). Known from the segment's events' pool_id
+    when the trace records it, else from the final segments' segment_pool_id; None when
+    neither says (a segment freed before the end in an older trace) or no segment holds
+    `addr` then."""
+    dev = snap.device(device)
+    tracker = segment_tracker(dev)
+    tracker.rewind_to(dev.n_events - 1 if event is None else dev.check_event(event))
+    start, size, _, _ = tracker.arrays()
+    k = int(np.searchsorted(start, addr, side="right")) - 1
+    if k < 0 or addr >= int(start[k]) + int(size[k]):
+        return None
+    return tracker.pools()[k]
 
 
-def pool_at(snap: Snapshot, device: int, addr: int) -> list[int] | None:
-    """Pool id of the final-state segment holding `addr` (None if that segment is gone)."""
-    seg = snap.segments
-    rows = seg.of_device(device)
-    if not len(rows):
-        return None
-    order = rows[np.argsort(seg.address[rows])]
-    k = int(np.searchsorted(seg.address[order], np.uint64(addr), side="right")) - 1
-    if k < 0:
-        return None
-    r = order[k]
-    if addr >= int(seg.address[r]) + int(seg.total_size[r]):
-        return None
-    return [int(seg.pool_id0[r]), int(seg.pool_id1[r])]
+def allocation_pool(dev: DeviceTrace, row: int) -> list[int] | None:
+    """The pool of allocation `row`: named by its alloc (or free) entry when the trace
+    records pool_id, else that of the segment holding it while it lived (pool_at)."""
+    events = [
+        int(dev.alloc_event[row]),
+        int(dev.free_requested_event[row]),
+        int(dev.free_event[row]),
+    ]
+    pairs, known = recorded_pools(dev, np.asarray(events))
+    if known.any():
+        i = int(np.argmax(known))
+        return [int(pairs[i, 0]), int(pairs[i, 1])]
+    # alive right after its alloc event (-1, before the trace, for one made before it)
+    return pool_at(dev.snapshot, dev.device, int(dev.alloc_addr[row]), events[0])
 
 
 def _layout(dev: DeviceTrace, sstart: np.ndarray, ssize: np.ndarray, event: int) -> _Layout:
@@ -322,8 +366,8 @@ def state_at(dev: DeviceTrace, event: int, *, blocks: bool = True) -> AllocatorS
     reserved_bytes when the trace is consistent), "allocated_bytes" (requested sizes of
     live blocks), "n_segments", "n_blocks", "blocks_outside_segments", "free_bytes",
     "largest_free_bytes", "fragmentation" (1 - largest free / free; 0 when nothing is
-    free), "segments": [{"address" (hex), "size", "stream", "is_expandable",
-    "free_bytes", "largest_free_bytes", "blocks": [{"address" (hex), "version", "size"
+    free), "segments": [{"address" (hex), "size", "stream", "is_expandable", "pool" (id
+    pair, or None when unknown: see pool_at), "free_bytes", "largest_free_bytes", "blocks": [{"address" (hex), "version", "size"
     (requested), "state": "active_allocated"|"active_pending_free", "row"}]}] (only when
     blocks=True)}.
     """
@@ -338,6 +382,7 @@ def state_at(dev: DeviceTrace, event: int, *, blocks: bool = True) -> AllocatorS
         streams = dev.snapshot.streams
         rows, k = lay["rows"], lay["seg_of_block"]
         pending = (dev.free_requested_event[rows] >= 0) & (dev.free_requested_event[rows] <= event)
+        pools = w.pools()
         per_seg: list[list[Block]] = [[] for _ in range(len(sa))]
         for j, r in enumerate(rows.tolist()):
             if k[j] >= 0:
@@ -356,6 +401,7 @@ def state_at(dev: DeviceTrace, event: int, *, blocks: bool = True) -> AllocatorS
                 "size": s[1],
                 "stream": int(streams[s[2]]) if 0 <= s[2] < len(streams) else s[2],
                 "is_expandable": s[3],
+                "pool": pools[j],
                 "free_bytes": int(lay["seg_free"][j]),
                 "largest_free_bytes": int(lay["seg_largest"][j]),
                 "blocks": per_seg[j],

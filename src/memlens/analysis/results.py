@@ -445,6 +445,7 @@ class SegmentInfo(TypedDict):
     size: int
     stream: int
     is_expandable: bool
+    pool: list[int] | None  # memory pool id pair ((0, 0): default); None: unknown
     free_bytes: int
     largest_free_bytes: int
 

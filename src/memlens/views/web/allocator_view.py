@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from memlens.analysis.allocator_state import final_pools, rounding_waste, state_at
+from memlens.analysis.allocator_state import rounding_waste, state_at
 from memlens.snapshot.model import DeviceTrace
 from memlens.views.web.answers import DrawnSegment, StateAnswer
 
@@ -33,9 +33,8 @@ def allocator_state(dev: DeviceTrace, event: int) -> StateAnswer:
     """state_at(dev, event) with segments by address (the first MAX_SEGMENTS, their blocks up
     to MAX_BLOCKS in all), each block's offset in its segment, and the rounding waste: bytes
     of the live blocks' 512-byte rounding (the allocator's smallest block), inside `free_bytes`;
-    each drawn segment's `pool` when it is in the final state (else None)."""
+    each segment's `pool` is state_at's (None when unknown)."""
     st = state_at(dev, event, blocks=True)
-    pools = final_pools(dev)
     segments = sorted(st.pop("segments", []), key=lambda s: int(s["address"], 16))
     drawn: list[DrawnSegment] = []
     n_blocks = 0
@@ -50,11 +49,11 @@ def allocator_state(dev: DeviceTrace, event: int) -> StateAnswer:
                 "size": seg["size"],
                 "stream": seg["stream"],
                 "is_expandable": seg["is_expandable"],
+                "pool": seg["pool"],
                 "free_bytes": seg["free_bytes"],
                 "largest_free_bytes": seg["largest_free_bytes"],
                 "blocks": [{**b, "offset": int(b["address"], 16) - base} for b in keep],
                 "blocks_total": len(blocks),
-                "pool": pools.get(base),
             }
         )
     out: StateAnswer = {

@@ -176,7 +176,7 @@ class AllocationAnswer(TypedDict):
     free_requested: EventInfo | None
     free: EventInfo | None  # None: alive at the end
     stream: str
-    pool: list[int] | None  # (device, pool id) of its segment in the final state
+    pool: list[int] | None  # memory pool id pair (allocator_state.allocation_pool); None: unknown
     compile_context: str | None
     user_metadata: str | None
     forward_frames: str | None
@@ -207,7 +207,6 @@ class DrawnBlock(Block):
 class DrawnSegment(SegmentInfo):
     blocks: list[DrawnBlock]  # the first ones, MAX_BLOCKS over the card
     blocks_total: int
-    pool: list[int] | None  # in the final state, else None
 
 
 class _StateExtras(TypedDict, total=False):

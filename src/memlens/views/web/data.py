@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Literal, TypedDict
 import numpy as np
 
 from memlens.analysis.allocations import flag_names, life_events
-from memlens.analysis.allocator_state import pool_at
+from memlens.analysis.allocator_state import allocation_pool
 from memlens.analysis.diff import diff
 from memlens.analysis.oom import oom_entries
 from memlens.analysis.results import DeviceSummary
@@ -382,7 +382,7 @@ class ViewerData:
             "free_requested": event_info(fr),
             "free": event_info(fe),
             "stream": f"0x{int(snap.streams[int(dev.alloc_stream[row])]):x}",
-            "pool": pool_at(snap, device, addr),
+            "pool": allocation_pool(dev, row),
             "compile_context": string_at(dev.compile_context),
             "user_metadata": string_at(dev.user_metadata),
             "forward_frames": string_at(dev.forward_stack),
