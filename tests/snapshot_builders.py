@@ -123,3 +123,35 @@ def wrapped_snapshot(depth: int) -> dict[str, Any]:
         block(0x500000, 4 * MiB, 0, "inactive"),
     ]
     return {"segments": [segment(0x100000, blocks, segment_type="large")], "device_traces": [trace]}
+
+
+GRAPH_POOL = (1, 0)  # a CUDA graph's private pool, as PyTorch numbers them
+
+
+def pool_snapshot(pool_ids: bool = True) -> dict[str, Any]:
+    """Pools of segments freed before the end. S0 (0x100000, 2 MiB) is the default pool's
+    and lives to the end; S1 (0x400000, 2 MiB) is GRAPH_POOL's, holds A, and is freed at
+    event 5; then a default-pool segment S2 is made at S1's address and holds C to the end.
+    `pool_ids=False`: the same trace without the entries' pool_id (PyTorch before it)."""
+    S0, S1, P, D = 0x100000, 0x400000, GRAPH_POOL, (0, 0)
+    trace = [
+        ev("segment_alloc", S0, 2 * MiB, 0, pool_id=D),  # 0
+        ev("segment_alloc", S1, 2 * MiB, 1, pool_id=P),  # 1  S1, private
+        ev("alloc", S1, 1000, 2, pool_id=P),  # 2  A
+        ev("free_requested", S1, 1000, 3, pool_id=P),  # 3
+        ev("free_completed", S1, 1000, 4, pool_id=P),  # 4
+        ev("segment_free", S1, 2 * MiB, 5, pool_id=P),  # 5  S1 gone
+        ev("alloc", S0, 100, 6, pool_id=D),  # 6  B
+        ev("segment_alloc", S1, 2 * MiB, 7, pool_id=D),  # 7  S2, same address, default
+        ev("alloc", S1, 200, 8, pool_id=D),  # 8  C
+    ]
+    if not pool_ids:
+        for e in trace:
+            del e["pool_id"]
+    segments = [
+        segment(S0, [block(S0, 512, 100, "active_allocated", STACK),
+                     block(S0 + 512, 2 * MiB - 512, 2 * MiB - 512, "inactive")]),
+        segment(S1, [block(S1, 512, 200, "active_allocated", STACK),
+                     block(S1 + 512, 2 * MiB - 512, 2 * MiB - 512, "inactive")]),
+    ]  # fmt: skip
+    return {"segments": segments, "device_traces": [trace]}

@@ -6,7 +6,8 @@ columns.
 
 What the columnar model does not keep is not invented: frames carry filename, line and
 name only; a stack-less entry has no `frames` key; optional per-entry fields
-(time_us, compile_context, user_metadata, forward_frames) are written only where set.
+(time_us, compile_context, user_metadata, forward_frames, pool_id) are written only where
+set.
 """
 
 from __future__ import annotations
@@ -47,10 +48,10 @@ def _entries(dev: DeviceTrace, stacks: _Stacks) -> list[dict[str, Any]]:
     cols = [
         dev.action.tolist(), dev.addr.tolist(), dev.size.tolist(), dev.stream.tolist(),
         dev.time_us.tolist(), dev.stack.tolist(), dev.compile_context.tolist(),
-        dev.user_metadata.tolist(), dev.forward_stack.tolist(),
+        dev.user_metadata.tolist(), dev.forward_stack.tolist(), dev.pool.tolist(),
     ]  # fmt: skip
     out: list[dict[str, Any]] = []
-    for action, addr, size, stream, t, stack, cc, meta, fwd in zip(*cols):
+    for action, addr, size, stream, t, stack, cc, meta, fwd, pool in zip(*cols):
         e: dict[str, Any] = {"action": names[action]}
         # an oom entry keeps the device's free bytes where addr would be
         e["device_free" if action == Action.OOM else "addr"] = addr
@@ -67,6 +68,8 @@ def _entries(dev: DeviceTrace, stacks: _Stacks) -> list[dict[str, Any]]:
             e["user_metadata"] = snap.strings[meta]
         if fwd >= 0:
             e["forward_frames"] = [snap.strings[fwd]]
+        if pool >= 0:
+            e["pool_id"] = list(snap.pools[pool])
         out.append(e)
     return out
 

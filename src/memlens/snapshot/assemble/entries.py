@@ -154,13 +154,14 @@ def pool_ids(
     """Indexes into ctx.pools of pool_id values (-1 for None): one per entry, or (the
     compiled reader) the distinct values of a column `rows` indexes. A value that is not a
     pair of integers is a SnapshotError naming the first entry that has it."""
+    given = values
     if list in set(map(type, values)):  # a JSON layout's pairs: hashable, as tuples
         values = [tuple(v) if isinstance(v, list) else v for v in values]
     try:
         return coded(values, ctx.pool_id, np.int16)
     except BadPool as exc:
-        bad = exc.args[0]
-        k = next(i for i, v in enumerate(values) if v is bad)
+        k = next(i for i, v in enumerate(values) if v is exc.args[0])
+        bad = given[k]
         row = k if rows is None else int(np.flatnonzero(rows == k)[0])
         raise SnapshotError(
             f"device {device}: trace entry {row}: pool_id is a {type(bad).__name__} "
