@@ -46,7 +46,8 @@ def _scan(data: bytes, memory: int, memo: int = MEMO) -> tuple[str, str, int, in
 
 def _trace(n: int) -> bytes:
     """n entries as PyTorch writes them: each with its own frames list of shared frames
-    (memo references the shortcut reads), and ASCII and non-ASCII strings."""
+    (memo references the shortcut reads), and ASCII and non-ASCII strings, most with a
+    pool_id pair."""
     frames = [{"filename": f"f{i}.py", "line": i, "name": "fn"} for i in range(5)]
     trace: list[dict[str, Any]] = [
         {"action": "alloc", "addr": 0x7F00_0000_0000 + 512 * i, "size": 512 + i,
@@ -54,8 +55,11 @@ def _trace(n: int) -> bytes:
          "compile_context": "é" if i % 7 == 0 else "N/A", "user_metadata": ""}
         for i in range(n)
     ]  # fmt: skip
-    for e in trace:
+    pools = [(0, 0), (1, 0), (300, 0), (70000, 2), (-1, 0)]  # BININT1, BININT2, BININT
+    for i, e in enumerate(trace):
         e["frames"] = list(e["frames"])  # a new list per entry, as PyTorch pickles them
+        if i % 6:  # a new tuple per entry too (the shortcut reads it); some entries lack it
+            e["pool_id"] = tuple(list(pools[i % len(pools)]))
     snap = {"segments": [], "device_traces": [trace]}
     return pickle.dumps(snap, protocol=4)
 
