@@ -218,6 +218,20 @@ static int fast_frames(VM *vm, Fast *f, Val *out) {
     return 1;
 }
 
+/* A value just read, o (owned), and its memo put if one follows: *out becomes o. 1 ok, 0
+   not for the shortcut (o released). */
+static inline int fast_value_put(VM *vm, Fast *f, PyObject *o, Val *out) {
+    Py_INCREF(o);
+    int r = fast_put(vm, f, o);
+    if (r != 1) Py_DECREF(o);
+    if (r < 0) {
+        Py_DECREF(o);
+        return 0;
+    }
+    *out = (Val){V_OBJ, {.o = o}};
+    return 1;
+}
+
 /* A BININT1, BININT2 or BININT at p: its length (0: none there), its value in *v. */
 static inline int fast_small_int(const unsigned char *p, const unsigned char *end, int64_t *v) {
     if (p < end && *p == 'K' && end - p >= 2) return *v = p[1], 2;
@@ -247,15 +261,7 @@ static int fast_pool_id(VM *vm, Fast *f, Val *out) {
     PyObject *t = Py_BuildValue("(LL)", (long long)a, (long long)b);
     if (!t) return -1;
     f->p = p + na + nb + 1;
-    Py_INCREF(t);
-    int r = fast_put(vm, f, t);
-    if (r != 1) Py_DECREF(t);
-    if (r < 0) {
-        Py_DECREF(t);
-        return 0;
-    }
-    *out = (Val){V_OBJ, {.o = t}};
-    return 1;
+    return fast_value_put(vm, f, t, out);
 }
 
 /* One value at f->p, for field fld, into *out (owned). 1 ok, 0 not for the shortcut, -1 error. */
@@ -343,15 +349,7 @@ static inline int fast_value(VM *vm, Fast *f, int fld, Val *out) {
             return 0;
         }
         f->p = p + 2 + n;
-        Py_INCREF(s);
-        int r = fast_put(vm, f, s);
-        if (r != 1) Py_DECREF(s);
-        if (r < 0) {
-            Py_DECREF(s);
-            return 0;
-        }
-        *out = (Val){V_OBJ, {.o = s}};
-        return 1;
+        return fast_value_put(vm, f, s, out);
     }
     case ']': return fld == F_FRAMES ? fast_frames(vm, f, out) : 0;
     default: return 0;
