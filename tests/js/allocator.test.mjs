@@ -27,5 +27,5 @@ test("stateHit: the row by y (10 px rows, 3 px gaps), the block by x, the bar's 
 test("poolText: default, private, unknown", () => {
   assert.equal(poolText([0, 0]), "default (0, 0)");
   assert.equal(poolText([1, 3]), "private (1, 3)");
-  assert.equal(poolText(null), "unknown (the segment is gone by the snapshot's end)");
+  assert.equal(poolText(null), "unknown (not recorded in this trace)");
 });

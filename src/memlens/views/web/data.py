@@ -108,9 +108,8 @@ class ViewerData:
         return lay
 
     def defer_indexes(self) -> None:
-        """Leave the slow indexes (the live-row checkpoints) to warm() in the background:
-        until it has built them, viewports take the route that does without them (the
-        same answer). For `memlens view`, whose first paint should not wait for them."""
+        """Leave the slow indexes (the live-row checkpoints) to warm(): until it has built
+        them, viewports take the route without them (same answer). For `memlens view`."""
         with self._lock:
             self._deferred = True
             for lay in self._layouts.values():

@@ -35,10 +35,11 @@ export function stateHit(st, x, y, width) {
 }
 
 // A segment's memory pool: (0, 0) is the default pool; any other id pair is a private pool
-// (CUDA graphs, torch.cuda.MemPool). Known only for segments still there at the end. Pure.
+// (CUDA graphs, torch.cuda.MemPool). From the trace's entries where PyTorch records it, else
+// the final state's segments; null when neither names it. Pure.
 /** @param {number[] | null} pool */
 export function poolText(pool) {
-  if (!pool) return "unknown (the segment is gone by the snapshot's end)";
+  if (!pool) return "unknown (not recorded in this trace)";
   return pool[0] || pool[1] ? `private (${pool[0]}, ${pool[1]})` : "default (0, 0)";
 }
 

@@ -60,7 +60,7 @@ export async function pin(pane, row) {
     kv(dl, "free requested", whenText(pane, a.free_requested));
     kv(dl, "freed", a.free ? whenText(pane, a.free) : "still allocated at the end");
     kv(dl, "stream", a.stream);
-    kv(dl, "pool", a.pool ? `(${a.pool[0]}, ${a.pool[1]})${a.pool[0] || a.pool[1] ? " private" : " default"}` : "unknown (segment gone by the end)");
+    kv(dl, "pool", a.pool ? `(${a.pool[0]}, ${a.pool[1]})${a.pool[0] || a.pool[1] ? " private" : " default"}` : "unknown (not recorded in this trace)");
     kv(dl, "compile context", a.compile_context);
     kv(dl, "user metadata", a.user_metadata);
     kv(dl, "flags", a.flags.join(", "));
