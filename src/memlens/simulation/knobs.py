@@ -19,6 +19,8 @@ covered so the report can say when it did not apply.
   zero_grad=none|zeros
                       Optimizer.zero_grad and Module.zero_grad with set_to_none=True
                       (none) or False (zeros), overriding the script's
+  fsdp2=N, ddp=N      rank 0 of N GPUs, the model wrapped in FSDP2's fully_shard or in
+                      DistributedDataParallel at its first optimizer (knob_parallel.py)
 
 Imports torch: only the simulated process (a plan worker) imports this module.
 """
@@ -38,12 +40,15 @@ import torch
 
 from memlens.errors import MemlensError
 from memlens.simulation.fake_cuda import Patches
+from memlens.simulation.knob_parallel import KEYS as PARALLEL
+from memlens.simulation.knob_parallel import Wrapped
+from memlens.simulation.knob_parallel import install as install_parallel
 
 AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 SDPA_BACKENDS = ("math", "flash", "efficient", "cudnn")
 BOOLS = {"true": True, "false": False}
 ZERO_GRAD = {"none": True, "zeros": False}  # the set_to_none it forces
-KEYS = ("checkpoint", "autocast", "sdpa", "foreach", "fused", "zero_grad")
+KEYS = ("checkpoint", "autocast", "sdpa", "foreach", "fused", "zero_grad", *PARALLEL)
 
 
 def is_code_knob(spec: str) -> bool:
@@ -83,6 +88,8 @@ class CodeKnob:
                 re.compile(value)
             except re.error as exc:
                 raise MemlensError(f"--what-if {spec!r}: bad regex ({exc})") from None
+        if key in PARALLEL and not (value.isdigit() and int(value) >= 1):
+            raise MemlensError(f"--what-if {spec!r}: expected {key}=N, N GPUs (1 or more)")
         return cls(key, value)
 
 
@@ -96,6 +103,7 @@ class Counts:
     optimizers: dict[int, str] = field(default_factory=dict)  # id -> class, option applied
     zero_grad_calls: int = 0
     overridden: Counter[str] = field(default_factory=Counter)  # the script's own settings
+    wrapped: Wrapped | None = None  # fsdp2= / ddp=
 
 
 class _ModuleCalls:
@@ -267,6 +275,8 @@ class Applied:
 
     def _line(self, knob: CodeKnob, sdpa: Sequence[str] | None) -> str:
         c = self.counts
+        if knob.key in PARALLEL and c.wrapped is not None:
+            return c.wrapped.line()
         if knob.key == "checkpoint":
             if not c.checkpointed:
                 seen = ", ".join(sorted(c.module_classes)) or "none"
@@ -343,6 +353,12 @@ def applied(specs: Sequence[str]) -> Iterator[Applied]:
             _patch_zero_grad(patches, out.counts, ZERO_GRAD[by["zero_grad"]])
         if "sdpa" in by:
             _patch_sdpa(patches, out.counts, by["sdpa"])
+        parallel = [k for k in PARALLEL if k in by]
+        if len(parallel) > 1:
+            raise MemlensError(f"fsdp2= and ddp= are two ways to wrap: {', '.join(specs)}")
+        if parallel:
+            key = parallel[0]
+            out.counts.wrapped = install_parallel(patches, key, int(by[key]))
         yield out
     finally:
         patches.restore()
