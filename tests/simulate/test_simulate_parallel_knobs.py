@@ -1,8 +1,9 @@
 """The `fsdp2=N` and `ddp=N` what-if knobs (simulation/knob_parallel.py): an unedited
 single-GPU script simulated as rank 0 of N, its model wrapped at its first optimizer.
 
-The script: Linear(256, 256), ReLU, Linear(256, 256) in fp32 (tests/simulate/
-fsdp_script.py's model, unwrapped), AdamW (foreach=False), two steps of batch 8. Its
+The script (tests/parallel_script.py): Linear(256, 256), ReLU, Linear(256, 256) in fp32
+(tests/simulate/fsdp_script.py's model, unwrapped), AdamW (foreach=False), two steps of
+batch 8. Its
 parameters P are two 262,144-byte weights and two 1,024-byte biases: P = 526,336 bytes.
 A step keeps x (8,192) and the loss (4 bytes -> a 512-byte block) until the loop drops
 them; `memory_allocated()` at each mark is written to a JSON file.
@@ -25,40 +26,8 @@ from memlens.errors import MemlensError  # noqa: E402
 from memlens.simulation.api import run_script  # noqa: E402
 from memlens.simulation.knob_parallel import _units  # noqa: E402
 from memlens.simulation.knobs import CodeKnob, applied  # noqa: E402
+from parallel_script import SCRIPT  # noqa: E402
 
-SCRIPT = """
-import argparse, json, torch
-p = argparse.ArgumentParser()
-p.add_argument("out"); p.add_argument("--groups", action="store_true")
-p.add_argument("--late-cuda", action="store_true")
-args = p.parse_args()
-model = torch.nn.Sequential(torch.nn.Linear(256, 256), torch.nn.ReLU(), torch.nn.Linear(256, 256))
-if not args.late_cuda:
-    model = model.cuda()
-marks = {"model": torch.cuda.memory_allocated()}
-if args.groups:  # weight decay on the weights only, as fine-tuning scripts do
-    params = [{"params": [model[0].weight, model[2].weight], "weight_decay": 0.1},
-              {"params": [model[0].bias, model[2].bias], "weight_decay": 0.0}]
-else:
-    params = model.parameters()
-opt = torch.optim.AdamW(params, foreach=False)
-if args.late_cuda:
-    model = model.cuda()
-marks["optimizer"] = torch.cuda.memory_allocated()
-for step in range(2):
-    x = torch.randn(8, 256, device="cuda")
-    loss = model(x).sum()
-    marks[f"forward{step}"] = torch.cuda.memory_allocated()
-    loss.backward()
-    marks[f"backward{step}"] = torch.cuda.memory_allocated()
-    opt.step()
-    marks[f"step{step}"] = torch.cuda.memory_allocated()
-    opt.zero_grad()
-    marks[f"zero_grad{step}"] = torch.cuda.memory_allocated()
-    del x, loss
-marks["class"] = type(model).__name__
-json.dump(marks, open(args.out, "w"))
-"""
 P = 2 * 262_144 + 2 * 1_024
 KEPT = 8_192 + 512  # x and the loss
 

@@ -1,0 +1,58 @@
+"""`memlens plan --what-if fsdp2=N --what-if ddp=N`: rank 0's peak against the single-GPU
+baseline in the knob table, with the call sites that moved (tests/parallel_script.py;
+the figures are worked out in tests/simulate/test_simulate_parallel_knobs.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+pytest.importorskip("torch")
+
+from parallel_script import SCRIPT  # noqa: E402
+
+P = 526_336  # the MLP's parameters, bytes
+
+
+def line(text: str) -> int:
+    return SCRIPT.splitlines().index(text) + 1
+
+
+def test_fsdp2_and_ddp_rows_give_rank_0s_saving_and_the_sites_that_moved(tmp_path):
+    (tmp_path / "train.py").write_text(textwrap.dedent(SCRIPT))
+    env = {**os.environ, "MEMLENS_CACHE_DIR": str(tmp_path / "cache")}
+    env.pop("PYTORCH_CUDA_ALLOC_CONF", None)
+    done = subprocess.run(
+        [sys.executable, "-m", "memlens", "plan", "--gpu", "a100", "--jobs", "2", "--json",
+         "--what-if", "ddp=2", "--what-if", "fsdp2=2", "train.py", "marks.json"],
+        capture_output=True, text=True, cwd=tmp_path, env=env, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    table = json.loads(done.stdout)["knob_table"]
+    fsdp2, ddp = table["rows"]  # the larger saving first
+    # rank 0 of 2: 2,639,360 bytes at the single-GPU peak, 1,728,000 sharded, less 508
+    # bytes per 4-byte scalar as the trace records them (the loss; the sharded peak also
+    # holds its gradient)
+    assert fsdp2["setting"] == "fsdp2=2"
+    assert fsdp2["active_saving_bytes"] == (2_639_360 - 508) - (1_728_000 - 2 * 508) == 911_868
+    # DDP's bucket: one more copy of every gradient
+    assert ddp["setting"] == "ddp=2" and ddp["active_saving_bytes"] == -P
+    assert fsdp2["applied"][0].startswith("fsdp2=2: fully_shard on Linear x2, then the root")
+    assert ddp["applied"][0].startswith("ddp=2: DistributedDataParallel(Sequential)")
+    # at the peaks: AdamW's step (moments 2P and two weight-sized temporaries, 1,052,672 +
+    # 525,312 with the bias's denom) -> the sharded moments (P); the parameters made by
+    # the model's .cuda() freed for the shards made where the optimizer is built (P / 2)
+    moved = {(s["line"], s["change"]) for s in fsdp2["sites"]}
+    assert (line("    opt.step()"), P - 1_577_984) in moved
+    assert (line("    model = model.cuda()"), -P) in moved
+    assert (line("opt = torch.optim.AdamW(params, foreach=False)"), P // 2) in moved
+    (site,) = ddp["sites"]  # the bucket, made with the optimizer (DDP wraps there)
+    assert (site["line"], site["change"]) == (
+        line("opt = torch.optim.AdamW(params, foreach=False)"),
+        P,
+    )
