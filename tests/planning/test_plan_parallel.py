@@ -56,3 +56,26 @@ def test_fsdp2_and_ddp_rows_give_rank_0s_saving_and_the_sites_that_moved(tmp_pat
         line("opt = torch.optim.AdamW(params, foreach=False)"),
         P,
     )
+
+
+def test_advise_checks_the_sharding_finding_with_fsdp2(tmp_path):
+    (tmp_path / "train.py").write_text(textwrap.dedent(SCRIPT))
+    env = {**os.environ, "MEMLENS_CACHE_DIR": str(tmp_path / "cache")}
+    env.pop("PYTORCH_CUDA_ALLOC_CONF", None)
+
+    def memlens(*args: str) -> str:
+        done = subprocess.run([sys.executable, "-m", "memlens", *args], capture_output=True,
+                              text=True, cwd=tmp_path, env=env, timeout=600)  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    memlens("simulate", "--gpu", "a100", "-o", "snap.pickle", "train.py", "marks.json")
+    out = json.loads(memlens("advise", "snap.pickle", "--ranks", "2", "--script",
+                             "train.py marks.json", "--gpu", "a100", "--json"))  # fmt: skip
+    (i,) = [i for i, f in enumerate(out["findings"]) if f["kind"] == "sharding"]
+    (check,) = [c for c in out["checks"] if c["kind"] == "sharding"]
+    assert (check["finding"], check["knob"], check["compared"]) == (i, "fsdp2=2", "active")
+    assert check["predicted_bytes"] == out["findings"][i]["bytes"]
+    # the saving of test_fsdp2_and_ddp_rows_...: rank 0's peak active against the script's
+    assert check["simulated_saving_bytes"] == 911_868 and check["note"] == ""
+    assert check["applied"][0].startswith("fsdp2=2: fully_shard on Linear x2")
