@@ -7,6 +7,8 @@ the finding's estimate.
   oom            the allocator setting the replay fitted in   peak reserved
   attention      sdpa=efficient (fused SDPA, no (B,H,S,S))    peak active
   autocast       autocast=bf16                                 peak active
+  weight_casts   autocast_cache=false (the script's autocast regions without their
+                 cast cache: it tests the cache, not bf16 weights)  peak active
   sharding       fsdp2=N (N the finding's ranks: FSDP2 shards the parameters too, so its
                  saving exceeds the estimate by about (N-1)/N of them)  peak active
   checkpoint     no knob here: the snapshot names no module class (plan --what-if
@@ -29,6 +31,7 @@ from memlens.planning.results import PlanKnobRow
 
 SDPA_KNOB = "sdpa=efficient"  # runs in fp32 too, unlike flash
 AUTOCAST_KNOB = "autocast=bf16"
+CACHE_KNOB = "autocast_cache=false"
 NO_KNOB = {
     "checkpoint": "no knob here: the snapshot names no module class; test it with memlens "
     "plan --what-if checkpoint=CLASS",
@@ -53,6 +56,8 @@ def knob_for(
         return SDPA_KNOB, "active", ""
     if finding["kind"] == "autocast":
         return AUTOCAST_KNOB, "active", ""
+    if finding["kind"] == "weight_casts":
+        return CACHE_KNOB, "active", ""
     if finding["kind"] == "sharding":
         return f"fsdp2={ranks}", "active", ""
     return None, "reserved", NO_KNOB.get(finding["kind"], "no knob tests this finding")

@@ -19,6 +19,9 @@ covered so the report can say when it did not apply.
   zero_grad=none|zeros
                       Optimizer.zero_grad and Module.zero_grad with set_to_none=True
                       (none) or False (zeros), overriding the script's
+  autocast_cache=false|true
+                      every torch.autocast region with cache_enabled=False (True),
+                      overriding the script's: no weight cast kept across the region
   fsdp2=N, ddp=N      rank 0 of N GPUs, the model wrapped in FSDP2's fully_shard or in
                       DistributedDataParallel at its first optimizer (knob_parallel.py)
 
@@ -48,7 +51,10 @@ AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 SDPA_BACKENDS = ("math", "flash", "efficient", "cudnn")
 BOOLS = {"true": True, "false": False}
 ZERO_GRAD = {"none": True, "zeros": False}  # the set_to_none it forces
-KEYS = ("checkpoint", "autocast", "sdpa", "foreach", "fused", "zero_grad", *PARALLEL)
+KEYS = (
+    "checkpoint", "autocast", "autocast_cache", "sdpa", "foreach", "fused", "zero_grad",
+    *PARALLEL,
+)  # fmt: skip
 
 
 def is_code_knob(spec: str) -> bool:
@@ -72,6 +78,7 @@ class CodeKnob:
         value = value if key == "checkpoint" else value.lower()
         allowed: Sequence[str] | None = {
             "autocast": tuple(AUTOCAST_DTYPES),
+            "autocast_cache": tuple(BOOLS),
             "sdpa": SDPA_BACKENDS,
             "foreach": tuple(BOOLS),
             "fused": tuple(BOOLS),
@@ -100,6 +107,7 @@ class Counts:
     module_classes: set[str] = field(default_factory=set)  # every module class called
     checkpointed: Counter[str] = field(default_factory=Counter)  # class -> calls
     autocast_calls: int = 0
+    autocast_regions: int = 0  # torch.autocast contexts made under autocast_cache=
     optimizers: dict[int, str] = field(default_factory=dict)  # id -> class, option applied
     zero_grad_calls: int = 0
     overridden: Counter[str] = field(default_factory=Counter)  # the script's own settings
@@ -202,6 +210,25 @@ def _forced_init(
     return __init__
 
 
+def _patch_autocast_cache(patches: Patches, counts: Counts, forced: bool) -> None:
+    """torch.autocast (and torch.cuda.amp.autocast, its subclass) with cache_enabled
+    forced; autocast= knob's own regions too."""
+    cls = torch.amp.autocast_mode.autocast
+    init = vars(cls)["__init__"]
+    sig = inspect.signature(init)
+
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        bound = sig.bind(self, *args, **kwargs)
+        given = bound.arguments.get("cache_enabled")
+        if given is not None and given != forced:
+            counts.overridden[f"cache_enabled={given}"] += 1
+        bound.arguments["cache_enabled"] = forced
+        counts.autocast_regions += 1
+        init(*bound.args, **bound.kwargs)
+
+    patches.set(cls, "__init__", __init__)
+
+
 def _patch_zero_grad(patches: Patches, counts: Counts, forced: bool) -> None:
     for owner in (torch.optim.Optimizer, torch.nn.Module):
         original = vars(owner)["zero_grad"]
@@ -299,6 +326,13 @@ class Applied:
                 return f"{knob.spec}: not applied: no scaled_dot_product_attention call on cuda"
             ways = ", ".join(f"{n} x{k}" for n, k in sorted(taken.items()))
             return f"{knob.spec}: scaled_dot_product_attention calls took {ways}" + self._ignored()
+        if knob.key == "autocast_cache":
+            if not c.autocast_regions:
+                return f"{knob.spec}: not applied: no torch.autocast region was entered"
+            return (
+                f"{knob.spec}: {c.autocast_regions} torch.autocast regions with "
+                f"cache_enabled={BOOLS[knob.value]}" + self._ignored()
+            )
         if knob.key in ("foreach", "fused"):
             if not c.optimizers:
                 return (
@@ -349,6 +383,8 @@ def applied(specs: Sequence[str]) -> Iterator[Applied]:
         forced: dict[str, bool] = {k: BOOLS[by[k]] for k in ("foreach", "fused") if k in by}
         if forced:
             _patch_optimizers(patches, out.counts, forced)
+        if "autocast_cache" in by:
+            _patch_autocast_cache(patches, out.counts, BOOLS[by["autocast_cache"]])
         if "zero_grad" in by:
             _patch_zero_grad(patches, out.counts, ZERO_GRAD[by["zero_grad"]])
         if "sdpa" in by:
