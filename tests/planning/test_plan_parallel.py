@@ -5,15 +5,13 @@ the figures are worked out in tests/simulate/test_simulate_parallel_knobs.py).""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import textwrap
 
 import pytest
 
 pytest.importorskip("torch")
 
+from cli_run import memlens_in  # noqa: E402
 from parallel_script import SCRIPT  # noqa: E402
 
 P = 526_336  # the MLP's parameters, bytes
@@ -25,15 +23,9 @@ def line(text: str) -> int:
 
 def test_fsdp2_and_ddp_rows_give_rank_0s_saving_and_the_sites_that_moved(tmp_path):
     (tmp_path / "train.py").write_text(textwrap.dedent(SCRIPT))
-    env = {**os.environ, "MEMLENS_CACHE_DIR": str(tmp_path / "cache")}
-    env.pop("PYTORCH_CUDA_ALLOC_CONF", None)
-    done = subprocess.run(
-        [sys.executable, "-m", "memlens", "plan", "--gpu", "a100", "--jobs", "2", "--json",
-         "--what-if", "ddp=2", "--what-if", "fsdp2=2", "train.py", "marks.json"],
-        capture_output=True, text=True, cwd=tmp_path, env=env, timeout=600,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    table = json.loads(done.stdout)["knob_table"]
+    out = memlens_in(tmp_path, "plan", "--gpu", "a100", "--jobs", "2", "--json", "--what-if",
+                     "ddp=2", "--what-if", "fsdp2=2", "train.py", "marks.json")  # fmt: skip
+    table = json.loads(out)["knob_table"]
     fsdp2, ddp = table["rows"]  # the larger saving first
     # rank 0 of 2: 2,639,360 bytes at the single-GPU peak, 1,728,000 sharded, less 508
     # bytes per 4-byte scalar as the trace records them (the loss; the sharded peak also
@@ -60,14 +52,9 @@ def test_fsdp2_and_ddp_rows_give_rank_0s_saving_and_the_sites_that_moved(tmp_pat
 
 def test_advise_checks_the_sharding_finding_with_fsdp2(tmp_path):
     (tmp_path / "train.py").write_text(textwrap.dedent(SCRIPT))
-    env = {**os.environ, "MEMLENS_CACHE_DIR": str(tmp_path / "cache")}
-    env.pop("PYTORCH_CUDA_ALLOC_CONF", None)
 
     def memlens(*args: str) -> str:
-        done = subprocess.run([sys.executable, "-m", "memlens", *args], capture_output=True,
-                              text=True, cwd=tmp_path, env=env, timeout=600)  # fmt: skip
-        assert done.returncode == 0, done.stderr
-        return done.stdout
+        return memlens_in(tmp_path, *args)
 
     memlens("simulate", "--gpu", "a100", "-o", "snap.pickle", "train.py", "marks.json")
     out = json.loads(memlens("advise", "snap.pickle", "--ranks", "2", "--script",

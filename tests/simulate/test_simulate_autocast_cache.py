@@ -10,15 +10,13 @@ casts its weight to bf16 (512 KiB, cached: a leaf that requires grad) and makes 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import textwrap
 
 import pytest
 
 pytest.importorskip("torch")
 
+from cli_run import memlens_in  # noqa: E402
 from memlens.simulation.api import run_script  # noqa: E402
 from memlens.simulation.knobs import applied  # noqa: E402
 
@@ -58,14 +56,9 @@ def test_autocast_cache_off_keeps_one_weight_cast_at_a_time(tmp_path):
 
 def test_advise_finds_the_cached_casts_and_the_knob_confirms_them(tmp_path):
     (tmp_path / "infer.py").write_text(textwrap.dedent(INFERENCE).replace("CACHE", "True"))
-    env = {**os.environ, "MEMLENS_CACHE_DIR": str(tmp_path / "cache")}
-    env.pop("PYTORCH_CUDA_ALLOC_CONF", None)
 
     def memlens(*args: str) -> str:
-        done = subprocess.run([sys.executable, "-m", "memlens", *args], capture_output=True,
-                              text=True, cwd=tmp_path, env=env, timeout=600)  # fmt: skip
-        assert done.returncode == 0, done.stderr
-        return done.stdout
+        return memlens_in(tmp_path, *args)
 
     memlens("simulate", "--gpu", "h100", "--cublas-workspace", "0", "-o", "s.pickle", "infer.py")
     out = json.loads(memlens("advise", "s.pickle", "--script", "infer.py", "--gpu", "h100",
