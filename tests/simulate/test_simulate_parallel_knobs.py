@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import textwrap
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,6 +25,7 @@ import torch  # noqa: E402
 
 from memlens.errors import MemlensError  # noqa: E402
 from memlens.simulation.api import run_script  # noqa: E402
+from memlens.simulation.distributed.env import World  # noqa: E402
 from memlens.simulation.knob_parallel import _units  # noqa: E402
 from memlens.simulation.knobs import CodeKnob, applied  # noqa: E402
 from parallel_script import SCRIPT  # noqa: E402
@@ -131,8 +133,6 @@ def test_not_applied_says_why(tmp_path):
 
 
 def test_a_script_that_distributes_itself_is_left_alone(tmp_path):
-    from pathlib import Path
-
     ddp = str(Path(__file__).with_name("ddp_script.py"))
     out = tmp_path / "m.json"
     with applied(["fsdp2=2"]) as patched:
@@ -177,3 +177,37 @@ def test_parallel_knob_specs():
             CodeKnob.parse(bad)
     with pytest.raises(MemlensError, match="two ways to wrap"), applied(["fsdp2=2", "ddp=2"]):
         pass
+
+
+LLAMA = Path(__file__).with_name("llama_script.py")
+
+
+def llama(tmp_path, knobs: list[str], mode: str, world: int, *args: str) -> tuple[int, Any]:
+    """(the allocator's peak, the marks) of rank 0 of tests/simulate/llama_script.py."""
+    saved = dict(os.environ)
+    if mode != "single":  # the script's own torch.distributed: torchrun's rank 0
+        os.environ.update(World(world).env(0))
+    try:
+        with applied(knobs):
+            r = run_script(LLAMA, ["--out", str(tmp_path / "l.json"), "--mode", mode, *args],
+                           tmp_path / "l.pickle", cublas_workspace=0)  # fmt: skip
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    marks = json.loads((tmp_path / "l.json").read_text())
+    return r.sim.allocator.peak_allocated, [marks[k] for k in ("forward", "backward", "step")]
+
+
+@pytest.mark.parametrize(
+    ("knob", "args"),
+    [("fsdp2=2", ()), ("fsdp2=4", ("--tied",)), ("fsdp2=2", ("--checkpoint",)), ("ddp=2", ())],
+)
+def test_the_knob_equals_the_script_wrapping_its_model_itself(tmp_path, knob, args):
+    # llama_script.py --mode fsdp2 / ddp wraps its model as the knob does (fully_shard on
+    # every block, or on every checkpoint_wrapper of one, then the root; DDP with its
+    # defaults) before building AdamW: the unwrapped --mode single under the knob holds
+    # the same bytes at every mark and at the peak, to the byte
+    key, world = knob.split("=")
+    assert llama(tmp_path, [knob], "single", int(world), *args) == llama(
+        tmp_path, [], key, int(world), *args
+    )
