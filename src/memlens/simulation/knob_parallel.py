@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import gc
 import os
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -80,16 +81,24 @@ def install(patches: Patches, key: str, world: int) -> Wrapped:
     patches.on_restore(lambda: _put_back(saved))
     base = torch.optim.Optimizer
     original: Callable[..., None] = vars(base)["__init__"]
-    renamed: dict[int, torch.nn.Parameter] = {}  # id of a given parameter -> its wrap's
+    # id of a given parameter -> (it, weakly: a later tensor may reuse a dead one's id;
+    # the wrapped module's parameter)
+    renamed: dict[int, tuple[weakref.ref[Any], torch.nn.Parameter]] = {}
     tried: list[bool] = []
+
+    def wrapped(p: Any) -> Any:
+        hit = renamed.get(id(p))
+        return hit[1] if hit is not None and hit[0]() is p else p
 
     def __init__(self: Any, params: Any, defaults: dict[str, Any]) -> None:
         groups = _groups(params)
         if not tried:
             tried.append(True)
-            renamed.update(_wrap(done, [p for g in groups for p in g["params"]]))
+            given = [p for g in groups for p in g["params"]]
+            new = _wrap(done, given)
+            renamed.update({id(p): (weakref.ref(p), new[id(p)]) for p in given if id(p) in new})
         for g in groups:
-            g["params"] = [renamed.get(id(p), p) for p in g["params"]]
+            g["params"] = [wrapped(p) for p in g["params"]]
         original(self, groups, defaults)
 
     patches.set(base, "__init__", __init__)
