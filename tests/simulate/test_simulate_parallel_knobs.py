@@ -132,6 +132,18 @@ def test_not_applied_says_why(tmp_path):
     assert patched.report(None) == ["ddp=8: not applied: no torch.optim optimizer was constructed"]
 
 
+def test_fsdp2_units_named_by_a_regex(tmp_path):
+    # every Linear a unit, as the default picks: the same bytes
+    auto = run(tmp_path, ["fsdp2=2"])[0]
+    peak, report, _ = run(tmp_path, ["fsdp2=2:Lin.*"])
+    assert peak == auto
+    assert report[0].startswith("fsdp2=2:Lin.*: fully_shard on Linear x2, then the root")
+    peak, report, _ = run(tmp_path, ["fsdp2=2:Block"])
+    assert peak == BASELINE_PEAK
+    assert report == ["fsdp2=2:Block: not applied: no module class under Sequential matched "
+                      "'Block' (classes: Linear, ReLU)"]  # fmt: skip
+
+
 def test_a_script_that_distributes_itself_is_left_alone(tmp_path):
     ddp = str(Path(__file__).with_name("ddp_script.py"))
     out = tmp_path / "m.json"
@@ -172,9 +184,12 @@ def test_units_are_the_outermost_repeated_class():
 
 def test_parallel_knob_specs():
     assert CodeKnob.parse(" fsdp2 = 4 ").spec == "fsdp2=4"
-    for bad in ("fsdp2=0", "ddp=two", "ddp="):
+    assert CodeKnob.parse("fsdp2=8:Decoder.*").spec == "fsdp2=8:Decoder.*"  # case kept
+    for bad in ("fsdp2=0", "ddp=two", "ddp=", "ddp=2:Block", "fsdp2=2:"):
         with pytest.raises(MemlensError, match="expected (fsdp2|ddp)=N"):
             CodeKnob.parse(bad)
+    with pytest.raises(MemlensError, match="bad regex"):
+        CodeKnob.parse("fsdp2=2:(")
     with pytest.raises(MemlensError, match="two ways to wrap"), applied(["fsdp2=2", "ddp=2"]):
         pass
 

@@ -20,6 +20,9 @@ module's parameters in place of the ones it was given. So it assumes:
   fsdp2=N  `fully_shard` on every module of the largest repeated class (the class with
            two or more modules holding parameters, none inside a module of another such
            class, with the most parameters in all: transformer blocks), then on the root
+  fsdp2=N:REGEX
+           the same with the outermost modules whose class name matches REGEX
+           (re.fullmatch) as the units
   ddp=N    `DistributedDataParallel(root)` with its defaults (25 MiB buckets, gradients
            not bucket views); the script's calls of the root go through the DDP wrapper
            (its forward prepares the reducer that fills the buckets in backward)
@@ -31,6 +34,7 @@ from __future__ import annotations
 
 import gc
 import os
+import re
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -38,11 +42,26 @@ from typing import Any
 
 import torch
 
+from memlens.errors import MemlensError
 from memlens.simulation.distributed.env import World
 from memlens.simulation.fake_cuda import Patches
 
 KEYS = ("fsdp2", "ddp")
 ASSUMES = "rank 0 of {n}, per-GPU batch as the script's; the optimizer built after the model"
+
+
+def check(spec: str, key: str, value: str) -> tuple[int, str | None]:
+    """(N, the unit class regex or None) of `fsdp2=N[:REGEX]` / `ddp=N`."""
+    n, sep, units = value.partition(":")
+    if not (n.isdigit() and int(n) >= 1) or (sep and (key != "fsdp2" or not units)):
+        shape = "fsdp2=N or fsdp2=N:CLASS_REGEX" if key == "fsdp2" else "ddp=N"
+        raise MemlensError(f"--what-if {spec!r}: expected {shape}, N GPUs (1 or more)")
+    if units:
+        try:
+            re.compile(units)
+        except re.error as exc:
+            raise MemlensError(f"--what-if {spec!r}: bad regex ({exc})") from None
+    return int(n), units or None
 
 
 @dataclass
@@ -51,13 +70,14 @@ class Wrapped:
 
     key: str
     world: int
+    pattern: str | None = None  # fsdp2=N:REGEX
     root: str | None = None
     units: list[str] = field(default_factory=list)  # class of each fully_shard unit
     params: int = 0  # parameters wrapped (numel)
     not_applied: str = "no torch.optim optimizer was constructed"
 
     def line(self) -> str:
-        spec = f"{self.key}={self.world}"
+        spec = f"{self.key}={self.world}" + (f":{self.pattern}" if self.pattern else "")
         if self.root is None:
             return f"{spec}: not applied: {self.not_applied}"
         assumes = ASSUMES.format(n=self.world)
@@ -73,9 +93,10 @@ class Wrapped:
         )
 
 
-def install(patches: Patches, key: str, world: int) -> Wrapped:
-    """Rank 0's environment at world `world`, and the optimizer hook that wraps."""
-    done = Wrapped(key, world)
+def install(patches: Patches, key: str, value: str) -> Wrapped:
+    """Rank 0's environment at the knob's world, and the optimizer hook that wraps."""
+    world, pattern = check(f"{key}={value}", key, value)
+    done = Wrapped(key, world, pattern)
     saved = {k: os.environ.get(k) for k in World(world).env(0)}
     os.environ.update(World(world).env(0))
     patches.on_restore(lambda: _put_back(saved))
@@ -144,8 +165,13 @@ def _owner(params: list[Any]) -> torch.nn.Module | None:
     return min(outer, key=lambda hn: hn[1])[0] if outer else None
 
 
-def _units(root: torch.nn.Module) -> list[torch.nn.Module]:
-    """The modules of the largest repeated class (see the module's docstring)."""
+def _units(root: torch.nn.Module, pattern: str | None = None) -> list[torch.nn.Module]:
+    """The modules of the largest repeated class, or the outermost of those whose class
+    matches `pattern` (see the module's docstring)."""
+    if pattern is not None:
+        rx = re.compile(pattern)
+        return _outermost([m for m in root.modules()
+                           if m is not root and rx.fullmatch(type(m).__name__)])  # fmt: skip
     by_class: dict[type, list[torch.nn.Module]] = {}
     for m in root.modules():
         if m is not root and any(True for _ in m.parameters()):
@@ -190,6 +216,14 @@ def _wrap(done: Wrapped, params: list[Any]) -> dict[int, torch.nn.Parameter]:
             f"the model's parameters are on {', '.join(devices)} when the optimizer is built"
         )
         return {}
+    units = _units(root, done.pattern) if done.key == "fsdp2" else []
+    if done.pattern is not None and not units:
+        seen = sorted({type(m).__name__ for m in root.modules() if m is not root})
+        done.not_applied = (
+            f"no module class under {type(root).__name__} matched {done.pattern!r} "
+            f"(classes: {', '.join(seen) or 'none'})"
+        )
+        return {}
     names = {id(p): n for n, p in root.named_parameters(remove_duplicate=False)}
     dist.init_process_group("nccl")
     done.root = type(root).__name__
@@ -199,7 +233,6 @@ def _wrap(done: Wrapped, params: list[Any]) -> dict[int, torch.nn.Parameter]:
         return {}
     from torch.distributed.fsdp import fully_shard
 
-    units = _units(root)
     done.units = [type(m).__name__ for m in units]  # fully_shard renames the class
     for m in units:
         fully_shard(m)

@@ -22,8 +22,11 @@ covered so the report can say when it did not apply.
   autocast_cache=false|true
                       every torch.autocast region with cache_enabled=False (True),
                       overriding the script's: no weight cast kept across the region
-  fsdp2=N, ddp=N      rank 0 of N GPUs, the model wrapped in FSDP2's fully_shard or in
-                      DistributedDataParallel at its first optimizer (knob_parallel.py)
+  fsdp2=N[:REGEX], ddp=N
+                      rank 0 of N GPUs, the model wrapped in FSDP2's fully_shard (its
+                      units: the modules whose class matches REGEX, by default the
+                      largest repeated class) or in DistributedDataParallel at its
+                      first optimizer (knob_parallel.py)
 
 Imports torch: only the simulated process (a plan worker) imports this module.
 """
@@ -45,6 +48,7 @@ from memlens.errors import MemlensError
 from memlens.simulation.fake_cuda import Patches
 from memlens.simulation.knob_parallel import KEYS as PARALLEL
 from memlens.simulation.knob_parallel import Wrapped
+from memlens.simulation.knob_parallel import check as check_parallel
 from memlens.simulation.knob_parallel import install as install_parallel
 
 AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
@@ -75,7 +79,7 @@ class CodeKnob:
     @classmethod
     def parse(cls, spec: str) -> CodeKnob:
         key, _, value = (s.strip() for s in spec.strip().partition("="))
-        value = value if key == "checkpoint" else value.lower()
+        value = value if key in ("checkpoint", "fsdp2") else value.lower()
         allowed: Sequence[str] | None = {
             "autocast": tuple(AUTOCAST_DTYPES),
             "autocast_cache": tuple(BOOLS),
@@ -95,8 +99,8 @@ class CodeKnob:
                 re.compile(value)
             except re.error as exc:
                 raise MemlensError(f"--what-if {spec!r}: bad regex ({exc})") from None
-        if key in PARALLEL and not (value.isdigit() and int(value) >= 1):
-            raise MemlensError(f"--what-if {spec!r}: expected {key}=N, N GPUs (1 or more)")
+        if key in PARALLEL:
+            check_parallel(spec, key, value)
         return cls(key, value)
 
 
@@ -394,7 +398,7 @@ def applied(specs: Sequence[str]) -> Iterator[Applied]:
             raise MemlensError(f"fsdp2= and ddp= are two ways to wrap: {', '.join(specs)}")
         if parallel:
             key = parallel[0]
-            out.counts.wrapped = install_parallel(patches, key, int(by[key]))
+            out.counts.wrapped = install_parallel(patches, key, by[key])
         yield out
     finally:
         patches.restore()
