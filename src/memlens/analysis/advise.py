@@ -15,6 +15,7 @@ Findings, largest bytes first:
   leak           memory repeated steps left alive (analysis.leaks): exact for the trace
   checkpoint     activations live at the peak, freed by checkpointing: estimate
   autocast       fp32 activations autocast would halve, less the weight casts: estimate
+  weight_casts   bf16/fp16 copies of fp32 weights autocast's cache holds: estimate
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from memlens.analysis.advise_casts import weight_cast_finding
 from memlens.analysis.advise_estimates import attention_finding, sharding_finding
 from memlens.analysis.advise_knobs import autocast_finding, checkpoint_finding
 from memlens.analysis.leaks import leaks
@@ -60,6 +62,7 @@ def advise(
             *leak_findings(dev, top, hide_patterns),
             checkpoint_finding(dev, top, hide_patterns),
             autocast_finding(dev, top, hide_patterns),
+            weight_cast_finding(dev, top, hide_patterns),
         )
         if f is not None and f["bytes"] > 0
     ]

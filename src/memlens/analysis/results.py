@@ -549,7 +549,7 @@ class AdviceReplay(TypedDict):
 
 
 class Finding(TypedDict):
-    kind: str  # fragmentation, oom, attention, sharding, leak, checkpoint, autocast
+    kind: str  # fragmentation, oom, attention, sharding, leak, checkpoint, autocast, weight_casts
     summary: str  # one sentence
     bytes: int  # at stake
     certainty: str  # "exact" or "estimate"

@@ -102,6 +102,6 @@ def advise(
 
         result["checks"] = verify(
             result, runs, script, gpu, jobs=os.cpu_count() or 1,
-            progress=lambda line: status(f"memlens: advise: {line}", err=True),
+            progress=lambda line: status(f"memlens: advise: {line}", err=True), ranks=ranks,
         )  # fmt: skip
     return result

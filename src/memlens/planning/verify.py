@@ -7,9 +7,13 @@ the finding's estimate.
   oom            the allocator setting the replay fitted in   peak reserved
   attention      sdpa=efficient (fused SDPA, no (B,H,S,S))    peak active
   autocast       autocast=bf16                                 peak active
+  weight_casts   autocast_cache=false (the script's autocast regions without their
+                 cast cache: it tests the cache, not bf16 weights)  peak active
+  sharding       fsdp2=N (N the finding's ranks: FSDP2 shards the parameters too, so its
+                 saving exceeds the estimate by about (N-1)/N of them)  peak active
   checkpoint     no knob here: the snapshot names no module class (plan --what-if
                  checkpoint=CLASS tests it)
-  sharding, leak no knob (fsdp2=/ddp= need the multi-GPU simulation; a leak is a code fix)
+  leak           no knob: a leak is a code fix
 
 The simulation is of the script as it runs now (its own arguments, the card of `gpu`),
 not of the recording: the two baselines differ when the snapshot came from elsewhere.
@@ -27,16 +31,19 @@ from memlens.planning.results import PlanKnobRow
 
 SDPA_KNOB = "sdpa=efficient"  # runs in fp32 too, unlike flash
 AUTOCAST_KNOB = "autocast=bf16"
+CACHE_KNOB = "autocast_cache=false"
 NO_KNOB = {
     "checkpoint": "no knob here: the snapshot names no module class; test it with memlens "
     "plan --what-if checkpoint=CLASS",
-    "sharding": "no knob: sharding needs the multi-GPU simulation (fsdp2=N / ddp=N), not built yet",
     "leak": "no knob: memory kept alive between steps is a change to the code",
 }
 
 
-def knob_for(finding: Finding, replays: Sequence[AdviceReplay]) -> tuple[str | None, str, str]:
-    """(the what-if that tests `finding`, the peak its bytes are of, why none)."""
+def knob_for(
+    finding: Finding, replays: Sequence[AdviceReplay], ranks: int = 8
+) -> tuple[str | None, str, str]:
+    """(the what-if that tests `finding`, the peak its bytes are of, why none); `ranks`
+    is the sharding finding's GPUs."""
     what_ifs = [r for r in replays if not r["recorded"]]
     if finding["kind"] == "fragmentation" and what_ifs:
         return max(what_ifs, key=lambda r: r["saving_bytes"])["settings"], "reserved", ""
@@ -49,6 +56,10 @@ def knob_for(finding: Finding, replays: Sequence[AdviceReplay]) -> tuple[str | N
         return SDPA_KNOB, "active", ""
     if finding["kind"] == "autocast":
         return AUTOCAST_KNOB, "active", ""
+    if finding["kind"] == "weight_casts":
+        return CACHE_KNOB, "active", ""
+    if finding["kind"] == "sharding":
+        return f"fsdp2={ranks}", "active", ""
     return None, "reserved", NO_KNOB.get(finding["kind"], "no knob tests this finding")
 
 
@@ -70,10 +81,11 @@ def verify(
     gpu: str | None = None,
     jobs: int = 1,
     progress: Callable[[str], None] | None = None,
+    ranks: int = 8,
 ) -> list[AdviceCheck]:
     """One check per finding, the knobs simulated in one plan (baseline once)."""
     path, args = split_script(script)
-    wanted = [(i, f, *knob_for(f, replays)) for i, f in enumerate(result["findings"])]
+    wanted = [(i, f, *knob_for(f, replays, ranks)) for i, f in enumerate(result["findings"])]
     knobs = list(dict.fromkeys(k for _, _, k, _, _ in wanted if k is not None))
     rows: dict[str, PlanKnobRow] = {}
     baseline = {"reserved": 0, "active": 0}

@@ -37,7 +37,7 @@ def what_if_conf(base: str, knob: str) -> str:
     if ":" not in setting:
         raise MemlensError(
             f"--what-if {knob!r}: expected KEY:VALUE, expandable_segments, or a code knob "
-            "(checkpoint=, autocast=, sdpa=, foreach=, fused=, zero_grad=)"
+            "(checkpoint=, autocast=, sdpa=, foreach=, fused=, zero_grad=, fsdp2=, ddp=)"
         )
     what_if(AllocatorSettings(), setting)
     return f"{base},{setting}" if base else setting

@@ -19,6 +19,14 @@ covered so the report can say when it did not apply.
   zero_grad=none|zeros
                       Optimizer.zero_grad and Module.zero_grad with set_to_none=True
                       (none) or False (zeros), overriding the script's
+  autocast_cache=false|true
+                      every torch.autocast region with cache_enabled=False (True),
+                      overriding the script's: no weight cast kept across the region
+  fsdp2=N[:REGEX], ddp=N
+                      rank 0 of N GPUs, the model wrapped in FSDP2's fully_shard (its
+                      units: the modules whose class matches REGEX, by default the
+                      largest repeated class) or in DistributedDataParallel at its
+                      first optimizer (knob_parallel.py)
 
 Imports torch: only the simulated process (a plan worker) imports this module.
 """
@@ -38,12 +46,19 @@ import torch
 
 from memlens.errors import MemlensError
 from memlens.simulation.fake_cuda import Patches
+from memlens.simulation.knob_parallel import KEYS as PARALLEL
+from memlens.simulation.knob_parallel import Wrapped
+from memlens.simulation.knob_parallel import check as check_parallel
+from memlens.simulation.knob_parallel import install as install_parallel
 
 AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 SDPA_BACKENDS = ("math", "flash", "efficient", "cudnn")
 BOOLS = {"true": True, "false": False}
 ZERO_GRAD = {"none": True, "zeros": False}  # the set_to_none it forces
-KEYS = ("checkpoint", "autocast", "sdpa", "foreach", "fused", "zero_grad")
+KEYS = (
+    "checkpoint", "autocast", "autocast_cache", "sdpa", "foreach", "fused", "zero_grad",
+    *PARALLEL,
+)  # fmt: skip
 
 
 def is_code_knob(spec: str) -> bool:
@@ -64,9 +79,10 @@ class CodeKnob:
     @classmethod
     def parse(cls, spec: str) -> CodeKnob:
         key, _, value = (s.strip() for s in spec.strip().partition("="))
-        value = value if key == "checkpoint" else value.lower()
+        value = value if key in ("checkpoint", "fsdp2") else value.lower()
         allowed: Sequence[str] | None = {
             "autocast": tuple(AUTOCAST_DTYPES),
+            "autocast_cache": tuple(BOOLS),
             "sdpa": SDPA_BACKENDS,
             "foreach": tuple(BOOLS),
             "fused": tuple(BOOLS),
@@ -83,6 +99,8 @@ class CodeKnob:
                 re.compile(value)
             except re.error as exc:
                 raise MemlensError(f"--what-if {spec!r}: bad regex ({exc})") from None
+        if key in PARALLEL:
+            check_parallel(spec, key, value)
         return cls(key, value)
 
 
@@ -93,9 +111,11 @@ class Counts:
     module_classes: set[str] = field(default_factory=set)  # every module class called
     checkpointed: Counter[str] = field(default_factory=Counter)  # class -> calls
     autocast_calls: int = 0
+    autocast_regions: int = 0  # torch.autocast contexts made under autocast_cache=
     optimizers: dict[int, str] = field(default_factory=dict)  # id -> class, option applied
     zero_grad_calls: int = 0
     overridden: Counter[str] = field(default_factory=Counter)  # the script's own settings
+    wrapped: Wrapped | None = None  # fsdp2= / ddp=
 
 
 class _ModuleCalls:
@@ -194,6 +214,25 @@ def _forced_init(
     return __init__
 
 
+def _patch_autocast_cache(patches: Patches, counts: Counts, forced: bool) -> None:
+    """torch.autocast (and torch.cuda.amp.autocast, its subclass) with cache_enabled
+    forced; autocast= knob's own regions too."""
+    cls = torch.amp.autocast_mode.autocast
+    init = vars(cls)["__init__"]
+    sig = inspect.signature(init)
+
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        bound = sig.bind(self, *args, **kwargs)
+        given = bound.arguments.get("cache_enabled")
+        if given is not None and given != forced:
+            counts.overridden[f"cache_enabled={given}"] += 1
+        bound.arguments["cache_enabled"] = forced
+        counts.autocast_regions += 1
+        init(*bound.args, **bound.kwargs)
+
+    patches.set(cls, "__init__", __init__)
+
+
 def _patch_zero_grad(patches: Patches, counts: Counts, forced: bool) -> None:
     for owner in (torch.optim.Optimizer, torch.nn.Module):
         original = vars(owner)["zero_grad"]
@@ -267,6 +306,8 @@ class Applied:
 
     def _line(self, knob: CodeKnob, sdpa: Sequence[str] | None) -> str:
         c = self.counts
+        if knob.key in PARALLEL and c.wrapped is not None:
+            return c.wrapped.line()
         if knob.key == "checkpoint":
             if not c.checkpointed:
                 seen = ", ".join(sorted(c.module_classes)) or "none"
@@ -289,6 +330,13 @@ class Applied:
                 return f"{knob.spec}: not applied: no scaled_dot_product_attention call on cuda"
             ways = ", ".join(f"{n} x{k}" for n, k in sorted(taken.items()))
             return f"{knob.spec}: scaled_dot_product_attention calls took {ways}" + self._ignored()
+        if knob.key == "autocast_cache":
+            if not c.autocast_regions:
+                return f"{knob.spec}: not applied: no torch.autocast region was entered"
+            return (
+                f"{knob.spec}: {c.autocast_regions} torch.autocast regions with "
+                f"cache_enabled={BOOLS[knob.value]}" + self._ignored()
+            )
         if knob.key in ("foreach", "fused"):
             if not c.optimizers:
                 return (
@@ -339,10 +387,18 @@ def applied(specs: Sequence[str]) -> Iterator[Applied]:
         forced: dict[str, bool] = {k: BOOLS[by[k]] for k in ("foreach", "fused") if k in by}
         if forced:
             _patch_optimizers(patches, out.counts, forced)
+        if "autocast_cache" in by:
+            _patch_autocast_cache(patches, out.counts, BOOLS[by["autocast_cache"]])
         if "zero_grad" in by:
             _patch_zero_grad(patches, out.counts, ZERO_GRAD[by["zero_grad"]])
         if "sdpa" in by:
             _patch_sdpa(patches, out.counts, by["sdpa"])
+        parallel = [k for k in PARALLEL if k in by]
+        if len(parallel) > 1:
+            raise MemlensError(f"fsdp2= and ddp= are two ways to wrap: {', '.join(specs)}")
+        if parallel:
+            key = parallel[0]
+            out.counts.wrapped = install_parallel(patches, key, by[key])
         yield out
     finally:
         patches.restore()

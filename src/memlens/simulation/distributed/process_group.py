@@ -70,6 +70,7 @@ def install(patches: Patches, sim: Simulation) -> None:
         if not lazy:
             lazy.append(True)
             _install_sharding(patches)
+            _install_meta_propagation(patches, sim)
         if device_id is not None:
             torch.cuda.set_device(device_id)
         options = {} if timeout is None else {"timeout": timeout}
@@ -147,6 +148,26 @@ def _install_sharding(patches: Patches) -> None:
             and getattr(module, "init_device_mesh", None) is original
         ):
             patches.set(module, "init_device_mesh", host)
+
+
+def _install_meta_propagation(patches: Patches, sim: Simulation) -> None:
+    """DTensor's sharding propagation runs each new op once on tensors of the global
+    shape to learn its output's, in a fake mode (no memory on a GPU); here it finds the
+    simulation's own fake mode and would count them as allocations. Its outputs are not
+    tracked, as a compiled graph's are not (the same switch)."""
+    from torch.distributed.tensor._sharding_prop import ShardingPropagator
+
+    original: Callable[..., Any] = ShardingPropagator._propagate_tensor_meta_non_cached
+
+    def propagate(self: Any, op_schema: Any) -> Any:
+        saved = sim.in_compiled_graph
+        sim.in_compiled_graph = True
+        try:
+            return original(self, op_schema)
+        finally:
+            sim.in_compiled_graph = saved
+
+    patches.set(ShardingPropagator, "_propagate_tensor_meta_non_cached", propagate)
 
 
 def _install_storage_resize(patches: Patches, sim: Simulation) -> None:
