@@ -106,6 +106,11 @@ def start_view(path: Path, cache_dir: Path) -> tuple[subprocess.Popen[str], str]
     return proc, line.split(" at ", 1)[1].split()[0]
 
 
+def stop(proc: subprocess.Popen[str]) -> None:
+    proc.terminate()
+    proc.communicate(timeout=10)  # and close its pipes
+
+
 def wait_for(what: str, ok: object, timeout: float = 60) -> None:
     deadline = time.monotonic() + timeout
     while not ok():  # type: ignore[operator]
@@ -122,23 +127,21 @@ def test_the_server_writes_the_cache_then_keeps_the_indexes(generated: Path) -> 
         # in the background: the column cache, then (after that first viewport) the indexes
         wait_for("the kept indexes", lambda: list(cache_dir.glob("*/derived/layout-*/meta.json")))
     finally:
-        proc.terminate()
-        proc.wait(10)
+        stop(proc)
     # the next start is a warm one, with the same answer
     proc, url = start_view(generated, cache_dir)
     try:
         again = httpx.get(url + "api/d/0/view?e0=0&e1=20000&width=900&height=300", timeout=30)
         assert again.content == view.content
     finally:
-        proc.terminate()
-        proc.wait(10)
+        stop(proc)
     assert len(entries()) == 1
 
 
 def test_stopped_at_once_the_cache_is_still_complete(generated: Path) -> None:
     proc, _ = start_view(generated, cache.cache_root())
     proc.send_signal(signal.SIGINT)  # Ctrl+C as soon as the URL is out
-    proc.wait(60)
+    proc.communicate(timeout=60)
     (entry,) = entries()
     assert memlens.load(generated, warn=False).cache_key == entry.name
 
