@@ -86,18 +86,17 @@ def command(
         data.warm()  # waits for the first viewport; keeps its indexes beside the cache
 
     threading.Thread(target=background, name="memlens-warm", daemon=True).start()
-    status(f"memlens view: serving {', '.join(snapshots)} at {url}  (Ctrl+C to stop)")
-    if host not in ("127.0.0.1", "localhost", "::1"):
-        click.echo(
-            "memlens: warning: listening beyond loopback; anyone who can reach this "
-            "port can read the snapshot",
-            err=True,
-        )
-    if not no_browser:
-        threading.Timer(0.3, lambda: webbrowser.open(url)).start()
-    try:
+    try:  # from here on, a Ctrl+C still lets the cache be written, for a fast next start
+        status(f"memlens view: serving {', '.join(snapshots)} at {url}  (Ctrl+C to stop)")
+        if host not in ("127.0.0.1", "localhost", "::1"):
+            click.echo(
+                "memlens: warning: listening beyond loopback; anyone who can reach this "
+                "port can read the snapshot",
+                err=True,
+            )
+        if not no_browser:
+            threading.Timer(0.3, lambda: webbrowser.open(url)).start()
         server.run(sockets=[sock])
     finally:
         sock.close()
-        # a server stopped at once still leaves the cache written, for a fast next start
         written.wait(CACHE_WRITE_WAIT_S)
