@@ -13,6 +13,9 @@ import pytest
 from shared_data import SHARED_SNAPSHOTS
 from snapshot_builders import hand_snapshot
 
+# dask_processes: a real Dask scheduler and two workers on loopback (fleet, plan)
+pytest_plugins = ["dask_cluster"]
+
 
 @pytest.fixture(scope="session")
 def shared_snapshots_dir() -> Path:

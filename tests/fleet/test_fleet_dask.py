@@ -4,15 +4,10 @@ SIGKILLed mid-run."""
 
 from __future__ import annotations
 
-import socket
-import subprocess
-import sys
-import time
-from typing import Any
-
 import pytest
 from fleet_data import PLANTED, RANKS, KillFirstWorker
 
+from dask_cluster import free_port
 from memlens.fleet.api import run
 from memlens.fleet.results import FleetResult
 
@@ -39,52 +34,6 @@ def test_local_cluster_finds_the_same(fleet_dir, local_result):
     assert diff is not None and diff["sites"]  # the diff ran on the cluster too
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@pytest.fixture
-def dask_processes():
-    """tcp://127.0.0.1:PORT of a scheduler with two single-threaded workers (no nanny:
-    killing a worker's process kills the worker, nothing restarts it)."""
-    port = _free_port()
-    address = f"tcp://127.0.0.1:{port}"
-    dask = [sys.executable, "-m", "dask"]
-    quiet: dict[str, Any] = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
-    procs = [subprocess.Popen([*dask, "scheduler", "--host", "127.0.0.1", "--port", str(port),
-                               "--no-dashboard"], **quiet)]  # fmt: skip
-    # the workers run in another directory than the client, as on another machine: a
-    # relative path sent as typed would name nothing there
-    procs += [subprocess.Popen([*dask, "worker", address, "--nthreads", "1", "--no-nanny",
-                                "--no-dashboard", "--host", "127.0.0.1",
-                                "--death-timeout", "60"], cwd="/", **quiet)
-              for _ in range(2)]  # fmt: skip
-    try:
-        from distributed import Client
-
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                with Client(address, timeout="5s") as c:
-                    c.wait_for_workers(2, timeout=60)
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.5)
-        yield address
-    finally:
-        for p in reversed(procs):  # workers first: a scheduler left alone exits at once
-            p.terminate()
-            try:
-                p.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
-
-
 def test_scheduler_and_workers_as_processes_with_one_killed(fleet_dir, dask_processes,
                                                             local_result):  # fmt: skip
     kill_one = KillFirstWorker()
@@ -104,7 +53,7 @@ def test_an_unreachable_scheduler_is_a_one_line_error(fleet_dir, monkeypatch):
     monkeypatch.setattr(DaskExecutor, "CONNECT_TIMEOUT", "1s")
 
     with pytest.raises(MemlensError, match="cannot reach the Dask scheduler"):
-        run(str(fleet_dir), scheduler=f"tcp://127.0.0.1:{_free_port()}")
+        run(str(fleet_dir), scheduler=f"tcp://127.0.0.1:{free_port()}")
 
 
 def test_a_relative_path_reaches_the_workers(fleet_dir, dask_processes, tmp_path, monkeypatch):

@@ -8,7 +8,7 @@ from memlens.errors import MemlensError
 from memlens.planning.fit import fit
 from memlens.planning.plan import Setup
 from memlens.planning.points import PointFigures, Sweep, cache_key, cached, grid, store, with_value
-from memlens.planning.whatif import what_if_conf
+from memlens.planning.whatif import check_knob, knob_options, split_knobs, what_if_conf
 
 MiB = 2**20
 
@@ -29,12 +29,47 @@ def test_with_value_replaces_either_spelling_or_appends():
 def test_grid_is_the_cartesian_product_in_order():
     sweeps = [Sweep("--b", ("1", "2")), Sweep("--s", ("8", "16", "32"))]
     points = grid(["--s", "4"], sweeps)
-    assert [v for v, _ in points] == [
+    assert [p.values for p in points] == [
         {"--b": b, "--s": s} for b in ("1", "2") for s in ("8", "16", "32")
     ]
-    assert points[-1][1] == ["--s", "32", "--b", "2"]
+    assert points[-1].argv == ["--s", "32", "--b", "2"] and points[-1].env == {}
     with pytest.raises(MemlensError, match="only once"):
         grid([], [Sweep("--b", ("1",)), Sweep("--b", ("2",))])
+
+
+def test_an_env_sweep_sets_variables_and_keys_the_options():
+    sweeps = [Sweep("--b", ("1", "2")), Sweep.parse("BATCH=8,16", env=True)]
+    points = grid(["x"], sweeps)
+    assert [(p.argv, p.env, p.label) for p in points[:2]] == [
+        (["x", "--b", "1"], {"BATCH": "8"}, "--b=1 BATCH=8"),
+        (["x", "--b", "1"], {"BATCH": "16"}, "--b=1 BATCH=16"),
+    ]
+    assert points[0].options({"gpu": "t4"}) == {"gpu": "t4", "env": {"BATCH": "8"}}
+    assert grid([], [Sweep("--b", ("1",))])[0].options({"gpu": "t4"}) == {"gpu": "t4"}
+    with pytest.raises(MemlensError, match="expected 'NAME=V1,V2,...'"):
+        Sweep.parse("BATCH", env=True)
+
+
+def test_what_if_combinations_split_outside_brackets():
+    assert split_knobs(" autocast=BF16 , checkpoint=Block{1,2},expandable_segments") == [
+        "autocast=bf16",
+        "checkpoint=Block{1,2}",
+        "expandable_segments:True",
+    ]
+    assert split_knobs("roundup_power2_divisions:[256:1,512:2]") == [
+        "roundup_power2_divisions:[256:1,512:2]"
+    ]
+    options, setting, kind = knob_options(
+        {"alloc_conf": "max_split_size_mb:64"}, "expandable_segments,checkpoint=Block"
+    )
+    assert setting == "expandable_segments:True,checkpoint=Block" and kind == "mixed"
+    assert options == {
+        "alloc_conf": "max_split_size_mb:64,expandable_segments:True",
+        "knobs": ["checkpoint=Block"],
+    }
+    for bad, message in (("autocast=bf16,autocast=fp16", "given once"), ("a:1,,", "empty knob")):
+        with pytest.raises(MemlensError, match=message):
+            check_knob(bad)
 
 
 def test_fit_recovers_the_terms_and_predicts_a_held_out_point():

@@ -80,7 +80,7 @@ def render(result: dict) -> list[str]:  # type: ignore[type-arg]
             )
     if result["knob_table"] is not None:
         lines += render_table(result["knob_table"])
-    lines.append(f"{result['simulations']} simulations run")
+    lines.append(f"{result['simulations']} simulations run ({result['executor']})")
     return lines
 
 
@@ -129,6 +129,16 @@ def render_table(table: dict) -> list[str]:  # type: ignore[type-arg]
                 f" (now {format_bytes(r['peak_reserved_bytes'])} reserved, "
                 f"{format_bytes(r['peak_active_bytes'])} active), {_fits(r)}"
             )
+        for part in r["parts"]:
+            lines.append(
+                f"     alone: {part['setting']}: "
+                + (
+                    f"failed ({part['error']})"
+                    if part["error"] is not None
+                    else f"saves {format_bytes(part['reserved_saving_bytes'])} reserved, "
+                    f"{format_bytes(part['active_saving_bytes'])} active"
+                )
+            )
         lines += [f"     {a}" for a in r["applied"]]
         for c in r["sites"]:
             lines.append(
@@ -167,6 +177,21 @@ def render_table(table: dict) -> list[str]:  # type: ignore[type-arg]
     help="A script argument and its values (repeatable: the cartesian product).",
 )
 @click.option(
+    "--sweep-env",
+    "sweep_envs",
+    multiple=True,
+    metavar="'NAME=V1,V2,...'",
+    help="An environment variable of the script and its values (repeatable; part of the "
+    "cartesian product with --sweep).",
+)
+@click.option(
+    "--sweep-hook",
+    metavar="FILE.py:FUNCTION",
+    default=None,
+    help="For a script configured otherwise: FUNCTION(values, args) gets each point's "
+    "--sweep values and the script's arguments, and returns {'args': [...], 'env': {...}}.",
+)
+@click.option(
     "--predict",
     multiple=True,
     metavar="'ARG=V[,ARG=V]'",
@@ -190,7 +215,8 @@ def render_table(table: dict) -> list[str]:  # type: ignore[type-arg]
     "PYTORCH_CUDA_ALLOC_CONF setting (expandable_segments, max_split_size_mb:N, "
     "roundup_power2_divisions:N) or a change to how the script runs: checkpoint=CLASS_REGEX, "
     "autocast=bf16|fp16, sdpa=math|flash|efficient|cudnn, foreach=true|false, "
-    "fused=true|false, zero_grad=none|zeros.",
+    "fused=true|false, zero_grad=none|zeros. Several joined by commas run together "
+    "(autocast=bf16,checkpoint=Block), each also alone for the table.",
 )
 @click.option(
     "--jobs",
@@ -198,6 +224,20 @@ def render_table(table: dict) -> list[str]:  # type: ignore[type-arg]
     type=click.IntRange(min=1),
     default=None,
     help="Simulations at once (default: the CPU count).",
+)
+@click.option(
+    "--scheduler",
+    default=None,
+    metavar="tcp://HOST:PORT|dask-local",
+    help="Run the points on a Dask cluster, as memlens fleet: the address of an existing "
+    "scheduler, or dask-local (a LocalCluster here). Workers need memlens and torch, and "
+    "to see the script at the same absolute path.",
+)
+@click.option(
+    "--workers",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Workers of a dask-local cluster (default: --jobs).",
 )
 @click.option("--no-cache", is_flag=True, help="Simulate every point again.")
 @click.option("--json", "as_json", is_flag=True, help="Write the result as JSON.")
@@ -208,12 +248,16 @@ def command(
     device_memory: str | None,
     reserve: str | None,
     sweeps: tuple[str, ...],
+    sweep_envs: tuple[str, ...],
+    sweep_hook: str | None,
     predict: tuple[str, ...],
     find_arg: str | None,
     lo: int,
     hi: int,
     knobs: tuple[str, ...],
     jobs: int | None,
+    scheduler: str | None,
+    workers: int | None,
     no_cache: bool,
     as_json: bool,
     script: str,
@@ -228,15 +272,17 @@ def command(
         import torch  # noqa: F401
     except ImportError:
         raise MemlensError("memlens plan needs PyTorch: pip install torch") from None
+    from memlens.planning.hook import Hook
     from memlens.planning.plan import Setup, plan
     from memlens.planning.points import Sweep
 
     if not os.path.isfile(script):
         raise MemlensError(f"no such script: {script}")
+    swept = [Sweep.parse(s) for s in sweeps] + [Sweep.parse(s, env=True) for s in sweep_envs]
     result = plan(
         script,
         list(args),
-        sweeps=[Sweep.parse(s) for s in sweeps],
+        sweeps=swept,
         setup=Setup.of(gpu, device_memory, reserve),
         jobs=jobs or os.cpu_count() or 1,
         use_cache=not no_cache,
@@ -244,6 +290,9 @@ def command(
         predict=predict,
         find=None if find_arg is None else (find_arg, lo, hi),
         knobs=knobs,
+        hook=None if sweep_hook is None else Hook.load(sweep_hook),
+        scheduler=scheduler,
+        workers=workers,
     )
     if as_json:
         click.echo(json.dumps(result, indent=2))

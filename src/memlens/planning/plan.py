@@ -11,7 +11,8 @@ from typing import Any
 
 from memlens.errors import MemlensError
 from memlens.planning.fit import Fit, fit, numeric
-from memlens.planning.points import Runner, Sweep, point, sweep_figures, with_value
+from memlens.planning.hook import Hook
+from memlens.planning.points import Runner, Sweep, configure, grid, point, sweep_figures
 from memlens.planning.results import (
     PlanFindMax,
     PlanFit,
@@ -170,20 +171,27 @@ def check_find(usable: int | None, lo: int, hi: int) -> None:
 
 
 def find_max(
-    runner: Runner, args: Sequence[str], arg: str, lo: int, hi: int, usable: int | None
+    runner: Runner,
+    args: Sequence[str],
+    arg: str,
+    lo: int,
+    hi: int,
+    usable: int | None,
+    hook: Hook | None = None,
 ) -> PlanFindMax:
-    """Bisection on the fitting boundary, memory taken to grow with `arg`: `hi` first (all
-    fits: done), then `lo` (none fits: done), then ceil(log2(hi - lo)) midpoints."""
+    """Bisection on the fitting boundary, memory taken to grow with `arg` (a script
+    argument, or a name handed to the sweep hook): `hi` first (all fits: done), then `lo`
+    (none fits: done), then ceil(log2(hi - lo)) midpoints."""
     check_find(usable, lo, hi)
     probes: list[PlanPoint] = []
     before = runner.simulated
 
     def fits(value: int) -> bool:
-        argv = with_value(args, arg, str(value))
-        ((figures, cached),) = runner.run([argv], [f"{arg}={value}"])
-        probes.append(point({arg: str(value)}, argv, figures, cached, usable))
+        spec = configure(args, {arg: str(value)}, (), hook)
+        ((figures, cached),) = runner.run([spec.argv], [spec.label], [spec.options(runner.options)])
+        probes.append(point(spec, figures, cached, usable))
         if figures["error"] is not None:
-            raise MemlensError(f"{' '.join(argv)}: {figures['error']}")
+            raise MemlensError(f"{' '.join(spec.argv)}: {figures['error']}")
         return not figures["oom"]
 
     best: int | None
@@ -220,27 +228,53 @@ def plan(
     find: tuple[str, int, int] | None = None,
     knobs: Sequence[str] = (),
     alloc_conf: str | None = None,
+    hook: Hook | None = None,
+    scheduler: str | None = None,
+    workers: int | None = None,
 ) -> PlanResult:
     """The whole of `memlens plan`: the sweep (one point, the script as given, without
-    one), its fit and predictions, the what-ifs, then the bisection when asked."""
+    one), its fit and predictions, the what-ifs, then the bisection when asked. The points
+    run on a local pool of `jobs` processes, or on the Dask cluster `scheduler`."""
+    remote = None if scheduler in (None, "", "local") else scheduler  # "local": the pool here
+    runner = Runner(script, {}, jobs, use_cache, progress, scheduler=remote, workers=workers)
+    try:
+        return _plan(runner, args, sweeps, setup, predict, find, knobs, alloc_conf, hook)
+    finally:
+        runner.close()
+
+
+def _plan(
+    runner: Runner,
+    args: Sequence[str],
+    sweeps: Sequence[Sweep],
+    setup: Setup,
+    predict: Sequence[str],
+    find: tuple[str, int, int] | None,
+    knobs: Sequence[str],
+    alloc_conf: str | None,
+    hook: Hook | None,
+) -> PlanResult:
     from memlens.planning.whatif import check_knob, knob_table, what_ifs
 
-    options = setup.options(alloc_conf)
+    runner.options = setup.options(alloc_conf)
     if knobs:  # the knob table needs each point's call sites
-        options["sites"] = True
-    runner = Runner(script, options, jobs, use_cache, progress)
+        runner.options["sites"] = True
     for knob in knobs:  # a bad knob or range fails before any simulation
         check_knob(knob)
     if find is not None:
         check_find(setup.usable, find[1], find[2])
-    ran = sweep_figures(runner, args, sweeps, setup.usable) if sweeps or not find else []
+    specs = grid(args, sweeps, hook) if sweeps or not find else []
+    ran = sweep_figures(runner, specs, setup.usable)
     points = [p for p, _ in ran]
-    done = what_ifs(setup.usable, runner, args, sweeps, ran, knobs) if points else []
+    done, alone = (
+        what_ifs(setup.usable, runner, specs, ran, knobs) if points and knobs else ([], {})
+    )
     model = fit_points(sweeps, points) if sweeps else None
     active = fit_points(sweeps, points, "peak_active_bytes") if sweeps else None
     result: PlanResult = {
         "schema": 1,
-        "script": script,
+        "script": runner.script,
+        "executor": runner.executor,
         "gpu": gpu_preset(setup.gpu).name,
         "capacity_bytes": setup.capacity,
         "reserve_bytes": setup.reserve,
@@ -253,10 +287,10 @@ def plan(
         "predictions": predictions(model, active, predict),
         "find_max": None,
         "what_ifs": [w for w, _ in done],
-        "knob_table": knob_table(ran, done) if done else None,
+        "knob_table": knob_table(ran, done, alone) if done else None,
         "simulations": 0,
     }
     if find is not None:
-        result["find_max"] = find_max(runner, args, *find, setup.usable)
+        result["find_max"] = find_max(runner, args, *find, setup.usable, hook)
     result["simulations"] = runner.simulated
     return result

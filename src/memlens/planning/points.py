@@ -11,50 +11,65 @@ import os
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from multiprocessing import get_all_start_methods, get_context
 from multiprocessing.context import BaseContext
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import TYPE_CHECKING, Any
 
 from memlens.errors import MemlensError
+from memlens.planning.hook import Hook
 from memlens.planning.results import PlanPoint
-from memlens.planning.sites import PeakSite, peak_sites
+from memlens.planning.worker import PointFigures, failed, simulate_point
 from memlens.snapshot.store.cache import cache_root
+
+if TYPE_CHECKING:
+    from memlens.fleet.executors import Executor
 
 # Bump when the figures a cached point holds change meaning.
 CACHE_FORMAT = 2
 
 
-class PointFigures(TypedDict):
-    """What one simulation gave: the whole run's peaks, whether the script ran out of the
-    simulated memory, or why it failed (`error`, figures then 0)."""
-
-    peak_active_bytes: int
-    peak_reserved_bytes: int
-    oom: bool
-    error: str | None
-    applied: list[str]  # what each code knob covered, or that it did not apply (knobs.py)
-    sites: list[PeakSite]  # bytes live at the peak per call site, for the knob table
-
-
 @dataclass(frozen=True)
 class Sweep:
-    """`--sweep 'ARG=V1,V2,...'`: a script argument and its values, in the given order."""
+    """`--sweep 'ARG=V1,V2,...'`: a script argument and its values, in the given order;
+    `--sweep-env 'NAME=V1,...'` (env): an environment variable of the script instead."""
 
     arg: str
     values: tuple[str, ...]
+    env: bool = False
 
     @classmethod
-    def parse(cls, spec: str) -> Sweep:
+    def parse(cls, spec: str, env: bool = False) -> Sweep:
         arg, sep, values = spec.partition("=")
         items = tuple(v.strip() for v in values.split(","))
         if not sep or not arg.strip() or not all(items):
-            raise MemlensError(
-                f"--sweep {spec!r}: expected 'ARG=V1,V2,...', e.g. '--batch-size=1,2,4'"
-            )
-        return cls(arg.strip(), items)
+            flag, what = ("--sweep-env", "NAME") if env else ("--sweep", "ARG")
+            example = "BATCH=1,2,4" if env else "--batch-size=1,2,4"
+            raise MemlensError(f"{flag} {spec!r}: expected '{what}=V1,V2,...', e.g. '{example}'")
+        if env and not arg.strip().isidentifier():
+            raise MemlensError(f"--sweep-env {spec!r}: {arg.strip()!r} is not a variable name")
+        return cls(arg.strip(), items, env)
+
+
+@dataclass(frozen=True)
+class PointSpec:
+    """One point: the swept values, the script's arguments and the environment variables
+    it runs with on top of the inherited ones."""
+
+    values: dict[str, str]
+    argv: list[str]
+    env: dict[str, str]
+
+    @property
+    def label(self) -> str:
+        return " ".join(f"{k}={v}" for k, v in self.values.items())
+
+    def options(self, options: dict[str, Any]) -> dict[str, Any]:
+        """`options` with this point's environment: part of its cache key (a run without
+        one keeps the key it had before --sweep-env existed)."""
+        return {**options, "env": self.env} if self.env else options
 
 
 def with_value(args: Sequence[str], arg: str, value: str) -> list[str]:
@@ -76,18 +91,36 @@ def with_value(args: Sequence[str], arg: str, value: str) -> list[str]:
     return out if found else [*out, arg, value]
 
 
-def grid(args: Sequence[str], sweeps: Sequence[Sweep]) -> list[tuple[dict[str, str], list[str]]]:
-    """Every point of the cartesian product of `sweeps`: ({arg: value}, the script's argv)."""
+def configure(
+    args: Sequence[str],
+    values: dict[str, str],
+    env_names: Iterable[str] = (),
+    hook: Hook | None = None,
+) -> PointSpec:
+    """A point's run: each value of `env_names` an environment variable, the others script
+    arguments, or, with a hook, handed to it (hook.py) with the script's arguments."""
+    envs = set(env_names)
+    env = {k: v for k, v in values.items() if k in envs}
+    rest = {k: v for k, v in values.items() if k not in envs}
+    if hook is not None:
+        argv, more = hook.call(rest, list(args))
+        return PointSpec(values, argv, {**env, **more})
+    argv = list(args)
+    for name, value in rest.items():
+        argv = with_value(argv, name, value)
+    return PointSpec(values, argv, env)
+
+
+def grid(args: Sequence[str], sweeps: Sequence[Sweep], hook: Hook | None = None) -> list[PointSpec]:
+    """Every point of the cartesian product of `sweeps`, in order."""
     names = [s.arg for s in sweeps]
     if len(set(names)) != len(names):
         raise MemlensError("each argument may be swept only once")
-    points = []
-    for combo in itertools.product(*(s.values for s in sweeps)):
-        argv = list(args)
-        for name, value in zip(names, combo, strict=True):
-            argv = with_value(argv, name, value)
-        points.append((dict(zip(names, combo, strict=True)), argv))
-    return points
+    env_names = [s.arg for s in sweeps if s.env]
+    return [
+        configure(args, dict(zip(names, combo, strict=True)), env_names, hook)
+        for combo in itertools.product(*(s.values for s in sweeps))
+    ]
 
 
 def cache_key(script: str, argv: Sequence[str], options: dict[str, Any]) -> str:
@@ -132,48 +165,6 @@ def store(key: str, figures: PointFigures) -> None:
     os.replace(tmp, path)
 
 
-def simulate_point(script: str, argv: list[str], options: dict[str, Any]) -> PointFigures:
-    """One simulation (in a pool worker): the whole run's peaks and the bytes per call
-    site at the peak, with the code knobs of `options["knobs"]` (simulation.knobs)
-    patched in around the script. The snapshot goes to a temporary file: plan keeps only
-    the figures."""
-    import memlens
-    from memlens.simulation.api import run_script
-    from memlens.simulation.knobs import applied
-
-    options = dict(options)
-    knobs = options.pop("knobs", None) or []
-    # call sites cost the stacks' collection: only the knob table needs them
-    with_sites = bool(options.pop("sites", False))
-    with tempfile.TemporaryDirectory(prefix="memlens-plan-") as tmp, applied(knobs) as patched:
-        try:
-            run = run_script(
-                script,
-                argv,
-                Path(tmp) / "point.pickle",
-                stacks="python" if with_sites else None,
-                **options,
-            )
-        except MemlensError as exc:  # ScriptFailed included: the point's row says why
-            return {
-                "peak_active_bytes": 0,
-                "peak_reserved_bytes": 0,
-                "oom": False,
-                "error": str(exc),
-                "applied": patched.report(None),
-                "sites": [],
-            }
-    dev = memlens.load(run.whole, warn=False).device(0)
-    return {
-        "peak_active_bytes": int(dev.peak_active_bytes),
-        "peak_reserved_bytes": int(dev.peak_reserved_bytes),
-        "oom": run.oom is not None,
-        "error": None,
-        "applied": patched.report(run.sim.sdpa_backends),
-        "sites": peak_sites(dev) if with_sites else [],
-    }
-
-
 def _context() -> BaseContext:
     """A fresh process per point (max_tasks_per_child=1), never a fork of this process's
     state, forked from a server that has imported torch and the simulator once: importing
@@ -197,8 +188,10 @@ def _simulate_job(job: tuple[int, str, list[str], dict[str, Any]]) -> tuple[int,
 
 @dataclass
 class Runner:
-    """Runs points (from the cache when it has them) on a pool of `jobs` processes, with a
-    line on stderr as each finishes. `simulated` counts the simulations actually run."""
+    """Runs points (from the cache when it has them) on a pool of `jobs` processes, or on
+    a Dask cluster (`scheduler`, as `memlens fleet --scheduler`; `workers` sizes a
+    dask-local one), with a line on stderr as each finishes. `simulated` counts the
+    simulations actually run. close() lets a cluster go."""
 
     script: str
     options: dict[str, Any]
@@ -206,6 +199,48 @@ class Runner:
     use_cache: bool = True
     progress: Callable[[str], None] | None = None
     simulated: int = 0
+    scheduler: str | None = None
+    workers: int | None = None
+    _executor: Executor | None = None
+
+    @property
+    def executor(self) -> str:
+        if self.scheduler is None:
+            return f"local pool ({self.jobs} process{'es' if self.jobs > 1 else ''})"
+        return self._cluster().name
+
+    def _cluster(self) -> Executor:
+        """The Dask client, made once for the plan's runs (a dask-local cluster takes
+        seconds to start)."""
+        from memlens.fleet.executors import make_executor
+
+        if self._executor is None:
+            self._executor = make_executor(self.scheduler, self.workers or self.jobs)
+        return self._executor
+
+    def close(self) -> None:
+        if self._executor is not None:
+            self._executor.close()
+            self._executor = None
+
+    def _simulate(
+        self, jobs: list[tuple[int, str, list[str], dict[str, Any]]]
+    ) -> Iterator[tuple[int, PointFigures]]:
+        """(index, figures) of each job as it finishes, on the pool or the cluster."""
+        if self.scheduler is not None:
+            from memlens.fleet.executors import TaskLost
+            from memlens.planning.cluster import simulate_isolated, task
+
+            tasks = [task(script, argv, options) for _, script, argv, options in jobs]
+            for k, got in self._cluster().map_unordered(simulate_isolated, tasks):
+                # a TaskLost (the worker died, or Dask gave up): the point's row says why
+                yield jobs[k][0], failed(got.reason) if isinstance(got, TaskLost) else got
+            return
+        # multiprocessing's Pool, not ProcessPoolExecutor: its max_tasks_per_child is
+        # Python 3.11+, and a fresh process per point is the point (see _context).
+        workers = max(1, min(self.jobs, len(jobs)))
+        with _context().Pool(workers, maxtasksperchild=1) as pool:
+            yield from pool.imap_unordered(_simulate_job, jobs)
 
     def run(
         self,
@@ -238,23 +273,18 @@ class Runner:
         done = len(argvs) - len(todo)
         if todo and len(argvs) > 1:
             self._say(f"{done}/{len(argvs)} points from the cache; simulating {len(todo)}")
+        started = time.monotonic()
         if todo:
-            # multiprocessing's Pool, not ProcessPoolExecutor: its max_tasks_per_child is
-            # Python 3.11+, and a fresh process per point is the point (see _context).
-            jobs = [(i, self.script, argvs[i], each[i]) for i in todo]
-            workers = max(1, min(self.jobs, len(todo)))
-            with _context().Pool(workers, maxtasksperchild=1) as pool:
-                started = time.monotonic()
-                for i, figures in pool.imap_unordered(_simulate_job, jobs):
-                    self.simulated += 1
-                    done += 1
-                    if figures["error"] is None and self.use_cache:
-                        store(keys[i], figures)
-                    out[i] = (figures, False)
-                    self._say(
-                        f"[{done}/{len(argvs)}] {names[i]} simulated "
-                        f"({time.monotonic() - started:.1f} s)"
-                    )
+            for i, figures in self._simulate([(i, self.script, argvs[i], each[i]) for i in todo]):
+                self.simulated += 1
+                done += 1
+                if figures["error"] is None and self.use_cache:
+                    store(keys[i], figures)
+                out[i] = (figures, False)
+                self._say(
+                    f"[{done}/{len(argvs)}] {names[i]} simulated "
+                    f"({time.monotonic() - started:.1f} s)"
+                )
         return [o for o in out if o is not None]
 
     def _say(self, line: str) -> None:
@@ -262,13 +292,12 @@ class Runner:
             self.progress(line)
 
 
-def point(
-    values: dict[str, str], argv: list[str], f: PointFigures, cached: bool, usable: int | None
-) -> PlanPoint:
+def point(spec: PointSpec, f: PointFigures, cached: bool, usable: int | None) -> PlanPoint:
     ran = f["error"] is None
     return {
-        "values": values,
-        "argv": argv,
+        "values": spec.values,
+        "argv": spec.argv,
+        "env": spec.env,
         "peak_active_bytes": f["peak_active_bytes"],
         "peak_reserved_bytes": f["peak_reserved_bytes"],
         "oom": f["oom"],
@@ -279,10 +308,12 @@ def point(
 
 
 def sweep_figures(
-    runner: Runner, args: Sequence[str], sweeps: Sequence[Sweep], usable: int | None
+    runner: Runner, points: Sequence[PointSpec], usable: int | None
 ) -> list[tuple[PlanPoint, PointFigures]]:
     """Each point of the sweep with the figures it came from (call sites, knobs)."""
-    points = grid(args, sweeps)
-    labels = [" ".join(f"{k}={v}" for k, v in values.items()) for values, _ in points]
-    results = runner.run([argv for _, argv in points], labels)
-    return [(point(v, a, f, c, usable), f) for (v, a), (f, c) in zip(points, results, strict=True)]
+    results = runner.run(
+        [p.argv for p in points],
+        [p.label for p in points],
+        [p.options(runner.options) for p in points],
+    )
+    return [(point(p, f, c, usable), f) for p, (f, c) in zip(points, results, strict=True)]

@@ -10,6 +10,7 @@ from memlens.analysis.results import SiteChange
 class PlanPoint(TypedDict):
     values: dict[str, str]  # swept argument -> its value at this point
     argv: list[str]  # the script's arguments at this point
+    env: dict[str, str]  # environment variables set for the script (--sweep-env, the hook)
     peak_active_bytes: int
     peak_reserved_bytes: int
     oom: bool  # the script ran out of the usable memory (peaks are up to the OOM)
@@ -56,11 +57,20 @@ class PlanFindMax(TypedDict):
 
 class PlanWhatIf(TypedDict):
     setting: str  # added to PYTORCH_CUDA_ALLOC_CONF, or a code knob (simulation.knobs)
-    kind: str  # "allocator" or "code"
+    kind: str  # "allocator", "code", or "mixed" (a combination of both)
     points: list[PlanPoint]  # the sweep's points, in the same order, under `setting`
     active_change_bytes: list[int]  # per point: its peak active minus the baseline's
     reserved_change_bytes: list[int]  # per point: its peak reserved minus the baseline's
     applied: list[list[str]]  # per point: what a code knob covered, or that it did not
+
+
+class PlanKnobPart(TypedDict):
+    """One knob of a combination, alone, at the table point."""
+
+    setting: str
+    reserved_saving_bytes: int  # the baseline's peak reserved minus this knob's alone
+    active_saving_bytes: int
+    error: str | None
 
 
 class PlanKnobRow(TypedDict):
@@ -72,6 +82,7 @@ class PlanKnobRow(TypedDict):
     reserved_saving_pct: float | None  # of the baseline's (None: baseline 0)
     active_saving_bytes: int
     active_saving_pct: float | None
+    parts: list[PlanKnobPart]  # a combination (`a,b`): each of its knobs alone; else empty
     oom: bool
     fits: bool | None
     error: str | None
@@ -90,6 +101,7 @@ class PlanKnobTable(TypedDict):
 class PlanResult(TypedDict):
     schema: int
     script: str
+    executor: str  # where the points ran: the local pool, or the Dask cluster
     gpu: str
     capacity_bytes: int | None  # the card's memory; None: unlimited
     reserve_bytes: int

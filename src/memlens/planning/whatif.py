@@ -1,7 +1,9 @@
 """`memlens plan --what-if`: the sweep again under each knob, and the ranked table of
 knobs. A knob is an allocator setting (`KEY:VALUE`, added to PYTORCH_CUDA_ALLOC_CONF for
 the simulated run) or a code knob (`KEY=VALUE`: simulation.knobs patches the unedited
-script's run, e.g. `checkpoint=Block`, `autocast=bf16`)."""
+script's run, e.g. `checkpoint=Block`, `autocast=bf16`). One what-if may combine several,
+joined by commas (`autocast=bf16,checkpoint=Block,expandable_segments`): they run together,
+and the table puts each one's saving alone beside the combination's."""
 
 from __future__ import annotations
 
@@ -9,9 +11,16 @@ from collections.abc import Sequence
 from typing import Any
 
 from memlens.errors import MemlensError
-from memlens.planning.points import PointFigures, Runner, Sweep, grid, point
-from memlens.planning.results import PlanKnobRow, PlanKnobTable, PlanPoint, PlanWhatIf
+from memlens.planning.points import PointSpec, Runner, point
+from memlens.planning.results import (
+    PlanKnobPart,
+    PlanKnobRow,
+    PlanKnobTable,
+    PlanPoint,
+    PlanWhatIf,
+)
 from memlens.planning.sites import site_changes
+from memlens.planning.worker import PointFigures
 
 # Shorthands for --what-if: a bare key means switching it on.
 WHAT_IF_SHORTHANDS = {"expandable_segments": "expandable_segments:True"}
@@ -19,6 +28,8 @@ WHAT_IF_SHORTHANDS = {"expandable_segments": "expandable_segments:True"}
 TABLE_SITES = 5
 
 Ran = list[tuple[PlanPoint, PointFigures]]
+# Each knob, and each knob of a combination, at the table point: setting -> its run there.
+Alone = dict[str, tuple[PlanPoint, PointFigures]]
 
 
 def is_code(knob: str) -> bool:
@@ -43,50 +54,105 @@ def what_if_conf(base: str, knob: str) -> str:
     return f"{base},{setting}" if base else setting
 
 
-def check_knob(knob: str) -> None:
-    """Fail on a knob the simulation does not know, before any simulation."""
-    if is_code(knob):
+def split_knobs(spec: str) -> list[str]:
+    """The knobs of one what-if: split at the commas outside brackets (an allocator
+    setting's `[256:1,512:2]`, a checkpoint regex's `{1,2}`), shorthands expanded."""
+    parts, depth, start = [], 0, 0
+    for i, c in enumerate(spec + ","):
+        depth += (c in "([{") - (c in ")]}")
+        if c == "," and depth <= 0:
+            parts.append(spec[start:i].strip())
+            start = i + 1
+    if not all(parts):
+        raise MemlensError(f"--what-if {spec!r}: an empty knob between commas")
+    return [_normal(p) for p in parts]
+
+
+def _normal(part: str) -> str:
+    """A knob as reported and keyed: a code knob as parsed (`autocast=BF16` is
+    `autocast=bf16`), an allocator setting with its shorthand expanded."""
+    if is_code(part):
         from memlens.simulation.knobs import CodeKnob
 
-        CodeKnob.parse(knob)
-    else:
-        what_if_conf("", knob)
+        return CodeKnob.parse(part).spec
+    return WHAT_IF_SHORTHANDS.get(part, part)
+
+
+def _key(part: str) -> str:
+    return part.partition("=" if is_code(part) else ":")[0].strip()
+
+
+def check_knob(knob: str) -> None:
+    """Fail on a knob the simulation does not know, or one given twice in a combination,
+    before any simulation."""
+    from memlens.simulation.knobs import CodeKnob
+
+    parts = split_knobs(knob)
+    for part in parts:
+        if is_code(part):
+            CodeKnob.parse(part)
+        else:
+            what_if_conf("", part)
+    keys = [_key(p) for p in parts]
+    if len(set(keys)) != len(keys):
+        raise MemlensError(f"--what-if {knob!r}: each knob may be given once in a combination")
 
 
 def knob_options(options: dict[str, Any], knob: str) -> tuple[dict[str, Any], str, str]:
-    """(the run's options with the knob, the setting as reported, its kind)."""
-    base = options["alloc_conf"]
-    if is_code(knob):
-        return {**options, "knobs": [knob.strip()]}, knob.strip(), "code"
-    conf = what_if_conf(base, knob)
-    return {**options, "alloc_conf": conf}, (conf[len(base) + 1 :] if base else conf), "allocator"
+    """(the run's options with the knob or knobs, the setting as reported, its kind:
+    allocator, code, or mixed)."""
+    parts = split_knobs(knob)
+    code = [p for p in parts if is_code(p)]
+    out = dict(options)
+    if code:
+        out["knobs"] = code
+    for part in parts:
+        if part not in code:
+            out["alloc_conf"] = what_if_conf(out["alloc_conf"], part)
+    kind = "mixed" if 0 < len(code) < len(parts) else "code" if code else "allocator"
+    return out, ",".join(parts), kind
 
 
 def what_ifs(
     usable: int | None,
     runner: Runner,
-    args: Sequence[str],
-    sweeps: Sequence[Sweep],
+    grid_points: Sequence[PointSpec],
     baseline: Ran,
     knobs: Sequence[str],
-) -> list[tuple[PlanWhatIf, Ran]]:
-    """Each knob: the sweep again with it, and the change at the peak of every point. All
-    knobs' points go to the pool at once (one knob at one point would use one process)."""
-    grid_points = grid(args, sweeps)
-    labels = [" ".join(f"{k}={v}" for k, v in values.items()) for values, _ in grid_points]
+) -> tuple[list[tuple[PlanWhatIf, Ran]], Alone]:
+    """Each knob: the sweep again with it, and the change at the peak of every point; and
+    each knob at the table point (`Alone`), with, for a combination, each of its knobs
+    alone there (simulated unless it is a what-if of its own). All runs go to the pool at
+    once (one knob at one point would use one process)."""
     runs = [knob_options(runner.options, knob) for knob in knobs]
+    given = {setting for _, setting, _ in runs}
+    parts = [part for _, setting, _ in runs for part in split_knobs(setting)]
+    extra = [
+        knob_options(runner.options, part) for part in dict.fromkeys(parts) if part not in given
+    ]
+    at = grid_points[table_point(baseline)]
     results = runner.run(
-        [argv for _ in runs for _, argv in grid_points],
-        [f"what-if {setting}: {label}".rstrip(": ") for _, setting, _ in runs for label in labels],
-        [options for options, _, _ in runs for _ in grid_points],
+        [p.argv for _ in runs for p in grid_points] + [at.argv] * len(extra),
+        [
+            f"what-if {setting}: {p.label}".rstrip(": ")
+            for _, setting, _ in runs
+            for p in grid_points
+        ]
+        + [f"what-if {setting} alone: {at.label}".rstrip(": ") for _, setting, _ in extra],
+        [p.options(options) for options, _, _ in runs for p in grid_points]
+        + [at.options(options) for options, _, _ in extra],
     )
+    alone: Alone = {
+        setting: (point(at, f, c, usable), f)
+        for (_, setting, _), (f, c) in zip(
+            extra, results[len(runs) * len(grid_points) :], strict=True
+        )
+    }
     base = [p for p, _ in baseline]
     out: list[tuple[PlanWhatIf, Ran]] = []
     for k, (_, setting, kind) in enumerate(runs):
         mine = results[k * len(grid_points) : (k + 1) * len(grid_points)]
-        ran = [
-            (point(v, a, f, c, usable), f) for (v, a), (f, c) in zip(grid_points, mine, strict=True)
-        ]
+        ran = [(point(p, f, c, usable), f) for p, (f, c) in zip(grid_points, mine, strict=True)]
         points = [p for p, _ in ran]
         entry: PlanWhatIf = {
             "setting": setting,
@@ -103,7 +169,8 @@ def what_ifs(
             "applied": [f["applied"] for _, f in ran],
         }
         out.append((entry, ran))
-    return out
+        alone[setting] = ran[table_point(baseline)]
+    return out, alone
 
 
 def _pct(saving: int, base: int) -> float | None:
@@ -117,28 +184,48 @@ def table_point(baseline: Ran) -> int:
     return max(ok, key=lambda i: (baseline[i][0]["peak_reserved_bytes"], i)) if ok else 0
 
 
-def knob_table(baseline: Ran, done: Sequence[tuple[PlanWhatIf, Ran]]) -> PlanKnobTable:
-    """Every knob at the table point: its peaks, the saving against the baseline, and the
-    call sites whose bytes at the peak changed most (the diff of the two runs' sites);
-    largest reserved saving first, failed runs last."""
+def _part(setting: str, base: PlanPoint, p: PlanPoint) -> PlanKnobPart:
+    failed = p["error"] is not None or base["error"] is not None
+    return {
+        "setting": setting,
+        "reserved_saving_bytes": 0
+        if failed
+        else base["peak_reserved_bytes"] - p["peak_reserved_bytes"],
+        "active_saving_bytes": 0 if failed else base["peak_active_bytes"] - p["peak_active_bytes"],
+        "error": p["error"],
+    }
+
+
+def knob_table(
+    baseline: Ran, done: Sequence[tuple[PlanWhatIf, Ran]], alone: Alone
+) -> PlanKnobTable:
+    """Every knob at the table point: its peaks, the saving against the baseline, the
+    call sites whose bytes at the peak changed most (the diff of the two runs' sites),
+    and for a combination each of its knobs' saving alone; largest reserved saving first,
+    failed runs last."""
     i = table_point(baseline)
     bp, bf = baseline[i]
     rows: list[PlanKnobRow] = []
     for entry, ran in done:
         p, f = ran[i]
-        failed = p["error"] is not None or bp["error"] is not None
-        saved_r = bp["peak_reserved_bytes"] - p["peak_reserved_bytes"]
-        saved_a = bp["peak_active_bytes"] - p["peak_active_bytes"]
+        saved = _part(entry["setting"], bp, p)
+        failed = saved["error"] is not None or bp["error"] is not None
+        parts = split_knobs(entry["setting"])
         rows.append(
             {
                 "setting": entry["setting"],
                 "kind": entry["kind"],
                 "peak_active_bytes": p["peak_active_bytes"],
                 "peak_reserved_bytes": p["peak_reserved_bytes"],
-                "reserved_saving_bytes": 0 if failed else saved_r,
-                "reserved_saving_pct": None if failed else _pct(saved_r, bp["peak_reserved_bytes"]),
-                "active_saving_bytes": 0 if failed else saved_a,
-                "active_saving_pct": None if failed else _pct(saved_a, bp["peak_active_bytes"]),
+                "reserved_saving_bytes": saved["reserved_saving_bytes"],
+                "reserved_saving_pct": None
+                if failed
+                else _pct(saved["reserved_saving_bytes"], bp["peak_reserved_bytes"]),
+                "active_saving_bytes": saved["active_saving_bytes"],
+                "active_saving_pct": None
+                if failed
+                else _pct(saved["active_saving_bytes"], bp["peak_active_bytes"]),
+                "parts": [_part(k, bp, alone[k][0]) for k in parts] if len(parts) > 1 else [],
                 "oom": p["oom"],
                 "fits": p["fits"],
                 "error": p["error"],

@@ -1,0 +1,73 @@
+"""One point's simulation, in the process that runs it (a local pool worker, or the fresh
+interpreter a Dask task starts: planning.cluster): the figures plan keeps of it."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, TypedDict
+
+from memlens.errors import MemlensError
+from memlens.planning.sites import PeakSite, peak_sites
+
+
+class PointFigures(TypedDict):
+    """What one simulation gave: the whole run's peaks, whether the script ran out of the
+    simulated memory, or why it failed (`error`, figures then 0)."""
+
+    peak_active_bytes: int
+    peak_reserved_bytes: int
+    oom: bool
+    error: str | None
+    applied: list[str]  # what each code knob covered, or that it did not apply (knobs.py)
+    sites: list[PeakSite]  # bytes live at the peak per call site, for the knob table
+
+
+def simulate_point(script: str, argv: list[str], options: dict[str, Any]) -> PointFigures:
+    """One simulation (in a pool worker): the whole run's peaks and the bytes per call
+    site at the peak, with the code knobs of `options["knobs"]` (simulation.knobs)
+    patched in around the script. The snapshot goes to a temporary file: plan keeps only
+    the figures."""
+    import memlens
+    from memlens.simulation.api import run_script
+    from memlens.simulation.knobs import applied
+
+    options = dict(options)
+    knobs = options.pop("knobs", None) or []
+    # call sites cost the stacks' collection: only the knob table needs them
+    with_sites = bool(options.pop("sites", False))
+    # the process is this point's alone (a pool worker, or a fresh interpreter on Dask)
+    os.environ.update(options.pop("env", None) or {})
+    with tempfile.TemporaryDirectory(prefix="memlens-plan-") as tmp, applied(knobs) as patched:
+        try:
+            run = run_script(
+                script,
+                argv,
+                Path(tmp) / "point.pickle",
+                stacks="python" if with_sites else None,
+                **options,
+            )
+        except MemlensError as exc:  # ScriptFailed included: the point's row says why
+            return failed(str(exc), patched.report(None))
+    dev = memlens.load(run.whole, warn=False).device(0)
+    return {
+        "peak_active_bytes": int(dev.peak_active_bytes),
+        "peak_reserved_bytes": int(dev.peak_reserved_bytes),
+        "oom": run.oom is not None,
+        "error": None,
+        "applied": patched.report(run.sim.sdpa_backends),
+        "sites": peak_sites(dev) if with_sites else [],
+    }
+
+
+def failed(error: str, applied: list[str] | None = None) -> PointFigures:
+    """The figures of a point that did not run to its end for another reason than an OOM."""
+    return {
+        "peak_active_bytes": 0,
+        "peak_reserved_bytes": 0,
+        "oom": False,
+        "error": error,
+        "applied": applied or [],
+        "sites": [],
+    }
