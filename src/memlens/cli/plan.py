@@ -10,17 +10,7 @@ import click
 from memlens.cli.options import status
 from memlens.errors import MemlensError
 from memlens.units import format_bytes
-
-
-def _fits(p: dict) -> str:  # type: ignore[type-arg]
-    if p["error"] is not None:
-        return "failed"
-    return {True: "fits", False: "OOM" if p["oom"] else "no", None: "-"}[p["fits"]]
-
-
-def _values(values: dict[str, object]) -> str:
-    shown = (f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in values.items())
-    return " ".join(shown) or "(as given)"
+from memlens.views.text.plan import fits_text, values_text
 
 
 def render(result: dict) -> list[str]:  # type: ignore[type-arg]
@@ -41,23 +31,23 @@ def render(result: dict) -> list[str]:  # type: ignore[type-arg]
         )
     for p in result["points"]:
         line = (
-            f"  {_values(p['values'])}: peak active {format_bytes(p['peak_active_bytes'])}, "
-            f"peak reserved {format_bytes(p['peak_reserved_bytes'])}, {_fits(p)}"
+            f"  {values_text(p['values'])}: peak active {format_bytes(p['peak_active_bytes'])}, "
+            f"peak reserved {format_bytes(p['peak_reserved_bytes'])}, {fits_text(p)}"
         )
         if p["error"] is not None:
             line += f" ({p['error']})"
         lines.append(line + (" [cached]" if p["cached"] else ""))
     if result["largest_fitting"]:
-        lines.append(f"largest fitting: {_values(result['largest_fitting'])}")
+        lines.append(f"largest fitting: {values_text(result['largest_fitting'])}")
     lines += _fit_lines(result, "")
     for g in result["groups"]:
-        lines.append(f"{_values(g['values'])}:")
+        lines.append(f"{values_text(g['values'])}:")
         if g["largest_fitting"]:
-            lines.append(f"  largest fitting: {_values(g['largest_fitting'])}")
+            lines.append(f"  largest fitting: {values_text(g['largest_fitting'])}")
         lines += _fit_lines(g, "  ")
     for pred in result["predictions"]:
         lines.append(
-            f"predicted at {_values(pred['values'])}: peak reserved "
+            f"predicted at {values_text(pred['values'])}: peak reserved "
             f"{format_bytes(pred['peak_reserved_bytes'])}, peak active "
             f"{format_bytes(pred['peak_active_bytes'])}"
             + (" (extrapolated: outside the swept range)" if pred["extrapolated"] else "")
@@ -74,9 +64,9 @@ def render(result: dict) -> list[str]:  # type: ignore[type-arg]
         lines.append(f"what-if {w['setting']}:")
         for p, da, dr in zip(w["points"], w["active_change_bytes"], w["reserved_change_bytes"]):
             lines.append(
-                f"  {_values(p['values'])}: peak reserved {format_bytes(dr)} "
+                f"  {values_text(p['values'])}: peak reserved {format_bytes(dr)} "
                 f"(now {format_bytes(p['peak_reserved_bytes'])}), peak active "
-                f"{format_bytes(da)}, {_fits(p)}"
+                f"{format_bytes(da)}, {fits_text(p)}"
             )
     if result["knob_table"] is not None:
         lines += render_table(result["knob_table"])
@@ -115,7 +105,7 @@ def render_table(table: dict) -> list[str]:  # type: ignore[type-arg]
     """The knobs ranked by the peak reserved they save at one point, each with what it
     covered and the call sites that moved."""
     lines = [
-        f"knobs at {_values(table['values'])}, ranked by peak reserved saved (baseline "
+        f"knobs at {values_text(table['values'])}, ranked by peak reserved saved (baseline "
         f"{format_bytes(table['baseline_peak_reserved_bytes'])} reserved, "
         f"{format_bytes(table['baseline_peak_active_bytes'])} active):"
     ]
@@ -127,7 +117,7 @@ def render_table(table: dict) -> list[str]:  # type: ignore[type-arg]
                 f"  {n}. {r['setting']}: saves {_saving(r['reserved_saving_bytes'], r['reserved_saving_pct'])}"
                 f" reserved, {_saving(r['active_saving_bytes'], r['active_saving_pct'])} active"
                 f" (now {format_bytes(r['peak_reserved_bytes'])} reserved, "
-                f"{format_bytes(r['peak_active_bytes'])} active), {_fits(r)}"
+                f"{format_bytes(r['peak_active_bytes'])} active), {fits_text(r)}"
             )
         for part in r["parts"]:
             lines.append(
@@ -241,6 +231,15 @@ def render_table(table: dict) -> list[str]:  # type: ignore[type-arg]
 )
 @click.option("--no-cache", is_flag=True, help="Simulate every point again.")
 @click.option("--json", "as_json", is_flag=True, help="Write the result as JSON.")
+@click.option(
+    "--html",
+    "html_out",
+    metavar="FILE",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Also write a self-contained HTML page: the points, the fitted curve against "
+    "the usable memory, the largest fitting value, the knob table.",
+)
 @click.argument("script", type=click.Path(dir_okay=False))
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 def command(
@@ -260,6 +259,7 @@ def command(
     workers: int | None,
     no_cache: bool,
     as_json: bool,
+    html_out: str | None,
     script: str,
     args: tuple[str, ...],
 ) -> None:
@@ -294,6 +294,16 @@ def command(
         scheduler=scheduler,
         workers=workers,
     )
+    if html_out is not None:
+        from pathlib import Path
+
+        from memlens.views.report.plan import plan_report
+
+        try:
+            Path(html_out).write_text(plan_report(result), encoding="utf-8")
+        except OSError as exc:
+            raise MemlensError(f"cannot write {html_out}: {exc.strerror or exc}") from None
+        status(f"memlens: plan: wrote {html_out}", err=True)
     if as_json:
         click.echo(json.dumps(result, indent=2))
     else:
