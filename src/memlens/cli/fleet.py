@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from memlens.cli.command import Answer, analysis_command
-from memlens.cli.options import status
+from memlens.cli.options import status, write_page
 from memlens.fleet.results import FleetResult
 
 
@@ -76,15 +76,9 @@ def command(
         write_parquet(result, out)
         status(f"wrote {out} ({len(result['table']):,} rows)", err=True)
     if report is not None:
-        from pathlib import Path
-
-        from memlens.errors import MemlensError
         from memlens.views.report.fleet import fleet_report
 
-        try:
-            Path(report).write_text(fleet_report(result), encoding="utf-8")
-        except OSError as exc:
-            raise MemlensError(f"cannot write {report}: {exc.strerror or exc}") from None
+        write_page(report, fleet_report(result))
         status(f"wrote {report}", err=True)
     warning = failure_warning(result)
     if warning is not None:

@@ -123,6 +123,16 @@ def annotations_option(f: F) -> F:
     )(f)
 
 
+def write_page(path: str, text: str) -> None:
+    """Write an HTML page (`fleet --report`, `plan --html`); failing, one line."""
+    from memlens.errors import MemlensError
+
+    try:
+        Path(path).write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise MemlensError(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
 def status(message: str, *, err: bool = False) -> None:
     """A status line ("wrote X", "serving X", a summary on stderr): it names files and may
     quote a snapshot's names, so control characters are shown as escapes (`\\x1b`) as in

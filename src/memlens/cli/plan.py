@@ -7,7 +7,7 @@ import os
 
 import click
 
-from memlens.cli.options import status
+from memlens.cli.options import status, write_page
 from memlens.errors import MemlensError
 from memlens.units import format_bytes
 from memlens.views.text.plan import fits_text, values_text
@@ -295,14 +295,9 @@ def command(
         workers=workers,
     )
     if html_out is not None:
-        from pathlib import Path
-
         from memlens.views.report.plan import plan_report
 
-        try:
-            Path(html_out).write_text(plan_report(result), encoding="utf-8")
-        except OSError as exc:
-            raise MemlensError(f"cannot write {html_out}: {exc.strerror or exc}") from None
+        write_page(html_out, plan_report(result))
         status(f"memlens: plan: wrote {html_out}", err=True)
     if as_json:
         click.echo(json.dumps(result, indent=2))

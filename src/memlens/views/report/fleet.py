@@ -8,7 +8,7 @@ a fleet has no one snapshot to open (the workers read them)."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from memlens.views.report.page import (
     Cell,
@@ -20,7 +20,7 @@ from memlens.views.report.page import (
     fmt_int,
     note,
     num,
-    render_page,
+    sectioned_page,
     site_code,
     table,
 )
@@ -232,19 +232,8 @@ SECTIONS: list[tuple[str, str, Callable[[FleetResult], str | None]]] = [
 
 def fleet_report(result: FleetResult, title: str = "memlens fleet report") -> str:
     """The whole self-contained HTML page."""
-    parts: list[str] = []
-    nav: list[tuple[str, str]] = []
-    for sid, heading, fn in SECTIONS:
-        body = fn(result)
-        if body is None:
-            continue
-        nav.append((sid, heading))
-        parts.append(f'<section id="{sid}"><h2>{esc(heading)}</h2>{body}</section>')
     header = (
         f'<h1>{esc(title)}</h1><div class="source">{result["ranks_total"]:,} ranks '
         f"&middot; {esc(result['executor'])}</div>"
     )
-    data: dict[str, Any] = {}
-    return render_page(
-        title=title, header_html=header, nav=nav, body_html="".join(parts), data=data
-    )
+    return sectioned_page(title, header, SECTIONS, result)

@@ -10,10 +10,10 @@ from __future__ import annotations
 import html
 import json
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from functools import cache
 from importlib import resources
-from typing import Any
+from typing import Any, TypeVar
 
 from memlens.analysis.jsonable import json_default
 from memlens.units import format_bytes
@@ -147,6 +147,30 @@ def asset(name: str) -> str:
         .joinpath("templates")
         .joinpath(name)
         .read_text("utf-8")
+    )
+
+
+R = TypeVar("R")
+
+
+def sectioned_page(
+    title: str,
+    header_html: str,
+    sections: Sequence[tuple[str, str, Callable[[R], str | None]]],
+    result: R,
+) -> str:
+    """A page of (id, heading, section) over one result (a fleet's, a plan's), with no
+    data island: a section that returns None is left out, and out of the nav."""
+    parts: list[str] = []
+    nav: list[tuple[str, str]] = []
+    for sid, heading, fn in sections:
+        body = fn(result)
+        if body is None:
+            continue
+        nav.append((sid, heading))
+        parts.append(f'<section id="{sid}"><h2>{esc(heading)}</h2>{body}</section>')
+    return render_page(
+        title=title, header_html=header_html, nav=nav, body_html="".join(parts), data={}
     )
 
 

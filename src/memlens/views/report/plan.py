@@ -23,7 +23,7 @@ from memlens.views.report.page import (
     fmt_delta,
     note,
     num,
-    render_page,
+    sectioned_page,
     site_code,
     table,
 )
@@ -354,27 +354,16 @@ def knob_section(r: PlanResult) -> str | None:
     return head + body + "<h3>Every point</h3>" + per_point
 
 
-SECTIONS: list[tuple[str, str, Callable[[PlanResult], str | None]]] = [
-    ("overview", "Overview", overview),
-    ("points", "Points", points_table),
-    ("fit", "Fitted model", fit_section),
-    ("find-max", "Largest fitting value", find_max_section),
+# (id, heading, section): a section with nothing to show (no fit, no --what-if) is left out
+PAGE: list[tuple[str, str, Callable[[PlanResult], str | None]]] = [
+    ("overview", "Overview", overview), ("points", "Points", points_table),
+    ("fit", "Fitted model", fit_section), ("find-max", "Largest fitting value", find_max_section),
     ("what-if", "What-ifs", knob_section),
-]
+]  # fmt: skip
 
 
 def plan_report(result: PlanResult, title: str = "memlens plan") -> str:
-    """The whole self-contained HTML page."""
-    parts: list[str] = []
-    nav: list[tuple[str, str]] = []
-    for sid, heading, fn in SECTIONS:
-        body = fn(result)
-        if body is None:
-            continue
-        nav.append((sid, heading))
-        parts.append(f'<section id="{sid}"><h2>{esc(heading)}</h2>{body}</section>')
-    header = (
-        f'<h1>{esc(title)}</h1><div class="source">{esc(result["script"])} &middot; '
-        f"{esc(result['gpu'])}</div>"
-    )
-    return render_page(title=title, header_html=header, nav=nav, body_html="".join(parts), data={})
+    """The page, self-contained; its header names the script and the card."""
+    source = f"{esc(result['script'])} &middot; {esc(result['gpu'])}"
+    header = f'<h1>{esc(title)}</h1><div class="source">{source}</div>'
+    return sectioned_page(title, header, PAGE, result)
