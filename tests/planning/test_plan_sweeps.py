@@ -79,11 +79,16 @@ def test_sweep_env_sizes_the_tensor_and_is_part_of_the_cache_key(tmp_path):
     assert out["largest_fitting"] == {"TOY_BATCH": "4"}
     assert out["fit"]["linear_bytes"] == [pytest.approx(16 * MiB, abs=1)]
     assert out["simulations"] == 3
-    # a new value is simulated, the others come from the cache: the env is in the key
-    again, _ = plan(tmp_path, "--sweep-env", "TOY_BATCH=2,8", "envtoy.py")
+    # a new value is simulated, the others come from the cache: the env is in the key;
+    # the bisection sets the variable too (its first probe, 8, is the sweep's point)
+    again, _ = plan(tmp_path, "--sweep-env", "TOY_BATCH=2,8", "--find-max", "TOY_BATCH",
+                    "--hi", "8", "envtoy.py")  # fmt: skip
     assert [p["cached"] for p in again["points"]] == [True, False]
     assert peaks(again) == [(48 * MiB, 48 * MiB), (144 * MiB, 144 * MiB)]
     assert again["simulations"] == 1
+    (probe,) = again["find_max"]["probes"]
+    assert (probe["env"], probe["argv"], probe["cached"]) == ({"TOY_BATCH": "8"}, [], True)
+    assert again["find_max"]["largest_fitting"] == 8
 
 
 def test_sweep_env_with_a_script_argument_sweep(tmp_path):

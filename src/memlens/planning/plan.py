@@ -178,16 +178,18 @@ def find_max(
     hi: int,
     usable: int | None,
     hook: Hook | None = None,
+    env_names: Sequence[str] = (),
 ) -> PlanFindMax:
     """Bisection on the fitting boundary, memory taken to grow with `arg` (a script
-    argument, or a name handed to the sweep hook): `hi` first (all fits: done), then `lo`
-    (none fits: done), then ceil(log2(hi - lo)) midpoints."""
+    argument, an environment variable of `env_names`, or a name handed to the sweep hook):
+    `hi` first (all fits: done), then `lo` (none fits: done), then ceil(log2(hi - lo))
+    midpoints."""
     check_find(usable, lo, hi)
     probes: list[PlanPoint] = []
     before = runner.simulated
 
     def fits(value: int) -> bool:
-        spec = configure(args, {arg: str(value)}, (), hook)
+        spec = configure(args, {arg: str(value)}, env_names, hook)
         ((figures, cached),) = runner.run([spec.argv], [spec.label], [spec.options(runner.options)])
         probes.append(point(spec, figures, cached, usable))
         if figures["error"] is not None:
@@ -291,6 +293,7 @@ def _plan(
         "simulations": 0,
     }
     if find is not None:
-        result["find_max"] = find_max(runner, args, *find, setup.usable, hook)
+        env_names = [s.arg for s in sweeps if s.env]
+        result["find_max"] = find_max(runner, args, *find, setup.usable, hook, env_names)
     result["simulations"] = runner.simulated
     return result

@@ -207,7 +207,10 @@ class Runner:
     def executor(self) -> str:
         if self.scheduler is None:
             return f"local pool ({self.jobs} process{'es' if self.jobs > 1 else ''})"
-        return self._cluster().name
+        if self._executor is not None:
+            return self._executor.name
+        # every point came from the cache: no cluster was needed, none is reached to name it
+        return f"{self.scheduler} (not used: every point was cached)"
 
     def _cluster(self) -> Executor:
         """The Dask client, made once for the plan's runs (a dask-local cluster takes
