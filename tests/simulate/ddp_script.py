@@ -19,8 +19,9 @@ parser.add_argument("--as-view", action="store_true")
 parser.add_argument("--static-graph", action="store_true")
 parser.add_argument("--find-unused", action="store_true")
 parser.add_argument("--steps", type=int, default=2)
-parser.add_argument("--rank-extra", type=int, default=0, help="bytes rank 1 also holds")
-parser.add_argument("--fail-rank", type=int, default=None, help="this rank raises")
+parser.add_argument("--rank-extra", type=int, default=0, help="bytes --extra-on also holds")
+parser.add_argument("--extra-on", type=int, default=1, help="the rank holding --rank-extra")
+parser.add_argument("--fail-rank", type=int, action="append", default=[], help="this rank raises")
 opts = parser.parse_args()
 
 checkpoints: dict[str, object] = {}
@@ -49,10 +50,10 @@ if not opts.no_ddp:
         kwargs["bucket_cap_mb"] = opts.bucket_cap_mb
     model = DDP(model, device_ids=[local_rank], **kwargs)
 mark("wrapped")
-if opts.fail_rank == int(os.environ.get("RANK", "0")):
+if int(os.environ.get("RANK", "0")) in opts.fail_rank:
     raise RuntimeError("this rank fails")
 extra = None
-if opts.rank_extra and int(os.environ.get("RANK", "0")) == 1:
+if opts.rank_extra and int(os.environ.get("RANK", "0")) == opts.extra_on:
     extra = torch.empty(opts.rank_extra, dtype=torch.uint8, device=device)
 opt = torch.optim.AdamW(model.parameters(), foreach=False)
 for step in range(opts.steps):

@@ -176,7 +176,8 @@ def _positive(flag: str, help: str) -> Callable[[F], F]:
     "--ranks",
     default=None,
     metavar="LIST",
-    help="Ranks to simulate: all (default), or numbers and ranges, e.g. 0,3,8-11.",
+    help="Ranks to simulate: all, or numbers and ranges, e.g. 0,3,8-11 (default: rank 0 and "
+    "the last; the others are assumed equal to rank 0 when those two run the same allocations).",
 )
 @click.option(
     "--scheduler",

@@ -47,16 +47,30 @@ class RankResult:
     error: str | None = None
     traceback: str = ""
     notes: tuple[str, ...] = ()
+    # sha256 of the requested sizes of every allocation, in trace order: two ranks with
+    # equal peaks and equal signatures ran the same allocations (the symmetry test)
+    signature: str | None = None
+
+    @property
+    def shape(self) -> tuple[int | None, int | None, str | None] | None:
+        """What two ranks must share to count as equal: None for a failed rank."""
+        if self.error is not None or self.signature is None:
+            return None
+        return (self.peak_active, self.peak_reserved, self.signature)
 
 
 def run_rank(task: RankTask) -> RankResult:
     """Simulate one rank in this process (a pool worker): its environment is torchrun's
     for the rank (other variables as inherited), its working directory the launcher's."""
+    import hashlib
     import warnings
+
+    import numpy as np
 
     from memlens.errors import MemlensError
     from memlens.simulation.api import run_script
     from memlens.simulation.script import ScriptFailed
+    from memlens.snapshot.actions import Action
     from memlens.snapshot.loader import load
 
     os.environ.update(task.env)
@@ -78,6 +92,7 @@ def run_rank(task: RankTask) -> RankResult:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the figures only; `memlens fleet` says the rest
         device = load(run.whole, warn=False).device(0)
+    sizes = device.size[device.action == Action.ALLOC].astype("<i8")
     return RankResult(
         task.rank,
         str(Path(run.output)),
@@ -85,6 +100,7 @@ def run_rank(task: RankTask) -> RankResult:
         device.peak_reserved_bytes,
         run.oom,
         notes=tuple(run.notes),
+        signature=hashlib.sha256(np.ascontiguousarray(sizes).tobytes()).hexdigest(),
     )
 
 

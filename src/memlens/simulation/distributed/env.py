@@ -56,6 +56,12 @@ class World:
             env["OMP_NUM_THREADS"] = "1"
         return env
 
+    def probe(self) -> list[int]:
+        """What `--ranks` left out simulates: rank 0 and the last one. If the two run
+        the same allocations, the job is taken as symmetric and the ranks between as
+        rank 0 (docs/simulation.md says why these two)."""
+        return sorted({0, self.size - 1})
+
     def pick(self, ranks: str | None) -> list[int]:
         """`--ranks`: None or "all" every rank; else "0,3,63" or ranges "0-3,8"."""
         if ranks is None or ranks.strip() == "all":
@@ -77,3 +83,14 @@ class World:
                 )
             picked.extend(r for r in range(lo, hi + 1) if r not in picked)
         return picked
+
+
+def format_ranks(ranks: list[int]) -> str:
+    """Ranks as runs: [0, 1, 2, 5, 7, 8] -> "0-2, 5, 7-8"."""
+    runs: list[list[int]] = []
+    for rank in sorted(ranks):
+        if runs and rank == runs[-1][1] + 1:
+            runs[-1][1] = rank
+        else:
+            runs.append([rank, rank])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
