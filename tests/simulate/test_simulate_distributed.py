@@ -11,9 +11,6 @@ ReLU's output (8,192, saved for the second Linear's backward) and the loss (4 ->
 from __future__ import annotations
 
 import json
-import pickle
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -23,8 +20,7 @@ torch = pytest.importorskip("torch")
 
 from memlens.errors import MemlensError  # noqa: E402
 from memlens.simulation.api import run_script  # noqa: E402
-from memlens.simulation.distributed.env import World, format_ranks  # noqa: E402
-from memlens.units import format_bytes  # noqa: E402
+from memlens.simulation.distributed.env import World  # noqa: E402
 
 SCRIPT = str(Path(__file__).with_name("ddp_script.py"))
 P = 2 * 262_144 + 2 * 1_024  # the parameters, bytes
@@ -52,22 +48,6 @@ def active_blocks(snapshot: dict[str, Any]) -> list[int]:
     )  # fmt: skip
 
 
-def launcher(cwd: Path, *args: str, timeout: int = 300) -> subprocess.CompletedProcess[str]:
-    """`memlens simulate ARGS` in `cwd`, one pool worker, no cuBLAS workspace."""
-    return subprocess.run(
-        [sys.executable, "-m", "memlens", "simulate", "--workers", "1",
-         "--cublas-workspace", "0", *args],
-        capture_output=True, text=True, cwd=cwd, timeout=timeout,
-    )  # fmt: skip
-
-
-def table_rows(stdout: str) -> dict[str, list[str]]:
-    """The per-rank table's rows by their rank cell: [peak active, peak reserved,
-    headroom, note...] (the table's rows are the right-aligned lines)."""
-    rows = [line.split() for line in stdout.splitlines() if line[:1].isspace()]
-    return {row[0]: row[1:] for row in rows if row and row[0][:1].isdigit()}
-
-
 # ---------------------------------------------------------------- torchrun's environment
 def test_world_env_is_torchruns_numbering_node_by_node():
     env = World(nproc_per_node=4, nnodes=2).env(6)
@@ -75,12 +55,6 @@ def test_world_env_is_torchruns_numbering_node_by_node():
     assert env["WORLD_SIZE"] == "8" and env["LOCAL_WORLD_SIZE"] == "4"
     assert env["GROUP_WORLD_SIZE"] == "2" and env["ROLE_WORLD_SIZE"] == "8"
     assert (env["MASTER_ADDR"], env["MASTER_PORT"]) == ("127.0.0.1", "29500")
-
-
-def test_probe_is_rank_0_and_the_last_and_format_ranks_joins_runs():
-    assert World(4, 2).probe() == [0, 7] and World(2).probe() == [0, 1] == World(2).pick("all")
-    assert World(1).probe() == [0]
-    assert format_ranks([8, 0, 1, 2, 5, 7]) == "0-2, 5, 7-8" and format_ranks([3]) == "3"
 
 
 def test_ranks_pick_lists_ranges_and_refuses_outside_the_world():
@@ -207,41 +181,7 @@ def test_collectives_allocate_what_process_group_nccl_allocates(tmp_path, monkey
     assert marks["value"] == 1024  # the completed Work's future holds the outputs
 
 
-# ---------------------------------------------------------------- the launcher
-def test_launcher_writes_a_snapshot_per_rank_and_names_the_largest(tmp_path):
-    (tmp_path / "job").mkdir()  # -o may name a directory that exists
-    done = launcher(
-        tmp_path, "--nproc-per-node", "2", "--device-memory", "1GiB", "-o", "job", SCRIPT,
-        "--out", "marks{rank}.json", "--steps", "1", "--rank-extra", str(2**20),
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    assert sorted(p.name for p in (tmp_path / "job").iterdir()) == [
-        "rank0.pickle",
-        "rank1.pickle",
-    ]
-    for rank in (0, 1):
-        env = json.loads((tmp_path / f"marks{rank}.json").read_text())["env"]
-        assert env == {
-            "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": "2",
-            "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500",
-        }  # fmt: skip
-    peaks = {
-        rank: pickle.loads((tmp_path / "job" / f"rank{rank}.pickle").read_bytes())
-        for rank in (0, 1)
-    }
-    assert active_blocks(peaks[1]) == sorted([*active_blocks(peaks[0]), 2**20])
-    assert "largest: rank 1" in done.stdout
-    assert "memlens fleet: 2 ranks (2 ok, 0 failed)" in done.stdout
-
-
-def test_launcher_refuses_ranks_outside_the_world_in_one_line(tmp_path):
-    done = launcher(
-        tmp_path, "--nproc-per-node", "2", "--ranks", "2", SCRIPT, "--out", "m.json", timeout=120
-    )
-    assert done.returncode == 2
-    assert done.stderr.strip().splitlines()[-1].startswith("memlens: error: --ranks '2'")
-
-
+# ---------------------------------------------------------------- the launcher, in process
 def test_a_rank_dependent_script_gives_an_odd_rank_that_memlens_fleet_flags(tmp_path, monkeypatch):
     from memlens import fleet
 
@@ -363,86 +303,3 @@ def test_fsdp2_with_tensor_parallel_on_a_2d_mesh_shards_a_quarter_per_rank(tmp_p
     # the gradients are sharded like the parameters; the loss stays (x was never named:
     # backward freed it)
     assert marks["backward"] == 2 * marks["sharded"] + 512
-
-
-def test_launcher_reports_a_failing_rank_and_exits_1(tmp_path):
-    done = launcher(
-        tmp_path, "--nproc-per-node", "2", "-o", "job", SCRIPT, "--out", "marks{rank}.json",
-        "--steps", "0", "--fail-rank", "0",
-    )  # fmt: skip
-    assert done.returncode == 1
-    assert "RuntimeError: this rank fails" in done.stderr  # the script's own traceback
-    rows = table_rows(done.stdout)
-    assert "failed:" in rows["0"] and "failed:" not in rows["1"]
-    assert "largest: rank 1" in done.stdout
-    # said loudly, with which rank, and the other rank's snapshot still worth comparing
-    assert "memlens: warning: 1 of 2 simulated ranks FAILED (0; their errors above)" in done.stderr
-    assert done.stderr.rstrip().endswith("compare the ranks with: memlens fleet job")
-
-
-def test_launcher_with_every_rank_failing_says_so_and_points_at_nothing(tmp_path):
-    done = launcher(
-        tmp_path, "--nproc-per-node", "3", "--ranks", "all", "-o", "job", SCRIPT,
-        "--out", "m{rank}.json", "--steps", "0", "--fail-rank", "0", "--fail-rank", "1",
-        "--fail-rank", "2",
-    )  # fmt: skip
-    assert done.returncode == 1
-    assert done.stderr.rstrip().splitlines()[-1] == (
-        "memlens: error: all 3 simulated ranks failed (0-2): nothing to compare; "
-        "their errors are above"
-    )
-    assert "memlens fleet" not in done.stderr and "memlens fleet" not in done.stdout
-    assert sorted(table_rows(done.stdout)) == ["0", "1", "2"]
-    assert all(row[3] == "failed:" for row in table_rows(done.stdout).values())
-
-
-# ---------------------------------------------------------------- the default ranks
-def test_default_simulates_rank_0_and_the_last_and_assumes_the_rest_when_they_match(tmp_path):
-    done = launcher(
-        tmp_path, "--nproc-per-node", "4", "--device-memory", "1GiB", "-o", "job", SCRIPT,
-        "--out", "m{rank}.json", "--steps", "1",
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    assert sorted(p.name for p in (tmp_path / "job").iterdir()) == ["rank0.pickle", "rank3.pickle"]
-    assert not (tmp_path / "m1.json").exists()  # ranks 1 and 2 never ran
-    import memlens
-
-    first, last = (memlens.load(tmp_path / "job" / f"rank{r}.pickle").device(0) for r in (0, 3))
-    # DDP is symmetric: the same allocations, to the byte
-    assert first.size[first.action == 0].tolist() == last.size[last.action == 0].tolist()
-    figures = [
-        format_bytes(first.peak_active_bytes),
-        format_bytes(first.peak_reserved_bytes),
-        format_bytes(2**30 - first.peak_reserved_bytes),
-    ]
-    rows = table_rows(done.stdout)
-    assert [" ".join(rows[r][:6]) for r in ("0", "3")] == [" ".join(figures)] * 2
-    # the ranks left out: one row, rank 0's figures, and said to be assumed
-    assert " ".join(rows["1-2"]) == " ".join([*figures, "not simulated: assumed equal to rank 0"])
-    assert "ranks 1-2 were not simulated and are assumed equal to rank 0" in done.stderr
-    assert "the job looks symmetric" in done.stderr and "--ranks all" in done.stderr
-
-
-def test_default_on_a_rank_dependent_job_says_the_ranks_differ(tmp_path):
-    # rank 0 holds 1 MiB more than the others for the whole run (extra eval state)
-    done = launcher(
-        tmp_path, "--nproc-per-node", "4", "-o", "job", SCRIPT, "--out", "m{rank}.json",
-        "--steps", "1", "--rank-extra", str(2**20), "--extra-on", "0",
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    import memlens
-
-    first, last = (memlens.load(tmp_path / "job" / f"rank{r}.pickle").device(0) for r in (0, 3))
-    assert first.peak_active_bytes == last.peak_active_bytes + 2**20
-    rows = table_rows(done.stdout)
-    assert " ".join(rows["1-2"]) == "- - - not simulated"
-    assert "largest: rank 0" in done.stdout and "(of the simulated ranks)" in done.stdout
-    assert (
-        f"memlens: warning: ranks 0 and 3 differ (peak reserved "
-        f"{format_bytes(first.peak_reserved_bytes)} against "
-        f"{format_bytes(last.peak_reserved_bytes)}, peak active "
-        f"{format_bytes(first.peak_active_bytes)} against "
-        f"{format_bytes(last.peak_active_bytes)}): the job is not symmetric, and ranks 1-2 "
-        "were not simulated; simulate them with --ranks all" in done.stderr
-    )
-    assert "assumed" not in done.stdout
