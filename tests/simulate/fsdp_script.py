@@ -10,11 +10,14 @@ from typing import Any, cast
 
 import torch
 import torch.distributed as dist
-from torch.distributed.fsdp import fully_shard
+from torch.distributed.fsdp import CPUOffloadPolicy, OffloadPolicy, fully_shard
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--out", required=True)
 parser.add_argument("--keep-unsharded", action="store_true", help="reshard_after_forward=False")
+parser.add_argument(
+    "--offload", action="store_true", help="CPUOffloadPolicy: shards, grads, moments on the host"
+)
 opts = parser.parse_args()
 
 dist.init_process_group("nccl")
@@ -29,9 +32,10 @@ def mark(name: str) -> None:
 model = torch.nn.Sequential(
     torch.nn.Linear(256, 256), torch.nn.ReLU(), torch.nn.Linear(256, 256)
 ).cuda()
+offload = CPUOffloadPolicy() if opts.offload else OffloadPolicy()
 for layer in (model[0], model[2]):
-    fully_shard(layer, reshard_after_forward=not opts.keep_unsharded)
-fully_shard(model, reshard_after_forward=not opts.keep_unsharded)
+    fully_shard(layer, reshard_after_forward=not opts.keep_unsharded, offload_policy=offload)
+fully_shard(model, reshard_after_forward=not opts.keep_unsharded, offload_policy=offload)
 mark("sharded")
 marks["local_rows"] = cast(Any, model[0].weight).to_local().shape[0]  # a DTensor, sharded
 opt = torch.optim.AdamW(model.parameters(), foreach=False)
@@ -44,5 +48,11 @@ loss.backward()
 mark("backward")
 opt.step()
 mark("step")
+# where the sharded parameters, gradients and AdamW's moments live
+weight = cast(Any, model[0].weight)
+marks["devices"] = sorted(
+    {str(t.to_local().device) for t in (weight, weight.grad, *opt.state[weight].values())
+     if isinstance(t, torch.Tensor) and t.dim() > 0}
+)  # fmt: skip
 with open(opts.out.format(rank=os.environ["RANK"]), "w") as f:
     json.dump(marks, f)

@@ -258,6 +258,27 @@ def test_reshard_after_forward_false_keeps_the_unsharded_parameters(tmp_path, mo
     assert marks["backward"] == 2 * shard + KEPT
 
 
+@pytest.mark.parametrize("world", [2, 3])
+def test_cpu_offload_keeps_shards_gradients_and_moments_off_the_gpu(tmp_path, monkeypatch, world):
+    plain = run_fsdp(tmp_path, monkeypatch, world)
+    marks = run_fsdp(tmp_path, monkeypatch, world, "--offload")
+    # CPUOffloadPolicy: the padded shards, the gradients (each reduce-scatter output
+    # copied to the host in the post-backward, inside autograd's hook for the second
+    # unit) and AdamW's moments are host tensors
+    assert marks["devices"] == ["cpu"] and plain["devices"] == [f"cuda:{world - 1}"]
+    assert marks["sharded"] == 0
+    assert marks["forward"] == ACTS
+    assert marks["backward"] == marks["step"] == KEPT
+    # what stays on the GPU: each unit's all-gather output and unsharded parameters,
+    # exactly the forward peak without offload less the two units' shards
+    rows = -(-256 // world)
+    gathered = r512(world * rows * 257 * 4)
+    unsharded = r512(world * rows * 256 * 4) + r512(world * rows * 4)
+    assert marks["forward_peak"] == 8_192 + 8_192 + 2 * gathered + unsharded
+    shard = r512(rows * 256 * 4) + r512(rows * 4)
+    assert marks["forward_peak"] == plain["forward_peak"] - 2 * shard
+
+
 TWO_D = """
 import json, os, sys, torch
 from torch.distributed.device_mesh import init_device_mesh

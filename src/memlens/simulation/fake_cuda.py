@@ -102,6 +102,20 @@ def _target_device(device: Any) -> torch.device:
     return torch.device(device)
 
 
+class _Named:
+    """How deep in `Tensor.to` / `.cpu()` / `.cuda()` the thread is: the device of the
+    `_to_copy` they dispatch is one the caller named in Python, not a C++ tensor's
+    options() (which read `cpu` on fake CUDA tensors; see simulation/tracker.py)."""
+
+    depth = 0
+
+
+def device_was_named() -> bool:
+    """Whether the op being dispatched is `Tensor.to`'s copy to a device named in Python
+    (e.g. FSDP2's CPU offload moving a gradient to the host inside a backward hook)."""
+    return _Named.depth > 0
+
+
 def make_to(original_to: Callable[..., Any]) -> Callable[..., Any]:
     def to(self: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
         copy = kwargs.pop("copy", False)
@@ -115,13 +129,17 @@ def make_to(original_to: Callable[..., Any]) -> Callable[..., Any]:
         keep_format = memory_format in (None, torch.preserve_format)
         if device == self.device and dtype == self.dtype and not copy and keep_format:
             return self
-        return torch.ops.aten._to_copy.default(
-            self,
-            dtype=dtype,
-            device=device,
-            non_blocking=bool(non_blocking),
-            memory_format=memory_format,
-        )
+        _Named.depth += 1
+        try:
+            return torch.ops.aten._to_copy.default(
+                self,
+                dtype=dtype,
+                device=device,
+                non_blocking=bool(non_blocking),
+                memory_format=memory_format,
+            )
+        finally:
+            _Named.depth -= 1
 
     return to
 

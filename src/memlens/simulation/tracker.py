@@ -80,9 +80,11 @@ class Tracker(TorchDispatchMode):
             kwargs = {**kwargs, "device": fake_cuda.current_cuda()}
         if self.sim.cpu_options_mean_cuda and node is None and process_group.is_factory(func):
             return process_group.reducer_factory(self.sim, func, args, kwargs)
-        if "device" in kwargs and node is not None:
+        if "device" in kwargs and node is not None and not fake_cuda.device_was_named():
             # Backward formulas build tensors from a CUDA tensor's options(), whose C++
-            # device reads `cpu` here (see fake_cuda); on a GPU they land on the GPU.
+            # device reads `cpu` here (see fake_cuda); on a GPU they land on the GPU. A
+            # device named in Python (`.to("cpu")` in a backward hook: FSDP2's CPU
+            # offload of each unit's gradients) is where the copy goes.
             device = kwargs["device"]
             if device is None or torch.device(device).type == "cpu":
                 kwargs = {**kwargs, "device": fake_cuda.current_cuda()}
