@@ -279,6 +279,37 @@ def test_cpu_offload_keeps_shards_gradients_and_moments_off_the_gpu(tmp_path, mo
     assert marks["forward_peak"] == plain["forward_peak"] - 2 * shard
 
 
+PROPAGATION = """
+import json, os, sys, torch
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor.parallel import ColwiseParallel, parallelize_module
+torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+mesh = init_device_mesh("cuda", (4,))
+model = torch.nn.Linear(1024, 1024, bias=False)  # built on the host: 4 MiB
+parallelize_module(model.cuda(), mesh, ColwiseParallel())
+base = torch.cuda.memory_allocated()
+torch.cuda.reset_peak_memory_stats()
+doubled = model.weight * 2  # a DTensor op never run before: its sharding is propagated
+marks = {"base": base, "peak": torch.cuda.max_memory_allocated() - base,
+         "after": torch.cuda.memory_allocated() - base}
+json.dump(marks, open(sys.argv[1], "w"))
+"""
+
+
+def test_dtensor_sharding_propagation_allocates_nothing_on_the_gpu(tmp_path, monkeypatch):
+    # DTensor propagates an op's sharding by running it once on fake tensors of the
+    # global shape (1024 x 1024 fp32, 4 MiB each for the input and the output) under a
+    # FakeTensorMode: on a GPU no memory. The op itself makes the local product alone:
+    # rank 3's 256 rows, 1 MiB, as the local weight.
+    (tmp_path / "prop.py").write_text(PROPAGATION)
+    for key, value in World(4).env(3).items():
+        monkeypatch.setenv(key, value)
+    run_script(tmp_path / "prop.py", [str(tmp_path / "m.json")], tmp_path / "p.pickle")
+    marks = json.loads((tmp_path / "m.json").read_text())
+    assert marks["base"] == 2**20  # the local shard of the weight
+    assert marks["peak"] == marks["after"] == 2**20
+
+
 TWO_D = """
 import json, os, sys, torch
 from torch.distributed.device_mesh import init_device_mesh
