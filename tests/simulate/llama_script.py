@@ -6,7 +6,9 @@ embedding with `--tied`. Every Linear is bias-free, as in Llama. `--mode` wraps 
 single (one GPU, no process group), ddp, fsdp2 (`fully_shard` per block, then the
 root), fsdp1 (`FullyShardedDataParallel`, a unit per block, `--strategy`), tp
 (`parallelize_module`: q, k, v and the MLP's w1, w3 colwise; wo and w2 rowwise) or sp
-(tp plus sequence parallel). `--checkpoint` wraps every block in `checkpoint_wrapper`,
+(tp plus sequence parallel) or 3d (tp on the last dimension of a `--mesh`
+replicate x shard x tp device mesh, then HSDP: `fully_shard` per block and the root on the
+first two). `--checkpoint` wraps every block in `checkpoint_wrapper`,
 `--bf16` gives FSDP2 a bf16 MixedPrecisionPolicy, `--meta` builds on the meta device,
 `--tracker` runs the step under PyTorch's MemTracker (FSDPMemTracker with FSDP2). One step of AdamW
 (foreach=False). torch.cuda.memory_allocated() at each checkpoint goes to `--out`.
@@ -25,7 +27,10 @@ from torch import nn
 parser = argparse.ArgumentParser()
 parser.add_argument("--out", required=True, help="{rank} is replaced by $RANK")
 parser.add_argument(
-    "--mode", default="single", choices=["single", "ddp", "fsdp2", "fsdp1", "tp", "sp"]
+    "--mode", default="single", choices=["single", "ddp", "fsdp2", "fsdp1", "tp", "sp", "3d"]
+)
+parser.add_argument(
+    "--mesh", default="2,2,2", help="3d: replicate,shard,tp sizes (HSDP over the first two)"
 )
 parser.add_argument("--vocab", type=int, default=250)
 parser.add_argument("--dim", type=int, default=64)
@@ -174,7 +179,7 @@ elif opts.mode == "fsdp1":
         device_id=device,
         sharding_strategy=ShardingStrategy[opts.strategy],
     )
-elif opts.mode in ("tp", "sp"):
+elif opts.mode in ("tp", "sp", "3d"):
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import Replicate, Shard
     from torch.distributed.tensor.parallel import (
@@ -186,7 +191,12 @@ elif opts.mode in ("tp", "sp"):
         parallelize_module,
     )
 
-    mesh = init_device_mesh("cuda", (int(os.environ["WORLD_SIZE"]),))
+    if opts.mode == "3d":  # HSDP (replicate x shard) over tensor parallel
+        sizes = tuple(int(n) for n in opts.mesh.split(","))
+        mesh3 = init_device_mesh("cuda", sizes, mesh_dim_names=("replicate", "shard", "tp"))
+        mesh = mesh3["tp"]
+    else:
+        mesh = init_device_mesh("cuda", (int(os.environ["WORLD_SIZE"]),))
     plan = {
         "attention.wq": ColwiseParallel(),
         "attention.wk": ColwiseParallel(),
@@ -225,6 +235,12 @@ elif opts.mode in ("tp", "sp"):
                 ),
             )
         parallelize_module(inner, mesh, plan)
+    if opts.mode == "3d":
+        from torch.distributed.fsdp import fully_shard
+
+        for layer in layers:
+            fully_shard(layer, mesh=mesh3["replicate", "shard"])
+        fully_shard(model, mesh=mesh3["replicate", "shard"])
 mark("params")
 marks["local_shapes"] = {
     name: list(getattr(p, "_local_tensor", p).shape) for name, p in model.named_parameters()

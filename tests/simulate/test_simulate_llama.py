@@ -1,6 +1,6 @@
 """Issue 22 on a small Llama-style model (tests/simulate/llama_script.py): per-rank
 parameter, gradient and AdamW-state bytes under DDP, FSDP2, FSDP1, tensor and sequence
-parallel at world sizes 2, 4 and 8, equal to the sharding arithmetic worked out here
+parallel at world sizes 2, 4 and 8 and HSDP over tensor parallel on a 3-D mesh, equal to the sharding arithmetic worked out here
 from the model's shapes; DDP's peak equals the single-GPU run's plus its bucket; the
 peak against PyTorch's MemTracker / FSDPMemTracker; activation checkpointing, a tied
 head, FSDP1's sharding strategies and FSDP2's bf16 mixed precision.
@@ -101,23 +101,32 @@ def expected(mode: str, world: int, units: list[Unit] = UNITS) -> dict[str, int]
         local = sum(r512(numel(tp_local(s, k, world, rank)) * F32) for s, k in params_)
         return {"params": local, "grads": local, "state": 2 * local}
     if mode == "fsdp2":
-        params = state = grads = 0
-        for unit in units:
-            flat = 0  # the unit's reduce-scatter output: every padded shard, one buffer
-            for shape, _ in unit:
-                padded, own = fsdp2_rows(shape[0], world, rank)
-                row = numel(shape[1:])
-                params += r512(padded * row * F32)  # the padded shard, its own block
-                state += 2 * r512(own * row * F32)  # zeros_like the unpadded local shard
-                flat += padded * row
-            grads += r512(flat * F32)  # the sharded gradients are views of it
-        return {"params": params, "grads": grads, "state": state}
+        return fsdp2_bytes(units, world, rank)
     if mode == "fsdp1":
         # one flat parameter per unit, padded to a multiple of the world size; each
         # rank's shard, its gradient and the two moments are (flat / world) elements
         shards = sum(fsdp1_unit_bytes(world, units))
         return {"params": shards, "grads": shards, "state": 2 * shards}
     raise AssertionError(mode)
+
+
+def fsdp2_bytes(
+    units: list[Unit], shard: int, shard_rank: int, tp: int = 1, tp_rank: int = 0
+) -> dict[str, int]:
+    """FSDP2 over `shard` ranks (this one `shard_rank`) of each parameter's tensor
+    parallel local shard (`tp` ranks; 1: the whole parameter): dim 0 chunked, padded."""
+    params = state = grads = 0
+    for unit in units:
+        flat = 0  # the unit's reduce-scatter output: every padded shard, one buffer
+        for shape, kind in unit:
+            local = tp_local(shape, kind, tp, tp_rank)
+            padded, own = fsdp2_rows(local[0], shard, shard_rank)
+            row = numel(local[1:])
+            params += r512(padded * row * F32)  # the padded shard, its own block
+            state += 2 * r512(own * row * F32)  # zeros_like the unpadded local shard
+            flat += padded * row
+        grads += r512(flat * F32)  # the sharded gradients are views of it
+    return {"params": params, "grads": grads, "state": state}
 
 
 def simulate(
@@ -185,6 +194,25 @@ def test_ddp_is_the_single_gpu_run_plus_its_bucket(tmp_path, monkeypatch, single
 def test_sharded_bytes_per_rank_are_the_sharding_arithmetic(tmp_path, monkeypatch, mode, world):
     marks = simulate(tmp_path, monkeypatch, mode, world)
     assert measured(marks) == expected(mode, world)
+
+
+# A 3-D device mesh, world 8: HSDP (replicate x shard) over tensor parallel, the last
+# rank at (1, shard - 1, 1). Tensor parallel splits each weight as above over tp=2; FSDP2
+# then chunks dim 0 of that local shard over the shard dimension (padded) and replicates
+# it over the replicate one, which adds no bytes. (2, 2, 2): every split is even (the
+# embedding's 250 rows: 125 each); (1, 4, 2): 250 rows over 4, padded to 63, 61 own.
+@pytest.mark.parametrize("mesh", [(2, 2, 2), (1, 4, 2)])
+def test_3d_mesh_hsdp_over_tensor_parallel_shards_by_both(tmp_path, monkeypatch, mesh):
+    replicate, shard, tp = mesh
+    marks = simulate(tmp_path, monkeypatch, "3d", 8, "--mesh", ",".join(map(str, mesh)))
+    want = fsdp2_bytes(UNITS, shard, shard - 1, tp, tp - 1)
+    assert measured(marks) == want
+    shapes = list(marks["local_shapes"].values())
+    # the embedding (replicated by tp), a norm, wq (colwise: 32 rows on each tp rank)
+    assert shapes[:3] == [[fsdp2_rows(V, shard, shard - 1)[1], D], [D // shard], [32 // shard, D]]
+    if mesh == (2, 2, 2):  # worked by hand: a block's shards are 51,200 bytes, the root's
+        # embedding and head 125 x 64 x 4 = 32,000 -> 32,256 each and its norm 512
+        assert want == {"params": 167_424, "grads": 165_888, "state": 334_848}
 
 
 def fsdp1_unit_bytes(shard_over: int, units: list[Unit] = UNITS) -> list[int]:
