@@ -70,6 +70,30 @@ def test_synchronize_events_and_streams():
         assert y.shape == (4,)
 
 
+def test_each_stream_has_its_own_free_blocks():
+    # 4 MiB blocks come from the large pool, in 20 MiB segments. A block freed on the
+    # side stream is reused by the side stream alone, as CUDACachingAllocator keys its
+    # free blocks by stream: the default stream's request needs a segment of its own.
+    with memlens.simulate() as sim:
+        side = torch.cuda.Stream()
+        assert torch.cuda.current_stream() == torch.cuda.default_stream() != side
+        with torch.cuda.stream(side):
+            assert torch.cuda.current_stream() == side
+            x = torch.empty(4 * MiB, dtype=torch.uint8, device="cuda")
+        del x
+        y = torch.empty(4 * MiB, dtype=torch.uint8, device="cuda")  # a new segment
+        reserved = torch.cuda.memory_reserved()
+        with side:  # torch.Stream as a context manager
+            z = torch.empty(4 * MiB, dtype=torch.uint8, device="cuda")  # x's block again
+        assert torch.cuda.memory_reserved() == reserved == 2 * 20 * MiB
+        del y, z
+    trace = sim.snapshot["device_traces"][0]
+    allocs = [(e["stream"], e["addr"]) for e in trace if e["action"] == "alloc"]
+    assert [stream for stream, _ in allocs] == [1, 0, 1]
+    assert allocs[0][1] == allocs[2][1] != allocs[1][1]
+    assert sorted(seg["stream"] for seg in sim.snapshot["segments"]) == [0, 1]
+
+
 @pytest.fixture
 def restore_backend_flags():
     """The flags are process-wide: a test that sets them leaves them for every later test in

@@ -11,6 +11,7 @@ ReLU's output (8,192, saved for the second Linear's backward) and the loss (4 ->
 from __future__ import annotations
 
 import json
+import pickle
 from pathlib import Path
 from typing import Any
 
@@ -277,6 +278,27 @@ def test_cpu_offload_keeps_shards_gradients_and_moments_off_the_gpu(tmp_path, mo
     assert marks["forward_peak"] == 8_192 + 8_192 + 2 * gathered + unsharded
     shard = r512(rows * 256 * 4) + r512(rows * 4)
     assert marks["forward_peak"] == plain["forward_peak"] - 2 * shard
+
+
+def test_fsdp2_allocates_on_its_own_streams(tmp_path, monkeypatch):
+    # FSDP2 makes its streams in this order: all-gather copy-in (1), all-gather (2),
+    # reduce-scatter (3), all-reduce (4, HSDP). Each unit's all-gather output (world x
+    # the padded shard of weight and bias: 2 x 128 x 257 x 4) is made on the copy-in
+    # stream, in forward and again in backward; each reduce-scatter output (the sharded
+    # gradients, 128 x 257 x 4) on the reduce-scatter stream; the rest on the default one
+    run_fsdp(tmp_path, monkeypatch, 2)
+    snapshot = pickle.loads((tmp_path / "f.pickle").read_bytes())
+    by_stream: dict[int, list[int]] = {}
+    for e in snapshot["device_traces"][0]:
+        if e["action"] == "alloc":
+            by_stream.setdefault(e["stream"], []).append(e["size"])
+    assert by_stream[1] == [263_168] * 4
+    assert by_stream[3] == [131_584] * 2
+    assert sorted(by_stream) == [0, 1, 3]
+    # a stream's blocks come from its own segments: three 2 MiB small-pool segments
+    assert sorted((s["stream"], s["total_size"]) for s in snapshot["segments"]) == [
+        (0, 2**21), (1, 2**21), (3, 2**21),
+    ]  # fmt: skip
 
 
 PROPAGATION = """

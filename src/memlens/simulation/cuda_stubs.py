@@ -1,5 +1,6 @@
 """Stand-ins for torch.cuda objects a CPU-only build cannot create (device properties,
-events, streams, NVTX). The simulated device has one stream and nothing ever runs on it."""
+events, streams, NVTX). Streams are ids the allocator's pools are keyed by; nothing ever
+runs on them."""
 
 from __future__ import annotations
 
@@ -114,16 +115,32 @@ class Event:
 
 
 class Stream:
-    """torch.cuda.Stream: the model has one stream (0), so side streams are the same one."""
+    """torch.cuda.Stream: an id the allocator keys its free blocks by (a block freed on
+    a side stream is reused by that stream's allocations only, as CUDACachingAllocator
+    does). Nothing runs, so every wait and event is complete at once. The default
+    stream is 0; `torch.cuda.Stream()` makes the next id."""
 
-    cuda_stream = 0
-    stream_id = 0
     device_index = 0
     device_type = 1  # c10::DeviceType::CUDA
     device = torch.device("cuda", 0)
+    made = 0  # side streams made so far in this simulation
 
     def __init__(self, device: object = None, priority: int = 0, **kwargs: object) -> None:
-        pass
+        Stream.made += 1
+        self.stream_id = self.cuda_stream = Stream.made
+
+    @classmethod
+    def of(cls, stream_id: int) -> Stream:
+        """The stream with this id (0: the default stream), without making a new one."""
+        stream = cls.__new__(cls)
+        stream.stream_id = stream.cuda_stream = stream_id
+        return stream
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Stream) and other.stream_id == self.stream_id
+
+    def __hash__(self) -> int:
+        return hash(("stream", self.stream_id))
 
     def synchronize(self) -> None:
         pass
@@ -144,14 +161,57 @@ class Stream:
         return False
 
     def __enter__(self) -> Stream:
+        # torch.Stream as a context manager: the current stream until the block ends
+        self._previous = current_stream_id()
+        set_stream(self)
         return self
 
     def __exit__(self, *exc: object) -> None:
+        _Current.stream = self._previous
+        return None  # exceptions propagate
+
+
+class _Current:
+    stream = 0  # the id of the stream allocations go to (set_stream, torch.cuda.stream)
+
+
+def current_stream_id() -> int:
+    return _Current.stream
+
+
+def set_stream(stream: Stream | None) -> None:
+    """torch.cuda.set_stream; None leaves the current stream as it is."""
+    if stream is not None:
+        _Current.stream = stream.stream_id
+
+
+def reset_streams() -> None:
+    """A new simulation starts on the default stream, with no side streams made."""
+    _Current.stream = 0
+    Stream.made = 0
+
+
+class StreamContext:
+    """torch.cuda.stream(s) / StreamContext: `s` current inside the block (no-op for
+    None), the previous stream back after it."""
+
+    def __init__(self, stream: Stream | None) -> None:
+        self.stream = stream
+        self.previous = 0
+
+    def __enter__(self) -> Stream | None:
+        self.previous = current_stream_id()
+        set_stream(self.stream)
+        return self.stream
+
+    def __exit__(self, *exc: object) -> None:
+        _Current.stream = self.previous
         return None  # exceptions propagate
 
 
 class ExternalStream(Stream):
-    """torch.cuda.ExternalStream: a stream made elsewhere; the model's one stream."""
+    """torch.cuda.ExternalStream: a stream made elsewhere, taken as the default stream."""
 
     def __init__(self, stream_ptr: int = 0, device: object = None, **kwargs: object) -> None:
+        self.stream_id = 0
         self.cuda_stream = stream_ptr

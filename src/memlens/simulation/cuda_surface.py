@@ -255,7 +255,7 @@ def answers(sim: Simulation) -> dict[str, Any]:
         "get_sync_debug_mode": lambda: sync_mode[0],
         "set_sync_debug_mode": lambda debug_mode: sync_mode.__setitem__(0, debug_mode),
         "ipc_collect": lambda: None,
-        "set_stream": lambda stream: None,
+        "set_stream": cuda_stubs.set_stream,
         "ExternalStream": cuda_stubs.ExternalStream,
         "get_stream_from_external": lambda data_ptr, device=None: cuda_stubs.ExternalStream(
             data_ptr
@@ -317,8 +317,10 @@ def _accelerator(sim: Simulation, api: dict[str, Any]) -> dict[str, Any]:
             "set_device_index": lambda device: None,
             "set_device_idx": lambda device: None,
             "device_index": lambda device: contextlib.nullcontext(),
-            "current_stream": lambda device=None: cuda_stubs.Stream(),
-            "set_stream": lambda stream: None,
+            "current_stream": lambda device=None: cuda_stubs.Stream.of(
+                cuda_stubs.current_stream_id()
+            ),
+            "set_stream": cuda_stubs.set_stream,
             "empty_cache": sim.empty_cache,
             "empty_host_cache": lambda: None,
             "get_memory_info": api["mem_get_info"],

@@ -99,6 +99,7 @@ class Simulation:
 
     # ------------------------------------------------------------ context manager
     def __enter__(self) -> Simulation:
+        cuda_stubs.reset_streams()
         self.autocast_policy = fake_cuda.install(self._patches, self._cuda_api(), self.note)
         cuda_surface.install(self._patches, self)
         sdpa.install(self._patches, self)
@@ -131,6 +132,7 @@ class Simulation:
         finally:
             torch._C._set_only_lift_cpu_tensors(self._lift_cpu_only)
             self._patches.restore()
+            cuda_stubs.reset_streams()
             self.snapshot = self.build_snapshot()
             if self.keep_whole_run:
                 self.whole_run = self.build_snapshot(whole=True)
@@ -162,7 +164,9 @@ class Simulation:
 
     def _malloc(self, nbytes: int, stack: list[dict[str, Any]] | None = None) -> int:
         try:
-            return self.allocator.malloc(nbytes, 0, self._stack() if stack is None else stack)
+            return self.allocator.malloc(
+                nbytes, cuda_stubs.current_stream_id(), self._stack() if stack is None else stack
+            )
         except SimulatedOOM as oom:
             # PyTorch calls the observers after the `oom` trace entry, before raising.
             total = self.allocator.device_memory or 0
@@ -302,9 +306,12 @@ class Simulation:
             "set_rng_state": lambda new_state, device="cuda": None,
             "Event": cuda_stubs.Event,
             "Stream": cuda_stubs.Stream,
-            "current_stream": lambda device=None: cuda_stubs.Stream(),
-            "default_stream": lambda device=None: cuda_stubs.Stream(),
-            "stream": lambda stream=None: contextlib.nullcontext(stream),
+            "StreamContext": cuda_stubs.StreamContext,
+            "current_stream": lambda device=None: cuda_stubs.Stream.of(
+                cuda_stubs.current_stream_id()
+            ),
+            "default_stream": lambda device=None: cuda_stubs.Stream.of(0),
+            "stream": cuda_stubs.StreamContext,
             "memory._record_memory_history": record_history,
             "memory._dump_snapshot": dump_snapshot,
             "memory._snapshot": snapshot,
