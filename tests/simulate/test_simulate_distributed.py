@@ -49,6 +49,18 @@ def active_blocks(snapshot: dict[str, Any]) -> list[int]:
     )  # fmt: skip
 
 
+def run_source(tmp_path, monkeypatch, source: str, rank: int, world: World) -> dict[str, Any]:
+    """`source` (a script writing its marks as JSON to argv[1]) simulated as `rank` of
+    `world`, no cuBLAS workspace: its marks."""
+    (tmp_path / "script.py").write_text(source)
+    for key, value in world.env(rank).items():
+        monkeypatch.setenv(key, value)
+    out = tmp_path / "m.json"
+    run_script(tmp_path / "script.py", [str(out)], tmp_path / "s.pickle", cublas_workspace=0)
+    marks: dict[str, Any] = json.loads(out.read_text())
+    return marks
+
+
 # ---------------------------------------------------------------- torchrun's environment
 def test_world_env_is_torchruns_numbering_node_by_node():
     env = World(nproc_per_node=4, nnodes=2).env(6)
@@ -167,11 +179,7 @@ json.dump(marks, open(sys.argv[1], "w"))
 
 @pytest.mark.filterwarnings("ignore:`torch.distributed.all_gather_into_tensor` is deprecated")
 def test_collectives_allocate_what_process_group_nccl_allocates(tmp_path, monkeypatch):
-    (tmp_path / "coll.py").write_text(COLLECTIVES)
-    for key, value in World(4).env(2).items():
-        monkeypatch.setenv(key, value)
-    run_script(tmp_path / "coll.py", [str(tmp_path / "m.json")], tmp_path / "c.pickle")
-    marks = json.loads((tmp_path / "m.json").read_text())
+    marks = run_source(tmp_path, monkeypatch, COLLECTIVES, 2, World(4))
     # in place, or into the caller's output: nothing
     assert marks["all_reduce"] == marks["into_tensor"] == marks["broadcast"] == 0
     # a list of equal outputs (inputs): flattened into one world x 4,096 buffer
@@ -323,11 +331,7 @@ def test_dtensor_sharding_propagation_allocates_nothing_on_the_gpu(tmp_path, mon
     # global shape (1024 x 1024 fp32, 4 MiB each for the input and the output) under a
     # FakeTensorMode: on a GPU no memory. The op itself makes the local product alone:
     # rank 3's 256 rows, 1 MiB, as the local weight.
-    (tmp_path / "prop.py").write_text(PROPAGATION)
-    for key, value in World(4).env(3).items():
-        monkeypatch.setenv(key, value)
-    run_script(tmp_path / "prop.py", [str(tmp_path / "m.json")], tmp_path / "p.pickle")
-    marks = json.loads((tmp_path / "m.json").read_text())
+    marks = run_source(tmp_path, monkeypatch, PROPAGATION, 3, World(4))
     assert marks["base"] == 2**20  # the local shard of the weight
     assert marks["peak"] == marks["after"] == 2**20
 
@@ -360,14 +364,7 @@ json.dump(marks, open(sys.argv[1], "w"))
 
 
 def test_fsdp2_with_tensor_parallel_on_a_2d_mesh_shards_a_quarter_per_rank(tmp_path, monkeypatch):
-    (tmp_path / "two_d.py").write_text(TWO_D)
-    for key, value in World(4).env(3).items():
-        monkeypatch.setenv(key, value)
-    run_script(
-        tmp_path / "two_d.py", [str(tmp_path / "m.json")], tmp_path / "t.pickle",
-        cublas_workspace=0,
-    )  # fmt: skip
-    marks = json.loads((tmp_path / "m.json").read_text())
+    marks = run_source(tmp_path, monkeypatch, TWO_D, 3, World(4))
     assert marks["coords"] == [1, 1]  # rank 3 of a (dp=2, tp=2) mesh
     # colwise: weight rows and bias split over tp, then dim 0 over dp; rowwise: weight
     # columns over tp, rows over dp; its bias replicated over tp, split over dp
