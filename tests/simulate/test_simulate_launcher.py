@@ -119,6 +119,27 @@ def test_launcher_with_every_rank_failing_says_so_and_points_at_nothing(tmp_path
     assert all(row[3] == "failed:" for row in table_rows(done.stdout).values())
 
 
+def test_rank_table_names_the_simulated_and_the_assumed_ranks():
+    from memlens.cli.simulate_ranks import rank_table
+    from memlens.fleet.launch import RankResult
+
+    mib = 2**20
+    ran = [
+        RankResult(r, f"rank{r}.pickle", 3 * mib, 4 * mib, oom="OOM", signature="s") for r in (0, 3)
+    ]
+    assert rank_table(ran, 2**30, [1, 2], symmetric=True) == "\n".join([
+        "rank  peak active  peak reserved     headroom",
+        "   0     3.00 MiB       4.00 MiB  1020.00 MiB  OOM",
+        "   3     3.00 MiB       4.00 MiB  1020.00 MiB  OOM",
+        " 1-2     3.00 MiB       4.00 MiB  1020.00 MiB  not simulated: assumed equal to rank 0, OOM",
+        "largest: rank 0, peak reserved 4.00 MiB",
+    ])  # fmt: skip
+    assert rank_table(ran, None, [1, 2], symmetric=False).splitlines()[3:] == [
+        " 1-2            -              -         -  not simulated",
+        "largest: rank 0, peak reserved 4.00 MiB (of the simulated ranks)",
+    ]
+
+
 # ---------------------------------------------------------------- the default ranks
 def test_default_simulates_rank_0_and_the_last_and_assumes_the_rest_when_they_match(tmp_path):
     done = launcher(

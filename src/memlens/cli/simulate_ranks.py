@@ -51,7 +51,8 @@ def rank_table(
         if symmetric and first is not None:
             rows.append(
                 (format_ranks(assumed), *_figures(first, device_memory),
-                 f"not simulated: assumed equal to rank {first.rank}")
+                 f"not simulated: assumed equal to rank {first.rank}"
+                 + (", OOM" if first.oom is not None else ""))
             )  # fmt: skip
         else:
             rows.append((format_ranks(assumed), "-", "-", "-", "not simulated"))
