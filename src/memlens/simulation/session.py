@@ -9,7 +9,6 @@ the free. Views share their base's storage and are not allocations, as on a GPU.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import pickle
 import threading
