@@ -234,6 +234,35 @@ def test_launcher_runs_a_module_with_dash_m(tmp_path, local_job):
     assert (env["RANK"], env["WORLD_SIZE"]) == ("1", "2")
 
 
+# A script that leaves state in an imported module (as a cache in a library would): a
+# second run in the same process sees it and allocates more.
+STATEFUL = """
+import torch
+runs = getattr(torch, "_memlens_test_runs", 0) + 1
+torch._memlens_test_runs = runs
+x = torch.empty(runs * 2**20, dtype=torch.uint8, device="cuda")
+"""
+
+
+def test_one_worker_for_both_ranks_gives_the_same_ranks(tmp_path, local_job):
+    # a pool worker handed a second rank (here the only worker; under load, one that
+    # started first) runs it in a fresh interpreter: nothing of the first rank's run (its
+    # process group, torch's patches, the script's module) leaks into the second
+    done = launcher(tmp_path, *JOB, "--workers", "1", "-o", "job", SCRIPT, *JOB_ARGS)
+    assert done.returncode == 0, done.stderr
+    assert (per_rank(tmp_path / "job"), table_rows(done.stdout)) == local_job
+    (tmp_path / "stateful.py").write_text(STATEFUL)
+    done = launcher(tmp_path, *JOB, "--workers", "1", "-o", "st", str(tmp_path / "stateful.py"))
+    assert done.returncode == 0, done.stderr
+    import memlens
+
+    peaks = [
+        memlens.load(tmp_path / "st" / f"rank{r}.pickle").device(0).peak_active_bytes
+        for r in (0, 1)
+    ]
+    assert peaks == [2**20, 2**20]  # 2 MiB for the second rank when it ran where the first did
+
+
 @pytest.mark.slow
 def test_launcher_on_a_dask_local_cluster_gives_the_local_pools_ranks(tmp_path, local_job):
     pytest.importorskip("distributed")

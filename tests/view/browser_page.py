@@ -70,6 +70,9 @@ class Page:
         )
         self.page.goto(url)
         self.page.wait_for_selector("body[data-ready='1']", timeout=30_000)
+        # the summary's line and the stage strip arrive after the first paint and move the
+        # chart: measure nothing before they are in
+        self.page.wait_for_selector("body[data-settled='1']", timeout=30_000)
 
     def _dismiss(self, dialog: Dialog) -> None:
         self.dialogs.append(dialog.message)

@@ -9,6 +9,10 @@ The results stream back small (a file name and two peaks), in rank order at the 
 from __future__ import annotations
 
 import os
+import pickle
+import subprocess
+import sys
+import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,6 +20,9 @@ from pathlib import Path
 from memlens.fleet.executors import TaskLost, default_workers, make_executor
 from memlens.simulation.config import SimulateConfig
 from memlens.simulation.distributed.env import World
+
+# The end of a dead rank process's stderr kept in its result (its traceback's last lines).
+STDERR_TAIL = 400
 
 
 @dataclass(frozen=True)
@@ -60,8 +67,33 @@ class RankResult:
 
 
 def run_rank(task: RankTask) -> RankResult:
-    """Simulate one rank in this process (a pool worker): its environment is torchrun's
-    for the rank (other variables as inherited), its working directory the launcher's."""
+    """Simulate one rank in a fresh interpreter started from this worker (a pool process
+    or a Dask worker): a worker may be handed several ranks (one that started first takes
+    the next task while another is still importing torch), and a simulation leaves state
+    behind (the default process group, torch's patches, the script's modules), so a
+    second rank run in the same process would not be the rank a fresh one is."""
+    with tempfile.TemporaryDirectory(prefix="memlens-rank-") as tmp:
+        # our own objects, written and read by us in a directory only we can open
+        request, answer = Path(tmp) / "task.pickle", Path(tmp) / "result.pickle"
+        request.write_bytes(pickle.dumps(task))
+        done = subprocess.run(
+            [sys.executable, "-m", "memlens.fleet.launch", str(request), str(answer)],
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        if done.returncode != 0 or not answer.is_file():
+            tail = " ".join(done.stderr[-STDERR_TAIL:].split())
+            return RankResult(
+                task.rank, None, error=f"its process exited with {done.returncode}: {tail}"
+            )
+        sys.stderr.write(done.stderr)  # the script's own messages, as it wrote them
+        result: RankResult = pickle.loads(answer.read_bytes())
+        return result
+
+
+def run_rank_here(task: RankTask) -> RankResult:
+    """Simulate one rank in this process: its environment is torchrun's for the rank
+    (other variables as inherited), its working directory the launcher's."""
     import hashlib
     import warnings
 
@@ -156,3 +188,17 @@ def simulate_ranks(
     finally:
         executor.close()
     return [results[i] for i in range(len(tasks))]
+
+
+def main(request: str, answer: str) -> None:
+    """`python -m memlens.fleet.launch TASK RESULT`: run_rank's fresh interpreter."""
+    task: RankTask = pickle.loads(Path(request).read_bytes())
+    Path(answer).write_bytes(pickle.dumps(run_rank_here(task)))
+
+
+if __name__ == "__main__":
+    # through the package's module, so a result pickles as memlens.fleet.launch.RankResult
+    # (not __main__'s, which the parent cannot find)
+    from memlens.fleet import launch
+
+    launch.main(*sys.argv[1:3])

@@ -58,6 +58,7 @@ export class Pane {
     this.brush = null;
     /** @type {DeviceSummary | null} */
     this.summary = null;
+    this.settled = false; // the summary and the stage strip are in (see setDevice)
     this.reqCount = 0;
     this.timings = [];
     const sec = el("section", "pane");
@@ -126,11 +127,11 @@ export class Pane {
     this.annLevels = annotationLevels([]);
     this.layoutCanvases();
     // the chart first; overview and stage strip once it is drawn (they are not urgent)
-    this.request().then(() => {
-      this.loadOverview();
+    this.request().then(() => Promise.allSettled([
+      this.loadOverview(),
       getJSON(`/api/d/${d}/summary?snap=${this.s}`).then((/** @type {DeviceSummary} */ sm) => {
         if (d === this.device) { this.summary = sm; this.renderFigures(); }
-      }).catch((e) => setStatus(`summary: ${e.message}`, true));
+      }).catch((e) => setStatus(`summary: ${e.message}`, true)),
       getJSON(`/api/d/${d}/annotations?snap=${this.s}`).then((/** @type {AnnotationsAnswer} */ a) => {
         if (d !== this.device) return;
         this.ann = a;
@@ -138,7 +139,12 @@ export class Pane {
         this.layoutCanvases(); // resizing clears every canvas: redraw them all
         this.draw();
         this.drawOverview();
-      }).catch((e) => setStatus(`annotations: ${e.message}`, true));
+      }).catch((e) => setStatus(`annotations: ${e.message}`, true)),
+    ])).then(() => {
+      // the figures line and the stage strip move the chart down as they arrive: from
+      // here on it stays where it is (tests measure it once this is set)
+      this.settled = true;
+      if (state.panes.every((p) => p.settled)) document.body.dataset.settled = "1";
     });
   }
 
