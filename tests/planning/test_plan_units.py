@@ -7,8 +7,9 @@ import pytest
 from memlens.errors import MemlensError
 from memlens.planning.fit import fit
 from memlens.planning.plan import Setup
-from memlens.planning.points import PointFigures, Sweep, cache_key, cached, grid, store, with_value
+from memlens.planning.points import Sweep, cache_key, cached, grid, store, with_value
 from memlens.planning.whatif import check_knob, knob_options, split_knobs, what_if_conf
+from memlens.planning.worker import PointFigures
 
 MiB = 2**20
 

@@ -51,7 +51,7 @@ mark("step")
 # where the sharded parameters, gradients and AdamW's moments live
 weight = cast(Any, model[0].weight)
 marks["devices"] = sorted(
-    {str(t.to_local().device) for t in (weight, weight.grad, *opt.state[weight].values())
+    {str(cast(Any, t).to_local().device) for t in (weight, weight.grad, *opt.state[weight].values())
      if isinstance(t, torch.Tensor) and t.dim() > 0}
 )  # fmt: skip
 with open(opts.out.format(rank=os.environ["RANK"]), "w") as f:

@@ -87,11 +87,13 @@ def test_each_stream_has_its_own_free_blocks():
             z = torch.empty(4 * MiB, dtype=torch.uint8, device="cuda")  # x's block again
         assert torch.cuda.memory_reserved() == reserved == 2 * 20 * MiB
         del y, z
-    trace = sim.snapshot["device_traces"][0]
+    snapshot = sim.snapshot
+    assert snapshot is not None
+    trace = snapshot["device_traces"][0]
     allocs = [(e["stream"], e["addr"]) for e in trace if e["action"] == "alloc"]
     assert [stream for stream, _ in allocs] == [1, 0, 1]
     assert allocs[0][1] == allocs[2][1] != allocs[1][1]
-    assert sorted(seg["stream"] for seg in sim.snapshot["segments"]) == [0, 1]
+    assert sorted(seg["stream"] for seg in snapshot["segments"]) == [0, 1]
 
 
 @pytest.fixture
