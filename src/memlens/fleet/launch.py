@@ -8,13 +8,13 @@ The results stream back small (a file name and two peaks), in rank order at the 
 
 from __future__ import annotations
 
+import json
 import os
-import pickle
 import subprocess
 import sys
 import tempfile
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from memlens.fleet.executors import TaskLost, default_workers, make_executor
@@ -73,9 +73,9 @@ def run_rank(task: RankTask) -> RankResult:
     behind (the default process group, torch's patches, the script's modules), so a
     second rank run in the same process would not be the rank a fresh one is."""
     with tempfile.TemporaryDirectory(prefix="memlens-rank-") as tmp:
-        # our own objects, written and read by us in a directory only we can open
-        request, answer = Path(tmp) / "task.pickle", Path(tmp) / "result.pickle"
-        request.write_bytes(pickle.dumps(task))
+        # JSON both ways: plain data, nothing in either file can run
+        request, answer = Path(tmp) / "task.json", Path(tmp) / "result.json"
+        request.write_text(json.dumps(asdict(task)))
         done = subprocess.run(
             [sys.executable, "-m", "memlens.fleet.launch", str(request), str(answer)],
             stderr=subprocess.PIPE,
@@ -87,8 +87,8 @@ def run_rank(task: RankTask) -> RankResult:
                 task.rank, None, error=f"its process exited with {done.returncode}: {tail}"
             )
         sys.stderr.write(done.stderr)  # the script's own messages, as it wrote them
-        result: RankResult = pickle.loads(answer.read_bytes())
-        return result
+        fields = json.loads(answer.read_text())
+        return RankResult(**{**fields, "notes": tuple(fields["notes"])})
 
 
 def run_rank_here(task: RankTask) -> RankResult:
@@ -192,13 +192,12 @@ def simulate_ranks(
 
 def main(request: str, answer: str) -> None:
     """`python -m memlens.fleet.launch TASK RESULT`: run_rank's fresh interpreter."""
-    task: RankTask = pickle.loads(Path(request).read_bytes())
-    Path(answer).write_bytes(pickle.dumps(run_rank_here(task)))
+    fields = json.loads(Path(request).read_text())
+    task = RankTask(
+        **{**fields, "args": tuple(fields["args"]), "config": SimulateConfig(**fields["config"])}
+    )
+    Path(answer).write_text(json.dumps(asdict(run_rank_here(task))))
 
 
 if __name__ == "__main__":
-    # through the package's module, so a result pickles as memlens.fleet.launch.RankResult
-    # (not __main__'s, which the parent cannot find)
-    from memlens.fleet import launch
-
-    launch.main(*sys.argv[1:3])
+    main(*sys.argv[1:3])
