@@ -8,21 +8,17 @@ The results stream back small (a file name and two peaks), in rank order at the 
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
 import sys
-import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 from memlens.fleet.executors import TaskLost, default_workers, make_executor
+from memlens.fleet.isolated import run_isolated, serve
 from memlens.simulation.config import SimulateConfig
 from memlens.simulation.distributed.env import World
-
-# The end of a dead rank process's stderr kept in its result (its traceback's last lines).
-STDERR_TAIL = 400
 
 
 @dataclass(frozen=True)
@@ -72,23 +68,18 @@ def run_rank(task: RankTask) -> RankResult:
     the next task while another is still importing torch), and a simulation leaves state
     behind (the default process group, torch's patches, the script's modules), so a
     second rank run in the same process would not be the rank a fresh one is."""
-    with tempfile.TemporaryDirectory(prefix="memlens-rank-") as tmp:
-        # JSON both ways: plain data, nothing in either file can run
-        request, answer = Path(tmp) / "task.json", Path(tmp) / "result.json"
-        request.write_text(json.dumps(asdict(task)))
-        done = subprocess.run(
-            [sys.executable, "-m", "memlens.fleet.launch", str(request), str(answer)],
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        if done.returncode != 0 or not answer.is_file():
-            tail = " ".join(done.stderr[-STDERR_TAIL:].split())
-            return RankResult(
-                task.rank, None, error=f"its process exited with {done.returncode}: {tail}"
-            )
-        sys.stderr.write(done.stderr)  # the script's own messages, as it wrote them
-        fields = json.loads(answer.read_text())
-        return RankResult(**{**fields, "notes": tuple(fields["notes"])})
+    done = run_isolated("memlens.fleet.launch", asdict(task))
+    if done.error is not None:
+        return RankResult(task.rank, None, error=f"its process {done.error}")
+    sys.stderr.write(done.stderr)  # the script's own messages, as it wrote them
+    return RankResult(**{**done.answer, "notes": tuple(done.answer["notes"])})
+
+
+def _run_rank_fields(fields: dict[str, Any]) -> dict[str, Any]:
+    """run_rank's child: the task's fields in, the result's out."""
+    config = SimulateConfig(**fields["config"])
+    task = RankTask(**{**fields, "args": tuple(fields["args"]), "config": config})
+    return asdict(run_rank_here(task))
 
 
 def run_rank_here(task: RankTask) -> RankResult:
@@ -190,14 +181,5 @@ def simulate_ranks(
     return [results[i] for i in range(len(tasks))]
 
 
-def main(request: str, answer: str) -> None:
-    """`python -m memlens.fleet.launch TASK RESULT`: run_rank's fresh interpreter."""
-    fields = json.loads(Path(request).read_text())
-    task = RankTask(
-        **{**fields, "args": tuple(fields["args"]), "config": SimulateConfig(**fields["config"])}
-    )
-    Path(answer).write_text(json.dumps(asdict(run_rank_here(task))))
-
-
 if __name__ == "__main__":
-    main(*sys.argv[1:3])
+    serve(_run_rank_fields)

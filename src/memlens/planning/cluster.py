@@ -11,19 +11,13 @@ script's path is absolute. The parent keeps the cache: workers only simulate.
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
-import tempfile
-from pathlib import Path
 from typing import Any
 
+from memlens.fleet.isolated import run_isolated, serve
 from memlens.planning.worker import PointFigures, failed, simulate_point
 
 Task = tuple[str, list[str], dict[str, Any], str]
-# The end of a dead point process's stderr kept in its row (its traceback's last lines).
-STDERR_TAIL = 400
 
 
 def task(script: str, argv: list[str], options: dict[str, Any]) -> Task:
@@ -35,27 +29,22 @@ def simulate_isolated(t: Task) -> PointFigures:
     """On the worker: the point in its own interpreter; its prints are dropped (the local
     pool sends them to the plan's stderr; a worker's has no reader)."""
     script, argv, options, cwd = t
-    with tempfile.TemporaryDirectory(prefix="memlens-plan-") as tmp:
-        request, answer = Path(tmp) / "point.json", Path(tmp) / "figures.json"
-        request.write_text(json.dumps([script, argv, options]))
-        done = subprocess.run(
-            [sys.executable, "-m", "memlens.planning.cluster", str(request), str(answer)],
-            cwd=cwd if os.path.isdir(cwd) else None,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        if done.returncode != 0 or not answer.is_file():
-            tail = " ".join(done.stderr[-STDERR_TAIL:].split())
-            return failed(f"the point's process exited with {done.returncode}: {tail}")
-        figures: PointFigures = json.loads(answer.read_text())
-        return figures
+    done = run_isolated(
+        "memlens.planning.cluster",
+        [script, argv, options],
+        cwd=cwd if os.path.isdir(cwd) else None,
+        quiet=True,
+    )
+    if done.error is not None:
+        return failed(f"the point's process {done.error}")
+    figures: PointFigures = done.answer
+    return figures
 
 
-def main(request: str, answer: str) -> None:
-    script, argv, options = json.loads(Path(request).read_text())
-    Path(answer).write_text(json.dumps(simulate_point(script, argv, options)))
+def _simulate_request(request: list[Any]) -> PointFigures:
+    script, argv, options = request
+    return simulate_point(script, argv, options)
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:3])
+    serve(_simulate_request)
