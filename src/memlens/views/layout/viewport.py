@@ -190,9 +190,12 @@ class DeviceLayout:
             "base_count", lambda: int(np.searchsorted(self.dev.alloc_event, -1, side="right"))
         )
 
+    def defer_checkpoints(self) -> None:
+        """Leave the live-row checkpoints to warm(); meanwhile viewports do without them."""
+        self._warming = True
+
     def restore(self) -> None:
-        """Map the indexes kept beside the column cache now, if not yet (cheap next to
-        building them: the server does it while the page is still loading)."""
+        """Map the indexes kept beside the column cache now (cheap), if not yet."""
         with self._lock:
             if self._kept is None:
                 self._restore()

@@ -50,8 +50,7 @@ MAX_OOM_MARKERS = 100
 # the page draws allocations down to this fraction of a pixel as thin stripes (within the
 # layout's cell budget): at full zoom on a large model every tensor is under a pixel
 PAGE_MIN_PX = 1 / 16
-# how long warm() leaves the CPU to the first viewport before building the indexes anyway
-# (nobody may open the page)
+# how long warm() leaves the CPU to the first viewport (nobody may open the page)
 FIRST_VIEW_WAIT_S = 10.0
 
 
@@ -104,7 +103,8 @@ class ViewerData:
             lay = self._layouts.get(key)
             if lay is None:
                 lay = self._layouts[key] = DeviceLayout(self.dev(s, device))
-                lay._warming = self._deferred
+                if self._deferred:
+                    lay.defer_checkpoints()
         return lay
 
     def defer_indexes(self) -> None:
@@ -113,7 +113,7 @@ class ViewerData:
         with self._lock:
             self._deferred = True
             for lay in self._layouts.values():
-                lay._warming = True
+                lay.defer_checkpoints()
 
     def warm(self) -> None:
         """Build what the first paint needs (a background thread after startup): the device
