@@ -4,7 +4,7 @@
     python benchmarks/bench_fleet.py --write         # also write docs/benchmarks-fleet.md
     python benchmarks/bench_fleet.py --ranks 200     # a smaller fleet
 
-The fleet (memlens.fleet.synthetic, three planted skews) is written once into
+The fleet (memlens.simulation.synthetic_fleet, three planted skews) is written once into
 benchmarks/data/fleet_<ranks>x<events>/ (git-ignored). Each measurement runs in a fresh
 Python process so that its peak RSS (ru_maxrss of the parent only: workers are separate
 processes) is its own; the column cache is off (every rank is read from its pickle, as
@@ -42,7 +42,7 @@ SHAPE = {"layers": 6, "hidden": 256, "batch_tokens": 2048}
 def _write_rank(args: tuple[str, int, str | None, int]) -> None:
     import pickle
 
-    from memlens.fleet.synthetic import rank_snapshot
+    from memlens.simulation.synthetic_fleet import rank_snapshot
 
     path, rank, skew, events = args
     with open(path, "wb") as fh:

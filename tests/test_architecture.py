@@ -59,12 +59,12 @@ LAYERS = {
     "agents": 5,  # memlens mcp / skill / capabilities: handed the commands by cli, never imports it
     "__main__": 6,
 }
-SIDE = {"capture", "simulation", "planning", "inspector", "fleet"}
+SIDE = {"capture", "simulation", "planning", "inspector", "fleet", "execution"}
 SIDE_MUST_NOT_IMPORT = {"views", "cli", "recording", "__main__"}
 PIPELINE_BELOW_CLI = {"views", "analysis", "snapshot", "units", "errors", "memlens"}
 
 ALLOWED_LONG = {
-    "simulation/allocator.py": "one model of CUDACachingAllocator.cpp (constants, round_size, "
+    "analysis/allocator_model.py": "one model of CUDACachingAllocator.cpp (constants, round_size, "
     "pools, CachingAllocator); the review found it coherent: splitting would cut one algorithm",
     "analysis/results.py": "declarations only: one TypedDict per JSON object of "
     "docs/json-schema.md, no logic",
@@ -80,6 +80,10 @@ TWO_WAY_TIES = {
     "bands.py): the sections are the report's plug-ins, built on its toolkit",
     ("memlens.inspector", "memlens.inspector.render"): "the background worker renders the "
     "run as it goes (worker.py -> render); render reads the run back through store.py",
+    ("memlens.simulation", "memlens.simulation.distributed"): "the session installs the fake "
+    "process group (distributed/process_group.py) like any other patch, and the launcher "
+    "(distributed/launch.py, --nproc-per-node) runs each rank's simulation through "
+    "simulation.api: the launcher lives beside the distributed simulation it starts",
     **dict.fromkeys(
         (
             ("memlens.snapshot", f"memlens.snapshot.{step}")
@@ -209,7 +213,7 @@ def test_the_walker_sees_lazy_imports_and_skips_type_checking():
     lazy = [i for i in _all_imports() if i.lazy]
     assert lazy, "no lazy import found: the walker would miss half the contract"
     # simulation.tracker imports simulation.session only under TYPE_CHECKING
-    tracker = [i.target for i in _imports_of("memlens.simulation.tracker")]
+    tracker = [i.target for i in _imports_of("memlens.simulation.patches.tracker")]
     assert "memlens.simulation.session" not in tracker
 
 
@@ -453,3 +457,44 @@ def test_allow_list_is_not_stale(rel):
     assert path.exists(), f"ALLOWED_LONG names {rel}, which no longer exists"
     n = len(path.read_text(encoding="utf-8").splitlines())
     assert n > MAX_LINES, f"{rel} is {n} lines now: remove it from ALLOWED_LONG"
+
+
+# The analysis registry names functions by "module:function" strings (so listing it imports
+# nothing): these are imports too, made when a command runs. The declarations may name only
+# these packages: the analysis layer itself, the views that render a result (text) or draw its
+# report section, and the side functions listed here, each with why.
+REGISTRY_MAY_NAME = ("memlens.analysis.", "memlens.views.text.", "memlens.views.report.sections.")
+REGISTRY_SIDE_FUNCTIONS = {
+    "memlens.planning.advise": "advise --script verifies each finding by simulating the script "
+    "(torch); without a script it runs only the torch-free analysis.advise_replays",
+}
+
+
+def _registry_references() -> list[tuple[str, str, str]]:
+    """(analysis, field, module) for every string a builtin declaration names."""
+    from memlens.analysis.declarations import BUILTIN
+
+    out = []
+    for analysis in BUILTIN:
+        for field in ("function", "render", "check_fn", "section"):
+            ref = getattr(analysis, field)
+            if ref:
+                out.append((analysis.name, field, ref.partition(":")[0]))
+    return out
+
+
+def test_registry_string_references_follow_the_layers():
+    refs = _registry_references()
+    assert any(f == "function" for _, f, _ in refs)
+    bad = [
+        f"{name}.{field} names {module}"
+        for name, field, module in refs
+        if not module.startswith(REGISTRY_MAY_NAME) and module not in REGISTRY_SIDE_FUNCTIONS
+    ]
+    assert not bad, (
+        "a declaration in analysis/declarations.py names a module the analysis layer may not "
+        f"reach (never cli): {bad}. Move the function into analysis/, or add it to "
+        "REGISTRY_SIDE_FUNCTIONS with the reason"
+    )
+    for module in REGISTRY_SIDE_FUNCTIONS:
+        assert module in {m for _, _, m in refs}, f"{module} is no longer named: drop it"

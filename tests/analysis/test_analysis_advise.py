@@ -13,10 +13,10 @@ from analysis_snapshots import training_snapshot
 import memlens
 from memlens.analysis import registry
 from memlens.analysis.advise import advise
-from memlens.cli.advise import replays
+from memlens.analysis.advise_replays import replays
+from memlens.analysis.allocator_model import AllocatorSettings
+from memlens.analysis.allocator_replay import replay, what_if
 from memlens.errors import MemlensError
-from memlens.simulation.allocator import AllocatorSettings
-from memlens.simulation.replay import replay, what_if
 from shared_data import SHARED_SNAPSHOTS, real_snapshot_names
 from snapshot_builders import MiB, block, ev, segment
 

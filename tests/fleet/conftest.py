@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from fleet_data import EVENTS, PLANTED, RANKS
 
-from memlens.fleet.synthetic import write_fleet
+from memlens.simulation.synthetic_fleet import write_fleet
 
 
 @pytest.fixture(scope="session")

@@ -48,7 +48,7 @@ def test_scheduler_and_workers_as_processes_with_one_killed(fleet_dir, dask_proc
 
 def test_an_unreachable_scheduler_is_a_one_line_error(fleet_dir, monkeypatch):
     from memlens.errors import MemlensError
-    from memlens.fleet.executors import DaskExecutor
+    from memlens.execution.executors import DaskExecutor
 
     monkeypatch.setattr(DaskExecutor, "CONNECT_TIMEOUT", "1s")
 

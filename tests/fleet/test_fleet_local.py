@@ -174,7 +174,7 @@ def test_the_cache_is_used_only_when_the_fleet_fits_in_it(tmp_path, fleet_dir, m
 def test_a_file_that_kills_its_worker_is_the_only_failed_row():
     from fleet_data import die_on_poison
 
-    from memlens.fleet.executors import LocalPool, TaskLost
+    from memlens.execution.executors import LocalPool, TaskLost
 
     items = ["a", "b", "poison", "c", "d", "e", "f"]
     pool = LocalPool(2)

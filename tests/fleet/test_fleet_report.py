@@ -43,7 +43,7 @@ def test_progress_bar_counts_files_per_second():
 
     from rich.console import Console
 
-    from memlens.fleet import progress
+    from memlens.execution import progress
 
     written = io.StringIO()
     console = Console(file=written, force_terminal=True, width=100)

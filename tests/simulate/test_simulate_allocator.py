@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from memlens.simulation.allocator import (
+from memlens.analysis.allocator_model import (
     BASE_ADDRESS as B,
 )
-from memlens.simulation.allocator import (
+from memlens.analysis.allocator_model import (
     AllocatorSettings,
     CachingAllocator,
     SimulatedOOM,

@@ -1,4 +1,4 @@
-"""CUDA autocast in simulation follows PyTorch's CUDA cast lists (simulation/autocast.py).
+"""CUDA autocast in simulation follows PyTorch's CUDA cast lists (simulation/patches/autocast.py).
 
 Expected dtypes come from those lists: matmul-like ops in the low dtype, the fp32 list
 (exp, log, pow, ...) and fp32_set_opt_dtype ops (sum, softmax, log_softmax, ...) in fp32,
@@ -16,7 +16,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import memlens  # noqa: E402
-from memlens.simulation import autocast as lists  # noqa: E402
+from memlens.simulation.patches import autocast as lists  # noqa: E402
 
 LOW = [torch.bfloat16, torch.float16]
 

@@ -1,4 +1,4 @@
-"""The `autocast_cache=false|true` what-if knob (simulation/knobs.py) and the weight-casts
+"""The `autocast_cache=false|true` what-if knob (simulation/knobs/code.py) and the weight-casts
 finding it tests (analysis/advise_casts.py), on an inference forward worked out by hand.
 
 Four Linear(512, 512, bias=False) in fp32 (1 MiB weights: 4 MiB), x (256, 512) fp32
@@ -18,7 +18,7 @@ pytest.importorskip("torch")
 
 from cli_run import memlens_in  # noqa: E402
 from memlens.simulation.api import run_script  # noqa: E402
-from memlens.simulation.knobs import applied  # noqa: E402
+from memlens.simulation.knobs.code import applied  # noqa: E402
 
 KiB, MiB = 2**10, 2**20
 INFERENCE = """

@@ -1,5 +1,5 @@
 """Backward takes the GPU's in-place paths although fakes look like tensor subclasses
-to C++ autograd (simulation/inplace.py): gradient accumulation and scatter-into-zeros
+to C++ autograd (simulation/patches/inplace.py): gradient accumulation and scatter-into-zeros
 formulas allocate nothing where a GPU allocates nothing."""
 
 from __future__ import annotations

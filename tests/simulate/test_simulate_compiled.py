@@ -1,4 +1,4 @@
-"""`torch.compile` under simulation (memlens.simulation.compiled, .inductor_plan).
+"""`torch.compile` under simulation (memlens.simulation.patches.torch_compile, .inductor_plan).
 
 The sizes are worked out by hand from Inductor's rules: pointwise ops fuse into one kernel
 with one output buffer; a GEMM's output is a buffer that a following pointwise kernel

@@ -15,8 +15,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import memlens  # noqa: E402
-from memlens.simulation import compiled  # noqa: E402
 from memlens.simulation.gpus import OLDER_WORKSPACE, gpu_preset  # noqa: E402
+from memlens.simulation.patches import torch_compile as compiled  # noqa: E402
 
 MiB = 2**20
 
@@ -142,7 +142,7 @@ def test_cuda_amp_grad_scaler_and_autocast():
 
 
 def test_torch_compile_is_modelled_with_a_note():
-    # memlens.simulation.compiled; its memory is tested in test_simulate_compiled.py
+    # memlens.simulation.patches.torch_compile; its memory is tested in test_simulate_compiled.py
     with memlens.simulate() as sim:
         lin = torch.compile(torch.nn.Linear(4, 4, device="cuda"))
         double = torch.compile(lambda t: t * 2)

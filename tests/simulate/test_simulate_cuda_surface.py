@@ -1,7 +1,7 @@
 """Every public name of torch.cuda, torch.cuda.memory, torch.cuda.random, torch.cuda.amp,
 torch.cuda.nvtx, torch.backends.cuda, torch.backends.cudnn and torch.accelerator, used as
 a script uses it, inside a simulation: it works as on a GPU, or it is refused with one
-line naming it (memlens.simulation.cuda_surface). The list of refused names in
+line naming it (memlens.simulation.patches.cuda_surface). The list of refused names in
 docs/simulation.md is generated from this walk (MEMLENS_UPDATE_DOCS=1 rewrites it).
 """
 
@@ -24,7 +24,7 @@ torch = pytest.importorskip("torch")
 importlib.import_module("torch.backends.cudnn")  # the others load with torch
 
 import memlens  # noqa: E402
-from memlens.simulation.cuda_surface import REFUSED, NotSimulated  # noqa: E402
+from memlens.simulation.patches.cuda_surface import REFUSED, NotSimulated  # noqa: E402
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "simulation.md"
 BEGIN, END = (
@@ -416,7 +416,7 @@ def test_the_docs_list_is_the_walks(walked):
 
 
 def test_seeding_as_scripts_do_it():
-    from memlens.simulation.cuda_surface import DEFAULT_SEED
+    from memlens.simulation.patches.cuda_surface import DEFAULT_SEED
 
     with memlens.simulate():
         assert torch.cuda.initial_seed() == DEFAULT_SEED  # PyTorch's until seeded

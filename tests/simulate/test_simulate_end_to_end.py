@@ -14,7 +14,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import memlens  # noqa: E402
-from memlens.simulation.allocator import BASE_ADDRESS as B  # noqa: E402
+from memlens.analysis.allocator_model import BASE_ADDRESS as B  # noqa: E402
 
 MiB = 2**20
 

@@ -14,7 +14,7 @@ import torch  # noqa: E402
 from knob_scripts import ADAM, ATTENTION, MLP  # noqa: E402
 from memlens.errors import MemlensError  # noqa: E402
 from memlens.simulation.api import run_script  # noqa: E402
-from memlens.simulation.knobs import CodeKnob, applied, is_code_knob  # noqa: E402
+from memlens.simulation.knobs.code import CodeKnob, applied, is_code_knob  # noqa: E402
 
 MiB, KiB = 2**20, 2**10
 

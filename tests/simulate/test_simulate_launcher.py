@@ -121,7 +121,7 @@ def test_launcher_with_every_rank_failing_says_so_and_points_at_nothing(tmp_path
 
 def test_rank_table_names_the_simulated_and_the_assumed_ranks():
     from memlens.cli.simulate_ranks import rank_table
-    from memlens.fleet.launch import RankResult
+    from memlens.simulation.distributed.launch import RankResult
 
     mib = 2**20
     ran = [

@@ -1,4 +1,4 @@
-"""The `fsdp2=N` and `ddp=N` what-if knobs (simulation/knob_parallel.py): an unedited
+"""The `fsdp2=N` and `ddp=N` what-if knobs (simulation/knobs/parallel.py): an unedited
 single-GPU script simulated as rank 0 of N, its model wrapped at its first optimizer.
 
 The script (tests/parallel_script.py): Linear(256, 256), ReLU, Linear(256, 256) in fp32
@@ -26,8 +26,8 @@ import torch  # noqa: E402
 from memlens.errors import MemlensError  # noqa: E402
 from memlens.simulation.api import run_script  # noqa: E402
 from memlens.simulation.distributed.env import World  # noqa: E402
-from memlens.simulation.knob_parallel import _units  # noqa: E402
-from memlens.simulation.knobs import CodeKnob, applied  # noqa: E402
+from memlens.simulation.knobs.code import CodeKnob, applied  # noqa: E402
+from memlens.simulation.knobs.parallel import _units  # noqa: E402
 from parallel_script import SCRIPT  # noqa: E402
 
 P = 2 * 262_144 + 2 * 1_024

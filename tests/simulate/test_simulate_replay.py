@@ -16,8 +16,8 @@ import random
 import pytest
 
 import memlens
-from memlens.simulation.allocator import MB, AllocatorSettings, CachingAllocator
-from memlens.simulation.replay import recorded_settings, replay
+from memlens.analysis.allocator_model import MB, AllocatorSettings, CachingAllocator
+from memlens.analysis.allocator_replay import recorded_settings, replay
 
 
 def simulated(settings: AllocatorSettings, n: int = 1500, seed: int = 1) -> CachingAllocator:

@@ -1,5 +1,5 @@
 """F.scaled_dot_product_attention picks the kernel PyTorch's CUDA dispatch would pick on
-the assumed GPU, and allocates what that kernel allocates (memlens.simulation.sdpa).
+the assumed GPU, and allocates what that kernel allocates (memlens.simulation.patches.sdpa).
 
 Sizes are worked out from PyTorch's kernels (flash_attn/flash_api.cpp mha_fwd / mha_bwd,
 attention.cu, attention_backward.cu): flash keeps out (B, S, H, D) and the logsumexp
@@ -18,7 +18,7 @@ from torch import Tensor  # noqa: E402
 from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: E402
 
 import memlens  # noqa: E402
-from memlens.simulation import sdpa  # noqa: E402
+from memlens.simulation.patches import sdpa  # noqa: E402
 
 F16 = torch.float16
 

@@ -10,7 +10,7 @@ import warnings
 import pytest
 
 import memlens
-from memlens.simulation.allocator import K_LARGE_BUFFER, K_SMALL_BUFFER
+from memlens.analysis.allocator_model import K_LARGE_BUFFER, K_SMALL_BUFFER
 from memlens.simulation.synthetic import generate_trace_dict
 
 

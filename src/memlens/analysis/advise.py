@@ -3,9 +3,8 @@ the call sites, and how sure the figure is.
 
 Findings from the trace alone live here and in advise_estimates.py. The allocator replays
 (the trace's own requests through the model of PyTorch's caching allocator, with the
-recorded settings and with what-ifs) are made by the side package simulation/ and handed
-in as `replays` by the command (cli/advise.py), which may import both layers: analysis/
-never imports simulation/ (docs/architecture.md, "memlens advise").
+recorded settings and with what-ifs) are made by advise_replays.py and handed in as
+`replays` (docs/architecture.md, "memlens advise").
 
 Findings, largest bytes first:
   fragmentation  reserved above what a what-if replay needed: exact for this sequence

@@ -1,5 +1,5 @@
 """Findings of `memlens advise` that a code knob of `memlens plan --what-if` answers
-(simulation/knobs.py): estimates from what is live at the active peak, by category
+(simulation/knobs/code.py): estimates from what is live at the active peak, by category
 (analysis.categories), never a replay.
 
 checkpoint: activations (allocated outside backward, freed after a later backward event:

@@ -212,12 +212,12 @@ RANKS = Analysis(
     doc="Compare devices / ranks: peak per rank, imbalance, sites that differ.",
 )  # fmt: skip
 
-# Its function is the cli's: it joins the findings (analysis.advise) with the allocator
-# replays of the side package simulation/, which analysis/ may not import
+# Its function is planning's: the torch-free findings and replays (analysis.advise_replays)
+# plus, with --script, a simulated check of each finding, which needs the side package
 # (docs/architecture.md, "memlens advise").
 ADVISE = Analysis(
     "advise", "ranked changes that would save memory, with the bytes at stake",
-    "memlens.cli.advise:advise", R.AdviseResult, T + "advise:render_advise",
+    "memlens.planning.advise:advise", R.AdviseResult, T + "advise:render_advise",
     options=(
         top(5, "How many call sites per finding."),
         Option("ranks", int, 8, "GPUs to shard gradients and optimizer state over (estimate).",
@@ -234,7 +234,7 @@ ADVISE = Analysis(
         Option("gpu", str, None, "The card --script is simulated on (as memlens simulate "
                "--gpu).", metavar="NAME"),
     ),
-    annotations=True, check_fn="memlens.cli.advise:check",
+    annotations=True, check_fn="memlens.planning.advise:check",
     doc="Ranked findings (fragmentation by allocator replay, the OOM, attention matrices,\n"
     "    sharding, leaks, activation checkpointing, autocast), each with the bytes at\n"
     "    stake, the call sites and how sure it is.",

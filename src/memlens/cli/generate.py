@@ -99,7 +99,7 @@ def _fleet(
     refused: bool,
 ) -> None:
     from memlens.errors import MemlensError
-    from memlens.fleet.synthetic import write_fleet
+    from memlens.simulation.synthetic_fleet import write_fleet
 
     if ranks is None or ranks < 1:
         raise MemlensError("--skew needs --ranks N (N >= 1)")

@@ -15,8 +15,8 @@ from memlens.simulation.distributed.env import format_ranks
 from memlens.units import format_bytes
 
 if TYPE_CHECKING:
-    from memlens.fleet.launch import RankResult
     from memlens.simulation.config import SimulateConfig
+    from memlens.simulation.distributed.launch import RankResult
 
 
 def default_directory(script: str) -> Path:
@@ -128,8 +128,8 @@ def launch(
     a rank failed or ran out of memory). Without `ranks`, rank 0 and the last one are
     simulated and the others assumed equal to rank 0 when those two match."""
     from memlens.fleet.api import run as fleet_run
-    from memlens.fleet.launch import simulate_ranks
     from memlens.simulation.distributed.env import World
+    from memlens.simulation.distributed.launch import simulate_ranks
     from memlens.views.text.fleet import render_fleet
 
     world = World(nproc_per_node, nnodes)

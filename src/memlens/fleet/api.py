@@ -20,10 +20,10 @@ from functools import partial
 from typing import Any, cast
 
 from memlens.errors import MemlensError
+from memlens.execution.executors import Executor, TaskLost, make_executor
+from memlens.execution.progress import progress_bar
 from memlens.fleet import aggregate as agg
-from memlens.fleet.executors import Executor, TaskLost, make_executor
 from memlens.fleet.naming import expand_paths, rank_ids
-from memlens.fleet.progress import progress_bar
 from memlens.fleet.record import FAILED, RankRecord, one_line, rank_record
 from memlens.fleet.results import FailureReason, FleetResult, FleetRow, OutlierDiff
 

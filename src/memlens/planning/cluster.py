@@ -1,4 +1,4 @@
-"""`memlens plan --scheduler`: a point on a Dask worker (fleet/executors.py's DaskExecutor,
+"""`memlens plan --scheduler`: a point on a Dask worker (execution/executors.py's DaskExecutor,
 as `memlens fleet --scheduler` runs its ranks).
 
 A Dask worker is a long-lived process that runs many tasks, and a script's imports, module
@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from memlens.fleet.isolated import run_isolated, serve
+from memlens.execution.isolated import run_isolated, serve
 from memlens.planning.worker import PointFigures, failed, simulate_point
 
 Task = tuple[str, list[str], dict[str, Any], str]

@@ -25,7 +25,7 @@ from memlens.planning.worker import PointFigures, failed, simulate_point
 from memlens.snapshot.store.cache import cache_root
 
 if TYPE_CHECKING:
-    from memlens.fleet.executors import Executor
+    from memlens.execution.executors import Executor
 
 # Bump when the figures a cached point holds change meaning.
 CACHE_FORMAT = 2
@@ -215,7 +215,7 @@ class Runner:
     def _cluster(self) -> Executor:
         """The Dask client, made once for the plan's runs (a dask-local cluster takes
         seconds to start)."""
-        from memlens.fleet.executors import make_executor
+        from memlens.execution.executors import make_executor
 
         if self._executor is None:
             self._executor = make_executor(self.scheduler, self.workers or self.jobs)
@@ -231,7 +231,7 @@ class Runner:
     ) -> Iterator[tuple[int, PointFigures]]:
         """(index, figures) of each job as it finishes, on the pool or the cluster."""
         if self.scheduler is not None:
-            from memlens.fleet.executors import TaskLost
+            from memlens.execution.executors import TaskLost
             from memlens.planning.cluster import simulate_isolated, task
 
             tasks = [task(script, argv, options) for _, script, argv, options in jobs]

@@ -33,7 +33,7 @@ Alone = dict[str, tuple[PlanPoint, PointFigures]]
 
 
 def is_code(knob: str) -> bool:
-    from memlens.simulation.knobs import is_code_knob
+    from memlens.simulation.knobs.code import is_code_knob
 
     return is_code_knob(knob)
 
@@ -41,8 +41,8 @@ def is_code(knob: str) -> bool:
 def what_if_conf(base: str, knob: str) -> str:
     """The PYTORCH_CUDA_ALLOC_CONF of an allocator what-if run: `base` with `knob`'s keys
     (given later, they win) after checking the allocator model knows them."""
-    from memlens.simulation.allocator import AllocatorSettings
-    from memlens.simulation.replay import what_if
+    from memlens.analysis.allocator_model import AllocatorSettings
+    from memlens.analysis.allocator_replay import what_if
 
     setting = WHAT_IF_SHORTHANDS.get(knob.strip(), knob.strip())
     if ":" not in setting:
@@ -72,7 +72,7 @@ def _normal(part: str) -> str:
     """A knob as reported and keyed: a code knob as parsed (`autocast=BF16` is
     `autocast=bf16`), an allocator setting with its shorthand expanded."""
     if is_code(part):
-        from memlens.simulation.knobs import CodeKnob
+        from memlens.simulation.knobs.code import CodeKnob
 
         return CodeKnob.parse(part).spec
     return WHAT_IF_SHORTHANDS.get(part, part)
@@ -85,7 +85,7 @@ def _key(part: str) -> str:
 def check_knob(knob: str) -> None:
     """Fail on a knob the simulation does not know, or one given twice in a combination,
     before any simulation."""
-    from memlens.simulation.knobs import CodeKnob
+    from memlens.simulation.knobs.code import CodeKnob
 
     parts = split_knobs(knob)
     for part in parts:

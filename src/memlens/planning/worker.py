@@ -31,7 +31,7 @@ def simulate_point(script: str, argv: list[str], options: dict[str, Any]) -> Poi
     the figures."""
     import memlens
     from memlens.simulation.api import run_script
-    from memlens.simulation.knobs import applied
+    from memlens.simulation.knobs.code import applied
 
     options = dict(options)
     knobs = options.pop("knobs", None) or []

@@ -16,8 +16,8 @@ from memlens.simulation.config import SimulateConfig
 from memlens.simulation.script import ScriptFailed, script_traceback
 
 if TYPE_CHECKING:
+    from memlens.simulation.patches.written import OwnSnapshot
     from memlens.simulation.session import Simulation
-    from memlens.simulation.written import OwnSnapshot
 
 
 def simulate(
@@ -138,7 +138,7 @@ def run_script(
     """
     import torch
 
-    from memlens.simulation.frames import module_main_frames
+    from memlens.simulation.patches.frames import module_main_frames
 
     run, argv0, path0, name = _prepare(str(script), module)
     saved_argv, saved_path = sys.argv, list(sys.path)

@@ -12,9 +12,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from memlens.analysis.allocator_model import AllocatorSettings
 from memlens.errors import MemlensError
 from memlens.keywords import field_names, with_options
-from memlens.simulation.allocator import AllocatorSettings
 from memlens.simulation.gpus import Gpu, gpu_preset
 from memlens.units import parse_bytes
 

@@ -9,7 +9,8 @@ from pathlib import Path
 
 from memlens.errors import MemlensError
 
-_MEMLENS_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# with the separator: a sibling folder named memlens-foo/ is not memlens
+_MEMLENS_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 _RUNPY = runpy.__file__
 
 

@@ -23,15 +23,16 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.autograd.function import BackwardCFunction
 from torch.utils._pytree import tree_flatten
 
+from memlens.analysis.allocator_model import CachingAllocator, SimulatedOOM
 from memlens.errors import MemlensError
-from memlens.simulation import compiled, cuda_stubs, cuda_surface, fake_cuda, sdpa
-from memlens.simulation.allocator import CachingAllocator, SimulatedOOM
 from memlens.simulation.config import SimulateConfig
 from memlens.simulation.distributed import process_group
-from memlens.simulation.frames import FrameCollector
 from memlens.simulation.gpus import cublas_workspace_from_config
-from memlens.simulation.tracker import Tracker, is_cuda
-from memlens.simulation.written import OwnSnapshots
+from memlens.simulation.patches import cuda_stubs, cuda_surface, fake_cuda, sdpa
+from memlens.simulation.patches import torch_compile as compiled
+from memlens.simulation.patches.frames import FrameCollector
+from memlens.simulation.patches.tracker import Tracker, is_cuda
+from memlens.simulation.patches.written import OwnSnapshots
 
 # torch._C._cuda_attach_out_of_memory_observer callbacks: (device, bytes requested, device
 # total, device free). Process-wide, as in PyTorch's allocator: code that attaches once per
@@ -141,7 +142,7 @@ class Simulation:
     # ------------------------------------------------------------ tracking
     def _track_outputs(self, out: Any) -> None:
         if self.in_compiled_graph:
-            return  # a compiled graph's runner decides its buffers (simulation/compiled.py)
+            return  # a compiled graph's runner decides its buffers (simulation/patches/torch_compile.py)
         for t in tree_flatten(out)[0]:
             if not is_cuda(t):
                 continue

@@ -24,7 +24,7 @@ import random
 from pathlib import Path
 from typing import Any
 
-from memlens.simulation.allocator import (
+from memlens.analysis.allocator_model import (
     BASE_ADDRESS,
     MB,
     AllocatorSettings,

@@ -44,7 +44,7 @@ import torch
 
 from memlens.errors import MemlensError
 from memlens.simulation.distributed.env import World
-from memlens.simulation.fake_cuda import Patches
+from memlens.simulation.patches.fake_cuda import Patches
 
 KEYS = ("fsdp2", "ddp")
 ASSUMES = "rank 0 of {n}, per-GPU batch as the script's; the optimizer built after the model"

@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 if TYPE_CHECKING:
-    from memlens.simulation.fake_cuda import Patches
     from memlens.simulation.gpus import Gpu
+    from memlens.simulation.patches.fake_cuda import Patches
     from memlens.simulation.session import Simulation
 
 MATH, FLASH, EFFICIENT, CUDNN = 0, 1, 2, 3  # at::SDPBackend

@@ -1,7 +1,7 @@
 """One task in a fresh interpreter started from a worker (a pool process or a Dask worker),
 for work that leaves state behind in its process: a simulation patches torch, starts a
 process group and imports the user's script. `memlens simulate --nproc-per-node` runs each
-rank this way (fleet/launch.py) and `memlens plan --scheduler` each point
+rank this way (simulation/distributed/launch.py) and `memlens plan --scheduler` each point
 (planning/cluster.py).
 
 The task and its answer go as JSON through a private temporary directory: plain data,

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 if TYPE_CHECKING:
-    from memlens.simulation.fake_cuda import Patches
+    from memlens.simulation.patches.fake_cuda import Patches
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,9 @@ _HIDDEN_PREFIXES = tuple(
         "utils/_pytree.py",
     )
 )
-_OWN_DIR = os.path.dirname(os.path.abspath(__file__))
+# the whole simulation package (patches/, knobs/, distributed/): its frames are the model's,
+# never the user's
+_OWN_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 _WEAKREF_FILE = weakref.__file__
 # runpy's frame that executes a script's or module's code: `memlens simulate` runs the
 # script through runpy, and everything below this frame (runpy, memlens's CLI, click) is

@@ -30,9 +30,9 @@ from torch.fx import GraphModule, Node
 from torch.fx.node import map_arg
 from torch.utils._pytree import tree_flatten
 
-from memlens.simulation import fake_cuda
-from memlens.simulation.inductor_plan import Plan, plan
-from memlens.simulation.tracker import Tracker, is_cuda
+from memlens.simulation.patches import fake_cuda
+from memlens.simulation.patches.inductor_plan import Plan, plan
+from memlens.simulation.patches.tracker import Tracker, is_cuda
 
 if TYPE_CHECKING:
     from memlens.simulation.session import Simulation

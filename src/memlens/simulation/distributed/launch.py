@@ -15,8 +15,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from memlens.fleet.executors import TaskLost, default_workers, make_executor
-from memlens.fleet.isolated import run_isolated, serve
+from memlens.execution.executors import TaskLost, default_workers, make_executor
+from memlens.execution.isolated import run_isolated, serve
 from memlens.simulation.config import SimulateConfig
 from memlens.simulation.distributed.env import World
 
@@ -68,7 +68,7 @@ def run_rank(task: RankTask) -> RankResult:
     the next task while another is still importing torch), and a simulation leaves state
     behind (the default process group, torch's patches, the script's modules), so a
     second rank run in the same process would not be the rank a fresh one is."""
-    done = run_isolated("memlens.fleet.launch", asdict(task))
+    done = run_isolated("memlens.simulation.distributed.launch", asdict(task))
     if done.error is not None:
         return RankResult(task.rank, None, error=f"its process {done.error}")
     sys.stderr.write(done.stderr)  # the script's own messages, as it wrote them

@@ -29,9 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from memlens.analysis.allocator_state import segment_tracker
-from memlens.errors import MemlensError
-from memlens.simulation.allocator import (
+from memlens.analysis.allocator_model import (
     K_SMALL_BUFFER,
     K_SMALL_SIZE,
     AllocatorSettings,
@@ -41,6 +39,8 @@ from memlens.simulation.allocator import (
     SimulatedOOM,
     round_size,
 )
+from memlens.analysis.allocator_state import segment_tracker
+from memlens.errors import MemlensError
 from memlens.snapshot.actions import Action
 from memlens.snapshot.model import DeviceTrace
 

@@ -1,49 +1,25 @@
-"""`memlens advise`: the registered analysis's function, here because it joins two layers.
-
-The findings are analysis.advise (trace only); the allocator replays come from the side
-package simulation.replay, which the analysis layer may not import. This function runs
-the replays and hands them in (docs/architecture.md, "memlens advise").
+"""The allocator replays `memlens advise` ranks its exact findings on: the trace's own
+requests through the model of PyTorch's caching allocator (analysis/allocator_model.py),
+once with the recorded settings and once per what-if, joined with the trace-only findings
+of analysis/advise.py. Torch-free: the CLI, the MCP tool and the Python API all run it; a
+`--script` check of the findings is planning/advise.py's (it simulates, so it needs torch).
 """
 
 from __future__ import annotations
 
-import os
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 import numpy as np
 
 from memlens.analysis.advise import advise as advise_findings
+from memlens.analysis.allocator_replay import Replay, recorded_settings, replay, what_if
 from memlens.analysis.results import AdviceReplay, AdviseResult
-from memlens.errors import MemlensError
-from memlens.simulation.allocator import AllocatorSettings
-from memlens.simulation.replay import Replay, recorded_settings, replay, what_if
 from memlens.snapshot.actions import Action
 from memlens.snapshot.model import DeviceTrace
 from memlens.units import parse_bytes
 
 # What-ifs replayed when none is asked for: the settings that answer fragmentation.
 WHAT_IFS = ("expandable_segments:True", "max_split_size_mb:256")
-
-
-def check(options: Mapping[str, Any]) -> None:
-    """Fail before the load on a setting the model does not know."""
-    for conf in options.get("what_if") or ():
-        what_if(AllocatorSettings(), conf)
-    if options.get("ranks") is not None and options["ranks"] < 1:
-        raise MemlensError("--ranks must be at least 1")
-    if options.get("device_memory") is not None:
-        parse_bytes(options["device_memory"])
-    if options.get("script") is not None:
-        from memlens.planning.verify import split_script
-        from memlens.simulation.gpus import gpu_preset
-
-        path, _ = split_script(options["script"])
-        if not os.path.isfile(path):
-            raise MemlensError(f"--script: no such script: {path}")
-        gpu_preset(options.get("gpu"))
-    elif options.get("gpu") is not None:
-        raise MemlensError("--gpu is the card of the --script simulation: give --script too")
 
 
 def oom_capacity(dev: DeviceTrace) -> int | None:
@@ -79,7 +55,7 @@ def _row(dev: DeviceTrace, r: Replay, recorded: bool, fits: bool | None) -> Advi
     }
 
 
-def advise(
+def advise_replayed(
     dev: DeviceTrace,
     *,
     top: int = 5,
@@ -87,21 +63,11 @@ def advise(
     what_if: Sequence[str] | None = None,
     device_memory: str | int | None = None,
     hide_patterns: Sequence[str] | None = None,
-    script: str | None = None,
-    gpu: str | None = None,
-) -> AdviseResult:
-    """`memlens advise`: analysis.advise.advise with the allocator replays of `dev`; with
-    `script` ('SCRIPT ARGS'), each finding a knob answers simulated (planning.verify)."""
+) -> tuple[AdviseResult, list[AdviceReplay]]:
+    """analysis.advise.advise with the allocator replays of `dev` (the recorded settings,
+    then each of `what_if`, by default WHAT_IFS); also the replays, which a check reuses."""
     runs = replays(dev, tuple(what_if or WHAT_IFS))
     total = None if device_memory is None else parse_bytes(device_memory)
     result = advise_findings(dev, replays=runs, top=top, ranks=ranks, device_memory=total,
                              hide_patterns=hide_patterns)  # fmt: skip
-    if script is not None:
-        from memlens.cli.options import status
-        from memlens.planning.verify import verify
-
-        result["checks"] = verify(
-            result, runs, script, gpu, jobs=os.cpu_count() or 1,
-            progress=lambda line: status(f"memlens: advise: {line}", err=True), ranks=ranks,
-        )  # fmt: skip
-    return result
+    return result, runs

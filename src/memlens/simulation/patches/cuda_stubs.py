@@ -5,10 +5,12 @@ runs on them."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import torch
 
-from memlens.simulation.gpus import Gpu
+if TYPE_CHECKING:  # the card is handed in by the session, which owns the simulation's settings
+    from memlens.simulation.gpus import Gpu
 
 
 class DeviceProperties:

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 
-from memlens.simulation.autocast import CudaAutocast
+from memlens.simulation.patches.autocast import CudaAutocast
 
 CPU = torch.device("cpu")
 CUDA0 = torch.device("cuda", 0)
@@ -105,7 +105,7 @@ def _target_device(device: Any) -> torch.device:
 class _Named:
     """How deep in `Tensor.to` / `.cpu()` / `.cuda()` the thread is: the device of the
     `_to_copy` they dispatch is one the caller named in Python, not a C++ tensor's
-    options() (which read `cpu` on fake CUDA tensors; see simulation/tracker.py)."""
+    options() (which read `cpu` on fake CUDA tensors; see simulation/patches/tracker.py)."""
 
     depth = 0
 

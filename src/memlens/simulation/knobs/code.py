@@ -11,7 +11,7 @@ covered so the report can say when it did not apply.
                       the optimizer) runs as written, as in the recommended AMP pattern
   sdpa=math|flash|efficient|cudnn
                       only that scaled_dot_product_attention backend is enabled (the
-                      torch.backends.cuda flags simulation/sdpa.py reads); the script's
+                      torch.backends.cuda flags simulation/patches/sdpa.py reads); the script's
                       own sdpa_kernel contexts and enable_*_sdp calls are ignored
   foreach=true|false, fused=true|false
                       passed to every torch.optim optimizer that takes the option,
@@ -45,11 +45,11 @@ from typing import Any
 import torch
 
 from memlens.errors import MemlensError
-from memlens.simulation.fake_cuda import Patches
-from memlens.simulation.knob_parallel import KEYS as PARALLEL
-from memlens.simulation.knob_parallel import Wrapped
-from memlens.simulation.knob_parallel import check as check_parallel
-from memlens.simulation.knob_parallel import install as install_parallel
+from memlens.simulation.knobs.parallel import KEYS as PARALLEL
+from memlens.simulation.knobs.parallel import Wrapped
+from memlens.simulation.knobs.parallel import check as check_parallel
+from memlens.simulation.knobs.parallel import install as install_parallel
+from memlens.simulation.patches.fake_cuda import Patches
 
 AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 SDPA_BACKENDS = ("math", "flash", "efficient", "cudnn")

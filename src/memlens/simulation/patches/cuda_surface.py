@@ -20,10 +20,10 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from memlens.simulation import cuda_stubs
+from memlens.simulation.patches import cuda_stubs
 
 if TYPE_CHECKING:
-    from memlens.simulation.fake_cuda import Patches
+    from memlens.simulation.patches.fake_cuda import Patches
     from memlens.simulation.session import Simulation
 
 GRAPHS = "CUDA graphs and private memory pools are not modelled"

@@ -15,9 +15,9 @@ from torch._subclasses.fake_tensor import DataDependentOutputException, FakeTens
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_map
 
-from memlens.simulation import fake_cuda, sdpa
 from memlens.simulation.distributed import collectives, process_group
-from memlens.simulation.inplace import BackwardInPlace
+from memlens.simulation.patches import fake_cuda, sdpa
+from memlens.simulation.patches.inplace import BackwardInPlace
 
 if TYPE_CHECKING:
     from memlens.simulation.session import Simulation
@@ -66,7 +66,7 @@ class Tracker(TorchDispatchMode):
             # a DTensor (FSDP2's parameters, tensor parallel): it runs the op on its local
             # tensors, which come back through this mode and are tracked there
             return NotImplemented
-        # a compiled graph's ops (simulation/compiled.py) are not eager autograd formulas
+        # a compiled graph's ops (simulation/patches/torch_compile.py) are not eager autograd formulas
         node = None if self.sim.in_compiled_graph else torch._C._current_autograd_node()
         if node is not None:
             inplace = self._backward.replacement(node, func, args, kwargs)
