@@ -72,7 +72,7 @@ def attention_finding(
         "certainty": "estimate",
         "covers": "allocations live at the peak sized like a softmax called from attention "
         "code; SDPA's own B*H*S statistics are not subtracted, and the peak may move",
-        "sites": top_sites(dev, rows, limit=top, hide_patterns=hide_patterns),
+        "sites": top_sites(dev, rows, top=top, hide_patterns=hide_patterns),
     }
 
 
@@ -96,5 +96,5 @@ def sharding_finding(
         "certainty": "estimate",
         "covers": "the gradient and optimizer_state categories live at the peak, divided "
         "evenly; parameters, activations and communication buffers unchanged",
-        "sites": top_sites(dev, rows, limit=top, hide_patterns=hide_patterns),
+        "sites": top_sites(dev, rows, top=top, hide_patterns=hide_patterns),
     }

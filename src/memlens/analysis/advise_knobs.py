@@ -58,7 +58,7 @@ def checkpoint_finding(
     held = int(dev.alloc_size[rows].sum())
     if not held:
         return None
-    sites = top_sites(dev, rows, limit=top, hide_patterns=hide_patterns)
+    sites = top_sites(dev, rows, top=top, hide_patterns=hide_patterns)
     return {
         "kind": "checkpoint",
         "summary": f"{len(rows):,} activations saved for backward hold {fb(held)} at the "
@@ -96,5 +96,5 @@ def autocast_finding(
         "covers": "assumes fp32 activations and parameters (a snapshot has no dtypes): half "
         "the activation category live at the peak, less half the parameters live at the "
         "peak (the weight casts kept for backward); temporaries and gradients unchanged",
-        "sites": top_sites(dev, acts, limit=top, hide_patterns=hide_patterns),
+        "sites": top_sites(dev, acts, top=top, hide_patterns=hide_patterns),
     }
