@@ -105,16 +105,23 @@ def test_a_toy_analysis_is_a_command_with_json_a_report_section_and_needs_docs(
 
 
 def docs_list_problems() -> list[str]:
-    """docs/analyses.md's table against the registry (sql is the one command listed there
-    that is not a registered analysis)."""
+    """docs/analyses.md's table against the registry: each analysis once, with its
+    declaration's one-line question (sql is the one command listed there that is not a
+    registered analysis)."""
     text = (DOCS / "analyses.md").read_text()
-    listed = re.findall(r"^\| `memlens ([\w-]+)`", text, flags=re.M)
+    rows = re.findall(r"^\| `memlens ([\w-]+)` \|.*\| ([^|]+) \|$", text, flags=re.M)
+    listed = [n for n, _ in rows]
     problems = [f"{n}: listed twice" for n in sorted({n for n in listed if listed.count(n) > 1})]
     problems += [
         f"{n}: not in docs/analyses.md's list" for n in registry.names() if n not in listed
     ]
     problems += [
         f"{n}: listed, not registered" for n in listed if n not in registry.names() + ["sql"]
+    ]
+    problems += [
+        f"{n}: its question is {registry.get(n).help!r}, not {q!r}"
+        for n, q in rows
+        if n in registry.names() and q != registry.get(n).help
     ]
     return problems
 

@@ -128,6 +128,12 @@ def script_command(output_help: str, *, dir_okay: bool = False) -> Callable[[F],
     return decorate
 
 
+def script_name(script: str) -> str:
+    """What a simulated script's output is named after: a file's stem (train.py ->
+    train), or a module's last part (-m pkg.train -> train)."""
+    return Path(script).stem if script.endswith(".py") else script.rpartition(".")[2]
+
+
 def hide_option(f: F) -> F:
     """--hide (added to the default patterns) and --hide-only (replacing them)."""
     return click_option(HIDE)(click_option(HIDE_ONLY)(f))

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import os
 
 import click
 
-from memlens.cli.options import status, write_page
+from memlens.cli.options import emit_json, status, write_page
 from memlens.errors import MemlensError
 from memlens.units import format_bytes
 from memlens.views.text.plan import fits_text, values_text
@@ -300,7 +299,7 @@ def command(
         write_page(html_out, plan_report(result))
         status(f"memlens: plan: wrote {html_out}", err=True)
     if as_json:
-        click.echo(json.dumps(result, indent=2))
+        emit_json(result)
     else:
         for line in render(dict(result)):
             status(line)
