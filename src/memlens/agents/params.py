@@ -105,23 +105,23 @@ def _one(command: click.Command, param: click.Parameter, value: Any) -> Any:
     return _as(str(param.name), param.type, value)
 
 
+# Option.describe()'s types as JSON Schema's (paths and text are strings)
+_SCHEMA_TYPES: dict[str, JsonType] = {"int": "integer", "float": "number", "bool": "boolean"}
+
+
 def option_property(o: Option) -> dict[str, Any]:
-    """The JSON Schema of a declared option as a tool argument (what schema_property
-    gives for the click option the CLI makes of it)."""
-    item: dict[str, Any] = {"type": json_type_of(o)}
-    if o.choices:
-        item["enum"] = list(o.choices)
-    prop = {"type": "array", "items": item} if o.multiple else dict(item)
-    if o.help:
-        prop["description"] = " ".join(o.help.split())
-    if o.default is not None and o.default != () and o.kind != "argument":
-        prop["default"] = list(o.default) if isinstance(o.default, tuple) else o.default
+    """The JSON Schema of a declared option as a tool argument, from its description
+    (Option.describe(), what `memlens capabilities` says of it)."""
+    d = o.describe()
+    item: dict[str, Any] = {"type": _SCHEMA_TYPES.get(d["type"], "string")}
+    if "choices" in d:
+        item["enum"] = d["choices"]
+    prop = {"type": "array", "items": item} if d.get("multiple") else dict(item)
+    if d["help"]:
+        prop["description"] = " ".join(d["help"].split())
+    if d["default"] not in (None, []) and not d["required"]:
+        prop["default"] = d["default"]
     return prop
-
-
-def json_type_of(o: Option) -> JsonType:
-    types: dict[type, JsonType] = {int: "integer", float: "number", bool: "boolean"}
-    return "string" if o.path or o.kind != "value" else types.get(o.type, "string")
 
 
 def convert_option(o: Option, value: Any) -> Any:
