@@ -6,7 +6,7 @@ import os
 
 import click
 
-from memlens.cli.options import emit_json, status, write_page
+from memlens.cli.options import emit_json, json_option, status, write_page
 from memlens.errors import MemlensError
 from memlens.units import format_bytes
 from memlens.views.text.plan import fits_text, values_text
@@ -229,7 +229,7 @@ def render_table(table: dict) -> list[str]:  # type: ignore[type-arg]
     help="Workers of a dask-local cluster (default: --jobs).",
 )
 @click.option("--no-cache", is_flag=True, help="Simulate every point again.")
-@click.option("--json", "as_json", is_flag=True, help="Write the result as JSON.")
+@json_option
 @click.option(
     "--html",
     "html_out",
