@@ -90,8 +90,6 @@ class Declared:
     shared: tuple[str, ...]  # names of its registry.host_options
     # its options an agent is not offered: they write files or reach a network address
     not_for_agents: tuple[str, ...] = ()
-    # options that name a second snapshot (registry.Option kind "snapshot"): none here
-    snapshot_options: tuple[str, ...] = ()
 
     def prepared(self, own: dict[str, Any]) -> dict[str, Any]:
         """The command's own options after its `prepare` (checks before any load)."""
