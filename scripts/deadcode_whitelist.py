@@ -6,7 +6,7 @@ the tests call, then what another package's owner decides on."""
 
 # public API, used by users' code (docs/record.md, docs/analyses.md, README.md)
 _.set_backend  # memlens.capture.backend: docs/record.md
-_.describe  # analysis.spec.Analysis: docs/analyses.md
+_.describe  # analysis.spec.Option: docs/analyses.md (and agents.params.option_property)
 _.run_paths  # analysis.spec.Analysis: docs/analyses.md, README.md
 _.MemlensCallback  # integrations.hf / integrations.lightning: users pass it to a trainer
 

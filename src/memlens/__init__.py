@@ -6,6 +6,7 @@ pulls in torch, the web server or the terminal UI until they are used.
     snap = memlens.load("step.pickle")        # safe, cached, columnar
     dev = snap.device(0)
     dev.peak_active_bytes, dev.active_at(1234), dev.live_at(1234)
+    memlens.analyze("leaks", snap, top=5)     # = `memlens leaks step.pickle --top 5 --json`
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from memlens.errors import CacheError, MemlensError, SnapshotError, UnsafePickleError
 
 if TYPE_CHECKING:  # the lazy names below, for type checkers and IDEs ("X as X": re-exported)
+    from memlens.analysis import registry as _registry
     from memlens.capture.markers import stage as stage
     from memlens.capture.markers import step as step
     from memlens.capture.oom import dump_on_oom as dump_on_oom
@@ -29,6 +31,7 @@ if TYPE_CHECKING:  # the lazy names below, for type checkers and IDEs ("X as X":
     from memlens.snapshot.model import Snapshot as Snapshot
 
     __version__: str
+    analyze = _registry.run
 
 # public name -> (module, attribute)
 _LAZY: dict[str, tuple[str, str]] = {
@@ -37,6 +40,8 @@ _LAZY: dict[str, tuple[str, str]] = {
     "Snapshot": ("memlens.snapshot.model", "Snapshot"),
     "DeviceTrace": ("memlens.snapshot.model", "DeviceTrace"),
     "generate_snapshot": ("memlens.simulation.synthetic", "generate_snapshot"),
+    # any registered analysis by name (memlens.analysis.registry), as its --json
+    "analyze": ("memlens.analysis.registry", "run"),
     # recording (torch needed only when called)
     "record": ("memlens.recording", "record"),
     "stage": ("memlens.capture.markers", "stage"),

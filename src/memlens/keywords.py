@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import re
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -39,3 +40,14 @@ def show_fields(fn: Callable[..., Any], cls: type[DataclassInstance], keep: int)
         for f in dataclasses.fields(cls)
     ]
     fn.__signature__ = inspect.signature(fn).replace(parameters=[*head, *keywords])  # type: ignore[attr-defined]
+
+
+def field_docs(cls: type[DataclassInstance]) -> dict[str, str]:
+    """Each field's line in the class docstring, "- `name`: what it is" (to the next
+    field's line or the end), as one line: the help of a command line made of the fields."""
+    doc = inspect.getdoc(cls) or ""
+    out: dict[str, str] = {}
+    for names, text in re.findall(r"^- (`.+?`): (.*?)(?=^- `|\Z)", doc, flags=re.M | re.S):
+        for name in re.findall(r"`(\w+)`", names):
+            out[name] = " ".join(text.split())
+    return out

@@ -127,7 +127,7 @@ def test_real_diff_of_fullsteps(shared_snapshots_dir, expected_figures):
     n1, n2 = "cs336_memory_ctx128_fullstep.pickle", "cs336_memory_ctx256_fullstep.pickle"
     a = memlens.load(shared_snapshots_dir / n1).device(0)
     b = memlens.load(shared_snapshots_dir / n2).device(0)
-    r = diff(a, b, limit=None)
+    r = diff(a, b, top=None)
     fig = {f["name"]: f["change"] for f in r["figures"]}
     for k in ("peak_active_bytes", "baseline_bytes", "end_active_bytes", "peak_reserved_bytes"):
         assert fig[k] == expected_figures[n2][k] - expected_figures[n1][k]

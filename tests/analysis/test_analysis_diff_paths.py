@@ -45,7 +45,7 @@ def _moved(snap: dict[str, Any], *prefixes: tuple[str, str]) -> dict[str, Any]:
 
 
 def _assert_no_change(a: dict[str, Any], b: dict[str, Any]) -> None:
-    r = diff(memlens.load(a).device(0), memlens.load(b).device(0), limit=None)
+    r = diff(memlens.load(a).device(0), memlens.load(b).device(0), top=None)
     assert r["sites"] and r["sites_total"] == len(r["sites"])
     assert {s["status"] for s in r["sites"]} == {"both"}
     assert [s["change"] for s in r["sites"]] == [0] * len(r["sites"])
@@ -78,7 +78,7 @@ def test_hand_built_snapshot_under_two_prefixes_diffs_to_zero():
         ("/usr/lib/python3.11/site-packages/", "/opt/conda/envs/t/lib/python3.12/site-packages/"),
     )
     _assert_no_change(a, b)
-    r = diff(memlens.load(a).device(0), memlens.load(b).device(0), limit=None)
+    r = diff(memlens.load(a).device(0), memlens.load(b).device(0), top=None)
     by_key = {s["key"]: s for s in r["sites"]}
     # the exact paths stay: A's filename, next to the normalized key
     assert by_key["forward (model.py:20)"]["filename"] == "/home/alice/work/proj/model.py"
@@ -100,7 +100,7 @@ def test_same_basename_in_two_packages_is_not_merged():
     both = [_frame("/home/u/proj/a/model.py"), _frame("/home/u/proj/b/model.py")]
     moved = [_frame("/srv/x/a/model.py"), _frame("/srv/x/b/model.py")]
     r = diff(memlens.load(_site_snapshot(both)).device(0),
-             memlens.load(_site_snapshot(moved)).device(0), limit=None)  # fmt: skip
+             memlens.load(_site_snapshot(moved)).device(0), top=None)  # fmt: skip
     assert sorted((s["key"], s["status"], s["change"]) for s in r["sites"]) == [
         ("forward (a/model.py:10)", "both", 0),
         ("forward (b/model.py:10)", "both", 0),
@@ -108,7 +108,7 @@ def test_same_basename_in_two_packages_is_not_merged():
     # A allocates in a/model.py, B in b/model.py: two sites, not one
     a = _site_snapshot([_frame("/home/u/proj/a/model.py"), _frame("/home/u/proj/main.py", 1)])
     b = _site_snapshot([_frame("/srv/x/b/model.py"), _frame("/srv/x/main.py", 1)])
-    r = diff(memlens.load(a).device(0), memlens.load(b).device(0), limit=None)
+    r = diff(memlens.load(a).device(0), memlens.load(b).device(0), top=None)
     assert sorted((s["key"], s["status"], s["change"]) for s in r["sites"]) == [
         ("forward (a/model.py:10)", "only_a", -MiB),
         ("forward (b/model.py:10)", "only_b", MiB),
@@ -123,7 +123,7 @@ def test_project_roots_cut_at_different_depths_still_match():
                         _frame("/home/lin/repo/cs336_systems/run.py", 5, "main")])  # fmt: skip
     b = _site_snapshot([_frame("/tmp/w/cs336_basics/optimizer.py", 76, "step"),
                         _frame("/tmp/w/cs336_systems/run.py", 5, "main")])  # fmt: skip
-    r = diff(memlens.load(a).device(0), memlens.load(b).device(0), limit=None)
+    r = diff(memlens.load(a).device(0), memlens.load(b).device(0), top=None)
     assert sorted((s["key"], s["status"]) for s in r["sites"]) == [
         ("main (cs336_systems/run.py:5)", "both"),
         ("step (cs336_basics/optimizer.py:76)", "both"),

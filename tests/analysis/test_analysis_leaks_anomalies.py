@@ -49,8 +49,8 @@ def test_anomalies(dev):
     r = anomalies(dev)
     assert r["late_frees"]["count"] == 0  # default: another event between request and completion
     assert r["large_temporaries"]["count"] == 0  # 1.5 MB is under 64 MiB
-    r = anomalies(dev, late_min_events=1, late_min_us=10, temp_min_bytes=1_000_000,
-                  temp_min_share=0, gap_min_bytes=MiB)  # fmt: skip
+    r = anomalies(dev, late_events=1, late_us=10, temp_min=1_000_000,
+                  temp_min_share=0, gap_min=MiB)  # fmt: skip
     lf = r["late_frees"]
     assert (lf["count"], lf["bytes"]) == (1, 100)
     item = lf["items"][0]
@@ -70,7 +70,7 @@ def test_anomalies_untimed_uses_events_only():
     for e in snap["device_traces"][0]:
         del e["time_us"]
     # without times only the event gap counts: every completion here follows its request
-    r = anomalies(memlens.load(snap).device(0), late_min_events=1)
+    r = anomalies(memlens.load(snap).device(0), late_events=1)
     assert r["late_frees"]["count"] == 5 and r["late_frees"]["items"][0]["delay_us"] is None
     assert anomalies(memlens.load(snap).device(0))["late_frees"]["count"] == 0
 

@@ -6,6 +6,7 @@ analysis gives the same dict through the Python API as through `memlens NAME --j
 from __future__ import annotations
 
 import importlib.machinery
+import inspect
 import json
 import re
 import sys
@@ -18,7 +19,7 @@ from click.testing import CliRunner
 from test_json_schema import missing_schemas, schema_commands
 
 import memlens
-from memlens.analysis import registry
+from memlens.analysis import declarations, registry
 from memlens.analysis.jsonable import json_default
 from memlens.analysis.registry import Analysis, Option
 from memlens.cli.main import cli
@@ -104,10 +105,12 @@ def test_a_toy_analysis_is_a_command_with_json_a_report_section_and_needs_docs(
 
 
 def docs_list_problems() -> list[str]:
-    """docs/analyses.md's table against the registry (sql is the one command listed there
-    that is not a registered analysis)."""
+    """docs/analyses.md's table against the registry: each analysis once, with its
+    declaration's one-line question (sql is the one command listed there that is not a
+    registered analysis)."""
     text = (DOCS / "analyses.md").read_text()
-    listed = re.findall(r"^\| `memlens ([\w-]+)`", text, flags=re.M)
+    rows = re.findall(r"^\| `memlens ([\w-]+)` \|.*\| ([^|]+) \|$", text, flags=re.M)
+    listed = [n for n, _ in rows]
     problems = [f"{n}: listed twice" for n in sorted({n for n in listed if listed.count(n) > 1})]
     problems += [
         f"{n}: not in docs/analyses.md's list" for n in registry.names() if n not in listed
@@ -115,66 +118,86 @@ def docs_list_problems() -> list[str]:
     problems += [
         f"{n}: listed, not registered" for n in listed if n not in registry.names() + ["sql"]
     ]
+    problems += [
+        f"{n}: its question is {registry.get(n).help!r}, not {q!r}"
+        for n, q in rows
+        if n in registry.names() and q != registry.get(n).help
+    ]
     return problems
 
 
 def test_the_docs_list_is_the_registry():
     assert docs_list_problems() == []
-    assert len(registry.names()) == 14
+    assert registry.names() == [a.name for a in declarations.BUILTIN]
 
 
 def test_declarations_agree_with_their_functions_and_renderers():
     """What mypy cannot see through the declarations' strings: each function returns its
-    declared result type, and each renderer takes it."""
+    declared result type, each renderer takes it, and the function is the command: it
+    takes every declared option by its name and with its default (one place for each),
+    and nothing else without a default."""
     for a in registry.all():
         returned = get_type_hints(a.function_obj)["return"]
         rendered = next(iter(get_type_hints(a.renderer).values()))
         assert a.result_type in (returned, *getattr(returned, "__args__", ())), a.name
         assert returned == rendered, a.name
-        declared = {o.name for o in a.all_options()} - {"device_b"}
-        params = set(get_type_hints(a.function_obj)) - {"return"}
-        # the function takes every option but device, which picks the trace for it
-        assert declared - params <= {"device"} and params - declared <= {
-            "dev", "snap", "a", "b", "snapshots"
-        }, a.name  # fmt: skip
+        params = inspect.signature(a.function_obj).parameters
+        inputs = list(params)[: 2 if a.opens == "pair" else 1]
+        # every option but device (and device_b), which pick the trace(s) for it
+        for o in a.all_options():
+            if o.name in ("device", "device_b") and o.name not in params:
+                continue
+            assert o.name in params, (a.name, o.name)
+            default = params[o.name].default
+            assert default is inspect.Parameter.empty or default == o.default, (a.name, o.name)
+        declared = {o.name for o in a.all_options()}
+        for name in set(params) - declared - set(inputs):
+            assert params[name].default is not inspect.Parameter.empty, (a.name, name)
 
 
-RULES = '{"rules": [{"name": "big", "pattern": "big"}]}'
+def cli_arguments(o: Option, value: Any) -> list[str]:
+    """A declared option's value as the command line spells it."""
+    if o.kind == "argument":
+        return [str(value)]
+    if o.type is bool:
+        return [o.cli_flag if value else str(o.secondary)]
+    return [w for v in (value if o.multiple else [value]) for w in (o.cli_flag, str(v))]
 
 
-def cases(hand: str, rules: str) -> list[tuple[str, list[str], dict[str, Any], list[Any]]]:
-    """(name, CLI arguments after the paths, run options, run inputs as paths)."""
-    return [
-        ("summary", [], {}, [hand]),
-        ("peak", ["--event", "3"], {"event": 3}, [hand]),
-        ("at", ["--event", "2"], {"event": 2}, [hand]),
-        ("stages", [], {}, [hand]),
-        ("categories", [], {}, [hand]),
-        ("rules", [rules], {"rules_file": rules}, [hand]),
-        ("diff", [hand, "--top", "2"], {"top": 2}, [hand, hand]),
-        ("check", ["--max-peak", "1KiB"], {"max_peak": "1KiB"}, [hand]),
-        ("leaks", [], {}, [hand]),
-        ("anomalies", ["--temp-min", "1"], {"temp_min": "1"}, [hand]),
-        ("fragmentation", ["--event", "4"], {"event": 4}, [hand]),
-        ("oom", [], {}, [hand]),
-        ("ranks", [hand], {}, [hand, hand]),
-        ("advise", ["--what-if", "expandable_segments:True"],
-         {"what_if": ["expandable_segments:True"]}, [hand]),
-    ]  # fmt: skip
+def example(a: Analysis[Any], hand: str, tmp: Path) -> tuple[list[str], dict[str, Any], list[str]]:
+    """(CLI arguments, run options, inputs as paths) of the declaration's `example`; a
+    path option's example is the file's text, written to a file here."""
+    options = dict(a.example)
+    declared = {o.name: o for o in a.options}
+    for name, value in options.items():
+        if declared[name].path:
+            (tmp / name).write_text(value)
+            options[name] = str(tmp / name)
+    args = [w for name, value in options.items() for w in cli_arguments(declared[name], value)]
+    return args, options, [hand, hand] if a.opens in ("pair", "many") else [hand]
 
 
 def test_the_python_api_gives_what_the_command_prints(hand_file, tmp_path):
-    rules = tmp_path / "rules.json"
-    rules.write_text(RULES)
-    seen = set()
-    for name, args, options, paths in cases(str(hand_file), str(rules)):
-        out = CliRunner().invoke(cli, [name, paths[0], *args, "--json"])
-        assert out.exit_code == (1 if name == "check" else 0), (name, out.output)
-        analysis = registry.get(name)
-        api = analysis.run_paths(paths if len(paths) > 1 else paths[0], **options)
-        assert json.loads(json.dumps(api, default=json_default)) == json.loads(out.stdout), name
-        seen.add(name)
-    assert seen == set(registry.names())
+    for a in declarations.BUILTIN:
+        args, options, paths = example(a, str(hand_file), tmp_path)
+        out = CliRunner().invoke(cli, [a.name, *paths, *args, "--json"])
+        api = a.run_paths(paths if len(paths) > 1 else paths[0], **options)
+        assert out.exit_code == a.exit_code(api), (a.name, out.output)
+        assert json.loads(json.dumps(api, default=json_default)) == json.loads(out.stdout), a.name
+        # the facade, with paths or with opened snapshots, answers the same
+        snaps = [memlens.load(p) for p in paths]
+        inputs = [snaps] if a.opens == "many" else snaps
+        assert memlens.analyze(a.name, *inputs, **options) == api, a.name
+
+
+def test_core_functions_are_the_registered_ones(hand_file):
+    """No adapter between the Python call and the command: same defaults, same answer."""
+    from memlens.analysis import anomalies, diff, leaks
+
+    dev = memlens.load(str(hand_file)).device()
+    assert leaks.leaks(dev) == registry.get("leaks").run(dev)
+    assert anomalies.anomalies(dev) == registry.get("anomalies").run(dev)
+    assert diff.diff(dev, dev) == registry.get("diff").run(dev, dev)
 
 
 def test_options_are_checked_by_name_and_limit_is_top(hand_file):
@@ -217,4 +240,4 @@ def test_listing_the_registry_imports_no_analysis():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
-    assert out.stdout == "14\n"
+    assert out.stdout == f"{len(declarations.BUILTIN)}\n"

@@ -76,7 +76,7 @@ def test_gradients_at_the_peak_are_named_by_accumulate_grad_in_every_view(traini
     # summary (its top sites are at the peak too) and diff (sites at both peaks)
     summary_sites = {s["site"]: s["bytes"] for s in device_summary(dev, top=20)["top_sites"]}
     assert summary_sites[ACCUMULATE] == GRAD_BYTES
-    changes = {s["site"]: s for s in diff(dev, dev, limit=None)["sites"]}
+    changes = {s["site"]: s for s in diff(dev, dev, top=None)["sites"]}
     assert changes[ACCUMULATE]["a_bytes"] == changes[ACCUMULATE]["b_bytes"] == GRAD_BYTES
     # the viewer's live tree at the peak, Python frames only
     tree = ViewerData([training], ["t"]).live(0, 0, dev.peak_event_index)["tree"]

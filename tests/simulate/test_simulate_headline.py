@@ -58,7 +58,7 @@ def test_the_headline_is_the_whole_runs_peak_and_each_own_file_is_listed(tmp_pat
         "memlens:   blog.pickle (pickle.dump(torch.cuda.memory._snapshot())): trace entry 7 "
         "of the run's 7, the state when written",
         "memlens: simulated snapshot written to out.pickle: the script's last snapshot "
-        "(blog.pickle), the same window and state: predicted peak active 0.75 GiB, peak "
+        "(blog.pickle), the same window and state: predicted peak active 768.00 MiB, peak "
         "reserved 1.25 GiB, 1 event",
         "memlens: view it with: memlens view out.pickle",
     ]

@@ -74,7 +74,7 @@ def test_first_user_frame_tiers_and_hide_patterns():
     )
     d = snap.device(0)
     rows = d.live_at(d.n_events - 1)
-    sites = {s["bytes"]: s["site"] for s in top_sites(d, rows, limit=None)}
+    sites = {s["bytes"]: s["site"] for s in top_sites(d, rows, top=None)}
     assert sites[100] == "block (/home/me/model.py:42)"
     assert sites[200] == "torch::autograd::generated::MmBackward0::apply"
     assert (
@@ -86,7 +86,7 @@ def test_first_user_frame_tiers_and_hide_patterns():
     )
     assert sites[500] == "<no stack recorded>"
     # hide nothing: the innermost Python frame wins, even torch's (rows 100 and 300 merge)
-    shown = {s["site"]: s["bytes"] for s in top_sites(d, rows, limit=None, hide_patterns=[])}
+    shown = {s["site"]: s["bytes"] for s in top_sites(d, rows, top=None, hide_patterns=[])}
     assert (
         shown["forward (/opt/venv/lib/python3.11/site-packages/torch/nn/modules/linear.py:125)"]
         == 400
@@ -95,7 +95,7 @@ def test_first_user_frame_tiers_and_hide_patterns():
     custom = {
         s["site"]: s["bytes"]
         for s in top_sites(
-            d, rows, limit=None, hide_patterns=["model\\.py$", "torch", "contextlib"]
+            d, rows, top=None, hide_patterns=["model\\.py$", "torch", "contextlib"]
         )
     }
     assert (
@@ -108,7 +108,7 @@ def test_first_user_frame_tiers_and_hide_patterns():
 def test_top_sites_group_and_order():
     snap = _snap([USER], [USER], [TORCH_PY, USER], [NODE])
     d = snap.device(0)
-    sites = top_sites(d, d.live_at(3), limit=2)
+    sites = top_sites(d, d.live_at(3), top=2)
     assert [(s["site"], s["bytes"], s["count"]) for s in sites] == [
         ("block (/home/me/model.py:42)", 100 + 200 + 300, 3),
         ("torch::autograd::generated::MmBackward0::apply", 400, 1),
@@ -189,7 +189,7 @@ SITE_CASES = [
 def test_site_is_the_innermost_meaningful_frame(stack, site):
     snap = _snap(stack)
     d = snap.device(0)
-    (row,) = top_sites(d, d.live_at(0), limit=None)
+    (row,) = top_sites(d, d.live_at(0), top=None)
     assert row["site"] == site
 
 

@@ -21,7 +21,7 @@ def test_compare_is_analysis_diff():
     a = memlens.load(generate_trace_dict(events=3000, layers=4, seed=1))
     b = memlens.load(generate_trace_dict(events=3000, layers=6, hidden=320, seed=2))
     c = ViewerData([a, b], ["a", "b"]).compare([None, None], limit=5)
-    ref = diff(a.device(0), b.device(0), limit=5)
+    ref = diff(a.device(0), b.device(0), top=5)
     assert ref["sites_total"] > 5  # the limit cuts: the order matters
     assert c["sites_total"] == ref["sites_total"]
     assert [s["site"] for s in c["sites"]] == [s["site"] for s in ref["sites"]]

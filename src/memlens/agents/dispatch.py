@@ -19,7 +19,7 @@ from memlens.agents.bound import Bounds, bound
 from memlens.agents.session import Session
 from memlens.agents.tools import Tool, to_json
 from memlens.errors import MemlensError
-from memlens.views.escape import visible
+from memlens.views.escape import error_line as error_line  # server.py names it here
 
 
 @dataclass
@@ -28,15 +28,6 @@ class Reply:
     data: Any = None  # the JSON (None for an error)
     notes: list[str] = field(default_factory=list)  # what the bounds cut
     error: bool = False
-
-
-def error_line(exc: BaseException) -> str:
-    """The CLI's one line for an error (cli/main.py): the message of a MemlensError, a
-    last-resort line for anything else (a bug, or a file we failed to foresee)."""
-    if isinstance(exc, MemlensError):
-        return f"memlens: error: {visible(str(exc))}"
-    detail = visible(str(exc))[:300]
-    return f"memlens: error: unexpected {type(exc).__name__}: {detail} (please report it)"
 
 
 class Dispatcher:

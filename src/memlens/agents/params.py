@@ -1,6 +1,8 @@
-"""click parameters as JSON: what `memlens capabilities --json` lists for each option, the
-JSON Schema of an MCP tool's input, and the conversion of a tool's arguments by the same
-click types the command line uses (so `top="x"` fails as `--top x` does)."""
+"""Options as JSON: the JSON Schema of an MCP tool's input and the conversion of a tool's
+arguments by the same click types the command line uses (so `top="x"` fails as `--top x`
+does), for a registered analysis's declared `Option`s (memlens.analysis.registry) and
+for the click parameters of the other commands; and what `memlens capabilities --json`
+lists for each option of a command."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ from typing import Any
 import click
 
 from memlens.agents.results import JsonType, ParamInfo
+from memlens.analysis.registry import Option
 from memlens.errors import MemlensError
 
 # click type -> JSON Schema type; anything else (paths, text) is a string
@@ -99,9 +102,45 @@ def convert(command: click.Command, param: click.Parameter, value: Any) -> Any:
 
 
 def _one(command: click.Command, param: click.Parameter, value: Any) -> Any:
+    return _as(str(param.name), param.type, value)
+
+
+# Option.describe()'s types as JSON Schema's (paths and text are strings)
+_SCHEMA_TYPES: dict[str, JsonType] = {"int": "integer", "float": "number", "bool": "boolean"}
+
+
+def option_property(o: Option) -> dict[str, Any]:
+    """The JSON Schema of a declared option as a tool argument, from its description
+    (Option.describe(), what `memlens capabilities` says of it)."""
+    d = o.describe()
+    item: dict[str, Any] = {"type": _SCHEMA_TYPES.get(d["type"], "string")}
+    if "choices" in d:
+        item["enum"] = d["choices"]
+    prop = {"type": "array", "items": item} if d.get("multiple") else dict(item)
+    if d["help"]:
+        prop["description"] = " ".join(d["help"].split())
+    if d["default"] not in (None, []) and not d["required"]:
+        prop["default"] = d["default"]
+    return prop
+
+
+def convert_option(o: Option, value: Any) -> Any:
+    """A tool argument (None: not given) as the command line would hand the declared
+    option to the command: converted and checked by the click type it has there."""
+    if value is None:
+        return tuple(o.default or ()) if o.multiple else o.default
+    kind = click.Choice(o.choices) if o.choices else click.types.convert_type(o.type)
+    if o.multiple:
+        return tuple(_as(o.name, kind, v) for v in (value if isinstance(value, list) else [value]))
+    if isinstance(value, list):
+        raise MemlensError(f"{o.name}: takes one value, not a list")
+    return _as(o.name, kind, value)
+
+
+def _as(name: str, kind: click.ParamType[Any], value: Any) -> Any:
     if isinstance(value, (dict, list)):
-        raise MemlensError(f"{param.name}: {type(value).__name__} is not a valid value")
+        raise MemlensError(f"{name}: {type(value).__name__} is not a valid value")
     try:
-        return param.type.convert(value, param, click.Context(command))
+        return kind.convert(value, None, None)
     except click.BadParameter as exc:
-        raise MemlensError(f"{param.name}: {exc.message}") from None
+        raise MemlensError(f"{name}: {exc.message}") from None

@@ -111,35 +111,29 @@ class Session:
             id = f"s{self._count}"
         return Opened(id, path, stat, snap, notes)
 
-    def inputs(
-        self, opens: str, args: dict[str, Any], device: int | None, device_b: int | None
-    ) -> tuple[list[Any], Any]:
-        """What an analysis command's body gets first (cli.command.Opens) from the tool's
-        arguments, and the paths as the body sees them."""
+    def load(self, ref: str) -> Snapshot:
+        """The host's loader of the registry's `open`: the snapshot of an id or a path."""
+        return self.open(ref).snapshot
+
+    def paths(self, opens: str, args: dict[str, Any]) -> Any:
+        """The snapshot(s) a tool's arguments name, as the command line's SNAPSHOT
+        argument(s) would give them (a path; two for "pair"; a tuple for "many" and
+        "paths"), each opened (checked, read and kept) but for "paths": those the
+        command's body or its workers read, and the server only checks they are allowed."""
         if opens == "paths":
             paths = args.get("paths")
             if not isinstance(paths, list) or not paths:
                 raise MemlensError("give paths: a list of files, directories or globs")
             for p in paths:
                 self.allowed(str(p).split("*")[0] or ".")  # a glob: its fixed part
-            return [tuple(paths)], tuple(paths)
+            return tuple(paths)
         if opens == "many":
             refs = args.get("snapshots")
             if not isinstance(refs, list) or not refs or not all(isinstance(r, str) for r in refs):
                 raise MemlensError("give snapshots: a list of ids or paths, one per rank")
-            opened = [self.open(r) for r in refs]
-            return [[(str(e.path), e.snapshot) for e in opened]], tuple(str(e.path) for e in opened)
-        a = self.open(_required(args, "snapshot"))
-        if opens == "pair":
-            b = self.open(_required(args, "snapshot_b"))
-            b_device = device_b if device_b is not None else device
-            devs = [a.snapshot.device(device), b.snapshot.device(b_device)]
-            return devs, (str(a.path), str(b.path))
-        if opens == "device":
-            return [a.snapshot.device(device)], str(a.path)
-        if opens == "snapshot":
-            return [a.snapshot], str(a.path)
-        raise MemlensError(f"inputs of kind {opens!r} are not offered to agents")
+            return tuple(str(self.open(r).path) for r in refs)
+        a = str(self.open(_required(args, "snapshot")).path)
+        return (a, str(self.open(_required(args, "snapshot_b")).path)) if opens == "pair" else a
 
 
 def _required(args: dict[str, Any], name: str) -> str:

@@ -1,14 +1,16 @@
 """The MCP server's tools: one per analysis, plus opening, listing and closing snapshots
 and SQL.
 
-The analysis tools enumerate the analysis registry (memlens.analysis.registry: one
-`Registered` per analysis, handed in by `memlens.cli.mcp` with its click command) and the
-few commands that are not registered analyses (fleet: `memlens.cli.command.DECLARED`). A
-tool's input schema is the command's own options (click types, defaults and help), and a
-call runs what the command runs with --json (`Analysis.call`, or the command's body), so a
-tool answers exactly what `memlens <command> --json` prints for the same options. Options
-that would write files or reach the network (`--out`, `--report`, `--scheduler`) and
-`--annotations` are not offered; paths the options name must be readable under the
+The analysis tools enumerate the analysis registry (memlens.analysis.registry): a tool's
+input schema is the analysis's `host_options()` (the same declared `Option`s the CLI
+spells as click options), and a call takes the registry's one request path, `request`,
+`open` (with the session's loader: ids or paths) and `call`, so a tool answers exactly
+what `memlens <command> --json` prints for the same options. The few commands that are
+not registered analyses (fleet: `memlens.cli.command.DECLARED`, handed in by
+`memlens.cli.mcp`) are read from their click command and run by their body. The cache is
+the server's choice (`memlens mcp --no-cache`) and `--annotations` would add other files,
+so neither is offered; nor are options that write files or reach a network address (a
+declared command's `not_for_agents`); paths the options name must be readable under the
 server's roots.
 """
 
@@ -17,53 +19,25 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, TypedDict
+from typing import TYPE_CHECKING, Any, Protocol
 
 import click
 
-from memlens.agents.params import convert, schema_property
+from memlens.agents.params import convert, convert_option, option_property, schema_property
 from memlens.agents.session import Session
 from memlens.analysis.jsonable import json_default
-from memlens.analysis.sites import hide_patterns
+from memlens.analysis.registry import ANNOTATIONS, NO_CACHE
+from memlens.analysis.spec import refs_of
 from memlens.errors import MemlensError
 
 if TYPE_CHECKING:
     from memlens.analysis.registry import Analysis
+    from memlens.snapshot.model import Snapshot
 
-# options of the commands that tools do not offer: --json is implied, the cache is the
-# server's choice, --limit is a deprecated spelling, and the rest add other files or write
-# files or reach a network address
-HIDDEN = frozenset(
-    {"as_json", "no_cache", "limit_alias", "annotation_files", "scheduler", "out", "report"}
-)
-# options the command's wrapper handles itself (cli.command.analysis_command), not its body
-SHARED = frozenset(
-    {
-        "as_json",
-        "no_cache",
-        "device",
-        "device_b",
-        "hide",
-        "hide_only",
-        "annotation_files",
-        "limit_alias",
-    }
-)
+# the shared options the server decides, not the agent (see the module docstring)
+SERVER_OWN = (NO_CACHE.name, ANNOTATIONS.name)
 
 SNAPSHOT_ARG = "An id from open_snapshot (s1) or the path of a snapshot file (opened and kept)."
-
-
-class Shared(TypedDict):
-    """What an analysis command's wrapper holds besides the command's own options (see
-    cli.command.analysis_command); `hide` as typed (--hide values)."""
-
-    hide: tuple[str, ...]
-    hide_only: tuple[str, ...]
-    device: int | None
-    device_b: int | None
-    no_cache: bool
-    as_json: bool
-    paths: Any
 
 
 class HasResult(Protocol):
@@ -72,8 +46,8 @@ class HasResult(Protocol):
 
 
 class Declaration(Protocol):
-    """An analysis command: a registered analysis (`Registered`) or a command declared by
-    cli.command.analysis_command (`Declared`)."""
+    """A command declared by cli.command.analysis_command (`Declared`), not a registered
+    analysis: its click command gives the options' schema and checks."""
 
     @property
     def name(self) -> str: ...
@@ -82,38 +56,8 @@ class Declaration(Protocol):
     @property
     def opens(self) -> str: ...
     @property
-    def snapshot_options(self) -> tuple[str, ...]: ...
-    def prepared(self, own: dict[str, Any]) -> dict[str, Any]: ...
-    def answer(self, inputs: list[Any], own: dict[str, Any], shared: Shared) -> HasResult: ...
-
-
-@dataclass(frozen=True)
-class _Result:
-    result: Any
-
-
-class Registered:
-    """A registered analysis as a tool's declaration: `command` (its click command, built
-    from the registry) gives the options' schema and checks; a call is `Analysis.call`, as
-    the command's own callback makes it."""
-
-    def __init__(self, analysis: Analysis[Any], command: click.Command) -> None:
-        self.analysis = analysis
-        self.command = command
-        self.name = analysis.name
-        self.opens: str = analysis.opens
-        self.snapshot_options = tuple(o.name for o in analysis.options if o.kind == "snapshot")
-
-    def prepared(self, own: dict[str, Any]) -> dict[str, Any]:
-        return own  # Analysis.check runs in answer(), with the shared values
-
-    def answer(self, inputs: list[Any], own: dict[str, Any], shared: Shared) -> HasResult:
-        values = {**own, "device": shared["device"]}
-        if self.opens == "pair":
-            values["device_b"] = shared["device_b"]
-        if self.analysis.hide:  # --hide adds to the defaults, --hide-only replaces them
-            values["hide_patterns"] = hide_patterns(shared["hide"], shared["hide_only"])
-        return _Result(self.analysis.call(inputs, self.analysis.check(values)))
+    def not_for_agents(self) -> tuple[str, ...]: ...
+    def run(self, given: dict[str, Any], load: Callable[[str], Snapshot]) -> HasResult: ...
 
 
 @dataclass(frozen=True)
@@ -158,49 +102,60 @@ def _inputs_schema(opens: str) -> tuple[dict[str, Any], list[str]]:
     return {"snapshot": {"type": "string", "description": SNAPSHOT_ARG}}, ["snapshot"]
 
 
-def analysis_tool(decl: Declaration) -> Tool:
-    """The tool of one analysis command: its options, its body, its --json."""
-    cmd = decl.command
-    params = [p for p in cmd.params if p.name and p.name != "paths"]
-    offered = [str(p.name) for p in params if p.name not in HIDDEN]
-    properties, required = _inputs_schema(decl.opens)
-    properties.update({str(p.name): schema_property(cmd, p) for p in params if p.name in offered})
-    required += [str(p.name) for p in params if p.required and p.name in offered]
+def _description(name: str, help_text: str) -> str:
+    return f"{' '.join(help_text.split())} Answers the JSON of `memlens {name} --json` (docs/json-schema.md)."
+
+
+def analysis_tool(analysis: Analysis[Any]) -> Tool:
+    """The tool of a registered analysis: its declared options, its --json."""
+    offered = [o for o in analysis.host_options() if o.name not in SERVER_OWN]
+    properties, required = _inputs_schema(analysis.opens)
+    properties.update({o.name: option_property(o) for o in offered})
+    required += [o.name for o in offered if o.kind == "argument"]
     schema = _schema(properties, required)
-    help_text = " ".join((cmd.help or "").split())
-    description = (
-        f"{help_text} Answers the JSON of `memlens {decl.name} --json` (docs/json-schema.md)."
+
+    def run(session: Session, args: dict[str, Any]) -> Any:
+        _check_names(analysis.name, args, schema)
+        given = {o.name: convert_option(o, args.get(o.name)) for o in offered}
+        for o in offered:  # files the options name: readable only under the server's roots
+            if o.path and isinstance(given[o.name], str):
+                session.allowed(given[o.name])
+        values = analysis.request(given)
+        refs = refs_of(analysis.opens, session.paths(analysis.opens, args))
+        return analysis.call(analysis.open(refs, session.load, values), values)
+
+    return Tool(
+        analysis.name, _description(analysis.name, analysis.doc or analysis.help), schema, run
     )
+
+
+def declared_tool(decl: Declaration) -> Tool:
+    """The tool of a command that is not a registered analysis: its click options (less
+    the server's own and `not_for_agents`), its body, its --json."""
+    cmd = decl.command
+    params = [p for p in cmd.params if p.name not in (None, "paths", "as_json")]
+    hidden = {*SERVER_OWN, *decl.not_for_agents}
+    offered = [p for p in params if p.name not in hidden]
+    properties, required = _inputs_schema(decl.opens)
+    properties.update({str(p.name): schema_property(cmd, p) for p in offered})
+    required += [str(p.name) for p in offered if p.required]
+    schema = _schema(properties, required)
 
     def run(session: Session, args: dict[str, Any]) -> Any:
         _check_names(decl.name, args, schema)
         values = {
-            str(p.name): convert(cmd, p, args.get(str(p.name)) if p.name in offered else None)
+            str(p.name): convert(cmd, p, args.get(str(p.name)) if p in offered else None)
             for p in params
         }
         for p in params:  # files the options name: readable only under the server's roots
             if isinstance(p.type, click.Path) and isinstance(values[str(p.name)], str):
-                if p.name in decl.snapshot_options:
-                    values[str(p.name)] = session.open(values[str(p.name)]).snapshot
-                else:
-                    session.allowed(values[str(p.name)])
-        own = decl.prepared({k: v for k, v in values.items() if k not in SHARED})
-        inputs, paths = session.inputs(
-            decl.opens, args, values.get("device"), values.get("device_b")
+                session.allowed(values[str(p.name)])
+        values.update(
+            paths=session.paths(decl.opens, args), as_json=True, no_cache=not session.cache
         )
-        shared: Shared = {
-            "hide": values.get("hide", ()),
-            "hide_only": values.get("hide_only", ()),
-            "device": values.get("device"),
-            "device_b": values.get("device_b"),
-            "no_cache": not session.cache,
-            "as_json": True,
-            "paths": paths,
-        }
-        answer = decl.answer(inputs, own, shared)
-        return answer.result
+        return decl.run(values, session.load).result
 
-    return Tool(decl.name, description, schema, run)
+    return Tool(decl.name, _description(decl.name, cmd.help or ""), schema, run)
 
 
 def _open_tool() -> Tool:
@@ -271,11 +226,14 @@ def _sql_tool(allow_files: bool) -> Tool:
     return Tool("sql", doc, schema, run)
 
 
-def build_tools(declarations: list[Declaration], *, allow_files: bool = False) -> list[Tool]:
+def build_tools(
+    analyses: list[Analysis[Any]], declared: list[Declaration], *, allow_files: bool = False
+) -> list[Tool]:
     """Every tool the server offers, in the order an agent would use them."""
     return [
         _open_tool(),
-        *(analysis_tool(d) for d in declarations),
+        *(analysis_tool(a) for a in analyses),
+        *(declared_tool(d) for d in declared),
         _sql_tool(allow_files),
         _list_tool(),
         _close_tool(),

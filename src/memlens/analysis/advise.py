@@ -166,7 +166,7 @@ def fragmentation_finding(
         "(it reproduces the recorded reserved curve"
         + ("" if exact else " only approximately")
         + "); segments older than the trace are kept as recorded",
-        "sites": top_sites(dev, _segment_rows(dev), limit=top, hide_patterns=hide_patterns),
+        "sites": top_sites(dev, _segment_rows(dev), top=top, hide_patterns=hide_patterns),
         "change": allocator_change(best["settings"]),
         "knob": best["settings"],
     }
@@ -241,7 +241,7 @@ def oom_findings(
 def leak_findings(dev: DeviceTrace, top: int, hide_patterns: Sequence[str] | None) -> list[Finding]:
     """Memory that repeated stages (steps) left alive, from analysis.leaks."""
     out: list[Finding] = []
-    for g in leaks(dev, limit=top, hide_patterns=hide_patterns)["groups"]:
+    for g in leaks(dev, top=top, hide_patterns=hide_patterns)["groups"]:
         if not g["suspects_bytes"]:
             continue
         out.append(

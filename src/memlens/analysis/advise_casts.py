@@ -151,7 +151,7 @@ def weight_cast_finding(
             + (" (or by a backward the trace does not show)" if kept is None else " only")
             + ": their bytes less the largest copy, which one op still needs"
         ),
-        "sites": top_sites(dev, rows, limit=top, hide_patterns=hide_patterns),
+        "sites": top_sites(dev, rows, top=top, hide_patterns=hide_patterns),
         "change": weight_casts_change(kept),
         "knob": CACHE_KNOB,
     }

@@ -106,7 +106,7 @@ def sharding_finding(
         "certainty": "estimate",
         "covers": "the gradient and optimizer_state categories live at the peak, divided "
         "evenly; parameters, activations and communication buffers unchanged",
-        "sites": top_sites(dev, rows, limit=top, hide_patterns=hide_patterns),
+        "sites": top_sites(dev, rows, top=top, hide_patterns=hide_patterns),
         "change": sharding_change(ranks, block),
         "knob": f"fsdp2={ranks}",
     }

@@ -90,7 +90,7 @@ def checkpoint_finding(
     held = int(dev.alloc_size[rows].sum())
     if not held:
         return None
-    sites = top_sites(dev, rows, limit=top, hide_patterns=hide_patterns)
+    sites = top_sites(dev, rows, top=top, hide_patterns=hide_patterns)
     cls = block_class(dev, rows, source_roots)
     which = (
         f"checkpointing every {cls} (memlens plan --what-if checkpoint={cls})"
@@ -135,7 +135,7 @@ def autocast_finding(
         "covers": "assumes fp32 activations and parameters (a snapshot has no dtypes): half "
         "the activation category live at the peak, less half the parameters live at the "
         "peak (the weight casts kept for backward); temporaries and gradients unchanged",
-        "sites": top_sites(dev, acts, limit=top, hide_patterns=hide_patterns),
+        "sites": top_sites(dev, acts, top=top, hide_patterns=hide_patterns),
         "change": autocast_change(),
         "knob": "autocast=bf16",
     }

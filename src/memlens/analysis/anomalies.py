@@ -2,10 +2,12 @@
 
 * late frees: free_completed long after free_requested (the block was used on another
   stream, record_stream, so the allocator had to wait) — time and events in between;
-* large short-lived temporaries: at least `temp_min_bytes` (and `temp_min_share` of the
-  peak) alive for at most `temp_max_events` events;
+* large short-lived temporaries: at least `temp_min` bytes (and `temp_min_share` of the
+  peak) alive for at most `temp_events` events;
 * reserved far above active: stretches where reserved - active exceeds both
-  `gap_min_bytes` and `gap_ratio` x active.
+  `gap_min` bytes and `gap_ratio` x active.
+
+The keywords are `memlens anomalies`'s options (sizes as written, "64MiB", or bytes).
 """
 
 from __future__ import annotations
@@ -26,20 +28,21 @@ from memlens.analysis.results import (
 )
 from memlens.analysis.sites import top_sites
 from memlens.snapshot.model import DeviceTrace
+from memlens.units import parse_bytes
 
 
 def anomalies(
     dev: DeviceTrace,
     *,
-    late_min_events: int = 2,
-    late_min_us: int = 0,
-    temp_min_bytes: int = 64 * 1024 * 1024,
-    temp_min_share: float = 0.01,
-    temp_max_events: int = 8,
-    gap_min_bytes: int = 1024**3,
+    late_events: int = 2,
+    late_us: int = 0,
+    temp_min: str | int = "64MiB",
+    temp_events: int = 8,
+    gap_min: str | int = "1GiB",
     gap_ratio: float = 0.5,
-    limit: int = 20,
+    top: int = 10,
     hide_patterns: Sequence[str] | None = None,
+    temp_min_share: float = 0.01,
 ) -> AnomaliesResult:
     """Returns {"device", "late_frees": {"count", "bytes", "items": [allocation_rows +
     "delay_events", "delay_us"], "by_site": [...]}, "large_temporaries": {"count",
@@ -48,54 +51,55 @@ def anomalies(
     [{"first_event", "last_event", "max_gap_bytes", "max_gap_event", "active_bytes",
     "reserved_bytes"} (at the stretch's largest gap)]}, "thresholds": {...}}.
 
-    late free: free_completed >= late_min_events events after free_requested (2: some
-    other event came in between; a plain free completes at the very next event) and,
-    when the trace is timed, >= late_min_us later. large temporary: freed inside the trace,
-    alive <= temp_max_events events, and at least max(temp_min_bytes, temp_min_share x
-    peak active) bytes. reserved gap: reserved - active > max(gap_min_bytes, gap_ratio x
-    active); consecutive events over the line form one stretch. Items: largest first.
+    late free: free_completed >= late_events events after free_requested (2: some other
+    event came in between; a plain free completes at the very next event) and, when the
+    trace is timed, >= late_us later. large temporary: freed inside the trace, alive <=
+    temp_events events, and at least max(temp_min, temp_min_share x peak active) bytes.
+    reserved gap: reserved - active > max(gap_min, gap_ratio x active); consecutive events
+    over the line form one stretch. Items: largest first, `top` of each kind.
     """
+    temp_min_bytes, gap_min_bytes = parse_bytes(temp_min), parse_bytes(gap_min)
     n = dev.n_events
     timed = has_time(dev)
     req, fr = dev.free_requested_event, dev.free_event
     # --- late frees ------------------------------------------------------------------
-    cand = np.flatnonzero((req >= 0) & (fr < n) & (fr - req >= late_min_events))
+    cand = np.flatnonzero((req >= 0) & (fr < n) & (fr - req >= late_events))
     delay_us = np.zeros(len(cand), dtype=np.int64)
     if timed and len(cand):
         delay_us = dev.time_us[fr[cand]] - dev.time_us[req[cand]]
-        keep = delay_us >= late_min_us
+        keep = delay_us >= late_us
         cand, delay_us = cand[keep], delay_us[keep]
     order = np.lexsort((cand, -(fr[cand] - req[cand])))
     items: list[LateFree] = [
         {**it, "delay_events": int(fr[r] - req[r]), "delay_us": int(delay_us[j]) if timed else None}
         for it, j, r in zip(
-            allocation_rows(dev, cand[order][:limit], hide_patterns),
-            order[:limit].tolist(),
-            cand[order][:limit].tolist(),
+            allocation_rows(dev, cand[order][:top], hide_patterns),
+            order[:top].tolist(),
+            cand[order][:top].tolist(),
         )
     ]
     late: LateFrees = {
         "count": int(len(cand)),
         "bytes": int(dev.alloc_size[cand].sum()),
         "items": items,
-        "by_site": top_sites(dev, cand, limit=limit, hide_patterns=hide_patterns),
+        "by_site": top_sites(dev, cand, top=top, hide_patterns=hide_patterns),
     }
     # --- large short-lived temporaries ----------------------------------------------------
     floor = max(int(temp_min_bytes), int(temp_min_share * dev.peak_active_bytes))
     made = dev.alloc_event >= 0
     life = fr - dev.alloc_event
-    tmp = np.flatnonzero(made & (fr < n) & (life <= temp_max_events) & (dev.alloc_size >= floor))
+    tmp = np.flatnonzero(made & (fr < n) & (life <= temp_events) & (dev.alloc_size >= floor))
     order = np.lexsort((tmp, -dev.alloc_size[tmp]))
     t_items: list[LargeTemporary] = [
         {**it, "lifetime_events": int(life[it["row"]])}
-        for it in allocation_rows(dev, tmp[order][:limit], hide_patterns)
+        for it in allocation_rows(dev, tmp[order][:top], hide_patterns)
     ]
     temps: LargeTemporaries = {
         "count": int(len(tmp)),
         "bytes": int(dev.alloc_size[tmp].sum()),
         "min_bytes": floor,
         "items": t_items,
-        "by_site": top_sites(dev, tmp, limit=limit, hide_patterns=hide_patterns),
+        "by_site": top_sites(dev, tmp, top=top, hide_patterns=hide_patterns),
     }
     # --- reserved far above active --------------------------------------------------------
     stretches: list[GapStretch] = []
@@ -130,42 +134,14 @@ def anomalies(
             "max_gap_bytes": max_gap,
             "max_gap_event": max_gap_ev,
             "count": n_stretch,
-            "stretches": stretches[:limit],
+            "stretches": stretches[:top],
         },
         "thresholds": {
-            "late_min_events": late_min_events,
-            "late_min_us": late_min_us if timed else None,
+            "late_min_events": late_events,
+            "late_min_us": late_us if timed else None,
             "temp_min_bytes": floor,
-            "temp_max_events": temp_max_events,
+            "temp_max_events": temp_events,
             "gap_min_bytes": gap_min_bytes,
             "gap_ratio": gap_ratio,
         },
     }
-
-
-def anomalies_output(
-    dev: DeviceTrace,
-    *,
-    late_events: int = 2,
-    late_us: int = 0,
-    temp_min: str | int = "64MiB",
-    temp_events: int = 8,
-    gap_min: str | int = "1GiB",
-    gap_ratio: float = 0.5,
-    top: int = 10,
-    hide_patterns: Sequence[str] | None = None,
-) -> AnomaliesResult:
-    """`memlens anomalies`: anomalies() with the command's options (sizes as written)."""
-    from memlens.units import parse_bytes
-
-    return anomalies(
-        dev,
-        late_min_events=late_events,
-        late_min_us=late_us,
-        temp_min_bytes=parse_bytes(temp_min),
-        temp_max_events=temp_events,
-        gap_min_bytes=parse_bytes(gap_min),
-        gap_ratio=gap_ratio,
-        limit=top,
-        hide_patterns=hide_patterns,
-    )

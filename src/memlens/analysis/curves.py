@@ -124,7 +124,7 @@ def group_summary(
     items: list[GroupRow] = []
     for g, name in enumerate(names):
         sites = (
-            top_sites(dev, rows[group[rows] == g], limit=top, hide_patterns=hide_patterns)
+            top_sites(dev, rows[group[rows] == g], top=top, hide_patterns=hide_patterns)
             if top
             else []
         )

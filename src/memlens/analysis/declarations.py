@@ -54,7 +54,7 @@ PEAK = Analysis(
     A + "peak:peak_output", R.PeakResult, T + "live_set:render_peak",
     options=(event("Show the live set after this event instead of the peak (-1: before the first)."),
              *TREE),
-    section=S + "peak:SECTION",
+    section=S + "peak:SECTION", example={"event": 3},
     doc="What is live at the peak of active memory: by call stack (a tree with bytes at\n"
     "    every level) and by first user frame.",
 )  # fmt: skip
@@ -71,7 +71,7 @@ AT = Analysis(
                choices=("alloc", "free"), show_default=True),
         *TREE,
     ),
-    check_fn=A + "peak:check_one_point",
+    check_fn=A + "peak:check_one_point", example={"event": 2},
     doc="Total memory and what is live at an event, a time, or an allocation (or its free).",
 )  # fmt: skip
 
@@ -113,6 +113,7 @@ RULES = Analysis(
         event(), points(400), top(3, "Top call sites per rule."),
     ),
     check_fn=A + "rules:check_rules_file", section=S + "rules:SECTION",
+    example={"rules_file": '{"rules": [{"name": "big", "pattern": "big"}]}'},
     doc="""Memory per rule. RULES_FILE maps names to regexes searched in each frame's
     "filename:line:name"; an allocation takes the first rule matching any of its frames.
 
@@ -125,9 +126,9 @@ RULES = Analysis(
 
 DIFF = Analysis(
     "diff", "what changed between two snapshots",
-    A + "diff:diff_output", R.DiffResult, T + "diff:render_diff",
+    A + "diff:diff", R.DiffResult, T + "diff:render_diff",
     options=(top(20),), opens="pair", device_help="Device of both (default: longest trace of each).",
-    section=S + "diff:SECTION",
+    section=S + "diff:SECTION", example={"top": 2},
     doc="Peak, baseline and reserved change; per call site, bytes at each peak and the\n"
     "    change; stage by stage when both have annotations. A (SNAPSHOT) is the base, B\n"
     "    (SNAPSHOT2) the new one.",
@@ -145,12 +146,13 @@ CHECK = Analysis(
     ),
     opens="snapshot", device_help="Device to check (default: every device with a trace).",
     hide=False, check_fn=A + "budget:check_budget_options", fails_unless="ok",
+    example={"max_peak": "1KiB"},
     doc="Check memory budgets; exit 1 with a clear message when one is broken.",
 )  # fmt: skip
 
 LEAKS = Analysis(
     "leaks", "what repeated steps leave behind, and growth per step",
-    A + "leaks:leaks_output", R.LeaksResult, T + "leaks:render_leaks",
+    A + "leaks:leaks", R.LeaksResult, T + "leaks:render_leaks",
     options=(
         Option("stage", str, None,
                "Only stages whose name contains this text (one occurrence is enough)."),
@@ -163,7 +165,7 @@ LEAKS = Analysis(
 
 ANOMALIES = Analysis(
     "anomalies", "late frees, large short-lived temporaries, reserved ≫ active",
-    A + "anomalies:anomalies_output", R.AnomaliesResult, T + "anomalies:render_anomalies",
+    A + "anomalies:anomalies", R.AnomaliesResult, T + "anomalies:render_anomalies",
     options=(
         Option("late_events", int, 2,
                "A free is late when completed at least this many events after its request...",
@@ -175,7 +177,8 @@ ANOMALIES = Analysis(
         Option("gap_ratio", float, 0.5, "...and above this fraction of active.", show_default=True),
         top(10, "Items listed per kind."),
     ),
-    section=S + "anomalies:SECTION", doc="Things worth a second look in a trace.",
+    section=S + "anomalies:SECTION", example={"temp_min": "1"},
+    doc="Things worth a second look in a trace.",
 )  # fmt: skip
 
 FRAGMENTATION = Analysis(
@@ -188,7 +191,7 @@ FRAGMENTATION = Analysis(
                "text shows segments).", secondary="--no-blocks", show_default=True),
         points(200),
     ),
-    hide=False, section=S + "allocator:SECTION",
+    hide=False, section=S + "allocator:SECTION", example={"event": 4},
     doc="Allocator state and fragmentation (as PyTorch's Allocator State History, backwards\n"
     "    from the exact final state).",
 )  # fmt: skip
@@ -240,6 +243,7 @@ ADVISE = Analysis(
                "--gpu).", metavar="NAME"),
     ),
     annotations=True, check_fn="memlens.planning.advise:check", section=S + "advise:SECTION",
+    example={"what_if": ("expandable_segments:True",)},
     doc="Ranked findings (fragmentation by allocator replay, the OOM, attention matrices,\n"
     "    sharding, leaks, activation checkpointing, autocast), each with the bytes at\n"
     "    stake, the call sites and how sure it is.",

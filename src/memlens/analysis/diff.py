@@ -32,7 +32,7 @@ def diff(
     a: DeviceTrace,
     b: DeviceTrace,
     *,
-    limit: int | None = 30,
+    top: int | None = 20,
     hide_patterns: Sequence[str] | None = None,
     stages: bool = True,
 ) -> DiffResult:
@@ -43,7 +43,7 @@ def diff(
     trace_entries), "a", "b", "change", "change_pct" (None when a == 0)}],
     "sites": [{"site", "filename", "line", "name", "a_bytes", "b_bytes", "change",
     "a_count", "b_count", "status": "both"|"only_a"|"only_b", "key"}] (largest |change| first,
-    at most `limit`), "sites_total" (distinct sites), "stages": [{"name", "occurrence",
+    at most `top`), "sites_total" (distinct sites), "stages": [{"name", "occurrence",
     "a_peak_bytes", "b_peak_bytes", "peak_change", "a_net_bytes", "b_net_bytes",
     "net_change", "status"}] or None when either side has no stages (or stages=False: the
     viewer's compare page shows no stages and skips their cost)}.
@@ -64,7 +64,7 @@ def diff(
         "a": {"source": a.snapshot.source, "device": a.device},
         "b": {"source": b.snapshot.source, "device": b.device},
         "figures": figures,
-        "sites": sites if limit is None else sites[:limit],
+        "sites": sites if top is None else sites[:top],
         "sites_total": len(sites),
         "stages": stage_diff(a, b) if stages else None,
     }
@@ -173,10 +173,3 @@ def stage_diff(a: DeviceTrace, b: DeviceTrace) -> list[StageChange] | None:
             }
         )
     return out
-
-
-def diff_output(
-    a: DeviceTrace, b: DeviceTrace, *, top: int = 20, hide_patterns: Sequence[str] | None = None
-) -> DiffResult:
-    """`memlens diff`: diff() with the command's options (`top` call sites)."""
-    return diff(a, b, limit=top, hide_patterns=hide_patterns)

@@ -33,7 +33,7 @@ def leaks(
     dev: DeviceTrace,
     *,
     stage: str | None = None,
-    limit: int = 20,
+    top: int = 10,
     hide_patterns: Sequence[str] | None = None,
 ) -> LeaksResult:
     """Returns {"device", "groups": [{"base_name", "count", "occurrences": [{"name",
@@ -100,9 +100,9 @@ def leaks(
         once = all_rows[np.isin(labels, list(first_only))] if first_only else all_rows[:0]
         sites: list[SuspectSite] = [
             {**s, "per_occurrence": per_site[s["site"]]}
-            for s in top_sites(dev, sus, limit=limit, hide_patterns=hide_patterns)
+            for s in top_sites(dev, sus, top=top, hide_patterns=hide_patterns)
         ]
-        one_time = top_sites(dev, once, limit=limit, hide_patterns=hide_patterns)
+        one_time = top_sites(dev, once, top=top, hide_patterns=hide_patterns)
         first, last = occ[0], occ[-1]
         growth = last["active_start_bytes"] - first["active_start_bytes"]
         steps = len(occ) - 1
@@ -115,7 +115,7 @@ def leaks(
 
             gone = rows_freed_in(dev, a, b)
             gone = gone[dev.alloc_event[gone] <= a]
-            grew = net_sites(dev, made, gone, limit=limit, hide_patterns=hide_patterns)
+            grew = net_sites(dev, made, gone, top=top, hide_patterns=hide_patterns)
         out.append(
             {
                 "base_name": base,
@@ -205,14 +205,3 @@ def _inside_same(s: StageRow, by_index: dict[int, StageRow]) -> bool:
             return True
         p = by_index[p]["parent"]
     return False
-
-
-def leaks_output(
-    dev: DeviceTrace,
-    *,
-    stage: str | None = None,
-    top: int = 10,
-    hide_patterns: Sequence[str] | None = None,
-) -> LeaksResult:
-    """`memlens leaks`: leaks() with the command's options (`top` sites per group)."""
-    return leaks(dev, stage=stage, limit=top, hide_patterns=hide_patterns)

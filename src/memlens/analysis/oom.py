@@ -115,7 +115,7 @@ def oom_report(
                 "fits_in_a_free_block": st["largest_free_bytes"] >= req,
                 "n_segments": st["n_segments"],
                 "live_count": int(len(rows)),
-                "top_sites": top_sites(dev, rows, limit=top, hide_patterns=hide_patterns),
+                "top_sites": top_sites(dev, rows, top=top, hide_patterns=hide_patterns),
                 "site": frame_label(dev.snapshot, int(ufs[sid])) if sid >= 0 else None,
                 "verdict": verdict,
                 "outside_bytes": outside,

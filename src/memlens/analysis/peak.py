@@ -70,7 +70,7 @@ def live_set(
         "device": dev.device,
         **event_info(dev, event),
         "live_count": int(len(rows)),
-        "by_site": top_sites(dev, rows, limit=top, hide_patterns=hide_patterns),
+        "by_site": top_sites(dev, rows, top=top, hide_patterns=hide_patterns),
         "tree": tree_dict(
             dev, rows, python_only=python_only, max_depth=tree_depth, min_share=tree_min_share
         )

@@ -14,7 +14,7 @@ from memlens.snapshot.model import DeviceTrace, Snapshot
 def ranks(
     traces: Sequence[tuple[str, DeviceTrace]],
     *,
-    limit: int = 20,
+    top: int = 15,
     hide_patterns: Sequence[str] | None = None,
 ) -> RanksResult:
     """`traces`: (label, device trace) pairs, e.g. ("rank0.pickle:0", dev).
@@ -43,7 +43,7 @@ def ranks(
             }
         )
         live = dev.live_at(dev.peak_event_index)
-        for s in top_sites(dev, live, limit=None, hide_patterns=hide_patterns):
+        for s in top_sites(dev, live, top=None, hide_patterns=hide_patterns):
             site_bytes.setdefault(s["site"], [0] * len(traces))[j] = s["bytes"]
     imbalance: Imbalance | None = None
     if rows:
@@ -65,7 +65,7 @@ def ranks(
         if max(v) != min(v)
     ]
     sites.sort(key=lambda s: (-s["spread_bytes"], s["site"]))
-    return {"ranks": rows, "imbalance": imbalance, "sites": sites[:limit]}
+    return {"ranks": rows, "imbalance": imbalance, "sites": sites[:top]}
 
 
 def traces_of(
@@ -94,4 +94,4 @@ def ranks_output(
     traces = traces_of(snapshots, device)
     if not traces:
         raise MemlensError("no device with trace entries in the given snapshot(s)")
-    return ranks(traces, limit=top, hide_patterns=hide_patterns)
+    return ranks(traces, top=top, hide_patterns=hide_patterns)

@@ -150,7 +150,7 @@ def top_sites(
     dev: DeviceTrace,
     rows: np.ndarray,
     *,
-    limit: int | None = 10,
+    top: int | None = 10,
     hide_patterns: Sequence[str] | None = None,
 ) -> list[Site]:
     """Allocations `rows` grouped by first user frame, largest total first."""
@@ -164,8 +164,8 @@ def top_sites(
     # weights go through float64: exact below 2**53 bytes (8 PiB), far above any GPU
     count = np.bincount(inv, minlength=len(uniq))
     order = np.lexsort((uniq, -total))
-    if limit is not None:
-        order = order[:limit]
+    if top is not None:
+        order = order[:top]
     via = _main_via(dev, rows, inv, len(uniq), hide_patterns)
     snap = dev.snapshot
     return [_site_row(snap, int(uniq[k]), int(total[k]), int(count[k]), int(via[k])) for k in order]
@@ -209,7 +209,7 @@ def net_sites(
     plus_rows: np.ndarray,
     minus_rows: np.ndarray,
     *,
-    limit: int | None = 10,
+    top: int | None = 10,
     hide_patterns: Sequence[str] | None = None,
     positive_only: bool = True,
 ) -> list[NetSite]:
@@ -234,8 +234,8 @@ def net_sites(
     order = np.lexsort((uniq, -net))
     if positive_only:
         order = order[net[order] > 0]
-    if limit is not None:
-        order = order[:limit]
+    if top is not None:
+        order = order[:top]
     snap = dev.snapshot
     return [
         {

@@ -5,9 +5,10 @@ and its public API, is memlens.analysis.registry."""
 from __future__ import annotations
 
 import importlib
+import os
 import warnings
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Generic, Literal, TypeVar
 
 from memlens.errors import MemlensError
@@ -36,6 +37,7 @@ class Option:
     metavar: str | None = None
     show_default: bool = False
     path: bool = False  # a file path (a CLI argument or a "snapshot" option always is)
+    existing: bool = False  # a path that must exist, a file or a folder (--annotations)
 
     @property
     def cli_flag(self) -> str:
@@ -63,13 +65,43 @@ def _symbol(ref: str) -> Any:
     return getattr(importlib.import_module(module), name)
 
 
-# options every analysis shares (per its `opens` and `hide`), in --help order
+# The options every host (the CLI, the MCP tools) shares, declared once: each host spells
+# them from here (cli.options.click_option, agents.params.option_property), in --help order.
 DEVICE = Option("device", int, None, "Device ordinal (default: the device with the longest trace).",
                 flag="--device", short="-d")  # fmt: skip
 DEVICE_B = Option("device_b", int, None, "Device of B when it differs from --device.")
-HIDE = Option("hide_patterns", str, None,
-              "Filename patterns to skip when naming the call site (None: torch internals, "
-              "stdlib; [] shows every frame).", multiple=True, flag="--hide", metavar="REGEX")  # fmt: skip
+HIDE = Option("hide", str, (),
+              "Filename pattern to skip when naming the call site (repeatable), added to the "
+              "defaults: torch, the stdlib and thin glue (einops, accelerate's hooks, "
+              "bitsandbytes, ...), which yields to the line that called it.",
+              multiple=True, metavar="REGEX")  # fmt: skip
+HIDE_ONLY = Option("hide_only", str, (),
+                   "Like --hide, but instead of the default patterns (repeatable). "
+                   "--hide-only '' shows every frame.", multiple=True, metavar="REGEX")  # fmt: skip
+ANNOTATIONS = Option("annotation_files", str, (),
+                     "Add stages from PATH (repeatable): a `memlens.inspect` run directory (each "
+                     "sampled forward pass, with its activation bytes) or a JSON list of "
+                     '{"name", "stage": "START"|"END", "time_us"} entries.',
+                     multiple=True, flag="--annotations", metavar="PATH", existing=True)  # fmt: skip
+NO_CACHE = Option(
+    "no_cache", bool, False, "Do not read or write the column cache (MEMLENS_CACHE_DIR)."
+)
+JSON = Option("as_json", bool, False, "Print one JSON object (schema: docs/json-schema.md).",
+              flag="--json")  # fmt: skip
+# the keyword of `run` that --hide and --hide-only become (analysis.sites.hide_patterns)
+HIDE_PATTERNS = Option("hide_patterns", str, None,
+                       "Filename patterns to skip when naming the call site (None: torch "
+                       "internals, stdlib; [] shows every frame).", multiple=True)  # fmt: skip
+
+
+def host_options(
+    opens: str, device_help: str = DEVICE.help, hide: bool = True, annotations: bool = False
+) -> list[Option]:
+    """The shared options a command that `opens` its inputs so takes, in --help order
+    (--json is the CLI's own: the MCP tools always answer JSON)."""
+    out = [*([DEVICE_B] if opens == "pair" else []), *([HIDE, HIDE_ONLY] if hide else [])]
+    out += [*([ANNOTATIONS] if annotations else []), NO_CACHE]
+    return [Option(**{**DEVICE.__dict__, "help": device_help}), *out]
 
 
 @dataclass(frozen=True)
@@ -89,10 +121,12 @@ class Analysis(Generic[R]):
     hide:        takes --hide patterns (hide_patterns)
     annotations: takes --annotations files (the CLI adds them to the snapshot)
     device_help: what --device means for it
-    check:       "module:function": check(options) raises MemlensError for bad values;
-                 the CLI calls it before reading any snapshot
+    check_fn:    "module:function": check(options) raises MemlensError for bad values;
+                 every host calls it (through `check`) before reading any snapshot
     fails_unless: a result key whose false value means failure (exit 1)
     section:     "module:SECTION", its report section (views.report.context.Section)
+    example:     options of a run on a small trace, for the registry test (a path
+                 option's value is the file's text: the test writes it to a file)
     """
 
     name: str
@@ -111,6 +145,7 @@ class Analysis(Generic[R]):
     doc: str = ""
     # deprecated option names run() still accepts: (old, new) pairs
     aliases: tuple[tuple[str, str], ...] = (("limit", "top"),)
+    example: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def function_obj(self) -> Callable[..., R]:
@@ -127,15 +162,24 @@ class Analysis(Generic[R]):
         return _symbol(self.section) if self.section else None
 
     def shared_options(self) -> list[Option]:
+        """The keywords of `run` every analysis of its kind takes: `device` (and
+        `device_b` for a pair), and `hide_patterns` when it names call sites."""
         out = [Option(**{**DEVICE.__dict__, "help": self.device_help})]
         if self.opens == "pair":
             out.append(DEVICE_B)
         if self.hide:
-            out.append(HIDE)
+            out.append(HIDE_PATTERNS)
         return out
 
     def all_options(self) -> list[Option]:
+        """The keywords of `run`: its own options, then the shared ones."""
         return [*self.options, *self.shared_options()]
+
+    def host_options(self) -> list[Option]:
+        """What a host offers: its own options, then the shared ones as the CLI spells
+        them (--hide and --hide-only for `hide_patterns`, --annotations, --no-cache)."""
+        shared = host_options(self.opens, self.device_help, self.hide, self.annotations)
+        return [*self.options, *shared]
 
     def defaults(self) -> dict[str, Any]:
         return {o.name: o.default for o in self.all_options()}
@@ -161,25 +205,56 @@ class Analysis(Generic[R]):
             _symbol(self.check_fn)(values)
         return values
 
+    def request(self, given: Mapping[str, Any]) -> dict[str, Any]:
+        """`run`'s checked values from a host's values of host_options(): --hide and
+        --hide-only become `hide_patterns`; --no-cache and --annotations are the host
+        loader's, not the analysis's, and are left out. MemlensError before any load."""
+        from memlens.analysis.sites import hide_patterns
+
+        loader = {NO_CACHE.name, ANNOTATIONS.name, HIDE.name, HIDE_ONLY.name}
+        values = {k: v for k, v in given.items() if k not in loader}
+        if self.hide:
+            values["hide_patterns"] = hide_patterns(
+                given.get("hide", ()), given.get("hide_only", ())
+            )
+        return self.check(values)
+
+    def open(
+        self, refs: Sequence[Any], load: Callable[[str], Any], values: dict[str, Any]
+    ) -> list[Any]:
+        """The inputs `call` takes, from the references `run` takes as inputs: a path (a
+        str or os.PathLike) is opened with the host's `load(path) -> Snapshot` (the CLI's
+        loader, the MCP session's, memlens.load); anything else (a Snapshot, a
+        DeviceTrace, a (name, Snapshot) pair of "many") is kept. Options of kind "snapshot"
+        in `values` are opened the same way, in place. The devices are picked in `call`."""
+
+        def one(ref: Any) -> Any:
+            return load(os.fspath(ref)) if isinstance(ref, (str, os.PathLike)) else ref
+
+        for o in self.options:
+            if o.kind == "snapshot" and values.get(o.name) is not None:
+                values[o.name] = one(values[o.name])
+        return open_refs(self.name, self.opens, refs, one)
+
     def run(self, *inputs: Any, **options: Any) -> R:
-        """The result `memlens NAME --json` prints, from opened inputs (see `opens`)."""
-        return self.call(list(inputs), self.check(options))
+        """The result `memlens NAME --json` prints, from the inputs (see `opens`): opened
+        objects, or snapshot paths (read with memlens.load)."""
+        from memlens.snapshot.loader import load
+
+        values = self.check(options)
+        return self.call(self.open(inputs, load, values), values)
 
     def run_paths(self, paths: str | Sequence[str], *, cache: bool = True, **options: Any) -> R:
         """`run` on snapshot file(s): one path, or a list for "pair" and "many"."""
         from memlens.snapshot.loader import load
 
         values = self.check(options)
-        return self.call(open_inputs(self, paths, lambda p: load(p, cache=cache)), values)
+        refs = [paths] if isinstance(paths, str) else refs_of(self.opens, paths)
+        return self.call(self.open(refs, lambda p: load(p, cache=cache), values), values)
 
     def call(self, inputs: list[Any], values: dict[str, Any]) -> R:
-        """`run` with `values` from check() (all of them; `values` is consumed). An option
-        of kind "snapshot" given as a path is loaded here."""
-        for o in self.options:
-            if o.kind == "snapshot" and isinstance(values[o.name], str):
-                from memlens.snapshot.loader import load
-
-                values[o.name] = load(values[o.name])
+        """`run` with opened `inputs` (see `open`) and `values` from check() (all of them;
+        `values` is consumed): here, and only here, A's and B's devices are picked."""
         device, device_b = values.pop("device"), values.pop("device_b", None)
         if self.opens == "device":
             inputs = [_trace(inputs[0], device)]
@@ -199,10 +274,23 @@ def _trace(obj: Any, device: int | None) -> Any:
     return obj.device(device) if hasattr(obj, "traces") else obj
 
 
-def open_inputs(analysis: Analysis[Any], paths: Any, load: Callable[[str], Any]) -> list[Any]:
-    """The inputs `run` takes, opened from paths with `load(path) -> Snapshot`."""
-    if analysis.opens == "many":
-        return [[(p, load(p)) for p in paths]]
-    if analysis.opens == "pair":
-        return [load(paths[0]), load(paths[1])]
-    return [load(paths if isinstance(paths, str) else paths[0])]
+def refs_of(opens: str, paths: Any) -> list[Any]:
+    """The inputs of `run` as references, from the paths a command line gives: SNAPSHOT,
+    (SNAPSHOT, SNAPSHOT2) for "pair", [SNAPSHOTS...] for "many"."""
+    return list(paths) if opens == "pair" else [paths]
+
+
+def open_refs(name: str, opens: str, refs: Sequence[Any], one: Callable[[Any], Any]) -> list[Any]:
+    """The inputs by `opens`, each reference opened with `one(ref)`: one input, two for
+    "pair", a list of (name, Snapshot) for "many"."""
+    wanted = 2 if opens == "pair" else 1
+    if len(refs) != wanted:
+        raise MemlensError(f"{name} takes {wanted} input(s), not {len(refs)}")
+    if opens == "many":
+        return [[r if isinstance(r, tuple) else (_label(r), one(r)) for r in refs[0]]]
+    return [one(r) for r in refs]
+
+
+def _label(ref: Any) -> str:
+    """The name of one of "many"'s inputs: its path, or a Snapshot's source."""
+    return os.fspath(ref) if isinstance(ref, (str, os.PathLike)) else str(ref.source)

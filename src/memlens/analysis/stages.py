@@ -311,7 +311,7 @@ def _grew(
     made = made[dev.free_event[made] > last]
     freed = rows_freed_in(dev, start, last)
     freed = freed[dev.alloc_event[freed] <= start]
-    return net_sites(dev, made, freed, limit=top, hide_patterns=hide_patterns)
+    return net_sites(dev, made, freed, top=top, hide_patterns=hide_patterns)
 
 
 def compare_steps(

@@ -95,7 +95,7 @@ def device_summary(
         "streams": int(np.count_nonzero(np.bincount(dev.stream))) if n else 0,
         # the annotations `stages` pairs for this device (all when none carry its ordinal)
         "annotations": len(annotation_rows_for(dev)) if len(ann) else 0,
-        "top_sites": top_sites(dev, rows, limit=top, hide_patterns=hide_patterns),
+        "top_sites": top_sites(dev, rows, top=top, hide_patterns=hide_patterns),
         "ooms": oom_entries(dev),
     }
 

@@ -17,9 +17,14 @@ returns an `Answer`:
         return Answer(export(snap, chrome_trace=chrome_trace), render_export)
 
 What the body receives: first the opened input(s) (see `Opens`), then its own options by
-name, and of the shared values only those its signature names: `hide` (already the list
-of patterns), `device`, `no_cache`, `as_json`, `paths` (the snapshot paths as typed).
-Checks that should fail before a long load go in `prepare`.
+name, and of the shared values (registry.host_options) only those its signature names:
+`hide` (already the list of patterns), `device`, `no_cache`, `as_json`, `paths` (the
+snapshot paths as typed). Checks that should fail before a long load go in `prepare`.
+
+Both kinds of command go one way: the shared options are the registry's (declared once,
+spelled by cli.options.click_option), the inputs are opened by the registry's `open` with
+the CLI's loader (open_snapshot: warnings on stderr, --no-cache, --annotations), and the
+MCP tools (memlens.agents) take the same path with theirs.
 """
 
 from __future__ import annotations
@@ -27,39 +32,32 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
+from typing import Any, Generic, Literal, TypeVar
 
 import click
 
-from memlens.analysis.registry import Analysis, Option, Text
-from memlens.analysis.sites import hide_patterns
+from memlens.analysis.registry import Analysis, Text, host_options
+from memlens.analysis.spec import open_refs, refs_of
 from memlens.cli.options import (
     LONGEST_TRACE,
     F,
-    annotations_option,
-    device_option,
+    click_option,
     emit_json,
-    hide_option,
     json_option,
-    no_cache_option,
     open_snapshot,
     snapshot_argument,
     snapshots_argument,
     status,
 )
-from memlens.keywords import field_names
-
-if TYPE_CHECKING:
-    from memlens.agents.tools import Shared
+from memlens.snapshot.model import Snapshot
 
 # What the body gets first:
-#   "device":   the DeviceTrace of --device (default: the longest trace)
 #   "snapshot": the Snapshot (the body picks devices; it can ask for `device`)
-#   "pair":     two DeviceTraces, A and B (SNAPSHOT SNAPSHOT2; B's device: --device-b)
 #   "many":     [(path, Snapshot)] of SNAPSHOTS... (one file per rank)
 #   "paths":    PATHS... as typed, unopened (files, directories or globs: the body, or its
 #               workers, read them)
-Opens = Literal["device", "snapshot", "pair", "many", "paths"]
+# (a command that reads one device trace, or two to compare, is a registered analysis)
+Opens = Literal["snapshot", "many", "paths"]
 
 R = TypeVar("R")
 
@@ -89,20 +87,43 @@ class Declared:
     opens: Opens
     body: Callable[..., Answer[Any]]
     prepare: Callable[..., dict[str, Any]] | None
-    # options that name a second snapshot (registry.Option kind "snapshot"): none here
-    snapshot_options: tuple[str, ...] = ()
+    shared: tuple[str, ...]  # names of its registry.host_options
+    # its options an agent is not offered: they write files or reach a network address
+    not_for_agents: tuple[str, ...] = ()
 
     def prepared(self, own: dict[str, Any]) -> dict[str, Any]:
         """The command's own options after its `prepare` (checks before any load)."""
         return own if self.prepare is None else self.prepare(**own)
 
-    def answer(self, inputs: list[Any], own: dict[str, Any], shared: Shared) -> Answer[Any]:
-        """The body's Answer for the opened `inputs` (see Opens: B's device is already
-        chosen), its prepared `own` options and the `shared` values (`hide` as typed:
-        --hide values), of which it gets those its signature names."""
-        given = {**shared, "hide": hide_patterns(shared["hide"], shared["hide_only"])}
+    def open(self, paths: Any, load: Callable[[str], Snapshot]) -> list[Any]:
+        """The body's first argument(s) from the paths as typed, read with `load`."""
+        return (
+            [paths]
+            if self.opens == "paths"
+            else open_refs(self.name, self.opens, refs_of(self.opens, paths), load)
+        )
+
+    def run(self, given: dict[str, Any], load: Callable[[str], Snapshot]) -> Answer[Any]:
+        """The Answer for the values of every option of the command (its own ones, its
+        shared ones, `paths` and `as_json`), reading snapshots with the host's `load`."""
+        values = {k: given.pop(k) for k in (*self.shared, "paths", "as_json")}
+        values.update(self.prepared(given))
+        return self.answer(self.open(values["paths"], load), values)
+
+    def answer(self, inputs: list[Any], values: dict[str, Any]) -> Answer[Any]:
+        """The body's Answer for the opened `inputs`, the command's prepared own options
+        and shared values in `values` (`hide` and `hide_only` as typed; `paths`,
+        `as_json`), of which the body gets its own and the shared ones its signature names."""
+        from memlens.analysis.sites import hide_patterns
+
+        given = dict(values)
+        if "hide" in self.shared:  # the patterns of --hide and --hide-only
+            given["hide"] = hide_patterns(given["hide"], given.pop("hide_only"))
         wanted = set(inspect.signature(self.body).parameters)
-        return self.body(*inputs, **own, **{k: v for k, v in given.items() if k in wanted})
+        shared = {*self.shared, "paths", "as_json"}
+        return self.body(
+            *inputs, **{k: v for k, v in given.items() if k not in shared or k in wanted}
+        )
 
 
 # command name -> its declaration, filled as the command modules are imported
@@ -112,38 +133,30 @@ DECLARED: dict[str, Declared] = {}
 def analysis_command(
     name: str,
     *options: Callable[[F], F],
-    opens: Opens = "device",
+    opens: Opens = "snapshot",
     device_help: str = LONGEST_TRACE,
     hide: bool = True,
     annotations: bool = False,
     prepare: Callable[..., dict[str, Any]] | None = None,
+    not_for_agents: tuple[str, ...] = (),
 ) -> Callable[[Callable[..., Answer[Any]]], click.Command]:
     """The click command `name` around a body (see the module docstring). `options` are
     the command's own click decorators, listed first in --help. `prepare(**own options)`
     runs before any snapshot is read and returns the options the body gets instead: for
-    checks and parsing that should fail fast, before a long load."""
+    checks and parsing that should fail fast, before a long load. `not_for_agents`: its
+    options the MCP tool does not offer (they write files or reach a network)."""
+    shared = host_options(opens, device_help, hide, annotations)
 
     def decorate(body: Callable[..., Answer[Any]]) -> click.Command:
         def callback(**given: Any) -> None:
-            common, own = _Common.split(given)
-            declared = DECLARED[name]
-            own = declared.prepared(own)
-            inputs = common.open(opens)
-            shared: Shared = {
-                "hide": common.hide,
-                "hide_only": common.hide_only,
-                "device": common.device,
-                "device_b": common.device_b,
-                "no_cache": common.no_cache,
-                "as_json": common.as_json,
-                "paths": common.paths,
-            }
-            answer = declared.answer(inputs, own, shared)
-            _print(common.as_json, answer.result, answer.text, answer.exit_code)
+            as_json = given["as_json"]
+            answer = DECLARED[name].run(given, _loader(given))
+            _print(as_json, answer.result, answer.text, answer.exit_code)
 
         callback.__doc__ = body.__doc__
-        command = _shape(name, callback, options, opens, device_help, hide, annotations)
-        DECLARED[name] = Declared(name, command, opens, body, prepare)
+        command = _shape(name, callback, [*options, *map(click_option, shared)], opens)
+        names = tuple(o.name for o in shared)
+        DECLARED[name] = Declared(name, command, opens, body, prepare, names, not_for_agents)
         return command
 
     return decorate
@@ -153,94 +166,38 @@ def registered_command(analysis: Analysis[Any]) -> click.Command:
     """The command of a registered analysis: its options, the shared ones, and a callback
     that checks, opens, runs and prints (see the module docstring)."""
 
-    def callback(limit_alias: int | None = None, **given: Any) -> None:
-        common, own = _Common.split(given)
+    def callback(paths: Any, as_json: bool, limit_alias: int | None = None, **given: Any) -> None:
         if limit_alias is not None:
             status("memlens: warning: --limit N is deprecated; use --top N", err=True)
-            own["top"] = limit_alias
-        own["device"] = common.device
-        if analysis.opens == "pair":
-            own["device_b"] = common.device_b
-        if analysis.hide:
-            own["hide_patterns"] = hide_patterns(common.hide, common.hide_only)
-        values = analysis.check(own)  # before the load: bad options fail fast
-        inputs = common.open(analysis.opens)
-        for o in analysis.options:
-            if o.kind == "snapshot" and values[o.name] is not None:
-                values[o.name] = open_snapshot(values[o.name], common.no_cache)
+            given["top"] = limit_alias
+        values = analysis.request(given)  # before the load: bad options fail fast
+        inputs = analysis.open(refs_of(analysis.opens, paths), _loader(given), values)
         result = analysis.call(inputs, dict(values))
-        text = lambda: analysis.renderer(result, {**values, "paths": common.paths})  # noqa: E731
-        _print(common.as_json, result, text, analysis.exit_code(result))
+        text = lambda: analysis.renderer(result, {**values, "paths": paths})  # noqa: E731
+        _print(as_json, result, text, analysis.exit_code(result))
 
     callback.__doc__ = analysis.doc or analysis.help
-    options = [click_option(o) for o in analysis.options]
+    options = [click_option(o) for o in analysis.host_options()]
     if any(o.name == "top" for o in analysis.options):
         # `limit` was the other name of "how many": scripts that used it keep working
         options.append(click.option("--limit", "limit_alias", type=int, hidden=True))
-    return _shape(
-        analysis.name,
-        callback,
-        options,
-        analysis.opens,
-        analysis.device_help,
-        analysis.hide,
-        analysis.annotations,
-    )
+    return _shape(analysis.name, callback, options, analysis.opens)
 
 
-def click_option(o: Option) -> Callable[[F], F]:
-    """A declared option as click spells it (registry.Option)."""
-    path = click.Path(dir_okay=False)
-    if o.kind == "argument":
-        return click.argument(o.name, type=path if o.path else o.type)
-    if o.type is bool:
-        spelling = f"{o.cli_flag}/{o.secondary}" if o.secondary else o.cli_flag
-        return click.option(
-            spelling,
-            o.name,
-            is_flag=True,
-            default=o.default,
-            show_default=o.show_default,
-            help=o.help,
-        )
-    kind: Any = o.type
-    if o.path or o.kind == "snapshot":
-        kind = path
-    elif o.choices:
-        kind = click.Choice(o.choices)
-    decls = [o.cli_flag, *([o.short] if o.short else []), o.name]
-    return click.option(
-        *decls,
-        type=kind,
-        default=o.default,
-        show_default=o.show_default,
-        multiple=o.multiple,
-        metavar=o.metavar,
-        help=o.help,
-    )
+def _loader(given: dict[str, Any]) -> Callable[[str], Snapshot]:
+    """The CLI's way to read a snapshot, with the shared options given (--no-cache,
+    --annotations on --device's trace)."""
+    annotations = tuple(given.get("annotation_files", ()))
+    no_cache, device = bool(given.get("no_cache")), given.get("device")
+    return lambda path: open_snapshot(path, no_cache, annotations, device)
 
 
 def _shape(
-    name: str,
-    callback: Callable[..., None],
-    options: Sequence[Callable[[F], F]],
-    opens: Opens,
-    device_help: str,
-    hide: bool,
-    annotations: bool,
+    name: str, callback: Callable[..., None], options: Sequence[Callable[[F], F]], opens: str
 ) -> click.Command:
-    """The click command: `options` first in --help, then the shared ones."""
-    f: Any = callback
-    if hide:
-        f = hide_option(f)
-    if annotations:
-        f = annotations_option(f)
-    f = json_option(no_cache_option(f))
-    if opens == "pair":
-        f = click.option(
-            "--device-b", type=int, default=None, help="Device of B when it differs from --device."
-        )(f)
-    f = device_option(help=device_help)(f)
+    """The click command: the snapshot argument(s), then `options` in --help order, then
+    --json."""
+    f: Any = json_option(callback)
     for option in reversed(options):
         f = option(f)
     if opens == "pair":
@@ -260,32 +217,6 @@ def _shape(
     return click.command(name)(f)
 
 
-@dataclass(frozen=True)
-class _Common:
-    """The options every command shares, as click passes them (by these names)."""
-
-    paths: Any
-    as_json: bool
-    no_cache: bool
-    device: int | None = None
-    device_b: int | None = None
-    hide: tuple[str, ...] = ()
-    hide_only: tuple[str, ...] = ()
-    annotation_files: tuple[str, ...] = ()
-
-    @classmethod
-    def split(cls, given: dict[str, Any]) -> tuple[_Common, dict[str, Any]]:
-        """(the shared options, the command's own ones)."""
-        names = field_names(cls)
-        own = {k: v for k, v in given.items() if k not in names}
-        return cls(**{k: v for k, v in given.items() if k in names}), own
-
-    def open(self, opens: Opens) -> list[Any]:
-        return _open(
-            opens, self.paths, self.no_cache, self.annotation_files, self.device, self.device_b
-        )
-
-
 def _print(as_json: bool, result: Any, text: Callable[[], Text], exit_code: int) -> None:
     """The result as JSON (--json) or as text, then the command's exit code."""
     if as_json:
@@ -294,26 +225,6 @@ def _print(as_json: bool, result: Any, text: Callable[[], Text], exit_code: int)
         _echo(text())
     if exit_code:
         click.get_current_context().exit(exit_code)
-
-
-def _open(
-    opens: Opens,
-    paths: Any,
-    no_cache: bool,
-    annotation_files: tuple[str, ...],
-    device: int | None,
-    device_b: int | None,
-) -> list[Any]:
-    if opens == "paths":
-        return [paths]
-    if opens == "many":
-        return [[(p, open_snapshot(p, no_cache)) for p in paths]]
-    if opens == "pair":
-        a = open_snapshot(paths[0], no_cache).device(device)
-        b = open_snapshot(paths[1], no_cache).device(device_b if device_b is not None else device)
-        return [a, b]
-    snap = open_snapshot(paths, no_cache, annotation_files, device)
-    return [snap.device(device) if opens == "device" else snap]
 
 
 def _echo(text: Text) -> None:

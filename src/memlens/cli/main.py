@@ -11,7 +11,7 @@ import traceback
 import click
 
 from memlens.errors import MemlensError
-from memlens.views.escape import visible
+from memlens.views.escape import error_line
 
 # The analyses (memlens.analysis.registry) are commands built from their declarations;
 # these are the other commands: name -> module under memlens.cli that defines `command`.
@@ -127,7 +127,7 @@ def run(argv: list[str] | None = None) -> int:
         # otherwise the command's return value (commands return None: exit 0)
         rc = cli.main(args=argv, standalone_mode=False)
     except MemlensError as exc:
-        click.echo(f"memlens: error: {visible(str(exc))}", err=True)
+        click.echo(error_line(exc), err=True)
         return 2
     except click.exceptions.Abort:
         click.echo("memlens: aborted", err=True)
@@ -141,12 +141,8 @@ def run(argv: list[str] | None = None) -> int:
         if os.environ.get("MEMLENS_DEBUG") == "1":
             traceback.print_exc()
         else:
-            detail = visible(str(exc))[:300]
-            click.echo(
-                f"memlens: error: unexpected {type(exc).__name__}: {detail} "
-                "(run with --debug for the traceback, and please report it)",
-                err=True,
-            )
+            more = "run with --debug for the traceback"
+            click.echo(error_line(exc, how_to_see_more=more), err=True)
         return 2
     return rc if isinstance(rc, int) else 0
 

@@ -78,18 +78,11 @@ def command(
 def agent_tools(allow_files: bool = False) -> list[Tool]:
     """The MCP tools (also listed by `memlens capabilities`): every registered analysis, in
     the registry's order, then NOT_REGISTERED."""
-    from memlens.agents.tools import Registered, build_tools
+    from memlens.agents.tools import build_tools
     from memlens.analysis import registry
     from memlens.cli.command import DECLARED
-    from memlens.cli.main import cli
 
-    ctx = click.Context(cli)
-    analyses: list[Declaration] = []
-    for analysis in registry.all():
-        command = cli.get_command(ctx, analysis.name)
-        assert command is not None  # the CLI makes a command of every registered analysis
-        analyses.append(Registered(analysis, command))
     for name in NOT_REGISTERED:  # importing a command's module declares it
         importlib.import_module(f"memlens.cli.{name}")
-    others = [DECLARED[name] for name in NOT_REGISTERED]
-    return build_tools([*analyses, *others], allow_files=allow_files)
+    others: list[Declaration] = [DECLARED[name] for name in NOT_REGISTERED]
+    return build_tools(registry.all(), others, allow_files=allow_files)

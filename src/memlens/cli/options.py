@@ -1,4 +1,6 @@
-"""Options shared by the subcommands, so every command spells them the same way."""
+"""Options shared by the subcommands, so every command spells them the same way: the
+shared ones are declared once as `Option`s (memlens.analysis.registry: DEVICE, HIDE, ...)
+and spelled for click by `click_option`, as every registered analysis's own options are."""
 
 from __future__ import annotations
 
@@ -13,7 +15,15 @@ from typing import Any, overload
 import click
 
 from memlens.analysis.jsonable import json_default
-from memlens.analysis.registry import DEVICE
+from memlens.analysis.registry import (
+    ANNOTATIONS,
+    DEVICE,
+    HIDE,
+    HIDE_ONLY,
+    JSON,
+    NO_CACHE,
+    Option,
+)
 from memlens.snapshot.model import Snapshot
 from memlens.views.escape import visible, visible_output
 
@@ -53,6 +63,36 @@ def snapshots_argument(two: bool = False) -> Callable[[F], F]:
 LONGEST_TRACE = DEVICE.help  # "...(default: the device with the longest trace)."
 
 
+def click_option(o: Option) -> Callable[[F], F]:
+    """A declared option as click spells it (registry.Option)."""
+    path = click.Path(dir_okay=False)
+    if o.kind == "argument":
+        return click.argument(o.name, type=path if o.path else o.type)
+    if o.type is bool:
+        spelling = f"{o.cli_flag}/{o.secondary}" if o.secondary else o.cli_flag
+        return click.option(
+            spelling, o.name, is_flag=True, default=o.default, show_default=o.show_default,
+            help=o.help,
+        )  # fmt: skip
+    kind: Any = o.type
+    if o.existing:
+        kind = click.Path(exists=True)
+    elif o.path or o.kind == "snapshot":
+        kind = path
+    elif o.choices:
+        kind = click.Choice(o.choices)
+    decls = [o.cli_flag, *([o.short] if o.short else []), o.name]
+    return click.option(
+        *decls,
+        type=kind,
+        default=o.default,
+        show_default=o.show_default,
+        multiple=o.multiple,
+        metavar=o.metavar,
+        help=o.help,
+    )
+
+
 @overload
 def device_option(f: F, *, help: str = LONGEST_TRACE) -> F: ...
 @overload
@@ -60,18 +100,16 @@ def device_option(f: None = None, *, help: str = LONGEST_TRACE) -> Callable[[F],
 def device_option(f: F | None = None, *, help: str = LONGEST_TRACE) -> F | Callable[[F], F]:
     """--device/-d; `help` says what the command does without it. `@device_option` or
     `@device_option(help=...)`."""
-    option = click.option("--device", "-d", type=int, default=None, help=help)
+    option = click_option(Option(**{**DEVICE.__dict__, "help": help}))
     return option(f) if f is not None else option
 
 
 def json_option(f: F) -> F:
-    help = "Print one JSON object (schema: docs/json-schema.md)."
-    return click.option("--json", "as_json", is_flag=True, help=help)(f)
+    return click_option(JSON)(f)
 
 
 def no_cache_option(f: F) -> F:
-    help = "Do not read or write the column cache (MEMLENS_CACHE_DIR)."
-    return click.option("--no-cache", is_flag=True, help=help)(f)
+    return click_option(NO_CACHE)(f)
 
 
 def script_command(output_help: str, *, dir_okay: bool = False) -> Callable[[F], click.Command]:
@@ -90,37 +128,19 @@ def script_command(output_help: str, *, dir_okay: bool = False) -> Callable[[F],
     return decorate
 
 
+def script_name(script: str) -> str:
+    """What a simulated script's output is named after: a file's stem (train.py ->
+    train), or a module's last part (-m pkg.train -> train)."""
+    return Path(script).stem if script.endswith(".py") else script.rpartition(".")[2]
+
+
 def hide_option(f: F) -> F:
     """--hide (added to the default patterns) and --hide-only (replacing them)."""
-    f = click.option(
-        "--hide-only",
-        "hide_only",
-        multiple=True,
-        metavar="REGEX",
-        help="Like --hide, but instead of the default patterns (repeatable). "
-        "--hide-only '' shows every frame.",
-    )(f)
-    return click.option(
-        "--hide",
-        multiple=True,
-        metavar="REGEX",
-        help="Filename pattern to skip when naming the call site (repeatable), added to "
-        "the defaults: torch, the stdlib and thin glue (einops, accelerate's hooks, "
-        "bitsandbytes, ...), which yields to the line that called it.",
-    )(f)
+    return click_option(HIDE)(click_option(HIDE_ONLY)(f))
 
 
 def annotations_option(f: F) -> F:
-    return click.option(
-        "--annotations",
-        "annotation_files",
-        multiple=True,
-        metavar="PATH",
-        type=click.Path(exists=True),
-        help="Add stages from PATH (repeatable): a `memlens.inspect` run directory (each "
-        "sampled forward pass, with its activation bytes) or a JSON list of "
-        '{"name", "stage": "START"|"END", "time_us"} entries.',
-    )(f)
+    return click_option(ANNOTATIONS)(f)
 
 
 def write_page(path: str, text: str) -> None:

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import os
 
 import click
 
-from memlens.cli.options import status, write_page
+from memlens.cli.options import emit_json, json_option, status, write_page
 from memlens.errors import MemlensError
 from memlens.units import format_bytes
 from memlens.views.text.plan import fits_text, values_text
@@ -230,7 +229,7 @@ def render_table(table: dict) -> list[str]:  # type: ignore[type-arg]
     help="Workers of a dask-local cluster (default: --jobs).",
 )
 @click.option("--no-cache", is_flag=True, help="Simulate every point again.")
-@click.option("--json", "as_json", is_flag=True, help="Write the result as JSON.")
+@json_option
 @click.option(
     "--html",
     "html_out",
@@ -300,7 +299,7 @@ def command(
         write_page(html_out, plan_report(result))
         status(f"memlens: plan: wrote {html_out}", err=True)
     if as_json:
-        click.echo(json.dumps(result, indent=2))
+        emit_json(result)
     else:
         for line in render(dict(result)):
             status(line)

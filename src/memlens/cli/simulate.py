@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from memlens.cli.options import F, script_command, status
+from memlens.cli.options import F, script_command, script_name, status
 from memlens.errors import MemlensError
 from memlens.simulation.gpus import cublas_workspace_from_config
 from memlens.units import format_bytes, parse_bytes
@@ -20,8 +20,7 @@ if TYPE_CHECKING:
 
 
 def _default_output(script: str) -> Path:
-    name = script.rpartition(".")[2] if not script.endswith(".py") else Path(script).stem
-    return Path(f"memlens-sim-{name}.{os.getpid()}.pickle")
+    return Path(f"memlens-sim-{script_name(script)}.{os.getpid()}.pickle")
 
 
 def _figures(snapshot: dict[str, Any]) -> str:
@@ -31,10 +30,9 @@ def _figures(snapshot: dict[str, Any]) -> str:
         dev = memlens.load(snapshot, warn=False).device(0)
     except Exception as exc:  # the file is written; only the summary is missing
         return f"(no summary: {exc})"
-    gib = 2**30
     return (
-        f"predicted peak active {dev.peak_active_bytes / gib:.2f} GiB, peak reserved "
-        f"{dev.peak_reserved_bytes / gib:.2f} GiB, {dev.n_events:,} "
+        f"predicted peak active {format_bytes(dev.peak_active_bytes)}, peak reserved "
+        f"{format_bytes(dev.peak_reserved_bytes)}, {dev.n_events:,} "
         f"event{'' if dev.n_events == 1 else 's'}"
     )
 

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from memlens.cli.options import status
+from memlens.cli.options import script_name, status
 from memlens.simulation.distributed.env import format_ranks
 from memlens.units import format_bytes
 
@@ -20,8 +20,7 @@ if TYPE_CHECKING:
 
 
 def default_directory(script: str) -> Path:
-    name = script.rpartition(".")[2] if not script.endswith(".py") else Path(script).stem
-    return Path(f"memlens-sim-{name}.{os.getpid()}")
+    return Path(f"memlens-sim-{script_name(script)}.{os.getpid()}")
 
 
 def _figures(r: RankResult, device_memory: int | None) -> tuple[str, str, str]:

@@ -53,7 +53,7 @@ def outlier_diff(
             warnings.simplefilter("ignore")  # as in rank_record
             a = load(pair[0], cache=cache, warn=False).device(device)
             b = load(pair[1], cache=cache, warn=False).device(device)
-            d = diff(a, b, limit=limit, hide_patterns=hide_patterns)
+            d = diff(a, b, top=limit, hide_patterns=hide_patterns)
     except Exception as exc:
         return diff_error(one_line(exc))
     stages = d["stages"]

@@ -10,14 +10,21 @@ the cell itself is shown by IPython as usual, the snapshot is still written and 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import shlex
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, get_args, get_type_hints
 
 from IPython.core.magic import Magics, cell_magic, magics_class
 from IPython.display import display
 
 from memlens.errors import MemlensError
+from memlens.keywords import field_docs
+from memlens.simulation.config import SimulateConfig
+from memlens.views.escape import error_line
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 USAGE = "%%memlens record [options]  |  %%memlens simulate [options]  (--help for each)"
 
@@ -27,7 +34,7 @@ class MagicError(MemlensError):
     prints what `_render_traceback_` returns instead of the traceback)."""
 
     def _render_traceback_(self) -> list[str]:
-        return [f"memlens: error: {self}"]
+        return [error_line(self)]
 
 
 class CellFailed(Exception):
@@ -53,22 +60,36 @@ class _HelpShown(Exception):
 def _parser(name: str, default_output: str) -> _Parser:
     p = _Parser(prog=f"%%memlens {name}", add_help=True)
     p.add_argument("-o", "--output", help=f"snapshot file (default: {default_output})")
-    p.add_argument("--max-entries", type=int, default=None, help="trace entries kept")
     p.add_argument("--no-show", action="store_true", help="do not display the snapshot")
     return p
 
 
+def _config_parser(name: str, default_output: str, config: type[DataclassInstance]) -> _Parser:
+    """A magic's parser whose options are the fields of `config` (SimulateConfig), with
+    their docstring lines as help: the defaults, names and checks stay the config's own
+    (an option not given is left out, so the config's default applies)."""
+    p = _parser(name, default_output)
+    docs = field_docs(config)
+    hints = get_type_hints(config)
+    for f in dataclasses.fields(config):
+        kind = hints[f.name]
+        help = docs.get(f.name, f"as memlens.{name}'s {f.name}=")
+        flag = "--" + f.name.replace("_", "-")
+        if bool in get_args(kind) or kind is bool:
+            action: Any = argparse.BooleanOptionalAction
+            p.add_argument(flag, action=action, default=argparse.SUPPRESS, help=help)
+        else:
+            number = int in get_args(kind) and str not in get_args(kind)
+            p.add_argument(flag, type=int if number else str, default=argparse.SUPPRESS, help=help)
+    return p
+
+
 RECORD = _parser("record", "memlens-cell-N.pickle, N = the execution count")
+RECORD.add_argument("--max-entries", type=int, default=None, help="trace entries kept")
 RECORD.add_argument("--stacks", choices=["python", "all"], default="python",
                     help="'all' adds C++ frames (dumps can then take minutes)")  # fmt: skip
 RECORD.add_argument("--no-report", action="store_true", help="no HTML report beside it")
-SIMULATE = _parser("simulate", "memlens-sim-cell-N.pickle")
-SIMULATE.add_argument("--device-memory", metavar="SIZE", help="e.g. 24GiB; beyond: OOM")
-SIMULATE.add_argument("--expandable-segments", action="store_true", default=None,
-                      help="model expandable_segments:True")  # fmt: skip
-SIMULATE.add_argument("--max-split-size-mb", type=int, default=None, help="model max_split_size_mb")
-SIMULATE.add_argument("--cublas-workspace", metavar="SIZE", default="32MiB",
-                      help="cuBLAS workspace (default 32MiB; 0 to omit)")  # fmt: skip
+SIMULATE = _config_parser("simulate", "memlens-sim-cell-N.pickle", SimulateConfig)
 
 
 def cell_number(shell: Any) -> int:
@@ -147,9 +168,8 @@ class MemlensMagics(Magics):
         except ImportError:
             raise MagicError("%%memlens simulate needs PyTorch: pip install torch") from None
         from memlens.simulation.api import simulate
-        from memlens.simulation.config import SimulateConfig
 
-        # the options are named as SimulateConfig's fields
+        # the options are SimulateConfig's fields (only those given)
         sim = simulate(path, config=SimulateConfig.pick(vars(args)))
         with sim:
             error = self._run(cell)

@@ -1,4 +1,5 @@
-"""Text from a snapshot, made safe to show: the one escaping function of every text view.
+"""Text from a snapshot, made safe to show: the one escaping function of every text view,
+and the one error line every host (the CLI, the MCP tools, the notebook magic) shows.
 
 A frame, file, action or annotation name is whatever the snapshot says. Written raw to a
 terminal, ESC and BEL sequences retitle the window, clear the screen or worse; CR and
@@ -37,3 +38,17 @@ def visible(text: str) -> str:
 def visible_output(text: str) -> str:
     """A whole multi-line output: like `visible`, but newlines and tabs stay."""
     return _UNSAFE_OUTPUT.sub(_escape, text)
+
+
+def error_line(exc: BaseException, *, how_to_see_more: str = "") -> str:
+    """The one line for an error, `memlens: error: ...`, escaped (a message may quote a
+    snapshot's names): a MemlensError's message, or a last-resort line for anything else
+    (a bug, or a file we failed to foresee); `how_to_see_more` is the host's way to the
+    traceback ("run with --debug for the traceback")."""
+    from memlens.errors import MemlensError
+
+    if isinstance(exc, MemlensError):
+        return f"memlens: error: {visible(str(exc))}"
+    detail = visible(str(exc))[:300]
+    more = f"{how_to_see_more}, and " if how_to_see_more else ""
+    return f"memlens: error: unexpected {type(exc).__name__}: {detail} ({more}please report it)"

@@ -481,7 +481,7 @@ class ViewerData:
             snap.device(d if d is not None else snap.default_device)
             for snap, d in zip(self.snapshots[:2], devices, strict=False)
         ]
-        result = diff(pair[0], pair[1], limit=limit, stages=False)
+        result = diff(pair[0], pair[1], top=limit, stages=False)
         peaks: list[ComparePeak] = [
             {
                 "device": dev.device,

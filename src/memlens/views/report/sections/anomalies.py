@@ -10,7 +10,7 @@ from memlens.views.report.sections.common import event_text, site_cell
 
 
 def anomalies_section(ctx: ReportContext) -> str:
-    r = anomalies(ctx.dev, hide_patterns=ctx.hide_patterns, limit=10)
+    r = anomalies(ctx.dev, hide_patterns=ctx.hide_patterns, top=10)
     late, temps, gaps = (
         r.get("late_frees") or {},
         r.get("large_temporaries") or {},

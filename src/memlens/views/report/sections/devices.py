@@ -30,7 +30,7 @@ def devices_section(ctx: ReportContext) -> str:
     labels = [f"device {d}" for d in devices]
     r = ranks(
         [(lab, ctx.snap.device(d)) for lab, d in zip(labels, devices)],
-        limit=10,
+        top=10,
         hide_patterns=ctx.hide_patterns,
     )
     rows = [

@@ -63,7 +63,7 @@ def diff_section(ctx: ReportContext) -> str:
 
 def diff_tables(ctx: ReportContext) -> str:
     """The diff analysis: headline figures, per call site at each peak, stage by stage."""
-    r = diff(ctx.dev, _device_b(ctx), limit=30, hide_patterns=ctx.hide_patterns)
+    r = diff(ctx.dev, _device_b(ctx), top=30, hide_patterns=ctx.hide_patterns)
     rows = []
     for f in r.get("figures") or []:
         is_count = f["name"] == "trace_entries"

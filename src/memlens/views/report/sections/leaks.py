@@ -21,7 +21,7 @@ from memlens.views.report.sections.common import site_cell
 
 
 def leaks_section(ctx: ReportContext) -> str:
-    result = leaks(ctx.dev, hide_patterns=ctx.hide_patterns)
+    result = leaks(ctx.dev, top=20, hide_patterns=ctx.hide_patterns)
     notes = "".join(note(n) for n in result.get("notes") or [])
     groups = result.get("groups") or []
     if not groups:

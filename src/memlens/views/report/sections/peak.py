@@ -31,7 +31,7 @@ def peak_section(ctx: ReportContext) -> str:
             'hover for bytes. Nodes under 0.1% of the total are merged into "<other>".'
         )
     )
-    sites = top_sites(dev, rows, limit=25, hide_patterns=ctx.hide_patterns)
+    sites = top_sites(dev, rows, top=25, hide_patterns=ctx.hide_patterns)
     return (
         note(
             f"{len(rows):,} allocations, {bytes_text(total)}, live at the peak of active memory ({when})."
