@@ -64,7 +64,7 @@ def attention_finding(
     if not len(rows):
         return None
     held = int(dev.alloc_size[rows].sum())
-    sites = top_sites(dev, rows, limit=top, hide_patterns=hide_patterns)
+    sites = top_sites(dev, rows, top=top, hide_patterns=hide_patterns)
     return {
         "kind": "attention",
         "summary": f"{len(rows):,} attention matrices quadratic in the sequence hold "
