@@ -15,6 +15,12 @@ echo "== tsc --checkJs"
 (cd src/memlens/views/web/static/js && ../../../../../../.tools/node_modules/.bin/tsc \
   --noEmit --allowJs --checkJs --target es2022 --module es2022 --moduleResolution bundler \
   --lib es2022,dom,dom.iterable ./*.js pane/*.js)
+# every JS file we ship or test, in prettier's style (.prettierrc.json); `prettier --write`
+# with the same paths fixes them
+echo "== prettier --check"
+.tools/node_modules/.bin/prettier --check --log-level warn \
+  src/memlens/views/web/static/js src/memlens/views/report/templates/report.js \
+  src/memlens/inspector/render/templates/dashboard.js tests/js
 if command -v clang-format >/dev/null; then
     echo "== clang-format"; clang-format --dry-run -Werror $(find src/memlens -name "*.c" -o -name "*.h")
 else

@@ -11,7 +11,8 @@ import { fmtBytes, fmtInt } from "./format.js";
 import { state } from "./state.js";
 import { hideTooltip, showTooltip } from "./tooltip.js";
 
-export const ROW_H = 10, ROW_GAP = 3;
+export const ROW_H = 10,
+  ROW_GAP = 3;
 
 // x extent [x0, x1) in CSS px of a block inside its segment's bar; every block at least
 // one pixel wide. The bar of a segment is as long as its size relative to the largest. Pure.
@@ -51,7 +52,8 @@ export async function openState(pane, event) {
   try {
     /** @type {import("./types.js").StateAnswer} */
     const d = await getJSON(`/api/d/${pane.device}/state?snap=${pane.s}&event=${event}`);
-    if (!state.allocator || state.allocator.event !== event || state.allocator.pane !== pane) return;
+    if (!state.allocator || state.allocator.event !== event || state.allocator.pane !== pane)
+      return;
     state.allocator.data = d;
     renderState();
   } catch (e) {
@@ -61,30 +63,60 @@ export async function openState(pane, event) {
 
 // The timeline cursor moved (cursor.js): follow it while the card is open.
 export function followCursor(pane, event) {
-  if (!$("#state").hidden && (!state.allocator || state.allocator.event !== event || state.allocator.pane !== pane)) openState(pane, event);
+  if (
+    !$("#state").hidden &&
+    (!state.allocator || state.allocator.event !== event || state.allocator.pane !== pane)
+  )
+    openState(pane, event);
 }
 
 function renderState() {
-  const a = state.allocator, d = a.data, body = $("#state .body");
+  const a = state.allocator,
+    d = a.data,
+    body = $("#state .body");
   body.replaceChildren();
-  $("#state-event").textContent = d.event < 0 ? "before the first event" : `after event ${fmtInt(d.event)}${d.action ? ` (${d.action})` : ""}`;
+  $("#state-event").textContent =
+    d.event < 0
+      ? "before the first event"
+      : `after event ${fmtInt(d.event)}${d.action ? ` (${d.action})` : ""}`;
   const dl = el("dl", "kv");
   kv(dl, "reserved", `${fmtBytes(d.segments_bytes)} in ${fmtInt(d.n_segments)} segments`);
   kv(dl, "allocated", `${fmtBytes(d.allocated_bytes)} in ${fmtInt(d.n_blocks)} blocks`);
-  kv(dl, "free in segments", `${fmtBytes(d.free_bytes)} (largest ${fmtBytes(d.largest_free_bytes)})`);
+  kv(
+    dl,
+    "free in segments",
+    `${fmtBytes(d.free_bytes)} (largest ${fmtBytes(d.largest_free_bytes)})`,
+  );
   kv(dl, "fragmentation", `${(d.fragmentation * 100).toFixed(1)}% (1 − largest free / free)`);
-  kv(dl, "rounding waste", `${fmtBytes(d.rounding_waste_bytes)} (blocks rounded up to 512 bytes; part of the free bytes)`);
-  if (d.blocks_outside_segments) kv(dl, "outside segments", `${fmtInt(d.blocks_outside_segments)} blocks`);
+  kv(
+    dl,
+    "rounding waste",
+    `${fmtBytes(d.rounding_waste_bytes)} (blocks rounded up to 512 bytes; part of the free bytes)`,
+  );
+  if (d.blocks_outside_segments)
+    kv(dl, "outside segments", `${fmtInt(d.blocks_outside_segments)} blocks`);
   if (d.inconsistencies) kv(dl, "inconsistencies", fmtInt(d.inconsistencies));
   body.append(dl);
   const cut = d.n_segments - d.segments_shown;
   if (cut > 0 || d.blocks_shown < d.n_blocks) {
-    body.append(el("div", "t-muted", `drawn: the ${fmtInt(d.segments_shown)} lowest-addressed segments, ${fmtInt(d.blocks_shown)} of ${fmtInt(d.n_blocks)} blocks`));
+    body.append(
+      el(
+        "div",
+        "t-muted",
+        `drawn: the ${fmtInt(d.segments_shown)} lowest-addressed segments, ${fmtInt(d.blocks_shown)} of ${fmtInt(d.n_blocks)} blocks`,
+      ),
+    );
   }
   const cv = el("canvas", "segments");
   cv.setAttribute("aria-label", "segments and blocks");
   body.append(cv);
-  body.append(el("div", "t-muted", "one row per segment (by address), as long as its size; blocks in the accent colour, pending frees (another stream) in orange, free space grey; a dark edge under a row marks a private pool. Click a block for its allocation."));
+  body.append(
+    el(
+      "div",
+      "t-muted",
+      "one row per segment (by address), as long as its size; blocks in the accent colour, pending frees (another stream) in orange, free space grey; a dark edge under a row marks a private pool. Click a block for its allocation.",
+    ),
+  );
   drawState(cv, d);
   if (d.settings.length) {
     const det = el("details");
@@ -95,20 +127,32 @@ function renderState() {
     body.append(det);
   }
   cv.addEventListener("mousemove", (e) => {
-    const r = cv.getBoundingClientRect(), h = stateHit(d, e.clientX - r.left, e.clientY - r.top, r.width);
-    if (!h) { hideTooltip(); return; }
-    const s = h.seg, lines = [];
+    const r = cv.getBoundingClientRect(),
+      h = stateHit(d, e.clientX - r.left, e.clientY - r.top, r.width);
+    if (!h) {
+      hideTooltip();
+      return;
+    }
+    const s = h.seg,
+      lines = [];
     if (h.block) {
       lines.push(["t-size", `${fmtBytes(h.block.size)} block at ${h.block.address}`]);
-      lines.push(["t-muted", `${h.block.state === "active_pending_free" ? "freed, pending (another stream)" : "allocated"} · allocation row ${h.block.row}`]);
+      lines.push([
+        "t-muted",
+        `${h.block.state === "active_pending_free" ? "freed, pending (another stream)" : "allocated"} · allocation row ${h.block.row}`,
+      ]);
     }
-    lines.push(["t-muted", `segment ${s.address}: ${fmtBytes(s.size)}, ${fmtBytes(s.free_bytes)} free (largest ${fmtBytes(s.largest_free_bytes)}), ${fmtInt(s.blocks_total)} blocks, stream ${s.stream}${s.is_expandable ? ", expandable" : ""}`]);
+    lines.push([
+      "t-muted",
+      `segment ${s.address}: ${fmtBytes(s.size)}, ${fmtBytes(s.free_bytes)} free (largest ${fmtBytes(s.largest_free_bytes)}), ${fmtInt(s.blocks_total)} blocks, stream ${s.stream}${s.is_expandable ? ", expandable" : ""}`,
+    ]);
     lines.push(["t-muted", `pool: ${poolText(s.pool)}`]);
     showTooltip(e, lines);
   });
   cv.addEventListener("mouseleave", hideTooltip);
   cv.addEventListener("click", (e) => {
-    const r = cv.getBoundingClientRect(), h = stateHit(d, e.clientX - r.left, e.clientY - r.top, r.width);
+    const r = cv.getBoundingClientRect(),
+      h = stateHit(d, e.clientX - r.left, e.clientY - r.top, r.width);
     if (h && h.block) pin(a.pane, h.block.row);
   });
 }
@@ -130,7 +174,8 @@ function drawState(cv, d) {
     const y = i * (ROW_H + ROW_GAP);
     ctx.fillStyle = col("--small");
     ctx.fillRect(0, y, Math.max(2, (s.size / maxSize) * w), ROW_H);
-    if (s.pool && (s.pool[0] || s.pool[1])) { // a private pool: a dark edge under the row
+    if (s.pool && (s.pool[0] || s.pool[1])) {
+      // a private pool: a dark edge under the row
       ctx.fillStyle = col("--fg");
       ctx.fillRect(0, y + ROW_H - 2, Math.max(2, (s.size / maxSize) * w), 2);
     }

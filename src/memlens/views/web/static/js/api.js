@@ -21,7 +21,16 @@ export function rangeQuery(x0, x1, axis) {
 
 // GET /api/d/{device}/view: the bands of one viewport, `width` x `height` pixels
 // (q: the find box, a frame text or a 0x address: the bands get a "match" flag)
-export function viewUrl(snap, device, x0, x1, axis, width, height, { yzoom = null, detail = true, q = "" } = {}) {
+export function viewUrl(
+  snap,
+  device,
+  x0,
+  x1,
+  axis,
+  width,
+  height,
+  { yzoom = null, detail = true, q = "" } = {},
+) {
   const yq = yzoom ? `&ymin=${Math.round(yzoom[0])}&ymax=${Math.round(yzoom[1])}` : "";
   const fq = q ? `&q=${encodeURIComponent(q)}` : "";
   return `/api/d/${device}/view?snap=${snap}&${rangeQuery(x0, x1, axis)}&width=${width}&height=${height}${yq}${detail ? "" : "&detail=0"}${fq}`;

@@ -8,7 +8,8 @@ export function fmtBytes(n, precision = 2) {
   const sign = n < 0 ? "-" : "";
   let v = Math.abs(n);
   for (const u of UNITS) {
-    if (v < 1024 || u === "PiB") return u === "B" ? `${sign}${Math.round(v)} B` : `${sign}${v.toFixed(precision)} ${u}`;
+    if (v < 1024 || u === "PiB")
+      return u === "B" ? `${sign}${Math.round(v)} B` : `${sign}${v.toFixed(precision)} ${u}`;
     v /= 1024;
   }
   return String(n);

@@ -13,7 +13,9 @@ export async function openLive(pane, event, u) {
   for (const p of state.panes) p.draw();
   try {
     /** @type {import("./types.js").LiveAnswer} */
-    const d = await getJSON(`/api/d/${pane.device}/live?snap=${pane.s}&event=${event}&python_only=${py ? 1 : 0}`);
+    const d = await getJSON(
+      `/api/d/${pane.device}/live?snap=${pane.s}&event=${event}&python_only=${py ? 1 : 0}`,
+    );
     if (!state.live || state.live.event !== event || state.live.pane !== pane) return;
     state.live.data = d;
     renderLive();
@@ -28,10 +30,20 @@ function heat(share) {
 }
 
 function markText(parent, text, q) {
-  if (!q) { parent.textContent = text; return false; }
+  if (!q) {
+    parent.textContent = text;
+    return false;
+  }
   const i = text.toLowerCase().indexOf(q);
-  if (i < 0) { parent.textContent = text; return false; }
-  parent.replaceChildren(document.createTextNode(text.slice(0, i)), el("mark", null, text.slice(i, i + q.length)), document.createTextNode(text.slice(i + q.length)));
+  if (i < 0) {
+    parent.textContent = text;
+    return false;
+  }
+  parent.replaceChildren(
+    document.createTextNode(text.slice(0, i)),
+    el("mark", null, text.slice(i, i + q.length)),
+    document.createTextNode(text.slice(i + q.length)),
+  );
   return true;
 }
 
@@ -77,7 +89,10 @@ export function subtreeMatches(node, q) {
 }
 
 export function renderLive() {
-  const L = state.live, card = $("#live"), body = $(".body", card), crumbs = $(".crumbs", card);
+  const L = state.live,
+    card = $("#live"),
+    body = $(".body", card),
+    crumbs = $(".crumbs", card);
   if (!L || !L.data) return;
   const q = $("#live-search").value.trim().toLowerCase();
   let root = L.data.tree;
@@ -91,12 +106,24 @@ export function renderLive() {
   crumbs.replaceChildren();
   const p = L.pane;
   const when = L.data.event >= 0 ? `after event ${fmtInt(L.data.event)}` : "before the first event";
-  const t = L.data.time_us !== null && p.hasTime ? ` (+${fmtSeconds(L.data.time_us - p.dm.time_range[0])})` : "";
-  crumbs.append(el("div", null, `${when}${t}: active ${fmtBytes(L.data.active)}, reserved ${fmtBytes(L.data.reserved)}, ${fmtInt(L.data.tree.count)} allocations`));
+  const t =
+    L.data.time_us !== null && p.hasTime
+      ? ` (+${fmtSeconds(L.data.time_us - p.dm.time_range[0])})`
+      : "";
+  crumbs.append(
+    el(
+      "div",
+      null,
+      `${when}${t}: active ${fmtBytes(L.data.active)}, reserved ${fmtBytes(L.data.reserved)}, ${fmtInt(L.data.tree.count)} allocations`,
+    ),
+  );
   path.forEach((n, i) => {
     const b = el("button", null, i === 0 ? "all" : n.label);
     b.type = "button";
-    b.addEventListener("click", () => { L.focus = L.focus.slice(0, i); renderLive(); });
+    b.addEventListener("click", () => {
+      L.focus = L.focus.slice(0, i);
+      renderLive();
+    });
     crumbs.append(b);
   });
   const total = Math.max(root.bytes, 1);
@@ -111,12 +138,19 @@ export function renderLive() {
     bar.style.background = heat(share);
     const lbl = el("span", "lbl", `\u22ef ${frames.length} frames that pass it all on \u22ef`);
     lbl.title = frames.map((f) => f.label).join("\n");
-    row.append(bar, el("span", "tog", "\u22ee"), lbl, el("span", "bytes", fmtBytes(frames[0].bytes)),
-      el("span", "pct", `${(share * 100).toFixed(1)}%`));
+    row.append(
+      bar,
+      el("span", "tog", "\u22ee"),
+      lbl,
+      el("span", "bytes", fmtBytes(frames[0].bytes)),
+      el("span", "pct", `${(share * 100).toFixed(1)}%`),
+    );
     const list = el("div", "children chain-frames");
     list.hidden = true;
     for (const f of frames) list.append(el("div", "chain-frame", f.label));
-    row.addEventListener("click", () => { list.hidden = !list.hidden; });
+    row.addEventListener("click", () => {
+      list.hidden = !list.hidden;
+    });
     wrap.append(row, list);
     return wrap;
   };
@@ -132,18 +166,32 @@ export function renderLive() {
     const tog = el("span", "tog", kids.length ? (open ? "▾" : "▸") : "");
     const lbl = el("span", "lbl");
     const [name, loc] = splitLabel(node.label);
-    const nm = el("span", "nm"), ln = el("span", "ln");
+    const nm = el("span", "nm"),
+      ln = el("span", "ln");
     lbl.append(nm, ln);
-    const inName = markText(nm, name, q), inLoc = markText(ln, loc, q); // both marked
+    const inName = markText(nm, name, q),
+      inLoc = markText(ln, loc, q); // both marked
     const matched = inName || inLoc;
     if (matched) row.classList.add("match");
-    lbl.title = node.frame ? `${node.frame.filename}:${node.frame.line} ${node.frame.name}` : node.label;
-    row.append(bar, tog, lbl, el("span", "bytes", fmtBytes(node.bytes)), el("span", "pct", `${(share * 100).toFixed(1)}%`));
+    lbl.title = node.frame
+      ? `${node.frame.filename}:${node.frame.line} ${node.frame.name}`
+      : node.label;
+    row.append(
+      bar,
+      tog,
+      lbl,
+      el("span", "bytes", fmtBytes(node.bytes)),
+      el("span", "pct", `${(share * 100).toFixed(1)}%`),
+    );
     if (depth > 0 && kids.length) {
       const f = el("button", "focus", "focus");
       f.type = "button";
       f.title = "zoom into this subtree";
-      f.addEventListener("click", (e) => { e.stopPropagation(); L.focus = L.focus.concat(pathLabels); renderLive(); });
+      f.addEventListener("click", (e) => {
+        e.stopPropagation();
+        L.focus = L.focus.concat(pathLabels);
+        renderLive();
+      });
       row.append(f);
     }
     wrap.append(row);
@@ -164,7 +212,8 @@ export function renderLive() {
         }
       }
     };
-    if (open) renderKids(); else childBox.hidden = true;
+    if (open) renderKids();
+    else childBox.hidden = true;
     if (kids.length) {
       row.addEventListener("click", () => {
         renderKids();

@@ -2,12 +2,20 @@
 // Geometry of a pane's chart: margins, tick spacing, and the stage strip's per-level
 // columns. Pure functions (no DOM), unit-tested by tests/js/geometry.test.mjs.
 
-export const ML = 72, MR = 10, MT = 8, MB = 22; // main canvas margins (CSS px)
+export const ML = 72,
+  MR = 10,
+  MT = 8,
+  MB = 22; // main canvas margins (CSS px)
 
 // First index >= from whose value is >= x in an ascending array.
 export function lowerBound(arr, x, from) {
-  let lo = from, hi = arr.length;
-  while (lo < hi) { const m = (lo + hi) >> 1; if (arr[m] < x) lo = m + 1; else hi = m; }
+  let lo = from,
+    hi = arr.length;
+  while (lo < hi) {
+    const m = (lo + hi) >> 1;
+    if (arr[m] < x) lo = m + 1;
+    else hi = m;
+  }
   return lo;
 }
 
@@ -15,10 +23,15 @@ export function lowerBound(arr, x, from) {
 export function annotationLevels(spans) {
   const out = { time: [], event: [] };
   const levels = [];
-  spans.forEach((sp, k) => { if (sp.depth < 4) (levels[sp.depth] ||= []).push(k); });
+  spans.forEach((sp, k) => {
+    if (sp.depth < 4) (levels[sp.depth] ||= []).push(k);
+  });
   for (let d = 0; d < levels.length; d++) {
     const ks = levels[d] || [];
-    for (const [axis, s0, s1] of [["time", "t0", "t1"], ["event", "e0", "e1"]]) {
+    for (const [axis, s0, s1] of [
+      ["time", "t0", "t1"],
+      ["event", "e0", "e1"],
+    ]) {
       out[axis][d] = {
         start: Float64Array.from(ks, (k) => spans[k][s0]),
         end: Float64Array.from(ks, (k) => spans[k][s1]),
@@ -35,7 +48,10 @@ export function yTicks(ymin, ymax) {
   const yspan = ymax - ymin;
   let step = Math.pow(2, Math.ceil(Math.log2(Math.max(yspan / 5, 1))));
   if (yspan / step < 3) step /= 2;
-  const unit = Math.pow(1024, Math.max(0, Math.floor(Math.log(Math.max(ymax, 1)) / Math.log(1024))));
+  const unit = Math.pow(
+    1024,
+    Math.max(0, Math.floor(Math.log(Math.max(ymax, 1)) / Math.log(1024))),
+  );
   const digits = Math.min(4, Math.max(0, Math.ceil(-Math.log10(step / unit))));
   return { step, digits };
 }
