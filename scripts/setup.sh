@@ -19,7 +19,9 @@ if [ "${#need_apt[@]}" -gt 0 ] && [ "${MEMLENS_SKIP_APT:-0}" != "1" ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}" >/dev/null
 fi
 
-PIP="python3 -m pip install -q --disable-pip-version-check"
+# the dev tools (mypy, ruff, IPython, pytest...) at the versions of constraints-dev.txt, so
+# that scripts/check.sh gives the same answer on every machine
+PIP="python3 -m pip install -q --disable-pip-version-check -c constraints-dev.txt"
 # torch is optional for memlens itself (record/simulate/inspect only). The pinned CPU
 # build comes from a local file on these machines; never let pip pick a CUDA build.
 python3 -c "import torch" 2>/dev/null || $PIP "torch==2.13.0"
