@@ -16,6 +16,13 @@ export const ROW_H = 10,
 
 // x extent [x0, x1) in CSS px of a block inside its segment's bar; every block at least
 // one pixel wide. The bar of a segment is as long as its size relative to the largest. Pure.
+/**
+ * @param {import("./types.js").DrawnSegment} seg
+ * @param {import("./types.js").DrawnBlock} block
+ * @param {number} maxSize
+ * @param {number} width
+ * @returns {[number, number]}
+ */
 export function blockSpan(seg, block, maxSize, width) {
   const bar = Math.max(2, (seg.size / maxSize) * width);
   const x0 = (block.offset / seg.size) * bar;
@@ -23,11 +30,17 @@ export function blockSpan(seg, block, maxSize, width) {
 }
 
 // The segment row and block under (x, y) of the canvas, or null. Pure.
+/**
+ * @param {import("./types.js").StateAnswer} st
+ * @param {number} x
+ * @param {number} y
+ * @param {number} width
+ */
 export function stateHit(st, x, y, width) {
   const i = Math.floor(y / (ROW_H + ROW_GAP));
   const seg = st.segments[i];
   if (!seg || y - i * (ROW_H + ROW_GAP) >= ROW_H) return null;
-  const maxSize = st.segments.reduce((m, s) => Math.max(m, s.size), 1);
+  const maxSize = st.segments.reduce((/** @type {number} */ m, s) => Math.max(m, s.size), 1);
   for (const b of seg.blocks) {
     const [x0, x1] = blockSpan(seg, b, maxSize, width);
     if (x >= x0 && x < x1) return { seg, block: b };
@@ -45,6 +58,10 @@ export function poolText(pool) {
 }
 
 // Open (or refresh) the card at `event` of `pane`.
+/**
+ * @param {import("./pane/pane.js").Pane} pane
+ * @param {number} event
+ */
 export async function openState(pane, event) {
   const card = $("#state");
   card.hidden = false;
@@ -62,6 +79,10 @@ export async function openState(pane, event) {
 }
 
 // The timeline cursor moved (cursor.js): follow it while the card is open.
+/**
+ * @param {import("./pane/pane.js").Pane} pane
+ * @param {number} event
+ */
 export function followCursor(pane, event) {
   if (
     !$("#state").hidden &&
@@ -134,6 +155,7 @@ function renderState() {
       return;
     }
     const s = h.seg,
+      /** @type {[string, string][]} */
       lines = [];
     if (h.block) {
       lines.push(["t-size", `${fmtBytes(h.block.size)} block at ${h.block.address}`]);

@@ -8,12 +8,14 @@ import { splitLabel } from "./live_tree.js";
 import { state } from "./state.js";
 
 // "name (/a/b/file.py:12)" -> "name (file.py:12)". Pure.
+/** @param {string} label */
 export function shortSite(label) {
   return label.replace(/\(([^()]*\/)([^()/]*:\d+)\)$/, "($2)");
 }
 
 // "fn (/a/b/file.py:12)" -> ["fn", "(file.py", ":12)"]; ["label", "", ""] without a
 // location. Pure.
+/** @param {string} label */
 export function siteParts(label) {
   const [name, loc] = splitLabel(shortSite(label));
   const m = /^(.*)(:\d+\))$/.exec(loc.trimStart());

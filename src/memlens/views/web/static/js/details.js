@@ -6,10 +6,19 @@ import { fmtBytes, fmtInt, fmtSeconds } from "./format.js";
 import { state } from "./state.js";
 
 // a definition-list entry, left out when there is no value
+/**
+ * @param {HTMLElement} dl
+ * @param {string} k
+ * @param {unknown} v
+ */
 export function kv(dl, k, v) {
   if (v === null || v === undefined || v === "") return;
   dl.append(el("dt", null, k), el("dd", null, v));
 }
+/**
+ * @param {import("./pane/pane.js").Pane} p
+ * @param {import("./types.js").EventInfo | null} info
+ */
 function whenText(p, info) {
   if (!info) return null;
   const t =
@@ -18,11 +27,13 @@ function whenText(p, info) {
       : "";
   return `event ${fmtInt(info.event)}${t}`;
 }
+/** @param {import("./types.js").StackFrame} f */
 function frameItem(f) {
   const li = el("li");
   li.append(el("span", "fn", f.name), el("span", "loc", `  ${f.filename}:${f.line}`));
   return li;
 }
+/** @param {import("./types.js").StackFrame[]} frames */
 function stackBlock(frames) {
   const box = el("div");
   if (!frames.length) {
@@ -62,6 +73,10 @@ function stackBlock(frames) {
   return box;
 }
 
+/**
+ * @param {import("./pane/pane.js").Pane} pane
+ * @param {number} row
+ */
 export async function pin(pane, row) {
   state.pinned = { pane, row };
   for (const p of state.panes) p.draw();

@@ -3,8 +3,21 @@
 // fillText): never parsed as markup.
 
 export const dpr = () => window.devicePixelRatio || 1;
+/**
+ * The element a selector names, or null.
+ * @param {string} sel
+ * @param {ParentNode} [root]
+ * @returns {any} the page's elements are known by their selectors (index.html): an input, a canvas
+ */
 export const $ = (sel, root = document) => root.querySelector(sel);
 
+/**
+ * @template {keyof HTMLElementTagNameMap} K
+ * @param {K} tag
+ * @param {string | null} [cls]
+ * @param {unknown} [text] shown as text (String(text)), never parsed as markup
+ * @returns {HTMLElementTagNameMap[K]}
+ */
 export function el(tag, cls, text) {
   const e = document.createElement(tag);
   if (cls) e.className = cls;
@@ -13,8 +26,11 @@ export function el(tag, cls, text) {
 }
 
 // theme colours, read once per theme (getComputedStyle is far too slow per shape)
+/** @type {CSSStyleDeclaration | null} */
 let themeCache = null;
+/** @type {Map<string, string>} */
 const colours = new Map();
+/** @param {string} name a CSS custom property, "--small" */
 export function col(name) {
   let c = colours.get(name);
   if (c === undefined) {
@@ -30,6 +46,7 @@ export function forgetThemeColours() {
   colours.clear();
 }
 
+/** @param {string} text */
 export function setStatus(text, error = false) {
   const s = $("#status");
   s.textContent = text;

@@ -5,6 +5,11 @@ import { $, col, el } from "./dom.js";
 import { fmtBytes, fmtInt, fmtSeconds } from "./format.js";
 import { state } from "./state.js";
 
+/**
+ * @param {import("./pane/pane.js").Pane} pane
+ * @param {number} event
+ * @param {number} u the moment on the pane's axis
+ */
 export async function openLive(pane, event, u) {
   const card = $("#live");
   card.hidden = false;
@@ -24,11 +29,17 @@ export async function openLive(pane, event, u) {
   }
 }
 
+/** @param {number} share */
 function heat(share) {
   const h = 55 - 55 * Math.min(1, share); // yellow -> red as the share grows
   return `hsl(${h}, 90%, ${col("--heat-l")})`;
 }
 
+/**
+ * @param {HTMLElement} parent
+ * @param {string} text
+ * @param {string} q
+ */
 function markText(parent, text, q) {
   if (!q) {
     parent.textContent = text;
@@ -51,6 +62,7 @@ function markText(parent, text, q) {
 // launcher's wrappers, nn.Module's call machinery) says little row by row and drives the
 // tree off the panel's right edge: one row stands for the run (click it to list the
 // frames), and the tree goes on from the run's last frame. Pure.
+/** @param {import("./types.js").TreeNode} n */
 export function passChain(n) {
   const out = [n];
   while ((n.children || []).length === 1 && n.children[0].bytes === n.bytes) {
@@ -63,6 +75,10 @@ export function passChain(n) {
 // The frames one row stands for under a search (q lower-cased, "" for none): the pass-on
 // run from `n` (passChain), cut at the first frame that matches, so a match is always its
 // own row, marked, and the folding of the frames before it stays. Pure.
+/**
+ * @param {import("./types.js").TreeNode} n
+ * @param {string} q
+ */
 export function shownChain(n, q) {
   const chain = passChain(n);
   if (!q) return chain;
@@ -72,6 +88,10 @@ export function shownChain(n, q) {
 
 // "name (file:line)" -> ["name", " (file:line)"]: the location is what tells sibling rows
 // apart, so the row truncates the name, never it. Pure.
+/**
+ * @param {string} label
+ * @returns {[string, string]}
+ */
 export function splitLabel(label) {
   const m = / \([^()]*:\d+\)$/.exec(label);
   return m ? [label.slice(0, m.index), label.slice(m.index)] : [label, ""];
@@ -129,6 +149,7 @@ export function renderLive() {
   const total = Math.max(root.bytes, 1);
   const tree = el("div", "tree");
   // a run of frames passing all their bytes on (passChain) is one row: click it to list them
+  /** @param {import("./types.js").TreeNode[]} frames */
   const chainRow = (frames) => {
     const wrap = el("div", "node");
     const row = el("div", "row chain");
@@ -154,6 +175,12 @@ export function renderLive() {
     wrap.append(row, list);
     return wrap;
   };
+  /**
+   * @param {import("./types.js").TreeNode} node
+   * @param {number} depth
+   * @param {HTMLElement} into
+   * @param {string[]} pathLabels
+   */
   const build = (node, depth, into, pathLabels) => {
     const wrap = el("div", "node");
     const row = el("div", "row");

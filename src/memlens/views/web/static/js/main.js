@@ -27,6 +27,7 @@ import { forgetPatterns } from "./pane/render.js";
 import { state } from "./state.js";
 import { hideTooltip } from "./tooltip.js";
 
+/** @param {boolean} dark */
 function applyTheme(dark) {
   document.documentElement.classList.toggle("dark", dark);
   forgetThemeColours();
@@ -44,6 +45,7 @@ function applyTheme(dark) {
   renderLive(); // heat colours follow the theme
 }
 
+/** @param {boolean} [show] the help's visibility; without it, toggled */
 function toggleHelp(show) {
   const h = $("#help");
   h.hidden = show === undefined ? !h.hidden : !show;
@@ -53,6 +55,7 @@ function activePane() {
   return (state.mouse && state.mouse.pane) || state.panes[0];
 }
 
+/** @param {KeyboardEvent} e */
 function onKey(e) {
   if (e.target instanceof HTMLInputElement || e.target instanceof HTMLSelectElement) {
     if (e.key === "Escape") e.target.blur();
@@ -157,23 +160,23 @@ async function main() {
     loadCompare();
     $("#yscale-ctl").hidden = false;
   }
-  $("#yscale").addEventListener("change", (e) => {
-    state.independentY = e.target.checked;
+  $("#yscale").addEventListener("change", (/** @type {Event} */ e) => {
+    state.independentY = /** @type {HTMLInputElement} */ (e.target).checked;
     for (const p of state.panes) {
       p.yzoom = null;
       p.request();
     }
   });
-  $("#chart").addEventListener("change", (e) => {
-    state.chart = e.target.value;
+  $("#chart").addEventListener("change", (/** @type {Event} */ e) => {
+    state.chart = /** @type {HTMLSelectElement} */ (e.target).value;
     for (const p of state.panes) {
       p.view = null;
       p.draw();
       p.request();
     }
   });
-  $("#axis").addEventListener("change", (e) => {
-    state.axis = e.target.value;
+  $("#axis").addEventListener("change", (/** @type {Event} */ e) => {
+    state.axis = /** @type {HTMLSelectElement} */ (e.target).value;
     if (state.axis === "time" && !state.panes.every((p) => p.hasTime))
       setStatus("this trace has no timestamps: staying on event order", true);
     for (const p of state.panes) p.switchAxis();
@@ -190,8 +193,8 @@ async function main() {
     applyTheme(!document.documentElement.classList.contains("dark")),
   );
   $("#helpbtn").addEventListener("click", () => toggleHelp());
-  $("#help").addEventListener("click", (e) => {
-    if (e.target.id === "help") toggleHelp(false);
+  $("#help").addEventListener("click", (/** @type {MouseEvent} */ e) => {
+    if (/** @type {HTMLElement} */ (e.target).id === "help") toggleHelp(false);
   });
   for (const b of document.querySelectorAll("[data-close]")) {
     if (!(b instanceof HTMLElement)) continue;
@@ -214,11 +217,12 @@ async function main() {
   guide();
   $("#live-search").addEventListener("input", () => renderLive());
   $("#live-state").addEventListener("click", openStateAtCursor);
-  let ft = null;
-  $("#find").addEventListener("input", (e) => {
+  /** @type {ReturnType<typeof setTimeout> | undefined} */
+  let ft;
+  $("#find").addEventListener("input", (/** @type {Event} */ e) => {
     clearTimeout(ft);
     ft = setTimeout(() => {
-      state.find = e.target.value.trim();
+      state.find = /** @type {HTMLInputElement} */ (e.target).value.trim();
       for (const p of state.panes) p.request();
     }, 250);
   });
@@ -229,7 +233,8 @@ async function main() {
     if (L) openLive(L.pane, L.event, L.u);
   });
   document.addEventListener("keydown", onKey);
-  let rt = null;
+  /** @type {ReturnType<typeof setTimeout> | undefined} */
+  let rt;
   window.addEventListener("resize", () => {
     clearTimeout(rt);
     rt = setTimeout(() => state.panes.forEach((p) => p.resize()), 120);

@@ -3,6 +3,10 @@
 import { $, el } from "./dom.js";
 import { fmtBytes, fmtInt } from "./format.js";
 
+/**
+ * @param {MouseEvent} e
+ * @param {[string, string][]} lines [css class, text]
+ */
 export function showTooltip(e, lines) {
   const t = $("#tooltip");
   t.replaceChildren(...lines.map(([cls, text]) => el("div", cls, text)));
@@ -23,6 +27,7 @@ export function hideTooltip() {
 // The tooltip's lines, [css class, text], for a hit test result. Pure.
 /** @param {import("./pane/input.js").Hit} h */
 export function tooltipLines(h) {
+  /** @type {[string, string][]} */
   const lines = [];
   if (h.kind === "band") {
     lines.push(["t-size", fmtBytes(h.size)]);
@@ -53,6 +58,7 @@ export function tooltipLines(h) {
   return lines;
 }
 
+/** @param {number} x */
 const percent = (x) => `${x >= 0.1 ? Math.round(x * 100) : (x * 100).toFixed(1)}%`;
 
 // Why allocations are in the hatched band, and what separates them. `cut` of the `count`
@@ -60,6 +66,13 @@ const percent = (x) => `${x >= 0.1 ? Math.round(x * 100) : (x * 100).toFixed(1)}
 // narrower time window has fewer offset changes, so zooming in on time draws them; the
 // others are under `minSize` bytes (a sixteenth of a pixel), which only the memory axis's
 // zoom changes. Pure.
+/**
+ * @param {number} count
+ * @param {number} cut
+ * @param {number} cutBytes
+ * @param {number} bytes
+ * @param {number} minSize
+ */
 export function hatchReasons(count, cut, cutBytes, bytes, minSize) {
   const out = [];
   if (cut > 0)

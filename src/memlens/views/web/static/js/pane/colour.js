@@ -21,6 +21,7 @@ export const PALETTE = [
 ];
 export const NO_STACK = "#5b6b8c"; // allocations without a recorded stack (e.g. before the trace)
 
+/** @param {number} frameId */
 export function siteColor(frameId) {
   if (frameId < 0) return NO_STACK;
   const h = Math.imul(frameId + 1, 2654435761) >>> 0;

@@ -8,6 +8,11 @@ export const ML = 72,
   MB = 22; // main canvas margins (CSS px)
 
 // First index >= from whose value is >= x in an ascending array.
+/**
+ * @param {ArrayLike<number>} arr
+ * @param {number} x
+ * @param {number} from
+ */
 export function lowerBound(arr, x, from) {
   let lo = from,
     hi = arr.length;
@@ -20,18 +25,32 @@ export function lowerBound(arr, x, from) {
 }
 
 // Stage spans per nesting level (the strip shows four) and axis, as ascending columns.
+/**
+ * @typedef {object} AnnotationLevel the spans of one nesting level on one axis
+ * @property {Float64Array} start
+ * @property {Float64Array} end
+ * @property {Int32Array} index into the spans
+ */
+/**
+ * @param {import("../types.js").Span[]} spans
+ * @returns {{ time: AnnotationLevel[], event: AnnotationLevel[] }}
+ */
 export function annotationLevels(spans) {
+  /** @type {{ time: AnnotationLevel[], event: AnnotationLevel[] }} */
   const out = { time: [], event: [] };
+  /** @type {number[][]} */
   const levels = [];
   spans.forEach((sp, k) => {
     if (sp.depth < 4) (levels[sp.depth] ||= []).push(k);
   });
   for (let d = 0; d < levels.length; d++) {
     const ks = levels[d] || [];
-    for (const [axis, s0, s1] of [
+    /** @type {["time" | "event", "t0" | "e0", "t1" | "e1"][]} */
+    const axes = [
       ["time", "t0", "t1"],
       ["event", "e0", "e1"],
-    ]) {
+    ];
+    for (const [axis, s0, s1] of axes) {
       out[axis][d] = {
         start: Float64Array.from(ks, (k) => spans[k][s0]),
         end: Float64Array.from(ks, (k) => spans[k][s1]),
@@ -44,6 +63,10 @@ export function annotationLevels(spans) {
 
 // y ticks: binary-friendly steps, with enough decimals that neighbouring ticks differ
 // (a y zoom can show 28.0 .. 28.4 GiB)
+/**
+ * @param {number} ymin
+ * @param {number} ymax
+ */
 export function yTicks(ymin, ymax) {
   const yspan = ymax - ymin;
   let step = Math.pow(2, Math.ceil(Math.log2(Math.max(yspan / 5, 1))));
@@ -57,6 +80,10 @@ export function yTicks(ymin, ymax) {
 }
 
 // x ticks: 1, 2 or 5 times a power of ten, about one per 110 px
+/**
+ * @param {number} span
+ * @param {number} plotW
+ */
 export function xTickStep(span, plotW) {
   const raw = span / Math.max(2, plotW / 110);
   const mag = Math.pow(10, Math.floor(Math.log10(raw)));
@@ -68,6 +95,12 @@ export function xTickStep(span, plotW) {
 // left out by the run budget, not for their size), so every allocation alive at the peak
 // that is at least `min_px` of a pixel can be hovered. null when none is cut there (or
 // the range cannot shrink past `minSpan`).
+/**
+ * @param {import("./pane.js").PaneView} v
+ * @param {number} u
+ * @param {number} minSpan
+ * @returns {[number, number] | null}
+ */
 export function narrowerAtPeak(v, u, minSpan) {
   const c = Math.floor(((u - v.vx0) / (v.vx1 - v.vx0)) * v.width);
   const cut = v.small && v.small.cut_count;

@@ -55,7 +55,8 @@ export function hitTest(p, x, y) {
   const u = p.uOf(x);
   const c = Math.floor(((u - v.vx0) / (v.vx1 - v.vx0)) * v.width);
   if (c < 0 || c >= v.width) return null;
-  const byteAt = (yy) => v.ymin + ((MT + p.plotH - yy) / p.plotH) * (v.ymax - v.ymin);
+  const byteAt = (/** @type {number} */ yy) =>
+    v.ymin + ((MT + p.plotH - yy) / p.plotH) * (v.ymax - v.ymin);
   const bytes = byteAt(y);
   const top = Math.floor(y),
     lo = byteAt(top + 1),
@@ -70,6 +71,10 @@ export function hitTest(p, x, y) {
     u,
   };
   // overlap with the pixel row; ties go to what holds the pointer's exact byte
+  /**
+   * @param {number} off
+   * @param {number} size
+   */
   const score = (off, size) => {
     const o = Math.min(off + size, hi) - Math.max(off, lo);
     return o <= 0 ? 0 : o + (bytes >= off && bytes < off + size ? 1e-6 * (hi - lo) : 0);
@@ -117,7 +122,12 @@ export function hitTest(p, x, y) {
 /** @param {import("./pane.js").Pane} p */
 export function bindInput(p) {
   const cv = p.canvas;
+  /** @type {{x: number, x0: number, x1: number, moved: boolean} | null} */
   let drag = null;
+  /**
+   * @param {MouseEvent} e
+   * @returns {[number, number]}
+   */
   const pos = (e, c = cv) => {
     const r = c.getBoundingClientRect();
     return [e.clientX - r.left, e.clientY - r.top];
@@ -191,6 +201,7 @@ export function bindInput(p) {
     const sp = annAt(p, x, y);
     if (sp) {
       const dur = sp.t1 - sp.t0;
+      /** @type {[string, string][]} */
       const lines = [
         ["t-size", sp.name],
         ["t-muted", `${fmtSeconds(dur)} · events ${fmtInt(sp.e0)}–${fmtInt(sp.e1)}`],
@@ -206,9 +217,10 @@ export function bindInput(p) {
   });
   // overview brush
   const ov = p.ovCanvas;
+  /** @type {{x: number, u: number, move: boolean, x0: number, x1: number, moved: boolean} | null} */
   let od = null;
   const [f0of, f1of] = [() => p.fullRange()[0], () => p.fullRange()[1]];
-  const uAt = (x) => {
+  const uAt = (/** @type {number} */ x) => {
     const w = p.ov ? p.ov.width : p.plotW;
     const f0 = f0of(),
       f1 = f1of();
@@ -244,6 +256,11 @@ export function bindInput(p) {
   });
 }
 
+/**
+ * @param {import("./pane.js").Pane} p
+ * @param {number} x
+ * @param {number} y
+ */
 function click(p, x, y) {
   const h = hitTest(p, x, y);
   if (!h) return;

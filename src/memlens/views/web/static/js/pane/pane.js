@@ -16,6 +16,10 @@ import { drawOverview, drawPane, renderOff } from "./render.js";
 // Compare: one memory scale for every pane (0 to the largest peak of any, reserved or
 // active), so a 6.5 GiB peak is drawn lower than an 11.6 GiB one; null when alone or when
 // the user asked for independent scales (each pane fits what it shows).
+/**
+ * @param {typeof state} st
+ * @returns {[number, number] | null}
+ */
 export function sharedY(st) {
   if (st.panes.length < 2 || st.independentY) return null;
   let top = 1;
@@ -61,6 +65,7 @@ export class Pane {
     this.summary = null;
     this.settled = false; // the summary and the stage strip are in (see setDevice)
     this.reqCount = 0;
+    /** @type {number[]} the last 200 requests' times, ms */
     this.timings = [];
     const sec = el("section", "pane");
     const head = el("div", "pane-head");
@@ -138,11 +143,14 @@ export class Pane {
     return this.mainH - MT - MB;
   }
 
+  /** @param {number} d */
   setDevice(d) {
     if (!this.snap.devices.some((x) => x.device === d)) d = this.snap.devices[0].device;
     this.device = d;
     this.devSel.value = String(d);
+    /** @type {string} the axis the range is on */
     this.curAxis = this.axis;
+    /** @type {[number, number] | null} the memory axis's zoom, bytes; null: fit */
     this.yzoom = null;
     [this.x0, this.x1] = this.fullRange();
     this.view = null;
@@ -222,6 +230,10 @@ export class Pane {
     const f = this.figures;
     f.replaceChildren();
     if (!s) return;
+    /**
+     * @param {string} label
+     * @param {string} value
+     */
     const add = (label, value) => {
       const x = el("span", null, `${label} `);
       x.append(el("b", null, value));
@@ -248,6 +260,10 @@ export class Pane {
       this.ann.spans.reduce((m, s) => Math.max(m, s.depth + 1), 0),
     );
     this.annH = depth ? depth * 15 + 2 : 0;
+    /**
+     * @param {HTMLCanvasElement} c
+     * @param {number} h
+     */
     const size = (c, h) => {
       c.style.height = `${h}px`;
       c.width = Math.round(w * dpr());
@@ -261,18 +277,25 @@ export class Pane {
   }
 
   // axis units <-> canvas x (CSS px)
+  /** @param {number} u */
   xOf(u) {
     return ML + ((u - this.x0) / (this.x1 - this.x0)) * this.plotW;
   }
+  /** @param {number} x */
   uOf(x) {
     return this.x0 + ((x - ML) / this.plotW) * (this.x1 - this.x0);
   }
   // x of a column of the stored view `v` under the current range (pan/zoom preview)
+  /** @param {PaneView} v */
   colXFn(v) {
     const W = v.width;
-    return (c) => this.xOf(v.vx0 + (c / W) * (v.vx1 - v.vx0));
+    return (/** @type {number} */ c) => this.xOf(v.vx0 + (c / W) * (v.vx1 - v.vx0));
   }
 
+  /**
+   * @param {number} x0
+   * @param {number} x1
+   */
   setRange(x0, x1, fromLink = false) {
     const [f0, f1] = this.fullRange();
     const minSpan = this.axis === "time" ? 20 : 4;
@@ -297,6 +320,10 @@ export class Pane {
   }
 
   // Shift+wheel: zoom the y axis around `bytes` (null range = fit the visible maximum)
+  /**
+   * @param {number} bytes
+   * @param {number} factor
+   */
   zoomY(bytes, factor) {
     const v = this.view;
     if (!v) return;
@@ -308,6 +335,10 @@ export class Pane {
     this.request();
   }
 
+  /**
+   * @param {number} u
+   * @param {number} factor
+   */
   zoomAt(u, factor) {
     const nx0 = u - (u - this.x0) * factor;
     this.setRange(nx0, nx0 + (this.x1 - this.x0) * factor);
@@ -392,6 +423,7 @@ export class Pane {
   }
 
   // ---- moments ---------------------------------------------------------------------------------
+  /** @param {number} x */
   liveAtX(x) {
     const v = this.view;
     if (!v || v.axis !== this.axis) return;
@@ -402,8 +434,10 @@ export class Pane {
 
   // after jump to peak: zoom in on it while its column still sums allocations a narrower
   // range would draw one by one, so each one alive at the peak can be hovered
+  /** @param {PaneView} v */
   focusPeak(v) {
     const f = this.peakFocus;
+    /** @type {{u: number, tries: number} | null | undefined} */
     this.peakFocus = null;
     // (not when the range moved since: the user's own zoom or pan wins)
     if (!f || v.axis !== this.axis || v.vx0 !== this.x0 || v.vx1 !== this.x1 || f.tries <= 0)

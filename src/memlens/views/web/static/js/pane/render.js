@@ -9,7 +9,9 @@ import { siteColor } from "./colour.js";
 import { lowerBound, ML, MR, MT, xTickStep, yTicks } from "./geometry.js";
 
 // diagonal hatch in the theme's aggregate colours (one 6x6 tile per theme)
+/** @type {HTMLCanvasElement | null} */
 let smallTile = null;
+/** @param {CanvasRenderingContext2D} ctx */
 function smallPattern(ctx) {
   if (!smallTile) {
     smallTile = document.createElement("canvas");
@@ -79,8 +81,8 @@ export function renderOff(p) {
   off.height = Math.round(H * r);
   const ctx = off.getContext("2d");
   ctx.setTransform(r, 0, 0, r, 0, 0);
-  const y = (bytes) => H - ((bytes - v.ymin) / (v.ymax - v.ymin)) * H;
-  const colX = (c) => c;
+  const y = (/** @type {number} */ bytes) => H - ((bytes - v.ymin) / (v.ymax - v.ymin)) * H;
+  const colX = (/** @type {number} */ c) => c;
   // one path per colour: a few fills instead of one per band
   const byColor = new Map();
   const edges = new Path2D(); // outlines of bands tall enough to show a separating line
@@ -141,6 +143,12 @@ export function renderOff(p) {
 // transparent and the stack looks washed out. Below the top of the drawn bands every
 // pixel is covered, so make it opaque: getImageData gives un-premultiplied colours, so
 // the pixel keeps the mix of the bands painted there. O(pixels), a few ms.
+/**
+ * @param {CanvasRenderingContext2D} ctx
+ * @param {import("./pane.js").PaneView} v
+ * @param {(bytes: number) => number} y
+ * @param {number} r device pixels per CSS pixel
+ */
 function closeConflationGaps(ctx, v, y, r) {
   const w = ctx.canvas.width,
     h = ctx.canvas.height;
@@ -179,7 +187,8 @@ export function drawPane(p) {
       dw = p.xOf(v.vx1) - dx;
     ctx.imageSmoothingEnabled = false;
     ctx.drawImage(p.off, dx, MT, dw, plotH);
-    const y = (bytes) => MT + plotH - ((bytes - v.ymin) / (v.ymax - v.ymin)) * plotH;
+    const y = (/** @type {number} */ bytes) =>
+      MT + plotH - ((bytes - v.ymin) / (v.ymax - v.ymin)) * plotH;
     const colX = p.colXFn(v);
     // the find box: matching bands painted over in the mark colour
     if (v.bands.match) {
@@ -191,10 +200,12 @@ export function drawPane(p) {
       ctx.fill(found);
       ctx.globalAlpha = 1;
     }
-    for (const [which, color, width] of [
+    /** @type {["pinned" | "hover", string, number][]} */
+    const outlines = [
       ["pinned", col("--cursor"), 2.5],
       ["hover", col("--hl"), 2],
-    ]) {
+    ];
+    for (const [which, color, width] of outlines) {
       const row =
         which === "pinned"
           ? state.pinned && state.pinned.pane === p
@@ -390,7 +401,7 @@ export function drawOverview(p) {
   const v = p.ov;
   if (!v) return;
   const w = v.width,
-    y = (b) => H - 3 - (b / v.ymax) * (H - 6); // overview: always from 0
+    y = (/** @type {number} */ b) => H - 3 - (b / v.ymax) * (H - 6); // overview: always from 0
   ctx.fillStyle = col("--small");
   ctx.beginPath();
   ctx.moveTo(ML, H);
