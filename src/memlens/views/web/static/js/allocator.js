@@ -6,7 +6,7 @@
 // MAX_SEGMENTS rows, and a block narrower than a pixel is drawn one pixel wide.
 import { getJSON } from "./api.js";
 import { kv, pin } from "./details.js";
-import { $, col, dpr, el } from "./dom.js";
+import { $, col, context2d, dpr, el } from "./dom.js";
 import { fmtBytes, fmtInt } from "./format.js";
 import { state } from "./state.js";
 import { hideTooltip, showTooltip } from "./tooltip.js";
@@ -74,7 +74,7 @@ export async function openState(pane, event) {
     state.allocator.data = d;
     renderState();
   } catch (e) {
-    $(".body", card).replaceChildren(el("div", "warn", e.message));
+    $(".body", card).replaceChildren(el("div", "warn", /** @type {Error} */ (e).message));
   }
 }
 
@@ -92,8 +92,9 @@ export function followCursor(pane, event) {
 }
 
 function renderState() {
-  const a = state.allocator,
-    d = a.data,
+  const a = state.allocator;
+  if (!a || !a.data) return; // (called once the card's answer is in)
+  const d = a.data,
     body = $("#state .body");
   body.replaceChildren();
   $("#state-event").textContent =
@@ -184,12 +185,12 @@ function renderState() {
  * @param {import("./types.js").StateAnswer} d
  */
 function drawState(cv, d) {
-  const w = Math.max(100, Math.floor(cv.parentElement.clientWidth || 400));
+  const w = Math.max(100, Math.floor((cv.parentElement && cv.parentElement.clientWidth) || 400));
   const h = Math.max(1, d.segments.length * (ROW_H + ROW_GAP));
   cv.style.height = `${h}px`;
   cv.width = Math.round(w * dpr());
   cv.height = Math.round(h * dpr());
-  const ctx = cv.getContext("2d");
+  const ctx = context2d(cv);
   ctx.setTransform(dpr(), 0, 0, dpr(), 0, 0);
   const maxSize = d.segments.reduce((m, s) => Math.max(m, s.size), 1);
   d.segments.forEach((s, i) => {

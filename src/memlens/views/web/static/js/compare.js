@@ -70,6 +70,6 @@ export async function loadCompare() {
         ),
       );
   } catch (e) {
-    body.replaceChildren(el("div", "warn", e.message));
+    body.replaceChildren(el("div", "warn", /** @type {Error} */ (e).message));
   }
 }

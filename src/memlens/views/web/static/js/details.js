@@ -22,9 +22,7 @@ export function kv(dl, k, v) {
 function whenText(p, info) {
   if (!info) return null;
   const t =
-    info.time_us !== null && p.hasTime
-      ? ` · +${fmtSeconds(info.time_us - p.dm.time_range[0])}`
-      : "";
+    info.time_us !== null && p.hasTime ? ` · +${fmtSeconds(info.time_us - p.timeOrigin)}` : "";
   return `event ${fmtInt(info.event)}${t}`;
 }
 /** @param {import("./types.js").StackFrame} f */
@@ -128,6 +126,6 @@ export async function pin(pane, row) {
       body.append(el("pre", "fwd", a.forward_frames));
     }
   } catch (e) {
-    body.replaceChildren(el("div", "warn", e.message));
+    body.replaceChildren(el("div", "warn", /** @type {Error} */ (e).message));
   }
 }

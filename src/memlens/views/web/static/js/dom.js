@@ -25,6 +25,17 @@ export function el(tag, cls, text) {
   return e;
 }
 
+/**
+ * A canvas's 2D context. Null only when the canvas already has another kind of context,
+ * which ours never do: a bug, thrown here rather than as a TypeError on first use.
+ * @param {HTMLCanvasElement} canvas
+ */
+export function context2d(canvas) {
+  const ctx = canvas.getContext("2d");
+  if (!ctx) throw new Error("memlens: no 2D context for a canvas");
+  return ctx;
+}
+
 // theme colours, read once per theme (getComputedStyle is far too slow per shape)
 /** @type {CSSStyleDeclaration | null} */
 let themeCache = null;

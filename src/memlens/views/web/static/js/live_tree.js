@@ -8,7 +8,7 @@ import { state } from "./state.js";
 /**
  * @param {import("./pane/pane.js").Pane} pane
  * @param {number} event
- * @param {number} u the moment on the pane's axis
+ * @param {number} [u] the moment on the pane's axis (the tree's marker)
  */
 export async function openLive(pane, event, u) {
   const card = $("#live");
@@ -25,7 +25,7 @@ export async function openLive(pane, event, u) {
     state.live.data = d;
     renderLive();
   } catch (e) {
-    $(".body", card).replaceChildren(el("div", "warn", e.message));
+    $(".body", card).replaceChildren(el("div", "warn", /** @type {Error} */ (e).message));
   }
 }
 
@@ -127,9 +127,7 @@ export function renderLive() {
   const p = L.pane;
   const when = L.data.event >= 0 ? `after event ${fmtInt(L.data.event)}` : "before the first event";
   const t =
-    L.data.time_us !== null && p.hasTime
-      ? ` (+${fmtSeconds(L.data.time_us - p.dm.time_range[0])})`
-      : "";
+    L.data.time_us !== null && p.hasTime ? ` (+${fmtSeconds(L.data.time_us - p.timeOrigin)})` : "";
   crumbs.append(
     el(
       "div",

@@ -114,11 +114,9 @@ function onKey(e) {
 
 // the allocator state at the live cursor, else at the mouse (which also sets the cursor)
 function openStateAtCursor() {
-  if (state.live) openState(state.live.pane, state.live.event);
-  else if (state.mouse) {
-    state.mouse.pane.liveAtX(state.mouse.x);
-    if (state.live) openState(state.live.pane, state.live.event);
-  }
+  if (!state.live && state.mouse) state.mouse.pane.liveAtX(state.mouse.x); // sets state.live
+  const L = state.live;
+  if (L) openState(L.pane, L.event);
 }
 
 async function main() {
@@ -136,7 +134,7 @@ async function main() {
   try {
     meta = await getJSON("/api/meta");
   } catch (e) {
-    setStatus(`cannot load: ${e.message}`, true);
+    setStatus(`cannot load: ${/** @type {Error} */ (e).message}`, true);
     return;
   }
   state.meta = meta;

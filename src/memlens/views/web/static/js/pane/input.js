@@ -228,7 +228,7 @@ export function bindInput(p) {
   };
   ov.addEventListener("mousedown", (e) => {
     const [x] = pos(e, ov);
-    const inside = p.brush && x >= p.brush[0] && x <= p.brush[1] && p.x1 - p.x0 < f1of() - f0of();
+    const inside = !!p.brush && x >= p.brush[0] && x <= p.brush[1] && p.x1 - p.x0 < f1of() - f0of();
     od = { x, u: uAt(x), move: inside, x0: p.x0, x1: p.x1, moved: false };
     e.preventDefault();
   });
@@ -264,7 +264,7 @@ export function bindInput(p) {
 function click(p, x, y) {
   const h = hitTest(p, x, y);
   if (!h) return;
-  if (h.kind === "band" && p.view.kind === "segments") {
+  if (h.kind === "band" && p.view && p.view.kind === "segments") {
     moveCursor(p, h.event, h.u);
     openState(p, h.event);
   } else if (h.kind === "band") pin(p, h.row);

@@ -115,14 +115,42 @@ export class Pane {
     root.append(sec);
     this.section = sec;
     this.mainH = compact ? 300 : 440;
-    bindInput(this);
+    // the view's state, set by setDevice (at once, or in compare mode once every pane is
+    // made: the panes share one y scale)
     this.device = device;
+    /** @type {number} the visible range's start, on the pane's axis */
+    this.x0 = 0;
+    /** @type {number} its end */
+    this.x1 = 1;
+    /** the axis the range is on ("" before setDevice) */
+    this.curAxis = "";
+    /** @type {[number, number] | null} the memory axis's zoom, bytes; null: fit */
+    this.yzoom = null;
+    this.annLevels = annotationLevels([]);
+    /** @type {{u: number, tries: number} | null} jump to peak: narrowing on as views come */
+    this.peakFocus = null;
+    bindInput(this);
     // compare: the first request waits for every pane (they share one y scale)
     if (!compact) this.setDevice(device);
   }
 
+  // the pane's device in the meta answer (setDevice picks one the snapshot has)
   get dm() {
-    return this.snap.devices.find((d) => d.device === this.device);
+    const dm = this.snap.devices.find((d) => d.device === this.device);
+    if (!dm) throw new Error(`memlens: device ${this.device} is not in ${this.snap.name}`);
+    return dm;
+  }
+  // the trace's first timestamp, µs (0 without timestamps: then the axis is never "time")
+  get timeOrigin() {
+    const r = this.dm.time_range;
+    return r ? r[0] : 0;
+  }
+  // the peak's place on the pane's axis: its timestamp, or the middle of its event
+  get peakU() {
+    const s = this.dm.peak;
+    return this.axis === "time" && s.peak_time_us !== null
+      ? s.peak_time_us
+      : s.peak_event_index + 0.5;
   }
   get hasTime() {
     return !!this.dm.time_range;
@@ -130,9 +158,11 @@ export class Pane {
   get axis() {
     return state.axis === "time" && this.hasTime ? "time" : "event";
   }
+  /** @returns {[number, number]} */
   fullRange(axis = this.axis) {
     const dm = this.dm;
-    if (axis === "time") return [dm.time_range[0], dm.time_range[1] + 1];
+    // (axis is "time" only for a trace with timestamps: this.axis, switchAxis)
+    if (axis === "time" && dm.time_range) return [dm.time_range[0], dm.time_range[1] + 1];
     return [0, Math.max(dm.n_events, 1)];
   }
   // cached at layout time: reading clientWidth per shape forces style/layout work
@@ -148,9 +178,7 @@ export class Pane {
     if (!this.snap.devices.some((x) => x.device === d)) d = this.snap.devices[0].device;
     this.device = d;
     this.devSel.value = String(d);
-    /** @type {string} the axis the range is on */
     this.curAxis = this.axis;
-    /** @type {[number, number] | null} the memory axis's zoom, bytes; null: fit */
     this.yzoom = null;
     [this.x0, this.x1] = this.fullRange();
     this.view = null;
@@ -171,7 +199,7 @@ export class Pane {
                 this.renderFigures();
               }
             })
-            .catch((e) => setStatus(`summary: ${e.message}`, true)),
+            .catch((e) => setStatus(`summary: ${/** @type {Error} */ (e).message}`, true)),
           getJSON(`/api/d/${d}/annotations?snap=${this.s}`)
             .then((/** @type {AnnotationsAnswer} */ a) => {
               if (d !== this.device) return;
@@ -181,7 +209,7 @@ export class Pane {
               this.draw();
               this.drawOverview();
             })
-            .catch((e) => setStatus(`annotations: ${e.message}`, true)),
+            .catch((e) => setStatus(`annotations: ${/** @type {Error} */ (e).message}`, true)),
         ]),
       )
       .then(() => {
@@ -195,17 +223,19 @@ export class Pane {
   // what the hatched band holds at the tallest column, and what separates it: always said
   // when it holds anything, so the budget's choice is never silent
   renderHint() {
+    const v = this.view;
+    if (!v) return;
     this.hint.textContent =
-      this.view.kind === "segments"
+      v.kind === "segments"
         ? "Active cached segments: one band per segment (cudaMalloc), stacked in the order they were made, coloured by stream; each column at its peak of reserved memory. Click for the allocator state there."
-        : hatchSummary(this.view);
+        : hatchSummary(v);
   }
 
   // the find box's answer for this pane: how many bands match; for an address, where it was
   renderFind() {
     const v = this.view,
       out = [];
-    if (state.find && v.bands.match) {
+    if (state.find && v && v.bands.match) {
       const n = v.bands.match.reduce((a, m) => a + m, 0);
       out.push(
         `find "${state.find}": ${fmtInt(n)} of the ${fmtInt(v.bands.row.length)} drawn allocations match (highlighted)`,
@@ -387,7 +417,7 @@ export class Pane {
         this.focusPeak(v);
       }
     } catch (e) {
-      setStatus(`view: ${e.message}`, true);
+      setStatus(`view: ${/** @type {Error} */ (e).message}`, true);
     } finally {
       this.inflight = false;
       if (this.dirty) this.request();
@@ -407,7 +437,7 @@ export class Pane {
         this.drawOverview();
       }
     } catch (e) {
-      setStatus(`overview: ${e.message}`, true);
+      setStatus(`overview: ${/** @type {Error} */ (e).message}`, true);
     }
   }
 
@@ -437,7 +467,6 @@ export class Pane {
   /** @param {PaneView} v */
   focusPeak(v) {
     const f = this.peakFocus;
-    /** @type {{u: number, tries: number} | null | undefined} */
     this.peakFocus = null;
     // (not when the range moved since: the user's own zoom or pan wins)
     if (!f || v.axis !== this.axis || v.vx0 !== this.x0 || v.vx1 !== this.x1 || f.tries <= 0)
@@ -455,7 +484,7 @@ export class Pane {
       return;
     }
     const [f0, f1] = this.fullRange();
-    const pu = this.axis === "time" ? s.peak_time_us : s.peak_event_index + 0.5;
+    const pu = this.peakU;
     const span = Math.min(this.x1 - this.x0, (f1 - f0) / 10);
     this.peakFocus = { u: pu, tries: 4 }; // narrowed further as views arrive (request())
     this.setRange(pu - span / 2, pu + span / 2);

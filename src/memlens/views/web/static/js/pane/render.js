@@ -2,7 +2,7 @@
 // Drawing a pane: the viewport's bands rendered once to an offscreen canvas, then the
 // chart (that image under the current range, highlights, peak and OOM markers, cursor),
 // its axes, the stage strip and the overview. Functions of a Pane (pane.js).
-import { col, dpr } from "../dom.js";
+import { col, context2d, dpr } from "../dom.js";
 import { fmtBytes, fmtEventCount, fmtTick } from "../format.js";
 import { state } from "../state.js";
 import { siteColor } from "./colour.js";
@@ -16,7 +16,7 @@ function smallPattern(ctx) {
   if (!smallTile) {
     smallTile = document.createElement("canvas");
     smallTile.width = smallTile.height = 6;
-    const t = smallTile.getContext("2d");
+    const t = context2d(smallTile);
     t.fillStyle = col("--small");
     t.fillRect(0, 0, 6, 6);
     t.strokeStyle = col("--small-hatch");
@@ -30,7 +30,7 @@ function smallPattern(ctx) {
     t.lineTo(7, 5);
     t.stroke();
   }
-  return ctx.createPattern(smallTile, "repeat");
+  return ctx.createPattern(smallTile, "repeat") || col("--small"); // (null: a 0-size tile)
 }
 // the theme changed: draw the hatch again in its colours
 export function forgetPatterns() {
@@ -72,14 +72,15 @@ export function bandPath(v, k, y, colX) {
 
 /** @param {import("./pane.js").Pane} p */
 export function renderOff(p) {
-  const v = p.view,
-    W = v.width,
+  const v = p.view;
+  if (!v) return; // (called once a view is in)
+  const W = v.width,
     H = p.plotH,
     r = dpr();
   const off = p.off;
   off.width = Math.round(W * r);
   off.height = Math.round(H * r);
-  const ctx = off.getContext("2d");
+  const ctx = context2d(off);
   ctx.setTransform(r, 0, 0, r, 0, 0);
   const y = (/** @type {number} */ bytes) => H - ((bytes - v.ymin) / (v.ymax - v.ymin)) * H;
   const colX = (/** @type {number} */ c) => c;
@@ -169,7 +170,7 @@ function closeConflationGaps(ctx, v, y, r) {
 /** @param {import("./pane.js").Pane} p */
 export function drawPane(p) {
   const c = p.canvas,
-    ctx = c.getContext("2d"),
+    ctx = context2d(c),
     r = dpr();
   const Wc = c.width / r,
     H = p.mainH,
@@ -233,8 +234,7 @@ export function drawPane(p) {
   // peak marker
   const s = p.dm.peak;
   if (s.peak_event_index >= 0) {
-    const pu = p.axis === "time" ? s.peak_time_us : s.peak_event_index + 0.5;
-    const px = p.xOf(pu);
+    const px = p.xOf(p.peakU);
     if (px >= ML && px <= ML + plotW) {
       ctx.strokeStyle = col("--peak");
       ctx.setLineDash([4, 3]);
@@ -302,7 +302,7 @@ export function drawPane(p) {
 /**
  * @param {import("./pane.js").Pane} p
  * @param {CanvasRenderingContext2D} ctx
- * @param {import("./pane.js").PaneView} v
+ * @param {import("./pane.js").PaneView | null} v
  */
 function drawAxes(p, ctx, v) {
   const plotW = p.plotW,
@@ -329,7 +329,7 @@ function drawAxes(p, ctx, v) {
   // x ticks
   const step = xTickStep(p.x1 - p.x0, plotW);
   ctx.textAlign = "center";
-  const base = p.axis === "time" ? p.dm.time_range[0] : 0;
+  const base = p.axis === "time" ? p.timeOrigin : 0;
   for (let u = Math.ceil((p.x0 - base) / step) * step + base; u <= p.x1; u += step) {
     const xx = p.xOf(u);
     ctx.beginPath();
@@ -353,7 +353,7 @@ function drawAxes(p, ctx, v) {
 function drawAnnotations(p) {
   if (!p.annH) return;
   const c = p.annCanvas,
-    ctx = c.getContext("2d"),
+    ctx = context2d(c),
     r = dpr();
   ctx.setTransform(r, 0, 0, r, 0, 0);
   ctx.clearRect(0, 0, c.width / r, p.annH);
@@ -392,7 +392,7 @@ function drawAnnotations(p) {
 /** @param {import("./pane.js").Pane} p */
 export function drawOverview(p) {
   const c = p.ovCanvas,
-    ctx = c.getContext("2d"),
+    ctx = context2d(c),
     r = dpr();
   const H = 46,
     W = c.width / r;
@@ -430,10 +430,8 @@ export function drawOverview(p) {
   ctx.strokeStyle = col("--accent");
   ctx.strokeRect(bx0 + 0.5, 0.5, Math.max(2, bx1 - bx0) - 1, H - 1);
   p.brush = [bx0, bx1];
-  const s = p.dm.peak;
-  if (s.peak_event_index >= 0) {
-    const pu = p.axis === "time" ? s.peak_time_us : s.peak_event_index + 0.5;
-    const px = ML + ((pu - f0) / (f1 - f0)) * w;
+  if (p.dm.peak.peak_event_index >= 0) {
+    const px = ML + ((p.peakU - f0) / (f1 - f0)) * w;
     ctx.fillStyle = col("--peak");
     ctx.beginPath();
     ctx.moveTo(px - 4, 0);
