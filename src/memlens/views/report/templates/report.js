@@ -1,10 +1,28 @@
+// @ts-check
 "use strict";
 // memlens report: hover on the timeline, zoomable icicle of the live tree at the peak.
 // Every string from the snapshot is inserted with textContent, never as HTML.
+/**
+ * The page's data island, as views/report writes it (sections/timeline.py, icicle.py):
+ * @typedef {{n: string, b: number, c: number, f?: string, o?: number, k?: TreeNode[]}} TreeNode
+ *   a tree node: name, bytes, allocations, "file:line", 1 on the merged small ones, children
+ * @typedef {"python" | "all"} TreeView
+ * @typedef {{event: number, python: TreeNode, all: TreeNode}} Trees
+ * @typedef {{n: number, start: number[], amin: number[], amax: number[], rmin: number[],
+ *   rmax: number[], t: number[] | null, peak: number}} Curves per column (start: first event)
+ * @typedef {{svg: string, curves: Curves | null, stages?: [number, number, string][],
+ *   bands?: number[][], bandSites: string[]}} Timeline a band: [bytes, site, alloc, free]
+ * @typedef {{width: number, left: number, plotW: number, top: number, plotH: number}} Geometry
+ * @typedef {{timelines?: Timeline[], geometry: Geometry, trees?: Record<string, Trees>}} Data
+ */
 (function () {
-  var DATA = JSON.parse(document.getElementById("memlens-data").textContent);
+  // the page always has these elements (report.html)
+  var island = /** @type {HTMLElement} */ (document.getElementById("memlens-data"));
+  /** @type {Data} */
+  var DATA = JSON.parse(/** @type {string} */ (island.textContent));
   var UNITS = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
 
+  /** @param {number} n */
   function fmtBytes(n) {
     var sign = n < 0 ? "-" : "",
       v = Math.abs(n),
@@ -15,20 +33,33 @@
     }
     return sign + (i === 0 ? String(Math.round(v)) : v.toFixed(2)) + " " + UNITS[i];
   }
+  /** @param {number} n */
   function fmtInt(n) {
     return Number(n).toLocaleString("en-US");
   }
   // "1.00 GiB", or "1.00 GiB to 1.20 GiB" when a column's minimum and maximum differ visibly
+  /**
+   * @param {number} lo
+   * @param {number} hi
+   */
   function range(lo, hi) {
     var a = fmtBytes(lo),
       b = fmtBytes(hi);
     return a === b ? b : a + " to " + b;
   }
+  /**
+   * @param {number} part
+   * @param {number} whole
+   */
   function pct(part, whole) {
     return whole > 0 ? ((100 * part) / whole).toFixed(1) + "%" : "-";
   }
 
-  var tip = document.getElementById("tooltip");
+  var tip = /** @type {HTMLElement} */ (document.getElementById("tooltip"));
+  /**
+   * @param {string} text
+   * @param {MouseEvent} ev
+   */
   function showTip(text, ev) {
     tip.textContent = text;
     tip.hidden = false;
@@ -46,18 +77,26 @@
   }
 
   // ---- timeline ----------------------------------------------------------------------
+  /**
+   * @param {Timeline} t
+   * @param {Geometry} geom
+   */
   function initTimeline(t, geom) {
     var svg = document.getElementById(t.svg),
       tl = t.curves;
     if (!svg || !tl || !tl.start.length) return;
-    var cursor = svg.querySelector(".cursor");
+    // the checked svg and curves, for the closures (they do not keep a var's narrowing)
+    var plot = svg,
+      curves = tl;
+    var cursor = /** @type {Element} */ (svg.querySelector(".cursor"));
+    /** @param {number} xs */
     function binAt(xs) {
-      var e = ((xs - geom.left) / geom.plotW) * tl.n;
+      var e = ((xs - geom.left) / geom.plotW) * curves.n;
       var lo = 0,
-        hi = tl.start.length - 1;
+        hi = curves.start.length - 1;
       while (lo < hi) {
         var mid = (lo + hi + 1) >> 1;
-        if (tl.start[mid] <= e) lo = mid;
+        if (curves.start[mid] <= e) lo = mid;
         else hi = mid - 1;
       }
       return lo;
@@ -67,7 +106,8 @@
       hideTip();
     }
     svg.addEventListener("mousemove", function (ev) {
-      var r = svg.getBoundingClientRect();
+      var tl = curves;
+      var r = plot.getBoundingClientRect();
       var xs = ((ev.clientX - r.left) * geom.width) / r.width;
       var ys = ((ev.clientY - r.top) * geom.width) / r.width;
       if (
@@ -82,8 +122,10 @@
       var k = binAt(xs);
       var first = tl.start[k],
         last = (k + 1 < tl.start.length ? tl.start[k + 1] : tl.n) - 1;
+      /** @type {string[]} */
       var lines = [];
-      var g = ev.target.closest ? ev.target.closest("[data-band]") : null;
+      var target = /** @type {Element} */ (ev.target);
+      var g = target.closest ? target.closest("[data-band]") : null;
       if (g && t.bands) {
         var b = t.bands[Number(g.getAttribute("data-band"))];
         lines.push(
@@ -105,11 +147,11 @@
         "reserved " + range(tl.rmin[k], tl.rmax[k]),
       );
       if (tl.peak >= first && tl.peak <= last) lines.push("the peak of active memory is here");
-      (t.stages || []).forEach(function (st) {
+      (t.stages || []).forEach(function (/** @type {[number, number, string]} */ st) {
         if (st[0] <= last && st[1] >= first) lines.push("in stage " + st[2]);
       });
-      cursor.setAttribute("x1", xs);
-      cursor.setAttribute("x2", xs);
+      cursor.setAttribute("x1", String(xs));
+      cursor.setAttribute("x2", String(xs));
       cursor.setAttribute("visibility", "visible");
       showTip(lines.join("\n"), ev);
     });
@@ -123,27 +165,39 @@
   // wrappers, nn.Module's call machinery) says little row by row and pushes the branches out
   // of sight: runs of more than FOLD_MIN such frames are drawn as one folded row.
   var FOLD_MIN = 3;
+  /** @param {TreeNode} node */
   function passThrough(node) {
     return node.k && node.k.length === 1 && !node.k[0].o && node.k[0].b === node.b;
   }
+  /**
+   * @constructor
+   * @param {HTMLElement} box
+   * @param {Trees} trees
+   * @param {HTMLElement} crumbs
+   */
   function Icicle(box, trees, crumbs) {
     this.box = box;
     this.trees = trees;
     this.crumbs = crumbs;
+    /** @type {TreeView} */
     this.view = trees.python && trees.python.b > 0 ? "python" : "all";
+    /** @type {TreeNode[]} the zoomed node and its ancestors, the root first */
     this.path = [trees[this.view]];
   }
+  /** @param {TreeView} view */
   Icicle.prototype.setView = function (view) {
     this.view = view;
     this.path = [this.trees[view]];
     this.render();
   };
+  /** @param {NodeListOf<Element>} buttons */
   Icicle.prototype.markButtons = function (buttons) {
     var view = this.view;
     buttons.forEach(function (b) {
       b.setAttribute("aria-pressed", String(b.getAttribute("data-view") === view));
     });
   };
+  /** @param {TreeNode[]} path */
   Icicle.prototype.zoomTo = function (path) {
     this.path = path;
     this.render();
@@ -158,6 +212,14 @@
       total = root.b;
     var maxDepth = 0,
       nCells = 0;
+    /**
+     * @param {TreeNode} node
+     * @param {number} depth
+     * @param {number} x
+     * @param {number} w
+     * @param {TreeNode[]} path
+     * @param {boolean} ancestor
+     */
     function cell(node, depth, x, w, path, ancestor) {
       var d = document.createElement("div");
       d.className =
@@ -198,6 +260,13 @@
       row = 0;
     for (var a = first; a < this.path.length - 1; a++)
       cell(this.path[a], row++, 0, W, this.path.slice(0, a + 1), true);
+    /**
+     * @param {TreeNode[]} chain
+     * @param {number} depth
+     * @param {number} x
+     * @param {number} w
+     * @param {TreeNode[]} path
+     */
     function folded(chain, depth, x, w, path) {
       var d = document.createElement("div");
       d.className = "cell folded";
@@ -227,13 +296,22 @@
       box.appendChild(d);
       nCells++;
     }
+    /**
+     * @param {TreeNode} node
+     * @param {number} depth
+     * @param {number} x
+     * @param {number} w
+     * @param {TreeNode[]} path
+     */
     function walk(node, depth, x, w, path) {
       cell(node, depth, x, w, path, false);
       if (!node.k || focus.b <= 0) return;
       // node's descendants that pass it all on, down to the first that does not (it branches,
       // or holds bytes of its own); the ones above that one become one row, as in the viewer
       var chain = [];
-      for (var n = node; passThrough(n); n = n.k[0]) chain.push(n.k[0]);
+      // (passThrough(n): n.k holds one child)
+      for (var n = node; passThrough(n); n = /** @type {TreeNode[]} */ (n.k)[0])
+        chain.push(/** @type {TreeNode[]} */ (n.k)[0]);
       if (chain.length > FOLD_MIN) {
         var inner = chain.slice(0, chain.length - 1),
           last = chain[chain.length - 1];
@@ -269,15 +347,16 @@
 
   function initIcicles() {
     document.querySelectorAll("[data-icicle]").forEach(function (sec) {
-      var trees = DATA.trees && DATA.trees[sec.getAttribute("data-icicle")];
+      var trees = DATA.trees && DATA.trees[sec.getAttribute("data-icicle") || ""];
       if (!trees) return;
-      var box = sec.querySelector(".icicle"),
-        crumbs = sec.querySelector(".crumbs");
+      // (report.html: every icicle section has both)
+      var box = /** @type {HTMLElement} */ (sec.querySelector(".icicle")),
+        crumbs = /** @type {HTMLElement} */ (sec.querySelector(".crumbs"));
       var ic = new Icicle(box, trees, crumbs);
       var buttons = sec.querySelectorAll("button[data-view]");
       buttons.forEach(function (b) {
         b.addEventListener("click", function () {
-          ic.setView(b.getAttribute("data-view"));
+          ic.setView(/** @type {TreeView} */ (b.getAttribute("data-view")));
           ic.markButtons(buttons);
         });
       });
