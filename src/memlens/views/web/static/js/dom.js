@@ -4,12 +4,17 @@
 
 export const dpr = () => window.devicePixelRatio || 1;
 /**
- * The element a selector names, or null.
+ * The element a selector names. The page's elements are fixed (index.html): a missing one
+ * is a bug, thrown here with its selector rather than as a TypeError where it is used.
  * @param {string} sel
  * @param {ParentNode} [root]
- * @returns {any} the page's elements are known by their selectors (index.html): an input, a canvas
+ * @returns {HTMLElement}
  */
-export const $ = (sel, root = document) => root.querySelector(sel);
+export function $(sel, root = document) {
+  const e = root.querySelector(sel);
+  if (!e) throw new Error(`memlens: no ${sel} in the page`);
+  return /** @type {HTMLElement} */ (e);
+}
 
 /**
  * @template {keyof HTMLElementTagNameMap} K

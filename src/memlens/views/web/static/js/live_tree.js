@@ -13,7 +13,7 @@ import { state } from "./state.js";
 export async function openLive(pane, event, u) {
   const card = $("#live");
   card.hidden = false;
-  const py = $("#live-py").checked;
+  const py = /** @type {HTMLInputElement} */ ($("#live-py")).checked;
   state.live = { pane, event, u, axis: pane.axis, data: null, focus: [] };
   for (const p of state.panes) p.draw();
   try {
@@ -114,7 +114,7 @@ export function renderLive() {
     body = $(".body", card),
     crumbs = $(".crumbs", card);
   if (!L || !L.data) return;
-  const q = $("#live-search").value.trim().toLowerCase();
+  const q = /** @type {HTMLInputElement} */ ($("#live-search")).value.trim().toLowerCase();
   let root = L.data.tree;
   const path = [root];
   for (const lab of L.focus) {

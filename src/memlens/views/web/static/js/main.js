@@ -88,15 +88,15 @@ function onKey(e) {
     p.setRange(a, b);
   } else if (k === "p") p.jumpToPeak();
   else if (k === "g") {
-    const s = $("#chart");
+    const s = /** @type {HTMLSelectElement} */ ($("#chart"));
     s.value = s.value === "segments" ? "allocations" : "segments";
     s.dispatchEvent(new Event("change"));
   } else if (k === "t") {
-    const s = $("#axis");
+    const s = /** @type {HTMLSelectElement} */ ($("#axis"));
     s.value = s.value === "time" ? "event" : "time";
     s.dispatchEvent(new Event("change"));
   } else if (k === "y" && state.panes.length > 1) {
-    const b = $("#yscale");
+    const b = /** @type {HTMLInputElement} */ ($("#yscale"));
     b.checked = !b.checked;
     b.dispatchEvent(new Event("change"));
   } else if (k === "d") applyTheme(!document.documentElement.classList.contains("dark"));
