@@ -1,25 +1,50 @@
 #!/usr/bin/env bash
 # The maintainer checks CI runs besides the tests: lint, formatting, types and the wheel's
 # contents. Run after scripts/setup.sh (scripts/test.sh does it) so the dev tools are there.
+#
+#   scripts/check.sh          everything (CI; the sanitizer run alone is about 9 minutes)
+#   scripts/check.sh --fast   the local gate before a commit, seconds: lint, formatting
+#                             (Python, C, JS), the JS types, and the repeated code the change
+#                             adds; .pre-commit-config.yaml runs it
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+fast=0
+case "${1:-}" in
+    "") ;;
+    --fast) fast=1 ;;
+    *) echo "usage: scripts/check.sh [--fast]" >&2; exit 2 ;;
+esac
+
+# every JS file we ship or test; `.tools/node_modules/.bin/prettier --write` with these
+# paths formats them
+JS_PATHS=(src/memlens/views/web/static/js src/memlens/views/report/templates/report.js
+          src/memlens/inspector/render/templates/dashboard.js tests/js)
+TOOLS=.tools/node_modules/.bin  # scripts/setup.sh installs tsc and prettier there
+
 echo "== ruff check";          python3 -m ruff check .
 echo "== ruff format --check"; python3 -m ruff format --check .
-echo "== mypy";                python3 -m mypy
-echo "== mypy tests";          bash scripts/mypy_tests.sh
-echo "== dead code";           python3 scripts/deadcode.py
-# the viewer's ES modules against the API's answers (static/js/types.js); no bundler, no
-# output: tsc only reads them (scripts/setup.sh puts it in .tools/)
-echo "== tsc --checkJs"
-(cd src/memlens/views/web/static/js && ../../../../../../.tools/node_modules/.bin/tsc \
-  --noEmit --allowJs --checkJs --target es2022 --module es2022 --moduleResolution bundler \
-  --lib es2022,dom,dom.iterable ./*.js pane/*.js)
 if command -v clang-format >/dev/null; then
     echo "== clang-format"; clang-format --dry-run -Werror $(find src/memlens -name "*.c" -o -name "*.h")
 else
     echo "== clang-format: not installed (pip install clang-format), skipped"
 fi
+# the viewer's ES modules against the API's answers (static/js/types.js), and the report's
+# and dashboard's scripts, strict; the flags are in jsconfig.json, which editors read too
+echo "== tsc (jsconfig.json)";  "$TOOLS/tsc" -p jsconfig.json
+echo "== prettier --check";     "$TOOLS/prettier" --check --log-level warn "${JS_PATHS[@]}"
+if [ "$fast" = 1 ]; then
+    # the pairs of places sharing six or more lines where one side is this change's
+    # (uncommitted, staged or not): a list to read, it never fails the gate
+    if command -v duplicates >/dev/null; then
+        echo "== duplicates --change"; duplicates --change --seconds 120
+    fi
+    exit 0
+fi
+
+echo "== mypy";                python3 -m mypy
+echo "== mypy tests";          bash scripts/mypy_tests.sh
+echo "== dead code";           python3 scripts/deadcode.py
 # ASan+UBSan over the compiled reader and replay, and their C line coverage (about 9
 # minutes on a loaded 2-core machine; issue 24/27)
 if [ "${MEMLENS_SKIP_SANITIZE:-}" != "1" ]; then

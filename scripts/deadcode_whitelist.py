@@ -35,11 +35,6 @@ _.is_capturing
 _.cudaProfilerStart
 _.cudaProfilerStop
 _.cudaGetErrorString
-# simulation/: apparently dead, left to issue 21 (allocator.Allocator, gpus.GPU, replay)
-_.bytes_in_use
-_.reserved_match
-# agents/: apparently unused, left to issue 28 (agents/resources.py)
-_.DOCS
 # snapshot/assemble/entries.py: the typed-field list the C reader is generated from
 # (scripts/gen_c_contract.py writes csrc/contract.h; tests/snapshot/test_c_contract.py)
 TYPED_ENTRY_FIELDS

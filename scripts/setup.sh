@@ -9,7 +9,7 @@ command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
 command -v tmux >/dev/null 2>&1 || need_apt+=(tmux)
 command -v ffmpeg >/dev/null 2>&1 || need_apt+=(ffmpeg)
 command -v node >/dev/null 2>&1 || need_apt+=(nodejs)   # the viewer's JS unit tests
-command -v npm >/dev/null 2>&1 || need_apt+=(npm)        # installs tsc (below)
+command -v npm >/dev/null 2>&1 || need_apt+=(npm)        # installs tsc and prettier (below)
 # zlib's header: the compiled snapshot reader inflates .pickle.gz itself (without it the
 # optional extension is skipped and memlens falls back to the slower Python reader).
 [ -f /usr/include/zlib.h ] || need_apt+=(zlib1g-dev)
@@ -19,14 +19,25 @@ if [ "${#need_apt[@]}" -gt 0 ] && [ "${MEMLENS_SKIP_APT:-0}" != "1" ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}" >/dev/null
 fi
 
-PIP="python3 -m pip install -q --disable-pip-version-check"
+# the dev tools (mypy, ruff, IPython, pytest...) at the versions of constraints-dev.txt, so
+# that scripts/check.sh gives the same answer on every machine
+PIP="python3 -m pip install -q --disable-pip-version-check -c constraints-dev.txt"
 # torch is optional for memlens itself (record/simulate/inspect only). The pinned CPU
 # build comes from a local file on these machines; never let pip pick a CUDA build.
 python3 -c "import torch" 2>/dev/null || $PIP "torch==2.13.0"
 $PIP -e ".[dev]"
-# the TypeScript compiler, only to type-check the viewer's JavaScript (scripts/check.sh):
-# into .tools/ (git-ignored), never a global install
-# (the tests do not need it: a failed download is said, and check.sh then fails on it)
-[ -x .tools/node_modules/.bin/tsc ] ||
-  npm install --silent --no-audit --no-fund --prefix .tools typescript@5.9.3 ||
-  echo "memlens setup: could not install typescript; scripts/check.sh needs it" >&2
+# the TypeScript compiler (type-checks the viewer's JavaScript) and prettier (formats every
+# JS file), only for scripts/check.sh: into .tools/ (git-ignored), never a global install,
+# at the pinned versions (the tests do not need them: a failed download is said, and
+# check.sh then fails on it)
+JS_TOOLS=(typescript@5.9.3 prettier@3.10.1)
+have_js_tools() {
+  local tool
+  for tool in "${JS_TOOLS[@]}"; do
+    [ "$(node -p "require('./.tools/node_modules/${tool%@*}/package.json').version" 2>/dev/null)" = "${tool#*@}" ] ||
+      return 1
+  done
+}
+have_js_tools ||
+  npm install --silent --no-audit --no-fund --prefix .tools "${JS_TOOLS[@]}" ||
+  echo "memlens setup: could not install ${JS_TOOLS[*]}; scripts/check.sh needs them" >&2

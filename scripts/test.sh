@@ -6,4 +6,5 @@ bash scripts/setup.sh
 # The full suite includes the slow simulation of a real training script against its GPU
 # recording (~35 s CPU); a bare `pytest` in one area skips it.
 export MEMLENS_SLOW_SIMULATIONS="${MEMLENS_SLOW_SIMULATIONS:-1}"
-exec python3 -m pytest -n 2 --dist loadfile -q "$@"
+# --durations=25: the slowest tests, printed after the summary, so a slow one is seen
+exec python3 -m pytest -n 2 --dist loadfile -q --durations=25 "$@"

@@ -233,7 +233,7 @@ def test_dashboard_skeleton_css_and_script_are_package_data():
     page = dashboard.template("dashboard.html")
     assert page.startswith("<!DOCTYPE html>") and "$cards" in page and "$css" in page
     assert "#filter" in dashboard.template("dashboard.css")
-    assert "getElementById('filter')" in dashboard.template("dashboard.js")
+    assert 'getElementById("filter")' in dashboard.template("dashboard.js")
 
 
 def test_reading_and_rendering_never_import_torch(tmp_path):

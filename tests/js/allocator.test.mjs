@@ -5,10 +5,14 @@ import { test } from "node:test";
 
 import { blockSpan, poolText, stateHit } from "./static.mjs";
 
-const seg = (size, blocks) => ({ size, blocks: blocks.map(([offset, s, row]) => ({ offset, size: s, row })) });
+const seg = (size, blocks) => ({
+  size,
+  blocks: blocks.map(([offset, s, row]) => ({ offset, size: s, row })),
+});
 
 test("blockSpan: bars as long as the segment relative to the largest; blocks at least 1 px", () => {
-  const big = seg(1000, [[0, 500, 0]]), small = seg(100, [[50, 1, 1]]);
+  const big = seg(1000, [[0, 500, 0]]),
+    small = seg(100, [[50, 1, 1]]);
   assert.deepEqual(blockSpan(big, big.blocks[0], 1000, 200), [0, 100]);
   // 100 bytes of 1000 over 200 px: a 20 px bar; a 1-byte block at offset 50 -> x 10, 1 px wide
   assert.deepEqual(blockSpan(small, small.blocks[0], 1000, 200), [10, 11]);

@@ -5,7 +5,17 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 
 import {
-  annotationLevels, bandOffset, lowerBound, narrowerAtPeak, NO_STACK, PALETTE, rangeQuery, siteColor, viewUrl, xTickStep, yTicks,
+  annotationLevels,
+  bandOffset,
+  lowerBound,
+  narrowerAtPeak,
+  NO_STACK,
+  PALETTE,
+  rangeQuery,
+  siteColor,
+  viewUrl,
+  xTickStep,
+  yTicks,
 } from "./static.mjs";
 
 test("lowerBound: first index at or after `from` whose value is >= x", () => {
@@ -62,7 +72,10 @@ test("siteColor: stable per frame id, from the palette; no stack has its own col
 test("rangeQuery and viewUrl: the viewport request", () => {
   assert.equal(rangeQuery(0, 10, "event"), "e0=0&e1=10");
   assert.equal(rangeQuery(5, 7.5, "time"), "t0=5&t1=7.5");
-  assert.equal(viewUrl(0, 1, 0, 100, "event", 800, 400), "/api/d/1/view?snap=0&e0=0&e1=100&width=800&height=400");
+  assert.equal(
+    viewUrl(0, 1, 0, 100, "event", 800, 400),
+    "/api/d/1/view?snap=0&e0=0&e1=100&width=800&height=400",
+  );
   assert.equal(
     viewUrl(1, 0, 0, 100, "event", 800, 400, { yzoom: [10.4, 99.6] }),
     "/api/d/0/view?snap=1&e0=0&e1=100&width=800&height=400&ymin=10&ymax=100",

@@ -3,16 +3,37 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { hatchReasons, hatchSummary, passChain, shortSite, shownChain, siteParts, splitLabel, subtreeMatches, tooltipLines } from "./static.mjs";
+import {
+  hatchReasons,
+  hatchSummary,
+  passChain,
+  shortSite,
+  shownChain,
+  siteParts,
+  splitLabel,
+  subtreeMatches,
+  tooltipLines,
+} from "./static.mjs";
 
 const node = (label, bytes, children = []) => ({ label, bytes, children });
 
 test("tooltipLines: a band's size, site, flags and moment", () => {
-  const h = { kind: "band", size: 1536, label: "train.py:3 step", flags: 1 | 2 | 8, event: 5, active: 2048, reserved: 4096 };
+  const h = {
+    kind: "band",
+    size: 1536,
+    label: "train.py:3 step",
+    flags: 1 | 2 | 8,
+    event: 5,
+    active: 2048,
+    reserved: 4096,
+  };
   assert.deepEqual(tooltipLines(h), [
     ["t-size", "1.50 KiB"],
     ["t-site", "train.py:3 step"],
-    ["t-muted", "alive before the trace (from the final segments); freed but pending (another stream)"],
+    [
+      "t-muted",
+      "alive before the trace (from the final segments); freed but pending (another stream)",
+    ],
     ["t-muted", "after event 5 · active 2.00 KiB · reserved 4.00 KiB"],
   ]);
   assert.deepEqual(tooltipLines({ ...h, flags: 1 })[2], ["t-muted", "allocated before the trace"]);
@@ -20,10 +41,23 @@ test("tooltipLines: a band's size, site, flags and moment", () => {
 });
 
 test("tooltipLines: the aggregate band says its share, and why, and an empty spot", () => {
-  const small = { kind: "small", count: 1234, sbytes: 4096, cut: 0, cutBytes: 0, minSize: 64, event: -1, active: 8192, reserved: 1024 };
+  const small = {
+    kind: "small",
+    count: 1234,
+    sbytes: 4096,
+    cut: 0,
+    cutBytes: 0,
+    minSize: 64,
+    event: -1,
+    active: 8192,
+    reserved: 1024,
+  };
   assert.deepEqual(tooltipLines(small), [
     ["t-size", "hatched: 1,234 allocations summed, 4.00 KiB (50% of this column)"],
-    ["t-muted", "each under 64 B, a 16th of a pixel here (4.00 KiB): Shift + wheel zooms the memory axis to separate them"],
+    [
+      "t-muted",
+      "each under 64 B, a 16th of a pixel here (4.00 KiB): Shift + wheel zooms the memory axis to separate them",
+    ],
     ["t-muted", "before the first event · active 8.00 KiB · reserved 1.00 KiB"],
   ]);
   assert.deepEqual(tooltipLines({ kind: "empty", event: 0, active: 1, reserved: 2 }), [
@@ -44,14 +78,26 @@ test("hatchReasons: zoom in on time only for what the budget left out", () => {
 
 test("hatchSummary: share and count at the tallest column, empty when nothing is hatched", () => {
   const v = {
-    active: [100, 400, 200], bytes_per_px: 2,
-    small: { bytes: [0, 100, 50], count: [0, 7, 3], cut_count: [0, 2, 0], cut_bytes: [0, 60, 0], min_size: 1 },
+    active: [100, 400, 200],
+    bytes_per_px: 2,
+    small: {
+      bytes: [0, 100, 50],
+      count: [0, 7, 3],
+      cut_count: [0, 2, 0],
+      cut_bytes: [0, 60, 0],
+      min_size: 1,
+    },
   };
-  assert.equal(hatchSummary(v),
-    "Hatched band at the tallest column: 25% of it, 100 B in 7 allocations (2 B a pixel here). "
-    + "2 of them (60 B) left out to bound the drawing at this zoom: zoom in on time to separate them; "
-    + "5 under 1 B, a 16th of a pixel here (40 B): Shift + wheel zooms the memory axis to separate them.");
-  assert.equal(hatchSummary({ ...v, small: { ...v.small, count: [0, 0, 0], bytes: [0, 0, 0] } }), "");
+  assert.equal(
+    hatchSummary(v),
+    "Hatched band at the tallest column: 25% of it, 100 B in 7 allocations (2 B a pixel here). " +
+      "2 of them (60 B) left out to bound the drawing at this zoom: zoom in on time to separate them; " +
+      "5 under 1 B, a 16th of a pixel here (40 B): Shift + wheel zooms the memory axis to separate them.",
+  );
+  assert.equal(
+    hatchSummary({ ...v, small: { ...v.small, count: [0, 0, 0], bytes: [0, 0, 0] } }),
+    "",
+  );
 });
 
 test("passChain: the run of frames that pass all their bytes to one callee", () => {
@@ -59,12 +105,24 @@ test("passChain: the run of frames that pass all their bytes to one callee", () 
   const c = node("c", 10, [leaf]);
   const b = node("b", 10, [c]);
   const a = node("a", 10, [b]);
-  assert.deepEqual(passChain(a).map((n) => n.label), ["a", "b", "c", "leaf"]);
+  assert.deepEqual(
+    passChain(a).map((n) => n.label),
+    ["a", "b", "c", "leaf"],
+  );
   // a split, or bytes kept by the caller, ends the run
   const split = node("s", 10, [node("x", 5), node("y", 5)]);
-  assert.deepEqual(passChain(node("top", 10, [split])).map((n) => n.label), ["top", "s"]);
-  assert.deepEqual(passChain(node("keeps", 12, [b])).map((n) => n.label), ["keeps"]);
-  assert.deepEqual(passChain(node("alone", 3)).map((n) => n.label), ["alone"]);
+  assert.deepEqual(
+    passChain(node("top", 10, [split])).map((n) => n.label),
+    ["top", "s"],
+  );
+  assert.deepEqual(
+    passChain(node("keeps", 12, [b])).map((n) => n.label),
+    ["keeps"],
+  );
+  assert.deepEqual(
+    passChain(node("alone", 3)).map((n) => n.label),
+    ["alone"],
+  );
 });
 
 test("subtreeMatches: the node or anything under it (case-folded query)", () => {
@@ -82,9 +140,18 @@ test("shownChain: a search keeps the folding of the frames before the first matc
   const c = node("match_me", 10, [d]);
   const b = node("b", 10, [c]);
   const a = node("a", 10, [b]);
-  assert.deepEqual(shownChain(a, "").map((n) => n.label), ["a", "b", "match_me", "d", "leaf"]);
-  assert.deepEqual(shownChain(a, "match").map((n) => n.label), ["a", "b", "match_me"]);
-  assert.deepEqual(shownChain(a, "zzz").map((n) => n.label), ["a", "b", "match_me", "d", "leaf"]);
+  assert.deepEqual(
+    shownChain(a, "").map((n) => n.label),
+    ["a", "b", "match_me", "d", "leaf"],
+  );
+  assert.deepEqual(
+    shownChain(a, "match").map((n) => n.label),
+    ["a", "b", "match_me"],
+  );
+  assert.deepEqual(
+    shownChain(a, "zzz").map((n) => n.label),
+    ["a", "b", "match_me", "d", "leaf"],
+  );
 });
 
 test("splitLabel / shortSite: the location that tells rows apart stays whole", () => {
@@ -93,8 +160,15 @@ test("splitLabel / shortSite: the location that tells rows apart stays whole", (
   assert.deepEqual(splitLabel("f (a (b).py:3)"), ["f (a (b).py:3)", ""]);
   assert.equal(shortSite("step (/home/u/proj/train.py:30)"), "step (train.py:30)");
   assert.equal(shortSite("step (train.py:30)"), "step (train.py:30)");
-  assert.equal(shortSite("<no Python frames: C++ / backward>"), "<no Python frames: C++ / backward>");
+  assert.equal(
+    shortSite("<no Python frames: C++ / backward>"),
+    "<no Python frames: C++ / backward>",
+  );
   // the compare table's three parts: the line number is never cut
-  assert.deepEqual(siteParts("forward (/h/u/transformer.py:22)"), ["forward", "(transformer.py", ":22)"]);
+  assert.deepEqual(siteParts("forward (/h/u/transformer.py:22)"), [
+    "forward",
+    "(transformer.py",
+    ":22)",
+  ]);
   assert.deepEqual(siteParts("<no stack recorded>"), ["<no stack recorded>", "", ""]);
 });

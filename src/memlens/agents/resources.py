@@ -14,7 +14,6 @@ from memlens.errors import MemlensError
 
 HERE = Path(__file__).resolve().parent
 SKILL = HERE / "skill" / "SKILL.md"
-DOCS = ("json-schema.md", "concepts.md")
 
 
 @dataclass(frozen=True)

@@ -258,9 +258,6 @@ class CachingAllocator:
             for block in [pool.blocks[k] for k in list(pool.keys)]:
                 self._release_if_whole_segment(block, frames)
 
-    def bytes_in_use(self) -> int:
-        return self.allocated
-
     # ------------------------------------------------------------ internals
     def _record(self, action: str, addr: int, size: int, stream: int, frames: Frames) -> None:
         self.trace.append(

@@ -4,7 +4,7 @@ The trace records what the program asked for (alloc of N bytes, free of that all
 and a run of segment_free where it called torch.cuda.empty_cache()); the allocator's
 answers (which segments it reserved) depend on its settings. Replaying the requests through
 `CachingAllocator` with the recorded settings must give back the recorded reserved curve
-(`reserved_match` says whether it did, event by event); with other settings
+(`mismatches` counts the events where it did not); with other settings
 (expandable_segments, max_split_size_mb, roundup_power2_divisions) it gives the reserved
 memory the same sequence would have needed under them, exact for the model.
 
@@ -64,10 +64,6 @@ class Replay:
     first_mismatch: int  # event index, -1 when none
     moved: int  # allocations of the trace the model placed at another address than recorded
     failed: int  # with a capacity: requests (the trace's OOMs included) that did not fit
-
-    @property
-    def reserved_match(self) -> bool:
-        return self.mismatches == 0
 
 
 def recorded_settings(allocator_settings: dict[str, Any]) -> AllocatorSettings:

@@ -12,8 +12,9 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import shlex
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, get_args, get_type_hints
+from typing import TYPE_CHECKING, Any, TypeVar, cast, get_args, get_type_hints
 
 from IPython.core.magic import Magics, cell_magic, magics_class
 from IPython.display import display
@@ -103,9 +104,19 @@ def cell_number(shell: Any) -> int:
     return int(getattr(shell, "execution_count", 0) or 0)
 
 
+_Method = TypeVar("_Method", bound=Callable[..., None])
+
+
+def _cell_magic(method: _Method) -> _Method:
+    """IPython's @cell_magic, typed the same whichever IPython mypy reads: before 9 it is
+    unannotated (an untyped decorator), from 9 it returns a union with its factory form."""
+    mark = cast("Callable[[_Method], _Method]", cell_magic)
+    return mark(method)
+
+
 @magics_class
 class MemlensMagics(Magics):
-    @cell_magic  # type: ignore[untyped-decorator]  # IPython leaves it unannotated
+    @_cell_magic
     def memlens(self, line: str, cell: str) -> None:
         """%%memlens record|simulate [options]: the cell under memlens (see --help)."""
         try:

@@ -1,4 +1,13 @@
-(function(){var f=document.getElementById('filter');if(!f)return;
-f.addEventListener('input',function(){var q=f.value.toLowerCase();
-document.querySelectorAll('.card').forEach(function(c){
-c.classList.toggle('hidden',q&&c.dataset.key.toLowerCase().indexOf(q)<0);});});})();
+// @ts-check
+(function () {
+  var f = /** @type {HTMLInputElement | null} */ (document.getElementById("filter"));
+  if (!f) return;
+  var filter = f;
+  filter.addEventListener("input", function () {
+    var q = filter.value.toLowerCase();
+    document.querySelectorAll(".card").forEach(function (c) {
+      var key = /** @type {HTMLElement} */ (c).dataset.key || "";
+      c.classList.toggle("hidden", !!q && key.toLowerCase().indexOf(q) < 0);
+    });
+  });
+})();

@@ -8,12 +8,14 @@ import { splitLabel } from "./live_tree.js";
 import { state } from "./state.js";
 
 // "name (/a/b/file.py:12)" -> "name (file.py:12)". Pure.
+/** @param {string} label */
 export function shortSite(label) {
   return label.replace(/\(([^()]*\/)([^()/]*:\d+)\)$/, "($2)");
 }
 
 // "fn (/a/b/file.py:12)" -> ["fn", "(file.py", ":12)"]; ["label", "", ""] without a
 // location. Pure.
+/** @param {string} label */
 export function siteParts(label) {
   const [name, loc] = splitLabel(shortSite(label));
   const m = /^(.*)(:\d+\))$/.exec(loc.trimStart());
@@ -21,7 +23,8 @@ export function siteParts(label) {
 }
 
 export async function loadCompare() {
-  const card = $("#compare"), body = $(".body", card);
+  const card = $("#compare"),
+    body = $(".body", card);
   card.hidden = false;
   try {
     /** @type {import("./types.js").CompareAnswer} */
@@ -43,18 +46,30 @@ export async function loadCompare() {
       // one function differ by file and line: the name gives way first, then the file
       // name, never the line number.
       const [name, file, line] = siteParts(r.site);
-      const td = el("td"), lbl = el("div", "lbl");
+      const td = el("td"),
+        lbl = el("div", "lbl");
       lbl.append(el("span", "nm", name), el("span", "fl", file), el("span", "ln", line));
       td.append(lbl);
       td.title = r.site;
       tr.append(td, el("td", null, fmtBytes(r.a_bytes)), el("td", null, fmtBytes(r.b_bytes)));
-      const d = el("td", r.change > 0 ? "up" : r.change < 0 ? "down" : "", (r.change > 0 ? "+" : "") + fmtBytes(r.change));
+      const d = el(
+        "td",
+        r.change > 0 ? "up" : r.change < 0 ? "down" : "",
+        (r.change > 0 ? "+" : "") + fmtBytes(r.change),
+      );
       tr.append(d);
       tbl.append(tr);
     }
     body.append(tbl);
-    if (c.sites_total > c.sites.length) body.append(el("div", "t-muted", `${c.sites_total - c.sites.length} more sites with smaller differences`));
+    if (c.sites_total > c.sites.length)
+      body.append(
+        el(
+          "div",
+          "t-muted",
+          `${c.sites_total - c.sites.length} more sites with smaller differences`,
+        ),
+      );
   } catch (e) {
-    body.replaceChildren(el("div", "warn", e.message));
+    body.replaceChildren(el("div", "warn", /** @type {Error} */ (e).message));
   }
 }

@@ -28,6 +28,6 @@ export async function stepState(delta) {
   await openState(a.pane, event);
   const d = state.allocator && state.allocator.data;
   if (!d) return;
-  const u = a.pane.axis === "time" ? (d.time_us ?? a.pane.dm.time_range[0]) : event + 0.5;
+  const u = a.pane.axis === "time" ? (d.time_us ?? a.pane.timeOrigin) : event + 0.5;
   openLive(a.pane, event, u);
 }

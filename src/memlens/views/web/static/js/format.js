@@ -4,18 +4,22 @@
 
 const UNITS = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
 
+/** @param {number} n */
 export function fmtBytes(n, precision = 2) {
   const sign = n < 0 ? "-" : "";
   let v = Math.abs(n);
   for (const u of UNITS) {
-    if (v < 1024 || u === "PiB") return u === "B" ? `${sign}${Math.round(v)} B` : `${sign}${v.toFixed(precision)} ${u}`;
+    if (v < 1024 || u === "PiB")
+      return u === "B" ? `${sign}${Math.round(v)} B` : `${sign}${v.toFixed(precision)} ${u}`;
     v /= 1024;
   }
   return String(n);
 }
 
+/** @param {number | string} n */
 export const fmtInt = (n) => Number(n).toLocaleString("en-US");
 
+/** @param {number} us */
 export function fmtSeconds(us) {
   const s = us / 1e6;
   const a = Math.abs(s);
@@ -26,12 +30,17 @@ export function fmtSeconds(us) {
 }
 
 // a time tick with just enough decimals for the tick spacing (both in microseconds)
+/**
+ * @param {number} us
+ * @param {number} step
+ */
 export function fmtTick(us, step) {
   const [div, unit] = step >= 1e5 ? [1e6, "s"] : step >= 100 ? [1e3, "ms"] : [1, "µs"];
   const digits = Math.min(6, Math.max(0, Math.ceil(-Math.log10(step / div) - 1e-9)));
   return `${(us / div).toFixed(digits)} ${unit}`;
 }
 
+/** @param {number} n */
 export function fmtEventCount(n) {
   const a = Math.abs(n);
   if (a >= 1e6) return `${(n / 1e6).toFixed(a >= 1e7 ? 1 : 2)}M`;

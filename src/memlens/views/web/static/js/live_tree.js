@@ -5,33 +5,56 @@ import { $, col, el } from "./dom.js";
 import { fmtBytes, fmtInt, fmtSeconds } from "./format.js";
 import { state } from "./state.js";
 
+/**
+ * @param {import("./pane/pane.js").Pane} pane
+ * @param {number} event
+ * @param {number} [u] the moment on the pane's axis (the tree's marker)
+ */
 export async function openLive(pane, event, u) {
   const card = $("#live");
   card.hidden = false;
-  const py = $("#live-py").checked;
+  const py = /** @type {HTMLInputElement} */ ($("#live-py")).checked;
   state.live = { pane, event, u, axis: pane.axis, data: null, focus: [] };
   for (const p of state.panes) p.draw();
   try {
     /** @type {import("./types.js").LiveAnswer} */
-    const d = await getJSON(`/api/d/${pane.device}/live?snap=${pane.s}&event=${event}&python_only=${py ? 1 : 0}`);
+    const d = await getJSON(
+      `/api/d/${pane.device}/live?snap=${pane.s}&event=${event}&python_only=${py ? 1 : 0}`,
+    );
     if (!state.live || state.live.event !== event || state.live.pane !== pane) return;
     state.live.data = d;
     renderLive();
   } catch (e) {
-    $(".body", card).replaceChildren(el("div", "warn", e.message));
+    $(".body", card).replaceChildren(el("div", "warn", /** @type {Error} */ (e).message));
   }
 }
 
+/** @param {number} share */
 function heat(share) {
   const h = 55 - 55 * Math.min(1, share); // yellow -> red as the share grows
   return `hsl(${h}, 90%, ${col("--heat-l")})`;
 }
 
+/**
+ * @param {HTMLElement} parent
+ * @param {string} text
+ * @param {string} q
+ */
 function markText(parent, text, q) {
-  if (!q) { parent.textContent = text; return false; }
+  if (!q) {
+    parent.textContent = text;
+    return false;
+  }
   const i = text.toLowerCase().indexOf(q);
-  if (i < 0) { parent.textContent = text; return false; }
-  parent.replaceChildren(document.createTextNode(text.slice(0, i)), el("mark", null, text.slice(i, i + q.length)), document.createTextNode(text.slice(i + q.length)));
+  if (i < 0) {
+    parent.textContent = text;
+    return false;
+  }
+  parent.replaceChildren(
+    document.createTextNode(text.slice(0, i)),
+    el("mark", null, text.slice(i, i + q.length)),
+    document.createTextNode(text.slice(i + q.length)),
+  );
   return true;
 }
 
@@ -39,6 +62,7 @@ function markText(parent, text, q) {
 // launcher's wrappers, nn.Module's call machinery) says little row by row and drives the
 // tree off the panel's right edge: one row stands for the run (click it to list the
 // frames), and the tree goes on from the run's last frame. Pure.
+/** @param {import("./types.js").TreeNode} n */
 export function passChain(n) {
   const out = [n];
   while ((n.children || []).length === 1 && n.children[0].bytes === n.bytes) {
@@ -51,6 +75,10 @@ export function passChain(n) {
 // The frames one row stands for under a search (q lower-cased, "" for none): the pass-on
 // run from `n` (passChain), cut at the first frame that matches, so a match is always its
 // own row, marked, and the folding of the frames before it stays. Pure.
+/**
+ * @param {import("./types.js").TreeNode} n
+ * @param {string} q
+ */
 export function shownChain(n, q) {
   const chain = passChain(n);
   if (!q) return chain;
@@ -60,6 +88,10 @@ export function shownChain(n, q) {
 
 // "name (file:line)" -> ["name", " (file:line)"]: the location is what tells sibling rows
 // apart, so the row truncates the name, never it. Pure.
+/**
+ * @param {string} label
+ * @returns {[string, string]}
+ */
 export function splitLabel(label) {
   const m = / \([^()]*:\d+\)$/.exec(label);
   return m ? [label.slice(0, m.index), label.slice(m.index)] : [label, ""];
@@ -77,9 +109,12 @@ export function subtreeMatches(node, q) {
 }
 
 export function renderLive() {
-  const L = state.live, card = $("#live"), body = $(".body", card), crumbs = $(".crumbs", card);
+  const L = state.live,
+    card = $("#live"),
+    body = $(".body", card),
+    crumbs = $(".crumbs", card);
   if (!L || !L.data) return;
-  const q = $("#live-search").value.trim().toLowerCase();
+  const q = /** @type {HTMLInputElement} */ ($("#live-search")).value.trim().toLowerCase();
   let root = L.data.tree;
   const path = [root];
   for (const lab of L.focus) {
@@ -91,17 +126,28 @@ export function renderLive() {
   crumbs.replaceChildren();
   const p = L.pane;
   const when = L.data.event >= 0 ? `after event ${fmtInt(L.data.event)}` : "before the first event";
-  const t = L.data.time_us !== null && p.hasTime ? ` (+${fmtSeconds(L.data.time_us - p.dm.time_range[0])})` : "";
-  crumbs.append(el("div", null, `${when}${t}: active ${fmtBytes(L.data.active)}, reserved ${fmtBytes(L.data.reserved)}, ${fmtInt(L.data.tree.count)} allocations`));
+  const t =
+    L.data.time_us !== null && p.hasTime ? ` (+${fmtSeconds(L.data.time_us - p.timeOrigin)})` : "";
+  crumbs.append(
+    el(
+      "div",
+      null,
+      `${when}${t}: active ${fmtBytes(L.data.active)}, reserved ${fmtBytes(L.data.reserved)}, ${fmtInt(L.data.tree.count)} allocations`,
+    ),
+  );
   path.forEach((n, i) => {
     const b = el("button", null, i === 0 ? "all" : n.label);
     b.type = "button";
-    b.addEventListener("click", () => { L.focus = L.focus.slice(0, i); renderLive(); });
+    b.addEventListener("click", () => {
+      L.focus = L.focus.slice(0, i);
+      renderLive();
+    });
     crumbs.append(b);
   });
   const total = Math.max(root.bytes, 1);
   const tree = el("div", "tree");
   // a run of frames passing all their bytes on (passChain) is one row: click it to list them
+  /** @param {import("./types.js").TreeNode[]} frames */
   const chainRow = (frames) => {
     const wrap = el("div", "node");
     const row = el("div", "row chain");
@@ -111,15 +157,28 @@ export function renderLive() {
     bar.style.background = heat(share);
     const lbl = el("span", "lbl", `\u22ef ${frames.length} frames that pass it all on \u22ef`);
     lbl.title = frames.map((f) => f.label).join("\n");
-    row.append(bar, el("span", "tog", "\u22ee"), lbl, el("span", "bytes", fmtBytes(frames[0].bytes)),
-      el("span", "pct", `${(share * 100).toFixed(1)}%`));
+    row.append(
+      bar,
+      el("span", "tog", "\u22ee"),
+      lbl,
+      el("span", "bytes", fmtBytes(frames[0].bytes)),
+      el("span", "pct", `${(share * 100).toFixed(1)}%`),
+    );
     const list = el("div", "children chain-frames");
     list.hidden = true;
     for (const f of frames) list.append(el("div", "chain-frame", f.label));
-    row.addEventListener("click", () => { list.hidden = !list.hidden; });
+    row.addEventListener("click", () => {
+      list.hidden = !list.hidden;
+    });
     wrap.append(row, list);
     return wrap;
   };
+  /**
+   * @param {import("./types.js").TreeNode} node
+   * @param {number} depth
+   * @param {HTMLElement} into
+   * @param {string[]} pathLabels
+   */
   const build = (node, depth, into, pathLabels) => {
     const wrap = el("div", "node");
     const row = el("div", "row");
@@ -132,18 +191,32 @@ export function renderLive() {
     const tog = el("span", "tog", kids.length ? (open ? "▾" : "▸") : "");
     const lbl = el("span", "lbl");
     const [name, loc] = splitLabel(node.label);
-    const nm = el("span", "nm"), ln = el("span", "ln");
+    const nm = el("span", "nm"),
+      ln = el("span", "ln");
     lbl.append(nm, ln);
-    const inName = markText(nm, name, q), inLoc = markText(ln, loc, q); // both marked
+    const inName = markText(nm, name, q),
+      inLoc = markText(ln, loc, q); // both marked
     const matched = inName || inLoc;
     if (matched) row.classList.add("match");
-    lbl.title = node.frame ? `${node.frame.filename}:${node.frame.line} ${node.frame.name}` : node.label;
-    row.append(bar, tog, lbl, el("span", "bytes", fmtBytes(node.bytes)), el("span", "pct", `${(share * 100).toFixed(1)}%`));
+    lbl.title = node.frame
+      ? `${node.frame.filename}:${node.frame.line} ${node.frame.name}`
+      : node.label;
+    row.append(
+      bar,
+      tog,
+      lbl,
+      el("span", "bytes", fmtBytes(node.bytes)),
+      el("span", "pct", `${(share * 100).toFixed(1)}%`),
+    );
     if (depth > 0 && kids.length) {
       const f = el("button", "focus", "focus");
       f.type = "button";
       f.title = "zoom into this subtree";
-      f.addEventListener("click", (e) => { e.stopPropagation(); L.focus = L.focus.concat(pathLabels); renderLive(); });
+      f.addEventListener("click", (e) => {
+        e.stopPropagation();
+        L.focus = L.focus.concat(pathLabels);
+        renderLive();
+      });
       row.append(f);
     }
     wrap.append(row);
@@ -164,7 +237,8 @@ export function renderLive() {
         }
       }
     };
-    if (open) renderKids(); else childBox.hidden = true;
+    if (open) renderKids();
+    else childBox.hidden = true;
     if (kids.length) {
       row.addEventListener("click", () => {
         renderKids();

@@ -27,15 +27,25 @@ import { forgetPatterns } from "./pane/render.js";
 import { state } from "./state.js";
 import { hideTooltip } from "./tooltip.js";
 
+/** @param {boolean} dark */
 function applyTheme(dark) {
   document.documentElement.classList.toggle("dark", dark);
   forgetThemeColours();
   forgetPatterns();
-  try { localStorage.setItem("memlens-theme", dark ? "dark" : "light"); } catch (e) { /* private mode */ }
-  for (const p of state.panes) { if (p.view) p.renderOff(); p.draw(); p.drawOverview(); }
+  try {
+    localStorage.setItem("memlens-theme", dark ? "dark" : "light");
+  } catch (e) {
+    /* private mode */
+  }
+  for (const p of state.panes) {
+    if (p.view) p.renderOff();
+    p.draw();
+    p.drawOverview();
+  }
   renderLive(); // heat colours follow the theme
 }
 
+/** @param {boolean} [show] the help's visibility; without it, toggled */
 function toggleHelp(show) {
   const h = $("#help");
   h.hidden = show === undefined ? !h.hidden : !show;
@@ -45,6 +55,7 @@ function activePane() {
   return (state.mouse && state.mouse.pane) || state.panes[0];
 }
 
+/** @param {KeyboardEvent} e */
 function onKey(e) {
   if (e.target instanceof HTMLInputElement || e.target instanceof HTMLSelectElement) {
     if (e.key === "Escape") e.target.blur();
@@ -53,45 +64,79 @@ function onKey(e) {
   if (e.ctrlKey || e.metaKey || e.altKey) return;
   const p = activePane();
   if (!p) return;
-  const span = p.x1 - p.x0, mid = (p.x0 + p.x1) / 2;
+  const span = p.x1 - p.x0,
+    mid = (p.x0 + p.x1) / 2;
   const k = e.key;
   if (k !== "?" && k !== "d") hideTooltip(); // it described the picture before the key
   if (k === "?") toggleHelp();
-  else if (k === "Escape") { toggleHelp(false); $("#details").hidden = true; $("#live").hidden = true; $("#state").hidden = true; state.pinned = null; state.live = null; state.allocator = null; for (const q of state.panes) q.draw(); }
-  else if (k === "ArrowLeft") p.setRange(p.x0 - span * 0.15, p.x1 - span * 0.15);
+  else if (k === "Escape") {
+    toggleHelp(false);
+    $("#details").hidden = true;
+    $("#live").hidden = true;
+    $("#state").hidden = true;
+    state.pinned = null;
+    state.live = null;
+    state.allocator = null;
+    for (const q of state.panes) q.draw();
+  } else if (k === "ArrowLeft") p.setRange(p.x0 - span * 0.15, p.x1 - span * 0.15);
   else if (k === "ArrowRight") p.setRange(p.x0 + span * 0.15, p.x1 + span * 0.15);
   else if (k === "+" || k === "=" || k === "ArrowUp") p.zoomAt(mid, 0.6);
   else if (k === "-" || k === "_" || k === "ArrowDown") p.zoomAt(mid, 1 / 0.6);
-  else if (k === "0" || k === "Home") { const [a, b] = p.fullRange(); p.yzoom = null; p.setRange(a, b); }
-  else if (k === "p") p.jumpToPeak();
-  else if (k === "g") { const s = $("#chart"); s.value = s.value === "segments" ? "allocations" : "segments"; s.dispatchEvent(new Event("change")); }
-  else if (k === "t") { const s = $("#axis"); s.value = s.value === "time" ? "event" : "time"; s.dispatchEvent(new Event("change")); }
-  else if (k === "y" && state.panes.length > 1) { const b = $("#yscale"); b.checked = !b.checked; b.dispatchEvent(new Event("change")); }
-  else if (k === "d") applyTheme(!document.documentElement.classList.contains("dark"));
+  else if (k === "0" || k === "Home") {
+    const [a, b] = p.fullRange();
+    p.yzoom = null;
+    p.setRange(a, b);
+  } else if (k === "p") p.jumpToPeak();
+  else if (k === "g") {
+    const s = /** @type {HTMLSelectElement} */ ($("#chart"));
+    s.value = s.value === "segments" ? "allocations" : "segments";
+    s.dispatchEvent(new Event("change"));
+  } else if (k === "t") {
+    const s = /** @type {HTMLSelectElement} */ ($("#axis"));
+    s.value = s.value === "time" ? "event" : "time";
+    s.dispatchEvent(new Event("change"));
+  } else if (k === "y" && state.panes.length > 1) {
+    const b = /** @type {HTMLInputElement} */ ($("#yscale"));
+    b.checked = !b.checked;
+    b.dispatchEvent(new Event("change"));
+  } else if (k === "d") applyTheme(!document.documentElement.classList.contains("dark"));
   else if (k === "l" && state.mouse) state.mouse.pane.liveAtX(state.mouse.x);
   else if (k === "a") openStateAtCursor();
   else if (k === ",") stepState(-1);
   else if (k === ".") stepState(1);
   else if (k === "f") $("#find").focus();
-  else if (k === "/") { $("#live").hidden = false; $("#live-search").focus(); }
-  else return;
+  else if (k === "/") {
+    $("#live").hidden = false;
+    $("#live-search").focus();
+  } else return;
   e.preventDefault();
 }
 
 // the allocator state at the live cursor, else at the mouse (which also sets the cursor)
 function openStateAtCursor() {
-  if (state.live) openState(state.live.pane, state.live.event);
-  else if (state.mouse) { state.mouse.pane.liveAtX(state.mouse.x); if (state.live) openState(state.live.pane, state.live.event); }
+  if (!state.live && state.mouse) state.mouse.pane.liveAtX(state.mouse.x); // sets state.live
+  const L = state.live;
+  if (L) openState(L.pane, L.event);
 }
 
 async function main() {
   let dark = window.matchMedia && window.matchMedia("(prefers-color-scheme: dark)").matches;
-  try { const t = localStorage.getItem("memlens-theme"); if (t) dark = t === "dark"; } catch (e) { /* private mode */ }
+  try {
+    const t = localStorage.getItem("memlens-theme");
+    if (t) dark = t === "dark";
+  } catch (e) {
+    /* private mode */
+  }
   document.documentElement.classList.toggle("dark", dark);
   setStatus("loading…");
   /** @type {import("./types.js").MetaAnswer} */
   let meta;
-  try { meta = await getJSON("/api/meta"); } catch (e) { setStatus(`cannot load: ${e.message}`, true); return; }
+  try {
+    meta = await getJSON("/api/meta");
+  } catch (e) {
+    setStatus(`cannot load: ${/** @type {Error} */ (e).message}`, true);
+    return;
+  }
   state.meta = meta;
   $("#title").textContent = meta.snapshots.map((s) => s.name).join("  vs  ");
   document.title = `memlens view: ${meta.snapshots.map((s) => s.name.split("/").pop()).join(" vs ")}`;
@@ -99,7 +144,10 @@ async function main() {
   const want = params.has("device") ? Number(params.get("device")) : null;
   const compact = meta.snapshots.length > 1;
   for (const s of meta.snapshots) {
-    if (!s.devices.length) { setStatus(`${s.name}: no device has trace entries`, true); continue; }
+    if (!s.devices.length) {
+      setStatus(`${s.name}: no device has trace entries`, true);
+      continue;
+    }
     const d = want !== null && s.devices.some((x) => x.device === want) ? want : s.default_device;
     state.panes.push(new Pane($("#panes"), s, d, compact));
   }
@@ -110,29 +158,48 @@ async function main() {
     loadCompare();
     $("#yscale-ctl").hidden = false;
   }
-  $("#yscale").addEventListener("change", (e) => {
-    state.independentY = e.target.checked;
-    for (const p of state.panes) { p.yzoom = null; p.request(); }
+  $("#yscale").addEventListener("change", (/** @type {Event} */ e) => {
+    state.independentY = /** @type {HTMLInputElement} */ (e.target).checked;
+    for (const p of state.panes) {
+      p.yzoom = null;
+      p.request();
+    }
   });
-  $("#chart").addEventListener("change", (e) => {
-    state.chart = e.target.value;
-    for (const p of state.panes) { p.view = null; p.draw(); p.request(); }
+  $("#chart").addEventListener("change", (/** @type {Event} */ e) => {
+    state.chart = /** @type {HTMLSelectElement} */ (e.target).value;
+    for (const p of state.panes) {
+      p.view = null;
+      p.draw();
+      p.request();
+    }
   });
-  $("#axis").addEventListener("change", (e) => {
-    state.axis = e.target.value;
-    if (state.axis === "time" && !state.panes.every((p) => p.hasTime)) setStatus("this trace has no timestamps: staying on event order", true);
+  $("#axis").addEventListener("change", (/** @type {Event} */ e) => {
+    state.axis = /** @type {HTMLSelectElement} */ (e.target).value;
+    if (state.axis === "time" && !state.panes.every((p) => p.hasTime))
+      setStatus("this trace has no timestamps: staying on event order", true);
     for (const p of state.panes) p.switchAxis();
   });
   $("#peak").addEventListener("click", () => activePane().jumpToPeak());
-  $("#reset").addEventListener("click", () => { for (const p of state.panes) { const [a, b] = p.fullRange(); p.yzoom = null; p.setRange(a, b, true); } });
-  $("#theme").addEventListener("click", () => applyTheme(!document.documentElement.classList.contains("dark")));
+  $("#reset").addEventListener("click", () => {
+    for (const p of state.panes) {
+      const [a, b] = p.fullRange();
+      p.yzoom = null;
+      p.setRange(a, b, true);
+    }
+  });
+  $("#theme").addEventListener("click", () =>
+    applyTheme(!document.documentElement.classList.contains("dark")),
+  );
   $("#helpbtn").addEventListener("click", () => toggleHelp());
-  $("#help").addEventListener("click", (e) => { if (e.target.id === "help") toggleHelp(false); });
+  $("#help").addEventListener("click", (/** @type {MouseEvent} */ e) => {
+    if (/** @type {HTMLElement} */ (e.target).id === "help") toggleHelp(false);
+  });
   for (const b of document.querySelectorAll("[data-close]")) {
     if (!(b instanceof HTMLElement)) continue;
     b.addEventListener("click", () => {
       const id = b.dataset.close;
-      if (id === "help") toggleHelp(false); else $(`#${id}`).hidden = true;
+      if (id === "help") toggleHelp(false);
+      else $(`#${id}`).hidden = true;
       if (id === "details") state.pinned = null;
       if (id === "live") state.live = null;
       if (id === "state") state.allocator = null;
@@ -140,23 +207,36 @@ async function main() {
     });
   }
   const cards = ["#details", "#live", "#compare", "#state"].map((id) => $(id));
-  const guide = () => { $("#guide").hidden = cards.some((c) => !c.hidden); };
+  const guide = () => {
+    $("#guide").hidden = cards.some((c) => !c.hidden);
+  };
   const watch = new MutationObserver(guide);
   for (const c of cards) watch.observe(c, { attributes: true, attributeFilter: ["hidden"] });
   guide();
   $("#live-search").addEventListener("input", () => renderLive());
   $("#live-state").addEventListener("click", openStateAtCursor);
-  let ft = null;
-  $("#find").addEventListener("input", (e) => {
+  /** @type {ReturnType<typeof setTimeout> | undefined} */
+  let ft;
+  $("#find").addEventListener("input", (/** @type {Event} */ e) => {
     clearTimeout(ft);
-    ft = setTimeout(() => { state.find = e.target.value.trim(); for (const p of state.panes) p.request(); }, 250);
+    ft = setTimeout(() => {
+      state.find = /** @type {HTMLInputElement} */ (e.target).value.trim();
+      for (const p of state.panes) p.request();
+    }, 250);
   });
   $("#state-prev").addEventListener("click", () => stepState(-1));
   $("#state-next").addEventListener("click", () => stepState(1));
-  $("#live-py").addEventListener("change", () => { const L = state.live; if (L) openLive(L.pane, L.event, L.u); });
+  $("#live-py").addEventListener("change", () => {
+    const L = state.live;
+    if (L) openLive(L.pane, L.event, L.u);
+  });
   document.addEventListener("keydown", onKey);
-  let rt = null;
-  window.addEventListener("resize", () => { clearTimeout(rt); rt = setTimeout(() => state.panes.forEach((p) => p.resize()), 120); });
+  /** @type {ReturnType<typeof setTimeout> | undefined} */
+  let rt;
+  window.addEventListener("resize", () => {
+    clearTimeout(rt);
+    rt = setTimeout(() => state.panes.forEach((p) => p.resize()), 120);
+  });
 }
 
 document.addEventListener("DOMContentLoaded", main);

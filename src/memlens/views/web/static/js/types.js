@@ -2,7 +2,8 @@
 // The API's answers as the page reads them: the same objects as the TypedDicts of
 // memlens/views/web/answers.py, key for key (tests/view/test_view_answers.py compares the
 // two). No code: modules name these in JSDoc, `import("./types.js").ChartAnswer`, and
-// scripts/check.sh type-checks them with `tsc --checkJs`. An optional key is `[name]`.
+// scripts/check.sh type-checks them with strict `tsc` (jsconfig.json). An optional key is
+// `[name]`.
 
 // ---- /api/meta
 /**

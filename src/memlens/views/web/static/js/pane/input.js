@@ -55,29 +55,64 @@ export function hitTest(p, x, y) {
   const u = p.uOf(x);
   const c = Math.floor(((u - v.vx0) / (v.vx1 - v.vx0)) * v.width);
   if (c < 0 || c >= v.width) return null;
-  const byteAt = (yy) => v.ymin + ((MT + p.plotH - yy) / p.plotH) * (v.ymax - v.ymin);
+  const byteAt = (/** @type {number} */ yy) =>
+    v.ymin + ((MT + p.plotH - yy) / p.plotH) * (v.ymax - v.ymin);
   const bytes = byteAt(y);
-  const top = Math.floor(y), lo = byteAt(top + 1), hi = byteAt(top); // the pixel row
+  const top = Math.floor(y),
+    lo = byteAt(top + 1),
+    hi = byteAt(top); // the pixel row
   const b = v.bands;
-  const hit = { col: c, event: v.sample[c], bytes, active: v.active[c], reserved: v.reserved[c], u };
+  const hit = {
+    col: c,
+    event: v.sample[c],
+    bytes,
+    active: v.active[c],
+    reserved: v.reserved[c],
+    u,
+  };
   // overlap with the pixel row; ties go to what holds the pointer's exact byte
+  /**
+   * @param {number} off
+   * @param {number} size
+   */
   const score = (off, size) => {
     const o = Math.min(off + size, hi) - Math.max(off, lo);
     return o <= 0 ? 0 : o + (bytes >= off && bytes < off + size ? 1e-6 * (hi - lo) : 0);
   };
-  let best = 0, bestK = -1;
+  let best = 0,
+    bestK = -1;
   for (let k = 0; k < b.row.length; k++) {
     if (c < b.c0[k] || c >= b.c1[k]) continue;
     const sc = score(bandOffset(b, k, c), b.size[k]);
-    if (sc > best) { best = sc; bestK = k; }
+    if (sc > best) {
+      best = sc;
+      bestK = k;
+    }
   }
   const s = v.small;
   if (score(s.offset[c], s.bytes[c]) > best) {
-    return { ...hit, kind: "small", count: s.count[c], sbytes: s.bytes[c], cut: s.cut_count[c], cutBytes: s.cut_bytes[c], minSize: s.min_size };
+    return {
+      ...hit,
+      kind: "small",
+      count: s.count[c],
+      sbytes: s.bytes[c],
+      cut: s.cut_count[c],
+      cutBytes: s.cut_bytes[c],
+      minSize: s.min_size,
+    };
   }
   if (bestK >= 0) {
     const k = bestK;
-    return { ...hit, kind: "band", k, row: b.row[k], size: b.size[k], label: v.groups[b.group[k]], flags: b.flags ? b.flags[k] : 0, address: b.address ? b.address[k] : undefined };
+    return {
+      ...hit,
+      kind: "band",
+      k,
+      row: b.row[k],
+      size: b.size[k],
+      label: v.groups[b.group[k]],
+      flags: b.flags ? b.flags[k] : 0,
+      address: b.address ? b.address[k] : undefined,
+    };
   }
   return { ...hit, kind: "empty" };
 }
@@ -87,21 +122,36 @@ export function hitTest(p, x, y) {
 /** @param {import("./pane.js").Pane} p */
 export function bindInput(p) {
   const cv = p.canvas;
+  /** @type {{x: number, x0: number, x1: number, moved: boolean} | null} */
   let drag = null;
-  const pos = (e, c = cv) => { const r = c.getBoundingClientRect(); return [e.clientX - r.left, e.clientY - r.top]; };
-  cv.addEventListener("wheel", (e) => {
-    e.preventDefault();
-    hideTooltip(); // it described what was under the pointer before the zoom
-    if (p.hover) { p.hover = null; p.draw(); }
-    const [x, y] = pos(e);
-    const factor = Math.exp((e.deltaY || e.deltaX) * 0.0015);
-    if (e.shiftKey) {
-      const h = hitTest(p, x, y);
-      if (h) p.zoomY(h.bytes, factor);
-      return;
-    }
-    p.zoomAt(p.uOf(Math.min(Math.max(x, ML), ML + p.plotW)), factor);
-  }, { passive: false });
+  /**
+   * @param {MouseEvent} e
+   * @returns {[number, number]}
+   */
+  const pos = (e, c = cv) => {
+    const r = c.getBoundingClientRect();
+    return [e.clientX - r.left, e.clientY - r.top];
+  };
+  cv.addEventListener(
+    "wheel",
+    (e) => {
+      e.preventDefault();
+      hideTooltip(); // it described what was under the pointer before the zoom
+      if (p.hover) {
+        p.hover = null;
+        p.draw();
+      }
+      const [x, y] = pos(e);
+      const factor = Math.exp((e.deltaY || e.deltaX) * 0.0015);
+      if (e.shiftKey) {
+        const h = hitTest(p, x, y);
+        if (h) p.zoomY(h.bytes, factor);
+        return;
+      }
+      p.zoomAt(p.uOf(Math.min(Math.max(x, ML), ML + p.plotW)), factor);
+    },
+    { passive: false },
+  );
   cv.addEventListener("mousedown", (e) => {
     if (e.button !== 0) return;
     const [x] = pos(e);
@@ -131,17 +181,31 @@ export function bindInput(p) {
     if (drag && drag.moved) return;
     const h = hitTest(p, x, y);
     const row = h && h.kind === "band" ? h.row : -1;
-    if ((p.hover ? p.hover.row : -1) !== row) { p.hover = h && h.kind === "band" ? h : null; p.draw(); }
-    if (h) showTooltip(e, tooltipLines(h)); else hideTooltip();
+    if ((p.hover ? p.hover.row : -1) !== row) {
+      p.hover = h && h.kind === "band" ? h : null;
+      p.draw();
+    }
+    if (h) showTooltip(e, tooltipLines(h));
+    else hideTooltip();
   });
-  cv.addEventListener("mouseleave", () => { if (p.hover) { p.hover = null; p.draw(); } hideTooltip(); });
+  cv.addEventListener("mouseleave", () => {
+    if (p.hover) {
+      p.hover = null;
+      p.draw();
+    }
+    hideTooltip();
+  });
   // annotation strip: tooltip, and a click is a moment
   p.annCanvas.addEventListener("mousemove", (e) => {
     const [x, y] = pos(e, p.annCanvas);
     const sp = annAt(p, x, y);
     if (sp) {
       const dur = sp.t1 - sp.t0;
-      const lines = [["t-size", sp.name], ["t-muted", `${fmtSeconds(dur)} · events ${fmtInt(sp.e0)}–${fmtInt(sp.e1)}`]];
+      /** @type {[string, string][]} */
+      const lines = [
+        ["t-size", sp.name],
+        ["t-muted", `${fmtSeconds(dur)} · events ${fmtInt(sp.e0)}–${fmtInt(sp.e1)}`],
+      ];
       if (sp.inferred) lines.push(["t-muted", "inferred from the trace (no step annotations)"]);
       showTooltip(e, lines);
     } else hideTooltip();
@@ -153,12 +217,18 @@ export function bindInput(p) {
   });
   // overview brush
   const ov = p.ovCanvas;
+  /** @type {{x: number, u: number, move: boolean, x0: number, x1: number, moved: boolean} | null} */
   let od = null;
   const [f0of, f1of] = [() => p.fullRange()[0], () => p.fullRange()[1]];
-  const uAt = (x) => { const w = p.ov ? p.ov.width : p.plotW; const f0 = f0of(), f1 = f1of(); return f0 + ((x - ML) / w) * (f1 - f0); };
+  const uAt = (/** @type {number} */ x) => {
+    const w = p.ov ? p.ov.width : p.plotW;
+    const f0 = f0of(),
+      f1 = f1of();
+    return f0 + ((x - ML) / w) * (f1 - f0);
+  };
   ov.addEventListener("mousedown", (e) => {
     const [x] = pos(e, ov);
-    const inside = p.brush && x >= p.brush[0] && x <= p.brush[1] && p.x1 - p.x0 < f1of() - f0of();
+    const inside = !!p.brush && x >= p.brush[0] && x <= p.brush[1] && p.x1 - p.x0 < f1of() - f0of();
     od = { x, u: uAt(x), move: inside, x0: p.x0, x1: p.x1, moved: false };
     e.preventDefault();
   });
@@ -167,21 +237,36 @@ export function bindInput(p) {
     const [x] = pos(e, ov);
     if (Math.abs(x - od.x) > 2) od.moved = true;
     if (!od.moved) return;
-    if (od.move) { const du = uAt(x) - od.u; p.setRange(od.x0 + du, od.x1 + du); } else {
-      const a = Math.min(od.u, uAt(x)), b = Math.max(od.u, uAt(x));
+    if (od.move) {
+      const du = uAt(x) - od.u;
+      p.setRange(od.x0 + du, od.x1 + du);
+    } else {
+      const a = Math.min(od.u, uAt(x)),
+        b = Math.max(od.u, uAt(x));
       p.setRange(a, b);
     }
   });
   window.addEventListener("mouseup", () => {
     if (!od) return;
-    if (!od.moved) { const span = p.x1 - p.x0; p.setRange(od.u - span / 2, od.u + span / 2); }
+    if (!od.moved) {
+      const span = p.x1 - p.x0;
+      p.setRange(od.u - span / 2, od.u + span / 2);
+    }
     od = null;
   });
 }
 
+/**
+ * @param {import("./pane.js").Pane} p
+ * @param {number} x
+ * @param {number} y
+ */
 function click(p, x, y) {
   const h = hitTest(p, x, y);
   if (!h) return;
-  if (h.kind === "band" && p.view.kind === "segments") { moveCursor(p, h.event, h.u); openState(p, h.event); } else if (h.kind === "band") pin(p, h.row);
+  if (h.kind === "band" && p.view && p.view.kind === "segments") {
+    moveCursor(p, h.event, h.u);
+    openState(p, h.event);
+  } else if (h.kind === "band") pin(p, h.row);
   else moveCursor(p, h.event, h.u);
 }

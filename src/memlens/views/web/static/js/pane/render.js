@@ -2,29 +2,40 @@
 // Drawing a pane: the viewport's bands rendered once to an offscreen canvas, then the
 // chart (that image under the current range, highlights, peak and OOM markers, cursor),
 // its axes, the stage strip and the overview. Functions of a Pane (pane.js).
-import { col, dpr } from "../dom.js";
+import { col, context2d, dpr } from "../dom.js";
 import { fmtBytes, fmtEventCount, fmtTick } from "../format.js";
 import { state } from "../state.js";
 import { siteColor } from "./colour.js";
 import { lowerBound, ML, MR, MT, xTickStep, yTicks } from "./geometry.js";
 
 // diagonal hatch in the theme's aggregate colours (one 6x6 tile per theme)
+/** @type {HTMLCanvasElement | null} */
 let smallTile = null;
+/** @param {CanvasRenderingContext2D} ctx */
 function smallPattern(ctx) {
   if (!smallTile) {
     smallTile = document.createElement("canvas");
     smallTile.width = smallTile.height = 6;
-    const t = smallTile.getContext("2d");
+    const t = context2d(smallTile);
     t.fillStyle = col("--small");
     t.fillRect(0, 0, 6, 6);
     t.strokeStyle = col("--small-hatch");
     t.lineWidth = 1.5;
-    t.beginPath(); t.moveTo(-1, 7); t.lineTo(7, -1); t.moveTo(-1, 1); t.lineTo(1, -1); t.moveTo(5, 7); t.lineTo(7, 5); t.stroke();
+    t.beginPath();
+    t.moveTo(-1, 7);
+    t.lineTo(7, -1);
+    t.moveTo(-1, 1);
+    t.lineTo(1, -1);
+    t.moveTo(5, 7);
+    t.lineTo(7, 5);
+    t.stroke();
   }
-  return ctx.createPattern(smallTile, "repeat");
+  return ctx.createPattern(smallTile, "repeat") || col("--small"); // (null: a 0-size tile)
 }
 // the theme changed: draw the hatch again in its colours
-export function forgetPatterns() { smallTile = null; }
+export function forgetPatterns() {
+  smallTile = null;
+}
 
 // The polygon of band k: bottom edge along its runs, then the top edge back.
 /**
@@ -34,15 +45,24 @@ export function forgetPatterns() { smallTile = null; }
  * @param {(c: number) => number} colX
  */
 export function bandPath(v, k, y, colX) {
-  const b = v.bands, size = b.size[k], r0 = b.run_start[k], r1 = b.run_start[k + 1], c1 = b.c1[k];
+  const b = v.bands,
+    size = b.size[k],
+    r0 = b.run_start[k],
+    r1 = b.run_start[k + 1],
+    c1 = b.c1[k];
   const path = new Path2D();
   for (let i = r0; i < r1; i++) {
-    const cs = b.run_col[i], ce = i + 1 < r1 ? b.run_col[i + 1] : c1, yy = y(b.run_off[i]);
-    if (i === r0) path.moveTo(colX(cs), yy); else path.lineTo(colX(cs), yy);
+    const cs = b.run_col[i],
+      ce = i + 1 < r1 ? b.run_col[i + 1] : c1,
+      yy = y(b.run_off[i]);
+    if (i === r0) path.moveTo(colX(cs), yy);
+    else path.lineTo(colX(cs), yy);
     path.lineTo(colX(ce), yy);
   }
   for (let i = r1 - 1; i >= r0; i--) {
-    const cs = b.run_col[i], ce = i + 1 < r1 ? b.run_col[i + 1] : c1, yy = y(b.run_off[i] + size);
+    const cs = b.run_col[i],
+      ce = i + 1 < r1 ? b.run_col[i + 1] : c1,
+      yy = y(b.run_off[i] + size);
     path.lineTo(colX(ce), yy);
     path.lineTo(colX(cs), yy);
   }
@@ -52,28 +72,39 @@ export function bandPath(v, k, y, colX) {
 
 /** @param {import("./pane.js").Pane} p */
 export function renderOff(p) {
-  const v = p.view, W = v.width, H = p.plotH, r = dpr();
+  const v = p.view;
+  if (!v) return; // (called once a view is in)
+  const W = v.width,
+    H = p.plotH,
+    r = dpr();
   const off = p.off;
   off.width = Math.round(W * r);
   off.height = Math.round(H * r);
-  const ctx = off.getContext("2d");
+  const ctx = context2d(off);
   ctx.setTransform(r, 0, 0, r, 0, 0);
-  const y = (bytes) => H - ((bytes - v.ymin) / (v.ymax - v.ymin)) * H;
-  const colX = (c) => c;
+  const y = (/** @type {number} */ bytes) => H - ((bytes - v.ymin) / (v.ymax - v.ymin)) * H;
+  const colX = (/** @type {number} */ c) => c;
   // one path per colour: a few fills instead of one per band
   const byColor = new Map();
   const edges = new Path2D(); // outlines of bands tall enough to show a separating line
-  const b = v.bands, pxPerByte = H / (v.ymax - v.ymin);
+  const b = v.bands,
+    pxPerByte = H / (v.ymax - v.ymin);
   for (let k = 0; k < b.row.length; k++) {
     const c = siteColor(v.group_keys[b.group[k]]);
     let path = byColor.get(c);
-    if (!path) { path = new Path2D(); byColor.set(c, path); }
+    if (!path) {
+      path = new Path2D();
+      byColor.set(c, path);
+    }
     const band = bandPath(v, k, y, colX);
     path.addPath(band);
     // narrow bands get no outline: on short-lived ones it would wash out their colour
     if (b.size[k] * pxPerByte >= 4 && b.c1[k] - b.c0[k] >= 4) edges.addPath(band);
   }
-  for (const [c, path] of byColor) { ctx.fillStyle = c; ctx.fill(path); }
+  for (const [c, path] of byColor) {
+    ctx.fillStyle = c;
+    ctx.fill(path);
+  }
   closeConflationGaps(ctx, v, y, r);
   // neighbours from one call site share a colour: a thin line keeps them apart
   ctx.strokeStyle = col("--band-edge");
@@ -84,8 +115,15 @@ export function renderOff(p) {
   ctx.fillStyle = smallPattern(ctx);
   ctx.beginPath();
   ctx.moveTo(0, y(s.offset[0]));
-  for (let c = 0; c < W; c++) { ctx.lineTo(c, y(s.offset[c])); ctx.lineTo(c + 1, y(s.offset[c])); }
-  for (let c = W - 1; c >= 0; c--) { const t = y(s.offset[c] + s.bytes[c]); ctx.lineTo(c + 1, t); ctx.lineTo(c, t); }
+  for (let c = 0; c < W; c++) {
+    ctx.lineTo(c, y(s.offset[c]));
+    ctx.lineTo(c + 1, y(s.offset[c]));
+  }
+  for (let c = W - 1; c >= 0; c--) {
+    const t = y(s.offset[c] + s.bytes[c]);
+    ctx.lineTo(c + 1, t);
+    ctx.lineTo(c, t);
+  }
   ctx.closePath();
   ctx.fill();
   // reserved memory: max per column, so peaks are never hidden
@@ -94,7 +132,8 @@ export function renderOff(p) {
   ctx.beginPath();
   for (let c = 0; c < W; c++) {
     const t = y(v.reserved[c]);
-    if (c === 0) ctx.moveTo(0, t); else ctx.lineTo(c, t);
+    if (c === 0) ctx.moveTo(0, t);
+    else ctx.lineTo(c, t);
     ctx.lineTo(c + 1, t);
   }
   ctx.stroke();
@@ -105,13 +144,22 @@ export function renderOff(p) {
 // transparent and the stack looks washed out. Below the top of the drawn bands every
 // pixel is covered, so make it opaque: getImageData gives un-premultiplied colours, so
 // the pixel keeps the mix of the bands painted there. O(pixels), a few ms.
+/**
+ * @param {CanvasRenderingContext2D} ctx
+ * @param {import("./pane.js").PaneView} v
+ * @param {(bytes: number) => number} y
+ * @param {number} r device pixels per CSS pixel
+ */
 function closeConflationGaps(ctx, v, y, r) {
-  const w = ctx.canvas.width, h = ctx.canvas.height;
+  const w = ctx.canvas.width,
+    h = ctx.canvas.height;
   if (!w || !h || !v.bands.row.length) return;
-  const img = ctx.getImageData(0, 0, w, h), d = img.data;
+  const img = ctx.getImageData(0, 0, w, h),
+    d = img.data;
   for (let c = 0; c < v.width; c++) {
     const top = Math.max(0, Math.ceil(y(v.small.offset[c]) * r)); // first whole row inside
-    const x0 = Math.round(c * r), x1 = Math.min(w, Math.round((c + 1) * r));
+    const x0 = Math.round(c * r),
+      x1 = Math.min(w, Math.round((c + 1) * r));
     for (let row = top; row < h; row++) {
       for (let x = x0, i = (row * w + x0) * 4 + 3; x < x1; x++, i += 4) if (d[i]) d[i] = 255;
     }
@@ -121,8 +169,13 @@ function closeConflationGaps(ctx, v, y, r) {
 
 /** @param {import("./pane.js").Pane} p */
 export function drawPane(p) {
-  const c = p.canvas, ctx = c.getContext("2d"), r = dpr();
-  const Wc = c.width / r, H = p.mainH, plotH = p.plotH, plotW = p.plotW;
+  const c = p.canvas,
+    ctx = context2d(c),
+    r = dpr();
+  const Wc = c.width / r,
+    H = p.mainH,
+    plotH = p.plotH,
+    plotW = p.plotW;
   ctx.setTransform(r, 0, 0, r, 0, 0);
   ctx.clearRect(0, 0, Wc, H);
   const v = p.view;
@@ -131,22 +184,37 @@ export function drawPane(p) {
   ctx.rect(ML, MT, plotW, plotH);
   ctx.clip();
   if (v && v.axis === p.axis) {
-    const dx = p.xOf(v.vx0), dw = p.xOf(v.vx1) - dx;
+    const dx = p.xOf(v.vx0),
+      dw = p.xOf(v.vx1) - dx;
     ctx.imageSmoothingEnabled = false;
     ctx.drawImage(p.off, dx, MT, dw, plotH);
-    const y = (bytes) => MT + plotH - ((bytes - v.ymin) / (v.ymax - v.ymin)) * plotH;
+    const y = (/** @type {number} */ bytes) =>
+      MT + plotH - ((bytes - v.ymin) / (v.ymax - v.ymin)) * plotH;
     const colX = p.colXFn(v);
     // the find box: matching bands painted over in the mark colour
     if (v.bands.match) {
       ctx.globalAlpha = 0.8;
       ctx.fillStyle = col("--mark");
       const found = new Path2D();
-      for (let k = 0; k < v.bands.row.length; k++) if (v.bands.match[k]) found.addPath(bandPath(v, k, y, colX));
+      for (let k = 0; k < v.bands.row.length; k++)
+        if (v.bands.match[k]) found.addPath(bandPath(v, k, y, colX));
       ctx.fill(found);
       ctx.globalAlpha = 1;
     }
-    for (const [which, color, width] of [["pinned", col("--cursor"), 2.5], ["hover", col("--hl"), 2]]) {
-      const row = which === "pinned" ? (state.pinned && state.pinned.pane === p ? state.pinned.row : -1) : (p.hover ? p.hover.row : -1);
+    /** @type {["pinned" | "hover", string, number][]} */
+    const outlines = [
+      ["pinned", col("--cursor"), 2.5],
+      ["hover", col("--hl"), 2],
+    ];
+    for (const [which, color, width] of outlines) {
+      const row =
+        which === "pinned"
+          ? state.pinned && state.pinned.pane === p
+            ? state.pinned.row
+            : -1
+          : p.hover
+            ? p.hover.row
+            : -1;
       if (row < 0) continue;
       const k = v.bands.row.indexOf(row);
       if (k < 0) continue;
@@ -166,13 +234,15 @@ export function drawPane(p) {
   // peak marker
   const s = p.dm.peak;
   if (s.peak_event_index >= 0) {
-    const pu = p.axis === "time" ? s.peak_time_us : s.peak_event_index + 0.5;
-    const px = p.xOf(pu);
+    const px = p.xOf(p.peakU);
     if (px >= ML && px <= ML + plotW) {
       ctx.strokeStyle = col("--peak");
       ctx.setLineDash([4, 3]);
       ctx.lineWidth = 1;
-      ctx.beginPath(); ctx.moveTo(px, MT); ctx.lineTo(px, MT + plotH); ctx.stroke();
+      ctx.beginPath();
+      ctx.moveTo(px, MT);
+      ctx.lineTo(px, MT + plotH);
+      ctx.stroke();
       ctx.setLineDash([]);
       ctx.font = "11px system-ui, sans-serif";
       ctx.textAlign = "left"; // the axis labels leave it "right"
@@ -200,18 +270,29 @@ export function drawPane(p) {
     if (ox < ML || ox > ML + plotW) continue;
     ctx.strokeStyle = col("--oom");
     ctx.lineWidth = 2;
-    ctx.beginPath(); ctx.moveTo(ox, MT); ctx.lineTo(ox, MT + plotH); ctx.stroke();
+    ctx.beginPath();
+    ctx.moveTo(ox, MT);
+    ctx.lineTo(ox, MT + plotH);
+    ctx.stroke();
     const label = `OOM: ${fmtBytes(o.requested_bytes)} requested, ${fmtBytes(o.device_free_bytes)} free`;
     const tw = ctx.measureText(label).width;
     ctx.fillStyle = col("--oom");
     ctx.fillText(label, ox + 4 + tw > ML + plotW ? ox - 4 - tw : ox + 4, MT + 26);
   }
   // live-at cursor
-  if (state.live && state.live.pane === p && state.live.u !== undefined && state.live.axis === p.axis) {
+  if (
+    state.live &&
+    state.live.pane === p &&
+    state.live.u !== undefined &&
+    state.live.axis === p.axis
+  ) {
     const lx = p.xOf(state.live.u);
     ctx.strokeStyle = col("--cursor");
     ctx.lineWidth = 1;
-    ctx.beginPath(); ctx.moveTo(lx, MT); ctx.lineTo(lx, MT + plotH); ctx.stroke();
+    ctx.beginPath();
+    ctx.moveTo(lx, MT);
+    ctx.lineTo(lx, MT + plotH);
+    ctx.stroke();
   }
   ctx.restore();
   drawAxes(p, ctx, v);
@@ -221,31 +302,40 @@ export function drawPane(p) {
 /**
  * @param {import("./pane.js").Pane} p
  * @param {CanvasRenderingContext2D} ctx
- * @param {import("./pane.js").PaneView} v
+ * @param {import("./pane.js").PaneView | null} v
  */
 function drawAxes(p, ctx, v) {
-  const plotW = p.plotW, plotH = p.plotH;
+  const plotW = p.plotW,
+    plotH = p.plotH;
   ctx.fillStyle = col("--axis");
   ctx.strokeStyle = col("--grid");
   ctx.font = "11px system-ui, sans-serif";
   ctx.lineWidth = 1;
   if (v) {
-    const ymin = v.ymin, ymax = v.ymax, yspan = ymax - ymin;
+    const ymin = v.ymin,
+      ymax = v.ymax,
+      yspan = ymax - ymin;
     const { step, digits } = yTicks(ymin, ymax);
     ctx.textAlign = "right";
     for (let b = Math.ceil(ymin / step) * step; b <= ymax + 1e-9; b += step) {
       const yy = MT + plotH - ((b - ymin) / yspan) * plotH;
-      ctx.beginPath(); ctx.moveTo(ML, yy + 0.5); ctx.lineTo(ML + plotW, yy + 0.5); ctx.stroke();
+      ctx.beginPath();
+      ctx.moveTo(ML, yy + 0.5);
+      ctx.lineTo(ML + plotW, yy + 0.5);
+      ctx.stroke();
       ctx.fillText(fmtBytes(b, digits), ML - 6, yy + 4);
     }
   }
   // x ticks
   const step = xTickStep(p.x1 - p.x0, plotW);
   ctx.textAlign = "center";
-  const base = p.axis === "time" ? p.dm.time_range[0] : 0;
+  const base = p.axis === "time" ? p.timeOrigin : 0;
   for (let u = Math.ceil((p.x0 - base) / step) * step + base; u <= p.x1; u += step) {
     const xx = p.xOf(u);
-    ctx.beginPath(); ctx.moveTo(xx + 0.5, MT); ctx.lineTo(xx + 0.5, MT + plotH); ctx.stroke();
+    ctx.beginPath();
+    ctx.moveTo(xx + 0.5, MT);
+    ctx.lineTo(xx + 0.5, MT + plotH);
+    ctx.stroke();
     const label = p.axis === "time" ? fmtTick(u - base, step) : fmtEventCount(u);
     // labels at the ends stay inside the plot: clear of the axis name, never clipped
     const half = ctx.measureText(label).width / 2;
@@ -262,25 +352,32 @@ function drawAxes(p, ctx, v) {
 /** @param {import("./pane.js").Pane} p */
 function drawAnnotations(p) {
   if (!p.annH) return;
-  const c = p.annCanvas, ctx = c.getContext("2d"), r = dpr();
+  const c = p.annCanvas,
+    ctx = context2d(c),
+    r = dpr();
   ctx.setTransform(r, 0, 0, r, 0, 0);
   ctx.clearRect(0, 0, c.width / r, p.annH);
   ctx.font = "10px system-ui, sans-serif";
   const lv = p.annLevels[p.axis];
-  const left = ML, right = ML + p.plotW;
+  const left = ML,
+    right = ML + p.plotW;
   ctx.fillStyle = col("--ann");
   for (let depth = 0; depth < lv.length; depth++) {
     const { start, end, index } = lv[depth];
     const yy = 1 + depth * 15;
     let i = lowerBound(end, p.x0, 0);
     while (i < start.length && start[i] <= p.x1) {
-      let a = p.xOf(start[i]), b = p.xOf(end[i]);
+      let a = p.xOf(start[i]),
+        b = p.xOf(end[i]);
       const sp = p.ann.spans[index[i]];
-      a = Math.max(a, left); b = Math.min(b, right);
+      a = Math.max(a, left);
+      b = Math.min(b, right);
       ctx.fillRect(a, yy, Math.max(1, b - a - 1), 13);
       if (b - a > 30) {
         ctx.save();
-        ctx.beginPath(); ctx.rect(a, yy, b - a - 2, 13); ctx.clip();
+        ctx.beginPath();
+        ctx.rect(a, yy, b - a - 2, 13);
+        ctx.clip();
         ctx.fillStyle = col("--ann-fg");
         // canvas text: no markup is interpreted
         ctx.fillText(sp.inferred ? `${sp.name} (inferred)` : sp.name, a + 3, yy + 10);
@@ -294,37 +391,52 @@ function drawAnnotations(p) {
 
 /** @param {import("./pane.js").Pane} p */
 export function drawOverview(p) {
-  const c = p.ovCanvas, ctx = c.getContext("2d"), r = dpr();
-  const H = 46, W = c.width / r;
+  const c = p.ovCanvas,
+    ctx = context2d(c),
+    r = dpr();
+  const H = 46,
+    W = c.width / r;
   ctx.setTransform(r, 0, 0, r, 0, 0);
   ctx.clearRect(0, 0, W, H);
   const v = p.ov;
   if (!v) return;
-  const w = v.width, y = (b) => H - 3 - (b / v.ymax) * (H - 6); // overview: always from 0
+  const w = v.width,
+    y = (/** @type {number} */ b) => H - 3 - (b / v.ymax) * (H - 6); // overview: always from 0
   ctx.fillStyle = col("--small");
   ctx.beginPath();
   ctx.moveTo(ML, H);
-  for (let i = 0; i < w; i++) { ctx.lineTo(ML + i, y(v.active[i])); ctx.lineTo(ML + i + 1, y(v.active[i])); }
+  for (let i = 0; i < w; i++) {
+    ctx.lineTo(ML + i, y(v.active[i]));
+    ctx.lineTo(ML + i + 1, y(v.active[i]));
+  }
   ctx.lineTo(ML + w, H);
   ctx.closePath();
   ctx.fill();
   ctx.strokeStyle = col("--reserved");
   ctx.beginPath();
-  for (let i = 0; i < w; i++) { const t = y(v.reserved[i]); if (i === 0) ctx.moveTo(ML, t); else ctx.lineTo(ML + i, t); ctx.lineTo(ML + i + 1, t); }
+  for (let i = 0; i < w; i++) {
+    const t = y(v.reserved[i]);
+    if (i === 0) ctx.moveTo(ML, t);
+    else ctx.lineTo(ML + i, t);
+    ctx.lineTo(ML + i + 1, t);
+  }
   ctx.stroke();
   // brush
   const [f0, f1] = p.fullRange();
-  const bx0 = ML + ((p.x0 - f0) / (f1 - f0)) * w, bx1 = ML + ((p.x1 - f0) / (f1 - f0)) * w;
+  const bx0 = ML + ((p.x0 - f0) / (f1 - f0)) * w,
+    bx1 = ML + ((p.x1 - f0) / (f1 - f0)) * w;
   ctx.fillStyle = col("--brush");
   ctx.fillRect(bx0, 0, Math.max(2, bx1 - bx0), H);
   ctx.strokeStyle = col("--accent");
   ctx.strokeRect(bx0 + 0.5, 0.5, Math.max(2, bx1 - bx0) - 1, H - 1);
   p.brush = [bx0, bx1];
-  const s = p.dm.peak;
-  if (s.peak_event_index >= 0) {
-    const pu = p.axis === "time" ? s.peak_time_us : s.peak_event_index + 0.5;
-    const px = ML + ((pu - f0) / (f1 - f0)) * w;
+  if (p.dm.peak.peak_event_index >= 0) {
+    const px = ML + ((p.peakU - f0) / (f1 - f0)) * w;
     ctx.fillStyle = col("--peak");
-    ctx.beginPath(); ctx.moveTo(px - 4, 0); ctx.lineTo(px + 4, 0); ctx.lineTo(px, 6); ctx.fill();
+    ctx.beginPath();
+    ctx.moveTo(px - 4, 0);
+    ctx.lineTo(px + 4, 0);
+    ctx.lineTo(px, 6);
+    ctx.fill();
   }
 }
