@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -17,11 +18,20 @@ from memlens.units import format_bytes, parse_bytes
 if TYPE_CHECKING:
     from memlens.simulation.api import ScriptRun
     from memlens.simulation.config import SimulateConfig
+    from memlens.simulation.progress import SimProgress
 
 
 def _default_output(script: str) -> Path:
     name = script.rpartition(".")[2] if not script.endswith(".py") else Path(script).stem
     return Path(f"memlens-sim-{name}.{os.getpid()}.pickle")
+
+
+def _gib(n: int) -> str:
+    """GiB with two decimals, the headline's unit, unless that would read 0.00 for a
+    nonzero figure: then the unit that shows it (768 KiB, not 0.00 GiB)."""
+    if n == 0 or n >= 2**30 / 200:  # rounds to 0.01 GiB or more
+        return f"{n / 2**30:.2f} GiB"
+    return format_bytes(n)
 
 
 def _figures(snapshot: dict[str, Any]) -> str:
@@ -31,12 +41,42 @@ def _figures(snapshot: dict[str, Any]) -> str:
         dev = memlens.load(snapshot, warn=False).device(0)
     except Exception as exc:  # the file is written; only the summary is missing
         return f"(no summary: {exc})"
-    gib = 2**30
     return (
-        f"predicted peak active {dev.peak_active_bytes / gib:.2f} GiB, peak reserved "
-        f"{dev.peak_reserved_bytes / gib:.2f} GiB, {dev.n_events:,} "
+        f"predicted peak active {_gib(dev.peak_active_bytes)}, peak reserved "
+        f"{_gib(dev.peak_reserved_bytes)}, {dev.n_events:,} "
         f"event{'' if dev.n_events == 1 else 's'}"
     )
+
+
+def progress_text(p: SimProgress) -> str:
+    steps = f"{p.steps:,} optimizer step{'' if p.steps == 1 else 's'}, " if p.steps else ""
+    return (
+        f"{p.elapsed:,.0f} s: {steps}{p.events:,} event{'' if p.events == 1 else 's'}, "
+        f"peak active {format_bytes(p.peak_active)}, peak reserved "
+        f"{format_bytes(p.peak_reserved)} so far"
+    )
+
+
+class LiveLine:
+    """The run so far on stderr: one line rewritten in place on a terminal, a plain line
+    per report otherwise (a log keeps them all)."""
+
+    def __init__(self) -> None:
+        self.tty = bool(sys.stderr.isatty())
+        self.shown = False
+
+    def __call__(self, p: SimProgress) -> None:
+        line = f"memlens: simulating: {progress_text(p)}"
+        if self.tty:
+            click.echo(f"\r\x1b[K{line}", err=True, nl=False)
+            self.shown = True
+        else:
+            status(line, err=True)
+
+    def clear(self) -> None:
+        if self.shown:
+            click.echo("\r\x1b[K", err=True, nl=False)
+            self.shown = False
 
 
 def _assumptions(config: SimulateConfig) -> str:
@@ -209,42 +249,42 @@ def command(
         import torch  # noqa: F401
     except ImportError:
         raise MemlensError("memlens simulate needs PyTorch: pip install torch") from None
-    from memlens.simulation.api import run_script
+    from memlens.simulation.api import run_target
     from memlens.simulation.config import SimulateConfig
-    from memlens.simulation.script import ScriptFailed
+    from memlens.simulation.script import ScriptFailed, ScriptTarget
 
     # every other option is named as a SimulateConfig field
     config = SimulateConfig.of(None, options)
     status(_assumptions(config), err=True)
+    target = ScriptTarget(script, args, module, whole_run)
     if nproc_per_node is not None or nnodes is not None or ranks is not None:
         from memlens.cli.simulate_ranks import launch
 
         code = launch(
-            script,
-            list(args),
+            target,
             output,
             nproc_per_node=nproc_per_node or 1,
             nnodes=nnodes or 1,
             ranks=ranks,
             scheduler=scheduler,
             workers=workers,
-            module=module,
-            whole_run=whole_run,
             config=config,
         )
         click.get_current_context().exit(code)
     if output is not None and output.is_dir():
         raise MemlensError(f"-o {output} is a directory: give a file (or --nproc-per-node)")
     output = output or _default_output(script)
+    live = LiveLine()
     try:
-        run = run_script(
-            script, list(args), output, module=module, whole_run=whole_run, config=config
-        )
+        run = run_target(target, output, config, progress=live)
     except ScriptFailed as failed:
+        live.clear()  # before the traceback
         if failed.traceback:
             status(failed.traceback.rstrip("\n"), err=True)
         status(f"memlens: {failed}", err=True)
         click.get_current_context().exit(1)
+    finally:
+        live.clear()
     for note in run.notes:
         status(f"memlens: note: {note}", err=True)
     _report(run)
