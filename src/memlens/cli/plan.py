@@ -341,6 +341,9 @@ def command(
 
     if not os.path.isfile(script):
         raise MemlensError(f"no such script: {script}")
+    from memlens.simulation.gpu_inference import resolve_gpu
+
+    gpu, alloc_conf = resolve_gpu(gpu, lambda line: status(f"memlens: plan: {line}", err=True))
     swept = [Sweep.parse(s) for s in sweeps] + [Sweep.parse(s, env=True) for s in sweep_envs]
     result = plan(
         script,
@@ -358,6 +361,7 @@ def command(
         workers=workers,
         interpolate=interpolate,
         step=step,
+        alloc_conf=alloc_conf,
     )
     if html_out is not None:
         from memlens.views.report.plan import plan_report

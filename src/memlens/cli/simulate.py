@@ -79,6 +79,27 @@ class LiveLine:
             self.shown = False
 
 
+def compare_lines(simulated: dict[str, Any] | str, recording: str) -> list[str]:
+    """The simulated snapshot's peaks against a recording's: bytes, and the difference in
+    bytes and percent of the recording's."""
+    import memlens
+
+    sim = memlens.load(simulated, warn=False).device(0)
+    rec = memlens.load(recording, warn=False).device(0)
+    lines = [f"against {recording}:"]
+    for what, a, b in (
+        ("peak active", sim.peak_active_bytes, rec.peak_active_bytes),
+        ("peak reserved", sim.peak_reserved_bytes, rec.peak_reserved_bytes),
+    ):
+        diff = a - b
+        pct = "" if b == 0 else f" ({100 * diff / b:+.3f}%)"
+        lines.append(
+            f"  {what}: simulated {a:,} bytes, recorded {b:,} bytes: "
+            + ("equal" if diff == 0 else f"{diff:+,} bytes{pct}")
+        )
+    return lines
+
+
 def _assumptions(config: SimulateConfig) -> str:
     card = config.card()
     if config.cublas_workspace is not None:
@@ -172,7 +193,9 @@ def _positive(flag: str, help: str) -> Callable[[F], F]:
     default=None,
     help="Card or generation to simulate: h100/hopper (default), a100/ampere, a100-40gb, "
     "a10, l4/ada, rtx4090, v100/volta, t4/turing. Sets the cuBLAS workspace, the device "
-    "memory (unless --device-memory) and what torch.cuda answers.",
+    "memory (unless --device-memory) and what torch.cuda answers. like:SNAPSHOT: the card "
+    "a GPU recording implies (its cuBLAS workspace, its OOM's capacity, its allocator "
+    "settings), said as inferred.",
 )
 @click.option(
     "--cublas-workspace",
@@ -226,6 +249,14 @@ def _positive(flag: str, help: str) -> Callable[[F], F]:
     help="Run the ranks on a Dask cluster, as memlens fleet does (default: a local process pool).",
 )
 @_positive("--workers", "Processes of the local pool (default: the cores, at most one per rank).")
+@click.option(
+    "--compare",
+    metavar="SNAPSHOT",
+    default=None,
+    type=click.Path(exists=True, dir_okay=False),
+    help="A GPU recording of the same run: print the simulated peaks against its own, "
+    "with the difference (the simulated figures are those of what -o holds).",
+)
 def command(
     output: Path | None,
     module: bool,
@@ -237,6 +268,7 @@ def command(
     ranks: str | None,
     scheduler: str | None,
     workers: int | None,
+    compare: str | None,
     **options: Any,
 ) -> None:
     """Run SCRIPT (a module with -m) as __main__ with fake CUDA tensors and a model of
@@ -251,8 +283,14 @@ def command(
         raise MemlensError("memlens simulate needs PyTorch: pip install torch") from None
     from memlens.simulation.api import run_target
     from memlens.simulation.config import SimulateConfig
+    from memlens.simulation.gpu_inference import resolve_gpu
     from memlens.simulation.script import ScriptFailed, ScriptTarget
 
+    options["gpu"], conf = resolve_gpu(
+        options["gpu"], lambda line: status(f"memlens: {line}", err=True)
+    )
+    if conf is not None:
+        options["alloc_conf"] = conf
     # every other option is named as a SimulateConfig field
     config = SimulateConfig.of(None, options)
     status(_assumptions(config), err=True)
@@ -288,6 +326,9 @@ def command(
     for note in run.notes:
         status(f"memlens: note: {note}", err=True)
     _report(run)
+    if compare is not None:
+        for line in compare_lines(run.snapshot, compare):
+            status(f"memlens: {line}", err=True)
     if run.oom is not None:
         status(f"memlens: the script ran out of memory: {run.oom}", err=True)
         click.get_current_context().exit(1)
