@@ -78,6 +78,7 @@ def main() -> None:
     (root / "cs336_systems").mkdir()
     shutil.copy(WORKLOAD / "nsys_profile.py", root / "cs336_systems")
     os.chdir(root / "cs336_systems")
+    sys.path.insert(0, str(root))  # PYTHONPATH=.. as the workload's README says
     os.environ["PYTHONPATH"] = os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])
     os.environ["MEMLENS_CACHE_DIR"] = str(root / "cache")
     a100 = Setup.of("a100", None, None)
