@@ -145,6 +145,7 @@ def interpolated_find_max(
         "failing": failing,
         "interpolated": True,
         "confirmed": agree,
+        "fit": None,  # plan.py's probes_fit
     }
 
 

@@ -185,6 +185,13 @@ def check_find(usable: int | None, lo: int, hi: int) -> None:
         raise MemlensError(f"--find-max needs 1 <= --lo <= --hi (got {lo}, {hi})")
 
 
+def probes_fit(arg: str, probes: Sequence[PlanPoint], usable: int | None) -> PlanFit | None:
+    """Peak reserved over find-max's probes, for the page's curve (None: fewer than 2)."""
+    values = tuple(dict.fromkeys(p["values"][arg] for p in probes))
+    model = fit_points([Sweep(arg, values)], probes) if len(values) > 1 else None
+    return None if model is None else describe_fit(model, usable)
+
+
 def probes_at_most(lo: int, hi: int) -> int:
     """Bisection's simulations at most: `hi`, `lo`, then one per halving of (lo, hi)."""
     return 1 if lo == hi else 2 + max(0, math.ceil(math.log2(hi - lo)))
@@ -256,6 +263,7 @@ def find_max(
         "failing": [],
         "interpolated": False,
         "confirmed": None,
+        "fit": None,  # probes_fit, by plan()
     }
 
 
@@ -351,10 +359,12 @@ def _plan(
         env_names = [s.arg for s in sweeps if s.env]
         if how.on:
             assert setup.usable is not None  # check_find
-            result["find_max"] = interpolated_find_max(
+            found = interpolated_find_max(
                 runner, base, args, *find, how.step, setup.usable, hook, env_names
             )
         else:
-            result["find_max"] = find_max(runner, base, args, *find, setup.usable, hook, env_names)
+            found = find_max(runner, base, args, *find, setup.usable, hook, env_names)
+        found["fit"] = probes_fit(found["arg"], found["probes"], setup.usable)
+        result["find_max"] = found
     result["simulations"] = runner.simulated
     return result

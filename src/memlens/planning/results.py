@@ -61,6 +61,7 @@ class PlanFindMax(TypedDict):
     failing: list[int]  # values below the answer that do not fit (memory not monotone)
     interpolated: bool  # bisection on interpolated replays, confirmed by simulation
     confirmed: bool | None  # the simulations at the answer and the next step agreed
+    fit: PlanFit | None  # peak reserved over the probes that ran to the end
 
 
 class PlanWhatIf(TypedDict):
