@@ -1,12 +1,20 @@
-"""Cost of `memlens plan`: one simulation of the shared 423M-parameter script (the
-third-party cs336 training step in ../shared/workloads/cs336_medium, --gpu a100) against a
-6-point sweep of its context length on plan's own pool (forkserver, a fresh process per
-point, --jobs 2), each point's CPU seconds measured inside its worker.
+"""Cost of `memlens plan` on the shared 423M-parameter script (the third-party cs336
+training step in ../shared/workloads/cs336_medium), with and without --interpolate.
 
     python benchmarks/bench_plan.py            # results: docs/plan.md, "Cost"
 
-On a 2-core machine the sweep's ideal is 3x the one simulation's wall time (6 points, 2
-at a time); the CPU sum shows whether a point costs more in a sweep than alone.
+1. One simulation alone (the unit every figure below is compared with), its wall time.
+2. A 20-point sweep of --context_length (64..1280 step 64) with --interpolate: the
+   simulations it took, its wall time; then three of its interpolated points simulated
+   afterwards, which must equal the interpolated figures to the byte (peak active and
+   reserved).
+3. find-max on --context_length in [128, 2048] for a 24 GB card (--gpu rtx4090, the
+   default 512 MiB reserve) with --interpolate: simulations, wall, the answer with its
+   margin and shortfall, against the one simulation's wall.
+
+Every run uses a fresh cache directory (nothing comes from an earlier run) and plan's own
+pool (--jobs 2). The load average is printed beside each figure: on a shared machine the
+walls say as much about the neighbours as about memlens.
 """
 
 from __future__ import annotations
@@ -20,9 +28,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKLOAD = ROOT.parent / "shared" / "workloads" / "cs336_medium"
-BASE = [
-    "--context_length",
-    "128",
+MODEL = [
     "--d_model",
     "1024",
     "--d_ff",
@@ -38,20 +44,32 @@ BASE = [
     "--pattern",
     "full-training-step",
 ]
-CONTEXTS = (64, 128, 192, 256, 384, 512)
+SWEEP = ",".join(str(c) for c in range(64, 1281, 64))  # 20 values
+CHECKS = ("320", "704", "1088")  # interpolated in the sweep, simulated afterwards
 
 
-def job(a: tuple[int, str, list[str], dict]) -> tuple[int, float, float]:  # type: ignore[type-arg]
-    from memlens.planning.points import simulate_point
+def _say(line: str) -> None:
+    print(f"  [{time.strftime('%H:%M:%S')}] {line}", file=sys.stderr, flush=True)
 
-    i, script, argv, options = a
-    cpu, wall = time.process_time(), time.monotonic()
-    simulate_point(script, argv, options)
-    return i, time.process_time() - cpu, time.monotonic() - wall
+
+def _timed(label: str, run):  # type: ignore[no-untyped-def]
+    """Wall time only: the points run in forkserver children, not this process's, so
+    their CPU is not ours to read (bench_simulate.py measures one simulation's CPU)."""
+    load = os.getloadavg()[0]
+    started = time.monotonic()
+    result = run()
+    wall = time.monotonic() - started
+    print(
+        f"{label}: wall {wall:.1f} s, simulations {result['simulations']} "
+        f"(load {load:.1f} -> {os.getloadavg()[0]:.1f})",
+        flush=True,
+    )
+    return result, wall
 
 
 def main() -> None:
-    from memlens.planning.points import _context, with_value
+    from memlens.planning.plan import Setup, plan
+    from memlens.planning.sweep import Sweep
 
     if not WORKLOAD.is_dir():
         sys.exit(f"{WORKLOAD} is absent")
@@ -62,19 +80,46 @@ def main() -> None:
     os.chdir(root / "cs336_systems")
     sys.path.insert(0, str(root))  # PYTHONPATH=.. as the workload's README says
     os.environ["PYTHONPATH"] = os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])
-    options = {"gpu": "a100", "device_memory": None, "alloc_conf": ""}
-    for contexts, workers in (((128,), 1), (CONTEXTS, 2)):
-        jobs = [(i, "nsys_profile.py", with_value(BASE, "--context_length", str(c)), options)
-                for i, c in enumerate(contexts)]  # fmt: skip
-        load = os.getloadavg()[0]
-        started = time.monotonic()
-        with _context().Pool(workers, maxtasksperchild=1) as pool:
-            rows = sorted(pool.imap_unordered(job, jobs))
-        wall = time.monotonic() - started
-        print(f"{len(contexts)} point(s), pool of {workers}: wall {wall:.1f} s (load "
-              f"{load:.1f} -> {os.getloadavg()[0]:.1f}); CPU per point "
-              f"{[round(r[1], 1) for r in rows]} s, sum {sum(r[1] for r in rows):.1f} s",
-              flush=True)  # fmt: skip
+    os.environ["MEMLENS_CACHE_DIR"] = str(root / "cache")
+    a100 = Setup.of("a100", None, None)
+    common = {"jobs": 2, "progress": _say}
+
+    one, one_wall = _timed(
+        "one simulation (--context_length 128, a100)",
+        lambda: plan("nsys_profile.py", ["--context_length", "128", *MODEL], setup=a100, **common),
+    )
+    swept, _ = _timed(
+        "20-point sweep, --interpolate",
+        lambda: plan("nsys_profile.py", MODEL, sweeps=[Sweep("--context_length", tuple(SWEEP.split(",")))],
+                     setup=a100, interpolate=True, **common),
+    )  # fmt: skip
+    rows = {p["values"]["--context_length"]: p for p in swept["points"]}
+    print("  sources:", {v: p["source"] for v, p in rows.items()})
+    checked, _ = _timed(
+        f"check: {', '.join(CHECKS)} simulated",
+        lambda: plan("nsys_profile.py", MODEL, sweeps=[Sweep("--context_length", CHECKS)],
+                     setup=a100, **common),
+    )  # fmt: skip
+    for p in checked["points"]:
+        v = p["values"]["--context_length"]
+        got = rows[v]
+        same = (got["peak_active_bytes"], got["peak_reserved_bytes"]) == (
+            p["peak_active_bytes"], p["peak_reserved_bytes"])  # fmt: skip
+        print(f"  {v}: {got['source']} {got['peak_active_bytes']:,} / {got['peak_reserved_bytes']:,}"
+              f", simulated {p['peak_active_bytes']:,} / {p['peak_reserved_bytes']:,}: "
+              f"{'equal' if same else 'DIFFERENT'}")  # fmt: skip
+    card = Setup.of("rtx4090", None, None)
+    found, found_wall = _timed(
+        "find-max --context_length in [128, 2048], 24 GB card, --interpolate",
+        lambda: plan("nsys_profile.py", MODEL, setup=card, find=("--context_length", 128, 2048),
+                     interpolate=True, **common),
+    )  # fmt: skip
+    f = found["find_max"]
+    print(
+        f"  answer {f['largest_fitting']} (step {f['step']}), margin {f['margin_bytes']}, "
+        f"shortfall {f['shortfall_bytes']}, not fitting below: {f['failing']}, "
+        f"confirmed {f['confirmed']}; {found_wall / one_wall:.1f}x one simulation's wall"
+    )
     shutil.rmtree(root, ignore_errors=True)
 
 

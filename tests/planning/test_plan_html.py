@@ -31,7 +31,7 @@ def a_point(b: int, **over: Any) -> dict[str, Any]:
     return {"values": {"--batch-size": str(b)}, "argv": ["--tag", EVIL, "--batch-size", str(b)],
             "env": {"EVIL": EVIL}, "peak_active_bytes": reserved(b) - 16 * MiB,
             "peak_reserved_bytes": reserved(b), "oom": False, "fits": True, "error": None,
-            "cached": False, **over}  # fmt: skip
+            "cached": False, "source": "simulated", **over}  # fmt: skip
 
 
 def result() -> dict[str, Any]:

@@ -5,11 +5,16 @@ from __future__ import annotations
 import pytest
 
 from memlens.errors import MemlensError
+from memlens.planning import point_cache
 from memlens.planning.fit import fit
 from memlens.planning.plan import Setup
-from memlens.planning.points import Sweep, cache_key, cached, grid, store, with_value
-from memlens.planning.whatif import check_knob, knob_options, split_knobs, what_if_conf
+from memlens.planning.point_cache import cache_key, cached, store
+from memlens.planning.request import PointRequest
+from memlens.planning.sweep import Sweep, grid, with_value
+from memlens.planning.whatif import check_knob, knob_request, split_knobs, what_if_conf
 from memlens.planning.worker import PointFigures
+from memlens.simulation.config import SimulateConfig
+from memlens.simulation.script import ScriptTarget
 
 MiB = 2**20
 
@@ -45,8 +50,11 @@ def test_an_env_sweep_sets_variables_and_keys_the_options():
         (["x", "--b", "1"], {"BATCH": "8"}, "--b=1 BATCH=8"),
         (["x", "--b", "1"], {"BATCH": "16"}, "--b=1 BATCH=16"),
     ]
-    assert points[0].options({"gpu": "t4"}) == {"gpu": "t4", "env": {"BATCH": "8"}}
-    assert grid([], [Sweep("--b", ("1",))])[0].options({"gpu": "t4"}) == {"gpu": "t4"}
+    base = PointRequest(ScriptTarget("t.py"), SimulateConfig(gpu="t4"))
+    assert points[0].request(base) == PointRequest(
+        ScriptTarget("t.py", ("x", "--b", "1")), SimulateConfig(gpu="t4"), env={"BATCH": "8"}
+    )
+    assert grid([], [Sweep("--b", ("1",))])[0].request(base).env == {}
     with pytest.raises(MemlensError, match="expected 'NAME=V1,V2,...'"):
         Sweep.parse("BATCH", env=True)
 
@@ -60,14 +68,14 @@ def test_what_if_combinations_split_outside_brackets():
     assert split_knobs("roundup_power2_divisions:[256:1,512:2]") == [
         "roundup_power2_divisions:[256:1,512:2]"
     ]
-    options, setting, kind = knob_options(
-        {"alloc_conf": "max_split_size_mb:64"}, "expandable_segments,checkpoint=Block"
-    )
+    base = PointRequest(ScriptTarget("t.py"), SimulateConfig(alloc_conf="max_split_size_mb:64"))
+    request, setting, kind = knob_request(base, "expandable_segments,checkpoint=Block")
     assert setting == "expandable_segments:True,checkpoint=Block" and kind == "mixed"
-    assert options == {
-        "alloc_conf": "max_split_size_mb:64,expandable_segments:True",
-        "knobs": ["checkpoint=Block"],
-    }
+    assert request == PointRequest(
+        ScriptTarget("t.py"),
+        SimulateConfig(alloc_conf="max_split_size_mb:64,expandable_segments:True"),
+        knobs=("checkpoint=Block",),
+    )
     for bad, message in (("autocast=bf16,autocast=fp16", "given once"), ("a:1,,", "empty knob")):
         with pytest.raises(MemlensError, match=message):
             check_knob(bad)
@@ -122,21 +130,59 @@ def test_setup_usable_memory_and_what_if_settings():
         what_if_conf("", "fast")
 
 
+def _key(script, args, gpu="t4", **more):
+    request = PointRequest(ScriptTarget(str(script), tuple(args)), SimulateConfig(gpu=gpu), **more)
+    return cache_key(request)
+
+
 def test_cache_key_is_the_scripts_bytes_args_and_options(tmp_path, monkeypatch):
     monkeypatch.setenv("MEMLENS_CACHE_DIR", str(tmp_path / "cache"))
     a, b = tmp_path / "a.py", tmp_path / "b.py"
     a.write_text("x = 1\n")
     b.write_text("x = 1\n")
-    key = cache_key(str(a), ["--bs", "1"], {"gpu": "t4"})
-    assert cache_key(str(b), ["--bs", "1"], {"gpu": "t4"}) == key  # a copy: same bytes
-    assert cache_key(str(a), ["--bs", "2"], {"gpu": "t4"}) != key
-    assert cache_key(str(a), ["--bs", "1"], {"gpu": "a100"}) != key
+    key = _key(a, ["--bs", "1"])
+    assert _key(b, ["--bs", "1"]) == key  # a copy: same bytes
+    assert _key(b, ["--bs", "1"], sites=True) == key  # call sites are not part of it
+    assert _key(a, ["--bs", "2"]) != key
+    assert _key(a, ["--bs", "1"], gpu="a100") != key
+    assert _key(a, ["--bs", "1"], knobs=("autocast=bf16",)) != key
+    assert _key(a, ["--bs", "1"], env={"BATCH": "2"}) != key
     b.write_text("x = 2\n")
-    assert cache_key(str(b), ["--bs", "1"], {"gpu": "t4"}) != key
+    assert _key(b, ["--bs", "1"]) != key
     assert cached(key) is None
     figures: PointFigures = {"peak_active_bytes": 1, "peak_reserved_bytes": 2, "oom": False,
-                             "error": None, "applied": [], "sites": []}  # fmt: skip
+                             "error": None, "applied": [], "sites": [], "requests": None}  # fmt: skip
     store(key, figures)
     assert cached(key) == figures
     (tmp_path / "cache" / "plan" / f"{key}.json").write_text('{"peak_active_bytes": 1}')
     assert cached(key) is None  # a damaged entry is a miss
+
+
+def test_cache_key_follows_the_simulators_code_not_the_package_version(tmp_path, monkeypatch):
+    """A change in the simulator's sources (or torch's version) misses: figures computed
+    by an older allocator model are not served (issue 34)."""
+    monkeypatch.setenv("MEMLENS_CACHE_DIR", str(tmp_path / "cache"))
+    script = tmp_path / "a.py"
+    script.write_text("x = 1\n")
+    key = _key(script, [])
+    point_cache.simulator_identity.cache_clear()
+    monkeypatch.setattr(point_cache, "SIMULATOR_SOURCES", point_cache.SIMULATOR_SOURCES[:1])
+    try:
+        assert _key(script, []) != key
+    finally:
+        point_cache.simulator_identity.cache_clear()
+    monkeypatch.undo()
+    assert _key(script, []) == key
+
+
+def test_point_request_round_trips_through_json():
+    import json
+
+    request = PointRequest(
+        ScriptTarget("t.py", ("--bs", "2"), whole_run=True),
+        SimulateConfig(gpu="a100", device_memory=2**30, stacks=None),
+        knobs=("checkpoint=Block",),
+        sites=True,
+        env={"BATCH": "4"},
+    )
+    assert PointRequest.from_json(json.loads(json.dumps(request.to_json()))) == request

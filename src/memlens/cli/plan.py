@@ -35,7 +35,7 @@ def render(result: dict) -> list[str]:  # type: ignore[type-arg]
         )
         if p["error"] is not None:
             line += f" ({p['error']})"
-        lines.append(line + (" [cached]" if p["cached"] else ""))
+        lines.append(line + _tags(p))
     if result["largest_fitting"]:
         lines.append(f"largest fitting: {values_text(result['largest_fitting'])}")
     lines += _fit_lines(result, "")
@@ -56,9 +56,11 @@ def render(result: dict) -> list[str]:  # type: ignore[type-arg]
         best = found["largest_fitting"]
         answer = f"{found['arg']}={best}" if best is not None else f"none (not even {found['lo']})"
         lines.append(
-            f"find-max {found['arg']} in [{found['lo']}, {found['hi']}]: {answer}, "
-            f"{found['simulations']} simulations"
+            f"find-max {found['arg']} in [{found['lo']}, {found['hi']}]"
+            + (f" step {found['step']}" if found["step"] != 1 else "")
+            + f": {answer}, {found['simulations']} simulations"
         )
+        lines += _find_max_lines(found, result["usable_bytes"])
     for w in result["what_ifs"]:
         lines.append(f"what-if {w['setting']}:")
         for p, da, dr in zip(w["points"], w["active_change_bytes"], w["reserved_change_bytes"]):
@@ -70,6 +72,51 @@ def render(result: dict) -> list[str]:  # type: ignore[type-arg]
     if result["knob_table"] is not None:
         lines += render_table(result["knob_table"])
     lines.append(f"{result['simulations']} simulations run ({result['executor']})")
+    return lines
+
+
+def _tags(p: dict) -> str:  # type: ignore[type-arg]
+    """A row's provenance: interpolated (fitted sizes replayed) or simulated, cached."""
+    tags = [p["source"]] if p.get("source") == "interpolated" else []
+    return "".join(f" [{t}]" for t in tags + (["cached"] if p["cached"] else []))
+
+
+def _find_max_lines(found: dict, usable: int) -> list[str]:  # type: ignore[type-arg]
+    """The margin at the answer, the shortfall at the next value, what failed below the
+    answer, and whether simulation confirmed the interpolation."""
+    lines = []
+    best, arg = found["largest_fitting"], found["arg"]
+    if found["margin_bytes"] is not None:
+        lines.append(
+            f"  margin at {arg}={best}: {format_bytes(found['margin_bytes'])} left of {format_bytes(usable)}"
+        )
+    if found["shortfall_bytes"] is not None:
+        nxt = found["lo"] if best is None else min(best + found["step"], found["hi"])
+        lines.append(
+            f"  shortfall at {arg}={nxt}: {format_bytes(found['shortfall_bytes'])} more than usable"
+        )
+    if found["failing"]:
+        shown = ", ".join(str(v) for v in found["failing"][:20])
+        lines.append(
+            f"  memory is not monotone in {arg}: below {best}, these values do not fit: {shown}"
+            + (" ..." if len(found["failing"]) > 20 else "")
+        )
+    if found["interpolated"]:
+        lines.append(
+            "  the answer and the next value were simulated to confirm the interpolation: "
+            + (
+                "they agree to the byte"
+                if found["confirmed"]
+                else "they DIFFER (the simulated rows above hold)"
+            )
+        )
+    if found["interpolated"]:  # every value looked at, simulated or interpolated
+        for p in found["probes"]:
+            lines.append(
+                f"  {values_text(p['values'])}: peak reserved "
+                f"{format_bytes(p['peak_reserved_bytes'])}, {fits_text(p)}"
+                f"{_tags(p) or ' [simulated]'}"
+            )
     return lines
 
 
@@ -196,6 +243,20 @@ def render_table(table: dict) -> list[str]:  # type: ignore[type-arg]
 @click.option("--lo", type=int, default=1, show_default=True, help="--find-max's lower end.")
 @click.option("--hi", type=int, default=1024, show_default=True, help="--find-max's upper end.")
 @click.option(
+    "--interpolate",
+    is_flag=True,
+    help="One integer --sweep (or --find-max) from a few simulations: allocation sizes "
+    "fitted between simulated values and replayed through the allocator model; each row "
+    "says simulated or interpolated, find-max's answer is confirmed by simulation.",
+)
+@click.option(
+    "--step",
+    type=click.IntRange(min=1),
+    default=None,
+    help="With --interpolate --find-max: the values tried are --lo, --lo + STEP, ..., --hi "
+    "(default: 1, 2 or 5 x 10^k, about 64 values).",
+)
+@click.option(
     "--what-if",
     "knobs",
     multiple=True,
@@ -252,6 +313,8 @@ def command(
     find_arg: str | None,
     lo: int,
     hi: int,
+    interpolate: bool,
+    step: int | None,
     knobs: tuple[str, ...],
     jobs: int | None,
     scheduler: str | None,
@@ -273,10 +336,13 @@ def command(
         raise MemlensError("memlens plan needs PyTorch: pip install torch") from None
     from memlens.planning.hook import Hook
     from memlens.planning.plan import Setup, plan
-    from memlens.planning.points import Sweep
+    from memlens.planning.sweep import Sweep
 
     if not os.path.isfile(script):
         raise MemlensError(f"no such script: {script}")
+    from memlens.simulation.gpu_inference import resolve_gpu
+
+    gpu, alloc_conf = resolve_gpu(gpu, lambda line: status(f"memlens: plan: {line}", err=True))
     swept = [Sweep.parse(s) for s in sweeps] + [Sweep.parse(s, env=True) for s in sweep_envs]
     result = plan(
         script,
@@ -292,6 +358,9 @@ def command(
         hook=None if sweep_hook is None else Hook.load(sweep_hook),
         scheduler=scheduler,
         workers=workers,
+        interpolate=interpolate,
+        step=step,
+        alloc_conf=alloc_conf,
     )
     if html_out is not None:
         from memlens.views.report.plan import plan_report

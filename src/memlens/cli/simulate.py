@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -17,6 +18,7 @@ from memlens.units import format_bytes, parse_bytes
 if TYPE_CHECKING:
     from memlens.simulation.api import ScriptRun
     from memlens.simulation.config import SimulateConfig
+    from memlens.simulation.progress import SimProgress
 
 
 def _default_output(script: str) -> Path:
@@ -35,6 +37,58 @@ def _figures(snapshot: dict[str, Any]) -> str:
         f"{format_bytes(dev.peak_reserved_bytes)}, {dev.n_events:,} "
         f"event{'' if dev.n_events == 1 else 's'}"
     )
+
+
+def progress_text(p: SimProgress) -> str:
+    steps = f"{p.steps:,} optimizer step{'' if p.steps == 1 else 's'}, " if p.steps else ""
+    return (
+        f"{p.elapsed:,.0f} s: {steps}{p.events:,} event{'' if p.events == 1 else 's'}, "
+        f"peak active {format_bytes(p.peak_active)}, peak reserved "
+        f"{format_bytes(p.peak_reserved)} so far"
+    )
+
+
+class LiveLine:
+    """The run so far on stderr: one line rewritten in place on a terminal, a plain line
+    per report otherwise (a log keeps them all)."""
+
+    def __init__(self) -> None:
+        self.tty = bool(sys.stderr.isatty())
+        self.shown = False
+
+    def __call__(self, p: SimProgress) -> None:
+        line = f"memlens: simulating: {progress_text(p)}"
+        if self.tty:
+            click.echo(f"\r\x1b[K{line}", err=True, nl=False)
+            self.shown = True
+        else:
+            status(line, err=True)
+
+    def clear(self) -> None:
+        if self.shown:
+            click.echo("\r\x1b[K", err=True, nl=False)
+            self.shown = False
+
+
+def compare_lines(simulated: dict[str, Any] | str, recording: str) -> list[str]:
+    """The simulated snapshot's peaks against a recording's: bytes, and the difference in
+    bytes and percent of the recording's."""
+    import memlens
+
+    sim = memlens.load(simulated, warn=False).device(0)
+    rec = memlens.load(recording, warn=False).device(0)
+    lines = [f"against {recording}:"]
+    for what, a, b in (
+        ("peak active", sim.peak_active_bytes, rec.peak_active_bytes),
+        ("peak reserved", sim.peak_reserved_bytes, rec.peak_reserved_bytes),
+    ):
+        diff = a - b
+        pct = "" if b == 0 else f" ({100 * diff / b:+.3f}%)"
+        lines.append(
+            f"  {what}: simulated {a:,} bytes, recorded {b:,} bytes: "
+            + ("equal" if diff == 0 else f"{diff:+,} bytes{pct}")
+        )
+    return lines
 
 
 def _assumptions(config: SimulateConfig) -> str:
@@ -130,7 +184,9 @@ def _positive(flag: str, help: str) -> Callable[[F], F]:
     default=None,
     help="Card or generation to simulate: h100/hopper (default), a100/ampere, a100-40gb, "
     "a10, l4/ada, rtx4090, v100/volta, t4/turing. Sets the cuBLAS workspace, the device "
-    "memory (unless --device-memory) and what torch.cuda answers.",
+    "memory (unless --device-memory) and what torch.cuda answers. like:SNAPSHOT: the card "
+    "a GPU recording implies (its cuBLAS workspace, its OOM's capacity, its allocator "
+    "settings), said as inferred.",
 )
 @click.option(
     "--cublas-workspace",
@@ -184,6 +240,14 @@ def _positive(flag: str, help: str) -> Callable[[F], F]:
     help="Run the ranks on a Dask cluster, as memlens fleet does (default: a local process pool).",
 )
 @_positive("--workers", "Processes of the local pool (default: the cores, at most one per rank).")
+@click.option(
+    "--compare",
+    metavar="SNAPSHOT",
+    default=None,
+    type=click.Path(exists=True, dir_okay=False),
+    help="A GPU recording of the same run: print the simulated peaks against its own, "
+    "with the difference (the simulated figures are those of what -o holds).",
+)
 def command(
     output: Path | None,
     module: bool,
@@ -195,6 +259,7 @@ def command(
     ranks: str | None,
     scheduler: str | None,
     workers: int | None,
+    compare: str | None,
     **options: Any,
 ) -> None:
     """Run SCRIPT (a module with -m) as __main__ with fake CUDA tensors and a model of
@@ -207,45 +272,54 @@ def command(
         import torch  # noqa: F401
     except ImportError:
         raise MemlensError("memlens simulate needs PyTorch: pip install torch") from None
-    from memlens.simulation.api import run_script
+    from memlens.simulation.api import run_target
     from memlens.simulation.config import SimulateConfig
-    from memlens.simulation.script import ScriptFailed
+    from memlens.simulation.gpu_inference import resolve_gpu
+    from memlens.simulation.script import ScriptFailed, ScriptTarget
 
+    options["gpu"], conf = resolve_gpu(
+        options["gpu"], lambda line: status(f"memlens: {line}", err=True)
+    )
+    if conf is not None:
+        options["alloc_conf"] = conf
     # every other option is named as a SimulateConfig field
     config = SimulateConfig.of(None, options)
     status(_assumptions(config), err=True)
+    target = ScriptTarget(script, args, module, whole_run)
     if nproc_per_node is not None or nnodes is not None or ranks is not None:
         from memlens.cli.simulate_ranks import launch
 
         code = launch(
-            script,
-            list(args),
+            target,
             output,
             nproc_per_node=nproc_per_node or 1,
             nnodes=nnodes or 1,
             ranks=ranks,
             scheduler=scheduler,
             workers=workers,
-            module=module,
-            whole_run=whole_run,
             config=config,
         )
         click.get_current_context().exit(code)
     if output is not None and output.is_dir():
         raise MemlensError(f"-o {output} is a directory: give a file (or --nproc-per-node)")
     output = output or _default_output(script)
+    live = LiveLine()
     try:
-        run = run_script(
-            script, list(args), output, module=module, whole_run=whole_run, config=config
-        )
+        run = run_target(target, output, config, progress=live)
     except ScriptFailed as failed:
+        live.clear()  # before the traceback
         if failed.traceback:
             status(failed.traceback.rstrip("\n"), err=True)
         status(f"memlens: {failed}", err=True)
         click.get_current_context().exit(1)
+    finally:
+        live.clear()
     for note in run.notes:
         status(f"memlens: note: {note}", err=True)
     _report(run)
+    if compare is not None:
+        for line in compare_lines(run.snapshot, compare):
+            status(f"memlens: {line}", err=True)
     if run.oom is not None:
         status(f"memlens: the script ran out of memory: {run.oom}", err=True)
         click.get_current_context().exit(1)

@@ -17,6 +17,7 @@ from memlens.units import format_bytes
 if TYPE_CHECKING:
     from memlens.simulation.config import SimulateConfig
     from memlens.simulation.distributed.launch import RankResult
+    from memlens.simulation.script import ScriptTarget
 
 
 def default_directory(script: str) -> Path:
@@ -110,8 +111,7 @@ def _symmetry_note(results: list[RankResult], assumed: list[int], verdict: bool 
 
 
 def launch(
-    script: str,
-    args: list[str],
+    target: ScriptTarget,
     output: Path | None,
     *,
     nproc_per_node: int,
@@ -119,8 +119,6 @@ def launch(
     ranks: str | None,
     scheduler: str | None,
     workers: int | None,
-    module: bool,
-    whole_run: bool,
     config: SimulateConfig,
 ) -> int:
     """Run the ranks, print the table and the fleet comparison; the exit status (1 when
@@ -134,7 +132,7 @@ def launch(
     world = World(nproc_per_node, nnodes)
     picked = world.probe() if ranks is None else world.pick(ranks)
     assumed = [r for r in range(world.size) if r not in picked] if ranks is None else []
-    directory = output or default_directory(script)
+    directory = output or default_directory(target.script)
     status(
         f"memlens: simulating {len(picked)} of {world.size} rank"
         f"{'' if world.size == 1 else 's'} ({nnodes} node{'' if nnodes == 1 else 's'} x "
@@ -155,14 +153,11 @@ def launch(
             status(f"memlens: rank {r.rank}: {r.error}", err=True)
 
     results = simulate_ranks(
-        script,
-        args,
+        target,
         directory,
         world,
         picked,
         config=config,
-        module=module,
-        whole_run=whole_run,
         scheduler=scheduler,
         workers=workers,
         on_result=heard,

@@ -12,26 +12,29 @@ script's path is absolute. The parent keeps the cache: workers only simulate.
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from typing import Any
 
 from memlens.execution.isolated import run_isolated, serve
+from memlens.planning.request import PointRequest
 from memlens.planning.worker import PointFigures, failed, simulate_point
 
-Task = tuple[str, list[str], dict[str, Any], str]
+# the request as JSON data, and the client's working directory
+Task = tuple[dict[str, Any], str]
 
 
-def task(script: str, argv: list[str], options: dict[str, Any]) -> Task:
-    """What a worker needs, every path absolute (a worker's cwd is not ours)."""
-    return os.path.abspath(script), list(argv), options, os.getcwd()
+def task(request: PointRequest) -> Task:
+    """What a worker needs, the script's path absolute (a worker's cwd is not ours)."""
+    return replace(request, target=request.target.absolute()).to_json(), os.getcwd()
 
 
 def simulate_isolated(t: Task) -> PointFigures:
     """On the worker: the point in its own interpreter; its prints are dropped (the local
     pool sends them to the plan's stderr; a worker's has no reader)."""
-    script, argv, options, cwd = t
+    request, cwd = t
     done = run_isolated(
         "memlens.planning.cluster",
-        [script, argv, options],
+        request,
         cwd=cwd if os.path.isdir(cwd) else None,
         quiet=True,
     )
@@ -41,9 +44,8 @@ def simulate_isolated(t: Task) -> PointFigures:
     return figures
 
 
-def _simulate_request(request: list[Any]) -> PointFigures:
-    script, argv, options = request
-    return simulate_point(script, argv, options)
+def _simulate_request(request: dict[str, Any]) -> PointFigures:
+    return simulate_point(PointRequest.from_json(request))
 
 
 if __name__ == "__main__":

@@ -4,15 +4,16 @@ largest fitting value, and bisection for it (`find_max`)."""
 from __future__ import annotations
 
 import itertools
+import math
 import os
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from memlens.errors import MemlensError
 from memlens.planning.fit import Fit, fit, numeric
 from memlens.planning.hook import Hook
-from memlens.planning.points import Runner, Sweep, configure, grid, point, sweep_figures
+from memlens.planning.request import PointRequest
 from memlens.planning.results import (
     PlanFindMax,
     PlanFit,
@@ -21,7 +22,11 @@ from memlens.planning.results import (
     PlanPrediction,
     PlanResult,
 )
+from memlens.planning.runner import Runner, point, sweep_figures
+from memlens.planning.sweep import Sweep, configure, grid
+from memlens.simulation.config import SimulateConfig
 from memlens.simulation.gpus import gpu_preset
+from memlens.simulation.script import ScriptTarget
 from memlens.units import parse_bytes
 
 # What a real card's CUDA context, cuBLAS/cuDNN handles and kernels' modules take outside
@@ -55,10 +60,20 @@ class Setup:
     def usable(self) -> int | None:
         return None if self.capacity is None else self.capacity - self.reserve
 
-    def options(self, alloc_conf: str | None) -> dict[str, Any]:
-        """run_script's options (JSON-able: they are part of the cache key)."""
+    def config(self, alloc_conf: str | None) -> SimulateConfig:
+        """The points' simulation settings: the card, the usable memory, the allocator
+        settings as given or as $PYTORCH_CUDA_ALLOC_CONF has them now (part of the cache
+        key). Stacks are off: the worker turns them on when a point wants call sites."""
         conf = os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "") if alloc_conf is None else alloc_conf
-        return {"gpu": self.gpu, "device_memory": self.usable, "alloc_conf": conf}
+        return SimulateConfig(gpu=self.gpu, device_memory=self.usable, alloc_conf=conf, stacks=None)
+
+
+@dataclass(frozen=True)
+class Interpolation:
+    """`--interpolate` and find-max's `--step` (None: a default for the range)."""
+
+    on: bool = False
+    step: int | None = None
 
 
 def largest_fitting(sweeps: Sequence[Sweep], points: Sequence[PlanPoint]) -> dict[str, str] | None:
@@ -170,8 +185,21 @@ def check_find(usable: int | None, lo: int, hi: int) -> None:
         raise MemlensError(f"--find-max needs 1 <= --lo <= --hi (got {lo}, {hi})")
 
 
+def probes_fit(arg: str, probes: Sequence[PlanPoint], usable: int | None) -> PlanFit | None:
+    """Peak reserved over find-max's probes, for the page's curve (None: fewer than 2)."""
+    values = tuple(dict.fromkeys(p["values"][arg] for p in probes))
+    model = fit_points([Sweep(arg, values)], probes) if len(values) > 1 else None
+    return None if model is None else describe_fit(model, usable)
+
+
+def probes_at_most(lo: int, hi: int) -> int:
+    """Bisection's simulations at most: `hi`, `lo`, then one per halving of (lo, hi)."""
+    return 1 if lo == hi else 2 + max(0, math.ceil(math.log2(hi - lo)))
+
+
 def find_max(
     runner: Runner,
+    base: PointRequest,
     args: Sequence[str],
     arg: str,
     lo: int,
@@ -187,10 +215,22 @@ def find_max(
     check_find(usable, lo, hi)
     probes: list[PlanPoint] = []
     before = runner.simulated
+    most = probes_at_most(lo, hi)
+    started = time.monotonic()
 
     def fits(value: int) -> bool:
+        spent = time.monotonic() - started
+        left = (
+            ""
+            if not probes
+            else f", about {spent / len(probes) * (most - len(probes)):.0f} s left at most"
+        )
+        runner.say(
+            f"find-max: probe {len(probes) + 1} of at most {most}, {arg}={value} "
+            f"({spent:.0f} s elapsed{left})"
+        )
         spec = configure(args, {arg: str(value)}, env_names, hook)
-        ((figures, cached),) = runner.run([spec.argv], [spec.label], [spec.options(runner.options)])
+        ((figures, cached),) = runner.run([spec.request(base)], [spec.label])
         probes.append(point(spec, figures, cached, usable))
         if figures["error"] is not None:
             raise MemlensError(f"{' '.join(spec.argv)}: {figures['error']}")
@@ -207,6 +247,9 @@ def find_max(
             mid = (good + bad) // 2
             good, bad = (mid, bad) if fits(mid) else (good, mid)
         best = good
+    reserved = {int(p["values"][arg]): p["peak_reserved_bytes"] for p in probes}
+    assert usable is not None  # check_find
+    nxt = None if best is None else reserved.get(best + 1)
     return {
         "arg": arg,
         "lo": lo,
@@ -214,6 +257,13 @@ def find_max(
         "largest_fitting": best,
         "simulations": runner.simulated - before,
         "probes": probes,
+        "step": 1,
+        "margin_bytes": None if best is None else usable - reserved[best],
+        "shortfall_bytes": None if nxt is None else nxt - usable,
+        "failing": [],
+        "interpolated": False,
+        "confirmed": None,
+        "fit": None,  # probes_fit, by plan()
     }
 
 
@@ -225,7 +275,7 @@ def plan(
     setup: Setup,
     jobs: int = 1,
     use_cache: bool = True,
-    progress: Any = None,
+    progress: Callable[[str], None] | None = None,
     predict: Sequence[str] = (),
     find: tuple[str, int, int] | None = None,
     knobs: Sequence[str] = (),
@@ -233,49 +283,62 @@ def plan(
     hook: Hook | None = None,
     scheduler: str | None = None,
     workers: int | None = None,
+    interpolate: bool = False,
+    step: int | None = None,
 ) -> PlanResult:
     """The whole of `memlens plan`: the sweep (one point, the script as given, without
     one), its fit and predictions, the what-ifs, then the bisection when asked. The points
-    run on a local pool of `jobs` processes, or on the Dask cluster `scheduler`."""
+    run on a local pool of `jobs` processes, or on the Dask cluster `scheduler`. With
+    `interpolate`, the sweep's rows and find-max (on values `step` apart) come from a few
+    simulations (planning/interpolate.py)."""
     remote = None if scheduler in (None, "", "local") else scheduler  # "local": the pool here
-    runner = Runner(script, {}, jobs, use_cache, progress, scheduler=remote, workers=workers)
+    runner = Runner(jobs, use_cache, progress, scheduler=remote, workers=workers)
+    # a point's request: the script, the card's settings, call sites when the knob table
+    # needs them; each point sets its arguments and environment (PointSpec.request)
+    base = PointRequest(ScriptTarget(script), setup.config(alloc_conf), sites=bool(knobs))
     try:
-        return _plan(runner, args, sweeps, setup, predict, find, knobs, alloc_conf, hook)
+        how = Interpolation(interpolate, step)
+        return _plan(runner, base, args, sweeps, setup, predict, find, knobs, hook, how)
     finally:
         runner.close()
 
 
 def _plan(
     runner: Runner,
+    base: PointRequest,
     args: Sequence[str],
     sweeps: Sequence[Sweep],
     setup: Setup,
     predict: Sequence[str],
     find: tuple[str, int, int] | None,
     knobs: Sequence[str],
-    alloc_conf: str | None,
     hook: Hook | None,
+    how: Interpolation,
 ) -> PlanResult:
+    from memlens.planning.interpolated_plan import interpolated_find_max, interpolated_points
     from memlens.planning.whatif import check_knob, knob_table, what_ifs
 
-    runner.options = setup.options(alloc_conf)
-    if knobs:  # the knob table needs each point's call sites
-        runner.options["sites"] = True
+    if how.on and knobs:
+        raise MemlensError("--interpolate and --what-if cannot be combined yet")
+
     for knob in knobs:  # a bad knob or range fails before any simulation
         check_knob(knob)
     if find is not None:
         check_find(setup.usable, find[1], find[2])
     specs = grid(args, sweeps, hook) if sweeps or not find else []
-    ran = sweep_figures(runner, specs, setup.usable)
+    if how.on and sweeps:
+        ran, _ = interpolated_points(runner, base, args, sweeps, setup.usable, hook)
+    else:
+        ran = sweep_figures(runner, base, specs, setup.usable)
     points = [p for p, _ in ran]
     done, alone = (
-        what_ifs(setup.usable, runner, specs, ran, knobs) if points and knobs else ([], {})
+        what_ifs(setup.usable, runner, base, specs, ran, knobs) if points and knobs else ([], {})
     )
     model = fit_points(sweeps, points) if sweeps else None
     active = fit_points(sweeps, points, "peak_active_bytes") if sweeps else None
     result: PlanResult = {
         "schema": 1,
-        "script": runner.script,
+        "script": base.target.script,
         "executor": runner.executor,
         "gpu": gpu_preset(setup.gpu).name,
         "capacity_bytes": setup.capacity,
@@ -294,6 +357,14 @@ def _plan(
     }
     if find is not None:
         env_names = [s.arg for s in sweeps if s.env]
-        result["find_max"] = find_max(runner, args, *find, setup.usable, hook, env_names)
+        if how.on:
+            assert setup.usable is not None  # check_find
+            found = interpolated_find_max(
+                runner, base, args, *find, how.step, setup.usable, hook, env_names
+            )
+        else:
+            found = find_max(runner, base, args, *find, setup.usable, hook, env_names)
+        found["fit"] = probes_fit(found["arg"], found["probes"], setup.usable)
+        result["find_max"] = found
     result["simulations"] = runner.simulated
     return result

@@ -17,6 +17,8 @@ class PlanPoint(TypedDict):
     fits: bool | None  # ran to the end within the usable memory; None: no capacity given
     error: str | None  # the script failed for another reason
     cached: bool
+    # "simulated", or "interpolated": fitted allocation sizes replayed (--interpolate)
+    source: str
 
 
 class PlanFit(TypedDict):
@@ -53,6 +55,13 @@ class PlanFindMax(TypedDict):
     largest_fitting: int | None  # None: even `lo` does not fit
     simulations: int  # simulations run (cached points not counted)
     probes: list[PlanPoint]  # in the order probed
+    step: int  # the values tried are lo, lo + step, ... and hi
+    margin_bytes: int | None  # usable minus peak reserved at the answer
+    shortfall_bytes: int | None  # peak reserved at the next step minus usable
+    failing: list[int]  # values below the answer that do not fit (memory not monotone)
+    interpolated: bool  # bisection on interpolated replays, confirmed by simulation
+    confirmed: bool | None  # the simulations at the answer and the next step agreed
+    fit: PlanFit | None  # peak reserved over the probes that ran to the end
 
 
 class PlanWhatIf(TypedDict):

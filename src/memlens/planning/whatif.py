@@ -8,10 +8,10 @@ and the table puts each one's saving alone beside the combination's."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from dataclasses import replace
 
 from memlens.errors import MemlensError
-from memlens.planning.points import PointSpec, Runner, point
+from memlens.planning.request import PointRequest
 from memlens.planning.results import (
     PlanKnobPart,
     PlanKnobRow,
@@ -19,7 +19,9 @@ from memlens.planning.results import (
     PlanPoint,
     PlanWhatIf,
 )
+from memlens.planning.runner import Runner, point
 from memlens.planning.sites import site_changes
+from memlens.planning.sweep import PointSpec
 from memlens.planning.worker import PointFigures
 
 # Shorthands for --what-if: a bare key means switching it on.
@@ -46,9 +48,11 @@ def what_if_conf(base: str, knob: str) -> str:
 
     setting = WHAT_IF_SHORTHANDS.get(knob.strip(), knob.strip())
     if ":" not in setting:
+        from memlens.simulation.knobs.code import KEYS
+
         raise MemlensError(
             f"--what-if {knob!r}: expected KEY:VALUE, expandable_segments, or a code knob "
-            "(checkpoint=, autocast=, sdpa=, foreach=, fused=, zero_grad=, fsdp2=, ddp=)"
+            f"({', '.join(f'{key}=' for key in KEYS)})"
         )
     what_if(AllocatorSettings(), setting)
     return f"{base},{setting}" if base else setting
@@ -98,17 +102,18 @@ def check_knob(knob: str) -> None:
         raise MemlensError(f"--what-if {knob!r}: each knob may be given once in a combination")
 
 
-def knob_options(options: dict[str, Any], knob: str) -> tuple[dict[str, Any], str, str]:
-    """(the run's options with the knob or knobs, the setting as reported, its kind:
-    allocator, code, or mixed)."""
+def knob_request(base: PointRequest, knob: str) -> tuple[PointRequest, str, str]:
+    """(`base` with the knob or knobs: code knobs patched in, allocator settings added to
+    its PYTORCH_CUDA_ALLOC_CONF; the setting as reported; its kind: allocator, code, or
+    mixed)."""
     parts = split_knobs(knob)
     code = [p for p in parts if is_code(p)]
-    out = dict(options)
-    if code:
-        out["knobs"] = code
+    conf = base.config.allocator_conf()
     for part in parts:
         if part not in code:
-            out["alloc_conf"] = what_if_conf(out["alloc_conf"], part)
+            conf = what_if_conf(conf, part)
+    config = replace(base.config, alloc_conf=conf)
+    out = replace(base, config=config, knobs=tuple(code) if code else base.knobs)
     kind = "mixed" if 0 < len(code) < len(parts) else "code" if code else "allocator"
     return out, ",".join(parts), kind
 
@@ -116,6 +121,7 @@ def knob_options(options: dict[str, Any], knob: str) -> tuple[dict[str, Any], st
 def what_ifs(
     usable: int | None,
     runner: Runner,
+    base_request: PointRequest,
     grid_points: Sequence[PointSpec],
     baseline: Ran,
     knobs: Sequence[str],
@@ -124,23 +130,20 @@ def what_ifs(
     each knob at the table point (`Alone`), with, for a combination, each of its knobs
     alone there (simulated unless it is a what-if of its own). All runs go to the pool at
     once (one knob at one point would use one process)."""
-    runs = [knob_options(runner.options, knob) for knob in knobs]
+    runs = [knob_request(base_request, knob) for knob in knobs]
     given = {setting for _, setting, _ in runs}
     parts = [part for _, setting, _ in runs for part in split_knobs(setting)]
-    extra = [
-        knob_options(runner.options, part) for part in dict.fromkeys(parts) if part not in given
-    ]
+    extra = [knob_request(base_request, part) for part in dict.fromkeys(parts) if part not in given]
     at = grid_points[table_point(baseline)]
     results = runner.run(
-        [p.argv for _ in runs for p in grid_points] + [at.argv] * len(extra),
+        [p.request(request) for request, _, _ in runs for p in grid_points]
+        + [at.request(request) for request, _, _ in extra],
         [
             f"what-if {setting}: {p.label}".rstrip(": ")
             for _, setting, _ in runs
             for p in grid_points
         ]
         + [f"what-if {setting} alone: {at.label}".rstrip(": ") for _, setting, _ in extra],
-        [p.options(options) for options, _, _ in runs for p in grid_points]
-        + [at.options(options) for options, _, _ in extra],
     )
     alone: Alone = {
         setting: (point(at, f, c, usable), f)

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import os
 import tempfile
+from dataclasses import replace
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import TypedDict
 
 from memlens.errors import MemlensError
+from memlens.planning.request import PointRequest
 from memlens.planning.sites import PeakSite, peak_sites
 
 
@@ -22,32 +24,30 @@ class PointFigures(TypedDict):
     error: str | None
     applied: list[str]  # what each code knob covered, or that it did not apply (knobs.py)
     sites: list[PeakSite]  # bytes live at the peak per call site, for the knob table
+    # the allocator requests in order (simulation/request_log.py's RequestLog as JSON),
+    # when the request asked for them (--interpolate), else None
+    requests: list[list[int]] | None
 
 
-def simulate_point(script: str, argv: list[str], options: dict[str, Any]) -> PointFigures:
+def simulate_point(request: PointRequest) -> PointFigures:
     """One simulation (in a pool worker): the whole run's peaks and the bytes per call
-    site at the peak, with the code knobs of `options["knobs"]` (simulation.knobs)
-    patched in around the script. The snapshot goes to a temporary file: plan keeps only
-    the figures."""
+    site at the peak (with `request.sites`), with the request's code knobs
+    (simulation.knobs) patched in around the script. The snapshot goes to a temporary
+    file: plan keeps only the figures."""
     import memlens
-    from memlens.simulation.api import run_script
+    from memlens.simulation.api import run_target
     from memlens.simulation.knobs.code import applied
 
-    options = dict(options)
-    knobs = options.pop("knobs", None) or []
     # call sites cost the stacks' collection: only the knob table needs them
-    with_sites = bool(options.pop("sites", False))
+    config = replace(request.config, stacks="python" if request.sites else None)
     # the process is this point's alone (a pool worker, or a fresh interpreter on Dask)
-    os.environ.update(options.pop("env", None) or {})
-    with tempfile.TemporaryDirectory(prefix="memlens-plan-") as tmp, applied(knobs) as patched:
+    os.environ.update(request.env)
+    with (
+        tempfile.TemporaryDirectory(prefix="memlens-plan-") as tmp,
+        applied(request.knobs) as patched,
+    ):
         try:
-            run = run_script(
-                script,
-                argv,
-                Path(tmp) / "point.pickle",
-                stacks="python" if with_sites else None,
-                **options,
-            )
+            run = run_target(request.target, Path(tmp) / "point.pickle", config)
         except MemlensError as exc:  # ScriptFailed included: the point's row says why
             return failed(str(exc), patched.report(None))
     dev = memlens.load(run.whole, warn=False).device(0)
@@ -57,7 +57,8 @@ def simulate_point(script: str, argv: list[str], options: dict[str, Any]) -> Poi
         "oom": run.oom is not None,
         "error": None,
         "applied": patched.report(run.sim.sdpa_backends),
-        "sites": peak_sites(dev) if with_sites else [],
+        "sites": peak_sites(dev) if request.sites else [],
+        "requests": run.sim.allocator.request_log().to_json() if request.requests else None,
     }
 
 
@@ -70,4 +71,5 @@ def failed(error: str, applied: list[str] | None = None) -> PointFigures:
         "error": error,
         "applied": applied or [],
         "sites": [],
+        "requests": None,
     }

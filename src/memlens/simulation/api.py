@@ -13,10 +13,11 @@ from typing import TYPE_CHECKING, Any
 from memlens.errors import MemlensError
 from memlens.keywords import show_fields
 from memlens.simulation.config import SimulateConfig
-from memlens.simulation.script import ScriptFailed, script_traceback
+from memlens.simulation.script import ScriptFailed, ScriptTarget, script_traceback
 
 if TYPE_CHECKING:
     from memlens.simulation.patches.written import OwnSnapshot
+    from memlens.simulation.progress import SimProgress
     from memlens.simulation.session import Simulation
 
 
@@ -127,27 +128,41 @@ def run_script(
     config: SimulateConfig | None = None,
     **options: Any,
 ) -> ScriptRun:
-    """Run `script` (a module name with `module`) as __main__ under
-    simulate(config=config, **options) and write its snapshot to `output`.
+    """`run_target` for a script given by its parts, the simulation's settings as
+    SimulateConfig's keywords (over `config`): the Python API's spelling."""
+    target = ScriptTarget(str(script), tuple(args), module, whole_run)
+    return run_target(target, output, SimulateConfig.of(config, options))
+
+
+def run_target(
+    target: ScriptTarget,
+    output: str | Path,
+    config: SimulateConfig | None = None,
+    progress: Callable[[SimProgress], None] | None = None,
+) -> ScriptRun:
+    """Run `target` as __main__ under simulate(config=config) and write its snapshot to
+    `output`.
 
     The snapshot is the script's own last snapshot when it wrote one (the same window and
-    the same state as that file), else (or with `whole_run`) the whole run at exit. A
-    script that fails (any exception but a simulated OOM, or a non-zero exit) raises
+    the same state as that file), else (or with `target.whole_run`) the whole run at exit.
+    A script that fails (any exception but a simulated OOM, or a non-zero exit) raises
     ScriptFailed with its own traceback; the whole run up to the failure is written when
     it holds trace entries (ScriptFailed.written). An OOM writes as a success does.
+    `progress` hears the run so far every few seconds (simulation/progress.py).
     """
     import torch
 
     from memlens.simulation.patches.frames import module_main_frames
 
-    run, argv0, path0, name = _prepare(str(script), module)
+    run, argv0, path0, name = _prepare(target.script, target.module)
     saved_argv, saved_path = sys.argv, list(sys.path)
-    sys.argv = [argv0, *args]
+    sys.argv = [argv0, *target.args]
     sys.path.insert(0, path0)
-    sim = simulate(None, config=config, **options)
+    sim = simulate(None, config=config)
+    sim.on_progress = progress
     sim.keep_whole_run = True
     sim.frames.cut_at_runpy = True
-    sim.frames.tail = module_main_frames() if module else []
+    sim.frames.tail = module_main_frames() if target.module else []
     oom = None
     try:
         with sim:
@@ -170,7 +185,7 @@ def run_script(
     whole = sim.whole_run
     assert whole is not None  # __exit__ built it (keep_whole_run)
     own = list(sim.own.written)
-    snapshot = whole if whole_run or not own else own[-1].snapshot
+    snapshot = whole if target.whole_run or not own else own[-1].snapshot
     path = sim.write(output, snapshot)
     return ScriptRun(sim, snapshot, path, snapshot is not whole, whole, own, oom, list(sim.notes))
 

@@ -23,7 +23,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.autograd.function import BackwardCFunction
 from torch.utils._pytree import tree_flatten
 
-from memlens.analysis.allocator_model import CachingAllocator, SimulatedOOM
+from memlens.analysis.allocator_model import SimulatedOOM
 from memlens.errors import MemlensError
 from memlens.simulation.config import SimulateConfig
 from memlens.simulation.distributed import process_group
@@ -33,6 +33,8 @@ from memlens.simulation.patches import torch_compile as compiled
 from memlens.simulation.patches.frames import FrameCollector
 from memlens.simulation.patches.tracker import Tracker, is_cuda
 from memlens.simulation.patches.written import OwnSnapshots
+from memlens.simulation.progress import DEFAULT_EVERY, ProgressTicker, SimProgress
+from memlens.simulation.request_log import LoggingAllocator
 
 # torch._C._cuda_attach_out_of_memory_observer callbacks: (device, bytes requested, device
 # total, device free). Process-wide, as in PyTorch's allocator: code that attaches once per
@@ -49,7 +51,8 @@ class Simulation:
         self.config = config
         self.output = Path(output) if output is not None else None
         self.alloc_conf = config.allocator_conf()
-        self.allocator = CachingAllocator(config.device_memory_bytes(), config.allocator_settings())
+        # a CachingAllocator that also logs the requests, for plan's replays (request_log.py)
+        self.allocator = LoggingAllocator(config.device_memory_bytes(), config.allocator_settings())
         self.frames = FrameCollector(enabled=config.stacks is not None)
         self.gpu = config.card()
         # None: decided at the first GEMM, from $CUBLAS_WORKSPACE_CONFIG as the script
@@ -96,6 +99,11 @@ class Simulation:
         # True while DDP's reducer builds buckets: `cpu` in a factory op means the device
         self.cpu_options_mean_cuda = False
         self.snapshot: dict[str, Any] | None = None
+        # heard every `progress_every` seconds while the block runs (memlens simulate's
+        # live line); None: no ticker thread
+        self.on_progress: Callable[[SimProgress], None] | None = None
+        self.progress_every = DEFAULT_EVERY
+        self._ticker: ProgressTicker | None = None
 
     # ------------------------------------------------------------ context manager
     def __enter__(self) -> Simulation:
@@ -122,9 +130,15 @@ class Simulation:
             torch._C._set_only_lift_cpu_tensors(self._lift_cpu_only)
             self._patches.restore()
             raise
+        if self.on_progress is not None:
+            self._ticker = ProgressTicker(self.allocator, self.on_progress, self.progress_every)
+            self._ticker.start()
         return self
 
     def __exit__(self, *exc: Any) -> None:  # (type, value, traceback), handed on
+        if self._ticker is not None:
+            self._ticker.stop()
+            self._ticker = None
         try:
             assert self._tracker is not None and self._fake_mode is not None  # __enter__ ran
             self._tracker.__exit__(*exc)  # type: ignore[no-untyped-call]

@@ -19,22 +19,30 @@ from memlens.execution.executors import TaskLost, default_workers, make_executor
 from memlens.execution.isolated import run_isolated, serve
 from memlens.simulation.config import SimulateConfig
 from memlens.simulation.distributed.env import World
+from memlens.simulation.script import ScriptTarget
 
 
 @dataclass(frozen=True)
 class RankTask:
-    """What a worker needs to simulate `rank`: the script, its arguments, the snapshot
-    file to write, torchrun's environment for the rank and the simulation's settings."""
+    """What a worker needs to simulate `rank`: the script with its arguments, the
+    snapshot file to write, torchrun's environment for the rank and the simulation's
+    settings."""
 
     rank: int
-    script: str
-    args: tuple[str, ...]
+    target: ScriptTarget
     output: str
     env: dict[str, str]
     config: SimulateConfig
-    module: bool = False
-    whole_run: bool = False
     cwd: str = field(default_factory=os.getcwd)
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "target": self.target.to_json()}
+
+    @classmethod
+    def from_json(cls, fields: dict[str, Any]) -> RankTask:
+        target = ScriptTarget.from_json(fields["target"])
+        config = SimulateConfig(**fields["config"])
+        return cls(**{**fields, "target": target, "config": config})
 
 
 @dataclass(frozen=True)
@@ -68,7 +76,7 @@ def run_rank(task: RankTask) -> RankResult:
     the next task while another is still importing torch), and a simulation leaves state
     behind (the default process group, torch's patches, the script's modules), so a
     second rank run in the same process would not be the rank a fresh one is."""
-    done = run_isolated("memlens.simulation.distributed.launch", asdict(task))
+    done = run_isolated("memlens.simulation.distributed.launch", task.to_json())
     if done.error is not None:
         return RankResult(task.rank, None, error=f"its process {done.error}")
     sys.stderr.write(done.stderr)  # the script's own messages, as it wrote them
@@ -77,9 +85,7 @@ def run_rank(task: RankTask) -> RankResult:
 
 def _run_rank_fields(fields: dict[str, Any]) -> dict[str, Any]:
     """run_rank's child: the task's fields in, the result's out."""
-    config = SimulateConfig(**fields["config"])
-    task = RankTask(**{**fields, "args": tuple(fields["args"]), "config": config})
-    return asdict(run_rank_here(task))
+    return asdict(run_rank_here(RankTask.from_json(fields)))
 
 
 def run_rank_here(task: RankTask) -> RankResult:
@@ -91,7 +97,7 @@ def run_rank_here(task: RankTask) -> RankResult:
     import numpy as np
 
     from memlens.errors import MemlensError
-    from memlens.simulation.api import run_script
+    from memlens.simulation.api import run_target
     from memlens.simulation.script import ScriptFailed
     from memlens.snapshot.actions import Action
     from memlens.snapshot.loader import load
@@ -99,14 +105,7 @@ def run_rank_here(task: RankTask) -> RankResult:
     os.environ.update(task.env)
     os.chdir(task.cwd)
     try:
-        run = run_script(
-            task.script,
-            list(task.args),
-            task.output,
-            module=task.module,
-            whole_run=task.whole_run,
-            config=task.config,
-        )
+        run = run_target(task.target, task.output, task.config)
     except ScriptFailed as failed:
         written = None if failed.written is None else str(failed.written)
         return RankResult(task.rank, written, error=str(failed), traceback=failed.traceback)
@@ -133,38 +132,26 @@ def rank_file(directory: str | Path, rank: int) -> Path:
 
 
 def simulate_ranks(
-    script: str,
-    args: Sequence[str],
+    target: ScriptTarget,
     directory: str | Path,
     world: World,
     ranks: Sequence[int],
     *,
     config: SimulateConfig | None = None,
-    module: bool = False,
-    whole_run: bool = False,
     scheduler: str | None = None,
     workers: int | None = None,
     on_result: Callable[[RankResult], None] | None = None,
 ) -> list[RankResult]:
-    """Simulate `ranks` of `world` running `script`; one RankResult per rank, in the
+    """Simulate `ranks` of `world` running `target`; one RankResult per rank, in the
     order of `ranks` (a rank whose worker died is a failed result, not an exception).
     `on_result` hears each as it finishes."""
     config = config or SimulateConfig()
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     # the workers may run elsewhere (Dask): every path they get is absolute
-    script_path = script if module else os.path.abspath(script)
+    target = target.absolute()
     tasks = [
-        RankTask(
-            rank,
-            script_path,
-            tuple(args),
-            str(rank_file(directory, rank).absolute()),
-            world.env(rank),
-            config,
-            module,
-            whole_run,
-        )
+        RankTask(rank, target, str(rank_file(directory, rank).absolute()), world.env(rank), config)
         for rank in ranks
     ]
     executor = make_executor(scheduler, workers or min(len(tasks), default_workers()))

@@ -55,7 +55,8 @@ def overview(r: PlanResult) -> str:
     items = [
         ("card", esc(r["gpu"]), "memory" if r["capacity_bytes"] is None else bytes_text(r["capacity_bytes"])),
         ("usable by PyTorch", fmt_bytes(usable), f"minus {bytes_text(r['reserve_bytes'])} assumed (--reserve)"),
-        ("points", f"{len(r['points']):,}", f"{r['simulations']:,} simulations run"),
+        ("points", f"{len(r['points']) + len(found['probes'] if found else []):,}",
+         f"{r['simulations']:,} simulations run"),
     ]  # fmt: skip
     if best:
         items.append(("largest fitting", esc(values_text(best)), "of the swept points"))
@@ -289,10 +290,21 @@ def find_max_section(r: PlanResult) -> str | None:
     ]
     best = found["largest_fitting"]
     answer = f"{found['arg']}={best}" if best is not None else f"none (not even {found['lo']})"
-    return note(
-        f"Bisection for the largest {found['arg']} in [{found['lo']}, {found['hi']}]: {answer}, "
-        f"{found['simulations']} simulations; the probes in order:"
-    ) + table([found["arg"], "peak reserved", "fits"], rows, numeric=(1,))
+    drawn = chart(
+        [("", found["fit"], _series(found["probes"], found["arg"]))],
+        found["arg"],
+        r["usable_bytes"],
+    )
+    how = "interpolated replays, confirmed by simulation" if found["interpolated"] else "bisection"
+    return (
+        note(
+            f"The largest {found['arg']} in [{found['lo']}, {found['hi']}] ({how}): {answer}, "
+            f"{found['simulations']} simulations. Every probe (a cross: it does not fit) and "
+            "the fit of peak reserved over them:"
+        )
+        + drawn
+        + table([found["arg"], "peak reserved", "fits"], rows, numeric=(1,))
+    )
 
 
 def _saving(saved: int, pct: float | None) -> Cell:

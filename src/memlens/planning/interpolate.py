@@ -1,0 +1,174 @@
+"""`memlens plan --interpolate`: a sweep of one integer argument from a few simulations.
+
+Most sweeps change sizes, not the sequence of operations. The ends of the range and its
+middle are simulated (with unlimited memory, so every run goes to its end) and their
+allocator request logs compared: when they align (same requests, same order, sizes aside),
+each allocation's size is fitted as an exact polynomial of the value through the three
+(planning/sizes.py) and checked against a fourth simulated point, to the byte. Every value
+of the range is then the fitted sizes replayed through the allocator model at the card's
+capacity (simulation/request_log.py), in milliseconds. Where the logs do not align (a
+kernel switches at a threshold, a branch depends on the size) or the check fails, the range
+is split at its middle and each half covered the same way, down to simulating every value.
+
+A simulated value's figures are its own log replayed at the capacity: the same figures,
+to the byte, as a simulation with that capacity (the allocator model is the simulation's),
+as long as the script does not ask torch how much memory is free and act on it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+
+from memlens.errors import MemlensError
+from memlens.planning.request import PointRequest
+from memlens.planning.runner import Runner
+from memlens.planning.sizes import SizeModel
+from memlens.planning.sweep import PointSpec
+from memlens.planning.worker import PointFigures
+from memlens.simulation.request_log import Replayed, RequestLog, replay_log
+
+# The memory a log is recorded with: far beyond any card, so no run stops at an OOM
+# (each value's fit on the card is decided by the replay at its capacity).
+UNLIMITED = 2**60
+
+
+@dataclass(frozen=True)
+class Segment:
+    """Values in [lo, hi] whose sizes `model` gives, the requests being `template`'s."""
+
+    lo: int
+    hi: int
+    model: SizeModel
+    template: RequestLog
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """One value's figures at the capacity, and where they come from: `simulated` (its
+    own log) or `interpolated` (fitted sizes between simulated values)."""
+
+    value: int
+    replayed: Replayed
+    source: str
+
+
+class Interpolator:
+    """Covers sorted integer values with simulated logs and verified size models, then
+    gives any covered value's figures. `spec_of(value)` is the point at a value;
+    `simulations` counts the logs simulated here."""
+
+    def __init__(
+        self,
+        runner: Runner,
+        base: PointRequest,
+        spec_of: Callable[[int], PointSpec],
+        capacity: int | None,
+    ) -> None:
+        config = replace(base.config, device_memory=UNLIMITED)
+        self.runner = runner
+        self.base = replace(base, config=config, requests=True, sites=False)
+        self.spec_of = spec_of
+        self.capacity = capacity
+        self.settings = base.config.allocator_settings()
+        self.logs: dict[int, RequestLog] = {}
+        self.segments: list[Segment] = []
+        self.simulations = 0
+        self.cached: set[int] = set()  # values whose log came from the cache
+        self._memo: dict[int, Estimate] = {}
+
+    def simulate(self, values: Sequence[int]) -> None:
+        """The logs at `values` not simulated yet, in one batch on the runner's pool."""
+        todo = [v for v in dict.fromkeys(values) if v not in self.logs]
+        if not todo:
+            return
+        specs = [self.spec_of(v) for v in todo]
+        labels = [f"{s.label} (for interpolation)" for s in specs]
+        done = self.runner.run([s.request(self.base) for s in specs], labels)
+        for v, s, (figures, cached) in zip(todo, specs, done, strict=True):
+            self.simulations += not cached
+            if cached:
+                self.cached.add(v)
+            self.logs[v] = _log(s, figures)
+
+    def cover(self, values: Sequence[int]) -> None:
+        """Simulate and fit until every one of `values` (sorted, distinct) is simulated
+        or inside a verified segment."""
+        if values:
+            self._cover(list(values))
+
+    def _cover(self, vals: list[int]) -> None:
+        inner = vals[1:-1]
+        if len(inner) <= 2:  # as cheap to simulate them as to fit and check
+            self.simulate(vals)
+            return
+        m = len(vals) // 2
+        c = m // 2  # between the low end and the middle: 0 < c < m
+        lo, mid, hi, check = vals[0], vals[m], vals[-1], vals[c]
+        self.simulate([lo, mid, hi, check])  # one batch: they run in parallel
+        model = self._fit([lo, mid, hi])
+        if model is not None and self._predicts(model, lo, check):
+            self.segments.append(Segment(lo, hi, model, self.logs[lo]))
+            return
+        self._cover(vals[: m + 1])
+        self._cover(vals[m:])
+
+    def _fit(self, xs: list[int]) -> SizeModel | None:
+        logs = [self.logs[x] for x in xs]
+        if not all(logs[0].aligns_with(other) for other in logs[1:]):
+            return None
+        return SizeModel.fit(xs, logs)
+
+    def _predicts(self, model: SizeModel, lo: int, x: int) -> bool:
+        """The model gives the simulated log at `x`, every size to the byte."""
+        actual = self.logs[x]
+        if not self.logs[lo].aligns_with(actual):
+            return False
+        sizes = model.sizes_at(x)
+        return sizes is not None and bool((sizes == actual.values[actual.mallocs]).all())
+
+    def at(self, value: int) -> Estimate:
+        """The figures at a covered value (replayed once, then remembered)."""
+        if value in self._memo:
+            return self._memo[value]
+        if value in self.logs:
+            out = Estimate(value, self._replay(self.logs[value]), "simulated")
+        else:
+            segment = next((s for s in self.segments if s.lo <= value <= s.hi), None)
+            if segment is None:
+                raise MemlensError(f"internal: {value} is not covered by the interpolation")
+            sizes = segment.model.sizes_at(value)
+            if sizes is None:  # the fit is not integral here: simulate it instead
+                self.simulate([value])
+                return self.at(value)
+            out = Estimate(value, self._replay(segment.template.with_sizes(sizes)), "interpolated")
+        self._memo[value] = out
+        return out
+
+    def looked_at(self) -> list[Estimate]:
+        """Every value's figures given so far, by value."""
+        return [self._memo[v] for v in sorted(self._memo)]
+
+    def _replay(self, log: RequestLog) -> Replayed:
+        return replay_log(log, self.capacity, self.settings)
+
+
+def _log(spec: PointSpec, figures: PointFigures) -> RequestLog:
+    if figures["error"] is not None:
+        raise MemlensError(f"{' '.join(spec.argv)}: {figures['error']}")
+    assert figures["requests"] is not None  # asked for (Interpolator.base)
+    return RequestLog.from_json(figures["requests"])
+
+
+def figures_of(estimate: Estimate) -> PointFigures:
+    """An estimate as a point's figures (the rows plan prints)."""
+    r = estimate.replayed
+    return {
+        "peak_active_bytes": r.peak_active,
+        "peak_reserved_bytes": r.peak_reserved,
+        "oom": r.oom,
+        "error": None,
+        "applied": [],
+        "sites": [],
+        "requests": None,
+    }
