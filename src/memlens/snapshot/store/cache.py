@@ -56,6 +56,13 @@ EDGE_BYTES = 1 << 20
 # Keep at most this many entries; the least recently written go first.
 MAX_ENTRIES = int(os.environ.get("MEMLENS_CACHE_MAX_ENTRIES", "32"))
 
+# An entry's text (meta.json: the strings table, allocator_settings) may be at most this
+# many bytes or TEXT_PER_BYTE x the source file's: text is made from a file's values up to
+# the 'text' limit (a 2 KB file may make 63 MB of it, 6 bytes of JSON a character when not
+# ASCII), and such a file is read again rather than cached.
+TEXT_FLOOR_BYTES = 16 << 20
+TEXT_PER_BYTE = 4
+
 _DEVICE_SCALARS = ("baseline_bytes", "reserved_start_bytes", "frees_from_requested")
 _DEVICE_ARRAYS = [
     f.name
@@ -191,8 +198,13 @@ def _load_dataclass(cls: Any, prefix: str, src: Path, manifest: dict[str, Any], 
     )
 
 
-def save(snap: Snapshot, path: str | os.PathLike[str]) -> Path:
+def save(snap: Snapshot, path: str | os.PathLike[str]) -> Path | None:
+    """Write `snap`'s entry for the file at `path`; None, and nothing written, when its
+    text would pass the bound above."""
     target, ident = entry_dir(path)
+    bound = max(TEXT_FLOOR_BYTES, TEXT_PER_BYTE * int(ident.get("size", 0)))
+    if json_size_bound([snap.strings, snap.allocator_settings], bound) > bound:
+        return None
     root = target.parent
     root.mkdir(parents=True, exist_ok=True)
     _prune_stale_tmp(root)
@@ -229,6 +241,29 @@ def save(snap: Snapshot, path: str | os.PathLike[str]) -> Path:
     _prune(root, keep=target)
     snap.cache_key = target.name
     return target
+
+
+def json_size_bound(value: Any, stop: int) -> int:
+    """An upper bound of the bytes json.dumps writes for `value` (6 a character of a string
+    that is not plain printable ASCII: the \\uXXXX escape), counted no further than past
+    `stop` (so a huge value costs no more than a walk to the bound)."""
+    total = 0
+    stack = [value]
+    while stack and total <= stop:
+        v = stack.pop()
+        if isinstance(v, str):
+            plain = v.isascii() and v.isprintable() and '"' not in v and "\\" not in v
+            total += (len(v) if plain else 6 * len(v)) + 4  # quotes and a separator
+        elif isinstance(v, dict):
+            stack.extend(v.keys())
+            stack.extend(v.values())
+            total += 2
+        elif isinstance(v, (list, tuple)):
+            stack.extend(v)
+            total += 2
+        else:
+            total += 32  # a number, a bool, null
+    return total
 
 
 def _commit(tmp: Path, target: Path, meta: dict[str, Any]) -> None:
