@@ -12,6 +12,7 @@ from typing import Any
 
 import memlens
 from memlens.snapshot.store import cache as column_cache
+from memlens.snapshot.store.text_bound import json_size_bound
 
 
 def _snapshot(frame: str, times: int) -> dict[str, Any]:
@@ -54,6 +55,6 @@ def test_the_json_bound_is_an_upper_bound() -> None:
         ["a" * 10, 'q"uote', "back\\slash", "\x1b[31m", "é€😀", ""],
         {"k": [1, 2.5, None]},
     ):
-        assert column_cache.json_size_bound(value, 1 << 30) >= len(json.dumps(value))
+        assert json_size_bound(value, 1 << 30) >= len(json.dumps(value))
     # stops once past `stop`: a walk to the bound, not over all of a huge value
-    assert column_cache.json_size_bound(["x" * 100] * 1_000_000, 1_000) < 2_000
+    assert json_size_bound(["x" * 100] * 1_000_000, 1_000) < 2_000

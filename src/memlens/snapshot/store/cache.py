@@ -42,6 +42,7 @@ import numpy as np
 from memlens.errors import CacheError
 from memlens.snapshot.annotations import Annotations
 from memlens.snapshot.model import DeviceTrace, Frames, Segments, Snapshot, Stacks
+from memlens.snapshot.store.text_bound import text_too_large
 
 try:  # the compiled CRC-32C (setup.py builds it when a C compiler is there)
     from memlens.snapshot.store import _checksum as _checksum  # the CI test checks it
@@ -55,13 +56,6 @@ STALE_TMP_SECONDS = 3600
 EDGE_BYTES = 1 << 20
 # Keep at most this many entries; the least recently written go first.
 MAX_ENTRIES = int(os.environ.get("MEMLENS_CACHE_MAX_ENTRIES", "32"))
-
-# An entry's text (meta.json: the strings table, allocator_settings) may be at most this
-# many bytes or TEXT_PER_BYTE x the source file's: text is made from a file's values up to
-# the 'text' limit (a 2 KB file may make 63 MB of it, 6 bytes of JSON a character when not
-# ASCII), and such a file is read again rather than cached.
-TEXT_FLOOR_BYTES = 16 << 20
-TEXT_PER_BYTE = 4
 
 _DEVICE_SCALARS = ("baseline_bytes", "reserved_start_bytes", "frees_from_requested")
 _DEVICE_ARRAYS = [
@@ -202,8 +196,7 @@ def save(snap: Snapshot, path: str | os.PathLike[str]) -> Path | None:
     """Write `snap`'s entry for the file at `path`; None, and nothing written, when its
     text would pass the bound above."""
     target, ident = entry_dir(path)
-    bound = max(TEXT_FLOOR_BYTES, TEXT_PER_BYTE * int(ident.get("size", 0)))
-    if json_size_bound([snap.strings, snap.allocator_settings], bound) > bound:
+    if text_too_large([snap.strings, snap.allocator_settings], int(ident.get("size", 0))):
         return None
     root = target.parent
     root.mkdir(parents=True, exist_ok=True)
@@ -241,29 +234,6 @@ def save(snap: Snapshot, path: str | os.PathLike[str]) -> Path | None:
     _prune(root, keep=target)
     snap.cache_key = target.name
     return target
-
-
-def json_size_bound(value: Any, stop: int) -> int:
-    """An upper bound of the bytes json.dumps writes for `value` (6 a character of a string
-    that is not plain printable ASCII: the \\uXXXX escape), counted no further than past
-    `stop` (so a huge value costs no more than a walk to the bound)."""
-    total = 0
-    stack = [value]
-    while stack and total <= stop:
-        v = stack.pop()
-        if isinstance(v, str):
-            plain = v.isascii() and v.isprintable() and '"' not in v and "\\" not in v
-            total += (len(v) if plain else 6 * len(v)) + 4  # quotes and a separator
-        elif isinstance(v, dict):
-            stack.extend(v.keys())
-            stack.extend(v.values())
-            total += 2
-        elif isinstance(v, (list, tuple)):
-            stack.extend(v)
-            total += 2
-        else:
-            total += 32  # a number, a bool, null
-    return total
 
 
 def _commit(tmp: Path, target: Path, meta: dict[str, Any]) -> None:
