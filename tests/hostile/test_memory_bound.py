@@ -68,7 +68,9 @@ def test_a_file_of_empty_dicts_is_refused_alike_by_both_readers(
     assert "1,073,741,824 bytes of memory while unpickling" in got["message"]
 
 
-def test_the_estimate_is_within_a_fifth_of_what_the_unpickler_takes() -> None:
+def test_the_estimate_bounds_what_the_unpickler_takes_for_empty_dicts() -> None:
+    # an empty dict is 64 bytes; it is charged the key table its first item would bring
+    # (160), as nothing tells the scan which item is a dict's first
     import tracemalloc
 
     n = 200_000
@@ -79,7 +81,7 @@ def test_the_estimate_is_within_a_fifth_of_what_the_unpickler_takes() -> None:
     tracemalloc.stop()
     del obj
     est = prescan.check(data, what="x", memory_limit=0, memo_limit=0)
-    assert peak <= est <= 1.2 * peak
+    assert peak <= est <= 4 * peak
 
 
 def _ext_reduce_pickle(code: int) -> bytes:

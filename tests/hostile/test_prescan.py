@@ -38,10 +38,12 @@ def _base() -> bytes:
 
 
 def test_exact_answers_on_small_cases() -> None:
-    assert _both(b"\x80\x02]\x94.") == (("ok", "", 56 + 16 + 8, 5),) * 2
-    assert _both(b"\x80\x02)R.")[0] == ("refused", "REDUCE", 8, 3)
-    assert _both(b"\x80\x02\x82\x01")[1] == ("refused", "EXT1", 0, 2)
-    assert _both(b"\x80\x02X\xff\xff\xff\x7f")[0] == ("truncated", "", 0, 7)
+    base = prescan.BASE
+    # a list (56, and 48 for the slots it will grow), a memo slot, a stack slot
+    assert _both(b"\x80\x02]\x94.") == (("ok", "", base + 104 + 16 + 16, 5),) * 2
+    assert _both(b"\x80\x02)R.")[0] == ("refused", "REDUCE", base + 16, 3)
+    assert _both(b"\x80\x02\x82\x01")[1] == ("refused", "EXT1", base, 2)
+    assert _both(b"\x80\x02X\xff\xff\xff\x7f")[0] == ("truncated", "", base, 7)
     assert _both(b"\x80\x04\x95\xff\x00\x00\x00\x00\x00\x00\x00N.")[0][0] == "truncated"
     assert _both(b"\x80\x02}r\x00\x00\x00\x10.", memo=1000)[0] == ("memo", "", 2**28 + 1, 3)
     assert _both(b"(p 12\n.")[0][0] == "bad-put"  # int() would read " 12"; no one else
@@ -75,7 +77,9 @@ def test_c_and_python_agree_on_real_snapshots(name: str) -> None:
     data = (SHARED_SNAPSHOTS / name).read_bytes()
     py, c = _both(data)
     assert py == c and py[0] == "ok"
-    # the estimate bounds the unpickler's own allocations, not by much (tracemalloc)
+    # the estimate bounds the unpickler's own allocations (tracemalloc); an upper bound for
+    # every shape is 2.1-3.1x on real ones (a small dict is charged for the largest transient
+    # key table a dict of its items can need)
     import tracemalloc
 
     tracemalloc.start()
@@ -83,7 +87,7 @@ def test_c_and_python_agree_on_real_snapshots(name: str) -> None:
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
     del obj
-    assert peak <= py[2] <= 1.35 * peak
+    assert peak <= py[2] <= 3.5 * peak
 
 
 def test_no_opcode_or_line_crosses_a_frame() -> None:

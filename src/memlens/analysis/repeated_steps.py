@@ -39,6 +39,7 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from memlens.snapshot.actions import Action
+from memlens.snapshot.limits import limits_for
 from memlens.snapshot.model import DeviceTrace
 
 K = 8  # tokens in an anchor
@@ -66,6 +67,9 @@ def repeated_steps(dev: DeviceTrace) -> list[tuple[int, int, bool]]:
     key = dev.size[al].astype(np.int64) * (1 << 20) + dev.stack[al].astype(np.int64)
     tok = np.unique(key, return_inverse=True)[1].astype(np.int64).reshape(-1)
     windows = sliding_window_view(tok, K)
+    # a period with more units than the 'stages' limit could not be tabulated: not tried,
+    # which also bounds the boundaries and units each candidate builds (n / period)
+    max_units = limits_for(0).stages or n
     for a in dict.fromkeys((0, n // 4, n // 2)):
         if a + K > n:
             continue
@@ -73,7 +77,8 @@ def repeated_steps(dev: DeviceTrace) -> list[tuple[int, int, bool]]:
         # a step's length is a distance from the anchor to another occurrence, or between
         # two (the first unit may be longer)
         periods = np.unique(np.r_[np.diff(occ), np.abs(occ - a)])
-        for period in periods[periods > 0][:MAX_PERIODS].tolist():
+        periods = periods[periods * max_units >= n]
+        for period in periods[:MAX_PERIODS].tolist():
             half = n // 2
             if half + period >= n or (tok[half : n - period] != tok[half + period :]).mean() > 0.01:
                 continue  # the second half does not repeat at this distance: cheap rejection
@@ -104,12 +109,14 @@ def _phase(dev: DeviceTrace, al: np.ndarray, tok: np.ndarray, b1: int, period: i
 
 
 def _boundaries(occ: np.ndarray, period: int) -> list[int]:
-    """Occurrences of the anchor kept at least `period` apart, from the first."""
+    """Occurrences of the anchor kept at least `period` apart, from the first: a jump per
+    boundary (a binary search), not a step per occurrence."""
     out = [int(occ[0])]
-    for o in occ[1:].tolist():
-        if o - out[-1] >= period:
-            out.append(o)
-    return out
+    while True:
+        i = int(np.searchsorted(occ, out[-1] + period, side="left"))
+        if i >= len(occ):
+            return out
+        out.append(int(occ[i]))
 
 
 def _periodic(tok: np.ndarray, bounds: list[int], period: int) -> bool:

@@ -53,6 +53,7 @@ from memlens.analysis.results import (
 from memlens.analysis.sites import net_sites
 from memlens.analysis.stage_nesting import nest
 from memlens.analysis.stage_pairing import NO_END, NO_START, pair_loop, pair_nested
+from memlens.snapshot.limits import limits_for
 from memlens.snapshot.model import DeviceTrace
 
 _STEP_SUFFIX = re.compile(r"#\d+$")
@@ -111,6 +112,7 @@ def _interval_columns(dev: DeviceTrace, inferred: bool = True) -> list[Any] | No
     cols = _annotated_columns(dev)
     names: list[str] = cols[1] if cols else []
     steps = inferred_stages(dev) if inferred and not user_marks_steps(names) else []
+    check_stage_count(len(names) + len(steps))
     if not steps:
         return cols
     rows = [list(r) for r in zip(*cols)] if cols else []
@@ -129,6 +131,13 @@ def _interval_columns(dev: DeviceTrace, inferred: bool = True) -> list[Any] | No
     return [list(c) for c in zip(*merged)]
 
 
+def check_stage_count(count: int) -> None:
+    """The 'stages' limit (snapshot/limits.py): every analysis of stages makes a row per
+    stage and goes over it again (its sites, its nesting, its comparison with its
+    repetitions); past the limit, one line that names it and says how to raise it."""
+    limits_for(0).check("stages", count, "in one device's trace")
+
+
 def _annotated_columns(dev: DeviceTrace) -> list[Any] | None:
     """stage_intervals as columns (in _INTERVAL_KEYS order); None without stages. Columns,
     not a dict per stage, until the very end: tens of thousands of stages at 1M events."""
@@ -139,6 +148,7 @@ def _annotated_columns(dev: DeviceTrace) -> list[Any] | None:
     pairs = pair_nested(ids, stage, times)
     r_ann, r_t0, r_t1, r_depth, r_parent, r_cross = pairs or pair_loop(names, stage, times)
     m = len(r_ann)
+    check_stage_count(m)  # before a row of Python objects per stage is made
     # order by start, a parent before its children (pre-order: the page and `stages` draw
     # a child under a parent already placed); unmatched ENDs (started at the trace start)
     # first, outer ones first, then in pairing order

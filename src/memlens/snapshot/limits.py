@@ -43,12 +43,17 @@ RULES: dict[str, _Rule] = {
     # pickled and JSON snapshots compress 5-30x; a gzip bomb, a thousandfold
     "decompressed": _Rule(256 * MiB, 64.0, 256 * GiB, "decompressed bytes"),
     # extra address space while the C unpickler builds the object graph (it cannot be
-    # interrupted, so this is how its memo table and payloads are bounded)
-    "memory": _Rule(1 * GiB, 12.0, 512 * GiB, "bytes of memory while unpickling"),
+    # interrupted, so this is how its memo table and payloads are bounded); the scan's
+    # estimate, an upper bound for every shape, is 9-14 x a real snapshot's pickle
+    "memory": _Rule(1 * GiB, 24.0, 512 * GiB, "bytes of memory while unpickling"),
     # text made from the file's values (forward_frames joined, JSON of a dict where text
     # belongs, allocator_settings): one memo-shared 1 MiB string referenced a thousand
     # times is 5 KB of pickle and a GB of text, so characters are counted, not values
     "text": _Rule(64 * MiB, 16.0, 64 * GiB, "characters of text made from the snapshot's values"),
+    # stages tabulated per device (annotated ranges and the steps found in the trace): each
+    # costs a pass of its own in the analyses (its sites, its nesting, its comparison), a
+    # real trace has hundreds; 300k annotations (13 MB) took 79 s and 1.1 GB in `stages`
+    "stages": _Rule(10_000, 0.0, 10_000, "stages (annotated ranges and steps found in the trace)"),
 }
 
 
@@ -83,6 +88,7 @@ class Limits:
     decompressed: int
     memory: int
     text: int
+    stages: int
 
     def check(self, name: str, value: int, detail: str = "") -> None:
         limit = getattr(self, name)

@@ -68,6 +68,12 @@ enum {
     C_BYTES,
     C_MEMO_SLOT,
     C_STACK_SLOT,
+    C_WIDE_STR,
+    C_WIDE_BYTE,
+    C_LONG_BYTE,
+    C_LINE_BYTE,
+    C_READ_BYTE,
+    C_BASE,
     NCOSTS
 };
 
@@ -462,6 +468,16 @@ static inline int all_ascii(const unsigned char *p, size_t n) {
     for (; i < n; i++)
         if (p[i] & 0x80) return 0;
     return 1;
+}
+
+/* What a counted argument's `raw` bytes at p cost beyond its value's own header (its copy
+   out of the stream, and its characters or digits): prescan.arg_cost. */
+static inline uint64_t scan_arg_cost(const Scan *sc, int op, const unsigned char *p,
+                                     uint64_t raw) {
+    const uint64_t *c = sc->c;
+    if (sc->txt[op] && !all_ascii(p, (size_t)raw))
+        return c[C_READ_BYTE] * raw + c[C_WIDE_STR] + c[C_WIDE_BYTE] * raw;
+    return (c[C_READ_BYTE] + (op == 0x8a || op == 0x8b ? c[C_LONG_BYTE] : 1)) * raw;
 }
 
 #endif

@@ -273,9 +273,8 @@ static inline int fast_value(VM *vm, Fast *f, int fld, Val *out) {
     if (sc && *p != ']') {
         uint64_t arg = 0;
         if (*p == 'M' && end - p >= 3 && rd_le(p + 1, 2) > 256) arg = sc->c[C_INT];
-        if (*p == 0x8a && end - p >= 2) arg = p[1];
-        if (*p == 0x8c && end - p >= 2 && (size_t)(end - p) >= 2u + p[1])
-            arg = (all_ascii(p + 2, p[1]) ? 1 : 4) * (uint64_t)p[1];
+        if ((*p == 0x8a || *p == 0x8c) && end - p >= 2 && (size_t)(end - p) >= 2u + p[1])
+            arg = scan_arg_cost(sc, *p, p + 2, p[1]);
         sc->at.cost += arg;
         ch_push(sc, sc->made[*p]);
     }
@@ -371,7 +370,7 @@ static void scan_charged(Scan *sc, const ScanAt *before, Input *in) {
         upto++;
     }
     at->pos = upto;
-    at->extra = sc->c[C_MEMO_SLOT] * (uint64_t)(at->memo_top + 1) +
+    at->extra = sc->c[C_BASE] + sc->c[C_MEMO_SLOT] * (uint64_t)(at->memo_top + 1) +
                 sc->c[C_STACK_SLOT] * (uint64_t)at->peak;
     if (at->cost + at->extra > sc->lim || at->memo_top >= sc->memo_max) {
         *at = *before;

@@ -61,10 +61,10 @@ static const char *scan_refused(int op) {
     }
 }
 
-/* Costs from prescan.COSTS; -1 with an exception when they are not 14 ints. */
+/* Costs from prescan.COSTS; -1 with an exception when they are not NCOSTS ints. */
 int scan_costs(Scan *sc, PyObject *costs_obj) {
     if (!PyTuple_Check(costs_obj) || PyTuple_GET_SIZE(costs_obj) != NCOSTS) {
-        PyErr_SetString(PyExc_ValueError, "costs: a tuple of 14 ints");
+        PyErr_SetString(PyExc_ValueError, "costs: a tuple of NCOSTS ints (prescan.COSTS)");
         return -1;
     }
     for (int j = 0; j < NCOSTS; j++) {
@@ -98,6 +98,7 @@ void scan_init(Scan *sc, const unsigned char *d, size_t n) {
         sc->memo_limit && sc->memo_limit < (1ULL << 62) ? (int64_t)sc->memo_limit : (1LL << 62);
     sc->at = (ScanAt){0};
     sc->at.memo_top = -1;
+    sc->at.extra = c[C_BASE]; /* EXTRA() with nothing named and an empty stack */
     sc->marks = NULL;
     sc->marks_cap = 0;
     sc->memo_named = 0;
@@ -155,7 +156,7 @@ void scan_init(Scan *sc, const unsigned char *d, size_t n) {
         int half;
     } from_mark[] = {{'l', C_LIST, C_LIST_ITEM, 1, 0}, {'t', C_TUPLE, C_TUPLE_ITEM, 1, 0},
                      {'d', C_DICT, C_DICT_ITEM, 1, 1}, {0x91, C_SET, C_SET_ITEM, 1, 0},
-                     {'e', -1, C_LIST_ITEM, 0, 0},     {'u', -1, C_DICT_ITEM, 0, 1},
+                     {'e', C_LIST, -1, 0, 0},          {'u', -1, C_DICT_ITEM, 0, 1},
                      {0x90, -1, C_SET_ITEM, 0, 0},     {'1', -1, -1, 0, 0}};
     for (size_t g = 0; g < sizeof from_mark / sizeof from_mark[0]; g++) {
         const unsigned char op = from_mark[g].op;
@@ -164,6 +165,7 @@ void scan_init(Scan *sc, const unsigned char *d, size_t n) {
         per_item[op] = from_mark[g].per < 0 ? 0 : c[from_mark[g].per] >> from_mark[g].half;
         left[op] = (unsigned char)from_mark[g].left;
     }
+    per_item['e'] = c[C_LIST_ITEM] + c[C_TUPLE_ITEM]; /* and a temporary list of the items */
     const struct {
         unsigned char op, k, left;
         uint64_t add;
@@ -190,7 +192,7 @@ void scan_free(Scan *sc) {
    ended (sc->done). Its state lives in locals while it runs. */
 void scan_until(Scan *sc, size_t target) {
     const uint64_t *c = sc->c;
-    const unsigned char *cls = sc->cls, *wid = sc->wid, *eff = sc->eff, *txt = sc->txt;
+    const unsigned char *cls = sc->cls, *wid = sc->wid, *eff = sc->eff;
     const unsigned char *popk = sc->popk, *left = sc->left;
     const uint64_t *made = sc->made, *per_item = sc->per_item;
     const unsigned char *d = sc->d;
@@ -206,7 +208,8 @@ void scan_until(Scan *sc, size_t target) {
     const char *status = "ok", *opname = "";
     size_t frame_end = sc->at.frame_end;
 #define TOTAL() (cost + extra)
-#define EXTRA() (c[C_MEMO_SLOT] * (uint64_t)(memo_top + 1) + c[C_STACK_SLOT] * (uint64_t)peak)
+#define EXTRA()                                                                                    \
+    (c[C_BASE] + c[C_MEMO_SLOT] * (uint64_t)(memo_top + 1) + c[C_STACK_SLOT] * (uint64_t)peak)
 #define SCAN_END(st)                                                                               \
     do {                                                                                           \
         status = (st);                                                                             \
@@ -288,7 +291,7 @@ void scan_until(Scan *sc, size_t target) {
             case 0x8c: {
                 const size_t raw = d[pos + 1];
                 if (raw > edge - pos - 2) goto general;
-                cost += (op == 0x8c && !all_ascii(d + pos + 2, raw) ? 4 : 1) * (uint64_t)raw;
+                cost += scan_arg_cost(sc, op, d + pos + 2, raw);
                 pos += 2 + raw;
                 PUSH(made[op]);
                 break;
@@ -296,7 +299,7 @@ void scan_until(Scan *sc, size_t target) {
             case 'X': { /* BINUNICODE */
                 const size_t raw = ld32(d + pos + 1);
                 if (raw > edge - pos - 5) goto general;
-                cost += (all_ascii(d + pos + 5, raw) ? 1 : 4) * (uint64_t)raw;
+                cost += scan_arg_cost(sc, op, d + pos + 5, raw);
                 pos += 5 + raw;
                 PUSH(made[op]);
                 break;
@@ -362,6 +365,7 @@ void scan_until(Scan *sc, size_t target) {
                     SCAN_END("frame");
                 }
                 new_frame = pos + 8 + (size_t)length;
+                cost += c[C_READ_BYTE] * length;
             } else if (op == 'q' || op == 'r') {
                 const int64_t idx = op == 'q' ? d[pos] : (int64_t)ld32(d + pos);
                 MEMO_SET(idx, pos - 1);
@@ -378,7 +382,7 @@ void scan_until(Scan *sc, size_t target) {
             pos += (size_t)lw;
             if ((op == 'T' || op == 0x8b) && (raw & 0x80000000u)) SCAN_END("truncated");
             if (raw > n - pos) SCAN_END("truncated");
-            cost += (txt[op] && !all_ascii(d + pos, (size_t)raw) ? 4 : 1) * raw;
+            cost += scan_arg_cost(sc, op, d + pos, raw);
             pos += (size_t)raw;
             break;
         }
@@ -395,7 +399,7 @@ void scan_until(Scan *sc, size_t target) {
                 }
                 MEMO_SET(idx, pos - 1);
             }
-            cost += 4 * (uint64_t)len;
+            cost += c[C_WIDE_STR] + c[C_LINE_BYTE] * (uint64_t)len;
             pos += len + 1;
             break;
         }

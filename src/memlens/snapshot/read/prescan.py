@@ -28,17 +28,49 @@ from memlens.errors import SnapshotError, UnsafePickleError
 from memlens.snapshot.limits import LimitExceeded
 from memlens.snapshot.native import built
 
-# Bytes each value costs the unpickler (CPython 3.11, 64-bit, GC header included), rounded
-# up from tracemalloc's count; a container also pays per item as items are added to it.
-DICT, LIST, TUPLE, SET = 64, 56, 48, 216
-PER_DICT_ITEM, PER_LIST_ITEM, PER_TUPLE_ITEM, PER_SET_ITEM = 40, 9, 8, 32
-INT, FLOAT, STR, BYTES = 32, 24, 56, 40
-PER_MEMO_SLOT = 16  # the memo table doubles past the largest index: 8 bytes x 2
-STACK_SLOT = 8  # the unpickler's stack, at its deepest
-# in the order _fastreader.scan takes them
+# Bytes each value costs the unpickler (CPython 3.11, 64-bit, GC headers included), as
+# tracemalloc counts them at the unpickler's peak; a container also pays per item as items
+# are added to it. Each is an upper bound for every size (tests/hostile/test_memory_estimate.py
+# measures generated shapes against it):
+# - a dict is 64 bytes, and its first item brings a key table of 160 (8 slots, 5 usable,
+#   24-byte entries); charged when it is made, as nothing tells the scan which item is the
+#   first. Past 5 items a table grows to the next power of two above 3 x its items, and
+#   while it is rebuilt the old one is still there: 90 bytes an item at the peak while
+#   indices fit 4 bytes, 108 past 2^31 slots.
+# - a list is 56, its first append makes 4 slots (32), then it keeps 1/8 spare + 6 slots;
+#   APPENDS also makes a temporary list of the items (8 each).
+# - a set is 216 with 8 slots inline, then grows to 4 x its items (16 bytes a slot), the old
+#   table still there while it is rebuilt, the items first gathered in a tuple: 145 an item.
+# - an int is 28 + 4 bytes a 30-bit digit: 32 for 4 bytes, 2 per byte of LONG1/LONG4.
+# - a str is 49 + its characters when ASCII. Otherwise CPython's decoder starts with an ASCII
+#   buffer of one character per byte and widens it to 1, 2 then 4 bytes a character (72
+#   bytes of header each), each widening holding the old buffer and the new one: 150 + 6
+#   per byte at the peak.
+# - bytes are 33 + their length, a bytearray 57 + its length.
+# - read from a stream (the Python path reads io.BytesIO), each counted argument and each
+#   FRAME is first copied into a bytes object: 1 more per byte.
+# - the memo table doubles past the largest index (8 bytes x 2); the stack keeps 1/8 spare
+#   + 6 slots, the MARK stack doubles (8 bytes x 2).
+# - a text line (protocol 0) is copied, and decoded as a str is (150 + 6 per byte).
+# - the unpickler itself: its object, a 32-slot memo, an 8-slot stack, 20 marks (677 bytes
+#   for `None`).
+DICT, LIST, TUPLE, SET = 224, 104, 48, 216
+PER_DICT_ITEM, PER_LIST_ITEM, PER_TUPLE_ITEM, PER_SET_ITEM = 108, 9, 8, 152
+INT, FLOAT, STR, BYTES = 32, 24, 56, 64
+PER_MEMO_SLOT = 16
+STACK_SLOT = 16  # a slot of the stack at its deepest, and each MARK
+WIDE_STR = 96  # a str that is not ASCII, on top of STR
+PER_WIDE_BYTE = 6  # each byte of such a str
+PER_LONG_BYTE = 2  # each byte of LONG1/LONG4
+PER_LINE_BYTE = 8  # each byte of a text line (its copy and its decoding), on top of WIDE_STR
+PER_READ_BYTE = 1  # the copy of each counted argument's and each FRAME's bytes
+BASE = 4096  # the Python path before any opcode: the unpickler, its 32-slot memo, 8-slot stack
+# and 20 marks, its Python subclass, the stream (1,900 bytes for `None`)
+# in the order _fastreader.scan takes them (csrc/reader.h: C_DICT ...)
 COSTS = (
     DICT, LIST, TUPLE, SET, PER_DICT_ITEM, PER_LIST_ITEM, PER_TUPLE_ITEM, PER_SET_ITEM,
-    INT, FLOAT, STR, BYTES, PER_MEMO_SLOT, STACK_SLOT,
+    INT, FLOAT, STR, BYTES, PER_MEMO_SLOT, STACK_SLOT, WIDE_STR, PER_WIDE_BYTE,
+    PER_LONG_BYTE, PER_LINE_BYTE, PER_READ_BYTE, BASE,
 )  # fmt: skip
 
 # fixed-size arguments; counted ones: the bytes of their length
@@ -51,6 +83,7 @@ _COUNTED = {
     ord("T"): 4, 0x8A: 1, 0x8B: 4,
 }  # fmt: skip
 _TEXT = frozenset((0x8C, ord("X"), 0x8D))
+_LONGS = frozenset((0x8A, 0x8B))
 _LINE = frozenset(b"ILFSVgp")  # one newline-terminated argument
 _END_SCAN = frozenset(b"ci\x93")  # refused by find_class, with its wording
 # every opcode the unpickler knows, but the out-of-band buffers it refuses: the scan ends
@@ -74,7 +107,7 @@ _PUSH = {
 _FROM_MARK = {
     ord("l"): (LIST, PER_LIST_ITEM, 1), ord("t"): (TUPLE, PER_TUPLE_ITEM, 1),
     ord("d"): (DICT, PER_DICT_ITEM // 2, 1), 0x91: (SET, PER_SET_ITEM, 1),
-    ord("e"): (0, PER_LIST_ITEM, 0), ord("u"): (0, PER_DICT_ITEM // 2, 0),
+    ord("e"): (LIST, PER_LIST_ITEM + PER_TUPLE_ITEM, 0), ord("u"): (0, PER_DICT_ITEM // 2, 0),
     0x90: (0, PER_SET_ITEM, 0), ord("1"): (0, 0, 0),
 }  # fmt: skip
 # opcodes that pop `k` values and push `left` back: (k, cost of what they make, left)
@@ -193,6 +226,7 @@ def scan(data: Any, memory_limit: int, memo_limit: int) -> tuple[str, str, int, 
                 if start < frame_end:
                     return "frame", "", _total(cost, memo_top, peak), start
                 new_frame = pos + 8 + length
+                cost += PER_READ_BYTE * length
             pos += width
         elif op in counted:
             width = counted[op]
@@ -202,10 +236,7 @@ def scan(data: Any, memory_limit: int, memo_limit: int) -> tuple[str, str, int, 
             pos += width
             if size < 0 or size > n - pos:
                 return "truncated", "", _total(cost, memo_top, peak), pos
-            # a str is 1 byte a character when ASCII, else up to 4 (UCS-4, for every
-            # character once one needs it): bounded by 4 per byte of UTF-8
-            wide = op in _TEXT and not data[pos : pos + size].isascii()
-            cost += (4 if wide else 1) * size
+            cost += arg_cost(op, data[pos : pos + size])
             pos += size
         elif op in _LINE:
             end = data.find(b"\n", pos)
@@ -219,7 +250,7 @@ def scan(data: Any, memory_limit: int, memo_limit: int) -> tuple[str, str, int, 
                 memo_len += 1
                 if memo_top >= memo_max:
                     return "memo", "", memo_top + 1, pos - 1
-            cost += 4 * (end - pos)
+            cost += WIDE_STR + PER_LINE_BYTE * (end - pos)
             pos = end + 1
         elif op == 0x94:  # MEMOIZE: stores at index len(memo)
             memo_top = max(memo_top, memo_len)
@@ -252,5 +283,13 @@ def scan(data: Any, memory_limit: int, memo_limit: int) -> tuple[str, str, int, 
     return "ok", "", _total(cost, memo_top, peak), pos
 
 
+def arg_cost(op: int, arg: bytes) -> int:
+    """What a counted argument's bytes cost beyond its value's own (the header in _PUSH)."""
+    size = len(arg)
+    if op in _TEXT and not arg.isascii():
+        return PER_READ_BYTE * size + WIDE_STR + PER_WIDE_BYTE * size
+    return (PER_READ_BYTE + (PER_LONG_BYTE if op in _LONGS else 1)) * size
+
+
 def _total(cost: int, memo_top: int, peak: int) -> int:
-    return cost + PER_MEMO_SLOT * (memo_top + 1) + STACK_SLOT * peak
+    return BASE + cost + PER_MEMO_SLOT * (memo_top + 1) + STACK_SLOT * peak

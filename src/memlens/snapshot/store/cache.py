@@ -42,6 +42,7 @@ import numpy as np
 from memlens.errors import CacheError
 from memlens.snapshot.annotations import Annotations
 from memlens.snapshot.model import DeviceTrace, Frames, Segments, Snapshot, Stacks
+from memlens.snapshot.store.text_bound import text_too_large
 
 try:  # the compiled CRC-32C (setup.py builds it when a C compiler is there)
     from memlens.snapshot.store import _checksum as _checksum  # the CI test checks it
@@ -191,8 +192,12 @@ def _load_dataclass(cls: Any, prefix: str, src: Path, manifest: dict[str, Any], 
     )
 
 
-def save(snap: Snapshot, path: str | os.PathLike[str]) -> Path:
+def save(snap: Snapshot, path: str | os.PathLike[str]) -> Path | None:
+    """Write `snap`'s entry for the file at `path`; None, and nothing written, when its
+    text would pass the bound above."""
     target, ident = entry_dir(path)
+    if text_too_large([snap.strings, snap.allocator_settings], int(ident.get("size", 0))):
+        return None
     root = target.parent
     root.mkdir(parents=True, exist_ok=True)
     _prune_stale_tmp(root)
