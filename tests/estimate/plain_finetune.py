@@ -29,7 +29,7 @@ if a.checkpointing:
 model = model.to("cuda")
 optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], fused=True)
 ids = torch.zeros(a.batch, a.seq, dtype=torch.long)
-for step in range(2):
+for _step in range(2):
     batch = {"input_ids": ids.to("cuda"), "labels": ids.to("cuda")}
     with torch.autocast("cuda", dtype=torch.bfloat16, enabled=a.precision == "bf16-mixed"):
         loss = model(**batch).loss  # the output (logits) dies here, as in the Trainer

@@ -85,7 +85,9 @@ def test_cli_equals_simulate_of_the_plain_script(config_file, simulated, capsys)
     rc = cli(["estimate", str(config_file), "--batch", "2", "--seq-len", "16",
               "--precision", "bf16-mixed", "--optimizer", "adamw-fused", "--json"])  # fmt: skip
     assert rc == 0
-    (row,) = json.loads(capsys.readouterr().out)
+    answer = json.loads(capsys.readouterr().out)
+    assert answer["parameters"] == PARAMS and answer["model_type"] == "llama"
+    (row,) = answer["rows"]
     assert row["peak_active_bytes"] == simulated.peak_active_bytes
     assert row["peak_reserved_bytes"] == simulated.peak_reserved_bytes
     assert row["gpu"] == "h100" and row["batch"] == 2 and row["tokens"] == 16
@@ -167,3 +169,17 @@ def test_cli_bad_input_exit_2(config_file, capsys):
         assert cli(argv) == 2, argv
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and err[0].startswith("memlens: error: ") and words in err[0], err
+
+
+def test_a_card_preset_does_not_limit_the_estimate():
+    """A 16 GiB fp32 weight (65,536 x 65,536 x 4 B) on a T4 (15,360 MiB): the estimate's
+    run has no limit (a card's preset alone would set its memory as one), so the peak is
+    the whole need and the verdict is 'does not fit', not a run cut short by an OOM."""
+    est = memlens.estimate(
+        lambda: torch.nn.Linear(65536, 65536, bias=False), torch.zeros(1, 65536),
+        train=False, gpu="t4",
+    )  # fmt: skip
+    assert est.oom is None
+    assert est.breakdown["parameters"] == 65536 * 65536 * 4
+    fit = est.fits()
+    assert not fit and fit.how == "peak active exceeds it" and fit.capacity == 15360 * 2**20

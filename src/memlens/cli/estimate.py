@@ -102,7 +102,7 @@ def command(
     script. Each configuration (batch x sequence x precision) is simulated on fake CUDA
     tensors, with the model built by AutoModelForCausalLM.from_config."""
     from memlens.simulation.estimate_hf import Build, load_config
-    from memlens.simulation.estimate_sweep import Task, sweep
+    from memlens.simulation.estimate_sweep import Task, result, sweep
 
     train = task == "train"
     if train and (prompt or generate):
@@ -117,9 +117,14 @@ def command(
     job = Task(build, train, optimizer, generate, world, sharding, steps)
     say = None if as_json else (lambda text: status(f"memlens: simulating {text}", err=True))
     rows = sweep(job, batch, prompt or seq_len, precision, gpu, say)
+    answer = result(job, rows)
     if as_json:
-        emit_json(rows)
+        emit_json(answer)
         return
+    click.echo(
+        f"{answer['model_type']}, {answer['parameters']:,} parameters, {answer['task']}"
+        + (f" with {optimizer}" if train else "")
+    )
     _print(rows)
 
 

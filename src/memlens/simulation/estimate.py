@@ -179,6 +179,11 @@ def _optimizer_factory(
     return factory
 
 
+# The device memory of an estimate's own run: more than any card, so the run never
+# stops at a limit (a card's preset would otherwise set its own memory as the limit).
+UNLIMITED = 2**50
+
+
 def run(work: Workload, gpu: str | None, device_memory: int | None = None) -> Estimate:
     """Simulate `work` on `gpu` (with `device_memory`, else unlimited): the estimate."""
     import torch
@@ -189,7 +194,7 @@ def run(work: Workload, gpu: str | None, device_memory: int | None = None) -> Es
     knobs = [f"{work.sharding}={work.world}"] if work.sharding else []
     oom, kept = None, ()
     with applied(knobs) as patched:
-        sim = simulate(None, gpu=gpu, device_memory=device_memory)
+        sim = simulate(None, gpu=gpu, device_memory=device_memory or UNLIMITED)
         try:
             with sim:
                 # the model and the optimizer stay alive into the state at exit, where

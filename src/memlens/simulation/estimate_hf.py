@@ -127,8 +127,11 @@ def optimizer(name: str) -> Callable[[list[Any]], Any]:
     if name not in OPTIMIZERS:
         raise MemlensError(f"--optimizer {name!r}: one of {', '.join(OPTIMIZERS)}")
     if name == "adamw-8bit":
+        import importlib
+
         try:
-            import bitsandbytes as bnb
+            # by name: an optional package without type stubs
+            bnb = importlib.import_module("bitsandbytes")
         except ImportError:
             raise MemlensError(
                 "--optimizer adamw-8bit needs bitsandbytes (pip install bitsandbytes); "

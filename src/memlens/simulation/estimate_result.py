@@ -142,6 +142,8 @@ class Estimate:
         retries, and fragmentation decides, so the run is simulated again with the
         device memory limited to the card's (fits when it completes)."""
         capacity, name = capacity_of(self.gpu if card is None else card)
+        if self.oom is not None:  # the estimate's own run stopped (it has no limit)
+            return Fit(False, name, capacity, self.peak_reserved_bytes, "the run ran out")
         if self.peak_reserved_bytes <= capacity:
             return Fit(True, name, capacity, self.peak_reserved_bytes, "peak reserved fits")
         if self.peak_active_bytes > capacity or self.rerun is None:
@@ -154,9 +156,7 @@ class Estimate:
 
     def summary(self) -> str:
         """Two lines: the peaks, then the breakdown at the active peak."""
-        parts = ", ".join(
-            f"{name} {format_bytes(b)}" for name, b in self.breakdown.items() if b
-        )
+        parts = ", ".join(f"{name} {format_bytes(b)}" for name, b in self.breakdown.items() if b)
         return (
             f"peak active {format_bytes(self.peak_active_bytes)}, peak reserved "
             f"{format_bytes(self.peak_reserved_bytes)}\nat the active peak: {parts}"

@@ -29,7 +29,7 @@ class FitRow(TypedDict):
 
 
 class EstimateRow(TypedDict):
-    """One configuration on one card (`memlens estimate --json` prints a list of these)."""
+    """One configuration on one card."""
 
     batch: int
     tokens: int  # training / plain inference: --seq-len; decoding: --prompt
@@ -42,6 +42,19 @@ class EstimateRow(TypedDict):
     fit: FitRow
     wrapped: str | None
     notes: list[str]
+
+
+class EstimateResult(TypedDict):
+    """`memlens estimate --json`: what was simulated, and a row per configuration and card."""
+
+    schema: int
+    model_type: str
+    parameters: int
+    task: str
+    optimizer: str | None
+    world: int
+    sharding: str | None
+    rows: list[EstimateRow]
 
 
 @dataclass(frozen=True)
@@ -104,6 +117,25 @@ def sweep(
                 }
             )
     return rows
+
+
+def result(task: Task, rows: list[EstimateRow]) -> EstimateResult:
+    """The rows with what they share: the model (its parameter count from its config,
+    built on the meta device: nothing allocated) and the task."""
+    import torch
+
+    with torch.device("meta"):
+        model = task.build()
+    return {
+        "schema": 1,
+        "model_type": str(task.build.config.model_type),
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "task": "train" if task.train else "inference",
+        "optimizer": task.optimizer if task.train else None,
+        "world": task.world,
+        "sharding": task.sharding,
+        "rows": rows,
+    }
 
 
 def _workload(task: Task, batch: int, tokens: int, precision: str) -> Workload:
