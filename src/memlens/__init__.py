@@ -25,6 +25,7 @@ if TYPE_CHECKING:  # the lazy names below, for type checkers and IDEs ("X as X":
     from memlens.notebook import load_ipython_extension as load_ipython_extension
     from memlens.recording import record as record
     from memlens.simulation.api import simulate as simulate
+    from memlens.simulation.estimate import estimate as estimate
     from memlens.simulation.synthetic import generate_snapshot as generate_snapshot
     from memlens.snapshot.loader import load as load
     from memlens.snapshot.model import DeviceTrace as DeviceTrace
@@ -49,6 +50,7 @@ _LAZY: dict[str, tuple[str, str]] = {
     "dump_on_oom": ("memlens.capture.oom", "dump_on_oom"),
     # simulation without a GPU
     "simulate": ("memlens.simulation.api", "simulate"),
+    "estimate": ("memlens.simulation.estimate", "estimate"),
     # tensor inspector
     "inspect": ("memlens.inspector.api", "inspect"),
     # `%load_ext memlens`: IPython looks this name up on the module (memlens[notebook])

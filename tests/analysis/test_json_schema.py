@@ -33,6 +33,7 @@ from memlens.analysis import registry
 from memlens.analysis import results as R
 from memlens.fleet.results import FleetResult
 from memlens.planning.results import PlanResult
+from memlens.simulation.estimate_sweep import EstimateResult
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "json-schema.md"
 
@@ -50,6 +51,7 @@ NOT_ANALYSES: dict[str, dict[str, Any]] = {
     "export": {"": R.ExportResult},
     "capabilities": {"": Capabilities},
     "plan": {"": PlanResult},
+    "estimate": {"": EstimateResult},
 }
 
 

@@ -25,6 +25,7 @@ COMMANDS: dict[str, str] = {
     "export": "export",
     "run": "run",
     "simulate": "simulate",
+    "estimate": "estimate",
     "plan": "plan",
     "inspect-report": "inspect_report",
     "mcp": "mcp",
@@ -34,7 +35,7 @@ COMMANDS: dict[str, str] = {
 
 
 # Commands that run the user's own script in this process: numpy keeps its usual threads.
-RUNS_USER_CODE = {"run", "simulate", "plan"}
+RUNS_USER_CODE = {"run", "simulate", "plan", "estimate"}
 
 
 def quick_exit_commands() -> frozenset[str]:
