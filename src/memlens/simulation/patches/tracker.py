@@ -16,7 +16,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_map
 
 from memlens.simulation.distributed import collectives, process_group
-from memlens.simulation.patches import fake_cuda, sdpa
+from memlens.simulation.patches import cuda_kernels, fake_cuda, sdpa
 from memlens.simulation.patches.inplace import BackwardInPlace
 
 if TYPE_CHECKING:
@@ -102,6 +102,13 @@ class Tracker(TorchDispatchMode):
             return _zero(args[0].dtype)
         if func.namespace == "c10d":
             return collectives.run(self.sim, func, args, kwargs)
+        model = cuda_kernels.MODELS.get(func)
+        if model is not None and self._touches_cuda(args, kwargs):
+            # a kernel the CPU build lacks: what the CUDA kernel allocates
+            out = model(self.sim, args, kwargs)
+            if node is not None:
+                self._backward.made(func, out)
+            return out
         if self._is_composite(func):
             # Under inference_mode (or with autograd off) a CompositeImplicitAutograd op
             # such as einsum reaches the dispatch modes whole; on a GPU it decomposes at
