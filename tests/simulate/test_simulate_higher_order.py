@@ -11,7 +11,6 @@ which allocates the output, the logsumexp and the row maxima only.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
