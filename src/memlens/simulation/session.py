@@ -28,7 +28,7 @@ from memlens.errors import MemlensError
 from memlens.simulation.config import SimulateConfig
 from memlens.simulation.distributed import process_group
 from memlens.simulation.gpus import cublas_workspace_from_config
-from memlens.simulation.patches import cuda_stubs, cuda_surface, fake_cuda, sdpa
+from memlens.simulation.patches import cuda_kernels, cuda_stubs, cuda_surface, fake_cuda, sdpa
 from memlens.simulation.patches import torch_compile as compiled
 from memlens.simulation.patches.frames import FrameCollector
 from memlens.simulation.patches.tracker import Tracker, is_cuda
@@ -111,6 +111,7 @@ class Simulation:
         self.autocast_policy = fake_cuda.install(self._patches, self._cuda_api(), self.note)
         cuda_surface.install(self._patches, self)
         sdpa.install(self._patches, self)
+        cuda_kernels.install(self._patches, self)
         process_group.install(self._patches, self)
         self.own.install(self._patches)
         self._patch_record_function()

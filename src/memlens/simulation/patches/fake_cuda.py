@@ -228,6 +228,14 @@ def install(
         ),
     )
     patches.set(torch.Tensor, "numpy", make_numpy(torch.Tensor.numpy, note))
+    # `type_as` is `to(other.options())` in C++, whose device reads `cpu` on a fake CUDA
+    # tensor: Inductor's `_fused_rms_norm` decomposition ends in `type_as(input)`, and a
+    # compiled bf16 RMSNorm returned a host tensor. Go through `to` with the Python device.
+    patches.set(
+        torch.Tensor,
+        "type_as",
+        lambda self, other: to(self, device=other.device, dtype=other.dtype),
+    )
     # Pinned host memory and cross-stream bookkeeping have no meaning without a device.
     patches.set(torch.Tensor, "pin_memory", lambda self, device=None: self)
     patches.set(torch.Tensor, "is_pinned", lambda self, device=None: False)

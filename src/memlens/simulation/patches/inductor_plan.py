@@ -106,6 +106,19 @@ def op_kind(target: Any) -> str:
     return "pointwise"
 
 
+def _mutates(node: Node) -> bool:
+    """An aten op writing into its first argument. Higher-order operators (flex_attention,
+    invoke_subgraph, wrap_with_*) have no schema: Inductor lowers them to kernels (a
+    template, or the subgraph's own) that write fresh outputs, so they are extern calls
+    whose tensor outputs, read through getitem, get buffers."""
+    target = node.target
+    return (
+        node.op == "call_function"
+        and isinstance(target, torch._ops.OpOverload)
+        and target._schema.is_mutable
+    )
+
+
 def _tensor_inputs(node: Node) -> list[Node]:
     out: list[Node] = []
     for arg in node.all_input_nodes:
@@ -150,7 +163,7 @@ def plan(graph: Graph) -> Plan:
         inputs = _tensor_inputs(n)
         if kind == "view" and inputs:
             owner[n] = owner.get(inputs[0], inputs[0])
-        elif kind == "extern" and n.op == "call_function" and n.target._schema.is_mutable:
+        elif kind == "extern" and _mutates(n):
             # an in-place op writes into its first argument's buffer
             owner[n] = owner.get(inputs[0], inputs[0]) if inputs else n
         else:

@@ -164,6 +164,25 @@ def _backward_devices() -> Iterator[None]:
         FakeTensorMode.__torch_dispatch__ = original  # type: ignore[method-assign]
 
 
+def _devices_as_traced(gm: GraphModule) -> None:
+    """Factory nodes recorded with `device=cpu` whose traced value is a CUDA tensor get
+    the value's device. A backward formula traced by AOTAutograd (`index_backward`'s
+    zeros) took its device from a fake CUDA tensor's options(), which reads `cpu` here
+    (see fake_cuda); `_backward_devices` moved the fake value to CUDA, but the FX node
+    keeps what the formula asked for, and running it would scatter CUDA gradients into a
+    host tensor. On a GPU both say cuda."""
+    for n in gm.graph.nodes:
+        device = n.kwargs.get("device")
+        value = n.meta.get("val")
+        if (
+            device is not None
+            and torch.device(device).type == "cpu"
+            and isinstance(value, torch.Tensor)
+            and value.device.type == "cuda"
+        ):
+            n.update_kwarg("device", value.device)
+
+
 class GraphRunner:
     """One compiled graph: runs its nodes on the fakes, allocating as `plan` says."""
 
@@ -173,6 +192,7 @@ class GraphRunner:
         self._boxed_call = True
         self.sim = sim
         self.gm = gm
+        _devices_as_traced(gm)
         self.nodes = list(gm.graph.nodes)
         self.plan: Plan = plan(gm.graph)
         realized = set(self.plan.realized)

@@ -16,7 +16,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_map
 
 from memlens.simulation.distributed import collectives, process_group
-from memlens.simulation.patches import fake_cuda, sdpa
+from memlens.simulation.patches import cuda_kernels, fake_cuda, higher_order, sdpa
 from memlens.simulation.patches.inplace import BackwardInPlace
 
 if TYPE_CHECKING:
@@ -48,6 +48,9 @@ def is_cuda(t: Any) -> bool:
 
 
 class Tracker(TorchDispatchMode):
+    # HOPs (DTensor's RNG, flex_attention, invoke_subgraph) come here: higher_order.py
+    supports_higher_order_operators = True
+
     def __init__(self, sim: SimulationHost):
         super().__init__()  # type: ignore[no-untyped-call]  # torch leaves it unannotated
         self.sim = sim
@@ -62,6 +65,8 @@ class Tracker(TorchDispatchMode):
         kwargs: dict[str, Any] | None = None,
     ) -> Any:
         kwargs = kwargs or {}
+        if higher_order.is_higher_order(func):
+            return higher_order.run(self, func, args, kwargs)
         if any(map(process_group.is_dtensor, tree_flatten((args, kwargs))[0])):
             # a DTensor (FSDP2's parameters, tensor parallel): it runs the op on its local
             # tensors, which come back through this mode and are tracked there
@@ -102,6 +107,13 @@ class Tracker(TorchDispatchMode):
             return _zero(args[0].dtype)
         if func.namespace == "c10d":
             return collectives.run(self.sim, func, args, kwargs)
+        model = cuda_kernels.MODELS.get(func)
+        if model is not None and self._touches_cuda(args, kwargs):
+            # a kernel the CPU build lacks: what the CUDA kernel allocates
+            out = model(self.sim, args, kwargs)
+            if node is not None:
+                self._backward.made(func, out)
+            return out
         if self._is_composite(func):
             # Under inference_mode (or with autograd off) a CompositeImplicitAutograd op
             # such as einsum reaches the dispatch modes whole; on a GPU it decomposes at

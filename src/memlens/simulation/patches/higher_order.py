@@ -1,0 +1,47 @@
+"""Higher-order operators (HOPs) reaching the simulation's dispatch mode.
+
+A HOP (`run_dtensor_rng_op`, `flex_attention`, `invoke_subgraph`, the `wrap_with_*`
+and checkpoint wrappers Dynamo emits) takes functions or graphs besides tensors; a
+dispatch mode sees it only when it says it supports them, and must then run it. What a
+GPU allocates for one is what its body allocates, so the body runs with the tracker
+active and every op inside is counted as usual:
+
+- `run_dtensor_rng_op(start, end, op, *args)`: DTensor's random ops (`init.normal_` on a
+  sharded parameter) run `op` between two moves of the CUDA generator's offset; the
+  offsets do not matter here (values are fake), `op` is run.
+- a HOP with a dense (CompositeExplicitAutograd) implementation runs it: `flex_attention`
+  in eager mode is PyTorch's math implementation (the full score matrix, as on a GPU,
+  which is why PyTorch warns to compile it), `invoke_subgraph` runs its subgraph, the
+  `wrap_with_*` ones their function under the mode they set.
+- any other HOP gets FakeTensorMode's rule (its outputs only), which are counted.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch._C import DispatchKey
+from torch._ops import HigherOrderOperator
+
+if TYPE_CHECKING:
+    from memlens.simulation.patches.tracker import Tracker
+
+
+def is_higher_order(func: Any) -> bool:
+    return isinstance(func, HigherOrderOperator)
+
+
+def run(tracker: Tracker, func: HigherOrderOperator, args: Any, kwargs: dict[str, Any]) -> Any:
+    """Run `func` as a GPU would, its allocations counted (the tracker is popped here)."""
+    if func.name() == "run_dtensor_rng_op":
+        op, op_args = args[2], args[3:]
+        with tracker:
+            return op(*op_args, **kwargs)
+    dense = func.py_kernels.get(DispatchKey.CompositeExplicitAutograd)
+    if dense is not None:
+        with tracker, torch._C._AutoDispatchBelowAutograd():
+            return dense(*args, **kwargs)
+    out = func(*args, **kwargs)
+    tracker.sim._track_outputs(out)
+    return out

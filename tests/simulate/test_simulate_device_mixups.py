@@ -1,0 +1,77 @@
+"""No host tensors where a GPU has device ones: the minimal reproductions of issue 36.
+
+Fake CUDA tensors carry CPU dispatch keys, so C++ code that takes a device from a
+tensor's options() reads `cpu` (see memlens.simulation.patches.fake_cuda). Each test
+here failed before its fix: a bf16 `RMSNorm` returned a CPU fake (eager: the CPU build's
+composite; compiled: Inductor's decomposition's `type_as`), and a compiled embedding
+lookup's backward scattered its CUDA gradient into a host `zeros` the traced graph asked
+for (`Mismatching aten.index_put.default device between self (cpu) and values (cuda:0)`).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import memlens  # noqa: E402
+
+CUDA0 = torch.device("cuda", 0)
+
+
+def events(sim) -> list[tuple[str, int]]:
+    return [
+        ("+" if e["action"] == "alloc" else "-", e["size"])
+        for e in sim.snapshot["device_traces"][0]
+        if e["action"] in ("alloc", "free_completed")
+    ]
+
+
+class Lookup(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.randn(1000, 64))
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.weight[ids, :]
+
+
+def test_eager_bf16_rmsnorm_returns_a_cuda_tensor():
+    with memlens.simulate(cublas_workspace=0):
+        norm = torch.nn.RMSNorm(64, device="cuda", dtype=torch.bfloat16)
+        y = norm(torch.randn(8, 64, device="cuda", dtype=torch.bfloat16))
+        assert y.device == CUDA0
+
+
+def test_compiled_bf16_rmsnorm_returns_a_cuda_tensor_and_cuda_gradients():
+    with memlens.simulate(cublas_workspace=0):
+        norm = torch.compile(torch.nn.RMSNorm(64, device="cuda", dtype=torch.bfloat16))
+        x = torch.randn(8, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+        y = norm(x)
+        assert y.device == CUDA0
+        y.sum().backward()
+        assert x.grad is not None and x.grad.device == CUDA0
+
+
+def test_compiled_index_backward_accumulates_into_a_cuda_gradient():
+    with memlens.simulate(cublas_workspace=0) as sim:
+        model = torch.compile(Lookup().cuda())
+        ids = torch.randint(0, 1000, (8, 16), device="cuda")
+        out = model(ids)
+        out.sum().backward()
+        grad = model.weight.grad
+        assert grad is not None and grad.device == CUDA0
+        del out
+    assert events(sim) == [
+        ("+", 256_000),  # the weight, 1000 x 64 fp32
+        ("+", 1_024),  # ids, 8 x 16 int64
+        ("+", 32_768),  # the lookup, 8 x 16 x 64 fp32 (the compiled forward's output)
+        ("+", 4),  # the loss
+        ("+", 4),  # its gradient, expanded to the lookup's shape
+        ("+", 32_768),  # AOTAutograd makes the expanded tangent contiguous
+        ("+", 256_000),  # the compiled backward's zeros, index_put into: the weight's grad
+        ("-", 32_768),
+        ("-", 4),
+        ("-", 4),
+        ("-", 32_768),  # `del out`
+    ]
