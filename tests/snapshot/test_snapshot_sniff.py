@@ -7,7 +7,6 @@ from __future__ import annotations
 import pickle
 import pickletools
 import zipfile
-from pathlib import Path
 
 import pytest
 

@@ -22,8 +22,7 @@ _PICKLE_STARTS = frozenset(b"(}]ci")
 _ZIP_MAGIC = b"PK\x03\x04"
 _PEEK = 4096
 _ADVICE = (
-    "a memory snapshot is the pickle written by torch.cuda.memory._dump_snapshot "
-    "(or its JSON)"
+    "a memory snapshot is the pickle written by torch.cuda.memory._dump_snapshot (or its JSON)"
 )
 
 
