@@ -48,6 +48,7 @@ from memlens.cli.options import (
     status,
 )
 from memlens.keywords import field_names
+from memlens.units import bare_size_note
 
 if TYPE_CHECKING:
     from memlens.agents.tools import Shared
@@ -164,6 +165,10 @@ def registered_command(analysis: Analysis[Any]) -> click.Command:
         if analysis.hide:
             own["hide_patterns"] = hide_patterns(common.hide, common.hide_only)
         values = analysis.check(own)  # before the load: bad options fail fast
+        for o in analysis.options:
+            note = bare_size_note(o.cli_flag, values[o.name]) if o.metavar == "SIZE" else None
+            if note:
+                status(f"memlens: warning: {note}", err=True)
         inputs = common.open(analysis.opens)
         for o in analysis.options:
             if o.kind == "snapshot" and values[o.name] is not None:
