@@ -147,6 +147,7 @@ class StageRow(StageInterval):
     freed_count: int
     net_bytes: int
     grew: list[NetSite]
+    shrank: list[NetSite]
 
 
 class StageTable(TypedDict):
