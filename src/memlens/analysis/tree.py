@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from memlens.analysis.cells import cell_name
 from memlens.analysis.events import memo
 from memlens.analysis.paths import short_filenames
 from memlens.analysis.results import TreeFrame, TreeNode
@@ -20,6 +21,7 @@ from memlens.analysis.sites import (
     NO_STACK_LABEL,
     SITE_HIDE_PATTERNS,
     frame_label,
+    python_frame_text,
     user_frame_of_stacks,
 )
 from memlens.snapshot.frames import NOISE, PYTHON, hidden_filename_mask, short_cpp_name
@@ -77,6 +79,9 @@ def frame_short_label(snap: Snapshot, frame_id: int) -> str:
     if f.kind[frame_id] != PYTHON:
         name = short_cpp_name(name)
         return name if base in ("", "??") else f"{name} ({base})"
+    filename = snap.strings[f.filename[frame_id]]
+    if cell_name(filename):  # a notebook cell: the same words as the long label
+        return python_frame_text(name, filename, int(f.line[frame_id]))
     return f"{name} ({base}:{int(f.line[frame_id])})"
 
 
