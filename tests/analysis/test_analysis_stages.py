@@ -281,6 +281,7 @@ def shrink_snapshot() -> dict[str, Any]:
     """A stage `opt` (t 5..20) frees 100 B that forward made before it (model.py:20) and
     makes 30 B that stay (train.py:50): forward shrank by 100 B, train grew by 30 B."""
     from analysis_snapshots import MODEL, TRAIN
+
     from snapshot_builders import block, ev, segment
 
     S = 0x100000

@@ -4,6 +4,8 @@ snapshot_builders.pool_snapshot and hand_snapshot, worked by hand from their com
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 import memlens
@@ -15,7 +17,7 @@ pytest.importorskip("duckdb")
 from memlens.analysis.sql import query  # noqa: E402
 
 
-def rows(snap, sql):
+def rows(snap: memlens.Snapshot, sql: str) -> list[list[Any]]:
     return query(snap, sql)["rows"]
 
 

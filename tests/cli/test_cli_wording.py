@@ -6,13 +6,13 @@ from __future__ import annotations
 import json
 
 import pytest
-from click.testing import CliRunner
+from click.testing import CliRunner, Result
 
 from memlens.cli.main import cli
 from memlens.views.text.next_step import next_step
 
 
-def invoke(*args: str, color: bool = False):
+def invoke(*args: str, color: bool = False) -> Result:
     return CliRunner().invoke(cli, list(args), catch_exceptions=False, color=color)
 
 
