@@ -50,6 +50,9 @@ from memlens.cli.options import (
     status,
 )
 from memlens.snapshot.model import Snapshot
+from memlens.units import bare_size_note
+from memlens.views.escape import visible
+from memlens.views.text.next_step import next_step
 
 # What the body gets first:
 #   "snapshot": the Snapshot (the body picks devices; it can ask for `device`)
@@ -171,10 +174,15 @@ def registered_command(analysis: Analysis[Any]) -> click.Command:
             status("memlens: warning: --limit N is deprecated; use --top N", err=True)
             given["top"] = limit_alias
         values = analysis.request(given)  # before the load: bad options fail fast
+        for o in analysis.options:
+            note = bare_size_note(o.cli_flag, values[o.name]) if o.metavar == "SIZE" else None
+            if note:
+                status(f"memlens: warning: {note}", err=True)
         inputs = analysis.open(refs_of(analysis.opens, paths), _loader(given), values)
         result = analysis.call(inputs, dict(values))
         text = lambda: analysis.renderer(result, {**values, "paths": paths})  # noqa: E731
-        _print(as_json, result, text, analysis.exit_code(result))
+        hint = None if as_json else next_step(analysis.name, paths)
+        _print(as_json, result, text, analysis.exit_code(result), hint)
 
     callback.__doc__ = analysis.doc or analysis.help
     options = [click_option(o) for o in analysis.host_options()]
@@ -217,12 +225,17 @@ def _shape(
     return click.command(name)(f)
 
 
-def _print(as_json: bool, result: Any, text: Callable[[], Text], exit_code: int) -> None:
-    """The result as JSON (--json) or as text, then the command's exit code."""
+def _print(
+    as_json: bool, result: Any, text: Callable[[], Text], exit_code: int, hint: str | None = None
+) -> None:
+    """The result as JSON (--json) or as text and its dimmed "next:" hint, then the
+    command's exit code."""
     if as_json:
         emit_json(result)
     else:
         _echo(text())
+        if hint:
+            click.echo(click.style("\n" + visible(hint), dim=True))
     if exit_code:
         click.get_current_context().exit(exit_code)
 
