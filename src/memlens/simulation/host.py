@@ -17,11 +17,19 @@ if TYPE_CHECKING:
 
 
 class SimulationHost(Protocol):
-    # the model of the caching allocator every simulated tensor lives in
-    allocator: CachingAllocator
-    frames: FrameCollector
-    gpu: Gpu
-    autocast_policy: CudaAutocast
+    # read-only to a patch (a property here): the session may hold a subclass of the model
+    @property
+    def allocator(self) -> CachingAllocator: ...  # every simulated tensor lives in it
+
+    @property
+    def frames(self) -> FrameCollector: ...
+
+    @property
+    def gpu(self) -> Gpu: ...
+
+    @property
+    def autocast_policy(self) -> CudaAutocast: ...
+
     # the backend each F.scaled_dot_product_attention call took (flash, efficient, ...)
     sdpa_backends: list[str]
     # a compiled graph's runner runs an op: it places buffers itself

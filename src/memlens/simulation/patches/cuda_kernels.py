@@ -29,7 +29,7 @@ import torch
 
 if TYPE_CHECKING:
     from memlens.simulation.patches.fake_cuda import Patches
-    from memlens.simulation.session import Simulation
+    from memlens.simulation.host import SimulationHost
 
 _aten = torch.ops.aten
 # The CompositeImplicitAutograd-on-CPU ops with a CUDA kernel (docs/cuda-kernels.md,
@@ -42,7 +42,7 @@ def _accumulate_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float64 if dtype == torch.float64 else torch.float32
 
 
-def _contiguous(sim: Simulation, t: torch.Tensor | None) -> torch.Tensor | None:
+def _contiguous(sim: SimulationHost, t: torch.Tensor | None) -> torch.Tensor | None:
     """`expect_contiguous()`: the tensor itself, or a copy the kernel frees at return."""
     if t is None or t.is_contiguous():
         return t
@@ -55,7 +55,7 @@ def _empty(shape: tuple[int, ...], dtype: torch.dtype, like: torch.Tensor) -> to
     return torch.empty(shape, dtype=dtype, device=like.device)
 
 
-def fused_rms_norm(sim: Simulation, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+def fused_rms_norm(sim: SimulationHost, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """`_fused_rms_norm_cuda`: Y like the (contiguous) input, then rstd (M,) in the
     accumulate type, viewed as the input's leading dims followed by ones."""
     input, normalized_shape = args[0], list(args[1])
@@ -73,7 +73,7 @@ def fused_rms_norm(sim: Simulation, args: tuple[Any, ...], kwargs: dict[str, Any
     return y, rstd.view(*input.shape[:axis], *([1] * len(normalized_shape)))
 
 
-def fused_rms_norm_backward(sim: Simulation, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+def fused_rms_norm_backward(sim: SimulationHost, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """`_fused_rms_norm_backward_cuda`: dX like the contiguous input, dgamma like the
     weight, then grad_out made contiguous inside the kernel's launcher. The gamma
     reduction's per-block partial sums (LaunchGammaBetaBackwardCUDAKernel) are not
@@ -93,7 +93,7 @@ def fused_rms_norm_backward(sim: Simulation, args: tuple[Any, ...], kwargs: dict
     return dx, dgamma
 
 
-MODELS: dict[Any, Callable[[Simulation, tuple[Any, ...], dict[str, Any]], Any]] = {
+MODELS: dict[Any, Callable[[SimulationHost, tuple[Any, ...], dict[str, Any]], Any]] = {
     _aten._fused_rms_norm.default: fused_rms_norm,
     _aten._fused_rms_norm_backward.default: fused_rms_norm_backward,
 }
@@ -108,7 +108,7 @@ def _composite_values(name: str) -> Callable[..., Any]:
     return kernel
 
 
-def install(patches: Patches, sim: Simulation) -> None:
+def install(patches: Patches, sim: SimulationHost) -> None:
     """CPU kernels for the composite-on-CPU ops, removed when the simulation ends."""
     library = torch.library.Library("aten", "IMPL")
     for name in COMPOSITE_ON_CPU:
