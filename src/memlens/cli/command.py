@@ -34,8 +34,10 @@ import click
 from memlens.analysis.registry import Analysis, Option, Text
 from memlens.analysis.sites import hide_patterns
 from memlens.cli.options import (
+    FINITE,
     LONGEST_TRACE,
     F,
+    InputPath,
     annotations_option,
     device_option,
     emit_json,
@@ -190,7 +192,7 @@ def registered_command(analysis: Analysis[Any]) -> click.Command:
 
 def click_option(o: Option) -> Callable[[F], F]:
     """A declared option as click spells it (registry.Option)."""
-    path = click.Path(dir_okay=False)
+    path = InputPath()
     if o.kind == "argument":
         return click.argument(o.name, type=path if o.path else o.type)
     if o.type is bool:
@@ -203,7 +205,7 @@ def click_option(o: Option) -> Callable[[F], F]:
             show_default=o.show_default,
             help=o.help,
         )
-    kind: Any = o.type
+    kind: Any = FINITE if o.type is float else o.type
     if o.path or o.kind == "snapshot":
         kind = path
     elif o.choices:
@@ -251,10 +253,13 @@ def _shape(
             metavar="SNAPSHOTS...",
             nargs=-1,
             required=True,
-            type=click.Path(dir_okay=False),
+            type=InputPath(),
         )(f)
     elif opens == "paths":
-        f = click.argument("paths", metavar="PATHS...", nargs=-1, required=True)(f)
+        # a glob or a folder: each file it names is checked as the reader opens it
+        f = click.argument(
+            "paths", metavar="PATHS...", nargs=-1, required=True, type=InputPath(dir_okay=True)
+        )(f)
     else:
         f = snapshot_argument(f, name="paths")
     return click.command(name)(f)

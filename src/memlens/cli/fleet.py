@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from memlens.cli.command import Answer, analysis_command
-from memlens.cli.options import status, write_page
+from memlens.cli.options import FINITE, status, write_page
 from memlens.fleet.results import FleetResult
 
 
@@ -36,9 +36,9 @@ def _check(**own: Any) -> dict[str, Any]:
     click.option("--report", type=click.Path(dir_okay=False), default=None,
                  help="Also write an HTML report: rank x stage heatmap, outliers and "
                  "their diffs, groups, stages."),
-    click.option("--z", "threshold", type=float, default=3.5, show_default=True,
+    click.option("--z", "threshold", type=FINITE, default=3.5, show_default=True,
                  help="|robust z| above which a figure makes a rank an outlier."),
-    click.option("--tolerance", type=float, default=0.05, show_default=True,
+    click.option("--tolerance", type=FINITE, default=0.05, show_default=True,
                  help="Ranks group together within this fraction of the median."),
     click.option("--diffs", type=int, default=10, show_default=True,
                  help="How many outliers get a diff against the median rank."),

@@ -20,8 +20,43 @@ from memlens.views.escape import visible, visible_output
 F = Callable[..., Any]
 
 
+class InputPath(click.Path):
+    """A file a command reads: snapshot.input_path's checks (no NUL, not overlong, a regular
+    file: not /proc/self/mem, a device or a pipe), each one `memlens: error:` line, then
+    click's Path."""
+
+    def __init__(self, *, dir_okay: bool = False, exists: bool = False) -> None:
+        super().__init__(dir_okay=dir_okay, exists=exists)
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        from memlens.snapshot.input_path import check_input
+
+        if isinstance(value, str):
+            check_input(value, dir_okay=self.dir_okay)
+        return super().convert(value, param, ctx)
+
+
+class FiniteFloat(click.types.FloatParamType):
+    """A float option: NaN and infinities are usage errors, not values that reach the
+    arithmetic (a NaN threshold compares false with everything)."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        import math
+
+        from memlens.errors import MemlensError
+
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            flag = param.opts[0] if param is not None and param.opts else "a number"
+            raise MemlensError(f"{flag}: {value!r} is not a finite number")
+        return number
+
+
+FINITE = FiniteFloat()
+
+
 def snapshot_argument(f: F, name: str = "snapshot") -> F:
-    return click.argument(name, metavar="SNAPSHOT", type=click.Path(dir_okay=False))(f)
+    return click.argument(name, metavar="SNAPSHOT", type=InputPath())(f)
 
 
 def snapshots_argument(two: bool = False) -> Callable[[F], F]:
@@ -45,7 +80,7 @@ def snapshots_argument(two: bool = False) -> Callable[[F], F]:
         metavar=metavar,
         nargs=-1,
         required=True,
-        type=click.Path(dir_okay=False),
+        type=InputPath(),
         callback=check,
     )
 
@@ -116,7 +151,7 @@ def annotations_option(f: F) -> F:
         "annotation_files",
         multiple=True,
         metavar="PATH",
-        type=click.Path(exists=True),
+        type=InputPath(dir_okay=True, exists=True),
         help="Add stages from PATH (repeatable): a `memlens.inspect` run directory (each "
         "sampled forward pass, with its activation bytes) or a JSON list of "
         '{"name", "stage": "START"|"END", "time_us"} entries.',
