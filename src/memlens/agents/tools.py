@@ -8,8 +8,9 @@ tool's input schema is the command's own options (click types, defaults and help
 call runs what the command runs with --json (`Analysis.call`, or the command's body), so a
 tool answers exactly what `memlens <command> --json` prints for the same options. Options
 that would write files or reach the network (`--out`, `--report`, `--scheduler`) and
-`--annotations` are not offered; paths the options name must be readable under the
-server's roots.
+`--annotations` are not offered, nor those that run a script (RUNS_CODE) unless the server
+was started with --allow-run; paths the options name must be readable under the server's
+roots.
 """
 
 from __future__ import annotations
@@ -49,6 +50,11 @@ SHARED = frozenset(
         "limit_alias",
     }
 )
+
+# options that run code: advise's `script` is simulated (the script is imported and run),
+# and `gpu` only names the card of that simulation. Offered only by `memlens mcp
+# --allow-run`; the script and the working folder must then be under the server's roots.
+RUNS_CODE = frozenset({"script", "gpu"})
 
 SNAPSHOT_ARG = "An id from open_snapshot (s1) or the path of a snapshot file (opened and kept)."
 
@@ -122,6 +128,9 @@ class Tool:
     description: str
     input_schema: dict[str, Any]
     run: Callable[[Session, dict[str, Any]], Any]  # the answer: JSON-able, not yet bounded
+    # only reads the files a call names: false for a tool that may run a script
+    # (--allow-run) or write files (sql with --allow-files), announced as such to the host
+    read_only: bool = True
 
 
 def _schema(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
@@ -158,11 +167,24 @@ def _inputs_schema(opens: str) -> tuple[dict[str, Any], list[str]]:
     return {"snapshot": {"type": "string", "description": SNAPSHOT_ARG}}, ["snapshot"]
 
 
-def analysis_tool(decl: Declaration) -> Tool:
-    """The tool of one analysis command: its options, its body, its --json."""
+def _refuse_run(tool: str, args: dict[str, Any], params: list[click.Parameter]) -> None:
+    """Without --allow-run an option that runs code is refused by name, not ignored."""
+    asked = sorted(str(p.name) for p in params if p.name in RUNS_CODE and p.name in args)
+    if asked:
+        raise MemlensError(
+            f"{tool}: {', '.join(asked)} runs a script, which this server does not allow "
+            "(the person who starts it can: memlens mcp --allow-run)"
+        )
+
+
+def analysis_tool(decl: Declaration, *, allow_run: bool = False) -> Tool:
+    """The tool of one analysis command: its options, its body, its --json; the options
+    that run code only with `allow_run`."""
     cmd = decl.command
     params = [p for p in cmd.params if p.name and p.name != "paths"]
-    offered = [str(p.name) for p in params if p.name not in HIDDEN]
+    hidden = HIDDEN if allow_run else HIDDEN | RUNS_CODE
+    offered = [str(p.name) for p in params if p.name not in hidden]
+    runs_code = allow_run and any(p.name in RUNS_CODE for p in params)
     properties, required = _inputs_schema(decl.opens)
     properties.update({str(p.name): schema_property(cmd, p) for p in params if p.name in offered})
     required += [str(p.name) for p in params if p.required and p.name in offered]
@@ -173,6 +195,8 @@ def analysis_tool(decl: Declaration) -> Tool:
     )
 
     def run(session: Session, args: dict[str, Any]) -> Any:
+        if not allow_run:
+            _refuse_run(decl.name, args, params)
         _check_names(decl.name, args, schema)
         values = {
             str(p.name): convert(cmd, p, args.get(str(p.name)) if p.name in offered else None)
@@ -182,8 +206,10 @@ def analysis_tool(decl: Declaration) -> Tool:
             if isinstance(p.type, click.Path) and isinstance(values[str(p.name)], str):
                 if p.name in decl.snapshot_options:
                     values[str(p.name)] = session.open(values[str(p.name)]).snapshot
-                else:
-                    session.allowed(values[str(p.name)])
+                else:  # the resolved path is what is read: no link swapped in after the check
+                    values[str(p.name)] = str(session.allowed(values[str(p.name)]))
+        if runs_code and isinstance(values.get("script"), str):
+            values["script"] = session.allowed_script(values["script"])
         own = decl.prepared({k: v for k, v in values.items() if k not in SHARED})
         inputs, paths = session.inputs(
             decl.opens, args, values.get("device"), values.get("device_b")
@@ -200,7 +226,7 @@ def analysis_tool(decl: Declaration) -> Tool:
         answer = decl.answer(inputs, own, shared)
         return answer.result
 
-    return Tool(decl.name, description, schema, run)
+    return Tool(decl.name, description, schema, run, read_only=not runs_code)
 
 
 def _open_tool() -> Tool:
@@ -223,7 +249,7 @@ def _list_tool() -> Tool:
 
     def run(session: Session, args: dict[str, Any]) -> Any:
         _check_names("list_snapshots", args, schema)
-        return {"snapshots": [e.describe() for e in session.opened.values()]}
+        return {"snapshots": [e.describe() for e in session.listed()]}
 
     return Tool("list_snapshots", "The snapshots this server holds open.", schema, run)
 
@@ -268,14 +294,16 @@ def _sql_tool(allow_files: bool) -> Tool:
         f"Queries {files} read or write files (the server's --allow-files). Same JSON as "
         "`memlens sql --json`."
     )
-    return Tool("sql", doc, schema, run)
+    return Tool("sql", doc, schema, run, read_only=not allow_files)
 
 
-def build_tools(declarations: list[Declaration], *, allow_files: bool = False) -> list[Tool]:
+def build_tools(
+    declarations: list[Declaration], *, allow_files: bool = False, allow_run: bool = False
+) -> list[Tool]:
     """Every tool the server offers, in the order an agent would use them."""
     return [
         _open_tool(),
-        *(analysis_tool(d) for d in declarations),
+        *(analysis_tool(d, allow_run=allow_run) for d in declarations),
         _sql_tool(allow_files),
         _list_tool(),
         _close_tool(),
