@@ -99,7 +99,7 @@ class Session:
         path, args = split_script(script)
         resolved = self.allowed(path)
         self.allowed(os.getcwd(), what=f"the folder the script would run in ({os.getcwd()})")
-        check_input(str(resolved))
+        check_input(str(resolved), given=path)
         if not resolved.is_file():
             raise MemlensError(f"script: no such script: {shown(path)}")
         return shlex.join([str(resolved), *args])
@@ -119,7 +119,7 @@ class Session:
             for f in expand_paths([os.path.expanduser(p)]):
                 # a match is named by the pattern the agent gave, not by what it found
                 resolved = self.allowed(f, what=f"{shown(p)} (a file it names)")
-                check_input(str(resolved))
+                check_input(str(resolved), given=f)
                 out.setdefault(str(resolved), None)
         return tuple(out)
 
@@ -133,7 +133,7 @@ class Session:
         with gate:  # a second call for this file waits for the first's load, then shares it
             with self._guard:
                 entry = next((e for e in self.opened.values() if e.path == path), None)
-            check_input(str(path))
+            check_input(str(path), given=ref)
             if not path.is_file():
                 raise MemlensError(f"{shown(ref)}: no such file")
             stat = _stat(path)

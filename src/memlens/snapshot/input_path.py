@@ -21,7 +21,7 @@ PSEUDO = ("/proc", "/sys", "/dev")
 # Linux's PATH_MAX and NAME_MAX; other systems allow no more than these in practice
 PATH_MAX = 4096
 NAME_MAX = 255
-SHOWN = 80  # characters of an overlong name quoted in the error
+SHOWN = 300  # characters of an overlong name quoted in an error
 
 
 def shown(path: str) -> str:
@@ -39,20 +39,22 @@ def check_name(path: str) -> None:
         raise MemlensError(f"{shown(path)}: the path is longer than the system allows")
 
 
-def check_input(path: str, *, dir_okay: bool = False) -> None:
-    """Fail unless `path` names a regular file (or, with `dir_okay`, a folder) or nothing."""
+def check_input(path: str, *, dir_okay: bool = False, given: str | None = None) -> None:
+    """Fail unless `path` names a regular file (or, with `dir_okay`, a folder) or nothing;
+    the error names it as `given` (the name before it was resolved) when there is one."""
     check_name(path)
+    name = shown(given if given is not None else path)
     try:
         mode = os.stat(path).st_mode  # follows symbolic links: what a reader would open
     except FileNotFoundError:
         return
     except OSError as exc:
-        raise MemlensError(f"{shown(path)}: cannot read it: {exc.strerror}") from None
+        raise MemlensError(f"{name}: cannot read it: {exc.strerror}") from None
     real = os.path.realpath(path)
     pseudo = next((p for p in PSEUDO if real == p or real.startswith(p + "/")), None)
     if pseudo is not None:
-        raise MemlensError(f"{shown(path)}: not a regular file (a kernel file under {pseudo})")
+        raise MemlensError(f"{name}: not a regular file (a kernel file under {pseudo})")
     if stat.S_ISREG(mode) or (dir_okay and stat.S_ISDIR(mode)):
         return
     kind = "a folder" if stat.S_ISDIR(mode) else "a device, pipe or socket"
-    raise MemlensError(f"{shown(path)}: not a regular file ({kind})")
+    raise MemlensError(f"{name}: not a regular file ({kind})")
