@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_mcp_server import call, drive, error
 
 from memlens.agents.calls import Call
-from test_mcp_server import call, drive, error
 
 mcp = pytest.importorskip("mcp")
 anyio = pytest.importorskip("anyio")

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from test_mcp_server import call, drive, error
 
 from memlens.cli.main import cli
-from test_mcp_server import call, drive, error
 
 mcp = pytest.importorskip("mcp")
 

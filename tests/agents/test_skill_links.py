@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from memlens.agents.resources import SKILL
 from memlens.cli.main import run
 

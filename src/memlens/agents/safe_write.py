@@ -13,6 +13,7 @@ folder) may be a link: it is the user's own choice.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import secrets
@@ -31,10 +32,8 @@ def _open_below(base: Path, parts: tuple[str, ...]) -> int:
     try:
         for part in parts:
             where = where / part
-            try:
+            with contextlib.suppress(FileExistsError):
                 os.mkdir(part, 0o777, dir_fd=fd)
-            except FileExistsError:
-                pass
             try:
                 inner = os.open(part, _DIR_FLAGS, dir_fd=fd)
             except OSError as exc:

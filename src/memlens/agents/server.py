@@ -27,6 +27,7 @@ class Limits:
     calls: int = 4  # tool calls running at once; more wait for a slot
     seconds: float = 600.0  # a call still running after this is stopped, with an error line
 
+
 INSTRUCTIONS = """\
 memlens reads PyTorch CUDA memory snapshots (torch.cuda.memory._dump_snapshot). Open a
 snapshot with open_snapshot, then: summary (baseline, peak, end state, top sites) -> peak
@@ -65,9 +66,7 @@ def serve(dispatcher: Dispatcher, limits: Limits | None = None) -> None:
             description=t.description,
             input_schema=t.input_schema,
             # a tool that may run a script or write files is not announced read-only
-            annotations=types.ToolAnnotations(
-                read_only_hint=t.read_only, open_world_hint=False
-            ),
+            annotations=types.ToolAnnotations(read_only_hint=t.read_only, open_world_hint=False),
         )
         for t in dispatcher.tools.values()
     ]
@@ -159,10 +158,12 @@ def serve(dispatcher: Dispatcher, limits: Limits | None = None) -> None:
     )
 
     async def main() -> None:
-        async with stdio_server() as (read_stream, write_stream):
-            async with anyio.create_task_group() as group:
-                background.append(group)
-                await server.run(read_stream, write_stream, server.create_initialization_options())
-                group.cancel_scope.cancel()
+        async with (
+            stdio_server() as (read_stream, write_stream),
+            anyio.create_task_group() as group,
+        ):
+            background.append(group)
+            await server.run(read_stream, write_stream, server.create_initialization_options())
+            group.cancel_scope.cancel()
 
     anyio.run(main)

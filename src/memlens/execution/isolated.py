@@ -51,6 +51,7 @@ def isolated_command(module: str, *args: str) -> list[str]:
     extra = os.environ.get("PYTHONPATH", "")
     return [sys.executable, "-I", "-c", _BOOT, MEMLENS_HOME, extra, module, *args]
 
+
 # The end of a dead child's stderr kept in the error (its traceback's last lines).
 STDERR_TAIL = 400
 
