@@ -31,13 +31,25 @@ def _install(capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
     return code, out + err
 
 
+@pytest.fixture
+def victim(tmp_path: Path) -> Path:
+    """A file a link will point at: it must keep its text."""
+    path = tmp_path / "victim.txt"
+    path.write_text("precious\n")
+    return path
+
+
+@pytest.fixture
+def folder(project: Path) -> Path:
+    """Claude Code's project skill folder, made as a first install would."""
+    path = project / ".claude" / "skills" / "memlens"
+    path.mkdir(parents=True)
+    return path
+
+
 def test_a_link_at_the_old_temporary_name_is_not_followed(
-    project: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    folder: Path, victim: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    victim = tmp_path / "victim.txt"
-    victim.write_text("precious\n")
-    folder = project / ".claude" / "skills" / "memlens"
-    folder.mkdir(parents=True)
     for pid in range(os.getpid() - 5, os.getpid() + 5):  # the predictable name of before
         (folder / f".SKILL.md.{pid}.tmp").symlink_to(victim)
     assert _install(capsys) == (0, f"installed: {folder / 'SKILL.md'}\n")
@@ -66,12 +78,8 @@ def test_a_linked_skill_folder_is_refused(
 
 
 def test_a_link_at_the_skill_name_is_replaced_not_written_through(
-    project: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    folder: Path, victim: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    victim = tmp_path / "victim.txt"
-    victim.write_text("precious\n")
-    folder = project / ".claude" / "skills" / "memlens"
-    folder.mkdir(parents=True)
     (folder / "SKILL.md").symlink_to(victim)
     assert _install(capsys) == (0, f"updated: {folder / 'SKILL.md'}\n")
     assert victim.read_text() == "precious\n"

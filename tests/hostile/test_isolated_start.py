@@ -73,23 +73,25 @@ def _run(tmp_path: Path, work: Path, how: str) -> str:
     return done.stdout.strip()
 
 
-def test_run_isolated_does_not_import_from_the_working_folder(
-    tmp_path: Path, planted: tuple[Path, Path]
+@pytest.mark.parametrize(
+    "how",
+    [
+        "isolated",  # run_isolated: simulate's ranks, plan's Dask points
+        pytest.param(
+            "forkserver",  # plan's local pool
+            marks=pytest.mark.skipif(
+                sys.version_info < (3, 11), reason="PYTHONSAFEPATH is Python 3.11's"
+            ),
+        ),
+    ],
+)
+def test_no_module_is_imported_from_the_working_folder(
+    tmp_path: Path, planted: tuple[Path, Path], how: str
 ) -> None:
     work, marker = planted
-    found = _run(tmp_path, work, "isolated")
+    found = _run(tmp_path, work, how)
     assert not marker.exists()
     assert Path(found).parent != work and Path(found).name == "__init__.py"  # the standard one
-
-
-@pytest.mark.skipif(sys.version_info < (3, 11), reason="PYTHONSAFEPATH is Python 3.11's")
-def test_the_plan_forkserver_does_not_import_from_the_working_folder(
-    tmp_path: Path, planted: tuple[Path, Path]
-) -> None:
-    work, marker = planted
-    found = _run(tmp_path, work, "forkserver")
-    assert not marker.exists()
-    assert Path(found).parent != work and Path(found).name == "__init__.py"
 
 
 def test_the_environment_is_the_users_again_in_the_forked_processes(tmp_path: Path) -> None:
