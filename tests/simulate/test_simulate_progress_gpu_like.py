@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from memlens.cli.simulate import compare_lines
-from memlens.units import format_bytes
 from memlens.simulation.gpu_inference import _pick, infer_gpu, resolve_gpu
+from memlens.units import format_bytes
 
 GiB = 2**30
 SNAPSHOTS = Path(__file__).resolve().parents[2].parent / "shared" / "snapshots"

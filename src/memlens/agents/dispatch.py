@@ -1,16 +1,16 @@
 """One tool call, whatever carries it: the answer as bounded JSON, or one error line.
 
 The MCP server (server.py) is a thin layer over this, so the behaviour (the same JSON as
---json, the bounds, the error lines) is tested without the SDK. Calls are served one at a
-time (a lock): the loaded snapshots and the analyses' memos are shared, and a second
-question about the same snapshot should wait for the first, not load it again.
+--json, the bounds, the error lines) is tested without the SDK. Calls may run at once,
+each in its own thread (server.py, calls.py): the session guards what they share (a file
+is loaded once, a second call for it waits for that load), and the analyses' memos on a
+loaded snapshot are computed the same by whichever call gets there first.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import threading
 import traceback
 from dataclasses import dataclass, field
 from typing import Any
@@ -35,7 +35,6 @@ class Dispatcher:
         self.tools = {t.name: t for t in tools}
         self.session = session
         self.bounds = bounds
-        self._lock = threading.Lock()
 
     def call(self, name: str, args: dict[str, Any] | None) -> Reply:
         tool = self.tools.get(name)
@@ -44,8 +43,7 @@ class Dispatcher:
                 raise MemlensError(f"no tool {name!r}; the tools: {', '.join(self.tools)}")
             if args is not None and not isinstance(args, dict):
                 raise MemlensError(f"{name}: the arguments must be an object")
-            with self._lock:
-                result = to_json(tool.run(self.session, dict(args or {})))
+            result = to_json(tool.run(self.session, dict(args or {})))
         except Exception as exc:  # every failure is one line to the agent; the server goes on
             if os.environ.get("MEMLENS_DEBUG") == "1":
                 traceback.print_exc()  # stderr: the host's log, not the protocol

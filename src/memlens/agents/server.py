@@ -2,19 +2,31 @@
 
 The SDK's low-level server, so that the tools, their schemas and their errors are ours:
 the tool list is built from the analysis commands (tools.py), a call goes through
-dispatch.py in a worker thread (the event loop keeps answering pings and cancellations
-while a large snapshot loads), and every answer is the command's JSON, bounded. The SDK's
+dispatch.py in its own thread (calls.py: the event loop keeps answering other calls, pings
+and cancellations while a large snapshot loads; a cancelled call, or one over the time
+limit, is stopped; at most `Limits.calls` run at once), and every answer is the command's
+JSON, bounded. The SDK's
 stdio transport moves fd 1 away from the protocol while it serves, so nothing a library
 prints can corrupt a message.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
-from memlens.agents.dispatch import Dispatcher, error_line
+from memlens.agents.calls import Call
+from memlens.agents.dispatch import Dispatcher, Reply, error_line
 from memlens.agents.resources import RESOURCES
 from memlens.errors import MemlensError
+
+
+@dataclass(frozen=True)
+class Limits:
+    calls: int = 4  # tool calls running at once; more wait for a slot
+    seconds: float = 600.0  # a call still running after this is stopped, with an error line
+
 
 INSTRUCTIONS = """\
 memlens reads PyTorch CUDA memory snapshots (torch.cuda.memory._dump_snapshot). Open a
@@ -26,8 +38,17 @@ bounded size with a note when cut. Read memlens://docs/concepts.md before explai
 figures to someone."""
 
 
-def serve(dispatcher: Dispatcher) -> None:
+def _finished(name: str, call: Call[Reply]) -> Reply:
+    """The reply of a call whose thread has ended."""
+    if call.result is not None:
+        return call.result
+    failure = call.error if isinstance(call.error, Exception) else None
+    return Reply(error_line(failure or MemlensError(f"{name}: the call ended")), error=True)
+
+
+def serve(dispatcher: Dispatcher, limits: Limits | None = None) -> None:
     """Serve on stdin/stdout until the client closes them."""
+    limits = limits or Limits()
     try:
         import anyio
         from mcp import types
@@ -44,7 +65,8 @@ def serve(dispatcher: Dispatcher) -> None:
             name=t.name,
             description=t.description,
             input_schema=t.input_schema,
-            annotations=types.ToolAnnotations(read_only_hint=True, open_world_hint=False),
+            # a tool that may run a script or write files is not announced read-only
+            annotations=types.ToolAnnotations(read_only_hint=t.read_only, open_world_hint=False),
         )
         for t in dispatcher.tools.values()
     ]
@@ -56,8 +78,48 @@ def serve(dispatcher: Dispatcher) -> None:
     async def list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
         return types.ListToolsResult(tools=tools)
 
+    slots = anyio.CapacityLimiter(limits.calls)
+    watchers = anyio.CapacityLimiter(limits.calls)  # one thread waits on each running call
+    background: list[Any] = []  # the server's task group, once it runs
+
+    async def watch(call: Call[Reply], ended: Any) -> None:
+        """Wait for the call's thread to end, then free its slot (also when it was stopped
+        and its reply went out long ago)."""
+        try:
+            await anyio.to_thread.run_sync(call.done.wait, abandon_on_cancel=True, limiter=watchers)
+        finally:
+            slots.release_on_behalf_of(call)
+            ended.set()
+
+    async def run_call(name: str, arguments: Any) -> Reply:
+        call = Call(partial(dispatcher.call, name, arguments), name=f"memlens-{name}")
+        await slots.acquire_on_behalf_of(call)  # a wait an agent's cancellation ends
+        ended = anyio.Event()
+        try:
+            call.start()
+        finally:
+            background[0].start_soon(watch, call, ended)
+        try:
+            with anyio.move_on_after(limits.seconds):
+                await ended.wait()
+        except BaseException:  # cancelled by the client (notifications/cancelled): stop it
+            call.stop()
+            raise
+        if not ended.is_set():
+            call.stop()
+            return Reply(
+                error_line(
+                    MemlensError(
+                        f"{name}: stopped after {limits.seconds:g} s, the server's limit "
+                        "per call (memlens mcp --call-timeout)"
+                    )
+                ),
+                error=True,
+            )
+        return _finished(name, call)
+
     async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
-        reply = await anyio.to_thread.run_sync(dispatcher.call, params.name, params.arguments)
+        reply = await run_call(params.name, params.arguments)
         content: list[types.ContentBlock] = [types.TextContent(text=reply.text)]
         if reply.notes:
             content.append(types.TextContent(text="memlens: cut: " + "; ".join(reply.notes)))
@@ -96,7 +158,12 @@ def serve(dispatcher: Dispatcher) -> None:
     )
 
     async def main() -> None:
-        async with stdio_server() as (read_stream, write_stream):
+        async with (
+            stdio_server() as (read_stream, write_stream),
+            anyio.create_task_group() as group,
+        ):
+            background.append(group)
             await server.run(read_stream, write_stream, server.create_initialization_options())
+            group.cancel_scope.cancel()
 
     anyio.run(main)

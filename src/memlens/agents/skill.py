@@ -15,11 +15,11 @@ description, applied when relevant rather than always). docs/agents.md gives the
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from memlens.agents.resources import SKILL
+from memlens.agents.safe_write import write_below
 from memlens.errors import MemlensError
 
 HOSTS = ("claude", "codex", "cursor", "agents")
@@ -33,6 +33,7 @@ class Place:
     host: str
     scope: str
     path: Path
+    base: Path  # the home or project folder: nothing below it is written through a link
 
     def state(self) -> str:
         """ "installed" (this version's text), "outdated" (another text), or "absent"."""
@@ -61,8 +62,8 @@ def place(host: str, scope: str, *, home: Path | None = None, project: Path | No
                 "cursor reads rules per project (.cursor/rules); its user rules live in "
                 "Cursor's settings, not in a file: use --scope project"
             )
-        return Place(host, scope, base / ".cursor" / "rules" / "memlens.mdc")
-    return Place(host, scope, base / _DIRS[host] / "memlens" / "SKILL.md")
+        return Place(host, scope, base / ".cursor" / "rules" / "memlens.mdc", base)
+    return Place(host, scope, base / _DIRS[host] / "memlens" / "SKILL.md", base)
 
 
 def places(*, home: Path | None = None, project: Path | None = None) -> list[Place]:
@@ -103,10 +104,7 @@ def install(target: Place) -> str:
     if before == "installed":
         return "unchanged"
     try:
-        target.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.path.with_name(f".{target.path.name}.{os.getpid()}.tmp")
-        tmp.write_text(skill_text(target.host), encoding="utf-8")
-        tmp.replace(target.path)  # whole or not at all, for a host reading it meanwhile
+        write_below(target.base, target.path, skill_text(target.host))
     except OSError as exc:
         raise MemlensError(f"cannot write {target.path}: {exc.strerror or exc}") from None
     return "updated" if before == "outdated" else "installed"

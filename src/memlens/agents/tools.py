@@ -10,14 +10,15 @@ not registered analyses (fleet: `memlens.cli.command.DECLARED`, handed in by
 `memlens.cli.mcp`) are read from their click command and run by their body. The cache is
 the server's choice (`memlens mcp --no-cache`) and `--annotations` would add other files,
 so neither is offered; nor are options that write files or reach a network address (a
-declared command's `not_for_agents`); paths the options name must be readable under the
-server's roots.
+declared command's `not_for_agents`), nor those that run a script (RUNS_CODE) unless the
+server was started with --allow-run; paths the options name must be readable under the
+server's roots (resolved: the file read is the one checked).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -36,6 +37,11 @@ if TYPE_CHECKING:
 
 # the shared options the server decides, not the agent (see the module docstring)
 SERVER_OWN = (NO_CACHE.name, ANNOTATIONS.name)
+
+# options that run code: advise's `script` is simulated (the script is imported and run),
+# and `gpu` only names the card of that simulation. Offered only by `memlens mcp
+# --allow-run`; the script and the working folder must then be under the server's roots.
+RUNS_CODE = frozenset({"script", "gpu"})
 
 SNAPSHOT_ARG = "An id from open_snapshot (s1) or the path of a snapshot file (opened and kept)."
 
@@ -66,6 +72,9 @@ class Tool:
     description: str
     input_schema: dict[str, Any]
     run: Callable[[Session, dict[str, Any]], Any]  # the answer: JSON-able, not yet bounded
+    # only reads the files a call names: false for a tool that may run a script
+    # (--allow-run) or write files (sql with --allow-files), announced as such to the host
+    read_only: bool = True
 
 
 def _schema(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
@@ -106,27 +115,45 @@ def _description(name: str, help_text: str) -> str:
     return f"{' '.join(help_text.split())} Answers the JSON of `memlens {name} --json` (docs/json-schema.md)."
 
 
-def analysis_tool(analysis: Analysis[Any]) -> Tool:
-    """The tool of a registered analysis: its declared options, its --json."""
-    offered = [o for o in analysis.host_options() if o.name not in SERVER_OWN]
+def _refuse_run(tool: str, args: dict[str, Any], names: Iterable[str]) -> None:
+    """Without --allow-run an option that runs code is refused by name, not ignored."""
+    asked = sorted(n for n in names if n in RUNS_CODE and n in args)
+    if asked:
+        raise MemlensError(
+            f"{tool}: {', '.join(asked)} runs a script, which this server does not allow "
+            "(the person who starts it can: memlens mcp --allow-run)"
+        )
+
+
+def analysis_tool(analysis: Analysis[Any], *, allow_run: bool = False) -> Tool:
+    """The tool of a registered analysis: its declared options, its --json; the options
+    that run code only with `allow_run`."""
+    hidden = set(SERVER_OWN) | (set() if allow_run else set(RUNS_CODE))
+    declared = analysis.host_options()
+    offered = [o for o in declared if o.name not in hidden]
+    runs_code = allow_run and any(o.name in RUNS_CODE for o in declared)
     properties, required = _inputs_schema(analysis.opens)
     properties.update({o.name: option_property(o) for o in offered})
     required += [o.name for o in offered if o.kind == "argument"]
     schema = _schema(properties, required)
 
     def run(session: Session, args: dict[str, Any]) -> Any:
+        if not allow_run:
+            _refuse_run(analysis.name, args, (o.name for o in declared))
         _check_names(analysis.name, args, schema)
         given = {o.name: convert_option(o, args.get(o.name)) for o in offered}
         for o in offered:  # files the options name: readable only under the server's roots
             if o.path and isinstance(given[o.name], str):
-                session.allowed(given[o.name])
+                # the resolved path is what is read: no link swapped in after the check
+                given[o.name] = str(session.allowed(given[o.name]))
+        if runs_code and isinstance(given.get("script"), str):
+            given["script"] = session.allowed_script(given["script"])
         values = analysis.request(given)
         refs = refs_of(analysis.opens, session.paths(analysis.opens, args))
         return analysis.call(analysis.open(refs, session.load, values), values)
 
-    return Tool(
-        analysis.name, _description(analysis.name, analysis.doc or analysis.help), schema, run
-    )
+    description = _description(analysis.name, analysis.doc or analysis.help)
+    return Tool(analysis.name, description, schema, run, read_only=not runs_code)
 
 
 def declared_tool(decl: Declaration) -> Tool:
@@ -149,7 +176,7 @@ def declared_tool(decl: Declaration) -> Tool:
         }
         for p in params:  # files the options name: readable only under the server's roots
             if isinstance(p.type, click.Path) and isinstance(values[str(p.name)], str):
-                session.allowed(values[str(p.name)])
+                values[str(p.name)] = str(session.allowed(values[str(p.name)]))
         values.update(
             paths=session.paths(decl.opens, args), as_json=True, no_cache=not session.cache
         )
@@ -178,7 +205,7 @@ def _list_tool() -> Tool:
 
     def run(session: Session, args: dict[str, Any]) -> Any:
         _check_names("list_snapshots", args, schema)
-        return {"snapshots": [e.describe() for e in session.opened.values()]}
+        return {"snapshots": [e.describe() for e in session.listed()]}
 
     return Tool("list_snapshots", "The snapshots this server holds open.", schema, run)
 
@@ -223,16 +250,20 @@ def _sql_tool(allow_files: bool) -> Tool:
         f"Queries {files} read or write files (the server's --allow-files). Same JSON as "
         "`memlens sql --json`."
     )
-    return Tool("sql", doc, schema, run)
+    return Tool("sql", doc, schema, run, read_only=not allow_files)
 
 
 def build_tools(
-    analyses: list[Analysis[Any]], declared: list[Declaration], *, allow_files: bool = False
+    analyses: list[Analysis[Any]],
+    declared: list[Declaration],
+    *,
+    allow_files: bool = False,
+    allow_run: bool = False,
 ) -> list[Tool]:
     """Every tool the server offers, in the order an agent would use them."""
     return [
         _open_tool(),
-        *(analysis_tool(a) for a in analyses),
+        *(analysis_tool(a, allow_run=allow_run) for a in analyses),
         *(declared_tool(d) for d in declared),
         _sql_tool(allow_files),
         _list_tool(),

@@ -102,6 +102,8 @@ def host_options(
     out = [*([DEVICE_B] if opens == "pair" else []), *([HIDE, HIDE_ONLY] if hide else [])]
     out += [*([ANNOTATIONS] if annotations else []), NO_CACHE]
     return [Option(**{**DEVICE.__dict__, "help": device_help}), *out]
+
+
 SHOW_INTERNAL = Option("show_internal", bool, False,
                        "Keep internal frames in the tree: torch's own code (nn.Module's _call_impl, "
                        "the optimizer's wrapper), the stdlib, and what --hide names.")  # fmt: skip

@@ -41,6 +41,7 @@ from memlens.analysis.spec import open_refs, refs_of
 from memlens.cli.options import (
     LONGEST_TRACE,
     F,
+    InputPath,
     click_option,
     emit_json,
     json_option,
@@ -216,10 +217,13 @@ def _shape(
             metavar="SNAPSHOTS...",
             nargs=-1,
             required=True,
-            type=click.Path(dir_okay=False),
+            type=InputPath(),
         )(f)
     elif opens == "paths":
-        f = click.argument("paths", metavar="PATHS...", nargs=-1, required=True)(f)
+        # a glob or a folder: each file it names is checked as the reader opens it
+        f = click.argument(
+            "paths", metavar="PATHS...", nargs=-1, required=True, type=InputPath(dir_okay=True)
+        )(f)
     else:
         f = snapshot_argument(f, name="paths")
     return click.command(name)(f)

@@ -8,15 +8,22 @@ from typing import Any
 import click
 
 from memlens.cli.command import Answer, analysis_command
-from memlens.cli.options import status, write_page
+from memlens.cli.options import FINITE, status, write_page
 from memlens.fleet.results import FleetResult
 
 
 def _check(**own: Any) -> dict[str, Any]:
+    import os
+
     from memlens.errors import MemlensError
 
     if own["threshold"] <= 0 or own["tolerance"] < 0 or own["diffs"] < 0 or own["top"] < 0:
         raise MemlensError("--z must be > 0; --tolerance, --diffs and --top >= 0")
+    if own["workers"] is not None:
+        if own["workers"] < 1:
+            raise MemlensError("--workers must be at least 1")
+        # more processes than cores only costs memory (60 gave 62 processes, 2.4 GB)
+        own["workers"] = min(own["workers"], os.cpu_count() or 1)
     return own
 
 
@@ -27,7 +34,8 @@ def _check(**own: Any) -> dict[str, Any]:
                  "dask-local to start a LocalCluster (needs memlens[fleet]). Default: a "
                  "local process pool."),
     click.option("--workers", type=int, default=None,
-                 help="Processes of the local pool or the LocalCluster (default: the cores)."),
+                 help="Processes of the local pool or the LocalCluster (default and at most: "
+                 "the cores)."),
     click.option("--rank-regex", default=None, metavar="REGEX",
                  help="Rank id from the file name: the regex's first group, a number "
                  "(default: rank12, rank_12, ..._12.pickle; else the order given)."),
@@ -36,9 +44,9 @@ def _check(**own: Any) -> dict[str, Any]:
     click.option("--report", type=click.Path(dir_okay=False), default=None,
                  help="Also write an HTML report: rank x stage heatmap, outliers and "
                  "their diffs, groups, stages."),
-    click.option("--z", "threshold", type=float, default=3.5, show_default=True,
+    click.option("--z", "threshold", type=FINITE, default=3.5, show_default=True,
                  help="|robust z| above which a figure makes a rank an outlier."),
-    click.option("--tolerance", type=float, default=0.05, show_default=True,
+    click.option("--tolerance", type=FINITE, default=0.05, show_default=True,
                  help="Ranks group together within this fraction of the median."),
     click.option("--diffs", type=int, default=10, show_default=True,
                  help="How many outliers get a diff against the median rank."),

@@ -44,19 +44,33 @@ def _limit(flag: str, least: int, default: int, help: str) -> Callable[[F], F]:
     is_flag=True,
     help="Let the sql tool's queries read and write files (off by default).",
 )
+@click.option(
+    "--allow-run",
+    is_flag=True,
+    help="Offer the options that run a script (advise's script: the script is simulated, "
+    "its code runs) to the agent; the script and this server's folder must be under --root. "
+    "Off by default: those options are not offered and refused if passed.",
+)
 @no_cache_option
 @_limit("--max-items", 1, 50, "Entries kept per list of an answer (a note says what was cut).")
 @_limit(
     "--max-chars", 1000, 100_000, "Characters of an answer; lists are cut shorter until it fits."
 )
 @_limit("--max-open", 1, 4, "Snapshots kept open at once (the least recently used is closed).")
+@_limit("--max-calls", 1, 4, "Tool calls run at once, each in its own thread; more wait.")
+@_limit(
+    "--call-timeout", 1, 600, "Seconds a tool call may run; then it is stopped (an error line)."
+)
 def command(
     roots: tuple[Path, ...],
     allow_files: bool,
+    allow_run: bool,
     no_cache: bool,
     max_items: int,
     max_chars: int,
     max_open: int,
+    max_calls: int,
+    call_timeout: int,
 ) -> None:
     """Serve memlens to a coding agent: a Model Context Protocol server on stdin/stdout
     (needs memlens[mcp]). Tools: open_snapshot, one per analysis (the JSON of its --json,
@@ -67,15 +81,16 @@ def command(
     """
     from memlens.agents.bound import Bounds
     from memlens.agents.dispatch import Dispatcher
-    from memlens.agents.server import serve
+    from memlens.agents.server import Limits, serve
     from memlens.agents.session import Session
 
     session = Session(list(roots), cache=not no_cache, max_open=max_open)
-    tools = agent_tools(allow_files=allow_files)
-    serve(Dispatcher(tools, session, Bounds(items=max_items, chars=max_chars)))
+    tools = agent_tools(allow_files=allow_files, allow_run=allow_run)
+    dispatcher = Dispatcher(tools, session, Bounds(items=max_items, chars=max_chars))
+    serve(dispatcher, Limits(calls=max_calls, seconds=call_timeout))
 
 
-def agent_tools(allow_files: bool = False) -> list[Tool]:
+def agent_tools(allow_files: bool = False, allow_run: bool = False) -> list[Tool]:
     """The MCP tools (also listed by `memlens capabilities`): every registered analysis, in
     the registry's order, then NOT_REGISTERED."""
     from memlens.agents.tools import build_tools
@@ -85,4 +100,4 @@ def agent_tools(allow_files: bool = False) -> list[Tool]:
     for name in NOT_REGISTERED:  # importing a command's module declares it
         importlib.import_module(f"memlens.cli.{name}")
     others: list[Declaration] = [DECLARED[name] for name in NOT_REGISTERED]
-    return build_tools(registry.all(), others, allow_files=allow_files)
+    return build_tools(registry.all(), others, allow_files=allow_files, allow_run=allow_run)

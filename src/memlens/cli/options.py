@@ -30,8 +30,43 @@ from memlens.views.escape import visible, visible_output
 F = Callable[..., Any]
 
 
+class InputPath(click.Path):
+    """A file a command reads: snapshot.input_path's checks (no NUL, not overlong, a regular
+    file: not /proc/self/mem, a device or a pipe), each one `memlens: error:` line, then
+    click's Path."""
+
+    def __init__(self, *, dir_okay: bool = False, exists: bool = False) -> None:
+        super().__init__(dir_okay=dir_okay, exists=exists)
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        from memlens.snapshot.input_path import check_input
+
+        if isinstance(value, str):
+            check_input(value, dir_okay=self.dir_okay)
+        return super().convert(value, param, ctx)
+
+
+class FiniteFloat(click.types.FloatParamType):
+    """A float option: NaN and infinities are usage errors, not values that reach the
+    arithmetic (a NaN threshold compares false with everything)."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        import math
+
+        from memlens.errors import MemlensError
+
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            flag = param.opts[0] if param is not None and param.opts else "a number"
+            raise MemlensError(f"{flag}: {value!r} is not a finite number")
+        return number
+
+
+FINITE = FiniteFloat()
+
+
 def snapshot_argument(f: F, name: str = "snapshot") -> F:
-    return click.argument(name, metavar="SNAPSHOT", type=click.Path(dir_okay=False))(f)
+    return click.argument(name, metavar="SNAPSHOT", type=InputPath())(f)
 
 
 def snapshots_argument(two: bool = False) -> Callable[[F], F]:
@@ -55,7 +90,7 @@ def snapshots_argument(two: bool = False) -> Callable[[F], F]:
         metavar=metavar,
         nargs=-1,
         required=True,
-        type=click.Path(dir_okay=False),
+        type=InputPath(),
         callback=check,
     )
 
@@ -65,7 +100,7 @@ LONGEST_TRACE = DEVICE.help  # "...(default: the device with the longest trace).
 
 def click_option(o: Option) -> Callable[[F], F]:
     """A declared option as click spells it (registry.Option)."""
-    path = click.Path(dir_okay=False)
+    path = InputPath()
     if o.kind == "argument":
         return click.argument(o.name, type=path if o.path else o.type)
     if o.type is bool:
@@ -74,9 +109,9 @@ def click_option(o: Option) -> Callable[[F], F]:
             spelling, o.name, is_flag=True, default=o.default, show_default=o.show_default,
             help=o.help,
         )  # fmt: skip
-    kind: Any = o.type
+    kind: Any = FINITE if o.type is float else o.type
     if o.existing:
-        kind = click.Path(exists=True)
+        kind = InputPath(dir_okay=True, exists=True)
     elif o.path or o.kind == "snapshot":
         kind = path
     elif o.choices:

@@ -23,7 +23,7 @@ RANK_PATTERNS = (
     r"rank[_\-.]?(\d+)",
     r"[_\-.](\d+)\.(?:pickle|pkl|json)(?:\.gz)?$",
 )
-_GLOB_CHARS = re.compile(r"[*?\[]")
+GLOB_CHARS = re.compile(r"[*?\[]")  # a path with one is a glob (unless it exists)
 
 
 def natural_key(text: str) -> list[object]:
@@ -45,7 +45,7 @@ def expand_paths(paths: Sequence[str]) -> list[str]:
             if not found:
                 raise MemlensError(f"no snapshot files ({', '.join(SNAPSHOT_SUFFIXES)}) in {p}")
             out.extend(sorted(found, key=natural_key))
-        elif _GLOB_CHARS.search(p) and not os.path.exists(p):
+        elif GLOB_CHARS.search(p) and not os.path.exists(p):
             found = [f for f in glob.glob(p) if os.path.isfile(f)]
             if not found:
                 raise MemlensError(f"no file matches {p}")

@@ -26,13 +26,14 @@ if TYPE_CHECKING:
 def _context() -> BaseContext:
     """A fresh process per point (max_tasks_per_child=1), never a fork of this process's
     state, forked from a server that has imported torch and the simulator once: importing
-    torch took 3-10 s of each point's time on a busy 2-core machine. The script's cwd and
-    environment are inherited."""
+    torch took 3-10 s of each point's time on a busy 2-core machine. The server starts
+    isolated (execution/isolated.py: a json.py in the current folder is not imported in
+    place of the standard one); the script's cwd and environment are inherited."""
     if "forkserver" not in get_all_start_methods():
         return get_context("spawn")
-    context = get_context("forkserver")
-    context.set_forkserver_preload(["torch", "memlens", "memlens.simulation.api"])
-    return context
+    from memlens.execution.isolated import isolated_forkserver
+
+    return isolated_forkserver(["torch", "memlens", "memlens.simulation.api"])
 
 
 def _simulate_job(job: tuple[int, PointRequest]) -> tuple[int, PointFigures]:

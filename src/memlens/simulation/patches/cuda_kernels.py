@@ -28,8 +28,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 if TYPE_CHECKING:
-    from memlens.simulation.patches.fake_cuda import Patches
     from memlens.simulation.host import SimulationHost
+    from memlens.simulation.patches.fake_cuda import Patches
 
 _aten = torch.ops.aten
 # The CompositeImplicitAutograd-on-CPU ops with a CUDA kernel (docs/cuda-kernels.md,
@@ -73,7 +73,9 @@ def fused_rms_norm(sim: SimulationHost, args: tuple[Any, ...], kwargs: dict[str,
     return y, rstd.view(*input.shape[:axis], *([1] * len(normalized_shape)))
 
 
-def fused_rms_norm_backward(sim: SimulationHost, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+def fused_rms_norm_backward(
+    sim: SimulationHost, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
     """`_fused_rms_norm_backward_cuda`: dX like the contiguous input, dgamma like the
     weight, then grad_out made contiguous inside the kernel's launcher. The gamma
     reduction's per-block partial sums (LaunchGammaBetaBackwardCUDAKernel) are not
