@@ -217,6 +217,10 @@ def test_sharding_and_leaks_on_the_training_snapshot():
     assert (by_kind["sharding"]["bytes"], by_kind["sharding"]["certainty"]) == (437, "estimate")
     assert (by_kind["leak"]["bytes"], by_kind["leak"]["certainty"]) == (20, "exact")
     assert "sharding" not in {f["kind"] for f in advise(dev, ranks=1)["findings"]}
+    # without --ranks: no sharding finding, a note sizes it (gradients and state: 500 B)
+    plain = advise(dev)
+    assert "sharding" not in {f["kind"] for f in plain["findings"]}
+    assert any(n.startswith("with N GPUs: --ranks N") and "500 B" in n for n in plain["notes"])
 
 
 def test_findings_are_ranked_and_the_command_checks_its_settings():

@@ -93,7 +93,7 @@ def test_copies_the_cache_alone_holds_are_their_bytes_less_the_largest():
     assert f is not None and f["bytes"] == MiB + 512 * KiB
     assert "--what-if autocast_cache=false) would free each after its op" in f["summary"]
     assert "if no backward keeps them" not in f["summary"]
-    assert knob_for(f, []) == ("autocast_cache=false", "active", "")  # type: ignore[arg-type]
+    assert knob_for(f) == ("autocast_cache=false", "active", "")  # type: ignore[arg-type]
 
 
 def test_without_cpp_frames_the_sizes_pair_and_the_finding_says_it_is_unsure():

@@ -40,6 +40,10 @@ def test_checkpoint_keeps_only_each_blocks_input(tmp_path):
     assert peak == 14 * MiB
     assert report == ["checkpoint=Block: forward checkpointed (use_reentrant=False): Block x4"]
     assert run(tmp_path, MLP, ["checkpoint=B.*k"])[0] == 14 * MiB  # a regex, fully matched
+    # checkpoint=auto (advise --script, no class named): the model's repeated class, Block
+    peak, report = run(tmp_path, MLP, ["checkpoint=auto"])
+    assert peak == 14 * MiB
+    assert report == ["checkpoint=auto: forward checkpointed (use_reentrant=False): Block x4"]
 
 
 def test_checkpoint_that_matches_nothing_says_so(tmp_path):

@@ -27,7 +27,7 @@ from memlens.errors import MemlensError  # noqa: E402
 from memlens.simulation.api import run_script  # noqa: E402
 from memlens.simulation.distributed.env import World  # noqa: E402
 from memlens.simulation.knobs.code import CodeKnob, applied  # noqa: E402
-from memlens.simulation.knobs.parallel import _units  # noqa: E402
+from memlens.simulation.knobs.parallel import largest_repeated as _units  # noqa: E402
 from parallel_script import SCRIPT  # noqa: E402
 
 P = 2 * 262_144 + 2 * 1_024

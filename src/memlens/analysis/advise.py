@@ -6,7 +6,7 @@ Findings from the trace alone live here and in advise_estimates.py. The allocato
 recorded settings and with what-ifs) are made by advise_replays.py and handed in as
 `replays` (docs/architecture.md, "memlens advise").
 
-Findings, largest bytes first:
+Findings, largest bytes first (an exact one before an estimate up to twice its bytes):
   fragmentation  reserved above what a what-if replay needed: exact for this sequence
   oom            the trace's OOM: its cause in one sentence and the smallest change
   attention      (B, H, S, S) matrices of a hand-written attention: estimate
@@ -24,9 +24,11 @@ from collections.abc import Sequence
 import numpy as np
 
 from memlens.analysis.advise_casts import weight_cast_finding
+from memlens.analysis.advise_changes import allocator_change, leak_change
 from memlens.analysis.advise_estimates import attention_finding, sharding_finding
 from memlens.analysis.advise_knobs import autocast_finding, checkpoint_finding
 from memlens.analysis.leaks import leaks
+from memlens.analysis.matching import rows_matching, stack_matches
 from memlens.analysis.oom import oom_report
 from memlens.analysis.results import AdviceReplay, AdviseResult, Finding
 from memlens.analysis.sites import top_sites
@@ -34,32 +36,76 @@ from memlens.snapshot.actions import Action
 from memlens.snapshot.model import DeviceTrace
 from memlens.units import format_bytes as fb
 
+# stacks through these run sharded or replicated already: FSDP (1 and 2), DDP, DeepSpeed,
+# DTensor, NCCL collectives
+PARALLEL = (
+    r"torch[/\\]distributed[/\\](?:fsdp|_composable|tensor)[/\\]|nn[/\\]parallel[/\\]"
+    r"distributed\.py|deepspeed[/\\]|ProcessGroupNCCL|c10d::"
+)
+# an exact finding (a replay, the trace itself) ranks above an estimate unless the estimate's
+# bytes are more than this many times its own
+EXACT_WEIGHT = 2
+
+
+def already_parallel(dev: DeviceTrace) -> bool:
+    """The run is sharded or replicated: its stacks run through FSDP/DDP/DeepSpeed/DTensor or
+    NCCL, or the snapshot holds traces of several devices (ranks)."""
+    several = sum(1 for t in dev.snapshot.traces.values() if t.n_events) > 1
+    return several or bool(rows_matching(stack_matches(dev.snapshot, PARALLEL), dev.stack).any())
+
+
+def rank_key(finding: Finding) -> int:
+    """Larger first; exact findings weigh EXACT_WEIGHT times their bytes."""
+    weight = EXACT_WEIGHT if finding["certainty"] == "exact" else 1
+    return -finding["bytes"] * weight
+
 
 def advise(
     dev: DeviceTrace,
     *,
     replays: Sequence[AdviceReplay] = (),
     top: int = 5,
-    ranks: int = 8,
+    ranks: int | None = None,
     device_memory: int | None = None,
     hide_patterns: Sequence[str] | None = None,
+    source_roots: Sequence[str] = (),
 ) -> AdviseResult:
-    """Every finding `dev` has, largest `bytes` first. `replays` (recorded settings first)
-    come from simulation.replay through the command; without them there is no
+    """Every finding `dev` has, exact ones first at similar bytes (rank_key). `replays`
+    (recorded settings first) come from advise_replays.py; without them there is no
     fragmentation finding and the OOM finding names no allocator setting. `device_memory`
-    (the GPU's total bytes) lets the OOM finding see memory held outside PyTorch."""
+    (the GPU's total bytes) lets the OOM finding see memory held outside PyTorch. Sharding
+    is proposed only for an explicit `ranks` and a run not sharded already. `source_roots`:
+    where the program's source may be read to name the class to checkpoint."""
     notes: list[str] = []
     if not dev.n_events:
         notes.append("the trace is empty: nothing to advise")
+    parallel = bool(dev.n_events) and already_parallel(dev)
+    checkpoint = checkpoint_finding(dev, top, hide_patterns, source_roots)
+    block = checkpoint["knob"].split("=", 1)[1] if checkpoint and checkpoint["knob"] else None
+    sharding = None
+    if parallel:
+        notes.append(
+            "the run is already sharded or replicated (FSDP/DDP/DeepSpeed/NCCL frames, or "
+            "several ranks): no sharding finding"
+        )
+    elif ranks is not None:
+        sharding = sharding_finding(dev, ranks, top, hide_patterns, block)
+    elif dev.n_events:
+        hint = sharding_finding(dev, 2, top, hide_patterns, block)
+        if hint is not None:
+            notes.append(
+                "with N GPUs: --ranks N sizes sharding the gradients and optimizer state "
+                f"(ZeRO-2 / FSDP2), {fb(hint['bytes'] * 2)} of them at the peak"
+            )
     found = [
         f
         for f in (
             fragmentation_finding(dev, replays, top, hide_patterns),
             *oom_findings(dev, replays, top, hide_patterns, device_memory),
             attention_finding(dev, top, hide_patterns),
-            sharding_finding(dev, ranks, top, hide_patterns),
+            sharding,
             *leak_findings(dev, top, hide_patterns),
-            checkpoint_finding(dev, top, hide_patterns),
+            checkpoint,
             autocast_finding(dev, top, hide_patterns),
             weight_cast_finding(dev, top, hide_patterns),
         )
@@ -71,7 +117,7 @@ def advise(
             f"the replay with the recorded settings differs from the recording at "
             f"{recorded[0]['mismatched_events']:,} events: its what-ifs are estimates"
         )
-    found.sort(key=lambda f: -f["bytes"])
+    found.sort(key=rank_key)
     return {
         "device": dev.device,
         "peak_active_bytes": dev.peak_active_bytes,
@@ -121,6 +167,8 @@ def fragmentation_finding(
         + ("" if exact else " only approximately")
         + "); segments older than the trace are kept as recorded",
         "sites": top_sites(dev, _segment_rows(dev), top=top, hide_patterns=hide_patterns),
+        "change": allocator_change(best["settings"]),
+        "knob": best["settings"],
     }
 
 
@@ -181,6 +229,11 @@ def oom_findings(
             "PyTorch, such as another process, shows only as less device_free); "
             "an allocator what-if is a replay of the trace up to the OOM",
             "sites": o["top_sites"],
+            "change": allocator_change(fits[0])
+            if fits
+            else f"# free {fb(short)} of what is live at the OOM: the call sites below, or "
+            "the other findings' changes",
+            "knob": fits[0] if fits else None,
         }
     ]
 
@@ -206,6 +259,8 @@ def leak_findings(dev: DeviceTrace, top: int, hide_patterns: Sequence[str] | Non
                     {k: v for k, v in s.items() if k != "per_occurrence"}  # type: ignore[misc]
                     for s in g["suspects"]
                 ],
+                "change": leak_change(g["suspects"][0]["site"] if g["suspects"] else "the sites"),
+                "knob": None,
             }
         )
     return out

@@ -32,6 +32,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from memlens.analysis.advise_changes import weight_casts_change
 from memlens.analysis.categories import CONSTRUCTION, PARAMETER, categorize
 from memlens.analysis.inferred_steps import BACKWARD
 from memlens.analysis.matching import rows_matching, stack_matches
@@ -151,4 +152,6 @@ def weight_cast_finding(
             + ": their bytes less the largest copy, which one op still needs"
         ),
         "sites": top_sites(dev, rows, top=top, hide_patterns=hide_patterns),
+        "change": weight_casts_change(kept),
+        "knob": CACHE_KNOB,
     }

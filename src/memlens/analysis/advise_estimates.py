@@ -21,6 +21,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from memlens.analysis.advise_changes import attention_change, sharding_change
 from memlens.analysis.categories import GRADIENT, OPTIMIZER_STATE, categorize
 from memlens.analysis.matching import rows_matching, stack_matches
 from memlens.analysis.results import Finding
@@ -63,6 +64,7 @@ def attention_finding(
     if not len(rows):
         return None
     held = int(dev.alloc_size[rows].sum())
+    sites = top_sites(dev, rows, top=top, hide_patterns=hide_patterns)
     return {
         "kind": "attention",
         "summary": f"{len(rows):,} attention matrices quadratic in the sequence hold "
@@ -72,13 +74,21 @@ def attention_finding(
         "certainty": "estimate",
         "covers": "allocations live at the peak sized like a softmax called from attention "
         "code; SDPA's own B*H*S statistics are not subtracted, and the peak may move",
-        "sites": top_sites(dev, rows, top=top, hide_patterns=hide_patterns),
+        "sites": sites,
+        "change": attention_change(sites[0]["site"] if sites else "the attention code"),
+        "knob": "sdpa=efficient",  # runs in fp32 too, unlike flash
     }
 
 
 def sharding_finding(
-    dev: DeviceTrace, ranks: int, top: int, hide_patterns: Sequence[str] | None
+    dev: DeviceTrace,
+    ranks: int,
+    top: int,
+    hide_patterns: Sequence[str] | None,
+    block: str | None = None,
 ) -> Finding | None:
+    """`block`: the repeated module class, when the checkpoint finding named one (the unit
+    FSDP2 shards by)."""
     if ranks < 2 or not dev.n_events:
         return None
     cat, _ = categorize(dev)
@@ -97,4 +107,6 @@ def sharding_finding(
         "covers": "the gradient and optimizer_state categories live at the peak, divided "
         "evenly; parameters, activations and communication buffers unchanged",
         "sites": top_sites(dev, rows, top=top, hide_patterns=hide_patterns),
+        "change": sharding_change(ranks, block),
+        "knob": f"fsdp2={ranks}",
     }

@@ -7,6 +7,7 @@ of analysis/advise.py. Torch-free: the CLI, the MCP tool and the Python API all 
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 
 import numpy as np
@@ -59,15 +60,18 @@ def advise_replayed(
     dev: DeviceTrace,
     *,
     top: int = 5,
-    ranks: int = 8,
+    ranks: int | None = None,
     what_if: Sequence[str] | None = None,
     device_memory: str | int | None = None,
     hide_patterns: Sequence[str] | None = None,
+    source_root: str | None = None,
 ) -> tuple[AdviseResult, list[AdviceReplay]]:
     """analysis.advise.advise with the allocator replays of `dev` (the recorded settings,
-    then each of `what_if`, by default WHAT_IFS); also the replays, which a check reuses."""
+    then each of `what_if`, by default WHAT_IFS); also the replays, which a check reuses.
+    The program's source is looked for under `source_root`, then the current folder."""
     runs = replays(dev, tuple(what_if or WHAT_IFS))
     total = None if device_memory is None else parse_bytes(device_memory)
+    roots = [r for r in (source_root, os.getcwd()) if r]
     result = advise_findings(dev, replays=runs, top=top, ranks=ranks, device_memory=total,
-                             hide_patterns=hide_patterns)  # fmt: skip
+                             hide_patterns=hide_patterns, source_roots=roots)  # fmt: skip
     return result, runs

@@ -223,8 +223,13 @@ ADVISE = Analysis(
     "memlens.planning.advise:advise", R.AdviseResult, T + "advise:render_advise",
     options=(
         top(5, "How many call sites per finding."),
-        Option("ranks", int, 8, "GPUs to shard gradients and optimizer state over (estimate).",
-               show_default=True),
+        Option("ranks", int, None, "GPUs to shard gradients and optimizer state over: the "
+               "sharding finding appears only with it, never for a run already sharded.",
+               metavar="N"),
+        Option("source_root", str, None, "Folder of the program's source (a checkout of the "
+               "recorded code): names the module class to checkpoint when the frames' own "
+               "paths are not on this machine (the current folder is searched too).",
+               metavar="DIR"),
         Option("what_if", str, None, "PYTORCH_CUDA_ALLOC_CONF settings to replay the trace "
                "with (default: expandable_segments:True and max_split_size_mb:256).",
                multiple=True, metavar="CONF"),
@@ -237,7 +242,7 @@ ADVISE = Analysis(
         Option("gpu", str, None, "The card --script is simulated on (as memlens simulate "
                "--gpu).", metavar="NAME"),
     ),
-    annotations=True, check_fn="memlens.planning.advise:check",
+    annotations=True, check_fn="memlens.planning.advise:check", section=S + "advise:SECTION",
     example={"what_if": ("expandable_segments:True",)},
     doc="Ranked findings (fragmentation by allocator replay, the OOM, attention matrices,\n"
     "    sharding, leaks, activation checkpointing, autocast), each with the bytes at\n"

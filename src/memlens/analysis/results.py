@@ -555,6 +555,8 @@ class Finding(TypedDict):
     certainty: str  # "exact" or "estimate"
     covers: str  # what the figure covers and assumes
     sites: list[Site]
+    change: str  # the change to make, as text to paste (a setting, code)
+    knob: str | None  # the `memlens plan --what-if` that tests it (None: no knob does)
 
 
 class AdviceCheck(TypedDict):

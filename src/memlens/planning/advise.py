@@ -24,8 +24,11 @@ def check(options: Mapping[str, Any]) -> None:
     """Fail before the load on a setting the model does not know."""
     for conf in options.get("what_if") or ():
         replay_what_if(AllocatorSettings(), conf)
-    if options.get("ranks") is not None and options["ranks"] < 1:
-        raise MemlensError("--ranks must be at least 1")
+    if options.get("ranks") is not None and options["ranks"] < 2:
+        raise MemlensError("--ranks is the number of GPUs to shard over: at least 2")
+    root = options.get("source_root")
+    if root is not None and not os.path.isdir(root):
+        raise MemlensError(f"--source-root: no such folder: {root}")
     if options.get("device_memory") is not None:
         parse_bytes(options["device_memory"])
     if options.get("script") is not None:
@@ -48,10 +51,11 @@ def advise(
     dev: DeviceTrace,
     *,
     top: int = 5,
-    ranks: int = 8,
+    ranks: int | None = None,
     what_if: Sequence[str] | None = None,
     device_memory: str | int | None = None,
     hide_patterns: Sequence[str] | None = None,
+    source_root: str | None = None,
     script: str | None = None,
     gpu: str | None = None,
 ) -> AdviseResult:
@@ -59,7 +63,8 @@ def advise(
     ('SCRIPT ARGS'), each finding a knob answers simulated, each step told on stderr."""
     return advise_checked(dev, top=top, ranks=ranks, what_if=what_if,
                           device_memory=device_memory, hide_patterns=hide_patterns,
-                          script=script, gpu=gpu, progress=_stderr)  # fmt: skip
+                          source_root=source_root, script=script, gpu=gpu,
+                          progress=_stderr)  # fmt: skip
 
 
 def advise_checked(
@@ -68,7 +73,7 @@ def advise_checked(
     progress: Callable[[str], None],
     script: str | None = None,
     gpu: str | None = None,
-    ranks: int = 8,
+    ranks: int | None = None,
     **options: Any,
 ) -> AdviseResult:
     """`advise` with each step of the `script` check handed to `progress` (a host's own
@@ -78,6 +83,6 @@ def advise_checked(
         from memlens.planning.verify import verify
 
         result["checks"] = verify(
-            result, runs, script, gpu, jobs=os.cpu_count() or 1, progress=progress, ranks=ranks
+            result, runs, script, gpu, jobs=os.cpu_count() or 1, progress=progress
         )
     return result

@@ -11,8 +11,8 @@ the finding's estimate.
                  cast cache: it tests the cache, not bf16 weights)  peak active
   sharding       fsdp2=N (N the finding's ranks: FSDP2 shards the parameters too, so its
                  saving exceeds the estimate by about (N-1)/N of them)  peak active
-  checkpoint     no knob here: the snapshot names no module class (plan --what-if
-                 checkpoint=CLASS tests it)
+  checkpoint     checkpoint=CLASS, the class the finding read from the source, else
+                 checkpoint=auto (the script's largest repeated module class)
   leak           no knob: a leak is a code fix
 
 The simulation is of the script as it runs now (its own arguments, the card of `gpu`),
@@ -29,38 +29,22 @@ from memlens.errors import MemlensError
 from memlens.planning.plan import Setup, plan
 from memlens.planning.results import PlanKnobRow
 
-SDPA_KNOB = "sdpa=efficient"  # runs in fp32 too, unlike flash
-AUTOCAST_KNOB = "autocast=bf16"
-CACHE_KNOB = "autocast_cache=false"
-NO_KNOB = {
-    "checkpoint": "no knob here: the snapshot names no module class; test it with memlens "
-    "plan --what-if checkpoint=CLASS",
-    "leak": "no knob: memory kept alive between steps is a change to the code",
-}
+AUTO_CHECKPOINT = "checkpoint=auto"
+NO_KNOB = {"leak": "no knob: memory kept alive between steps is a change to the code"}
 
 
-def knob_for(
-    finding: Finding, replays: Sequence[AdviceReplay], ranks: int = 8
-) -> tuple[str | None, str, str]:
-    """(the what-if that tests `finding`, the peak its bytes are of, why none); `ranks`
-    is the sharding finding's GPUs."""
-    what_ifs = [r for r in replays if not r["recorded"]]
-    if finding["kind"] == "fragmentation" and what_ifs:
-        return max(what_ifs, key=lambda r: r["saving_bytes"])["settings"], "reserved", ""
+def knob_for(finding: Finding) -> tuple[str | None, str, str]:
+    """(the what-if that tests `finding`, the peak its bytes are of, why none). The finding
+    names its knob; a checkpoint finding whose class the source did not name is tested on
+    the script's largest repeated module class (checkpoint=auto, as fsdp2= picks its units)."""
+    compared = "reserved" if finding["kind"] in ("fragmentation", "oom") else "active"
+    if finding["knob"] is not None:
+        return finding["knob"], compared, ""
+    if finding["kind"] == "checkpoint":
+        return AUTO_CHECKPOINT, compared, ""
     if finding["kind"] == "oom":
-        fits = [r["settings"] for r in what_ifs if r["oom_fits"]]
-        if fits:
-            return fits[0], "reserved", ""
-        return None, "reserved", "no knob: no allocator setting fitted the OOM in the replay"
-    if finding["kind"] == "attention":
-        return SDPA_KNOB, "active", ""
-    if finding["kind"] == "autocast":
-        return AUTOCAST_KNOB, "active", ""
-    if finding["kind"] == "weight_casts":
-        return CACHE_KNOB, "active", ""
-    if finding["kind"] == "sharding":
-        return f"fsdp2={ranks}", "active", ""
-    return None, "reserved", NO_KNOB.get(finding["kind"], "no knob tests this finding")
+        return None, compared, "no knob: no allocator setting fitted the OOM in the replay"
+    return None, compared, NO_KNOB.get(finding["kind"], "no knob tests this finding")
 
 
 def split_script(script: str) -> tuple[str, list[str]]:
@@ -81,11 +65,10 @@ def verify(
     gpu: str | None = None,
     jobs: int = 1,
     progress: Callable[[str], None] | None = None,
-    ranks: int = 8,
 ) -> list[AdviceCheck]:
     """One check per finding, the knobs simulated in one plan (baseline once)."""
     path, args = split_script(script)
-    wanted = [(i, f, *knob_for(f, replays, ranks)) for i, f in enumerate(result["findings"])]
+    wanted = [(i, f, *knob_for(f)) for i, f in enumerate(result["findings"])]
     knobs = list(dict.fromkeys(k for _, _, k, _, _ in wanted if k is not None))
     rows: dict[str, PlanKnobRow] = {}
     baseline = {"reserved": 0, "active": 0}

@@ -24,12 +24,12 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 if TYPE_CHECKING:
-    from memlens.simulation.session import Simulation
+    from memlens.simulation.host import SimulationHost
 
 _c10d = torch.ops.c10d
 
 
-def _flat_like(sim: Simulation, tensors: list[torch.Tensor]) -> torch.Tensor | None:
+def _flat_like(sim: SimulationHost, tensors: list[torch.Tensor]) -> torch.Tensor | None:
     """newLikeFlat: one buffer shaped (len(tensors), *tensors[0].shape) on their device,
     when they are CUDA tensors of one size (otherwise NCCL takes another path)."""
     # FakeTensor's is_cuda is patched to read its fake device
@@ -43,7 +43,7 @@ def _flat_like(sim: Simulation, tensors: list[torch.Tensor]) -> torch.Tensor | N
     return flat
 
 
-def _barrier_tensor(sim: Simulation) -> torch.Tensor:
+def _barrier_tensor(sim: SimulationHost) -> torch.Tensor:
     tensor = torch.zeros(1, dtype=torch.float32, device=torch.device("cuda", sim.device_index))
     sim._track_outputs(tensor)
     return tensor
@@ -60,7 +60,7 @@ def _completed(value: Any) -> Any:
     return _create_work_from_future(future).boxed()
 
 
-def run(sim: Simulation, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+def run(sim: SimulationHost, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """Run the c10d op `func` (its Meta kernel, through the fake mode below) with the
     buffers NCCL would allocate alive around it; answer its outputs and a completed Work."""
     scratch = None

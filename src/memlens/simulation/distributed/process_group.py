@@ -28,13 +28,13 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 if TYPE_CHECKING:
+    from memlens.simulation.host import SimulationHost
     from memlens.simulation.patches.fake_cuda import Patches
-    from memlens.simulation.session import Simulation
 
 _FAKE = "fake"
 
 
-def install(patches: Patches, sim: Simulation) -> None:
+def install(patches: Patches, sim: SimulationHost) -> None:
     """Patch torch.distributed (when this build has it) for the session `sim`."""
     import torch.distributed as dist
 
@@ -150,7 +150,7 @@ def _install_sharding(patches: Patches) -> None:
             patches.set(module, "init_device_mesh", host)
 
 
-def _install_meta_propagation(patches: Patches, sim: Simulation) -> None:
+def _install_meta_propagation(patches: Patches, sim: SimulationHost) -> None:
     """DTensor's sharding propagation runs each new op once on tensors of the global
     shape to learn its output's, in a fake mode (no memory on a GPU); here it finds the
     simulation's own fake mode and would count them as allocations. Its outputs are not
@@ -170,7 +170,7 @@ def _install_meta_propagation(patches: Patches, sim: Simulation) -> None:
     patches.set(ShardingPropagator, "_propagate_tensor_meta_non_cached", propagate)
 
 
-def _install_storage_resize(patches: Patches, sim: Simulation) -> None:
+def _install_storage_resize(patches: Patches, sim: SimulationHost) -> None:
     """`untyped_storage().resize_(0)` frees a CUDA storage's memory while its tensor
     lives on, and `resize_(n)` allocates it again: how FSDP (1 and 2) frees unsharded
     parameters after use and brings them back for the next all-gather
@@ -272,7 +272,7 @@ def is_factory(func: Any) -> bool:
 
 
 def reducer_factory(
-    sim: Simulation, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+    sim: SimulationHost, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> Any:
     """A factory op run while the reducer builds buckets. Its device tensors name the
     parameters' device, `cpu` here: made on the current CUDA device. Its host tensors
@@ -293,7 +293,7 @@ def reducer_factory(
 
 
 @contextlib.contextmanager
-def _factories_on_device(sim: Simulation) -> Iterator[None]:
+def _factories_on_device(sim: SimulationHost) -> Iterator[None]:
     saved = sim.cpu_options_mean_cuda
     sim.cpu_options_mean_cuda = True
     try:
@@ -302,7 +302,7 @@ def _factories_on_device(sim: Simulation) -> Iterator[None]:
         sim.cpu_options_mean_cuda = saved
 
 
-def _reducer_class(base: Any, sim: Simulation) -> Any:
+def _reducer_class(base: Any, sim: SimulationHost) -> Any:
     """dist.Reducer, building its buckets on the device (at construction and when DDP
     rebuilds them in the order of the first backward) and its used-parameters map
     (find_unused_parameters at construction, static_graph when DDP sets it)."""

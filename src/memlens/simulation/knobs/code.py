@@ -5,7 +5,9 @@ covered so the report can say when it did not apply.
   checkpoint=REGEX    every nn.Module whose class name matches REGEX (re.fullmatch) runs
                       its forward under torch.utils.checkpoint (use_reentrant=False) when
                       grad is on; a matching module inside a checkpointed one is not
-                      checkpointed again (its outer one's recomputation covers it)
+                      checkpointed again (its outer one's recomputation covers it);
+                      checkpoint=auto: the largest repeated class of the first module
+                      called with grad on (the model's blocks, as fsdp2= picks its units)
   autocast=bf16|fp16  every outermost nn.Module call runs under torch.autocast("cuda",
                       dtype); code outside any module (a functional loss, the backward,
                       the optimizer) runs as written, as in the recommended AMP pattern
@@ -92,7 +94,7 @@ class CodeKnob:
             raise MemlensError(f"--what-if {spec!r}: unknown knob (known: {', '.join(KEYS)})")
         if allowed is not None and value not in allowed:
             raise MemlensError(f"--what-if {spec!r}: expected {key}={'|'.join(allowed)}")
-        if key == "checkpoint":
+        if key == "checkpoint" and value != AUTO:
             if not value:
                 raise MemlensError(f"--what-if {spec!r}: expected checkpoint=CLASS_NAME_OR_REGEX")
             try:
@@ -102,6 +104,10 @@ class CodeKnob:
         if key in PARALLEL:
             check_parallel(spec, key, value)
         return cls(key, value)
+
+
+# checkpoint=auto: the model's largest repeated module class
+AUTO = "auto"
 
 
 @dataclass
@@ -132,11 +138,25 @@ class _ModuleCalls:
         self.original, self.counts, self.pattern, self.dtype = original, counts, pattern, dtype
         self.depth = 0
         self.in_checkpoint = 0
+        # checkpoint=auto: the pattern is the model's repeated class, known at its first call
+        self.auto = pattern is not None and pattern.pattern == AUTO
+        if self.auto:
+            self.pattern = None
+
+    def _resolve_auto(self, module: Any) -> None:
+        from memlens.simulation.knobs.parallel import largest_repeated
+
+        names = sorted({type(m).__name__ for m in largest_repeated(module)})
+        if names:
+            self.auto = False
+            self.pattern = re.compile("|".join(re.escape(n) for n in names))
 
     def __call__(self, module: Any, *args: Any, **kwargs: Any) -> Any:
         name = type(module).__name__
         self.counts.module_classes.add(name)
         outermost = self.depth == 0
+        if outermost and self.auto and torch.is_grad_enabled():
+            self._resolve_auto(module)
         self.depth += 1
         try:
             if self.dtype is not None and outermost:

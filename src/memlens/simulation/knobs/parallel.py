@@ -165,7 +165,7 @@ def _owner(params: list[Any]) -> torch.nn.Module | None:
     return min(outer, key=lambda hn: hn[1])[0] if outer else None
 
 
-def _units(root: torch.nn.Module, pattern: str | None = None) -> list[torch.nn.Module]:
+def largest_repeated(root: torch.nn.Module, pattern: str | None = None) -> list[torch.nn.Module]:
     """The modules of the largest repeated class, or the outermost of those whose class
     matches `pattern` (see the module's docstring)."""
     if pattern is not None:
@@ -216,7 +216,7 @@ def _wrap(done: Wrapped, params: list[Any]) -> dict[int, torch.nn.Parameter]:
             f"the model's parameters are on {', '.join(devices)} when the optimizer is built"
         )
         return {}
-    units = _units(root, done.pattern) if done.key == "fsdp2" else []
+    units = largest_repeated(root, done.pattern) if done.key == "fsdp2" else []
     if done.pattern is not None and not units:
         seen = sorted({type(m).__name__ for m in root.modules() if m is not root})
         done.not_applied = (

@@ -23,8 +23,8 @@ import torch
 from memlens.simulation.patches import cuda_stubs
 
 if TYPE_CHECKING:
+    from memlens.simulation.host import SimulationHost
     from memlens.simulation.patches.fake_cuda import Patches
-    from memlens.simulation.session import Simulation
 
 GRAPHS = "CUDA graphs and private memory pools are not modelled"
 ALLOCATOR = "a pluggable allocator replaces the caching allocator memlens models"
@@ -180,7 +180,7 @@ class Seeds:
         return self.generator.initial_seed()
 
 
-def answers(sim: Simulation) -> dict[str, Any]:
+def answers(sim: SimulationHost) -> dict[str, Any]:
     """Working stand-ins, by name: `torch.cuda.X`, `torch.cuda.memory.X`,
     `torch.cuda.random.X`, `torch.accelerator.X`, `torch._C.X` (the compiled functions
     torch.backends.cuda calls)."""
@@ -285,7 +285,7 @@ def answers(sim: Simulation) -> dict[str, Any]:
     }
 
 
-def _noted(fn: Callable[..., Any], sim: Simulation, text: str) -> Callable[..., Any]:
+def _noted(fn: Callable[..., Any], sim: SimulationHost, text: str) -> Callable[..., Any]:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         sim.note(text)
         return fn(*args, **kwargs)
@@ -293,7 +293,7 @@ def _noted(fn: Callable[..., Any], sim: Simulation, text: str) -> Callable[..., 
     return wrapper
 
 
-def _accelerator(sim: Simulation, api: dict[str, Any]) -> dict[str, Any]:
+def _accelerator(sim: SimulationHost, api: dict[str, Any]) -> dict[str, Any]:
     """torch.accelerator answers for the simulated CUDA device."""
     cuda0 = torch.device("cuda", 0)
     dtypes = {
@@ -331,7 +331,7 @@ def _accelerator(sim: Simulation, api: dict[str, Any]) -> dict[str, Any]:
     return {f"accelerator.{k}": v for k, v in answers.items()}
 
 
-def _single_process_loading(patches: Patches, sim: Simulation) -> None:
+def _single_process_loading(patches: Patches, sim: SimulationHost) -> None:
     """DataLoader(num_workers > 0) runs its workers in the main process. Worker
     processes would inherit the fake tensor mode and fail to send their fake batches
     back; their batches are host memory, which a GPU snapshot does not show, so loading
@@ -365,7 +365,7 @@ def _owner(name: str) -> tuple[Any, str]:
     return sys.modules[module_name], attr
 
 
-def install(patches: Patches, sim: Simulation) -> None:
+def install(patches: Patches, sim: SimulationHost) -> None:
     """Patch the working answers in and every refused name out."""
     import torch.accelerator
     import torch.backends.cuda

@@ -23,8 +23,8 @@ import torch
 
 if TYPE_CHECKING:
     from memlens.simulation.gpus import Gpu
+    from memlens.simulation.host import SimulationHost
     from memlens.simulation.patches.fake_cuda import Patches
-    from memlens.simulation.session import Simulation
 
 MATH, FLASH, EFFICIENT, CUDNN = 0, 1, 2, 3  # at::SDPBackend
 NAMES = {MATH: "math", FLASH: "flash", EFFICIENT: "efficient", CUDNN: "cudnn"}
@@ -161,7 +161,7 @@ def _scale(q: torch.Tensor, scale: float | None) -> float:
     return 1.0 / math.sqrt(q.size(-1)) if scale is None else scale
 
 
-def make_sdpa(sim: Simulation, original: Callable[..., Any]) -> Callable[..., Any]:
+def make_sdpa(sim: SimulationHost, original: Callable[..., Any]) -> Callable[..., Any]:
     def scaled_dot_product_attention(
         query: Any,
         key: Any,
@@ -273,7 +273,7 @@ def _efficient_mask(mask: torch.Tensor, q: Any, k: Any) -> torch.Tensor:
 
 
 # ------------------------------------------------------------------ kernel memory
-def _free(sim: Simulation, address: int | None) -> None:
+def _free(sim: SimulationHost, address: int | None) -> None:
     if address is not None:
         sim.allocator.free(address, sim._stack())
 
@@ -307,7 +307,7 @@ def _round(x: int, m: int) -> int:
     return (x + m - 1) // m * m
 
 
-def _flash_forward(sim: Simulation, args: tuple[Any, ...], out: Any) -> None:
+def _flash_forward(sim: SimulationHost, args: tuple[Any, ...], out: Any) -> None:
     q, k = args[0], args[1]
     dropout = args[3] if len(args) > 3 else 0.0
     b, h, s_q, d = q.shape
@@ -341,14 +341,14 @@ def _flash_forward(sim: Simulation, args: tuple[Any, ...], out: Any) -> None:
         _free(sim, address)
 
 
-def _contiguous_copy(sim: Simulation, t: Any) -> int | None:
+def _contiguous_copy(sim: SimulationHost, t: Any) -> int | None:
     """`.contiguous()` of the (B, S, H, D) view the CUDA code takes: a copy when it is
     not contiguous already."""
     view = t.transpose(1, 2)
     return None if view.is_contiguous() else sim._malloc(t.numel() * t.element_size())
 
 
-def _flash_backward(sim: Simulation, args: tuple[Any, ...], out: Any) -> None:
+def _flash_backward(sim: SimulationHost, args: tuple[Any, ...], out: Any) -> None:
     grad_out, q, k = args[0], args[1], args[2]
     copies = [_contiguous_copy(sim, grad_out), _contiguous_copy(sim, args[4])]
     sim._track_outputs(out)  # dq, dk, dv = empty_like(q, k, v)
@@ -369,7 +369,7 @@ def _flash_backward(sim: Simulation, args: tuple[Any, ...], out: Any) -> None:
         _free(sim, address)
 
 
-def _efficient_forward(sim: Simulation, args: tuple[Any, ...], out: Any) -> None:
+def _efficient_forward(sim: SimulationHost, args: tuple[Any, ...], out: Any) -> None:
     q, v = args[0], args[2]
     sim._track_outputs(out[0])  # res (B, M, H, Kv)
     sim._track_outputs(out[1])  # logsumexp (B, H, ceil(M / 32) * 32) fp32, when asked
@@ -380,7 +380,7 @@ def _efficient_forward(sim: Simulation, args: tuple[Any, ...], out: Any) -> None
         _free(sim, sim._malloc(_nbytes(q.size(0), q.size(2), q.size(1), v.size(-1), 4)))
 
 
-def _efficient_backward(sim: Simulation, args: tuple[Any, ...], out: Any) -> None:
+def _efficient_backward(sim: SimulationHost, args: tuple[Any, ...], out: Any) -> None:
     grad_out, q = args[0], args[1]
     copy = _contiguous_copy(sim, grad_out)
     sim._track_outputs(out)  # grad_q, grad_k, grad_v (grad_bias)
@@ -390,14 +390,14 @@ def _efficient_backward(sim: Simulation, args: tuple[Any, ...], out: Any) -> Non
     _free(sim, copy)
 
 
-def _cudnn_forward(sim: Simulation, args: tuple[Any, ...], out: Any) -> None:
+def _cudnn_forward(sim: SimulationHost, args: tuple[Any, ...], out: Any) -> None:
     sim._track_outputs(out[0])
     sim._track_outputs(out[1])  # softmax stats (B, H, S_q, 1) fp32, when asked
     if len(args) > 5 and args[5] > 0.0:  # dropout: seed and offset on the device
         sim._track_outputs((out[6], out[7]))
 
 
-KERNELS: dict[Any, Callable[[Simulation, tuple[Any, ...], Any], None]] = {
+KERNELS: dict[Any, Callable[[SimulationHost, tuple[Any, ...], Any], None]] = {
     _aten._scaled_dot_product_flash_attention.default: _flash_forward,
     _aten._scaled_dot_product_flash_attention_backward.default: _flash_backward,
     _aten._scaled_dot_product_efficient_attention.default: _efficient_forward,
@@ -406,7 +406,7 @@ KERNELS: dict[Any, Callable[[Simulation, tuple[Any, ...], Any], None]] = {
 }
 
 
-def install(patches: Patches, sim: Simulation) -> None:
+def install(patches: Patches, sim: SimulationHost) -> None:
     functional = torch.nn.functional
     patches.set(
         functional,

@@ -35,7 +35,7 @@ from memlens.simulation.patches.inductor_plan import Plan, plan
 from memlens.simulation.patches.tracker import Tracker, is_cuda
 
 if TYPE_CHECKING:
-    from memlens.simulation.session import Simulation
+    from memlens.simulation.host import SimulationHost
 
 NOTE = (
     "torch.compile: Dynamo's graphs partitioned by AOTAutograd with Inductor's "
@@ -48,7 +48,7 @@ _CUDA_GRAPHS = "torch.compile mode={mode!r}: CUDA graphs are not simulated (run 
 _FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
 
 
-def install(patches: fake_cuda.Patches, sim: Simulation) -> None:
+def install(patches: fake_cuda.Patches, sim: SimulationHost) -> None:
     """Make `torch.compile` (and `nn.Module.compile`, which calls it) use the model."""
     original: Callable[..., Any] = torch.compile
     # Dynamo skips every frame while a non-infrastructure dispatch mode is active.
@@ -101,7 +101,7 @@ def _reset_dynamo() -> None:
 class InductorModel:
     """A Dynamo backend: AOTAutograd as Inductor drives it, graphs run by GraphRunner."""
 
-    def __init__(self, sim: Simulation):
+    def __init__(self, sim: SimulationHost):
         self.sim = sim
 
     def __deepcopy__(self, memo: dict[int, Any]) -> InductorModel:
@@ -167,7 +167,7 @@ def _backward_devices() -> Iterator[None]:
 class GraphRunner:
     """One compiled graph: runs its nodes on the fakes, allocating as `plan` says."""
 
-    def __init__(self, sim: Simulation, gm: GraphModule):
+    def __init__(self, sim: SimulationHost, gm: GraphModule):
         # AOTAutograd hands over its argument list, so inputs die at their last use; an
         # instance attribute, which the wrappers AOTAutograd puts around it copy
         self._boxed_call = True

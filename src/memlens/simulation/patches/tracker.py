@@ -1,7 +1,7 @@
 """The dispatch mode that turns fake CUDA tensors' storages into allocator calls.
 
 It sits above FakeTensorMode and sees every aten op: new CUDA storages among the outputs
-go to the Simulation (`_track_outputs`), random ops are made to work without a CUDA
+go to the simulation (`_track_outputs`), random ops are made to work without a CUDA
 generator, `.item()` answers zero, and the first GEMM of a thread reserves cuBLAS's
 workspace.
 """
@@ -20,7 +20,7 @@ from memlens.simulation.patches import fake_cuda, sdpa
 from memlens.simulation.patches.inplace import BackwardInPlace
 
 if TYPE_CHECKING:
-    from memlens.simulation.session import Simulation
+    from memlens.simulation.host import SimulationHost
 
 _SEEDED = torch.Tag.nondeterministic_seeded
 _aten = torch.ops.aten
@@ -48,7 +48,7 @@ def is_cuda(t: Any) -> bool:
 
 
 class Tracker(TorchDispatchMode):
-    def __init__(self, sim: Simulation):
+    def __init__(self, sim: SimulationHost):
         super().__init__()  # type: ignore[no-untyped-call]  # torch leaves it unannotated
         self.sim = sim
         self._composite: dict[Any, bool] = {}

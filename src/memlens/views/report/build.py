@@ -19,6 +19,7 @@ PAGE = [
     "devices",
     "timeline",
     "peak",
+    "advise",
     "stages",
     "categories",
     "rules",

@@ -49,6 +49,8 @@ def render_advise(result: AdviseResult, options: Mapping[str, Any] = NO_OPTIONS)
             f"   covers: {f['covers']}",
         ]
         lines += sites_lines(f["sites"], "     ")
+        lines.append("   change:")
+        lines += [f"     {line}" for line in f["change"].splitlines()]
     if result["checks"]:
         lines.append(
             "checked by simulating the script (the finding's estimate vs the "

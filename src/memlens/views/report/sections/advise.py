@@ -1,0 +1,35 @@
+"""Advice: what to change, ranked by the bytes it would save, each with the change to paste
+(memlens.analysis.advise with its allocator replays, as `memlens advise` prints it)."""
+
+from __future__ import annotations
+
+from memlens.analysis.advise_replays import advise_replayed
+from memlens.views.report.context import ReportContext, Section
+from memlens.views.report.page import esc, fmt_bytes, note, num, table
+from memlens.views.report.sections.common import sites_table
+
+
+def advise_section(ctx: ReportContext) -> str:
+    result, _ = advise_replayed(ctx.dev, hide_patterns=ctx.hide_patterns)
+    notes = "".join(note(n) for n in result["notes"])
+    found = result["findings"]
+    if not found:
+        return notes + note("No finding: nothing to change that memlens can size.")
+    rows = [
+        [str(k), f["kind"], num(fmt_bytes(f["bytes"])), f["certainty"]]
+        for k, f in enumerate(found, 1)
+    ]
+    parts = [table(["#", "finding", "bytes at stake", "how sure"], rows, numeric=(2,)), notes]
+    for k, f in enumerate(found, 1):
+        parts.append(
+            f"<h3>{k}. {esc(f['kind'])}: {fmt_bytes(f['bytes'])} ({esc(f['certainty'])})</h3>"
+            f"<p>{esc(f['summary'])}</p>"
+            f'<p class="covers">covers: {esc(f["covers"])}</p>'
+            f'<p>The change to make:</p><pre class="change"><code>{esc(f["change"])}</code></pre>'
+        )
+        if f["sites"]:
+            parts.append(sites_table(f["sites"]))
+    return "".join(parts)
+
+
+SECTION = Section("advise", "Advice: what to change", advise_section)
