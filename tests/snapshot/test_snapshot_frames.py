@@ -94,9 +94,7 @@ def test_first_user_frame_tiers_and_hide_patterns():
     # custom patterns that hide the user's file too: fall back to any Python frame
     custom = {
         s["site"]: s["bytes"]
-        for s in top_sites(
-            d, rows, top=None, hide_patterns=["model\\.py$", "torch", "contextlib"]
-        )
+        for s in top_sites(d, rows, top=None, hide_patterns=["model\\.py$", "torch", "contextlib"])
     }
     assert (
         custom["forward (/opt/venv/lib/python3.11/site-packages/torch/nn/modules/linear.py:125)"]
