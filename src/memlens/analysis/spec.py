@@ -1,6 +1,9 @@
 """What a registered analysis is: `Analysis` (one question: its function, result type,
-renderer, options, report section) and `Option` (one of its options). The registry of them,
-and its public API, is memlens.analysis.registry."""
+renderer, options, report section) and `Option` (one of its options); the options every
+host shares (DEVICE, HIDE, ...), declared once; and the one request path every host takes:
+`request` (a host's option values, checked before any load), `open` (references to
+inputs, with the host's loader) and `call` (devices picked, the function run). The
+registry of analyses, and its public API, is memlens.analysis.registry."""
 
 from __future__ import annotations
 
