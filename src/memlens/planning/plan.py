@@ -318,6 +318,8 @@ def _plan(
     from memlens.planning.interpolated_plan import interpolated_find_max, interpolated_points
     from memlens.planning.whatif import check_knob, knob_table, what_ifs
 
+    if how.step is not None and not how.on:
+        raise MemlensError("--step needs --interpolate (plain --find-max bisects to one integer)")
     if how.on and knobs:
         raise MemlensError("--interpolate and --what-if cannot be combined yet")
 
