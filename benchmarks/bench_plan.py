@@ -45,7 +45,7 @@ MODEL = [
     "full-training-step",
 ]
 SWEEP = ",".join(str(c) for c in range(64, 1281, 64))  # 20 values
-CHECKS = ("320", "704", "1088")  # interpolated in the sweep, simulated afterwards
+CHECKS = ("320", "832", "1088")  # interpolated in the sweep, simulated afterwards
 
 
 def _say(line: str) -> None:

@@ -65,7 +65,9 @@ def result() -> dict[str, Any]:
                                        "peak_active_bytes": float(reserved(29) - 16 * MiB),
                                        "extrapolated": True}],
         "find_max": {"arg": "--batch-size", "lo": 1, "hi": 32, "largest_fitting": 29,
-                     "simulations": 6, "probes": [a_point(29)]},
+                     "simulations": 6, "probes": [a_point(1), a_point(29)], "step": 1,
+                     "margin_bytes": 0, "shortfall_bytes": None, "failing": [],
+                     "interpolated": False, "confirmed": None, "fit": None},
         "what_ifs": [{"setting": row["setting"], "kind": "mixed", "points": points[:1],
                       "active_change_bytes": [-40 * MiB], "reserved_change_bytes": [-36 * MiB],
                       "applied": [row["applied"]]}],
@@ -85,15 +87,16 @@ def test_the_page_has_the_figures_the_chart_and_escapes_the_users_text():
     assert "--batch-size=4" in page  # the largest fitting swept value
     assert "36.00 MiB + 16.00 MiB x --batch-size + 16.00 MiB x --batch-size^2" in page
     assert "The fit&#x27;s largest fitting --batch-size: 29." in page
-    assert (
-        "Bisection for the largest --batch-size in [1, 32]: --batch-size=29, 6 simulations" in page
-    )
+    assert "The largest --batch-size in [1, 32] (bisection): --batch-size=29, 6 simulations" in page
     assert ">36.00 MiB</span> (10.1%)" in page and ">40.00 MiB</span> (11.8%)" in page
     assert "alone expandable_segments:True: failed" in page
     # the chart: three points that ran and fit, the OOM point as a cross, the fitted curve
     # (solid over 1..4, where it was fitted, dashed on to 40), the usable line at 14848 MiB
     svg = re.search(r'<svg class="plan-chart".*?</svg>', page, re.S)
     assert svg is not None
+    # find-max draws its probes too (issue 34: the page said "points 0" and drew nothing)
+    charts = re.findall(r'<svg class="plan-chart".*?</svg>', page, re.S)
+    assert len(charts) == 2 and charts[1].count("<circle") == 2
     chart = svg.group(0)
     assert chart.count("<circle") == 3 and chart.count('stroke-width="2">') == 1
     assert chart.count('<polyline class="fit"') == 2  # 1..4 solid, 4..40 dashed

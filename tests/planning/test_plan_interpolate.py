@@ -126,7 +126,11 @@ def test_find_max_confirms_by_simulation_and_reports_margin_and_shortfall(script
     assert found["failing"] == [v for v in range(1, best) if not fits[v]]
     at, nxt = _simulated(base, best), _simulated(base, best + 1)
     assert found["margin_bytes"] == usable - at["peak_reserved_bytes"]
-    assert found["shortfall_bytes"] == nxt["peak_reserved_bytes"] - usable
+    unlimited = _base(script, None)  # what best + 1 needs: its run with no capacity
+    assert (
+        found["shortfall_bytes"] == _simulated(unlimited, best + 1)["peak_reserved_bytes"] - usable
+    )
+    assert found["shortfall_bytes"] > 0 and nxt["oom"]
     sources = {p["source"] for p in found["probes"]}
     assert sources == {"simulated", "interpolated"}
 

@@ -129,21 +129,27 @@ class Interpolator:
 
     def at(self, value: int) -> Estimate:
         """The figures at a covered value (replayed once, then remembered)."""
-        if value in self._memo:
-            return self._memo[value]
+        if value not in self._memo:
+            log, source = self._log_at(value)
+            self._memo[value] = Estimate(value, self._replay(log), source)
+        return self._memo[value]
+
+    def needs(self, value: int) -> int:
+        """Peak reserved at a covered value with unlimited memory: what the run needs,
+        where at the capacity its peak stops at the OOM."""
+        return replay_log(self._log_at(value)[0], None, self.settings).peak_reserved
+
+    def _log_at(self, value: int) -> tuple[RequestLog, str]:
         if value in self.logs:
-            out = Estimate(value, self._replay(self.logs[value]), "simulated")
-        else:
-            segment = next((s for s in self.segments if s.lo <= value <= s.hi), None)
-            if segment is None:
-                raise MemlensError(f"internal: {value} is not covered by the interpolation")
-            sizes = segment.model.sizes_at(value)
-            if sizes is None:  # the fit is not integral here: simulate it instead
-                self.simulate([value])
-                return self.at(value)
-            out = Estimate(value, self._replay(segment.template.with_sizes(sizes)), "interpolated")
-        self._memo[value] = out
-        return out
+            return self.logs[value], "simulated"
+        segment = next((s for s in self.segments if s.lo <= value <= s.hi), None)
+        if segment is None:
+            raise MemlensError(f"internal: {value} is not covered by the interpolation")
+        sizes = segment.model.sizes_at(value)
+        if sizes is None:  # the fit is not integral here: simulate it instead
+            self.simulate([value])
+            return self.logs[value], "simulated"
+        return segment.template.with_sizes(sizes), "interpolated"
 
     def looked_at(self) -> list[Estimate]:
         """Every value's figures given so far, by value."""

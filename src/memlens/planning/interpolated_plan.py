@@ -141,7 +141,8 @@ def interpolated_find_max(
         "probes": probes + rows,
         "step": step,
         "margin_bytes": None if at is None else usable - at["peak_reserved_bytes"],
-        "shortfall_bytes": None if nxt is None else nxt["peak_reserved_bytes"] - usable,
+        # what the next value needs (its run with unlimited memory), not its peak up to the OOM
+        "shortfall_bytes": None if nxt is None else interp.needs(after[0]) - usable,
         "failing": failing,
         "interpolated": True,
         "confirmed": agree,

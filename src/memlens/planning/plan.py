@@ -249,7 +249,6 @@ def find_max(
         best = good
     reserved = {int(p["values"][arg]): p["peak_reserved_bytes"] for p in probes}
     assert usable is not None  # check_find
-    nxt = None if best is None else reserved.get(best + 1)
     return {
         "arg": arg,
         "lo": lo,
@@ -259,7 +258,9 @@ def find_max(
         "probes": probes,
         "step": 1,
         "margin_bytes": None if best is None else usable - reserved[best],
-        "shortfall_bytes": None if nxt is None else nxt - usable,
+        # the next value ran out of memory: its peak stops at the OOM, so what it needs is
+        # unknown here (--interpolate replays it with unlimited memory)
+        "shortfall_bytes": None,
         "failing": [],
         "interpolated": False,
         "confirmed": None,
@@ -318,6 +319,8 @@ def _plan(
     from memlens.planning.interpolated_plan import interpolated_find_max, interpolated_points
     from memlens.planning.whatif import check_knob, knob_table, what_ifs
 
+    if how.step is not None and not how.on:
+        raise MemlensError("--step needs --interpolate (plain --find-max bisects to one integer)")
     if how.on and knobs:
         raise MemlensError("--interpolate and --what-if cannot be combined yet")
 

@@ -57,7 +57,7 @@ class PlanFindMax(TypedDict):
     probes: list[PlanPoint]  # in the order probed
     step: int  # the values tried are lo, lo + step, ... and hi
     margin_bytes: int | None  # usable minus peak reserved at the answer
-    shortfall_bytes: int | None  # peak reserved at the next step minus usable
+    shortfall_bytes: int | None  # what the next value needs minus usable (--interpolate)
     failing: list[int]  # values below the answer that do not fit (memory not monotone)
     interpolated: bool  # bisection on interpolated replays, confirmed by simulation
     confirmed: bool | None  # the simulations at the answer and the next step agreed
