@@ -30,7 +30,8 @@ before the first unit is step 1's) and ends at the event before the next one; th
 after the last boundary are the last step, left open when they are fewer allocations than
 a unit. Steps found this way have no phases: without stacks, forward, backward and the
 optimizer look alike. Cost: per anchor, a pass of K comparisons per allocation, then one
-comparison over half the allocations per candidate period (at most MAX_PERIODS).
+comparison over half the allocations per candidate period (at most MAX_PERIODS, none that
+would make more than MAX_STEPS steps), and a binary search per boundary it keeps.
 """
 
 from __future__ import annotations
@@ -39,7 +40,6 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from memlens.snapshot.actions import Action
-from memlens.snapshot.limits import limits_for
 from memlens.snapshot.model import DeviceTrace
 
 K = 8  # tokens in an anchor
@@ -49,6 +49,10 @@ SWING = 0.1  # a unit's peak is at least this share above its start
 # candidate periods per anchor, shortest first: a step holds a few hundred occurrences of
 # an anchor at most (one per layer and pass); each costs a comparison over half the trace
 MAX_PERIODS = 512
+# steps in one recording at most: a period that makes more is not a training step (200,000
+# stackless allocations of one size made 200,000 one-allocation steps, minutes of tables);
+# it also bounds the boundaries and units each candidate period builds (n / period)
+MAX_STEPS = 10_000
 
 
 def stackless(dev: DeviceTrace) -> bool:
@@ -67,9 +71,6 @@ def repeated_steps(dev: DeviceTrace) -> list[tuple[int, int, bool]]:
     key = dev.size[al].astype(np.int64) * (1 << 20) + dev.stack[al].astype(np.int64)
     tok = np.unique(key, return_inverse=True)[1].astype(np.int64).reshape(-1)
     windows = sliding_window_view(tok, K)
-    # a period with more units than the 'stages' limit could not be tabulated: not tried,
-    # which also bounds the boundaries and units each candidate builds (n / period)
-    max_units = limits_for(0).stages or n
     for a in dict.fromkeys((0, n // 4, n // 2)):
         if a + K > n:
             continue
@@ -77,7 +78,7 @@ def repeated_steps(dev: DeviceTrace) -> list[tuple[int, int, bool]]:
         # a step's length is a distance from the anchor to another occurrence, or between
         # two (the first unit may be longer)
         periods = np.unique(np.r_[np.diff(occ), np.abs(occ - a)])
-        periods = periods[periods * max_units >= n]
+        periods = periods[periods * MAX_STEPS >= n]
         for period in periods[:MAX_PERIODS].tolist():
             half = n // 2
             if half + period >= n or (tok[half : n - period] != tok[half + period :]).mean() > 0.01:
