@@ -145,14 +145,15 @@ def test_plain_module_and_sgd_by_hand():
 
 def test_bad_arguments_are_one_line():
     lin = torch.nn.Linear(4, 4)
-    for kwargs, words in [
+    cases: list[tuple[dict[str, Any], str]] = [
         ({"precision": "fp8"}, "precision 'fp8'"),
         ({"world": 2}, "needs sharding"),
         ({"sharding": "zero3", "world": 2}, "sharding 'zero3'"),
         ({"train": False, "optimizer": torch.optim.SGD}, "optimizer is for training"),
         ({"optimizer": torch.optim.SGD(lin.parameters(), lr=1)}, "optimizer instance"),
         ({"generate": 3}, "for inference"),
-    ]:
+    ]
+    for kwargs, words in cases:
         with pytest.raises(memlens.MemlensError, match=words):
             memlens.estimate(lin, torch.zeros(1, 4), **kwargs)
 
