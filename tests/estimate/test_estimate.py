@@ -216,3 +216,15 @@ def test_fsdp2_world_through_the_plan_knob(config_file, capsys):
     out = capsys.readouterr().out
     assert "fsdp2=4: fully_shard on LlamaDecoderLayer x2, then the root LlamaForCausalLM" in out
     assert "rank 0 of 4" in out and "yes: headroom" in out
+
+
+def test_config_from_a_model_type_and_sizes(config_file):
+    """--model-type llama --hidden-size 64 --layers 2 ...: the same config as the file."""
+    sizes = {"hidden_size": 64, "layers": 2, "heads": 4, "kv_heads": 2,
+             "intermediate_size": 128, "vocab_size": 256, "tie_embeddings": True}  # fmt: skip
+    from_type = load_config(None, "llama", sizes)
+    from_file = load_config(str(config_file.parent), None, {"layers": 2})  # a folder works
+    for name in ("hidden_size", "num_hidden_layers", "num_attention_heads",
+                 "num_key_value_heads", "intermediate_size", "vocab_size",
+                 "tie_word_embeddings"):  # fmt: skip
+        assert getattr(from_type, name) == getattr(from_file, name) == TINY.get(name), name
