@@ -23,7 +23,7 @@ a = p.parse_args()
 with open(a.config) as f:
     fields = json.load(f)
 config = AutoConfig.for_model(fields.pop("model_type"), **fields)
-model = AutoModelForCausalLM.from_config(config)
+model = AutoModelForCausalLM.from_config(config)  # type: ignore[no-untyped-call]
 if a.checkpointing:
     model.gradient_checkpointing_enable()
 model = model.to("cuda")

@@ -145,14 +145,15 @@ def test_plain_module_and_sgd_by_hand():
 
 def test_bad_arguments_are_one_line():
     lin = torch.nn.Linear(4, 4)
-    for kwargs, words in [
+    cases: list[tuple[dict[str, Any], str]] = [
         ({"precision": "fp8"}, "precision 'fp8'"),
         ({"world": 2}, "needs sharding"),
         ({"sharding": "zero3", "world": 2}, "sharding 'zero3'"),
         ({"train": False, "optimizer": torch.optim.SGD}, "optimizer is for training"),
         ({"optimizer": torch.optim.SGD(lin.parameters(), lr=1)}, "optimizer instance"),
         ({"generate": 3}, "for inference"),
-    ]:
+    ]
+    for kwargs, words in cases:
         with pytest.raises(memlens.MemlensError, match=words):
             memlens.estimate(lin, torch.zeros(1, 4), **kwargs)
 
@@ -183,3 +184,47 @@ def test_a_card_preset_does_not_limit_the_estimate():
     assert est.breakdown["parameters"] == 65536 * 65536 * 4
     fit = est.fits()
     assert not fit and fit.how == "peak active exceeds it" and fit.capacity == 15360 * 2**20
+
+
+def test_lora_trains_only_the_adapters(config_file):
+    """peft's LoRA r=4 on its Llama defaults, q_proj and v_proj: per layer A 4x64 and B
+    64x4 on q, A 4x64 and B 32x4 on v = 896 parameters in 4 tensors; fused AdamW keeps
+    state for those alone (2 fp32 moments and a float32 step each)."""
+    pytest.importorskip("peft")
+    build = Build(load_config(str(config_file), None, {}), lora=4)
+    est = memlens.estimate(build, causal_lm_inputs(2, 16, labels=True),
+                           (torch.optim.AdamW, {"fused": True}), precision="bf16-mixed")  # fmt: skip
+    lora, tensors = 2 * 896, 2 * 4
+    assert est.breakdown["optimizer_state"] == 2 * 4 * lora + 4 * tensors
+    assert est.breakdown["parameters"] == 4 * (PARAMS + lora) + ROTARY_BUFFERS
+
+
+def test_decoding_with_the_kv_cache(config_file):
+    """bf16 weights (buffers cast too: 2 x 8 bf16), the forward's one cuBLAS workspace."""
+    build = Build(load_config(str(config_file), None, {}))
+    est = memlens.estimate(build, causal_lm_inputs(2, 16, labels=False), train=False,
+                           generate=8, precision="bf16")  # fmt: skip
+    assert est.breakdown["parameters"] == 2 * PARAMS + 2 * 8 * 2
+    assert est.breakdown["workspaces"] == 32 * 2**20
+    assert est.breakdown["gradients"] == est.breakdown["optimizer_state"] == 0
+
+
+def test_fsdp2_world_through_the_plan_knob(config_file, capsys):
+    rc = cli(["estimate", str(config_file), "--batch", "2", "--seq-len", "16",
+              "--world", "4", "--sharding", "fsdp2", "--optimizer", "adamw"])  # fmt: skip
+    assert rc == 0
+    out = capsys.readouterr().out
+    assert "fsdp2=4: fully_shard on LlamaDecoderLayer x2, then the root LlamaForCausalLM" in out
+    assert "rank 0 of 4" in out and "yes: headroom" in out
+
+
+def test_config_from_a_model_type_and_sizes(config_file):
+    """--model-type llama --hidden-size 64 --layers 2 ...: the same config as the file."""
+    sizes = {"hidden_size": 64, "layers": 2, "heads": 4, "kv_heads": 2,
+             "intermediate_size": 128, "vocab_size": 256, "tie_embeddings": True}  # fmt: skip
+    from_type = load_config(None, "llama", sizes)
+    from_file = load_config(str(config_file.parent), None, {"layers": 2})  # a folder works
+    for name in ("hidden_size", "num_hidden_layers", "num_attention_heads",
+                 "num_key_value_heads", "intermediate_size", "vocab_size",
+                 "tie_word_embeddings"):  # fmt: skip
+        assert getattr(from_type, name) == getattr(from_file, name) == TINY.get(name), name
