@@ -28,6 +28,7 @@ TOOLS = [
     "open_snapshot",
     *registry.names(),
     *NOT_REGISTERED,
+    "estimate",  # agents/predict_tools.py (simulate and plan only with --allow-run)
     "sql",
     "list_snapshots",
     "close_snapshot",

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,14 +37,19 @@ class Dispatcher:
         self.session = session
         self.bounds = bounds
 
-    def call(self, name: str, args: dict[str, Any] | None) -> Reply:
+    def call(
+        self, name: str, args: dict[str, Any] | None, progress: Callable[[str], None] | None = None
+    ) -> Reply:
+        """`progress` hears the tool's progress lines (estimate, simulate, plan, advise's
+        script check), from this thread."""
         tool = self.tools.get(name)
         try:
             if tool is None:
                 raise MemlensError(f"no tool {name!r}; the tools: {', '.join(self.tools)}")
             if args is not None and not isinstance(args, dict):
                 raise MemlensError(f"{name}: the arguments must be an object")
-            result = to_json(tool.run(self.session, dict(args or {})))
+            with self.session.reporting(progress):
+                result = to_json(tool.run(self.session, dict(args or {})))
         except Exception as exc:  # every failure is one line to the agent; the server goes on
             if os.environ.get("MEMLENS_DEBUG") == "1":
                 traceback.print_exc()  # stderr: the host's log, not the protocol

@@ -12,6 +12,9 @@ prints can corrupt a message.
 
 from __future__ import annotations
 
+import asyncio
+import itertools
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -44,6 +47,28 @@ def _finished(name: str, call: Call[Reply]) -> Reply:
         return call.result
     failure = call.error if isinstance(call.error, Exception) else None
     return Reply(error_line(failure or MemlensError(f"{name}: the call ended")), error=True)
+
+
+def _reporter(ctx: Any) -> Callable[[str], None] | None:
+    """The call's progress lines as MCP progress notifications, when the client sent a
+    progress token (notifications/progress: a count that grows, and the line as message).
+    Called from the call's thread: each notification is handed to the server's loop."""
+    meta = getattr(ctx, "meta", None) or {}
+    token = (
+        meta.get("progress_token", meta.get("progressToken")) if isinstance(meta, dict) else None
+    )
+    if token is None:
+        token = getattr(meta, "progress_token", None)
+    if token is None:
+        return None
+    loop = asyncio.get_running_loop()
+    count = itertools.count(1)
+
+    def report(line: str) -> None:
+        notify = ctx.session.send_progress_notification(token, float(next(count)), message=line)
+        asyncio.run_coroutine_threadsafe(notify, loop)
+
+    return report
 
 
 def serve(dispatcher: Dispatcher, limits: Limits | None = None) -> None:
@@ -91,8 +116,10 @@ def serve(dispatcher: Dispatcher, limits: Limits | None = None) -> None:
             slots.release_on_behalf_of(call)
             ended.set()
 
-    async def run_call(name: str, arguments: Any) -> Reply:
-        call = Call(partial(dispatcher.call, name, arguments), name=f"memlens-{name}")
+    async def run_call(
+        name: str, arguments: Any, progress: Callable[[str], None] | None = None
+    ) -> Reply:
+        call = Call(partial(dispatcher.call, name, arguments, progress), name=f"memlens-{name}")
         await slots.acquire_on_behalf_of(call)  # a wait an agent's cancellation ends
         ended = anyio.Event()
         try:
@@ -119,7 +146,7 @@ def serve(dispatcher: Dispatcher, limits: Limits | None = None) -> None:
         return _finished(name, call)
 
     async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
-        reply = await run_call(params.name, params.arguments)
+        reply = await run_call(params.name, params.arguments, _reporter(ctx))
         content: list[types.ContentBlock] = [types.TextContent(text=reply.text)]
         if reply.notes:
             content.append(types.TextContent(text="memlens: cut: " + "; ".join(reply.notes)))

@@ -21,9 +21,12 @@ from __future__ import annotations
 
 import os
 import shlex
+import tempfile
 import threading
 import warnings
 from collections import OrderedDict
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -74,6 +77,36 @@ class Session:
         self._count = 0
         self._guard = threading.Lock()  # `opened` and `_count`
         self._loading: dict[Path, threading.Lock] = {}  # one load per file at a time
+        # the server's own folder for what its tools write (simulate's snapshots): readable
+        # like the roots, made at the first write
+        self._scratch: Path | None = None
+        # each call's thread: where its progress lines go (the server's notifications)
+        self._reporter = threading.local()
+
+    def scratch_file(self, name: str) -> Path:
+        """A new file's path in the server's scratch folder (a fresh temporary folder)."""
+        with self._guard:
+            if self._scratch is None:
+                self._scratch = Path(tempfile.mkdtemp(prefix="memlens-mcp-")).resolve()
+            stem, _, suffix = name.rpartition(".")
+            fd, path = tempfile.mkstemp(prefix=f"{stem}-", suffix=f".{suffix}", dir=self._scratch)
+        os.close(fd)
+        return Path(path)
+
+    @contextmanager
+    def reporting(self, report: Callable[[str], None] | None) -> Iterator[None]:
+        """Progress lines of the calling thread's tool go to `report` while in the block."""
+        self._reporter.report = report
+        try:
+            yield
+        finally:
+            self._reporter.report = None
+
+    def report(self, line: str) -> None:
+        """A progress line of the running call (nothing when its client asked for none)."""
+        report = getattr(self._reporter, "report", None)
+        if report is not None:
+            report(line)
 
     def allowed(self, path: str, *, what: str | None = None) -> Path:
         """`path` resolved (links followed), if this server may read it; `what` names it in
@@ -85,7 +118,8 @@ class Session:
             resolved = Path(os.path.expanduser(path)).resolve()
         except (OSError, RuntimeError) as exc:  # a loop of links (RuntimeError before 3.13)
             raise MemlensError(f"{shown(path)}: cannot resolve it: {exc}") from None
-        if self.roots and not any(resolved.is_relative_to(r) for r in self.roots):
+        own = self._scratch is not None and resolved.is_relative_to(self._scratch)
+        if self.roots and not own and not any(resolved.is_relative_to(r) for r in self.roots):
             where = ", ".join(map(str, self.roots))
             name = what or shown(path)
             raise MemlensError(f"{name}: outside the folders this server may read ({where})")

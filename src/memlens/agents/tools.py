@@ -18,7 +18,7 @@ server's roots (resolved: the file read is the one checked).
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -259,12 +259,15 @@ def build_tools(
     *,
     allow_files: bool = False,
     allow_run: bool = False,
+    predicting: Sequence[Tool] = (),
 ) -> list[Tool]:
-    """Every tool the server offers, in the order an agent would use them."""
+    """Every tool the server offers, in the order an agent would use them (`predicting`:
+    estimate, simulate, plan of agents/predict_tools.py, after the analyses)."""
     return [
         _open_tool(),
         *(analysis_tool(a, allow_run=allow_run) for a in analyses),
         *(declared_tool(d) for d in declared),
+        *predicting,
         _sql_tool(allow_files),
         _list_tool(),
         _close_tool(),

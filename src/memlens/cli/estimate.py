@@ -9,7 +9,6 @@ from typing import Any
 import click
 
 from memlens.cli.options import emit_json, status
-from memlens.errors import MemlensError
 from memlens.units import format_bytes
 
 # What memlens estimate cannot model, said in --help and docs/estimate.md.
@@ -101,20 +100,11 @@ def command(
     reserved, where it goes, and whether it fits each --gpu card, without a GPU or a
     script. Each configuration (batch x sequence x precision) is simulated on fake CUDA
     tensors, with the model built by AutoModelForCausalLM.from_config."""
-    from memlens.simulation.estimate_hf import Build, load_config
-    from memlens.simulation.estimate_sweep import Task, result, sweep
+    from memlens.simulation.estimate_sweep import make_task, result, sweep
 
     train = task == "train"
-    if train and (prompt or generate):
-        raise MemlensError("--prompt and --generate are for --task inference")
-    if generate < 0 or (generate and not prompt) or (prompt and not generate):
-        raise MemlensError("decoding takes --prompt N and --generate M (M >= 1) together")
-    if lora < 0 or (lora and not train):
-        raise MemlensError("--lora R (R >= 1) is for training")
-    if world > 1 and sharding is None:
-        raise MemlensError(f"--world {world} needs --sharding fsdp2 or ddp")
-    build = Build(load_config(config, model_type, sizes), gradient_checkpointing, lora)
-    job = Task(build, train, optimizer, generate, world, sharding, steps)
+    job = make_task(config, model_type, sizes, train, optimizer, gradient_checkpointing, lora,
+                    prompt, generate, steps, world, sharding)  # fmt: skip
     say = None if as_json else (lambda text: status(f"memlens: simulating {text}", err=True))
     rows = sweep(job, batch, prompt or seq_len, precision, gpu, say)
     answer = result(job, rows)

@@ -100,4 +100,7 @@ def agent_tools(allow_files: bool = False, allow_run: bool = False) -> list[Tool
     for name in NOT_REGISTERED:  # importing a command's module declares it
         importlib.import_module(f"memlens.cli.{name}")
     others: list[Declaration] = [DECLARED[name] for name in NOT_REGISTERED]
-    return build_tools(registry.all(), others, allow_files=allow_files, allow_run=allow_run)
+    from memlens.agents.predict_tools import predict_tools
+
+    return build_tools(registry.all(), others, allow_files=allow_files, allow_run=allow_run,
+                       predicting=predict_tools(allow_run))  # fmt: skip

@@ -10,10 +10,11 @@ multiprocessor count (flash attention's split heuristic), never through its memo
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
+from memlens.errors import MemlensError
 from memlens.simulation.estimate import Workload, run, workload
 from memlens.simulation.estimate_hf import Build, causal_lm_inputs, optimizer
 from memlens.simulation.estimate_result import BREAKDOWN_ROWS, Estimate
@@ -70,6 +71,38 @@ class Task:
     steps: int | None = None
 
 
+def make_task(
+    config: str | None,
+    model_type: str | None,
+    sizes: Mapping[str, Any],
+    train: bool,
+    optimizer: str,
+    gradient_checkpointing: bool,
+    lora: int,
+    prompt: Sequence[int] | None,
+    generate: int,
+    steps: int | None,
+    world: int,
+    sharding: str | None,
+) -> Task:
+    """The table's shared settings from a host's options (the CLI's, an MCP tool's), each
+    checked before any simulation; one error line for a bad combination."""
+    from memlens.simulation.estimate_hf import load_config
+
+    if train and (prompt or generate):
+        raise MemlensError("--prompt and --generate are for --task inference")
+    if generate < 0 or (generate and not prompt) or (prompt and not generate):
+        raise MemlensError("decoding takes --prompt N and --generate M (M >= 1) together")
+    if lora < 0 or (lora and not train):
+        raise MemlensError("--lora R (R >= 1) is for training")
+    if world < 1:
+        raise MemlensError("--world is a number of GPUs: 1 or more")
+    if world > 1 and sharding is None:
+        raise MemlensError(f"--world {world} needs --sharding fsdp2 or ddp")
+    build = Build(load_config(config, model_type, sizes), gradient_checkpointing, lora)
+    return Task(build, train, optimizer, generate, world, sharding, steps)
+
+
 def sweep(
     task: Task,
     batches: Sequence[int],
@@ -80,6 +113,13 @@ def sweep(
 ) -> list[EstimateRow]:
     """The table's rows, configuration by configuration, card by card."""
     cards = [gpu_preset(g) for g in gpus]
+    # bfloat16 needs compute capability 8.0 (Ampere) or later, as torch.autocast says
+    no_bf16 = [c.key for c in cards if c.capability < (8, 0)]
+    if no_bf16 and any(p.startswith("bf16") for p in precisions):
+        raise MemlensError(
+            f"{', '.join(no_bf16)} has no bfloat16 (compute capability below 8.0): use "
+            "--precision fp16-mixed or fp16 for it"
+        )
     works = [
         (b, t, p, _workload(task, b, t, p)) for b in batches for t in tokens for p in precisions
     ]  # every argument checked before the first simulation
