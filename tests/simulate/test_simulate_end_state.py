@@ -51,5 +51,5 @@ def test_the_context_managers_end_state_is_the_blocks_state():
         kept = torch.empty(1024, device="cuda")
         dropped = torch.empty(2048, device="cuda")
         del dropped
-    assert end_blocks(sim.snapshot) == [4096]
+    assert sim.snapshot is not None and end_blocks(sim.snapshot) == [4096]
     del kept
