@@ -41,3 +41,5 @@ _.cudaGetErrorString
 # snapshot/assemble/entries.py: the typed-field list the C reader is generated from
 # (scripts/gen_c_contract.py writes csrc/contract.h; tests/snapshot/test_c_contract.py)
 TYPED_ENTRY_FIELDS
+# simulation/distributed/objects.py: pickle.Pickler calls it for every object it pickles
+_.reducer_override

@@ -66,6 +66,7 @@ def test_capabilities_list_every_command_and_option(capabilities: dict[str, Any]
         "open_snapshot",
         *registry.names(),
         "fleet",
+        "estimate",  # simulate and plan only with memlens mcp --allow-run
         "sql",
         "list_snapshots",
         "close_snapshot",

@@ -189,7 +189,7 @@ for n in [
 ]:
     c("torch.cuda." + n, calling(cuda, n))
 c("torch.cuda.memory_usage", lambda: cuda.memory_usage())
-c("torch.cuda.nccl", lambda: cuda.nccl.version())
+c("torch.cuda.nccl", lambda: cuda.nccl.all_reduce([torch.zeros(1, device="cuda")]))
 c("torch.cuda.power_draw", lambda: cuda.power_draw())
 c("torch.cuda.profiler", lambda: cuda.profiler.start())
 c("torch.cuda.seed", lambda: cuda.seed())

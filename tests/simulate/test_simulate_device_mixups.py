@@ -14,6 +14,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from torch import Tensor, nn  # noqa: E402
+
 import memlens  # noqa: E402
 
 CUDA0 = torch.device("cuda", 0)
@@ -27,13 +29,14 @@ def events(sim) -> list[tuple[str, int]]:
     ]
 
 
-class Lookup(torch.nn.Module):
+class Lookup(nn.Module):
     def __init__(self) -> None:
         super().__init__()
         self.weight = torch.nn.Parameter(torch.randn(1000, 64))
 
-    def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        return self.weight[ids, :]
+    def forward(self, ids: Tensor) -> Tensor:
+        picked: Tensor = self.weight[ids, :]
+        return picked
 
 
 def test_eager_bf16_rmsnorm_returns_a_cuda_tensor():

@@ -50,10 +50,9 @@ def test_the_headline_is_the_whole_runs_peak_and_each_own_file_is_listed(tmp_pat
     assert done.returncode == 0, done.stderr
     lines = done.stderr.splitlines()[1:]
     assert lines == [
-        # 11 entries: 2 x (segment_alloc, alloc), free_requested, free_completed, alloc,
-        # then the frees of `keep` and `mid` when the script's globals die (as `memlens run`
-        # records a real run)
-        "memlens: whole run: predicted peak active 1.25 GiB, peak reserved 1.25 GiB, 11 events",
+        # 7 entries: 2 x (segment_alloc, alloc), free_requested, free_completed, alloc; the
+        # run ends where the script returns, `keep` and `mid` alive (issue 36)
+        "memlens: whole run: predicted peak active 1.25 GiB, peak reserved 1.25 GiB, 7 events",
         "memlens: the script wrote 1 snapshot itself:",
         "memlens:   blog.pickle (pickle.dump(torch.cuda.memory._snapshot())): trace entry 7 "
         "of the run's 7, the state when written",
@@ -73,10 +72,10 @@ def test_whole_run_writes_every_entry_and_the_state_at_exit(tmp_path):
     assert "out.pickle: the whole run, the state at exit" in done.stderr
     dev = memlens.load(tmp_path / "out.pickle").device(0)
     assert (dev.n_events, dev.peak_active_bytes, dev.peak_reserved_bytes) == (
-        11, 1.25 * GiB, 1.25 * GiB,
+        7, 1.25 * GiB, 1.25 * GiB,
     )  # fmt: skip
-    # at exit everything is freed and cached: the segments stay reserved
-    assert (dev.end_active_bytes, dev.end_reserved_bytes) == (0, 1.25 * GiB)
+    # the state when the script returns: `keep` and `mid` alive, both segments reserved
+    assert (dev.end_active_bytes, dev.end_reserved_bytes) == (0.75 * GiB, 1.25 * GiB)
 
 
 def test_without_own_snapshots_the_output_is_the_whole_run_even_with_a_window(tmp_path):
@@ -87,7 +86,7 @@ def test_without_own_snapshots_the_output_is_the_whole_run_even_with_a_window(tm
     assert done.returncode == 0, done.stderr
     assert "the script wrote" not in done.stderr
     dev = memlens.load(tmp_path / "out.pickle").device(0)
-    assert (dev.n_events, dev.peak_active_bytes) == (11, 1.25 * GiB)
+    assert (dev.n_events, dev.peak_active_bytes) == (7, 1.25 * GiB)
 
 
 def test_dump_snapshot_and_an_atomic_writer_are_followed_to_their_files(tmp_path, monkeypatch):

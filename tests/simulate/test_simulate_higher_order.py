@@ -69,6 +69,7 @@ def run_flex(compiled: bool) -> tuple[int, int, list[tuple[str, int]]]:
         peak = torch.cuda.max_memory_allocated() - before
         out.sum().backward()
         assert q.grad is not None and q.grad.device == torch.device("cuda", 0)
+    assert sim.snapshot is not None
     large = [
         ("+" if e["action"] == "alloc" else "-", e["size"])
         for e in sim.snapshot["device_traces"][0]

@@ -164,12 +164,15 @@ def run_target(
     sim.frames.cut_at_runpy = True
     sim.frames.tail = module_main_frames() if target.module else []
     oom = None
+    script_globals: Any = None
     try:
         with sim:
             try:
-                # The script's globals die when it returns, before the state at exit is
-                # taken, as in `memlens run` (the whole-run file has their frees).
-                run()
+                # The state at exit is the script's when it returns: its globals are held
+                # until the simulation has taken it (dropping them first freed what they
+                # held by reference count, AdamW's moments, and kept what sits in
+                # reference cycles, FSDP2's sharded parameters).
+                script_globals = run()
             except SystemExit as exit_:
                 if exit_.code not in (None, 0):
                     raise ScriptFailed(name, f"it exited with code {exit_.code}", "") from None
@@ -182,6 +185,7 @@ def run_target(
         raise raised.wrote(_write_partial(sim, output)) from None
     finally:
         sys.argv, sys.path[:] = saved_argv, saved_path
+        del script_globals
     whole = sim.whole_run
     assert whole is not None  # __exit__ built it (keep_whole_run)
     own = list(sim.own.written)

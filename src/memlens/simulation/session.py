@@ -140,6 +140,12 @@ class Simulation:
         if self._ticker is not None:
             self._ticker.stop()
             self._ticker = None
+        # The state at exit is what the code holds when it leaves the block: taken before
+        # anything is torn down (restoring the patches destroys the process groups and
+        # resets Dynamo, whose caches hold compiled graphs' tensors).
+        self.snapshot = self.build_snapshot()
+        if self.keep_whole_run:
+            self.whole_run = self.build_snapshot(whole=True)
         try:
             assert self._tracker is not None and self._fake_mode is not None  # __enter__ ran
             self._tracker.__exit__(*exc)  # type: ignore[no-untyped-call]
@@ -148,9 +154,6 @@ class Simulation:
             torch._C._set_only_lift_cpu_tensors(self._lift_cpu_only)
             self._patches.restore()
             cuda_stubs.reset_streams()
-            self.snapshot = self.build_snapshot()
-            if self.keep_whole_run:
-                self.whole_run = self.build_snapshot(whole=True)
             if self.output is not None:
                 self.write(self.output)
 

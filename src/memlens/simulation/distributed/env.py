@@ -7,6 +7,11 @@ from dataclasses import dataclass
 
 from memlens.errors import MemlensError
 
+# the rendezvous directory of a job's object collectives, and the ranks it simulates
+# (simulation/distributed/objects.py reads them in each rank's process)
+RENDEZVOUS = "MEMLENS_RENDEZVOUS"
+SIMULATED = "MEMLENS_SIMULATED_RANKS"
+RENDEZVOUS_TIMEOUT = "MEMLENS_RENDEZVOUS_TIMEOUT"  # seconds a rank waits for a peer
 MASTER_ADDR = "127.0.0.1"
 MASTER_PORT = 29500  # torchrun's default --master-port
 

@@ -9,6 +9,7 @@ The results stream back small (a file name and two peaks), in rank order at the 
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -18,7 +19,7 @@ from typing import Any
 from memlens.execution.executors import TaskLost, default_workers, make_executor
 from memlens.execution.isolated import run_isolated, serve
 from memlens.simulation.config import SimulateConfig
-from memlens.simulation.distributed.env import World
+from memlens.simulation.distributed.env import RENDEZVOUS, RENDEZVOUS_TIMEOUT, SIMULATED, World
 from memlens.simulation.script import ScriptTarget
 
 
@@ -150,11 +151,21 @@ def simulate_ranks(
     directory.mkdir(parents=True, exist_ok=True)
     # the workers may run elsewhere (Dask): every path they get is absolute
     target = target.absolute()
+    # where the ranks' object collectives meet (distributed/objects.py): fresh per job
+    rendezvous = directory.absolute() / ".rendezvous"
+    shutil.rmtree(rendezvous, ignore_errors=True)
+    meet = {RENDEZVOUS: str(rendezvous), SIMULATED: ",".join(map(str, ranks))}
+    workers = workers or min(len(ranks), default_workers())
+    if scheduler is not None or workers < len(ranks):
+        meet[RENDEZVOUS_TIMEOUT] = "0"  # ranks may run one after another: never wait
     tasks = [
-        RankTask(rank, target, str(rank_file(directory, rank).absolute()), world.env(rank), config)
+        RankTask(
+            rank, target, str(rank_file(directory, rank).absolute()), {**world.env(rank), **meet},
+            config,
+        )
         for rank in ranks
     ]
-    executor = make_executor(scheduler, workers or min(len(tasks), default_workers()))
+    executor = make_executor(scheduler, workers)
     results: dict[int, RankResult] = {}
     try:
         for i, result in executor.map_unordered(run_rank, tasks):
@@ -165,6 +176,7 @@ def simulate_ranks(
                 on_result(result)
     finally:
         executor.close()
+        shutil.rmtree(rendezvous, ignore_errors=True)
     return [results[i] for i in range(len(tasks))]
 
 

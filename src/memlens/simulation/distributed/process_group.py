@@ -27,6 +27,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from memlens.simulation.distributed import objects
+
 if TYPE_CHECKING:
     from memlens.simulation.host import SimulationHost
     from memlens.simulation.patches.fake_cuda import Patches
@@ -115,6 +117,7 @@ def install(patches: Patches, sim: SimulationHost) -> None:
     patches.set(torch.accelerator, "set_device_index", torch.cuda.set_device)
     _install_device_mesh(patches)
     _install_storage_resize(patches, sim)
+    objects.install(patches, sim)  # object collectives between the ranks' processes
     patches.on_restore(_destroy_groups)
     # init_process_group wraps sys.excepthook to prefix "[rankN]:"; put it back after
     patches.set(sys, "excepthook", sys.excepthook)

@@ -43,7 +43,7 @@ REFUSED: dict[str, str] = {
     "torch.cuda.change_current_allocator": ALLOCATOR,
     "torch.cuda.memory.CUDAPluggableAllocator": ALLOCATOR,
     "torch.cuda.memory.change_current_allocator": ALLOCATOR,
-    "torch.cuda.nccl": "NCCL collectives need several devices; one is simulated",
+    "torch.cuda.nccl": "NCCL called directly needs several devices (its version() answers)",
     "torch.cuda.jiterator": "jiterator compiles CUDA kernels, which do not run here",
     "torch.cuda.tunable": "TunableOp's tuning runs kernels, which do not run here",
     "torch.cuda.sparse": "the legacy torch.cuda.sparse tensor types are not simulated",
@@ -89,7 +89,30 @@ class _RefusedClass(type):
         raise NotSimulated(_message(cls._memlens_name))
 
 
+# What torch.cuda.nccl.version() answers: the NCCL the CUDA wheel of torch 2.14.1 pins
+# (nvidia-nccl-cu13 2.30.7). Trainers ask it to pick features (torchtitan); the
+# collectives themselves are the fake process group's (simulation/distributed/).
+NCCL_VERSION = (2, 30, 7)
+
+
+class _Nccl(types.ModuleType):
+    """torch.cuda.nccl: its version answers, its direct collectives are refused."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self._memlens_name = name
+
+    @staticmethod
+    def version() -> tuple[int, int, int]:
+        return NCCL_VERSION
+
+    def __getattr__(self, attr: str) -> Any:
+        raise NotSimulated(_message(self._memlens_name))
+
+
 def _refuser(name: str, original: Any) -> Any:
+    if name == "torch.cuda.nccl":
+        return _Nccl(name)
     if isinstance(original, type):
         return _RefusedClass(
             original.__name__, (), {"_memlens_name": name, "__doc__": _message(name)}

@@ -18,21 +18,32 @@ active and every op inside is counted as usual:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 from torch._C import DispatchKey
 from torch._ops import HigherOrderOperator
 
 if TYPE_CHECKING:
-    from memlens.simulation.patches.tracker import Tracker
+    from memlens.simulation.host import SimulationHost
+
+
+class Tracking(Protocol):
+    """The tracker (tracker.py, which imports this module) as this module uses it: a
+    dispatch mode to enter again, and its simulation."""
+
+    sim: SimulationHost
+
+    def __enter__(self) -> Any: ...
+
+    def __exit__(self, *exc: Any) -> Any: ...
 
 
 def is_higher_order(func: Any) -> bool:
     return isinstance(func, HigherOrderOperator)
 
 
-def run(tracker: Tracker, func: HigherOrderOperator, args: Any, kwargs: dict[str, Any]) -> Any:
+def run(tracker: Tracking, func: HigherOrderOperator, args: Any, kwargs: dict[str, Any]) -> Any:
     """Run `func` as a GPU would, its allocations counted (the tracker is popped here)."""
     if func.name() == "run_dtensor_rng_op":
         op, op_args = args[2], args[3:]
