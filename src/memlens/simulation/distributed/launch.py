@@ -160,7 +160,10 @@ def simulate_ranks(
         meet[RENDEZVOUS_TIMEOUT] = "0"  # ranks may run one after another: never wait
     tasks = [
         RankTask(
-            rank, target, str(rank_file(directory, rank).absolute()), {**world.env(rank), **meet},
+            rank,
+            target,
+            str(rank_file(directory, rank).absolute()),
+            {**world.env(rank), **meet},
             config,
         )
         for rank in ranks

@@ -38,8 +38,8 @@ from torch._subclasses.fake_tensor import FakeTensor
 from memlens.simulation.distributed.env import RENDEZVOUS, RENDEZVOUS_TIMEOUT, SIMULATED
 
 if TYPE_CHECKING:
+    from memlens.simulation.host import SimulationHost
     from memlens.simulation.patches.fake_cuda import Patches
-    from memlens.simulation.session import Simulation
 
 _NOTE = (
     "torch.distributed object collectives: a peer rank that was not simulated (or did not "
@@ -69,7 +69,7 @@ def _dumps(obj: Any) -> bytes:
 class Rendezvous:
     """This rank's view of the job's rendezvous directory."""
 
-    def __init__(self, sim: Simulation):
+    def __init__(self, sim: SimulationHost):
         self.sim = sim
         root = os.environ.get(RENDEZVOUS)
         self.root = Path(root) if root else None
@@ -90,7 +90,8 @@ class Rendezvous:
     def publish(self, key: str, sender: int, obj: Any) -> None:
         if self.root is None:
             return
-        self.root.mkdir(parents=True, exist_ok=True)
+        # private: only this user's rank processes write the objects they read back
+        self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
         final = self.root / f"{key}.from{sender}"
         partial = final.with_suffix(".part")
         partial.write_bytes(_dumps(obj))
@@ -103,6 +104,7 @@ class Rendezvous:
             deadline = time.monotonic() + self.timeout
             while time.monotonic() < deadline:
                 if path.exists():
+                    # the job's own rank wrote it (tests/hostile/test_no_plain_unpickling.py)
                     return pickle.loads(path.read_bytes())
                 time.sleep(0.05)
         self.sim.note(_NOTE)
@@ -221,7 +223,7 @@ def functions(rv: Rendezvous) -> dict[str, Callable[..., Any]]:
     }
 
 
-def install(patches: Patches, sim: Simulation) -> None:
+def install(patches: Patches, sim: SimulationHost) -> None:
     """Replace the object collectives of torch.distributed (and its c10d module)."""
     import torch.distributed as dist
 
