@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from memlens.errors import CacheError, MemlensError, SnapshotError, UnsafePickleError
 
 if TYPE_CHECKING:  # the lazy names below, for type checkers and IDEs ("X as X": re-exported)
-    from memlens.analysis import registry as _registry
+    from memlens.analysis.registry import run as analyze
     from memlens.capture.markers import stage as stage
     from memlens.capture.markers import step as step
     from memlens.capture.oom import dump_on_oom as dump_on_oom
@@ -32,7 +32,6 @@ if TYPE_CHECKING:  # the lazy names below, for type checkers and IDEs ("X as X":
     from memlens.snapshot.model import Snapshot as Snapshot
 
     __version__: str
-    analyze = _registry.run
 
 # public name -> (module, attribute)
 _LAZY: dict[str, tuple[str, str]] = {

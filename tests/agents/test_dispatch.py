@@ -95,7 +95,7 @@ def test_errors_are_the_clis_one_line(hand_file: Path) -> None:
             ("nope", ()),
             "memlens: error: no tool 'nope'; the tools: open_snapshot, summary, peak, at, "
             "stages, categories, rules, diff, check, leaks, anomalies, fragmentation, oom, "
-            "ranks, advise, fleet, sql, list_snapshots, close_snapshot",
+            "ranks, advise, fleet, estimate, sql, list_snapshots, close_snapshot",
         ),
         (
             ("peak", (("snapshot", path), ("bogus", 1))),

@@ -102,8 +102,8 @@ def exit_code(args: list[str]) -> int:
 
 def test_check_exit_codes(files, capsys):
     a, b = files
-    assert exit_code(["check", a, "--max-peak", str(PEAK_A)]) == 0
-    assert exit_code(["check", a, "--max-peak", str(PEAK_A - 1)]) == 1
+    assert exit_code(["check", a, "--max-peak", f"{PEAK_A}B"]) == 0
+    assert exit_code(["check", a, "--max-peak", f"{PEAK_A - 1}B"]) == 1
     err = capsys.readouterr().err
     assert "FAIL" in err and "exceeds the budget" in err
     assert exit_code(["check", a, "--max-reserved", "2MiB"]) == 1
@@ -134,8 +134,8 @@ def test_real_diff_of_fullsteps(shared_snapshots_dir, expected_figures):
     # per-site changes add up to the change of the peak
     assert sum(s["change"] for s in r["sites"]) == fig["peak_active_bytes"]
     # the step and phases inferred on both sides, PyTorch's optimizer ranges nested in
-    # them (zero_grad holds no event: in the forward phase that starts where it is)
+    # them; zero_grad holds no event: the step's sibling, just before it (issue 37)
     assert r["stages"] is not None
     assert [s["name"] for s in r["stages"]] == [
-        "step#1", "forward", "Optimizer.zero_grad#AdamW.zero_grad", "backward", "optimizer",
+        "Optimizer.zero_grad#AdamW.zero_grad", "step#1", "forward", "backward", "optimizer",
         "Optimizer.step#AdamW.step"]  # fmt: skip

@@ -77,11 +77,12 @@ def test_check_as_a_process_on_the_training_steps(shared_snapshots_dir, expected
     a, b = str(shared_snapshots_dir / old), str(shared_snapshots_dir / new)
     peak_b = expected_figures[new]["peak_active_bytes"]
     growth = peak_b - expected_figures[old]["peak_active_bytes"]  # 20.79 MiB, +0.04%
-    ok = memlens_cli("check", b, "--max-peak", str(peak_b), "--baseline", a, "--max-growth",
-                     str(growth))  # fmt: skip
+    # sizes in bytes say so (a bare number warns: memlens check --max-peak 20)
+    ok = memlens_cli("check", b, "--max-peak", f"{peak_b}B", "--baseline", a, "--max-growth",
+                     f"{growth}B")  # fmt: skip
     assert ok.returncode == 0, ok.stderr
     assert "all budgets met" in ok.stdout and ok.stderr == ""
-    over = memlens_cli("check", b, "--max-peak", str(peak_b - 1))
+    over = memlens_cli("check", b, "--max-peak", f"{peak_b - 1}B")
     assert over.returncode == 1
     assert over.stderr.splitlines()[0] == (
         f"FAIL: device 0: peak active memory 51.06 GiB ({peak_b:,} bytes) exceeds the budget "

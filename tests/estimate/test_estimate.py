@@ -73,10 +73,9 @@ def test_parameter_count_is_the_hand_count(config_file):
 def test_estimate_equals_simulate_of_the_plain_script(simulated, estimated):
     assert estimated.peak_active_bytes == simulated.peak_active_bytes
     assert estimated.peak_reserved_bytes == simulated.peak_reserved_bytes
-    # the same allocations in the same order (the script's run then ends with the frees
-    # of its globals; the estimate keeps the model and optimizer alive to its end)
+    # the same allocations in the same order (the frees after the last step differ: the
+    # script's state at exit is what it holds when it returns, the estimate's its own)
     ours = memlens.load(estimated.snapshot, warn=False).device(0)
-    assert ours.n_events < simulated.n_events
     assert ours.alloc_size.tolist() == simulated.alloc_size[: ours.n_allocations].tolist()
     assert ours.n_allocations == int((simulated.alloc_event >= 0).sum())
 

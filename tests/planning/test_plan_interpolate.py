@@ -16,7 +16,7 @@ from memlens.planning.interpolated_plan import default_step, grid, interpolated_
 from memlens.planning.request import PointRequest
 from memlens.planning.runner import Runner
 from memlens.planning.sizes import SizeModel
-from memlens.planning.sweep import configure
+from memlens.planning.sweep import PointSpec, configure
 from memlens.planning.worker import PointFigures, simulate_point
 from memlens.simulation.config import SimulateConfig
 from memlens.simulation.request_log import MALLOC, RequestLog
@@ -61,16 +61,16 @@ def script(tmp_path, monkeypatch):
     return path
 
 
-def _base(script, usable):
+def _base(script: object, usable: int | None) -> PointRequest:
     config = SimulateConfig(device_memory=usable, alloc_conf="", stacks=None, cublas_workspace=0)
     return PointRequest(ScriptTarget(str(script)), config)
 
 
-def _spec(n):
+def _spec(n: int) -> PointSpec:
     return configure([], {"--n": str(n)})
 
 
-def _simulated(base, n):
+def _simulated(base: PointRequest, n: int) -> PointFigures:
     """The plan's ordinary point: simulated at the capacity, no interpolation."""
     return simulate_point(_spec(n).request(base))
 
@@ -101,13 +101,16 @@ def test_a_changing_sequence_splits_the_range_and_stays_exact_to_the_byte(script
 
 
 def test_sizes_fit_as_exact_integer_polynomials():
-    def log(n):  # malloc n^2 * 3 / 2 (an integer for even n only), then n + 7, free both
+    def log(
+        n: int,
+    ) -> RequestLog:  # malloc n^2 * 3 / 2 (an integer for even n only), then n + 7, free both
         kinds = np.asarray([MALLOC, MALLOC, 2, 2], dtype=np.int8)
         return RequestLog(kinds, np.asarray([n * n * 3 // 2, n + 7, 0, 1]), np.zeros(4, np.int64))
 
     model = SizeModel.fit([2, 4, 8], [log(2), log(4), log(8)])
-    assert model.sizes_at(6).tolist() == [54, 13]
-    assert model.sizes_at(100).tolist() == [15000, 107]
+    at6, at100 = model.sizes_at(6), model.sizes_at(100)
+    assert at6 is not None and at6.tolist() == [54, 13]
+    assert at100 is not None and at100.tolist() == [15000, 107]
     assert model.sizes_at(3) is None  # 13.5 bytes: not these sizes there
     assert log(2).aligns_with(log(8))
     moved = RequestLog(log(2).kinds, np.asarray([6, 9, 1, 0]), log(2).streams)
@@ -122,6 +125,7 @@ def test_find_max_confirms_by_simulation_and_reports_margin_and_shortfall(script
     fits = {v: not _simulated(base, v)["oom"] for v in range(1, 17)}
     best = max(v for v, ok in fits.items() if ok)
     assert found["largest_fitting"] == best
+    assert found["shortfall_bytes"] is not None
     assert found["confirmed"] is True
     assert found["failing"] == [v for v in range(1, best) if not fits[v]]
     at, nxt = _simulated(base, best), _simulated(base, best + 1)

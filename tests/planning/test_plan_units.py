@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from memlens.errors import MemlensError
@@ -130,7 +132,7 @@ def test_setup_usable_memory_and_what_if_settings():
         what_if_conf("", "fast")
 
 
-def _key(script, args, gpu="t4", **more):
+def _key(script: object, args: list[str], gpu: str = "t4", **more: Any) -> str:
     request = PointRequest(ScriptTarget(str(script), tuple(args)), SimulateConfig(gpu=gpu), **more)
     return cache_key(request)
 

@@ -207,8 +207,8 @@ def test_every_section_module_is_on_the_page():
     names = {m.name for m in pkgutil.iter_modules(sections.__path__)} - {"common"}
     page = build.sections()
     assert [s.id for s in page] == [
-        "overview", "diff", "devices", "timeline", "peak", "stages", "categories", "rules",
-        "leaks", "oom", "anomalies", "allocator", "settings",
+        "overview", "diff", "devices", "timeline", "peak", "advise", "stages", "categories",
+        "rules", "leaks", "oom", "anomalies", "allocator", "settings",
     ]  # fmt: skip
     assert {s.id for s in page} == names
     for name in names:

@@ -23,7 +23,7 @@ got["all_gather"] = names
 if rank == 0:
     dist.send_object_list([torch.empty(4, 8, device="cuda", dtype=torch.bfloat16)], dst=1)
 else:
-    box: list[object] = [None]
+    box: list[torch.Tensor | None] = [None]
     dist.recv_object_list(box, src=0)
     t = box[0]
     got["received"] = None if t is None else [list(t.shape), str(t.dtype), str(t.device)]

@@ -11,6 +11,7 @@ import pytest
 
 from memlens.cli.simulate import compare_lines
 from memlens.simulation.gpu_inference import _pick, infer_gpu, resolve_gpu
+from memlens.simulation.progress import SimProgress
 from memlens.units import format_bytes
 
 GiB = 2**30
@@ -29,7 +30,7 @@ def test_progress_reports_steps_events_and_peaks_while_the_block_runs():
     torch = pytest.importorskip("torch")
     import memlens
 
-    heard = []
+    heard: list[SimProgress] = []
     sim = memlens.simulate(cublas_workspace=0)
     sim.on_progress, sim.progress_every = heard.append, 0.02
     with sim:

@@ -53,7 +53,7 @@ HELP_SECTIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
                  "leaks", "anomalies", "fragmentation", "oom", "ranks", "fleet", "sql")),
     ("View", ("view", "tui", "report", "export", "inspect-report")),
     ("Record & simulate", ("run", "simulate", "generate")),
-    ("Plan", ("plan", "advise")),
+    ("Plan", ("estimate", "plan", "advise")),
     ("Agents", ("mcp", "skill", "capabilities")),
 )  # fmt: skip
 HELP_LINE_LIMIT = 160  # two wrapped lines: a command's first sentence, or most of it

@@ -195,8 +195,9 @@ class MemlensMagics(Magics):
             error = self._run(cell)
         print(f"memlens: simulated snapshot written to {path}")
         ran_out = type(error).__name__ == "OutOfMemoryError"
-        if args.device_memory is not None and (error is None or ran_out):
+        device_memory = getattr(args, "device_memory", None)  # absent: not given (SUPPRESS)
+        if device_memory is not None and (error is None or ran_out):
             from memlens.notebook.verdict import fits_verdict
 
-            print(fits_verdict(path, args.device_memory, ran_out=ran_out))
+            print(fits_verdict(path, device_memory, ran_out=ran_out))
         return error

@@ -45,7 +45,7 @@ RULES: dict[str, _Rule] = {
     # extra address space while the C unpickler builds the object graph (it cannot be
     # interrupted, so this is how its memo table and payloads are bounded); the scan's
     # estimate, an upper bound for every shape, is 9-14 x a real snapshot's pickle
-    "memory": _Rule(1 * GiB, 24.0, 512 * GiB, "bytes of memory while unpickling"),
+    "memory": _Rule(1 * GiB, 32.0, 512 * GiB, "bytes of memory while unpickling"),
     # text made from the file's values (forward_frames joined, JSON of a dict where text
     # belongs, allocator_settings): one memo-shared 1 MiB string referenced a thousand
     # times is 5 KB of pickle and a GB of text, so characters are counted, not values

@@ -472,8 +472,7 @@ static inline int all_ascii(const unsigned char *p, size_t n) {
 
 /* What a counted argument's `raw` bytes at p cost beyond its value's own header (its copy
    out of the stream, and its characters or digits): prescan.arg_cost. */
-static inline uint64_t scan_arg_cost(const Scan *sc, int op, const unsigned char *p,
-                                     uint64_t raw) {
+static inline uint64_t scan_arg_cost(const Scan *sc, int op, const unsigned char *p, uint64_t raw) {
     const uint64_t *c = sc->c;
     if (sc->txt[op] && !all_ascii(p, (size_t)raw))
         return c[C_READ_BYTE] * raw + c[C_WIDE_STR] + c[C_WIDE_BYTE] * raw;
