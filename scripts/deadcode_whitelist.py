@@ -10,6 +10,9 @@ _.describe  # analysis.spec.Option: its JSON-able description (analysis/registry
 _.run_paths  # analysis.spec.Analysis: docs/analyses.md, README.md
 _.MemlensCallback  # integrations.hf / integrations.lightning: users pass it to a trainer
 
+# click calls it to write `memlens --help`'s command list (cli.main.LazyGroup)
+_.format_commands
+
 # called by name in a string: Snapshot._repr_html_ -> _notebook_html("snapshot_html", ...)
 _.snapshot_html
 

@@ -15,6 +15,13 @@ SHARED_SNAPSHOTS = Path(
     os.environ.get("MEMLENS_SHARED_SNAPSHOTS", REPO_ROOT.parent / "shared" / "snapshots")
 )
 
+# how skip reasons name the folder: never its absolute path, which is outside the repository
+SHARED_LABEL = (
+    "$MEMLENS_SHARED_SNAPSHOTS"
+    if "MEMLENS_SHARED_SNAPSHOTS" in os.environ
+    else "../shared/snapshots"
+)
+
 
 def real_snapshot_names() -> list[str]:
     if not SHARED_SNAPSHOTS.is_dir():

@@ -35,6 +35,16 @@ def format_bytes(n: int | float, precision: int = 2) -> str:
     raise AssertionError("unreachable")
 
 
+def bare_size_note(flag: str, text: object) -> str | None:
+    """A warning for a size a person wrote without a unit (`--max-peak 20`: 20 bytes, which
+    they rarely mean), or None. parse_bytes still reads it as bytes: scripts that pass
+    exact byte counts keep working, and `20B` says bytes without the warning."""
+    if not isinstance(text, str) or not re.fullmatch(r"\s*[0-9]*\.?[0-9]+\s*", text):
+        return None
+    n = text.strip()
+    return f"{flag} {n} has no unit, so it means {n} bytes; write {n}B to say so, or e.g. {n}GiB"
+
+
 def parse_bytes(text: str | int) -> int:
     """Bytes for a size a person wrote: '12GiB', '80G', '1.5 GB', '4096' (an int is taken as is).
 

@@ -100,7 +100,7 @@ def test_errors_are_the_clis_one_line(hand_file: Path) -> None:
         (
             ("peak", (("snapshot", path), ("bogus", 1))),
             "memlens: error: peak: unknown argument(s) "
-            "bogus; it takes snapshot, event, min_share, all_frames, depth, top, device, hide, hide_only",
+            "bogus; it takes snapshot, event, min_share, all_frames, show_internal, depth, top, device, hide, hide_only",
         ),
         (
             ("peak", (("snapshot", path), ("top", [1, 2]))),

@@ -48,6 +48,13 @@ def test_peak_tree_python_view_has_totals_at_every_level(dev):
     kids = {c["label"]: c for c in t["children"]}
     train = kids["train (train.py:50)"]
     assert train["bytes"] == 100 + BIG_SIZE + 10 + 300 and train["count"] == 4
+    # torch's _init_group is internal: its 300 bytes are train's own, as its site says
+    assert {c["label"]: c["bytes"] for c in train["children"]} == {
+        "forward (model.py:20)": 100 + BIG_SIZE + 10,
+    }
+    shown = peak(dev, tree_min_share=0, show_internal=True)["tree"]
+    assert shown is not None
+    train = next(c for c in shown["children"] if c["label"] == "train (train.py:50)")
     assert {c["label"]: c["bytes"] for c in train["children"]} == {
         "forward (model.py:20)": 100 + BIG_SIZE + 10,
         "_init_group (adam.py:100)": 300,

@@ -275,3 +275,53 @@ def test_ranges_open_at_the_trace_start_come_parent_first():
         ("Optimizer.step#AdamW.step", 1),
         ("step", 0),
     ]
+
+
+def shrink_snapshot() -> dict[str, Any]:
+    """A stage `opt` (t 5..20) frees 100 B that forward made before it (model.py:20) and
+    makes 30 B that stay (train.py:50): forward shrank by 100 B, train grew by 30 B."""
+    from analysis_snapshots import MODEL, TRAIN
+
+    from snapshot_builders import block, ev, segment
+
+    S = 0x100000
+    trace = [
+        ev("segment_alloc", S, 2 * MiB, 0),
+        ev("alloc", S, 100, 1, frames=[MODEL]),
+        ev("free_requested", S, 100, 10, frames=[MODEL]),
+        ev("free_completed", S, 100, 10, frames=[MODEL]),
+        ev("alloc", S + 512, 30, 11, frames=[TRAIN]),
+    ]
+    blocks = [
+        block(S, 512, 512, "inactive"),
+        block(S + 512, 512, 30, "active_allocated", [TRAIN]),
+        block(S + 1024, 2 * MiB - 1024, 2 * MiB - 1024, "inactive"),
+    ]
+    annotations = [
+        {"name": "opt", "stage": "START", "device": 0, "time_us": 1005},
+        {"name": "opt", "stage": "END", "device": 0, "time_us": 1020},
+    ]
+    return {
+        "segments": [segment(S, blocks)],
+        "device_traces": [trace],
+        "external_annotations": annotations,
+    }
+
+
+def test_stages_list_the_sites_that_shrank_as_well_as_grew():
+    dev = memlens.load(shrink_snapshot()).device(0)
+    (row,) = stage_table(dev, top=5)["stages"]
+    assert [(s["site"], s["bytes"], s["removed_bytes"]) for s in row["grew"]] == [
+        ("train (/home/u/train.py:50)", 30, 0)
+    ]
+    assert [(s["site"], s["bytes"], s["removed_bytes"]) for s in row["shrank"]] == [
+        ("forward (/home/u/model.py:20)", -100, 100)
+    ]
+    text = render_stages({**stage_table(dev, top=5), "repeated": []})
+    assert text.endswith(
+        "sites that grew in opt:\n"
+        "          30 B        1x  train (/home/u/train.py:50)\n"
+        "\n"
+        "sites that shrank in opt:\n"
+        "        -100 B  forward (/home/u/model.py:20)"
+    )

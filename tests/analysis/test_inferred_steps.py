@@ -141,13 +141,14 @@ def test_annotated_ranges_nest_inside_inferred_steps():
         (4, "optimizer", 2, 1, 8, 8, True, False),
         # the same events as the optimizer phase: inside it
         (5, "Optimizer.step#Adam.step", 3, 4, 8, 8, False, False),
-        (6, "step#2", 0, None, 9, 21, True, True),
-        (7, "forward", 1, 6, 9, 13, True, True),
-        # no events, at step 2's first: in what starts there
-        (8, "Optimizer.zero_grad#Adam.zero_grad", 2, 7, 9, 8, False, False),
+        # no events, at step 2's first: it ran before step 2 (not in its inferred forward),
+        # so it stays in epoch, between the steps
+        (6, "Optimizer.zero_grad#Adam.zero_grad", 1, 0, 9, 8, False, False),
+        (7, "step#2", 0, None, 9, 21, True, True),
+        (8, "forward", 1, 7, 9, 13, True, True),
         # inside step 2 (not under epoch, which does not hold step 2); crosses two phases
-        (9, "loss", 1, 6, 12, 14, False, True),
-        (10, "backward", 1, 6, 14, 18, True, True),
+        (9, "loss", 1, 7, 12, 14, False, True),
+        (10, "backward", 1, 7, 14, 18, True, True),
     ]
     # the text of `memlens stages` indents by the same depth
     text = render_stages(stages_output(dev, top=0))
@@ -192,3 +193,28 @@ def test_the_viewer_strip_draws_the_same_tree():
         ("loss", 1125, 1145, 2),
         ("backward", 1140, 1170, 1),
     ]
+
+
+def test_an_empty_annotation_at_a_step_start_is_not_inside_its_forward():
+    """Optimizer.zero_grad runs before the step's first allocation: an annotation with no
+    event at the step's first event is the step's sibling, listed before it, never a child
+    of the inferred forward."""
+    snap = training_snapshot()
+    snap["external_annotations"] = [
+        ann("Optimizer.zero_grad#Adam.zero_grad", "START", 2),
+        ann("Optimizer.zero_grad#Adam.zero_grad", "END", 4),
+    ]
+    dev = memlens.load(snap).device(0)
+    got = [(s["name"], s["depth"], s["parent"], s["first_event"], s["last_event"])
+           for s in stage_intervals(dev)][:3]  # fmt: skip
+    assert got == [
+        ("Optimizer.zero_grad#Adam.zero_grad", 0, None, 0, -1),
+        ("step#1", 0, None, 0, 8),
+        ("forward", 1, 1, 0, 3),
+    ]
+
+
+def test_real_zero_grad_is_before_the_step(shared_snapshots_dir):
+    dev = _real(shared_snapshots_dir, "cs336_memory_ctx128_fullstep")
+    got = [(s["name"], s["depth"]) for s in stage_intervals(dev)][:3]
+    assert got == [("Optimizer.zero_grad#AdamW.zero_grad", 0), ("step#1", 0), ("forward", 1)]

@@ -81,6 +81,15 @@ CELLS = {
     "cell_number": (
         "from memlens.notebook.magics import cell_number\nprint(cell_number(get_ipython()))"
     ),
+    "simulate_fits": (
+        "%%memlens simulate -o fits.pickle --device-memory 24GiB --cublas-workspace 0\n"
+        "x = torch.empty(3 << 20, dtype=torch.uint8, device='cuda')\n"
+    ),
+    "cell_sites": (
+        "from memlens.analysis.sites import top_sites\n"
+        "d = memlens.load('fits.pickle').device(0)\n"
+        "print([s['site'] for s in top_sites(d, d.live_at(d.n_events - 1))])"
+    ),
     "simulate_oom": (
         "%%memlens simulate -o oom.pickle --device-memory 64MiB --cublas-workspace 0\n"
         "big = torch.empty(128 << 20, dtype=torch.uint8, device='cuda')\n"
@@ -278,6 +287,30 @@ def test_a_cell_that_runs_out_of_memory_shows_its_snapshot_then_fails(run: Run) 
     assert "peak active" in run.html("simulate_oom")  # the snapshot, displayed
     dev = memlens.load(run.folder / "oom.pickle").device(0)
     assert dev.action_name(dev.n_events - 1) == "oom"
+
+
+def test_simulate_with_device_memory_says_whether_it_fits_and_the_margin(run: Run) -> None:
+    assert not run.errors("simulate_fits"), run.errors("simulate_fits")
+    from memlens.units import format_bytes as fb
+
+    dev = memlens.load(run.folder / "fits.pickle").device(0)
+    reserved = dev.peak_reserved_bytes
+    assert 3 << 20 <= reserved < 1 << 30
+    assert (
+        f"memlens: fits in 24.00 GiB: peak reserved {fb(reserved)}, "
+        f"{fb(24 * 2**30 - reserved)} to spare (peak active {fb(dev.peak_active_bytes)})"
+        in run.stream("simulate_fits")
+    )
+    assert "does not fit in 64.00 MiB: the cell ran out of memory" in run.stream("simulate_oom")
+
+
+def test_call_sites_in_a_notebook_are_named_by_cell_and_line(run: Run) -> None:
+    """`<module> (cell In [N], line 2)`, N the magic cell's In number, not the kernel's
+    temporary file (`/tmp/ipykernel_4679/843182234.py:2`)."""
+    n = run.nb.cells[list(CELLS).index("simulate_fits")].execution_count
+    sites = run.stream("cell_sites")
+    assert f"'<module> (cell In [{n}], line 1)'" in sites, sites
+    assert "ipykernel_" not in sites
 
 
 def test_the_magics_cell_number_is_the_in_number(run: Run) -> None:

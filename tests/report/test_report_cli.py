@@ -21,13 +21,32 @@ def main(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_default_output_beside_the_snapshot(tmp_path):
-    snap = write(step_snapshot(), tmp_path / "step.pickle")
-    r = run("report", str(snap))
+def test_default_output_in_the_current_folder_not_beside_a_read_only_snapshot(
+    tmp_path, monkeypatch
+):
+    """The snapshot may sit in someone else's or a read-only folder: the report goes to the
+    current folder, as every other tool writes its output."""
+    shelf, here = tmp_path / "shelf", tmp_path / "here"
+    shelf.mkdir()
+    here.mkdir()
+    snap = write(step_snapshot(), shelf / "step.pickle.gz")
+    shelf.chmod(0o555)
+    monkeypatch.chdir(here)
+    try:
+        r = run("report", str(snap))
+    finally:
+        shelf.chmod(0o755)
     assert r.exit_code == 0, r.output
-    out = tmp_path / "step.html"
-    assert out.is_file() and f"wrote {out} (" in r.output
-    assert "<!DOCTYPE html>" in out.read_text()
+    assert sorted(p.name for p in shelf.iterdir()) == ["step.pickle.gz"]
+    assert "wrote step.html (" in r.output
+    assert "<!DOCTYPE html>" in (here / "step.html").read_text()
+
+
+def test_html_option_names_the_file(tmp_path):
+    snap = write(step_snapshot(), tmp_path / "step.pickle")
+    r = run("report", str(snap), "--html", str(tmp_path / "out.html"))
+    assert r.exit_code == 0, r.output
+    assert "<!DOCTYPE html>" in (tmp_path / "out.html").read_text()
 
 
 def test_output_option_and_two_snapshots(tmp_path):
@@ -66,6 +85,7 @@ def test_failed_section_is_a_warning_not_an_error(tmp_path, monkeypatch):
     leaks = next(s for s in build.sections() if s.id == "leaks")
     monkeypatch.setattr(leaks, "fn", boom)
     snap = write(step_snapshot(), tmp_path / "step.pickle")
+    monkeypatch.chdir(tmp_path)
     r = CliRunner().invoke(cli, ["report", str(snap)], catch_exceptions=False)
     assert r.exit_code == 0
     assert "memlens: warning: report section Leaks and growth: RuntimeError: kaboom" in r.output

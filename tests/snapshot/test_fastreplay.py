@@ -443,8 +443,8 @@ def _real_names() -> list[str]:
 
 @pytest.mark.parametrize("name", _real_names() or ["(none)"])
 def test_real_snapshots_same_both_ways(name):
-    from shared_data import SHARED_SNAPSHOTS
+    from shared_data import SHARED_LABEL, SHARED_SNAPSHOTS
 
     if name == "(none)":
-        pytest.skip(f"no real snapshots in {SHARED_SNAPSHOTS}")
+        pytest.skip(f"no real snapshots in {SHARED_LABEL}")
     assert_same_both_ways(memlens.load(SHARED_SNAPSHOTS / name, cache=False, warn=False))

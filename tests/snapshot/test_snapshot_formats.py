@@ -17,7 +17,7 @@ from snapshot_builders import STACK, MiB, block, ev, hand_snapshot, segment
 HAND_CURVE = [1050, 1150, 1350, 1350, 1250, 1200, 1500, 1500, 1510, 1310]
 
 
-@pytest.mark.parametrize("protocol", [2, 3, 4, 5])
+@pytest.mark.parametrize("protocol", [0, 1, 2, 3, 4, 5])
 def test_pickle_protocols(tmp_path, protocol):
     p = tmp_path / "s.pickle"
     p.write_bytes(pickle.dumps(hand_snapshot(), protocol=protocol))

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from memlens.analysis import results as R
-from memlens.analysis.spec import Analysis, Option
+from memlens.analysis.spec import SHOW_INTERNAL, Analysis, Option
 
 A = "memlens.analysis."
 T = "memlens.views.text."
@@ -38,6 +38,7 @@ TREE = (
     Option("min_share", float, 0.005, "Merge tree nodes under this share of the total into <other>.",
            show_default=True),
     Option("all_frames", bool, False, "Keep C++ frames in the tree (default: Python frames only)."),
+    SHOW_INTERNAL,
     Option("depth", int, None, "Limit the call-stack tree to this many levels."),
     top(15),
 )  # fmt: skip

@@ -36,6 +36,7 @@ class LiveSetOptions(TypedDict, total=False):
     hide_patterns: Sequence[str] | None
     tree: bool
     python_only: bool
+    show_internal: bool
     tree_depth: int | None
     tree_min_share: float
     largest: int
@@ -49,6 +50,7 @@ def live_set(
     hide_patterns: Sequence[str] | None = None,
     tree: bool = True,
     python_only: bool = True,
+    show_internal: bool = False,
     tree_depth: int | None = None,
     tree_min_share: float = 0.001,
     largest: int = 10,
@@ -62,7 +64,9 @@ def live_set(
     one "<other>" child per level, and `tree_depth` limits depth (None: full depth).
     python_only (default) keeps Python frames only; stacks with no Python frame at all
     (backward, C++ threads) go under one "<no Python frames: C++ / backward>" node with a
-    child per site (e.g. the autograd node).
+    child per site (e.g. the autograd node). In that Python view, internal frames
+    (analysis.tree.internal_frame_mask: torch's own code such as nn.Module's `_call_impl`,
+    the standard library, and what `hide_patterns` adds) are left out unless show_internal.
     """
     event = dev.check_event(event)
     rows = dev.live_at(event)
@@ -72,7 +76,13 @@ def live_set(
         "live_count": int(len(rows)),
         "by_site": top_sites(dev, rows, limit=top, hide_patterns=hide_patterns),
         "tree": tree_dict(
-            dev, rows, python_only=python_only, max_depth=tree_depth, min_share=tree_min_share
+            dev,
+            rows,
+            python_only=python_only,
+            max_depth=tree_depth,
+            min_share=tree_min_share,
+            hide_internal=python_only and not show_internal,
+            hide_patterns=hide_patterns,
         )
         if tree
         else None,
@@ -240,10 +250,17 @@ def tree_dict(
     python_only: bool = False,
     max_depth: int | None = None,
     min_share: float = 0.0,
+    hide_internal: bool = False,
+    hide_patterns: Sequence[str] | None = None,
 ) -> TreeNode:
     """The call-stack tree of allocation `rows` as a dict, pruned (see live_set)."""
     root = build_stack_tree(
-        dev.snapshot, dev.alloc_stack[rows], dev.alloc_size[rows], python_only=python_only
+        dev.snapshot,
+        dev.alloc_stack[rows],
+        dev.alloc_size[rows],
+        python_only=python_only,
+        hide_internal=hide_internal,
+        hide_patterns=hide_patterns,
     )
     return prune_tree(root, dev, max_depth=max_depth, min_bytes=int(root.bytes * min_share))
 
@@ -288,14 +305,20 @@ def _ranges(vs: list[int]) -> str:
 
 
 def tree_options(
-    top: int, depth: int | None, all_frames: bool, min_share: float, hide: Sequence[str] | None
+    top: int,
+    depth: int | None,
+    all_frames: bool,
+    min_share: float,
+    hide: Sequence[str] | None,
+    show_internal: bool = False,
 ) -> LiveSetOptions:
     """The options of `memlens peak` and `memlens at` (their --top, --depth, --all-frames,
-    --min-share, --hide) as live_set's keywords."""
+    --show-internal, --min-share, --hide) as live_set's keywords."""
     return {
         "top": top,
         "tree_depth": depth,
         "python_only": not all_frames,
+        "show_internal": show_internal,
         "tree_min_share": min_share,
         "hide_patterns": hide,
     }
@@ -310,9 +333,10 @@ def peak_output(
     all_frames: bool = False,
     min_share: float = 0.005,
     hide_patterns: Sequence[str] | None = None,
+    show_internal: bool = False,
 ) -> PeakResult | LiveSet:
     """`memlens peak`: the live set at the peak, or after `event`."""
-    kw = tree_options(top, depth, all_frames, min_share, hide_patterns)
+    kw = tree_options(top, depth, all_frames, min_share, hide_patterns, show_internal)
     return peak(dev, **kw) if event is None else live_set(dev, event, **kw)
 
 
@@ -335,11 +359,12 @@ def at_output(
     all_frames: bool = False,
     min_share: float = 0.005,
     hide_patterns: Sequence[str] | None = None,
+    show_internal: bool = False,
 ) -> LiveSet | AllocationLiveSet:
     """`memlens at`: the live set after `event`, at `time_us`, or at the alloc (or free,
     `when`) of the allocation at `addr` ("0x7f3a00" or "0x7f3a00_V"; `version` V)."""
     check_one_point({"event": event, "time_us": time_us, "addr": addr})
-    kw = tree_options(top, depth, all_frames, min_share, hide_patterns)
+    kw = tree_options(top, depth, all_frames, min_share, hide_patterns, show_internal)
     if addr is not None:
         a, v = parse_address(addr)
         return memory_at_allocation(dev, a, version if version is not None else v, when, **kw)

@@ -147,6 +147,7 @@ class StageRow(StageInterval):
     freed_count: int
     net_bytes: int
     grew: list[NetSite]
+    shrank: list[NetSite]
 
 
 class StageTable(TypedDict):
@@ -653,6 +654,15 @@ class ExportResult(TypedDict):
 # --- summary -----------------------------------------------------------------------------------
 
 
+class PoolBytes(TypedDict):
+    """Live bytes of one memory pool: `pool` the id pair ((0, 0) the default pool), None
+    where neither the trace nor the segments say."""
+
+    pool: list[int] | None
+    bytes: int
+    count: int
+
+
 class DeviceSummary(TypedDict):
     device: int
     trace_entries: int
@@ -679,6 +689,7 @@ class DeviceSummary(TypedDict):
     annotations: int
     top_sites: list[Site]
     ooms: list[OomEntry]
+    pools_at_peak: list[PoolBytes]
 
 
 class Summary(TypedDict):

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from memlens.analysis.cells import cell_name
 from memlens.analysis.events import memo
 from memlens.analysis.results import Frame, NetSite, Site
 from memlens.snapshot.frames import (
@@ -116,7 +117,14 @@ def frame_label(snap: Snapshot, frame_id: int) -> str:
     if f.kind[frame_id] != PYTHON:
         name = short_cpp_name(name)
         return name if filename in ("", "??") else f"{name} ({filename})"
-    return f"{name} ({filename}:{int(f.line[frame_id])})"
+    return python_frame_text(name, filename, int(f.line[frame_id]))
+
+
+def python_frame_text(name: str, filename: str, line: int) -> str:
+    """`name (file:line)`, or `name (cell In [3], line 6)` for a notebook cell's file
+    (analysis.cells): every label of a Python frame, long or short, is made here."""
+    cell = cell_name(filename)
+    return f"{name} ({cell}, line {line})" if cell else f"{name} ({filename}:{line})"
 
 
 def frame_dict(snap: Snapshot, frame_id: int) -> Frame:

@@ -70,6 +70,9 @@ DEVICE_B = Option("device_b", int, None, "Device of B when it differs from --dev
 HIDE = Option("hide_patterns", str, None,
               "Filename patterns to skip when naming the call site (None: torch internals, "
               "stdlib; [] shows every frame).", multiple=True, flag="--hide", metavar="REGEX")  # fmt: skip
+SHOW_INTERNAL = Option("show_internal", bool, False,
+                       "Keep internal frames in the tree: torch's own code (nn.Module's _call_impl, "
+                       "the optimizer's wrapper), the stdlib, and what --hide names.")  # fmt: skip
 
 
 @dataclass(frozen=True)

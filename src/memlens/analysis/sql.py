@@ -5,7 +5,8 @@ single-device snapshot; several devices are concatenated once) and registered as
 views, so DuckDB scans them in place. Tables (docs/sql.md has every column):
 
     events, allocations, frames, stacks (stack_id, depth, frame_id), segments, blocks,
-    annotations, strings, stack_frames (stacks joined with frames, for convenience)
+    annotations, strings, stack_frames (stacks joined with frames, for convenience), and
+    for the common questions allocation_sites, live_at(device, event) and free_gaps
 
 Action names, frame kinds, block states and annotation stages are dictionary-encoded
 strings (no per-row Python objects).
@@ -19,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from memlens.analysis.results import QueryResult
+from memlens.analysis.sites import frame_label, user_frame_of_stacks
 from memlens.errors import MemlensError
 from memlens.snapshot.actions import BLOCK_STATE_NAMES, KNOWN_ACTIONS
 from memlens.snapshot.model import (
@@ -114,6 +116,7 @@ def arrow_tables(snap: Snapshot) -> dict[str, Any]:
         "version": _nullable(pa, col("version", np.int32)),
         "alloc_row": _nullable(pa, col("alloc_row", np.int32)),
         "active_after": col("active_after"), "reserved_after": col("reserved_after"),
+        **_pool_columns(pa, snap, col("pool", np.int16)),
     })  # fmt: skip
     flags = col("alloc_flags", np.uint8)
     n_per = _cat([np.full(k, d.n_events, np.int64) for k, d in zip(n_al, devs)], np.int64)
@@ -131,6 +134,7 @@ def arrow_tables(snap: Snapshot) -> dict[str, Any]:
         "preexisting": (flags & PREEXISTING) != 0, "ghost": (flags & GHOST) != 0,
         "live_at_end": (flags & LIVE_AT_END) != 0, "pending_free": (flags & PENDING_FREE) != 0,
         "overwritten": (flags & OVERWRITTEN) != 0,
+        **_pool_columns(pa, snap, _alloc_pools(devs)),
     })  # fmt: skip
     f = snap.frames
     frames = pa.table({
@@ -169,6 +173,12 @@ def arrow_tables(snap: Snapshot) -> dict[str, Any]:
     })  # fmt: skip
     strings = pa.table({"id": np.arange(len(snap.strings), dtype=np.int32),
                         "value": pa.array(_utf8(snap.strings), type=pa.string())})  # fmt: skip
+    site_frames = user_frame_of_stacks(snap)
+    labels = {int(f): frame_label(snap, int(f)) for f in np.unique(site_frames).tolist()}
+    stack_sites = pa.table({
+        "stack_id": np.arange(len(site_frames), dtype=np.int32),
+        "site": pa.array(_utf8([labels[int(f)] for f in site_frames.tolist()]), type=pa.string()),
+    })  # fmt: skip
     return {
         "events": events,
         "allocations": allocations,
@@ -178,7 +188,34 @@ def arrow_tables(snap: Snapshot) -> dict[str, Any]:
         "blocks": blocks,
         "_annotations": annotations,
         "strings": strings,
+        "_stack_sites": stack_sites,
     }
+
+
+def _pool_columns(pa: Any, snap: Snapshot, index: np.ndarray) -> dict[str, Any]:
+    """pool_id0, pool_id1 (NULL where the entry names no pool) from indexes into
+    Snapshot.pools (-1: none), as the segments table spells a pool."""
+    pools = np.asarray(snap.pools, dtype=np.int64).reshape(-1, 2)
+    k = np.asarray(index, dtype=np.int64)
+    none = k < 0
+    pairs = pools[np.maximum(k, 0)] if len(pools) else np.zeros((len(k), 2), dtype=np.int64)
+    return {
+        "pool_id0": pa.array(pairs[:, 0], mask=none),
+        "pool_id1": pa.array(pairs[:, 1], mask=none),
+    }
+
+
+def _alloc_pools(devs: list[Any]) -> np.ndarray:
+    """Per allocation row, the pool index its alloc entry names (-1: made before the trace,
+    or a trace without pool_id)."""
+    parts = []
+    for d in devs:
+        ev = np.asarray(d.alloc_event, dtype=np.int64)
+        k = np.full(len(ev), -1, dtype=np.int64)
+        inside = ev >= 0
+        k[inside] = d.pool[ev[inside]]
+        parts.append(k)
+    return _cat(parts, np.int64)
 
 
 # A query over an untrusted snapshot's tables should not be able to read or write files,
@@ -228,9 +265,27 @@ def connect(snap: Snapshot, *, allow_files: bool = False) -> Any:
         "CREATE VIEW stack_frames AS SELECT s.stack_id, s.depth, f.* EXCLUDE (frame_id), "
         "s.frame_id FROM stacks s JOIN frames f USING (frame_id)"
     )
+    for statement in VIEWS:
+        con.execute(statement)
     con.execute("SET lock_configuration = true")  # a query cannot undo the sandbox
     return con
 
+
+# the common questions as views and table macros (docs/sql.md)
+VIEWS = (
+    # every allocation with its call site (analysis.sites: the first user frame)
+    "CREATE VIEW allocation_sites AS SELECT a.*, coalesce(s.site, '<no stack recorded>') AS "
+    "site FROM allocations a LEFT JOIN _stack_sites s USING (stack_id)",
+    # live right after event `ev` of device `dev` (-1: before the first), with call sites
+    "CREATE MACRO live_at(dev, ev) AS TABLE SELECT * FROM allocation_sites WHERE device = dev "
+    "AND coalesce(alloc_event, -1) <= ev AND (free_event IS NULL OR free_event > ev) "
+    "ORDER BY size DESC, row",
+    # the allocator's free gaps at the end: inactive blocks, with their segment
+    "CREATE VIEW free_gaps AS SELECT b.block_id, b.segment_id, s.device, b.address, b.size, "
+    "s.stream, s.pool_id0, s.pool_id1, s.segment_type, s.is_expandable FROM blocks b "
+    "JOIN segments s USING (segment_id) WHERE b.state = 'inactive' "
+    "ORDER BY b.size DESC, b.address",
+)
 
 # `memlens sql --tables`: each table and its columns
 TABLES_QUERY = (

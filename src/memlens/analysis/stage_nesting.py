@@ -7,8 +7,11 @@ at its first_event): a stage that holds another whole is its ancestor, so an ann
 `Optimizer.step` lying inside step#1's optimizer phase is that phase's child, and an
 annotated range holding several inferred steps is their parent. Where both hold exactly
 the same events the inferred one is outside: it was read from the events, the annotated
-range was recorded inside them. An empty stage at the boundary between two stages belongs
-to the one that starts there. Annotated stages keep their own nesting among themselves
+range was recorded inside them. An empty stage (an annotation with no event, such as
+`Optimizer.zero_grad` before a step's first allocation) at the first event of an inferred
+stage ran before it: it is not held by that stage but by what holds both, and comes right
+before it (a zero_grad at a step's first event is the step's sibling, not the child of its
+inferred forward). Annotated stages keep their own nesting among themselves
 (by time, which events cannot always tell apart), inferred stages theirs (a phase in its
 step). A stage's parent is the innermost of the two candidates (its annotated or inferred
 parent, and the innermost stage of the other family holding it); an annotated stage that
@@ -17,7 +20,8 @@ crossing annotated ranges.
 
 Rows come out in pre-order (each stage right before what it holds; siblings by first
 event, an inferred one before an annotated one starting with it, otherwise in their
-own order), with index, parent, depth and occurrence renumbered. Cost: a binary search
+own order; an empty stage before both), with index, parent, depth and occurrence
+renumbered. Cost: a binary search
 per annotated stage and a scan of the annotated stages per inferred stage: annotations
 that mark no steps are few (PyTorch's own optimizer and compile ranges).
 """
@@ -52,9 +56,12 @@ def nest(annotated: list[Row], inferred: list[Row], col: dict[str, int]) -> list
         phases_of.setdefault(own_parent[p], []).append(p)
 
     def holder(group: list[int], starts: list[int], a: int) -> int:
-        """The stage of `group` (disjoint, in order) holding a's events, -1 if none."""
-        k = bisect_right(starts, lo[a]) - 1
-        return group[k] if k >= 0 and hi[a] <= hi[group[k]] else -1
+        """The stage of `group` (disjoint, in order) holding a's events, -1 if none. An
+        empty stage is held only by a stage that has begun before it: one at a stage's
+        first event ran before that stage's first allocation (the module docstring)."""
+        empty = hi[a] < lo[a]  # it lies between events lo[a] - 1 and lo[a]: both inside
+        k = bisect_right(starts, lo[a] - 1 if empty else lo[a]) - 1
+        return group[k] if k >= 0 and max(hi[a], lo[a]) <= hi[group[k]] else -1
 
     def inferred_holder(a: int) -> int:
         step = holder(steps, step_starts, a)
@@ -126,14 +133,19 @@ def _preorder(
         children.setdefault(p, []).append(k)
     order: list[int] = []
     depth = [0] * len(rows)
-    stack = [
-        (k, 0) for k in reversed(sorted(children.get(-1, []), key=lambda k: (lo[k], k < m, k)))
-    ]
+    hi = [int(r[col["last_event"]]) for r in rows]
+
+    def place(k: int) -> tuple[int, int, int]:
+        """Siblings' order: by first event; at one event an empty stage, then an inferred
+        one, then an annotated one."""
+        return (lo[k], 0 if hi[k] < lo[k] else 2 if k < m else 1, k)
+
+    stack = [(k, 0) for k in reversed(sorted(children.get(-1, []), key=place))]
     while stack:
         k, d = stack.pop()
         order.append(k)
         depth[k] = d
-        kids = sorted(children.get(k, []), key=lambda c: (lo[c], c < m, c))
+        kids = sorted(children.get(k, []), key=place)
         stack.extend((c, d + 1) for c in reversed(kids))
     new_index = {k: n for n, k in enumerate(order)}
     seen: dict[str, int] = {}

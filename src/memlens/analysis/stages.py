@@ -201,9 +201,10 @@ def stage_table(
     "active_end_bytes", "peak_bytes", "peak_event" (-1/start_event when nothing inside
     exceeds the start), "reserved_start_bytes", "reserved_end_bytes",
     "peak_reserved_bytes", "allocated_bytes", "allocated_count", "freed_bytes",
-    "freed_count", "net_bytes", "grew": [net_sites rows]]}. "grew" is computed only when
-    top > 0: net bytes per site of allocations made in the stage and alive at its end,
-    minus those made before it and freed inside.
+    "freed_count", "net_bytes", "grew", "shrank": [net_sites rows]]}. "grew" and
+    "shrank" are computed only when top > 0: net bytes per site of allocations made in the
+    stage and alive at its end, minus those made before it and freed inside; the `top`
+    sites above zero, and the `top` below it.
     """
     with paused_gc():
         return _stage_table(dev, name, top, hide_patterns)
@@ -270,14 +271,15 @@ def _stage_table(
     }  # fmt: skip
     # .tolist() once per column, one dict per stage built from a zip: plain ints, and far
     # faster than indexing numpy per stage
-    keys = [*_INTERVAL_KEYS, *cols, "grew"]
+    keys = [*_INTERVAL_KEYS, *cols, "grew", "shrank"]
     values = [*cols_in, *(v.tolist() for v in cols.values())]
     if top > 0:
-        values.append(
-            [_grew(dev, a, b, top, hide_patterns) for a, b in zip(start.tolist(), last.tolist())]
-        )
+        changes = [
+            _changes(dev, a, b, top, hide_patterns) for a, b in zip(start.tolist(), last.tolist())
+        ]
+        values += [[g for g, _ in changes], [s for _, s in changes]]
     else:
-        values.append([[] for _ in start.tolist()])
+        values += [[[] for _ in start.tolist()], [[] for _ in start.tolist()]]
     stages.extend(cast(StageRow, dict(zip(keys, row))) for row in zip(*values))
     return out
 
@@ -299,19 +301,36 @@ def sites_that_grew(
 ) -> list[NetSite]:
     """A stage_table row's "grew" for one stage: for views that show a few stages of a
     table built with top=0 (per stage it is the one cost that grows with the stage)."""
-    return _grew(dev, stage["start_event"], stage["last_event"], top, hide_patterns)
+    return site_changes(dev, stage, top=top, hide_patterns=hide_patterns)[0]
 
 
-def _grew(
+def site_changes(
+    dev: DeviceTrace,
+    stage: StageInterval,
+    *,
+    top: int = 5,
+    hide_patterns: Sequence[str] | None = None,
+) -> tuple[list[NetSite], list[NetSite]]:
+    """A stage_table row's "grew" and "shrank" for one stage (see sites_that_grew)."""
+    return _changes(dev, stage["start_event"], stage["last_event"], top, hide_patterns)
+
+
+def _changes(
     dev: DeviceTrace, start: int, last: int, top: int, hide_patterns: Sequence[str] | None
-) -> list[NetSite]:
+) -> tuple[list[NetSite], list[NetSite]]:
+    """The `top` sites whose live bytes grew most over the stage, largest first, and the
+    `top` that shrank most (net < 0: freed in the stage what was made before it), most
+    negative first; ties by site, as net_sites orders them."""
     if last <= start:
-        return []
+        return [], []
     made = rows_allocated_in(dev, start, last)
     made = made[dev.free_event[made] > last]
     freed = rows_freed_in(dev, start, last)
     freed = freed[dev.alloc_event[freed] <= start]
-    return net_sites(dev, made, freed, limit=top, hide_patterns=hide_patterns)
+    rows = net_sites(dev, made, freed, limit=None, hide_patterns=hide_patterns, positive_only=False)
+    grew = [r for r in rows if r["bytes"] > 0][:top]
+    shrank = sorted((r for r in rows if r["bytes"] < 0), key=lambda r: r["bytes"])[:top]
+    return grew, shrank
 
 
 def compare_steps(
@@ -383,12 +402,12 @@ def stages_output(
     hide_patterns: Sequence[str] | None = None,
 ) -> StagesOutput:
     """`memlens stages`: stage_table of the stages named `name` nested at most `max_depth`
-    deep, each with the `top` sites that grew (computed on those stages only), and the
+    deep, each with the `top` sites that grew and shrank (on those stages only), and the
     repeated ones compared step by step."""
     table = stage_table(dev, name=name, top=0, hide_patterns=hide_patterns)
     if max_depth is not None:
         table["stages"] = [s for s in table["stages"] if s["depth"] <= max_depth]
     if top > 0:
         for s in table["stages"]:
-            s["grew"] = sites_that_grew(dev, s, top=top, hide_patterns=hide_patterns)
+            s["grew"], s["shrank"] = site_changes(dev, s, top=top, hide_patterns=hide_patterns)
     return {**table, "repeated": compare_steps(dev, table=table)["groups"]}

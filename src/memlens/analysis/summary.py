@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from memlens.analysis.oom import oom_entries
+from memlens.analysis.pools import pool_bytes_at
 from memlens.analysis.results import DeviceSummary, Summary
 from memlens.analysis.sites import top_sites
 from memlens.analysis.stages import annotation_rows_for
@@ -97,6 +98,7 @@ def device_summary(
         "annotations": len(annotation_rows_for(dev)) if len(ann) else 0,
         "top_sites": top_sites(dev, rows, limit=top, hide_patterns=hide_patterns),
         "ooms": oom_entries(dev),
+        "pools_at_peak": pool_bytes_at(dev, peak_i),
     }
 
 

@@ -6,20 +6,25 @@ stack id with numpy, then each distinct stack is walked once.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import numpy as np
 
+from memlens.analysis.cells import cell_name
 from memlens.analysis.events import memo
+from memlens.analysis.paths import short_filenames
 from memlens.analysis.results import TreeFrame, TreeNode
 from memlens.analysis.sites import (
     NO_PYTHON_LABEL,
     NO_STACK_LABEL,
+    SITE_HIDE_PATTERNS,
     frame_label,
+    python_frame_text,
     user_frame_of_stacks,
 )
-from memlens.snapshot.frames import NOISE, PYTHON, short_cpp_name
+from memlens.snapshot.frames import NOISE, PYTHON, hidden_filename_mask, short_cpp_name
 from memlens.snapshot.model import DeviceTrace, Snapshot
 
 ROOT_LABEL = "all"
@@ -66,14 +71,37 @@ class StackNode:
 
 
 def frame_short_label(snap: Snapshot, frame_id: int) -> str:
+    """`name (file.py:line)`, the file with as many parent folders as make it unique in
+    the snapshot (analysis.paths: torch's `optim/optimizer.py` vs `mylib/optimizer.py`)."""
     f = snap.frames
-    filename = snap.strings[f.filename[frame_id]]
-    base = filename.rsplit("/", 1)[-1]
+    base = short_filenames(snap)[int(f.filename[frame_id])]
     name = snap.strings[f.name[frame_id]]
     if f.kind[frame_id] != PYTHON:
         name = short_cpp_name(name)
         return name if base in ("", "??") else f"{name} ({base})"
+    filename = snap.strings[f.filename[frame_id]]
+    if cell_name(filename):  # a notebook cell: the same words as the long label
+        return python_frame_text(name, filename, int(f.line[frame_id]))
     return f"{name} ({base}:{int(f.line[frame_id])})"
+
+
+def internal_frame_mask(snap: Snapshot, hide_patterns: Sequence[str] | None = None) -> np.ndarray:
+    """Per frame: is it plumbing that trees hide by default? THE definition every tree uses
+    (`memlens peak` and `at`, the report's icicle, the viewer's tree, the TUI's user-frames
+    view): a Python frame whose file the site patterns hide (None: SITE_HIDE_PATTERNS:
+    torch's own code, so nn.Module's `_wrapped_call_impl`/`_call_impl` and the optimizer's
+    `wrapper`, the standard library, thin glue; --hide adds to them), exactly the frames
+    the call-site rule (analysis.sites) looks past. C++ frames are not internal here:
+    Python-only trees drop them anyway, and the all-frames views show everything."""
+    patterns = SITE_HIDE_PATTERNS if hide_patterns is None else tuple(hide_patterns)
+
+    def make() -> np.ndarray:
+        f = snap.frames
+        hidden = hidden_filename_mask(snap.strings, f.filename, patterns)
+        mask: np.ndarray = (np.asarray(f.kind) == PYTHON) & hidden
+        return mask
+
+    return memo(snap, ("internal_frames", patterns), make)
 
 
 def build_stack_tree(
@@ -84,6 +112,8 @@ def build_stack_tree(
     python_only: bool = False,
     hide_noise: bool = True,
     group_no_python: bool | None = None,
+    hide_internal: bool = False,
+    hide_patterns: Sequence[str] | None = None,
 ) -> StackNode:
     """Tree of the given allocations (their stack ids and sizes), outermost frame at the top.
 
@@ -97,6 +127,10 @@ def build_stack_tree(
     only an allocation without a recorded stack is NO_STACK_LABEL. group_no_python (default:
     python_only) applies that grouping without dropping C++ frames elsewhere (the TUI's
     "user frames" view, which keeps autograd nodes).
+
+    hide_internal drops the frames internal_frame_mask(hide_patterns) names; a stack whose
+    every shown frame is internal ends in a leaf named by its call site (analysis.sites,
+    with the same patterns), so its bytes stay visible under the name every table uses.
     """
     stack_ids = np.asarray(stack_ids)
     sizes = np.asarray(sizes, dtype=np.int64)
@@ -113,6 +147,7 @@ def build_stack_tree(
     no_python = StackNode(NO_PYTHON_ID, NO_PYTHON_LABEL)
     group = python_only if group_no_python is None else group_no_python
     has_python = stack_has_python(snap) if group else None
+    internal = internal_frame_mask(snap, hide_patterns) if hide_internal else None
     for k, s1 in enumerate(uniq.tolist()):
         b, c = int(per_bytes[k]), int(per_count[k])
         root.bytes += b
@@ -126,6 +161,8 @@ def build_stack_tree(
             kd = kind[fid]
             if (hide_noise and kd == NOISE) or (python_only and kd != PYTHON):
                 continue
+            if internal is not None and internal[fid]:
+                continue
             child = node.children.get(fid)
             if child is None:
                 lab = label_cache.get(fid)
@@ -136,7 +173,13 @@ def build_stack_tree(
             child.count += c
             node = child
         if node is root:  # no frames survived: keep the bytes visible under a named leaf
-            child = node.children.setdefault(NO_STACK_ID, StackNode(NO_STACK_ID, NO_STACK_LABEL))
+            site = NO_STACK_ID
+            if internal is not None and s1 > 0:  # its frames were all internal
+                site = int(user_frame_of_stacks(snap, hide_patterns)[s1 - 1])
+            child = node.children.get(site)
+            if child is None:
+                lab = NO_STACK_LABEL if site < 0 else frame_short_label(snap, site)
+                child = node.children[site] = StackNode(site, lab)
             child.bytes += b
             child.count += c
     if no_python.count:

@@ -48,6 +48,9 @@ from memlens.cli.options import (
     status,
 )
 from memlens.keywords import field_names
+from memlens.units import bare_size_note
+from memlens.views.escape import visible
+from memlens.views.text.next_step import next_step
 
 if TYPE_CHECKING:
     from memlens.agents.tools import Shared
@@ -164,13 +167,18 @@ def registered_command(analysis: Analysis[Any]) -> click.Command:
         if analysis.hide:
             own["hide_patterns"] = hide_patterns(common.hide, common.hide_only)
         values = analysis.check(own)  # before the load: bad options fail fast
+        for o in analysis.options:
+            note = bare_size_note(o.cli_flag, values[o.name]) if o.metavar == "SIZE" else None
+            if note:
+                status(f"memlens: warning: {note}", err=True)
         inputs = common.open(analysis.opens)
         for o in analysis.options:
             if o.kind == "snapshot" and values[o.name] is not None:
                 values[o.name] = open_snapshot(values[o.name], common.no_cache)
         result = analysis.call(inputs, dict(values))
         text = lambda: analysis.renderer(result, {**values, "paths": common.paths})  # noqa: E731
-        _print(common.as_json, result, text, analysis.exit_code(result))
+        hint = None if common.as_json else next_step(analysis.name, common.paths)
+        _print(common.as_json, result, text, analysis.exit_code(result), hint)
 
     callback.__doc__ = analysis.doc or analysis.help
     options = [click_option(o) for o in analysis.options]
@@ -286,12 +294,17 @@ class _Common:
         )
 
 
-def _print(as_json: bool, result: Any, text: Callable[[], Text], exit_code: int) -> None:
-    """The result as JSON (--json) or as text, then the command's exit code."""
+def _print(
+    as_json: bool, result: Any, text: Callable[[], Text], exit_code: int, hint: str | None = None
+) -> None:
+    """The result as JSON (--json) or as text and its dimmed "next:" hint, then the
+    command's exit code."""
     if as_json:
         emit_json(result)
     else:
         _echo(text())
+        if hint:
+            click.echo(click.style("\n" + visible(hint), dim=True))
     if exit_code:
         click.get_current_context().exit(exit_code)
 

@@ -46,7 +46,37 @@ def quick_exit_commands() -> frozenset[str]:
     return frozenset(registry.names())
 
 
+# `memlens --help` in sections, in this order; a command named in none goes under "Other"
+HELP_SECTIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("Analyze", ("summary", "peak", "at", "stages", "categories", "rules", "diff", "check",
+                 "leaks", "anomalies", "fragmentation", "oom", "ranks", "fleet", "sql")),
+    ("View", ("view", "tui", "report", "export", "inspect-report")),
+    ("Record & simulate", ("run", "simulate", "generate")),
+    ("Plan", ("plan", "advise")),
+    ("Agents", ("mcp", "skill", "capabilities")),
+)  # fmt: skip
+HELP_LINE_LIMIT = 160  # two wrapped lines: a command's first sentence, or most of it
+
+
 class LazyGroup(click.Group):
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """The commands in sections (HELP_SECTIONS), each with its whole first sentence
+        wrapped, where click's default is one flat list cut at 45 characters."""
+        names = self.list_commands(ctx)
+        width = max(map(len, names))  # one column for every section
+        placed = {n for _, members in HELP_SECTIONS for n in members}
+        sections = [*HELP_SECTIONS, ("Other", tuple(n for n in names if n not in placed))]
+        for title, members in sections:
+            rows = []
+            for name in members:
+                cmd = self.get_command(ctx, name) if name in names else None
+                if cmd is not None and not cmd.hidden:
+                    help_line = cmd.get_short_help_str(limit=HELP_LINE_LIMIT)
+                    rows.append((name.ljust(width), help_line))
+            if rows:
+                with formatter.section(title):
+                    formatter.write_dl(rows)
+
     def list_commands(self, ctx: click.Context) -> list[str]:
         from memlens.analysis import registry
 

@@ -1,4 +1,4 @@
-"""`memlens report SNAP [SNAP2] -o report.html`: one self-contained HTML file to share."""
+"""`memlens report SNAP [SNAP2] [--html report.html]`: one self-contained HTML file to share."""
 
 from __future__ import annotations
 
@@ -22,8 +22,8 @@ from memlens.errors import MemlensError
 
 @click.command("report")
 @snapshots_argument()
-@click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
-              help="HTML file to write (default: SNAPSHOT with .html).")  # fmt: skip
+@click.option("-o", "--output", "--html", "output", type=click.Path(dir_okay=False), default=None,
+              help="HTML file to write (default: SNAPSHOT's name with .html, in the current folder).")  # fmt: skip
 @device_option
 @click.option("--rules", "rules", type=click.Path(dir_okay=False), default=None,
               help="JSON or YAML file of custom rules (name: regex over frames) to add a rules section.")  # fmt: skip
@@ -51,7 +51,8 @@ def command(
 
     if rules is not None and not Path(rules).is_file():
         raise MemlensError(f"rules file not found: {rules}")
-    out = Path(output) if output else default_output(snapshot)
+    # the current folder, not the snapshot's: that may be read-only or someone else's
+    out = Path(output) if output else Path(default_output(snapshot).name)
     if out.resolve() == Path(snapshot).resolve() or (
         snapshot2 and out.resolve() == Path(snapshot2).resolve()
     ):

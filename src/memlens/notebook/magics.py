@@ -95,6 +95,8 @@ def _cell_magic(method: _Method) -> _Method:
 
 @magics_class
 class MemlensMagics(Magics):
+    _count = 0  # the running magic cell's In [N]
+
     @_cell_magic
     def memlens(self, line: str, cell: str) -> None:
         """%%memlens record|simulate [options]: the cell under memlens (see --help)."""
@@ -109,7 +111,7 @@ class MemlensMagics(Magics):
             args = parser.parse_args(words[1:])
         except _HelpShown:  # -h/--help: argparse has printed it
             return
-        count = cell_number(self.shell)
+        count = self._count = cell_number(self.shell)
         try:
             if words[0] == "record":
                 path = Path(args.output or f"memlens-cell-{count}.pickle")
@@ -131,9 +133,16 @@ class MemlensMagics(Magics):
             )
 
     def _run(self, cell: str) -> BaseException | None:
-        """Run the cell as IPython does (it shows the cell's own error); that error."""
+        """Run the cell as IPython does (it shows the cell's own error); that error. The
+        body's code gets a file of its own from the kernel's compiler, numbered with the
+        count IPython holds then (N + 1 in some versions): it is this cell's, In [N], and
+        call sites name it so (analysis.cells reads the map)."""
         assert self.shell is not None
+        cells = getattr(getattr(self.shell, "compile", None), "_filename_map", None)
+        before = set(cells) if isinstance(cells, dict) else set()
         result = self.shell.run_cell(cell, store_history=False)
+        if isinstance(cells, dict):
+            cells.update((name, self._count) for name in set(cells) - before)
         error: BaseException | None = result.error_before_exec or result.error_in_exec
         return error
 
@@ -165,4 +174,9 @@ class MemlensMagics(Magics):
         with sim:
             error = self._run(cell)
         print(f"memlens: simulated snapshot written to {path}")
+        ran_out = type(error).__name__ == "OutOfMemoryError"
+        if args.device_memory is not None and (error is None or ran_out):
+            from memlens.notebook.verdict import fits_verdict
+
+            print(fits_verdict(path, args.device_memory, ran_out=ran_out))
         return error

@@ -15,6 +15,9 @@ class Action(IntEnum):
     SEGMENT_UNMAP = 6
     SNAPSHOT = 7
     OOM = 8
+    # Ascend NPU (torch_npu): the NPU workspace allocator's memory, recorded in the same
+    # trace; it is outside the caching allocator, so the replay leaves it out (as SNAPSHOT)
+    WORKSPACE_SNAPSHOT = 9
     # Codes from FIRST_UNKNOWN on are actions this version does not know; their names are
     # kept per snapshot in Snapshot.action_names so nothing is lost.
     FIRST_UNKNOWN = 16
@@ -30,6 +33,7 @@ KNOWN_ACTIONS: dict[str, int] = {
     "segment_unmap": Action.SEGMENT_UNMAP,
     "snapshot": Action.SNAPSHOT,
     "oom": Action.OOM,
+    "workspace_snapshot": Action.WORKSPACE_SNAPSHOT,
 }
 
 BLOCK_STATES: dict[str, int] = {

@@ -47,6 +47,7 @@ NOISE_FILE_PARTS = (
 # frame. Users change the list with --hide / hide_patterns (regular expressions).
 DEFAULT_HIDE_PATTERNS: tuple[str, ...] = (
     r"[/\\]torch[/\\]",
+    r"[/\\]torch_npu[/\\]",  # Ascend's torch backend: torch's own code on an NPU
     r"[/\\]lib[/\\]python3\.\d+[/\\](?!site-packages|dist-packages)",
     r"^<frozen ",
     r"[/\\]contextlib\.py$",

@@ -286,6 +286,15 @@ def _build_snapshot(top: dict[str, Any], source: str, warn: Warn, budget: Budget
     for device in sorted(set(events_per_device) | seg_devices):
         ev = events_per_device.get(device) or build_events([], device, ctx)
         snap.traces[device] = _checked_replay(replay_device(snap, device, ev, warn), warn)
+    workspace = sum(
+        int(np.count_nonzero(t.action == Action.WORKSPACE_SNAPSHOT)) for t in snap.traces.values()
+    )
+    if workspace:  # only torch_npu writes them
+        notes.append(
+            f"an Ascend NPU snapshot (torch_npu): its {workspace:,} workspace_snapshot entries "
+            "(the NPU workspace allocator's memory) are kept as events and change neither "
+            "active nor reserved memory"
+        )
     return snap
 
 

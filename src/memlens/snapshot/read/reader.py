@@ -22,6 +22,7 @@ from memlens.errors import SnapshotError
 from memlens.snapshot.limits import LimitExceeded, Limits, limits_for, unlimited
 from memlens.snapshot.read import prescan
 from memlens.snapshot.read.safe_pickle import load_plain_pickle
+from memlens.snapshot.read.sniff import refuse_non_pickle
 
 GZIP_MAGIC = b"\x1f\x8b"
 KNOWN_TOP_LEVEL = {
@@ -150,6 +151,7 @@ def _parse(data: Any, what: str, memory_limit: int) -> Any:
     first = bytes(data[:1])
     if first in (b"{", b"[", b" ", b"\n", b"\r", b"\t"):
         return _read_json(data, what)
+    refuse_non_pickle(data, what)
     # the unpickler cannot be interrupted: its memory is bounded by a scan first (any
     # thread), and by the address space too where that is possible (a lone thread)
     memo_limit = limits_for(len(data)).memo

@@ -7,7 +7,7 @@ page, so the embedded tree stays small however many distinct stacks the trace ha
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from memlens.snapshot.model import DeviceTrace
@@ -32,8 +32,11 @@ def compact(node: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def peak_trees(dev: DeviceTrace, event: int | None = None) -> dict[str, Any]:
-    """Both views of the tree at `event` (default: the peak): Python frames only, and all."""
+def peak_trees(
+    dev: DeviceTrace, event: int | None = None, hide_patterns: Sequence[str] | None = None
+) -> dict[str, Any]:
+    """Both views of the tree at `event` (default: the peak): the user's Python frames (no
+    internal frames, analysis.tree.internal_frame_mask, as in `memlens peak`), and all."""
     from memlens.analysis.peak import tree_dict
 
     event = dev.peak_event_index if event is None else event
@@ -42,7 +45,15 @@ def peak_trees(dev: DeviceTrace, event: int | None = None) -> dict[str, Any]:
         "event": int(event),
         **{
             view: compact(
-                tree_dict(dev, rows, python_only=py, max_depth=MAX_DEPTH, min_share=MIN_SHARE)
+                tree_dict(
+                    dev,
+                    rows,
+                    python_only=py,
+                    max_depth=MAX_DEPTH,
+                    min_share=MIN_SHARE,
+                    hide_internal=py,
+                    hide_patterns=hide_patterns,
+                )
             )
             for view, py in (("python", True), ("all", False))
         },

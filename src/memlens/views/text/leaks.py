@@ -10,9 +10,16 @@ from memlens.units import format_bytes as fb
 from memlens.views.text.lines import NO_OPTIONS, elide, signed_bytes, sites_lines, table_lines
 
 
+def _groups_line(n: int) -> str:
+    """How many repeated stages were compared, in words."""
+    if n == 0:
+        return "no repeated stages to compare"
+    return "1 repeated stage" if n == 1 else f"{n:,} repeated stages"
+
+
 def render_leaks(result: LeaksResult, options: Mapping[str, Any] = NO_OPTIONS) -> str:
     device = result["device"]
-    lines = [f"device {device}: {len(result['groups'])} stage group(s)"]
+    lines = [f"device {device}: {_groups_line(len(result['groups']))}"]
     lines += [f"note: {n}" for n in result["notes"]]
     for g in result["groups"]:
         lines += [

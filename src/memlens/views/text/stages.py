@@ -21,7 +21,7 @@ def occurrence_suffix(s: Mapping[str, Any]) -> str:
 
 def render_stages(result: StagesOutput, options: Mapping[str, Any] = NO_OPTIONS) -> str:
     """`result`: stage_table's, with "repeated" (compare_steps' groups) and, on the stages
-    shown, "grew" (sites_that_grew)."""
+    shown, "grew" and "shrank" (site_changes)."""
     lines = [f"device {result['device']}: {len(result['stages'])} stages"]
     lines += [f"note: {n}" for n in result["notes"]]
     rows = []
@@ -55,9 +55,14 @@ def render_stages(result: StagesOutput, options: Mapping[str, Any] = NO_OPTIONS)
         )
     if hidden:
         lines.append(f"  ... {hidden:,} more stages (--name TEXT, --max-depth N or --json)")
-    for s in [s for s in shown if s.get("grew")][:10]:
-        lines += ["", f"sites that grew in {s['name']}{occurrence_suffix(s)}:"]
-        lines += sites_lines(s["grew"])
+    for s in [s for s in shown if s.get("grew") or s.get("shrank")][:10]:
+        name = f"{s['name']}{occurrence_suffix(s)}"
+        if s.get("grew"):
+            lines += ["", f"sites that grew in {name}:"]
+            lines += sites_lines(s["grew"])
+        if s.get("shrank"):  # freed what was made before the stage: no count of its own
+            lines += ["", f"sites that shrank in {name}:"]
+            lines += [f"  {signed_bytes(x['bytes']):>12}  {x['site']}" for x in s["shrank"]]
     for g in result["repeated"]:
         lines.append("")
         lines.append(

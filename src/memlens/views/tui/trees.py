@@ -22,15 +22,10 @@ from memlens.analysis.tree import (
     StackNode,
     build_stack_tree,
     frame_short_label,
+    internal_frame_mask,
     stack_has_python,
 )
-from memlens.snapshot.frames import (
-    DEFAULT_HIDE_PATTERNS,
-    NOISE,
-    PYTHON,
-    autograd_node_mask,
-    hidden_filename_mask,
-)
+from memlens.snapshot.frames import NOISE, PYTHON, autograd_node_mask
 from memlens.snapshot.model import DeviceTrace, Snapshot
 
 HIDDEN_LEAF = -2  # frame id of "<inside hidden frames>" leaves
@@ -121,15 +116,15 @@ def _freeze(b: _Builder, parent: Node | None) -> Node:
 def user_frame_mask(snap: Snapshot) -> np.ndarray:
     """Per frame: shown when internals are hidden (user Python code and autograd nodes).
 
-    Torch's own Python, the stdlib and C++ plumbing go; autograd nodes stay because
-    backward runs on C++ threads and they name the forward op responsible.
+    Internal Python frames go, by the one definition every tree shares
+    (analysis.tree.internal_frame_mask), and C++ plumbing with them; autograd nodes stay
+    because backward runs on C++ threads and they name the forward op responsible.
     """
 
     def make() -> np.ndarray:
-        f = snap.frames
-        hidden = hidden_filename_mask(snap.strings, f.filename, DEFAULT_HIDE_PATTERNS)
-        kind = np.asarray(f.kind)
-        mask: np.ndarray = ((kind == PYTHON) & ~hidden) | autograd_node_mask(snap)
+        kind = np.asarray(snap.frames.kind)
+        user = (kind == PYTHON) & ~internal_frame_mask(snap)
+        mask: np.ndarray = user | autograd_node_mask(snap)
         return mask
 
     return memo(snap, "tui_user_frame_mask", make)

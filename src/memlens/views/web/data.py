@@ -408,7 +408,7 @@ class ViewerData:
     def live(self, s: int, device: int, event: int, python_only: bool = True) -> LiveAnswer:
         dev = self.dev(s, device)
         event = int(min(max(event, -1), dev.n_events - 1))
-        tree = live_tree(dev, event, python_only=python_only)
+        tree = live_tree(dev, event, python_only=python_only, hide_internal=python_only)
         t = int(dev.time_us[event]) if event >= 0 and dev.time_us[event] >= 0 else None
         return {
             "event": event,

@@ -20,7 +20,7 @@ def peak_section(ctx: ReportContext) -> str:
         if dev.peak_event_index >= 0
         else "before the first event"
     )
-    ctx.data.setdefault("trees", {})["peak"] = peak_trees(dev)
+    ctx.data.setdefault("trees", {})["peak"] = peak_trees(dev, hide_patterns=ctx.hide_patterns)
     icicle = (
         '<div data-icicle="peak"><div class="controls">'
         '<button data-view="python">Python frames</button><button data-view="all">all frames</button>'
