@@ -95,7 +95,7 @@ export class Pane {
     head.append(this.devSel);
     this.figures = el("span", "figures");
     head.append(this.figures);
-    this.warnings = el("div", "warn");
+    this.warnings = el("div", "notes");
     this.annCanvas = el("canvas", "ann");
     this.canvas = el("canvas", "main");
     this.canvas.tabIndex = 0;
@@ -276,11 +276,15 @@ export class Pane {
     add("events", fmtInt(s.trace_entries));
     add("allocations", fmtInt(s.allocations));
     if (s.duration_s !== null) add("span", fmtSeconds(s.duration_s * 1e6));
-    const notes = [];
-    if (s.truncated) notes.push("the trace is truncated (ring buffer full)");
-    if (s.starts_mid_run)
-      notes.push(`${fmtInt(s.preexisting_freed_in_trace)} allocations predate the trace`);
-    this.warnings.textContent = notes.join("; ");
+    // a truncated trace hides memory from the figures: a warning; allocations made before
+    // recording began are how most traces start: information, not an alarm
+    this.warnings.replaceChildren();
+    if (s.truncated)
+      this.warnings.append(el("span", "warn", "the trace is truncated (ring buffer full)"));
+    if (s.starts_mid_run) {
+      const n = fmtInt(s.preexisting_freed_in_trace);
+      this.warnings.append(el("span", "info", `${n} allocations predate the trace`));
+    }
   }
 
   layoutCanvases() {
