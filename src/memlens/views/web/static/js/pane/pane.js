@@ -4,6 +4,7 @@
 // input pane/input.js.
 import { getJSON, segmentsUrl, viewUrl } from "../api.js";
 import { loadCompare } from "../compare.js";
+import { loadPools } from "../pools.js";
 import { moveCursor } from "../cursor.js";
 import { $, dpr, el, setStatus } from "../dom.js";
 import { fmtBytes, fmtInt, fmtSeconds } from "../format.js";
@@ -210,6 +211,12 @@ export class Pane {
               this.drawOverview();
             })
             .catch((e) => setStatus(`annotations: ${/** @type {Error} */ (e).message}`, true)),
+          // the first pane's pools (the card shows one snapshot's)
+          this === state.panes[0]
+            ? loadPools(d, this.s).catch((e) =>
+                setStatus(`pools: ${/** @type {Error} */ (e).message}`, true),
+              )
+            : null,
         ]),
       )
       .then(() => {

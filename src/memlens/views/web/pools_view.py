@@ -1,0 +1,84 @@
+"""The viewer's Memory Pools card (MemoryViz's private-pool tab): per pool, its live bytes
+over the whole trace as an envelope (the most in each column), and its share at the peak.
+
+A pool is the default one (0, 0), a CUDA graph's or a `torch.cuda.MemPool`'s. Each
+allocation belongs to the pool its alloc entry names (`pool_id`, recorded by recent
+PyTorch), else the one its free entry names; an allocation no entry of the trace places
+(made before the trace and alive throughout, or a trace without pool ids) counts in the
+unknown pool (None). The figures at the peak are `summary`'s `pools_at_peak`
+(analysis.pools), which also asks the segments. Asked for after the first paint: one pass
+over the allocations and one cumulative sum over the events per pool.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from memlens.analysis.allocator_state import recorded_pools
+from memlens.analysis.pools import pool_bytes_at
+from memlens.snapshot.model import DeviceTrace
+from memlens.views.web.answers import PoolEnvelope, PoolsAnswer
+
+
+def allocation_pools(dev: DeviceTrace) -> tuple[np.ndarray, np.ndarray]:
+    """Per allocation: its pool's index into dev.snapshot.pools, -1 where unknown; and
+    the pool pairs (rows of an (n, 2) array) those indexes name."""
+    pairs, known = recorded_pools(dev, dev.alloc_event)
+    by_free, known_free = recorded_pools(dev, dev.free_event)
+    take = ~known & known_free
+    pairs[take] = by_free[take]
+    known |= known_free
+    table = np.asarray(dev.snapshot.pools, dtype=np.int64).reshape(-1, 2)
+    index = np.full(len(known), -1, dtype=np.int64)
+    for k, (p0, p1) in enumerate(table.tolist()):
+        index[known & (pairs[:, 0] == p0) & (pairs[:, 1] == p1)] = k
+    return index, table
+
+
+def column_max(curve: np.ndarray, width: int) -> list[int]:
+    """The curve's maximum over each of `width` equal runs of events (at most one column
+    per event)."""
+    n = len(curve)
+    if n == 0:
+        return []
+    starts = np.unique(np.linspace(0, n, num=min(width, n), endpoint=False).astype(np.int64))
+    out: list[int] = np.maximum.reduceat(curve, starts).tolist()
+    return out
+
+
+def pool_envelopes(dev: DeviceTrace, width: int) -> PoolsAnswer:
+    """Each pool's live bytes after every event, reduced to `width` columns by their
+    maximum; pools with most bytes at the peak first (the unknown pool last)."""
+    index, table = allocation_pools(dev)
+    n = dev.n_events
+    peak = dev.peak_event_index
+    at_peak = {
+        tuple(p["pool"]) if p["pool"] is not None else None: p for p in pool_bytes_at(dev, peak)
+    }
+    total_at_peak = sum(p["bytes"] for p in at_peak.values())
+    pools: list[PoolEnvelope] = []
+    for k in [*range(len(table)), -1]:
+        rows = np.flatnonzero(index == k)
+        if len(rows) == 0:
+            continue
+        size = dev.alloc_size[rows]
+        born, freed = dev.alloc_event[rows], dev.free_event[rows]
+        delta = np.zeros(n + 1, dtype=np.int64)
+        np.add.at(delta, np.maximum(born, 0), np.where(born >= 0, size, 0))
+        np.add.at(delta, np.minimum(freed, n), -size)
+        start = int(size[born < 0].sum())  # alive before the first event
+        curve = start + np.cumsum(delta[:n])
+        pair = (int(table[k, 0]), int(table[k, 1])) if k >= 0 else None
+        peak_row = at_peak.get(pair, {"bytes": 0, "count": 0})
+        pools.append(
+            {
+                "pool": list(pair) if pair is not None else None,
+                "peak_bytes": peak_row["bytes"],
+                "peak_count": peak_row["count"],
+                "share": peak_row["bytes"] / total_at_peak if total_at_peak else 0.0,
+                "max_bytes": max(int(curve.max()) if n else start, start),
+                "envelope": column_max(curve, width),
+            }
+        )
+    pools.sort(key=lambda p: (p["pool"] is None, -p["peak_bytes"], p["pool"] or [0, 0]))
+    return {"n_events": n, "peak_event": peak, "pools": pools}

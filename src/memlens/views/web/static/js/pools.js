@@ -1,0 +1,102 @@
+// @ts-check
+// The Memory Pools card (MemoryViz's private-pool tab): each pool's live bytes over the
+// whole trace as an envelope, and its share at the peak. Shown only for a trace with a
+// private pool (a CUDA graph's, a MemPool's): with the default pool alone it says nothing
+// the chart does not. Asked for after the first paint (pane.js).
+import { getJSON } from "./api.js";
+import { $, col, context2d, dpr, el } from "./dom.js";
+import { fmtBytes, fmtInt } from "./format.js";
+import { PALETTE } from "./pane/colour.js";
+
+// "default", "private (1, 0)" or "unknown". Pure.
+/** @param {number[] | null} pool */
+export function poolName(pool) {
+  if (pool === null) return "unknown";
+  return pool[0] === 0 && pool[1] === 0 ? "default" : `private (${pool[0]}, ${pool[1]})`;
+}
+
+// does the card say anything: a private pool among them? Pure.
+/** @param {import("./types.js").PoolEnvelope[]} pools */
+export function hasPrivatePool(pools) {
+  return pools.some((p) => p.pool !== null && (p.pool[0] !== 0 || p.pool[1] !== 0));
+}
+
+const HEIGHT = 90;
+
+/**
+ * Each pool's envelope as a filled step curve, on one scale (the largest pool's most).
+ * @param {HTMLCanvasElement} cv
+ * @param {import("./types.js").PoolsAnswer} a
+ */
+function drawEnvelopes(cv, a) {
+  const w = cv.clientWidth || 300,
+    r = dpr();
+  cv.width = Math.round(w * r);
+  cv.height = Math.round(HEIGHT * r);
+  const ctx = context2d(cv);
+  ctx.setTransform(r, 0, 0, r, 0, 0);
+  const top = Math.max(1, ...a.pools.map((p) => p.max_bytes));
+  a.pools.forEach((p, i) => {
+    const n = p.envelope.length;
+    if (!n) return;
+    ctx.beginPath();
+    ctx.moveTo(0, HEIGHT);
+    p.envelope.forEach((b, c) => {
+      const y = HEIGHT - (b / top) * (HEIGHT - 2);
+      ctx.lineTo((c / n) * w, y);
+      ctx.lineTo(((c + 1) / n) * w, y);
+    });
+    ctx.lineTo(w, HEIGHT);
+    ctx.closePath();
+    ctx.globalAlpha = 0.35;
+    ctx.fillStyle = PALETTE[i % PALETTE.length];
+    ctx.fill();
+    ctx.globalAlpha = 1;
+    ctx.strokeStyle = PALETTE[i % PALETTE.length];
+    ctx.lineWidth = 1.25;
+    ctx.stroke();
+  });
+  if (a.n_events && a.peak_event >= 0) {
+    const x = ((a.peak_event + 0.5) / a.n_events) * w;
+    ctx.strokeStyle = col("--peak");
+    ctx.setLineDash([3, 3]);
+    ctx.beginPath();
+    ctx.moveTo(x, 0);
+    ctx.lineTo(x, HEIGHT);
+    ctx.stroke();
+    ctx.setLineDash([]);
+  }
+}
+
+/** @param {number} device @param {number} snap */
+export async function loadPools(device, snap) {
+  const card = $("#pools"),
+    body = $(".body", card);
+  /** @type {import("./types.js").PoolsAnswer} */
+  const a = await getJSON(`/api/d/${device}/pools?snap=${snap}&width=400`);
+  card.hidden = !hasPrivatePool(a.pools);
+  if (card.hidden) return;
+  const cv = /** @type {HTMLCanvasElement} */ (el("canvas", "pools"));
+  cv.setAttribute("aria-label", "live bytes per memory pool over the trace");
+  const tbl = el("table", "cmp pools");
+  const head = el("tr");
+  for (const h of ["pool", "at the peak", "share", "most"]) head.append(el("th", null, h));
+  tbl.append(head);
+  a.pools.forEach((p, i) => {
+    const tr = el("tr"),
+      name = el("td");
+    const sw = el("span", "sw");
+    sw.style.background = PALETTE[i % PALETTE.length];
+    name.append(sw, el("span", null, poolName(p.pool)));
+    name.title = `${fmtInt(p.peak_count)} allocations live at the peak`;
+    tr.append(
+      name,
+      el("td", null, fmtBytes(p.peak_bytes)),
+      el("td", null, `${(100 * p.share).toFixed(1)}%`),
+      el("td", null, fmtBytes(p.max_bytes)),
+    );
+    tbl.append(tr);
+  });
+  body.replaceChildren(cv, tbl);
+  drawEnvelopes(cv, a);
+}
