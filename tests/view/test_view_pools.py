@@ -5,6 +5,7 @@ private pool (a CUDA graph's), hidden for the default pool alone."""
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import numpy as np
 import pytest
@@ -33,6 +34,7 @@ def test_envelopes_of_a_private_and_the_default_pool():
             {"pool": [0, 0], "peak_bytes": 0, "peak_count": 0, "share": 0.0,
              "max_bytes": 300, "envelope": [0, 0, 0, 0, 0, 0, 100, 100, 300]},
         ],
+        "streams": [],  # one stream
     }  # fmt: skip
     # three columns: the most of events 0-2, 3-5, 6-8
     assert [p["envelope"] for p in pool_envelopes(dev, 3)["pools"]] == [
@@ -52,6 +54,23 @@ def test_the_pools_add_up_to_active_memory():
     dev = memlens.load(pool_snapshot()).device(0)
     curves = np.array([p["envelope"] for p in pool_envelopes(dev, dev.n_events)["pools"]])
     assert curves.sum(axis=0).tolist() == dev.active_after.tolist()
+
+
+def two_stream_snapshot() -> dict[str, Any]:
+    """pool_snapshot with C (200 bytes, event 8) allocated on stream 0x7f00."""
+    snap = pool_snapshot()
+    snap["device_traces"][0][8]["stream"] = 0x7F00
+    return snap
+
+
+def test_streams_drawn_apart():
+    dev = memlens.load(two_stream_snapshot()).device(0)
+    assert pool_envelopes(dev, 400)["streams"] == [
+        {"stream": "0x0", "peak_bytes": 1000, "peak_count": 1, "share": 1.0,
+         "max_bytes": 1000, "envelope": [0, 0, 1000, 1000, 0, 0, 100, 100, 100]},
+        {"stream": "0x7f00", "peak_bytes": 0, "peak_count": 0, "share": 0.0,
+         "max_bytes": 200, "envelope": [0, 0, 0, 0, 0, 0, 0, 0, 200]},
+    ]  # fmt: skip
 
 
 def test_column_max():
@@ -88,6 +107,15 @@ def test_the_pools_card_shows_a_private_pool_and_hides_for_the_default_alone(bro
           let n = 0; for (let i = 3; i < d.length; i += 4) n += d[i] > 0; return n; }""")
         assert painted > 100
         pg.shot("pools.png")
+        assert not pg.errors
+    with serving(ViewerData([memlens.load(two_stream_snapshot())], ["streams"])) as url:
+        pg = Page(browser, url)
+        pg.page.wait_for_selector("#pools table.pools")
+        heads = pg.page.evaluate("""() => [...document.querySelectorAll('#pools table')]
+          .map((t) => [...t.rows].map((tr) => tr.cells[0].textContent))""")
+        assert heads == [["pool", "private (1, 0)", "default"], ["stream", "0x0", "0x7f00"]]
+        assert pg.page.locator("canvas.pools").count() == 2
+        pg.shot("pools_streams.png")
         assert not pg.errors
     with serving(ViewerData([memlens.load(small_snapshot())], ["plain"])) as url:
         pg = Page(browser, url)

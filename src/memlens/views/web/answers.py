@@ -257,10 +257,22 @@ class PoolEnvelope(TypedDict):
     envelope: list[int]
 
 
+class StreamEnvelope(TypedDict):
+    """PoolEnvelope's figures for the allocations made on one stream (its handle in hex)."""
+
+    stream: str
+    peak_bytes: int
+    peak_count: int
+    share: float
+    max_bytes: int
+    envelope: list[int]
+
+
 class PoolsAnswer(TypedDict):
     n_events: int
     peak_event: int
     pools: list[PoolEnvelope]
+    streams: list[StreamEnvelope]  # empty for a trace on one stream
 
 
 # --- /compare ---------------------------------------------------------------------------------

@@ -6,7 +6,8 @@ allocation belongs to the pool its alloc entry names (`pool_id`, recorded by rec
 PyTorch), else the one its free entry names; an allocation no entry of the trace places
 (made before the trace and alive throughout, or a trace without pool ids) counts in the
 unknown pool (None). The figures at the peak are `summary`'s `pools_at_peak`
-(analysis.pools), which also asks the segments. Asked for after the first paint: one pass
+(analysis.pools), which also asks the segments. The same per stream where allocations were
+made on several (MemoryViz's streams drawn apart). Asked for after the first paint: one pass
 over the allocations and one cumulative sum over the events per pool.
 """
 
@@ -17,7 +18,7 @@ import numpy as np
 from memlens.analysis.allocator_state import recorded_pools
 from memlens.analysis.pools import pool_bytes_at
 from memlens.snapshot.model import DeviceTrace
-from memlens.views.web.answers import PoolEnvelope, PoolsAnswer
+from memlens.views.web.answers import PoolEnvelope, PoolsAnswer, StreamEnvelope
 
 
 def allocation_pools(dev: DeviceTrace) -> tuple[np.ndarray, np.ndarray]:
@@ -46,11 +47,24 @@ def column_max(curve: np.ndarray, width: int) -> list[int]:
     return out
 
 
+def live_curve(dev: DeviceTrace, rows: np.ndarray) -> np.ndarray:
+    """Live bytes of the allocations `rows` after each event (those made before the trace
+    count from the start)."""
+    n = dev.n_events
+    size = dev.alloc_size[rows]
+    born, freed = dev.alloc_event[rows], dev.free_event[rows]
+    delta = np.zeros(n + 1, dtype=np.int64)
+    np.add.at(delta, np.maximum(born, 0), np.where(born >= 0, size, 0))
+    np.add.at(delta, np.minimum(freed, n), -size)
+    curve: np.ndarray = int(size[born < 0].sum()) + np.cumsum(delta[:n])
+    return curve
+
+
 def pool_envelopes(dev: DeviceTrace, width: int) -> PoolsAnswer:
     """Each pool's live bytes after every event, reduced to `width` columns by their
-    maximum; pools with most bytes at the peak first (the unknown pool last)."""
+    maximum; pools with most bytes at the peak first (the unknown pool last). The same
+    per stream, where the trace has several (streams drawn apart)."""
     index, table = allocation_pools(dev)
-    n = dev.n_events
     peak = dev.peak_event_index
     at_peak = {
         tuple(p["pool"]) if p["pool"] is not None else None: p for p in pool_bytes_at(dev, peak)
@@ -61,13 +75,7 @@ def pool_envelopes(dev: DeviceTrace, width: int) -> PoolsAnswer:
         rows = np.flatnonzero(index == k)
         if len(rows) == 0:
             continue
-        size = dev.alloc_size[rows]
-        born, freed = dev.alloc_event[rows], dev.free_event[rows]
-        delta = np.zeros(n + 1, dtype=np.int64)
-        np.add.at(delta, np.maximum(born, 0), np.where(born >= 0, size, 0))
-        np.add.at(delta, np.minimum(freed, n), -size)
-        start = int(size[born < 0].sum())  # alive before the first event
-        curve = start + np.cumsum(delta[:n])
+        curve = live_curve(dev, rows)
         pair = (int(table[k, 0]), int(table[k, 1])) if k >= 0 else None
         peak_row = at_peak.get(pair, {"bytes": 0, "count": 0})
         pools.append(
@@ -76,9 +84,40 @@ def pool_envelopes(dev: DeviceTrace, width: int) -> PoolsAnswer:
                 "peak_bytes": peak_row["bytes"],
                 "peak_count": peak_row["count"],
                 "share": peak_row["bytes"] / total_at_peak if total_at_peak else 0.0,
-                "max_bytes": max(int(curve.max()) if n else start, start),
+                "max_bytes": int(curve.max()) if len(curve) else 0,
                 "envelope": column_max(curve, width),
             }
         )
     pools.sort(key=lambda p: (p["pool"] is None, -p["peak_bytes"], p["pool"] or [0, 0]))
-    return {"n_events": n, "peak_event": peak, "pools": pools}
+    return {
+        "n_events": dev.n_events,
+        "peak_event": peak,
+        "pools": pools,
+        "streams": stream_envelopes(dev, width),
+    }
+
+
+def stream_envelopes(dev: DeviceTrace, width: int) -> list[StreamEnvelope]:
+    """Per stream the allocations were made on (its handle in hex), as pool_envelopes
+    does per pool; empty for a trace on one stream."""
+    streams = np.unique(dev.alloc_stream)
+    if len(streams) < 2:
+        return []
+    live = dev.live_at(dev.peak_event_index)
+    total_at_peak = int(dev.alloc_size[live].sum())
+    out: list[StreamEnvelope] = []
+    for s in streams.tolist():
+        curve = live_curve(dev, np.flatnonzero(dev.alloc_stream == s))
+        at_peak = live[dev.alloc_stream[live] == s]
+        peak_bytes = int(dev.alloc_size[at_peak].sum())
+        out.append(
+            {
+                "stream": hex(dev.snapshot.streams[s]),
+                "peak_bytes": peak_bytes,
+                "peak_count": len(at_peak),
+                "share": peak_bytes / total_at_peak if total_at_peak else 0.0,
+                "max_bytes": int(curve.max()) if len(curve) else 0,
+                "envelope": column_max(curve, width),
+            }
+        )
+    return out

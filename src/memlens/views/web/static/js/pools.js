@@ -1,8 +1,9 @@
 // @ts-check
 // The Memory Pools card (MemoryViz's private-pool tab): each pool's live bytes over the
-// whole trace as an envelope, and its share at the peak. Shown only for a trace with a
-// private pool (a CUDA graph's, a MemPool's): with the default pool alone it says nothing
-// the chart does not. Asked for after the first paint (pane.js).
+// whole trace as an envelope, and its share at the peak; the same per stream (streams
+// drawn apart) where allocations were made on several. Shown only for a trace with a
+// private pool (a CUDA graph's, a MemPool's) or several streams: otherwise it says
+// nothing the chart does not. Asked for after the first paint (pane.js).
 import { getJSON } from "./api.js";
 import { $, col, context2d, dpr, el } from "./dom.js";
 import { fmtBytes, fmtInt } from "./format.js";
@@ -22,21 +23,24 @@ export function hasPrivatePool(pools) {
 }
 
 const HEIGHT = 90;
+/** @typedef {{envelope: number[], max_bytes: number, peak_bytes: number, peak_count: number, share: number}} Curve */
 
 /**
- * Each pool's envelope as a filled step curve, on one scale (the largest pool's most).
+ * Each curve's envelope as a filled step curve, on one scale (the largest's most), the
+ * peak dashed.
  * @param {HTMLCanvasElement} cv
+ * @param {Curve[]} curves
  * @param {import("./types.js").PoolsAnswer} a
  */
-function drawEnvelopes(cv, a) {
+function drawEnvelopes(cv, curves, a) {
   const w = cv.clientWidth || 300,
     r = dpr();
   cv.width = Math.round(w * r);
   cv.height = Math.round(HEIGHT * r);
   const ctx = context2d(cv);
   ctx.setTransform(r, 0, 0, r, 0, 0);
-  const top = Math.max(1, ...a.pools.map((p) => p.max_bytes));
-  a.pools.forEach((p, i) => {
+  const top = Math.max(1, ...curves.map((p) => p.max_bytes));
+  curves.forEach((p, i) => {
     const n = p.envelope.length;
     if (!n) return;
     ctx.beginPath();
@@ -68,26 +72,28 @@ function drawEnvelopes(cv, a) {
   }
 }
 
-/** @param {number} device @param {number} snap */
-export async function loadPools(device, snap) {
-  const card = $("#pools"),
-    body = $(".body", card);
-  /** @type {import("./types.js").PoolsAnswer} */
-  const a = await getJSON(`/api/d/${device}/pools?snap=${snap}&width=400`);
-  card.hidden = !hasPrivatePool(a.pools);
-  if (card.hidden) return;
+/**
+ * A canvas of envelopes and a table with a row per curve; the canvas is drawn once the
+ * card lays it out.
+ * @param {string} what  the first column's heading
+ * @param {Curve[]} curves
+ * @param {string[]} names
+ * @param {import("./types.js").PoolsAnswer} a
+ * @returns {[HTMLCanvasElement, HTMLElement, () => void]}
+ */
+function envelopeBlock(what, curves, names, a) {
   const cv = /** @type {HTMLCanvasElement} */ (el("canvas", "pools"));
-  cv.setAttribute("aria-label", "live bytes per memory pool over the trace");
+  cv.setAttribute("aria-label", `live bytes per ${what} over the trace`);
   const tbl = el("table", "cmp pools");
   const head = el("tr");
-  for (const h of ["pool", "at the peak", "share", "most"]) head.append(el("th", null, h));
+  for (const h of [what, "at the peak", "share", "most"]) head.append(el("th", null, h));
   tbl.append(head);
-  a.pools.forEach((p, i) => {
+  curves.forEach((p, i) => {
     const tr = el("tr"),
       name = el("td");
     const sw = el("span", "sw");
     sw.style.background = PALETTE[i % PALETTE.length];
-    name.append(sw, el("span", null, poolName(p.pool)));
+    name.append(sw, el("span", null, names[i]));
     name.title = `${fmtInt(p.peak_count)} allocations live at the peak`;
     tr.append(
       name,
@@ -97,6 +103,27 @@ export async function loadPools(device, snap) {
     );
     tbl.append(tr);
   });
-  body.replaceChildren(cv, tbl);
-  drawEnvelopes(cv, a);
+  return [cv, tbl, () => drawEnvelopes(cv, curves, a)];
+}
+
+/** @param {number} device @param {number} snap */
+export async function loadPools(device, snap) {
+  const card = $("#pools"),
+    body = $(".body", card);
+  /** @type {import("./types.js").PoolsAnswer} */
+  const a = await getJSON(`/api/d/${device}/pools?snap=${snap}&width=400`);
+  card.hidden = !hasPrivatePool(a.pools) && !a.streams.length;
+  if (card.hidden) return;
+  body.replaceChildren();
+  const draws = [];
+  for (const [what, curves, names] of /** @type {[string, Curve[], string[]][]} */ ([
+    ["pool", a.pools, a.pools.map((p) => poolName(p.pool))],
+    ["stream", a.streams, a.streams.map((s) => s.stream)],
+  ])) {
+    if (!curves.length) continue;
+    const [cv, tbl, draw] = envelopeBlock(what, curves, names, a);
+    body.append(cv, tbl);
+    draws.push(draw);
+  }
+  for (const draw of draws) draw();
 }

@@ -234,10 +234,20 @@
  * @property {number[]} envelope
  */
 /**
+ * @typedef {object} StreamEnvelope
+ * @property {string} stream
+ * @property {number} peak_bytes
+ * @property {number} peak_count
+ * @property {number} share
+ * @property {number} max_bytes
+ * @property {number[]} envelope
+ */
+/**
  * @typedef {object} PoolsAnswer
  * @property {number} n_events
  * @property {number} peak_event
  * @property {PoolEnvelope[]} pools
+ * @property {StreamEnvelope[]} streams
  */
 
 // ---- /api/compare
