@@ -16,9 +16,10 @@ from view_fixtures import serving, small_snapshot
 import memlens
 from chromium import CHROMIUM
 from memlens.views.web.data import ViewerData
-from memlens.views.web.pools_view import column_max, pool_envelopes
+from memlens.views.web.pools_view import pool_envelopes
+from memlens.views.web.segment_sizes import column_max
 from memlens.views.web.server import create_app
-from snapshot_builders import pool_snapshot
+from snapshot_builders import MiB, block, ev, pool_snapshot, segment
 
 
 def test_envelopes_of_a_private_and_the_default_pool():
@@ -35,6 +36,7 @@ def test_envelopes_of_a_private_and_the_default_pool():
              "max_bytes": 300, "envelope": [0, 0, 0, 0, 0, 0, 100, 100, 300]},
         ],
         "streams": [],  # one stream
+        "segment_sizes": [],  # 2 MiB segments only
     }  # fmt: skip
     # three columns: the most of events 0-2, 3-5, 6-8
     assert [p["envelope"] for p in pool_envelopes(dev, 3)["pools"]] == [
@@ -117,7 +119,50 @@ def test_the_pools_card_shows_a_private_pool_and_hides_for_the_default_alone(bro
         assert pg.page.locator("canvas.pools").count() == 2
         pg.shot("pools_streams.png")
         assert not pg.errors
+    with serving(ViewerData([memlens.load(sized_segments_snapshot())], ["sizes"])) as url:
+        pg = Page(browser, url)
+        pg.page.wait_for_selector("#pools table.pools")
+        rows = pg.page.evaluate("""() => [...document.querySelectorAll('#pools table')]
+          .map((t) => [...t.rows].map((tr) => [...tr.cells].map((c) => c.textContent)))""")
+        assert rows == [  # the default pool alone: no pools table
+            [["reserved in segments of", "most"], ["2 MiB", "2.00 MiB"], ["20 MiB", "20.00 MiB"],
+             ["other sizes", "6.00 MiB"], ["before the trace", "6.00 MiB"]]
+        ]  # fmt: skip
+        pg.shot("segment_sizes.png")
+        assert not pg.errors
     with serving(ViewerData([memlens.load(small_snapshot())], ["plain"])) as url:
         pg = Page(browser, url)
         assert pg.page.evaluate("() => document.querySelector('#pools').hidden")
         assert not pg.errors
+
+
+def sized_segments_snapshot() -> dict[str, Any]:
+    """Segments of each size class: A (2 MiB) made at event 0 and freed at 3, B (20 MiB)
+    made at 1, X (6 MiB, made before the trace) freed at 2, C (6 MiB, one large request)
+    made at 4; B and C are the final segments, so 6 MiB were reserved before the trace."""
+    A, B, X, C = 0x1000000, 0x4000000, 0x8000000, 0xC000000
+    trace = [
+        ev("segment_alloc", A, 2 * MiB, 0, frames=[]),
+        ev("segment_alloc", B, 20 * MiB, 1, frames=[]),
+        ev("segment_free", X, 6 * MiB, 2, frames=[]),
+        ev("segment_free", A, 2 * MiB, 3, frames=[]),
+        ev("segment_alloc", C, 6 * MiB, 4, frames=[]),
+    ]
+    segments = [segment(B, [block(B, 20 * MiB, 0, "inactive")]),
+                segment(C, [block(C, 6 * MiB, 0, "inactive")])]  # fmt: skip
+    return {"segments": segments, "device_traces": [trace]}
+
+
+def test_reserved_memory_by_segment_size_adds_up_to_reserved():
+    dev = memlens.load(sized_segments_snapshot()).device(0)
+    got = pool_envelopes(dev, 400)["segment_sizes"]
+    assert got == [
+        {"size_class": "2 MiB", "max_bytes": 2 * MiB, "envelope": [2 * MiB] * 3 + [0, 0]},
+        {"size_class": "20 MiB", "max_bytes": 20 * MiB, "envelope": [0] + [20 * MiB] * 4},
+        {"size_class": "other sizes", "max_bytes": 6 * MiB, "envelope": [0] * 4 + [6 * MiB]},
+        {"size_class": "before the trace", "max_bytes": 6 * MiB,
+         "envelope": [6 * MiB] * 2 + [0] * 3},
+    ]  # fmt: skip
+    assert np.sum([g["envelope"] for g in got], axis=0).tolist() == dev.reserved_after.tolist()
+    # one class alone has nothing to split: pool_snapshot's segments are all 2 MiB
+    assert pool_envelopes(memlens.load(pool_snapshot()).device(0), 400)["segment_sizes"] == []

@@ -268,11 +268,20 @@ class StreamEnvelope(TypedDict):
     envelope: list[int]
 
 
+class SizeEnvelope(TypedDict):
+    """Reserved bytes in segments of one size class (segment_sizes.CLASSES) over the trace."""
+
+    size_class: str
+    max_bytes: int
+    envelope: list[int]
+
+
 class PoolsAnswer(TypedDict):
     n_events: int
     peak_event: int
     pools: list[PoolEnvelope]
     streams: list[StreamEnvelope]  # empty for a trace on one stream
+    segment_sizes: list[SizeEnvelope]  # empty when one size class holds all
 
 
 # --- /compare ---------------------------------------------------------------------------------

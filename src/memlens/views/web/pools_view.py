@@ -7,7 +7,8 @@ PyTorch), else the one its free entry names; an allocation no entry of the trace
 (made before the trace and alive throughout, or a trace without pool ids) counts in the
 unknown pool (None). The figures at the peak are `summary`'s `pools_at_peak`
 (analysis.pools), which also asks the segments. The same per stream where allocations were
-made on several (MemoryViz's streams drawn apart). Asked for after the first paint: one pass
+made on several (MemoryViz's streams drawn apart), and reserved memory by segment size
+(segment_sizes.py). Asked for after the first paint: one pass
 over the allocations and one cumulative sum over the events per pool.
 """
 
@@ -19,6 +20,7 @@ from memlens.analysis.allocator_state import recorded_pools
 from memlens.analysis.pools import pool_bytes_at
 from memlens.snapshot.model import DeviceTrace
 from memlens.views.web.answers import PoolEnvelope, PoolsAnswer, StreamEnvelope
+from memlens.views.web.segment_sizes import column_max, segment_size_envelopes
 
 
 def allocation_pools(dev: DeviceTrace) -> tuple[np.ndarray, np.ndarray]:
@@ -34,17 +36,6 @@ def allocation_pools(dev: DeviceTrace) -> tuple[np.ndarray, np.ndarray]:
     for k, (p0, p1) in enumerate(table.tolist()):
         index[known & (pairs[:, 0] == p0) & (pairs[:, 1] == p1)] = k
     return index, table
-
-
-def column_max(curve: np.ndarray, width: int) -> list[int]:
-    """The curve's maximum over each of `width` equal runs of events (at most one column
-    per event)."""
-    n = len(curve)
-    if n == 0:
-        return []
-    starts = np.unique(np.linspace(0, n, num=min(width, n), endpoint=False).astype(np.int64))
-    out: list[int] = np.maximum.reduceat(curve, starts).tolist()
-    return out
 
 
 def live_curve(dev: DeviceTrace, rows: np.ndarray) -> np.ndarray:
@@ -94,6 +85,7 @@ def pool_envelopes(dev: DeviceTrace, width: int) -> PoolsAnswer:
         "peak_event": peak,
         "pools": pools,
         "streams": stream_envelopes(dev, width),
+        "segment_sizes": segment_size_envelopes(dev, width),
     }
 
 

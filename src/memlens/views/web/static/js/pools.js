@@ -1,9 +1,10 @@
 // @ts-check
 // The Memory Pools card (MemoryViz's private-pool tab): each pool's live bytes over the
 // whole trace as an envelope, and its share at the peak; the same per stream (streams
-// drawn apart) where allocations were made on several. Shown only for a trace with a
-// private pool (a CUDA graph's, a MemPool's) or several streams: otherwise it says
-// nothing the chart does not. Asked for after the first paint (pane.js).
+// drawn apart) where allocations were made on several; reserved memory by segment size
+// (fragmentation: 2 MiB, 20 MiB, one-request segments, expandable, before the trace).
+// Shown only when one of them has more than the default pool, one stream or one size:
+// otherwise it says nothing the chart does not. Asked for after the first paint (pane.js).
 import { getJSON } from "./api.js";
 import { $, col, context2d, dpr, el } from "./dom.js";
 import { fmtBytes, fmtInt } from "./format.js";
@@ -23,7 +24,7 @@ export function hasPrivatePool(pools) {
 }
 
 const HEIGHT = 90;
-/** @typedef {{envelope: number[], max_bytes: number, peak_bytes: number, peak_count: number, share: number}} Curve */
+/** @typedef {{envelope: number[], max_bytes: number, peak_bytes?: number, peak_count?: number, share?: number}} Curve */
 
 /**
  * Each curve's envelope as a filled step curve, on one scale (the largest's most), the
@@ -86,7 +87,10 @@ function envelopeBlock(what, curves, names, a) {
   cv.setAttribute("aria-label", `live bytes per ${what} over the trace`);
   const tbl = el("table", "cmp pools");
   const head = el("tr");
-  for (const h of [what, "at the peak", "share", "most"]) head.append(el("th", null, h));
+  // pools and streams: their figures at the peak too; segment sizes: their most
+  const atPeak = curves.every((p) => p.peak_bytes !== undefined);
+  const cols = atPeak ? [what, "at the peak", "share", "most"] : [what, "most"];
+  for (const h of cols) head.append(el("th", null, h));
   tbl.append(head);
   curves.forEach((p, i) => {
     const tr = el("tr"),
@@ -94,13 +98,15 @@ function envelopeBlock(what, curves, names, a) {
     const sw = el("span", "sw");
     sw.style.background = PALETTE[i % PALETTE.length];
     name.append(sw, el("span", null, names[i]));
-    name.title = `${fmtInt(p.peak_count)} allocations live at the peak`;
-    tr.append(
-      name,
-      el("td", null, fmtBytes(p.peak_bytes)),
-      el("td", null, `${(100 * p.share).toFixed(1)}%`),
-      el("td", null, fmtBytes(p.max_bytes)),
-    );
+    tr.append(name);
+    if (atPeak) {
+      name.title = `${fmtInt(p.peak_count ?? 0)} allocations live at the peak`;
+      tr.append(
+        el("td", null, fmtBytes(p.peak_bytes ?? 0)),
+        el("td", null, `${(100 * (p.share ?? 0)).toFixed(1)}%`),
+      );
+    }
+    tr.append(el("td", null, fmtBytes(p.max_bytes)));
     tbl.append(tr);
   });
   return [cv, tbl, () => drawEnvelopes(cv, curves, a)];
@@ -112,13 +118,14 @@ export async function loadPools(device, snap) {
     body = $(".body", card);
   /** @type {import("./types.js").PoolsAnswer} */
   const a = await getJSON(`/api/d/${device}/pools?snap=${snap}&width=400`);
-  card.hidden = !hasPrivatePool(a.pools) && !a.streams.length;
+  card.hidden = !hasPrivatePool(a.pools) && !a.streams.length && !a.segment_sizes.length;
   if (card.hidden) return;
   body.replaceChildren();
   const draws = [];
   for (const [what, curves, names] of /** @type {[string, Curve[], string[]][]} */ ([
-    ["pool", a.pools, a.pools.map((p) => poolName(p.pool))],
+    ["pool", hasPrivatePool(a.pools) ? a.pools : [], a.pools.map((p) => poolName(p.pool))],
     ["stream", a.streams, a.streams.map((s) => s.stream)],
+    ["reserved in segments of", a.segment_sizes, a.segment_sizes.map((s) => s.size_class)],
   ])) {
     if (!curves.length) continue;
     const [cv, tbl, draw] = envelopeBlock(what, curves, names, a);

@@ -243,11 +243,18 @@
  * @property {number[]} envelope
  */
 /**
+ * @typedef {object} SizeEnvelope
+ * @property {string} size_class
+ * @property {number} max_bytes
+ * @property {number[]} envelope
+ */
+/**
  * @typedef {object} PoolsAnswer
  * @property {number} n_events
  * @property {number} peak_event
  * @property {PoolEnvelope[]} pools
  * @property {StreamEnvelope[]} streams
+ * @property {SizeEnvelope[]} segment_sizes
  */
 
 // ---- /api/compare
