@@ -6,6 +6,7 @@ import { test } from "node:test";
 import {
   hatchReasons,
   hatchSummary,
+  nodeName,
   passChain,
   shortSite,
   shownChain,
@@ -13,6 +14,7 @@ import {
   splitLabel,
   subtreeMatches,
   tooltipLines,
+  uniqueSuffixes,
 } from "./static.mjs";
 
 const node = (label, bytes, children = []) => ({ label, bytes, children });
@@ -171,4 +173,38 @@ test("splitLabel / shortSite: the location that tells rows apart stays whole", (
     ":22)",
   ]);
   assert.deepEqual(siteParts("<no stack recorded>"), ["<no stack recorded>", "", ""]);
+});
+
+test("nodeName: an autograd node by its own name, any other name whole", () => {
+  assert.equal(nodeName("torch::autograd::generated::MmBackward0::apply"), "MmBackward0");
+  assert.equal(nodeName("torch::autograd::AccumulateGrad::apply"), "AccumulateGrad");
+  assert.equal(nodeName("torch::autograd::CppNode<MyFn>::apply"), "CppNode<MyFn>");
+  assert.equal(nodeName("mylib::FooBackward1::apply"), "FooBackward1");
+  // a forward entry and the engine's own work are not nodes
+  assert.equal(
+    nodeName("torch::autograd::Function<MyFn>::apply"),
+    "torch::autograd::Function<MyFn>::apply",
+  );
+  assert.equal(
+    nodeName("torch::autograd::InputMetadata::reduce_grad"),
+    "torch::autograd::InputMetadata::reduce_grad",
+  );
+});
+
+test("uniqueSuffixes: the parent folders that tell equal basenames apart", () => {
+  const got = uniqueSuffixes([
+    "/site-packages/torch/optim/optimizer.py",
+    "/home/u/mylib/optimizer.py",
+    "/home/u/train.py",
+    "/home/u/train.py",
+    "a/x.py",
+    "b/a/x.py",
+  ]);
+  assert.deepEqual(Object.fromEntries(got), {
+    "/site-packages/torch/optim/optimizer.py": "optim/optimizer.py",
+    "/home/u/mylib/optimizer.py": "mylib/optimizer.py",
+    "/home/u/train.py": "train.py",
+    "a/x.py": "a/x.py", // a suffix of another path: whole
+    "b/a/x.py": "b/a/x.py",
+  });
 });

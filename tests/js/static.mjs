@@ -9,4 +9,9 @@ export * from "../../src/memlens/views/web/static/js/pane/geometry.js";
 export { bandOffset } from "../../src/memlens/views/web/static/js/pane/input.js";
 export * from "../../src/memlens/views/web/static/js/tooltip.js";
 export { blockSpan, poolText, stateHit } from "../../src/memlens/views/web/static/js/allocator.js";
-export { shortSite, siteParts } from "../../src/memlens/views/web/static/js/compare.js";
+export {
+  nodeName,
+  shortSite,
+  siteParts,
+  uniqueSuffixes,
+} from "../../src/memlens/views/web/static/js/compare.js";

@@ -454,3 +454,14 @@ def test_long_text_lines_go_on_over_the_next_lines():
     assert wrap_lines(lines, 4) == lines  # no room for an indent: left to the ellipsis
     # between words where the next one fits
     assert wrap_lines(["  f  /a/b.py:1 and more"], 13) == ["  f", "    /a/b.py:1", "    and more"]
+
+
+def test_summary_figures_name_the_pools_at_the_peak_when_one_is_private():
+    from snapshot_builders import pool_snapshot
+
+    # A (1000 bytes, the CUDA graph's pool (1, 0)) is all that is live at the peak
+    lines = summary_figures(memlens.load(pool_snapshot()).device(0))
+    assert [x for x in lines if x.startswith("pools")] == ["pools at peak  (1, 0) 1000 B"]
+    # the default pool alone: no line, as in `memlens summary`
+    lines = summary_figures(memlens.load(hs.small()).device(0))
+    assert not [x for x in lines if x.startswith("pools")]

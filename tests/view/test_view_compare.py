@@ -4,6 +4,8 @@ diff`, the report and the viewer), in the page's JSON shape: fields only added."
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -73,6 +75,18 @@ def test_compare_shares_one_y_scale_with_a_toggle(browser):
         assert not pg.errors
 
 
+@contextmanager
+def compare_page(
+    browser: Any, make: Callable[[int], dict[str, Any]], scales: tuple[int, int], ready: str
+) -> Iterator[Page]:
+    """The page comparing make(scales[0]) (A) with make(scales[1]) (B), once `ready` is in."""
+    a, b = (memlens.load(make(k)) for k in scales)
+    with serving(ViewerData([a, b], ["a", "b"])) as url:
+        pg = Page(browser, url)
+        pg.page.wait_for_selector(ready)
+        yield pg
+
+
 def _same_function_snapshot(scale: int) -> dict[str, Any]:
     """Four sites of one long-named function in one long-named file, lines 22/57/78/79."""
     from snapshot_builders import ev
@@ -88,18 +102,73 @@ def _same_function_snapshot(scale: int) -> dict[str, Any]:
 @pytest.mark.browser
 @pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="needs Debian's chromium")
 def test_compare_rows_of_one_function_show_their_lines(browser):
-    a = memlens.load(_same_function_snapshot(1))
-    b = memlens.load(_same_function_snapshot(3))
-    with serving(ViewerData([a, b], ["a", "b"])) as url:
-        pg = Page(browser, url)
+    with compare_page(browser, _same_function_snapshot, (1, 3), "table.cmp td .ln") as pg:
         page = pg.page
-        page.wait_for_selector("table.cmp td .ln")
         # per row: the location's text, and whether it lies wholly inside its cell
         rows = page.evaluate("""() => [...document.querySelectorAll('table.cmp td:first-child')]
           .map((td) => { const ln = td.querySelector('.ln'), nm = td.querySelector('.nm');
             const c = td.getBoundingClientRect(), r = ln.getBoundingClientRect();
-            return [ln.textContent, r.right <= c.right + 0.5, nm.scrollWidth > nm.clientWidth]; })""")
+            return [ln.textContent, r.right <= c.right + 0.5, nm.textContent]; })""")
         assert [r[0] for r in rows] == [f":{n})" for n in (79, 78, 57, 22)]
         assert all(r[1] for r in rows)  # every line number is on screen
-        assert all(r[2] for r in rows)  # the long name is what was cut
+        # the long name whole (wrapped), never cut
+        assert {r[2] for r in rows} == {"forward_of_a_transformer_block_with_a_long_name"}
+        assert not pg.errors
+
+
+SOFTMAX = "softmax_over_the_last_dimension_with_numerical_stability"
+NODES = ("MmBackward0", "BmmBackward0", "SoftmaxBackward0", "AddmmBackward0", "ViewBackward0")
+
+
+def _long_names_snapshot(scale: int) -> dict[str, Any]:
+    """A Python site with a long name in torch's and the user's `nn_utils.py`, and five
+    allocations made in backward (C++ stacks only) by autograd nodes whose full names share
+    their first 40 characters: `torch::autograd::generated::<Node>::apply`."""
+    from snapshot_builders import ev
+
+    engine = {"filename": "??", "line": 0, "name": "torch::autograd::Engine::evaluate_function"}
+    trace = [
+        ev(
+            "alloc",
+            0x1000,
+            scale * 4096,
+            0,
+            frames=[{"filename": "/home/u/proj/mylib/nn_utils.py", "line": 6, "name": SOFTMAX}],
+        ),
+        ev(
+            "alloc",
+            0x9000,
+            scale * 512,
+            1,
+            frames=[{"filename": "/home/u/proj/other/nn_utils.py", "line": 9, "name": "f"}],
+        ),
+    ]
+    trace += [ev("alloc", 0x10000 * (k + 2), scale * 64 * (k + 1), k + 2,
+                 frames=[{"filename": "??", "line": 0,
+                          "name": f"torch::autograd::generated::{n}::apply(std::vector<at::Tensor>&&)"},
+                         engine])
+              for k, n in enumerate(NODES)]  # fmt: skip
+    return {"segments": [], "device_traces": [trace]}
+
+
+@pytest.mark.browser
+@pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="needs Debian's chromium")
+def test_compare_shows_whole_names_and_autograd_nodes_by_their_own(browser):
+    with compare_page(browser, _long_names_snapshot, (1, 2), "table.cmp td .nm") as pg:
+        page = pg.page
+        rows = page.evaluate("""() => [...document.querySelectorAll('table.cmp td:first-child')]
+          .map((td) => { const c = td.getBoundingClientRect();
+            const inside = [...td.querySelectorAll('span')].every((s) => {
+              const r = s.getBoundingClientRect(); return r.right <= c.right + 0.5; });
+            return [td.querySelector('.lbl').textContent, td.title, inside]; })""")
+        assert {r[0] for r in rows} == {
+            f"{SOFTMAX}(mylib/nn_utils.py:6)",  # whole, and the folder that tells it apart
+            "f(other/nn_utils.py:9)",
+            *NODES,  # each node by its own name, not `torch::autograd:…`
+        }
+        assert all(r[2] for r in rows)  # nothing runs out of its cell: wrapped, not cut
+        titles = {r[1] for r in rows}  # the whole site on hover
+        assert "torch::autograd::generated::MmBackward0::apply" in titles
+        assert f"{SOFTMAX} (/home/u/proj/mylib/nn_utils.py:6)" in titles
+        pg.shot("compare_long_names.png")
         assert not pg.errors

@@ -10,7 +10,7 @@ from memlens.units import format_bytes
 from memlens.views.text.lines import NO_OPTIONS
 
 
-def _pool_text(p: Mapping[str, Any]) -> str:
+def pool_text(p: Mapping[str, Any]) -> str:
     """`default 1.00 GiB`, `(1, 2) 300.00 MiB` (a CUDA graph's or a MemPool), `unknown ...`."""
     pool = p["pool"]
     name = "unknown" if pool is None else "default" if pool == [0, 0] else f"({pool[0]}, {pool[1]})"
@@ -54,7 +54,7 @@ def render_summary(s: Summary, options: Mapping[str, Any] = NO_OPTIONS) -> str:
             lines.append(f"  annotations      {d['annotations']:,}")
         pools = d["pools_at_peak"]
         if any(p["pool"] != [0, 0] for p in pools):  # only the default pool: nothing to say
-            lines.append("  pools at peak    " + "; ".join(map(_pool_text, pools)))
+            lines.append("  pools at peak    " + "; ".join(map(pool_text, pools)))
         ooms = d["ooms"]
         for o in ooms[:3]:
             lines.append(

@@ -14,6 +14,7 @@ data.py builds each answer in one place. Optional keys live in a `total=False` b
     GET /api/d/{device}/state       StateAnswer
     GET /api/d/{device}/summary     analysis.results.DeviceSummary (`memlens summary`'s)
     GET /api/d/{device}/annotations AnnotationsAnswer
+    GET /api/d/{device}/pools       PoolsAnswer
     GET /api/compare                CompareAnswer
     any, on an error                ErrorAnswer (HTTP 400: the user's; 500: a bug)
 """
@@ -239,6 +240,48 @@ class Span(TypedDict):
 class AnnotationsAnswer(TypedDict):
     spans: list[Span]
     truncated: bool
+
+
+# --- /pools -----------------------------------------------------------------------------------
+
+
+class PoolEnvelope(TypedDict):
+    """One memory pool (None: unknown) over the trace: `envelope` its most live bytes in
+    each column of events; at the peak its bytes, count and share of the live bytes."""
+
+    pool: list[int] | None
+    peak_bytes: int
+    peak_count: int
+    share: float
+    max_bytes: int
+    envelope: list[int]
+
+
+class StreamEnvelope(TypedDict):
+    """PoolEnvelope's figures for the allocations made on one stream (its handle in hex)."""
+
+    stream: str
+    peak_bytes: int
+    peak_count: int
+    share: float
+    max_bytes: int
+    envelope: list[int]
+
+
+class SizeEnvelope(TypedDict):
+    """Reserved bytes in segments of one size class (segment_sizes.CLASSES) over the trace."""
+
+    size_class: str
+    max_bytes: int
+    envelope: list[int]
+
+
+class PoolsAnswer(TypedDict):
+    n_events: int
+    peak_event: int
+    pools: list[PoolEnvelope]
+    streams: list[StreamEnvelope]  # empty for a trace on one stream
+    segment_sizes: list[SizeEnvelope]  # empty when one size class holds all
 
 
 # --- /compare ---------------------------------------------------------------------------------

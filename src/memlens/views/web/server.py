@@ -36,9 +36,11 @@ from memlens.views.web.answers import (
     ErrorAnswer,
     LiveAnswer,
     MetaAnswer,
+    PoolsAnswer,
     StateAnswer,
 )
 from memlens.views.web.data import PAGE_MIN_PX, ViewerData, Window
+from memlens.views.web.pools_view import pool_envelopes
 
 # the page and its ES modules (static/js/), package data like the report templates; served
 # from disk by StaticFiles (str() of it: memlens is never imported from a zip)
@@ -190,6 +192,10 @@ def create_app(
     def allocator(req: Request) -> StateAnswer:
         return data.state(_snap(req), device(req), _int(req, "event", -1, lo=-1))
 
+    def pools(req: Request) -> PoolsAnswer:
+        width = _int(req, "width", 400, lo=1, hi=MAX_PIXELS)
+        return pool_envelopes(data.dev(_snap(req), device(req)), width)
+
     def summary(req: Request) -> DeviceSummary:
         return data.summary(_snap(req), device(req))
 
@@ -212,6 +218,7 @@ def create_app(
         Route("/api/d/{device}/summary", api(summary)),
         Route("/api/d/{device}/state", api(allocator)),
         Route("/api/d/{device}/segments", api(segments)),
+        Route("/api/d/{device}/pools", api(pools)),
         Route("/api/compare", api(compare)),
         Mount("/static", StaticFiles(directory=str(STATIC)), name="static"),
     ]

@@ -22,6 +22,45 @@ export function siteParts(label) {
   return m ? [name, m[1], m[2]] : [name, "", ""];
 }
 
+// An autograd graph node by its own name: "torch::autograd::generated::MmBackward0::apply"
+// -> "MmBackward0" (the node says what the memory is for: snapshot/frames.py's
+// AUTOGRAD_NODE). `Function<F>::apply` is a forward entry, not a node: kept, as is any
+// other name. Pure.
+/** @param {string} name */
+export function nodeName(name) {
+  const m =
+    /^torch::autograd::(?!Function<)(?:\w+::)*?(\w+(?:<.*>)?)::apply$/.exec(name) ??
+    /(?:^|::)(\w+Backward\d*)::apply$/.exec(name);
+  return m ? m[1] : name;
+}
+
+// Each path -> its shortest trailing part (whole components) that no other of `paths`
+// ends with: "optim/optimizer.py" beside "mylib/optimizer.py", as analysis/paths.py names
+// files in trees. Pure.
+/** @param {string[]} paths @returns {Map<string, string>} */
+export function uniqueSuffixes(paths) {
+  const comps = [...new Set(paths)].map((p) => p.replaceAll("\\", "/").split("/"));
+  /** @param {string[]} c @param {number} k */
+  const tail = (c, k) => c.slice(-k).join("/");
+  const out = new Map();
+  for (const c of comps) {
+    let k = 1;
+    while (k < c.length && comps.some((o) => o !== c && tail(o, k) === tail(c, k))) k++;
+    out.set(c.join("/"), k < c.length ? tail(c, k) : c.join("/"));
+  }
+  return out;
+}
+
+// A site's cell: [name, "(file", ":line)"], the whole name (an autograd node's own),
+// the file with the parent folders that tell it from the table's other files. Pure.
+/** @param {import("./types.js").SiteChange} r @param {Map<string, string>} files */
+export function siteCell(r, files) {
+  const [name, file, line] = siteParts(r.site);
+  if (!file) return [nodeName(name), "", ""];
+  const path = (r.filename ?? "").replaceAll("\\", "/");
+  return [name, files.has(path) ? `(${files.get(path)}` : file, line];
+}
+
 export async function loadCompare() {
   const card = $("#compare"),
     body = $(".body", card);
@@ -40,12 +79,13 @@ export async function loadCompare() {
     const head = el("tr");
     for (const h of ["call site", "A", "B", "B − A"]) head.append(el("th", null, h));
     tbl.append(head);
+    const files = uniqueSuffixes(c.sites.map((r) => r.filename ?? "").filter((f) => f));
     for (const r of c.sites) {
       const tr = el("tr");
-      // one line per site: the file's base name (the full path in the tooltip). Rows of
-      // one function differ by file and line: the name gives way first, then the file
-      // name, never the line number.
-      const [name, file, line] = siteParts(r.site);
+      // the whole name, wrapped where it is long (an autograd node by its own name), then
+      // the file with enough parent folders to be unique and the line; the full site on
+      // hover
+      const [name, file, line] = siteCell(r, files);
       const td = el("td"),
         lbl = el("div", "lbl");
       lbl.append(el("span", "nm", name), el("span", "fl", file), el("span", "ln", line));

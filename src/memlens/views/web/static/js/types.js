@@ -223,6 +223,40 @@
  * @property {boolean} truncated
  */
 
+// ---- /api/d/{device}/pools
+/**
+ * @typedef {object} PoolEnvelope
+ * @property {number[] | null} pool
+ * @property {number} peak_bytes
+ * @property {number} peak_count
+ * @property {number} share
+ * @property {number} max_bytes
+ * @property {number[]} envelope
+ */
+/**
+ * @typedef {object} StreamEnvelope
+ * @property {string} stream
+ * @property {number} peak_bytes
+ * @property {number} peak_count
+ * @property {number} share
+ * @property {number} max_bytes
+ * @property {number[]} envelope
+ */
+/**
+ * @typedef {object} SizeEnvelope
+ * @property {string} size_class
+ * @property {number} max_bytes
+ * @property {number[]} envelope
+ */
+/**
+ * @typedef {object} PoolsAnswer
+ * @property {number} n_events
+ * @property {number} peak_event
+ * @property {PoolEnvelope[]} pools
+ * @property {StreamEnvelope[]} streams
+ * @property {SizeEnvelope[]} segment_sizes
+ */
+
 // ---- /api/compare
 /**
  * @typedef {object} ComparePeak

@@ -4,6 +4,7 @@
 // input pane/input.js.
 import { getJSON, segmentsUrl, viewUrl } from "../api.js";
 import { loadCompare } from "../compare.js";
+import { loadPools } from "../pools.js";
 import { moveCursor } from "../cursor.js";
 import { $, dpr, el, setStatus } from "../dom.js";
 import { fmtBytes, fmtInt, fmtSeconds } from "../format.js";
@@ -95,7 +96,7 @@ export class Pane {
     head.append(this.devSel);
     this.figures = el("span", "figures");
     head.append(this.figures);
-    this.warnings = el("div", "warn");
+    this.warnings = el("div", "notes");
     this.annCanvas = el("canvas", "ann");
     this.canvas = el("canvas", "main");
     this.canvas.tabIndex = 0;
@@ -210,6 +211,12 @@ export class Pane {
               this.drawOverview();
             })
             .catch((e) => setStatus(`annotations: ${/** @type {Error} */ (e).message}`, true)),
+          // the first pane's pools (the card shows one snapshot's)
+          this === state.panes[0]
+            ? loadPools(d, this.s).catch((e) =>
+                setStatus(`pools: ${/** @type {Error} */ (e).message}`, true),
+              )
+            : null,
         ]),
       )
       .then(() => {
@@ -276,11 +283,15 @@ export class Pane {
     add("events", fmtInt(s.trace_entries));
     add("allocations", fmtInt(s.allocations));
     if (s.duration_s !== null) add("span", fmtSeconds(s.duration_s * 1e6));
-    const notes = [];
-    if (s.truncated) notes.push("the trace is truncated (ring buffer full)");
-    if (s.starts_mid_run)
-      notes.push(`${fmtInt(s.preexisting_freed_in_trace)} allocations predate the trace`);
-    this.warnings.textContent = notes.join("; ");
+    // a truncated trace hides memory from the figures: a warning; allocations made before
+    // recording began are how most traces start: information, not an alarm
+    this.warnings.replaceChildren();
+    if (s.truncated)
+      this.warnings.append(el("span", "warn", "the trace is truncated (ring buffer full)"));
+    if (s.starts_mid_run) {
+      const n = fmtInt(s.preexisting_freed_in_trace);
+      this.warnings.append(el("span", "info", `${n} allocations predate the trace`));
+    }
   }
 
   layoutCanvases() {

@@ -6,20 +6,32 @@ import { col, context2d, dpr } from "../dom.js";
 import { fmtBytes, fmtEventCount, fmtTick } from "../format.js";
 import { state } from "../state.js";
 import { siteColor } from "./colour.js";
+
+const PREEXISTING = 1; // a band's flag (snapshot/model.py): allocated before the trace
 import { lowerBound, ML, MR, MT, xTickStep, yTicks } from "./geometry.js";
 
-// diagonal hatch in the theme's aggregate colours (one 6x6 tile per theme)
-/** @type {HTMLCanvasElement | null} */
-let smallTile = null;
-/** @param {CanvasRenderingContext2D} ctx */
-function smallPattern(ctx) {
-  if (!smallTile) {
-    smallTile = document.createElement("canvas");
-    smallTile.width = smallTile.height = 6;
-    const t = context2d(smallTile);
-    t.fillStyle = col("--small");
+// diagonal hatches, one 6x6 tile per colour pair and theme: the aggregate band's ("/", in
+// --small) and the ghosts' ("\\", in --ghost: allocations made before the trace began or
+// whose entries the ring buffer dropped, known only from the final segments or their free)
+/** @type {Map<string, HTMLCanvasElement>} */
+const tiles = new Map();
+/**
+ * @param {CanvasRenderingContext2D} ctx
+ * @param {string} fill  CSS variable of the ground
+ * @param {string} line  CSS variable of the hatch
+ * @param {boolean} mirror  "\\" instead of "/"
+ */
+function hatch(ctx, fill, line, mirror) {
+  const key = `${fill} ${line} ${mirror}`;
+  let tile = tiles.get(key);
+  if (!tile) {
+    tile = document.createElement("canvas");
+    tile.width = tile.height = 6;
+    const t = context2d(tile);
+    t.fillStyle = col(fill);
     t.fillRect(0, 0, 6, 6);
-    t.strokeStyle = col("--small-hatch");
+    if (mirror) t.setTransform(-1, 0, 0, 1, 6, 0);
+    t.strokeStyle = col(line);
     t.lineWidth = 1.5;
     t.beginPath();
     t.moveTo(-1, 7);
@@ -29,12 +41,15 @@ function smallPattern(ctx) {
     t.moveTo(5, 7);
     t.lineTo(7, 5);
     t.stroke();
+    tiles.set(key, tile);
   }
-  return ctx.createPattern(smallTile, "repeat") || col("--small"); // (null: a 0-size tile)
+  return ctx.createPattern(tile, "repeat") || col(fill); // (null: a 0-size tile)
 }
-// the theme changed: draw the hatch again in its colours
+/** @param {CanvasRenderingContext2D} ctx */
+const smallPattern = (ctx) => hatch(ctx, "--small", "--small-hatch", false);
+// the theme changed: draw the hatches again in its colours
 export function forgetPatterns() {
-  smallTile = null;
+  tiles.clear();
 }
 
 // The polygon of band k: bottom edge along its runs, then the top edge back.
@@ -89,7 +104,12 @@ export function renderOff(p) {
   const edges = new Path2D(); // outlines of bands tall enough to show a separating line
   const b = v.bands,
     pxPerByte = H / (v.ymax - v.ymin);
+  const ghosts = new Path2D(); // alive before the trace: hatched, apart from traced bands
   for (let k = 0; k < b.row.length; k++) {
+    if (b.flags && b.flags[k] & PREEXISTING) {
+      ghosts.addPath(bandPath(v, k, y, colX));
+      continue;
+    }
     const c = siteColor(v.group_keys[b.group[k]]);
     let path = byColor.get(c);
     if (!path) {
@@ -105,6 +125,8 @@ export function renderOff(p) {
     ctx.fillStyle = c;
     ctx.fill(path);
   }
+  ctx.fillStyle = hatch(ctx, "--ghost", "--ghost-hatch", true);
+  ctx.fill(ghosts);
   closeConflationGaps(ctx, v, y, r);
   // neighbours from one call site share a colour: a thin line keeps them apart
   ctx.strokeStyle = col("--band-edge");
