@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from memlens.errors import CacheError, MemlensError, SnapshotError, UnsafePickleError
 
 if TYPE_CHECKING:  # the lazy names below, for type checkers and IDEs ("X as X": re-exported)
-    from memlens.analysis.registry import run as analyze
+    from memlens.analysis.registry import run as analyze  # noqa: F401  # memlens.analyze
     from memlens.capture.markers import stage as stage
     from memlens.capture.markers import step as step
     from memlens.capture.oom import dump_on_oom as dump_on_oom
