@@ -207,3 +207,16 @@ def test_the_report_has_the_advice_with_the_change_escaped():
     assert "checkpoint: 6.00 MiB (estimate)" in section
     assert "apply_activation_checkpointing" in section and '<pre class="change">' in section
     assert "<i>x</i>" not in section and "&lt;i&gt;x&lt;/i&gt;.py" in section
+
+
+def test_the_report_leaves_the_replays_out_of_a_huge_trace(monkeypatch):
+    """Past REPLAY_EVENTS the report's advice has no replay (it would take seconds per
+    million events) and says so; the trace-only findings stay."""
+    from memlens.views.report import build_report
+    from memlens.views.report.sections import advise as section
+
+    monkeypatch.setattr(section, "REPLAY_EVENTS", 3)
+    html, problems = build_report(memlens.load(step([frame("/home/u/m.py", 1)])))
+    part = html.split('id="advise"', 1)[1].split("</section>", 1)[0]
+    assert problems == [] and "checkpoint: 6.00 MiB (estimate)" in part
+    assert "the allocator replays (the fragmentation finding" in part

@@ -3,14 +3,28 @@
 
 from __future__ import annotations
 
+from memlens.analysis.advise import advise
 from memlens.analysis.advise_replays import advise_replayed
 from memlens.views.report.context import ReportContext, Section
 from memlens.views.report.page import esc, fmt_bytes, note, num, table
 from memlens.views.report.sections.common import sites_table
 
+# The allocator replays run in Python, about 7 s per million events each, and the report
+# must stay fast on huge traces: it replays traces up to this many events (memlens advise
+# replays any).
+REPLAY_EVENTS = 200_000
+
 
 def advise_section(ctx: ReportContext) -> str:
-    result, _ = advise_replayed(ctx.dev, hide_patterns=ctx.hide_patterns)
+    if ctx.dev.n_events <= REPLAY_EVENTS:
+        result, _ = advise_replayed(ctx.dev, hide_patterns=ctx.hide_patterns)
+    else:
+        result = advise(ctx.dev, hide_patterns=ctx.hide_patterns)
+        result["notes"].append(
+            f"the trace has {ctx.dev.n_events:,} events: the allocator replays (the "
+            "fragmentation finding, an OOM's allocator setting) are left out of the report; "
+            "memlens advise SNAPSHOT gives them"
+        )
     notes = "".join(note(n) for n in result["notes"])
     found = result["findings"]
     if not found:
