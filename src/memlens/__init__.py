@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from memlens.errors import CacheError, MemlensError, SnapshotError, UnsafePickleError
 
 if TYPE_CHECKING:  # the lazy names below, for type checkers and IDEs ("X as X": re-exported)
-    from memlens.analysis.registry import run as analyze  # noqa: F401  # memlens.analyze
+    from memlens.analysis.registry import analyze as analyze
     from memlens.capture.markers import stage as stage
     from memlens.capture.markers import step as step
     from memlens.capture.oom import dump_on_oom as dump_on_oom
@@ -41,7 +41,7 @@ _LAZY: dict[str, tuple[str, str]] = {
     "DeviceTrace": ("memlens.snapshot.model", "DeviceTrace"),
     "generate_snapshot": ("memlens.simulation.synthetic", "generate_snapshot"),
     # any registered analysis by name (memlens.analysis.registry), as its --json
-    "analyze": ("memlens.analysis.registry", "run"),
+    "analyze": ("memlens.analysis.registry", "analyze"),
     # recording (torch needed only when called)
     "record": ("memlens.recording", "record"),
     "stage": ("memlens.capture.markers", "stage"),

@@ -137,3 +137,8 @@ def register(analysis: Analysis[R]) -> Analysis[R]:
 
 def unregister(name: str) -> None:
     _loaded().pop(name, None)
+
+
+# `memlens.analyze`, the facade's name for `run` (importable by that name so that type
+# checkers see the facade's lazy name as an explicit re-export)
+analyze = run
