@@ -11,10 +11,10 @@ from pathlib import Path
 SRC = Path(__file__).resolve().parents[2] / "src" / "memlens"
 LOADERS = {"load", "loads", "Unpickler"}
 # the only other reader, with why: a simulated job's ranks hand each other the objects their
-# own script passes to torch.distributed's object collectives (broadcast_object_list, ...),
-# as torch itself pickles them; the files are the job's own, in a folder made fresh and
-# private (0700) under the job's output folder, and no snapshot or user file is read so
-ALLOWED = {"simulation/distributed/objects.py": "rank-to-rank objects of one simulated job"}
+# own script passes to torch.distributed's object collectives (broadcast_object_list, ...);
+# its Unpickler subclass allows plain data, torch.Size, dtypes and its fake tensors only
+# (find_class refuses every other global), from a folder made fresh and private (0700)
+ALLOWED = {"simulation/distributed/objects.py": "rank-to-rank data of one simulated job"}
 
 
 def plain_unpickling(path: Path) -> list[int]:

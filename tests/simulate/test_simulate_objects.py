@@ -51,3 +51,18 @@ def test_a_rank_without_peers_assumes_they_hold_its_own_objects(tmp_path, monkey
     assert got["all_gather"] == ["rank1", "rank1"]
     assert got["received"] is None
     assert any("object collectives" in note for note in run.notes)
+
+
+def test_a_peer_file_naming_code_is_refused():
+    """What a peer rank published is read with plain data, shapes and dtypes only: a file
+    that names os.system is refused (the rank keeps its own object), nothing runs."""
+    import io
+    import os
+    import pickle
+
+    from memlens.simulation.distributed.objects import _Loader
+
+    ok = {"shape": torch.Size([4, 8]), "dtype": torch.bfloat16, "n": [1, 2.5, "x"]}
+    assert _Loader(io.BytesIO(pickle.dumps(ok))).load() == ok
+    with pytest.raises(pickle.UnpicklingError, match="refused posix.system"):
+        _Loader(io.BytesIO(pickle.dumps(os.system))).load()

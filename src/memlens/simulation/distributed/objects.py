@@ -60,6 +60,28 @@ class _Pickler(pickle.Pickler):
         return NotImplemented
 
 
+# What a received object may name: plain data, the fake tensors this module sends, shapes
+# and dtypes (what pipeline stages and trainers exchange). Anything else is refused, as a
+# hostile file would be: the rank then keeps its own object (a note says so).
+_GLOBALS = {
+    ("memlens.simulation.distributed.objects", "_fake_tensor"),
+    ("torch", "Size"),
+    ("collections", "OrderedDict"),
+    *(("builtins", n) for n in ("set", "frozenset", "complex", "slice", "range", "bytearray")),
+}
+
+
+class _Loader(pickle.Unpickler):
+    """Reads what a peer rank published: only the globals of _GLOBALS and torch's dtypes."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) in _GLOBALS or (
+            module == "torch" and isinstance(getattr(torch, name, None), torch.dtype)
+        ):
+            return super().find_class(module, name)
+        raise pickle.UnpicklingError(f"refused {module}.{name} from a peer rank")
+
+
 def _dumps(obj: Any) -> bytes:
     buffer = io.BytesIO()
     _Pickler(buffer, protocol=4).dump(obj)
@@ -104,8 +126,11 @@ class Rendezvous:
             deadline = time.monotonic() + self.timeout
             while time.monotonic() < deadline:
                 if path.exists():
-                    # the job's own rank wrote it (tests/hostile/test_no_plain_unpickling.py)
-                    return pickle.loads(path.read_bytes())
+                    try:  # plain data only (_Loader): nothing a file names can run
+                        return _Loader(io.BytesIO(path.read_bytes())).load()
+                    except pickle.UnpicklingError as exc:
+                        self.sim.note(f"{_NOTE}: {exc}")
+                        return own
                 time.sleep(0.05)
         self.sim.note(_NOTE)
         return own
