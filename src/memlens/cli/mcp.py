@@ -9,26 +9,18 @@ MCP SDK is imported only when the server starts (memlens.agents.server; memlens[
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
 
-from memlens.cli.options import F, no_cache_option
+from memlens.cli.options import no_cache_option, whole_number_option
 
 if TYPE_CHECKING:
     from memlens.agents.tools import Declaration, Tool
 
 # the commands that are not registered analyses, offered as tools too
 NOT_REGISTERED = ("fleet",)
-
-
-def _limit(flag: str, least: int, default: int, help: str) -> Callable[[F], F]:
-    """A bound on the server's answers or memory: a whole number >= `least`."""
-    return click.option(
-        flag, type=click.IntRange(min=least), default=default, show_default=True, help=help
-    )
 
 
 @click.command("mcp")
@@ -52,14 +44,25 @@ def _limit(flag: str, least: int, default: int, help: str) -> Callable[[F], F]:
     "Off by default: those options are not offered and refused if passed.",
 )
 @no_cache_option
-@_limit("--max-items", 1, 50, "Entries kept per list of an answer (a note says what was cut).")
-@_limit(
-    "--max-chars", 1000, 100_000, "Characters of an answer; lists are cut shorter until it fits."
+@whole_number_option(
+    "--max-items", default=50, help="Entries kept per list of an answer (a note says what was cut)."
 )
-@_limit("--max-open", 1, 4, "Snapshots kept open at once (the least recently used is closed).")
-@_limit("--max-calls", 1, 4, "Tool calls run at once, each in its own thread; more wait.")
-@_limit(
-    "--call-timeout", 1, 600, "Seconds a tool call may run; then it is stopped (an error line)."
+@whole_number_option(
+    "--max-chars",
+    least=1000,
+    default=100_000,
+    help="Characters of an answer; lists are cut shorter until it fits.",
+)
+@whole_number_option(
+    "--max-open", default=4, help="Snapshots kept open at once (the least recently used is closed)."
+)
+@whole_number_option(
+    "--max-calls", default=4, help="Tool calls run at once, each in its own thread; more wait."
+)
+@whole_number_option(
+    "--call-timeout",
+    default=600,
+    help="Seconds a tool call may run; then it is stopped (an error line).",
 )
 def command(
     roots: tuple[Path, ...],

@@ -139,6 +139,20 @@ def device_option(f: F | None = None, *, help: str = LONGEST_TRACE) -> F | Calla
     return option(f) if f is not None else option
 
 
+def whole_number_option(
+    *names: str, help: str, least: int = 1, default: int | None = None
+) -> Callable[[F], F]:
+    """A whole-number option >= `least` (`names`: its flags, then its parameter name where
+    that differs): with a `default`, shown in the help; without one, None when not given."""
+    return click.option(
+        *names,
+        type=click.IntRange(min=least),
+        default=default,
+        show_default=default is not None,
+        help=help,
+    )
+
+
 def json_option(f: F) -> F:
     return click_option(JSON)(f)
 

@@ -6,7 +6,7 @@ import os
 
 import click
 
-from memlens.cli.options import emit_json, json_option, status, write_page
+from memlens.cli.options import emit_json, json_option, status, whole_number_option, write_page
 from memlens.errors import MemlensError
 from memlens.units import format_bytes
 from memlens.views.text.plan import fits_text, values_text
@@ -249,10 +249,8 @@ def render_table(table: dict) -> list[str]:  # type: ignore[type-arg]
     "fitted between simulated values and replayed through the allocator model; each row "
     "says simulated or interpolated, find-max's answer is confirmed by simulation.",
 )
-@click.option(
+@whole_number_option(
     "--step",
-    type=click.IntRange(min=1),
-    default=None,
     help="With --interpolate --find-max: the values tried are --lo, --lo + STEP, ..., --hi "
     "(default: 1, 2 or 5 x 10^k, about 64 values).",
 )
@@ -268,13 +266,7 @@ def render_table(table: dict) -> list[str]:  # type: ignore[type-arg]
     "fused=true|false, zero_grad=none|zeros. Several joined by commas run together "
     "(autocast=bf16,checkpoint=Block), each also alone for the table.",
 )
-@click.option(
-    "--jobs",
-    "-j",
-    type=click.IntRange(min=1),
-    default=None,
-    help="Simulations at once (default: the CPU count).",
-)
+@whole_number_option("--jobs", "-j", help="Simulations at once (default: the CPU count).")
 @click.option(
     "--scheduler",
     default=None,
@@ -283,12 +275,7 @@ def render_table(table: dict) -> list[str]:  # type: ignore[type-arg]
     "scheduler, or dask-local (a LocalCluster here). Workers need memlens and torch, and "
     "to see the script at the same absolute path.",
 )
-@click.option(
-    "--workers",
-    type=click.IntRange(min=1),
-    default=None,
-    help="Workers of a dask-local cluster (default: --jobs).",
-)
+@whole_number_option("--workers", help="Workers of a dask-local cluster (default: --jobs).")
 @click.option("--no-cache", is_flag=True, help="Simulate every point again.")
 @json_option
 @click.option(

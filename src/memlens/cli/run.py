@@ -10,7 +10,7 @@ import click
 
 from memlens.capture.backend import DEFAULT_MAX_ENTRIES, STACKS, RecordSettings
 from memlens.capture.runner import RunOptions, RunResult, run_script
-from memlens.cli.options import script_command, status
+from memlens.cli.options import script_command, status, whole_number_option
 from memlens.recording import write_report_beside
 
 
@@ -51,11 +51,9 @@ def _print_result(result: RunResult) -> None:
 
 
 @script_command("Snapshot file to write (default: memlens-<script>.<pid>.pickle).")
-@click.option(
+@whole_number_option(
     "--max-entries",
-    type=click.IntRange(min=1),
     default=DEFAULT_MAX_ENTRIES,
-    show_default=True,
     help="Alloc/free events kept (the most recent).",
 )
 @click.option(
@@ -70,10 +68,8 @@ def _print_result(result: RunResult) -> None:
     is_flag=True,
     help="Write a snapshot only if CUDA runs out of memory (at that moment), not at exit.",
 )
-@click.option(
+@whole_number_option(
     "--every-n-steps",
-    type=click.IntRange(min=1),
-    default=None,
     help="Also dump every N memlens.step() calls, to <output>.stepNNNNNN.pickle.",
 )
 @click.option("--no-report", is_flag=True, help="Do not write the HTML report beside it.")

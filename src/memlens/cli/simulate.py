@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
 
-from memlens.cli.options import F, script_command, script_name, status
+from memlens.cli.options import script_command, script_name, status, whole_number_option
 from memlens.errors import MemlensError
 from memlens.simulation.gpus import cublas_workspace_from_config
 from memlens.units import format_bytes, parse_bytes
@@ -144,11 +143,6 @@ def _report(run: ScriptRun) -> None:
     status(f"memlens: view it with: memlens view {run.output}", err=True)
 
 
-def _positive(flag: str, help: str) -> Callable[[F], F]:
-    """An optional whole number >= 1 (None when not given)."""
-    return click.option(flag, type=click.IntRange(min=1), default=None, help=help)
-
-
 @script_command(
     "Snapshot file to write (default: memlens-sim-<script>.<pid>.pickle); with "
     "--nproc-per-node the directory of one file per rank (default memlens-sim-<script>.<pid>).",
@@ -161,7 +155,7 @@ def _positive(flag: str, help: str) -> Callable[[F], F]:
     help="GPU memory to simulate, e.g. 80GiB; beyond it the script gets "
     "torch.OutOfMemoryError and the trace an `oom` entry. Default: unlimited.",
 )
-@_positive("--max-entries", "Keep only the newest N trace entries (default: all).")
+@whole_number_option("--max-entries", help="Keep only the newest N trace entries (default: all).")
 @click.option(
     "--stacks",
     type=click.Choice(["python", "all", "none"]),
@@ -174,9 +168,9 @@ def _positive(flag: str, help: str) -> Callable[[F], F]:
     default=None,
     help="Model PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True.",
 )
-@_positive("--max-split-size-mb", "Model max_split_size_mb.")
-@_positive(
-    "--roundup-power2-divisions", "Model roundup_power2_divisions (one value for every size)."
+@whole_number_option("--max-split-size-mb", help="Model max_split_size_mb.")
+@whole_number_option(
+    "--roundup-power2-divisions", help="Model roundup_power2_divisions (one value for every size)."
 )
 @click.option(
     "--gpu",
@@ -219,13 +213,15 @@ def _positive(flag: str, help: str) -> Callable[[F], F]:
     help="Keep the stacks of blocks allocated before the script switched history on "
     "(the GPU recorder has none for them).",
 )
-@_positive(
+@whole_number_option(
     "--nproc-per-node",
-    "Launch SCRIPT as torchrun would on this many GPUs per node: each rank runs in its "
+    help="Launch SCRIPT as torchrun would on this many GPUs per node: each rank runs in its "
     "own process with RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR/PORT... set, on a fake "
     "process group; -o is then a directory of rank<R>.pickle files.",
 )
-@_positive("--nnodes", "Nodes of the simulated job (with --nproc-per-node; default 1).")
+@whole_number_option(
+    "--nnodes", help="Nodes of the simulated job (with --nproc-per-node; default 1)."
+)
 @click.option(
     "--ranks",
     default=None,
@@ -239,7 +235,9 @@ def _positive(flag: str, help: str) -> Callable[[F], F]:
     metavar="tcp://HOST:PORT|dask-local",
     help="Run the ranks on a Dask cluster, as memlens fleet does (default: a local process pool).",
 )
-@_positive("--workers", "Processes of the local pool (default: the cores, at most one per rank).")
+@whole_number_option(
+    "--workers", help="Processes of the local pool (default: the cores, at most one per rank)."
+)
 @click.option(
     "--compare",
     metavar="SNAPSHOT",

@@ -43,6 +43,7 @@ from typing import Any
 import torch
 
 from memlens.errors import MemlensError
+from memlens.execution.isolated import restore_environ
 from memlens.simulation.distributed.env import World
 from memlens.simulation.patches.fake_cuda import Patches
 
@@ -99,7 +100,7 @@ def install(patches: Patches, key: str, value: str) -> Wrapped:
     done = Wrapped(key, world, pattern)
     saved = {k: os.environ.get(k) for k in World(world).env(0)}
     os.environ.update(World(world).env(0))
-    patches.on_restore(lambda: _put_back(saved))
+    patches.on_restore(lambda: restore_environ(saved))
     base = torch.optim.Optimizer
     original: Callable[..., None] = vars(base)["__init__"]
     # id of a given parameter -> (it, weakly: a later tensor may reuse a dead one's id;
@@ -124,14 +125,6 @@ def install(patches: Patches, key: str, value: str) -> Wrapped:
 
     patches.set(base, "__init__", __init__)
     return done
-
-
-def _put_back(saved: dict[str, str | None]) -> None:
-    for k, v in saved.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
 
 
 def _groups(params: Any) -> list[dict[str, Any]]:
