@@ -7,6 +7,7 @@ from analysis_snapshots import BIG_SIZE, A, G, training_snapshot
 
 import memlens
 from memlens.analysis.peak import (
+    Point,
     live_set,
     memory_at_allocation,
     parse_address,
@@ -111,14 +112,14 @@ def test_allocation_errors(dev):
 
 
 def test_resolve_event(dev):
-    assert resolve_event(dev, event=5) == 5
-    assert resolve_event(dev, time_us=1125) == 11  # last event at or before the time
-    assert resolve_event(dev, time_us=999) == -1
-    assert resolve_event(dev, addr=A, version=1, when="free") == 18
+    assert resolve_event(dev, Point(event=5)) == 5
+    assert resolve_event(dev, Point(time_us=1125)) == 11  # last event at or before the time
+    assert resolve_event(dev, Point(time_us=999)) == -1
+    assert resolve_event(dev, Point(addr=A, version=1, when="free")) == 18
     with pytest.raises(MemlensError):
-        resolve_event(dev, event=22)
+        resolve_event(dev, Point(event=22))
     with pytest.raises(MemlensError):
-        resolve_event(dev, event=1, time_us=3)
+        resolve_event(dev, Point(event=1, time_us=3))
 
 
 def test_parse_address():

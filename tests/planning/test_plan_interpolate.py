@@ -16,7 +16,7 @@ from memlens.planning.interpolated_plan import default_step, grid, interpolated_
 from memlens.planning.request import PointRequest
 from memlens.planning.runner import Runner
 from memlens.planning.sizes import SizeModel
-from memlens.planning.sweep import PointSpec, configure
+from memlens.planning.sweep import PointSpec, Search, configure
 from memlens.planning.worker import PointFigures, simulate_point
 from memlens.simulation.config import SimulateConfig
 from memlens.simulation.request_log import MALLOC, RequestLog
@@ -121,7 +121,7 @@ def test_find_max_confirms_by_simulation_and_reports_margin_and_shortfall(script
     usable = 30 * MiB
     base = _base(script, usable)
     runner = InProcess(use_cache=False)
-    found = interpolated_find_max(runner, base, [], "--n", 1, 16, 1, usable)
+    found = interpolated_find_max(runner, base, Search((), "--n", 1, 16), 1, usable)
     fits = {v: not _simulated(base, v)["oom"] for v in range(1, 17)}
     best = max(v for v, ok in fits.items() if ok)
     assert found["largest_fitting"] == best

@@ -10,7 +10,7 @@ import pytest
 
 import memlens
 from memlens.analysis.allocator_state import state_at
-from memlens.analysis.peak import live_set, resolve_event
+from memlens.analysis.peak import Point, live_set, resolve_event
 from memlens.cli.main import main
 from memlens.errors import EventOutOfRange, MemlensError
 from snapshot_builders import hand_snapshot
@@ -30,7 +30,7 @@ def test_every_entry_point_raises_the_same_error(dev, event):
         lambda: dev.reserved_at(event),
         lambda: dev.live_at(event),
         lambda: live_set(dev, event),
-        lambda: resolve_event(dev, event=event),
+        lambda: resolve_event(dev, Point(event=event)),
         lambda: state_at(dev, event),
     ]
     for call in calls:
@@ -45,7 +45,7 @@ def test_negative_indices_do_not_count_from_the_end(dev):
     assert dev.check_event(-1) == -1 and dev.active_at(-1) == dev.baseline_bytes
     assert dev.check_event(9) == 9
     with pytest.raises(EventOutOfRange):
-        resolve_event(dev, event=-3)
+        resolve_event(dev, Point(event=-3))
 
 
 def test_a_trace_without_events_says_so():

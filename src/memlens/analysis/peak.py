@@ -3,7 +3,7 @@
     peak(dev)                          # at the peak of active memory
     live_set(dev, event)               # right after any event (-1: before the first)
     memory_at_allocation(dev, addr, version, when="alloc"|"free")
-    resolve_event(dev, event=|time_us=|addr=, version=, when=)
+    resolve_event(dev, Point(event=|time_us=|addr=, version=, when=))
 
 "At an allocation" follows Mosaic's convention: `when="alloc"` is right after the alloc
 event (the allocation is included), `when="free"` right after the free that returns its
@@ -14,6 +14,7 @@ allocations made earlier at the same address (MemoryViz's `b'<addr>_<version>'`)
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypedDict
 
 import numpy as np
@@ -163,33 +164,39 @@ def allocation_event(dev: DeviceTrace, row: int, when: str = "alloc") -> int:
     raise MemlensError(f"--when must be alloc or free, not {when!r}")
 
 
-def resolve_event(
-    dev: DeviceTrace,
-    *,
-    event: int | None = None,
-    time_us: int | None = None,
-    addr: int | None = None,
-    version: int | None = None,
-    when: str = "alloc",
-) -> int:
-    """Turn exactly one of event / time_us / addr(+version, when) into an event index.
+@dataclass(frozen=True)
+class Point:
+    """A point of the trace as `memlens at` names it: exactly one of an event index, a time
+    (µs) or an allocation's address (with its `version`, and `when`: right after its alloc
+    or right after its free)."""
+
+    event: int | None = None
+    time_us: int | None = None
+    addr: int | None = None
+    version: int | None = None
+    when: str = "alloc"
+
+
+def resolve_event(dev: DeviceTrace, point: Point) -> int:
+    """`point` as an event index.
 
     time_us picks the last event at or before that time (-1 if before the first).
     An event index must be -1 (before the first event, as everywhere in memlens; -1 is NOT
     "last") or 0..n_events-1; other negative indices are refused (EventOutOfRange), they do
     not count from the end: use n_events-1 for the last event.
     """
-    given = sum(x is not None for x in (event, time_us, addr))
+    given = sum(x is not None for x in (point.event, point.time_us, point.addr))
     if given != 1:
         raise MemlensError("give exactly one of an event index, a time (µs) or an address")
-    if event is not None:
-        return dev.check_event(event)
-    if time_us is not None:
+    if point.event is not None:
+        return dev.check_event(point.event)
+    if point.time_us is not None:
         if not has_time(dev):
             raise MemlensError("this trace has no timestamps (time_us); use an event index")
-        return dev.event_at_time(int(time_us))
-    assert addr is not None  # exactly one of the three was given
-    return allocation_event(dev, find_allocation(dev, int(addr), version), when)
+        return dev.event_at_time(int(point.time_us))
+    assert point.addr is not None  # exactly one of the three was given
+    row = find_allocation(dev, int(point.addr), point.version)
+    return allocation_event(dev, row, point.when)
 
 
 def memory_at_allocation(
@@ -368,4 +375,4 @@ def at_output(
     if addr is not None:
         a, v = parse_address(addr)
         return memory_at_allocation(dev, a, version if version is not None else v, when, **kw)
-    return live_set(dev, resolve_event(dev, event=event, time_us=time_us), **kw)
+    return live_set(dev, resolve_event(dev, Point(event, time_us)), **kw)

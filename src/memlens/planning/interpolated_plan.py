@@ -13,7 +13,7 @@ from memlens.planning.interpolate import Estimate, Interpolator, figures_of
 from memlens.planning.request import PointRequest
 from memlens.planning.results import PlanFindMax, PlanPoint
 from memlens.planning.runner import Runner, point
-from memlens.planning.sweep import PointSpec, Sweep, configure
+from memlens.planning.sweep import PointSpec, Search, Sweep, configure
 from memlens.planning.worker import PointFigures
 
 # Values find-max scans one by one (each an interpolated replay) to see where memory is
@@ -80,27 +80,15 @@ def interpolated_points(
 
 
 def interpolated_find_max(
-    runner: Runner,
-    base: PointRequest,
-    args: Sequence[str],
-    arg: str,
-    lo: int,
-    hi: int,
-    step: int | None,
-    usable: int,
-    hook: Hook | None = None,
-    env_names: Sequence[str] = (),
+    runner: Runner, base: PointRequest, search: Search, step: int | None, usable: int
 ) -> PlanFindMax:
     """The largest value of lo, lo + step, ..., hi that fits: every value covered by
     interpolation, scanned (or bisected, past SCAN_AT_MOST values), then simulated at the
     answer and the next value to confirm it."""
+    arg, lo, hi, spec_of = search.arg, search.lo, search.hi, search.spec
     step = step or default_step(lo, hi)
     values = grid(lo, hi, step)
     before = runner.simulated
-
-    def spec_of(v: int) -> PointSpec:
-        return configure(args, {arg: str(v)}, env_names, hook)
-
     interp = Interpolator(runner, base, spec_of, usable)
     runner.say(f"find-max: covering {len(values)} values of {arg} (step {step}) by interpolation")
     interp.cover(values)

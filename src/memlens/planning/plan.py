@@ -23,7 +23,7 @@ from memlens.planning.results import (
     PlanResult,
 )
 from memlens.planning.runner import Runner, point, sweep_figures
-from memlens.planning.sweep import Sweep, configure, grid
+from memlens.planning.sweep import Search, Sweep, grid
 from memlens.simulation.config import SimulateConfig
 from memlens.simulation.gpus import gpu_preset
 from memlens.simulation.script import ScriptTarget
@@ -197,21 +197,11 @@ def probes_at_most(lo: int, hi: int) -> int:
     return 1 if lo == hi else 2 + max(0, math.ceil(math.log2(hi - lo)))
 
 
-def find_max(
-    runner: Runner,
-    base: PointRequest,
-    args: Sequence[str],
-    arg: str,
-    lo: int,
-    hi: int,
-    usable: int | None,
-    hook: Hook | None = None,
-    env_names: Sequence[str] = (),
-) -> PlanFindMax:
-    """Bisection on the fitting boundary, memory taken to grow with `arg` (a script
-    argument, an environment variable of `env_names`, or a name handed to the sweep hook):
-    `hi` first (all fits: done), then `lo` (none fits: done), then ceil(log2(hi - lo))
-    midpoints."""
+def find_max(runner: Runner, base: PointRequest, search: Search, usable: int | None) -> PlanFindMax:
+    """Bisection on the fitting boundary, memory taken to grow with `search.arg` (a script
+    argument, an environment variable, or a name handed to the sweep hook): `hi` first
+    (all fits: done), then `lo` (none fits: done), then ceil(log2(hi - lo)) midpoints."""
+    arg, lo, hi = search.arg, search.lo, search.hi
     check_find(usable, lo, hi)
     probes: list[PlanPoint] = []
     before = runner.simulated
@@ -229,7 +219,7 @@ def find_max(
             f"find-max: probe {len(probes) + 1} of at most {most}, {arg}={value} "
             f"({spent:.0f} s elapsed{left})"
         )
-        spec = configure(args, {arg: str(value)}, env_names, hook)
+        spec = search.spec(value)
         ((figures, cached),) = runner.run([spec.request(base)], [spec.label])
         probes.append(point(spec, figures, cached, usable))
         if figures["error"] is not None:
@@ -359,14 +349,13 @@ def _plan(
         "simulations": 0,
     }
     if find is not None:
-        env_names = [s.arg for s in sweeps if s.env]
+        env_names = tuple(s.arg for s in sweeps if s.env)
+        search = Search(tuple(args), *find, env_names, hook)
         if how.on:
             assert setup.usable is not None  # check_find
-            found = interpolated_find_max(
-                runner, base, args, *find, how.step, setup.usable, hook, env_names
-            )
+            found = interpolated_find_max(runner, base, search, how.step, setup.usable)
         else:
-            found = find_max(runner, base, args, *find, setup.usable, hook, env_names)
+            found = find_max(runner, base, search, setup.usable)
         found["fit"] = probes_fit(found["arg"], found["probes"], setup.usable)
         result["find_max"] = found
     result["simulations"] = runner.simulated

@@ -94,6 +94,24 @@ def configure(
     return PointSpec(values, argv, env)
 
 
+@dataclass(frozen=True)
+class Search:
+    """`--find-max ARG --lo LO --hi HI`: the values of `arg` from `lo` to `hi`, each run as
+    the script's `args` with `arg` set to it (an environment variable when `env_names`
+    names it; with a `hook`, handed to the hook)."""
+
+    args: tuple[str, ...]
+    arg: str
+    lo: int
+    hi: int
+    env_names: tuple[str, ...] = ()
+    hook: Hook | None = None
+
+    def spec(self, value: int) -> PointSpec:
+        """The point where `arg` is `value`."""
+        return configure(self.args, {self.arg: str(value)}, self.env_names, self.hook)
+
+
 def grid(args: Sequence[str], sweeps: Sequence[Sweep], hook: Hook | None = None) -> list[PointSpec]:
     """Every point of the cartesian product of `sweeps`, in order."""
     names = [s.arg for s in sweeps]
