@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -56,22 +57,30 @@ def _row(dev: DeviceTrace, r: Replay, recorded: bool, fits: bool | None) -> Advi
     }
 
 
+@dataclass(frozen=True)
+class AdviseOptions:
+    """`memlens advise`'s options for its findings and replays (its `--script` check's are
+    planning/advise.py's): call sites per finding, the GPUs to shard over, the allocator
+    settings replayed (default WHAT_IFS), the GPU's memory ("80GiB" or bytes), the frames
+    hidden, and the program's source folder (looked for there, then the current folder)."""
+
+    top: int = 5
+    ranks: int | None = None
+    what_if: Sequence[str] | None = None
+    device_memory: str | int | None = None
+    hide_patterns: Sequence[str] | None = None
+    source_root: str | None = None
+
+
 def advise_replayed(
-    dev: DeviceTrace,
-    *,
-    top: int = 5,
-    ranks: int | None = None,
-    what_if: Sequence[str] | None = None,
-    device_memory: str | int | None = None,
-    hide_patterns: Sequence[str] | None = None,
-    source_root: str | None = None,
+    dev: DeviceTrace, options: AdviseOptions = AdviseOptions()
 ) -> tuple[AdviseResult, list[AdviceReplay]]:
     """analysis.advise.advise with the allocator replays of `dev` (the recorded settings,
-    then each of `what_if`, by default WHAT_IFS); also the replays, which a check reuses.
-    The program's source is looked for under `source_root`, then the current folder."""
-    runs = replays(dev, tuple(what_if or WHAT_IFS))
-    total = None if device_memory is None else parse_bytes(device_memory)
-    roots = [r for r in (source_root, os.getcwd()) if r]
-    result = advise_findings(dev, replays=runs, top=top, ranks=ranks, device_memory=total,
-                             hide_patterns=hide_patterns, source_roots=roots)  # fmt: skip
+    then each of `options.what_if`); also the replays, which a check reuses."""
+    o = options
+    runs = replays(dev, tuple(o.what_if or WHAT_IFS))
+    total = None if o.device_memory is None else parse_bytes(o.device_memory)
+    roots = [r for r in (o.source_root, os.getcwd()) if r]
+    result = advise_findings(dev, replays=runs, top=o.top, ranks=o.ranks, device_memory=total,
+                             hide_patterns=o.hide_patterns, source_roots=roots)  # fmt: skip
     return result, runs

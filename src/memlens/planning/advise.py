@@ -11,7 +11,7 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from memlens.analysis.advise_replays import advise_replayed
+from memlens.analysis.advise_replays import AdviseOptions, advise_replayed
 from memlens.analysis.allocator_model import AllocatorSettings
 from memlens.analysis.allocator_replay import what_if as replay_what_if
 from memlens.analysis.results import AdviseResult
@@ -58,27 +58,14 @@ def advise(
     source_root: str | None = None,
     script: str | None = None,
     gpu: str | None = None,
+    progress: Callable[[str], None] = _stderr,
 ) -> AdviseResult:
     """`memlens advise`: the findings with the allocator replays of `dev`; with `script`
-    ('SCRIPT ARGS'), each finding a knob answers simulated, each step told on stderr."""
-    return advise_checked(dev, top=top, ranks=ranks, what_if=what_if,
-                          device_memory=device_memory, hide_patterns=hide_patterns,
-                          source_root=source_root, script=script, gpu=gpu,
-                          progress=_stderr)  # fmt: skip
-
-
-def advise_checked(
-    dev: DeviceTrace,
-    *,
-    progress: Callable[[str], None],
-    script: str | None = None,
-    gpu: str | None = None,
-    ranks: int | None = None,
-    **options: Any,
-) -> AdviseResult:
-    """`advise` with each step of the `script` check handed to `progress` (a host's own
-    progress display: the CLI's stderr line, an MCP progress notification)."""
-    result, runs = advise_replayed(dev, ranks=ranks, **options)
+    ('SCRIPT ARGS'), each finding a knob answers simulated, each step handed to `progress`
+    (a host's own progress display; by default a line on stderr)."""
+    options = AdviseOptions(top=top, ranks=ranks, what_if=what_if, device_memory=device_memory,
+                            hide_patterns=hide_patterns, source_root=source_root)  # fmt: skip
+    result, runs = advise_replayed(dev, options)
     if script is not None:
         from memlens.planning.verify import verify
 

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from memlens.analysis.advise import advise
-from memlens.analysis.advise_replays import advise_replayed
+from memlens.analysis.advise_replays import AdviseOptions, advise_replayed
 from memlens.views.report.context import ReportContext, Section
 from memlens.views.report.page import esc, fmt_bytes, note, num, table
 from memlens.views.report.sections.common import sites_table
@@ -17,7 +17,7 @@ REPLAY_EVENTS = 200_000
 
 def advise_section(ctx: ReportContext) -> str:
     if ctx.dev.n_events <= REPLAY_EVENTS:
-        result, _ = advise_replayed(ctx.dev, hide_patterns=ctx.hide_patterns)
+        result, _ = advise_replayed(ctx.dev, AdviseOptions(hide_patterns=ctx.hide_patterns))
     else:
         result = advise(ctx.dev, hide_patterns=ctx.hide_patterns)
         result["notes"].append(
