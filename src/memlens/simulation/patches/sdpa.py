@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -127,22 +128,29 @@ def can_use_cudnn(gpu: Gpu, q: Any, k: Any, v: Any, mask: Any, dropout: float, g
     return s_k != 1 and not (dropout != 0.0 and s_q == 1)
 
 
-def choose(
-    gpu: Gpu,
-    q: Any,
-    k: Any,
-    v: Any,
-    mask: Any = None,
-    dropout: float = 0.0,
-    causal: bool = False,
-    gqa: bool = False,
-) -> int:
+@dataclass(frozen=True)
+class Attention:
+    """One scaled_dot_product_attention call as the dispatch sees it: query, key and value,
+    the attention mask (additive by then), dropout, causal, scale, grouped-query heads."""
+
+    q: Any
+    k: Any
+    v: Any
+    mask: Any = None
+    dropout: float = 0.0
+    causal: bool = False
+    scale: float | None = None
+    gqa: bool = False
+
+
+def choose(gpu: Gpu, a: Attention) -> int:
     """The SDPBackend PyTorch's CUDA dispatch picks on `gpu` (select_sdp_backend)."""
+    q, k, v = a.q, a.k, a.v
     grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
     checks: dict[int, Callable[[], bool]] = {
-        CUDNN: lambda: can_use_cudnn(gpu, q, k, v, mask, dropout, gqa),
-        FLASH: lambda: can_use_flash(gpu, q, k, v, mask, dropout, causal, gqa, grad),
-        EFFICIENT: lambda: can_use_efficient(gpu, q, k, v, gqa),
+        CUDNN: lambda: can_use_cudnn(gpu, q, k, v, a.mask, a.dropout, a.gqa),
+        FLASH: lambda: can_use_flash(gpu, q, k, v, a.mask, a.dropout, a.causal, a.gqa, grad),
+        EFFICIENT: lambda: can_use_efficient(gpu, q, k, v, a.gqa),
         MATH: torch.backends.cuda.math_sdp_enabled,
     }
     for backend in torch._C._get_sdp_priority_order():
@@ -183,27 +191,17 @@ def make_sdpa(sim: SimulationHost, original: Callable[..., Any]) -> Callable[...
             query, key, value = (policy.cached_cast(low, t) for t in (query, key, value))
             attn_mask = policy.cached_cast(low, attn_mask)
         attn_mask = _bool_mask_to_additive(attn_mask, query.dtype)
-        backend = choose(sim.gpu, query, key, value, attn_mask, dropout_p, is_causal, enable_gqa)
+        call = Attention(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
+        backend = choose(sim.gpu, call)
         sim.sdpa_backends.append(NAMES[backend])
         with torch.autocast("cuda", enabled=False) if autocast else contextlib.nullcontext():
-            return _run(
-                backend, query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa
-            )
+            return _run(backend, call)
 
     return scaled_dot_product_attention
 
 
-def _run(
-    backend: int,
-    q: Any,
-    k: Any,
-    v: Any,
-    mask: Any,
-    dropout: float,
-    causal: bool,
-    scale: float | None,
-    gqa: bool,
-) -> torch.Tensor:
+def _run(backend: int, a: Attention) -> torch.Tensor:
+    q, k, v, mask, dropout, causal, scale = a.q, a.k, a.v, a.mask, a.dropout, a.causal, a.scale
     if backend == FLASH:
         og = q.size(-1)
         qp, kp, vp = _pad8(q), _pad8(k), _pad8(v)
@@ -236,7 +234,7 @@ def _run(
         )
     return _first(
         lambda: _aten._scaled_dot_product_attention_math(
-            q, k, v, mask, dropout, causal, None, scale=scale, enable_gqa=gqa
+            q, k, v, mask, dropout, causal, None, scale=scale, enable_gqa=a.gqa
         )
     )
 
