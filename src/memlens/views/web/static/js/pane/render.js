@@ -261,10 +261,7 @@ export function drawPane(p) {
       ctx.strokeStyle = col("--peak");
       ctx.setLineDash([4, 3]);
       ctx.lineWidth = 1;
-      ctx.beginPath();
-      ctx.moveTo(px, MT);
-      ctx.lineTo(px, MT + plotH);
-      ctx.stroke();
+      plotLine(ctx, px, plotH);
       ctx.setLineDash([]);
       ctx.font = "11px system-ui, sans-serif";
       ctx.textAlign = "left"; // the axis labels leave it "right"
@@ -292,10 +289,7 @@ export function drawPane(p) {
     if (ox < ML || ox > ML + plotW) continue;
     ctx.strokeStyle = col("--oom");
     ctx.lineWidth = 2;
-    ctx.beginPath();
-    ctx.moveTo(ox, MT);
-    ctx.lineTo(ox, MT + plotH);
-    ctx.stroke();
+    plotLine(ctx, ox, plotH);
     const label = `OOM: ${fmtBytes(o.requested_bytes)} requested, ${fmtBytes(o.device_free_bytes)} free`;
     const tw = ctx.measureText(label).width;
     ctx.fillStyle = col("--oom");
@@ -311,14 +305,24 @@ export function drawPane(p) {
     const lx = p.xOf(state.live.u);
     ctx.strokeStyle = col("--cursor");
     ctx.lineWidth = 1;
-    ctx.beginPath();
-    ctx.moveTo(lx, MT);
-    ctx.lineTo(lx, MT + plotH);
-    ctx.stroke();
+    plotLine(ctx, lx, plotH);
   }
   ctx.restore();
   drawAxes(p, ctx, v);
   drawAnnotations(p);
+}
+
+/**
+ * A vertical line from the top of the plot to its x axis at `x`, in the current stroke.
+ * @param {CanvasRenderingContext2D} ctx
+ * @param {number} x
+ * @param {number} plotH
+ */
+function plotLine(ctx, x, plotH) {
+  ctx.beginPath();
+  ctx.moveTo(x, MT);
+  ctx.lineTo(x, MT + plotH);
+  ctx.stroke();
 }
 
 /**
@@ -354,10 +358,7 @@ function drawAxes(p, ctx, v) {
   const base = p.axis === "time" ? p.timeOrigin : 0;
   for (let u = Math.ceil((p.x0 - base) / step) * step + base; u <= p.x1; u += step) {
     const xx = p.xOf(u);
-    ctx.beginPath();
-    ctx.moveTo(xx + 0.5, MT);
-    ctx.lineTo(xx + 0.5, MT + plotH);
-    ctx.stroke();
+    plotLine(ctx, xx + 0.5, plotH);
     const label = p.axis === "time" ? fmtTick(u - base, step) : fmtEventCount(u);
     // labels at the ends stay inside the plot: clear of the axis name, never clipped
     const half = ctx.measureText(label).width / 2;
