@@ -421,6 +421,22 @@ static inline int push(VM *vm, Val v) {
 
 static inline Py_ssize_t fence(VM *vm) { return vm->nmarks ? vm->marks[vm->nmarks - 1] : 0; }
 
+/* Room for `need` pointers in *items, of capacity *cap (doubled, from `first`, until it
+   holds them): 0, or -1 with MemoryError set and *items as it was. */
+static inline int grow_objects(PyObject ***items, size_t *cap, size_t need, size_t first) {
+    if (need <= *cap) return 0;
+    size_t ncap = *cap ? *cap * 2 : first;
+    while (ncap < need) ncap *= 2;
+    PyObject **grown = realloc(*items, ncap * sizeof(PyObject *));
+    if (!grown) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    *items = grown;
+    *cap = ncap;
+    return 0;
+}
+
 /* Little-endian loads of pickle arguments (whatever the host's byte order). A byte loop,
    not a memcpy of n bytes into a uint64_t: that one is stored byte by byte and read back
    whole, a store-forwarding stall on every LONG1 (a sixth of the entry shortcut's time). */

@@ -66,25 +66,24 @@ static void columns_dealloc(Columns *self) {
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
+/* d[key] = v as a Python int: 0, or -1 with the error set. */
+static int set_count(PyObject *d, const char *key, long long v) {
+    PyObject *n = PyLong_FromLongLong(v);
+    int rc = n ? PyDict_SetItemString(d, key, n) : -1;
+    Py_XDECREF(n);
+    return rc;
+}
+
 /* export() -> dict: n, the columns as buffers (moved out), the distinct tables, flags. */
 static PyObject *columns_export(Columns *self, PyObject *Py_UNUSED(ignored)) {
     PyObject *d = PyDict_New();
     if (!d) return NULL;
-    PyObject *n = PyLong_FromSsize_t(self->n);
-    if (!n || PyDict_SetItemString(d, "n", n) < 0) goto fail;
-    Py_CLEAR(n);
-    n = PyLong_FromLongLong(self->total_keys);
-    if (!n || PyDict_SetItemString(d, "total_keys", n) < 0) goto fail;
-    Py_CLEAR(n);
-    n = PyLong_FromLongLong(self->frames_items);
-    if (!n || PyDict_SetItemString(d, "frames_items", n) < 0) goto fail;
-    Py_CLEAR(n);
-    n = PyLong_FromLongLong(self->ff_items);
-    if (!n || PyDict_SetItemString(d, "forward_frames_items", n) < 0) goto fail;
-    Py_CLEAR(n);
-    n = PyLong_FromLongLong(self->ff_chars);
-    if (!n || PyDict_SetItemString(d, "forward_frames_chars", n) < 0) goto fail;
-    Py_CLEAR(n);
+    PyObject *n = NULL;
+    if (set_count(d, "n", self->n) < 0 || set_count(d, "total_keys", self->total_keys) < 0 ||
+        set_count(d, "frames_items", self->frames_items) < 0 ||
+        set_count(d, "forward_frames_items", self->ff_items) < 0 ||
+        set_count(d, "forward_frames_chars", self->ff_chars) < 0)
+        goto fail;
     /* the frames values met as objects, with their local index: the builder must know
        them by identity too, should the segments refer to them */
     n = PyList_New(PyList_GET_SIZE(self->frames.list));

@@ -120,17 +120,7 @@ static inline Py_ssize_t fast_get_index(Fast *f) {
 /* The k items of a frames list body at f->p, memo reference by memo reference, as a VM
    stack; -1 with no error set when they are not all plain objects. */
 static Py_ssize_t frames_items_stack(VM *vm, Fast *f, size_t k) {
-    if (k > vm->tmp_cap) {
-        size_t ncap = vm->tmp_cap ? vm->tmp_cap : 256;
-        while (ncap < k) ncap *= 2;
-        PyObject **nt = realloc(vm->tmp_items, ncap * sizeof(PyObject *));
-        if (!nt) {
-            PyErr_NoMemory();
-            return -1;
-        }
-        vm->tmp_items = nt;
-        vm->tmp_cap = ncap;
-    }
+    if (grow_objects(&vm->tmp_items, &vm->tmp_cap, k, 256) < 0) return -1;
     for (size_t j = 0; j < k;) {
         if (*f->p == '(' || *f->p == 'e') {
             f->p++;

@@ -198,17 +198,7 @@ Py_ssize_t stackset_index(StackSet *t, PyObject *const *items, size_t k, int *ad
         if (!t->cap) t->off[0] = 0;
         t->cap = ncap;
     }
-    if (t->n_items + k > t->cap_items) {
-        size_t ncap = t->cap_items ? t->cap_items * 2 : 4096;
-        while (ncap < t->n_items + k) ncap *= 2;
-        PyObject **ni = realloc(t->items, ncap * sizeof(PyObject *));
-        if (!ni) {
-            PyErr_NoMemory();
-            return -1;
-        }
-        t->items = ni;
-        t->cap_items = ncap;
-    }
+    if (grow_objects(&t->items, &t->cap_items, t->n_items + k, 4096) < 0) return -1;
     PyObject *rep = PyList_New((Py_ssize_t)k);
     if (!rep) return -1;
     for (size_t j = 0; j < k; j++) {

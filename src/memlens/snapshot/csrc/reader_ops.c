@@ -20,13 +20,20 @@
         }                                                                                          \
     } while (0)
 
-/* Pop the items above the top mark into a new tuple/list (reader objects refused). */
-static PyObject *pop_mark_items(VM *vm, int as_tuple) {
+/* The top mark, popped: the stack index it marks, or -1 (the error set) without one. */
+static Py_ssize_t pop_mark(VM *vm) {
     if (!vm->nmarks) {
         corrupt("could not find MARK");
-        return NULL;
+        return -1;
     }
-    Py_ssize_t m = vm->marks[--vm->nmarks], n = vm->sp - m;
+    return vm->marks[--vm->nmarks];
+}
+
+/* Pop the items above the top mark into a new tuple/list (reader objects refused). */
+static PyObject *pop_mark_items(VM *vm, int as_tuple) {
+    Py_ssize_t m = pop_mark(vm);
+    if (m < 0) return NULL;
+    Py_ssize_t n = vm->sp - m;
     PyObject *seq = as_tuple ? PyTuple_New(n) : PyList_New(n);
     if (!seq) return NULL;
     for (Py_ssize_t i = 0; i < n; i++) {
@@ -91,16 +98,12 @@ int op_stack(VM *vm, int op) {
             discard(vm, &vm->stack[--vm->sp]);
         }
         break;
-    case '1': /* POP_MARK */
-        if (!vm->nmarks) {
-            corrupt("could not find MARK");
-            return OP_ERROR;
-        }
-        {
-            Py_ssize_t m = vm->marks[--vm->nmarks];
-            while (vm->sp > m) discard(vm, &vm->stack[--vm->sp]);
-        }
+    case '1': /* POP_MARK */ {
+        Py_ssize_t m = pop_mark(vm);
+        if (m < 0) return OP_ERROR;
+        while (vm->sp > m) discard(vm, &vm->stack[--vm->sp]);
         break;
+    }
     case '2': { /* DUP */
         POP_CHECK(1);
         Val v = vm->stack[vm->sp - 1];
@@ -316,11 +319,8 @@ int op_container(VM *vm, int op) {
         }
         break;
     case 'e': /* APPENDS */ {
-        if (!vm->nmarks) {
-            corrupt("could not find MARK");
-            return OP_ERROR;
-        }
-        Py_ssize_t m = vm->marks[--vm->nmarks];
+        Py_ssize_t m = pop_mark(vm);
+        if (m < 0) return OP_ERROR;
         if (m <= fence(vm)) { /* the list is below the mark, above the fence: CPython's */
             corrupt(vm->nmarks ? "unexpected MARK found" : "unpickling stack underflow");
             return OP_ERROR;
@@ -347,11 +347,8 @@ int op_container(VM *vm, int op) {
         }
         break;
     case 'u': /* SETITEMS */ {
-        if (!vm->nmarks) {
-            corrupt("could not find MARK");
-            return OP_ERROR;
-        }
-        Py_ssize_t m = vm->marks[--vm->nmarks];
+        Py_ssize_t m = pop_mark(vm);
+        if (m < 0) return OP_ERROR;
         if (m <= fence(vm) || ((vm->sp - m) & 1)) { /* in CPython's order and words */
             corrupt(m > fence(vm) ? "odd number of items for SETITEMS"
                     : vm->nmarks  ? "unexpected MARK found"
