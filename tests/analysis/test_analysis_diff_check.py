@@ -8,7 +8,7 @@ import pytest
 from analysis_snapshots import BIG_SIZE, training_snapshot
 
 import memlens
-from memlens.analysis.budget import check_budgets, parse_growth
+from memlens.analysis.budget import Budgets, check_budgets, parse_growth
 from memlens.analysis.diff import diff
 from memlens.cli.main import main
 from memlens.errors import MemlensError
@@ -61,18 +61,18 @@ def test_diff_only_in_one_side(pair):
 
 def test_check_budgets_api(pair):
     a, b = pair
-    r = check_budgets(a, max_peak=PEAK_A)
+    r = check_budgets(a, Budgets(max_peak=PEAK_A))
     assert r["ok"] and r["violations"] == []
-    r = check_budgets(a, max_peak=PEAK_A - 1, max_reserved=3 * 1024 * 1024)
+    r = check_budgets(a, Budgets(max_peak=PEAK_A - 1, max_reserved=3 * 1024 * 1024))
     assert not r["ok"] and len(r["violations"]) == 1 and "exceeds" in r["violations"][0]
     assert [c["ok"] for c in r["checks"]] == [False, True]
-    r = check_budgets(b, baseline=a, max_growth=0.30)
+    r = check_budgets(b, Budgets(max_growth=0.30), a)
     assert not r["ok"] and r["checks"][0]["growth_bytes"] == 500_000
-    assert check_budgets(b, baseline=a, max_growth=0.34)["ok"]
-    assert check_budgets(b, baseline=a, max_growth_bytes=500_000)["ok"]
-    assert not check_budgets(b, baseline=a)["ok"]  # a baseline alone allows no growth
+    assert check_budgets(b, Budgets(max_growth=0.34), a)["ok"]
+    assert check_budgets(b, Budgets(max_growth_bytes=500_000), a)["ok"]
+    assert not check_budgets(b, Budgets(), a)["ok"]  # a baseline alone allows no growth
     with pytest.raises(MemlensError):
-        check_budgets(a, max_growth=0.1)
+        check_budgets(a, Budgets(max_growth=0.1))
 
 
 def test_parse_growth():

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from memlens.analysis.devices import traced_devices
@@ -29,23 +30,38 @@ def parse_growth(text: str) -> tuple[float | None, int | None]:
     return v, None
 
 
+@dataclass(frozen=True)
+class Budgets:
+    """What `memlens check` checks a trace against, in bytes: its peak active and peak
+    reserved memory, and the growth of its peak over a baseline's, a fraction (0.05 = 5%)
+    of the baseline's peak and/or an absolute allowance (with both, the larger applies;
+    with a baseline and neither, no growth at all)."""
+
+    max_peak: int | None = None
+    max_reserved: int | None = None
+    max_growth: float | None = None
+    max_growth_bytes: int | None = None
+
+    @classmethod
+    def parse(
+        cls, max_peak: str | int | None, max_reserved: str | int | None, max_growth: str | None
+    ) -> Budgets:
+        """From the options as written: sizes ("12GiB") or bytes; growth as "5%", "0.05"
+        or "512MiB"."""
+        frac, grow_b = parse_growth(max_growth) if max_growth is not None else (None, None)
+        peak = parse_bytes(max_peak) if max_peak is not None else None
+        reserved = parse_bytes(max_reserved) if max_reserved is not None else None
+        return cls(peak, reserved, frac, grow_b)
+
+
 def check_budgets(
-    dev: DeviceTrace,
-    *,
-    max_peak: int | None = None,
-    max_reserved: int | None = None,
-    baseline: DeviceTrace | None = None,
-    max_growth: float | None = None,
-    max_growth_bytes: int | None = None,
+    dev: DeviceTrace, budgets: Budgets, baseline: DeviceTrace | None = None
 ) -> BudgetResult:
     """Returns {"ok": bool, "device", "source", "peak_active_bytes", "peak_reserved_bytes",
     "checks": [{"name" ("max_peak"|"max_reserved"|"max_growth"), "ok", "value", "limit",
-    "message"}], "violations": [message...]}.
-
-    max_growth is a fraction (0.05 = 5%) of the baseline's peak active bytes;
-    max_growth_bytes an absolute allowance; with both, the larger allowance applies.
-    Growth needs `baseline`; a baseline without a growth limit allows no growth at all.
-    """
+    "message"}], "violations": [message...]}. Growth needs `baseline`."""
+    max_peak, max_reserved = budgets.max_peak, budgets.max_reserved
+    max_growth, max_growth_bytes = budgets.max_growth, budgets.max_growth_bytes
     checks: list[BudgetCheck] = []
     peak, reserved = dev.peak_active_bytes, dev.peak_reserved_bytes
     where = f"device {dev.device}"
@@ -120,19 +136,7 @@ def check_budget_options(options: Mapping[str, Any]) -> None:
         and options["baseline"] is None
     ):
         raise MemlensError("nothing to check: give --max-peak, --max-reserved or --baseline")
-    _budgets(options["max_peak"], options["max_reserved"], options["max_growth"])
-
-
-def _budgets(
-    max_peak: str | int | None, max_reserved: str | int | None, max_growth: str | None
-) -> tuple[int | None, int | None, float | None, int | None]:
-    frac, grow_b = parse_growth(max_growth) if max_growth is not None else (None, None)
-    return (
-        parse_bytes(max_peak) if max_peak is not None else None,
-        parse_bytes(max_reserved) if max_reserved is not None else None,
-        frac,
-        grow_b,
-    )
+    Budgets.parse(options["max_peak"], options["max_reserved"], options["max_growth"])
 
 
 def check_output(
@@ -147,7 +151,7 @@ def check_output(
     """`memlens check`: check_budgets on `device`, or on every device with a trace, each
     against the baseline's same device (its longest trace when it lacks that one). Sizes
     as written ("12GiB") or bytes; max_growth as "5%", "0.05" or "512MiB"."""
-    peak_limit, reserved_limit, frac, grow_b = _budgets(max_peak, max_reserved, max_growth)
+    budgets = Budgets.parse(max_peak, max_reserved, max_growth)
     devices = traced_devices(snap, device)
     if not devices:
         raise MemlensError(f"{snap.source} has no device traces to check")
@@ -156,14 +160,5 @@ def check_output(
         base_dev = None
         if baseline is not None:
             base_dev = baseline.device(d if d in baseline.traces else None)
-        results.append(
-            check_budgets(
-                snap.device(d),
-                max_peak=peak_limit,
-                max_reserved=reserved_limit,
-                baseline=base_dev,
-                max_growth=frac,
-                max_growth_bytes=grow_b,
-            )
-        )
+        results.append(check_budgets(snap.device(d), budgets, base_dev))
     return {"ok": all(r["ok"] for r in results), "source": snap.source, "devices": results}
