@@ -120,22 +120,20 @@ def interpolated_find_max(
     )
     at = rows[0] if best is not None else None
     nxt = rows[-1] if after else None
-    return {
-        "arg": arg,
-        "lo": lo,
-        "hi": hi,
-        "largest_fitting": best,
-        "simulations": runner.simulated - before,
-        "probes": probes + rows,
-        "step": step,
-        "margin_bytes": None if at is None else usable - at["peak_reserved_bytes"],
-        # what the next value needs (its run with unlimited memory), not its peak up to the OOM
-        "shortfall_bytes": None if nxt is None else interp.needs(after[0]) - usable,
-        "failing": failing,
-        "interpolated": True,
-        "confirmed": agree,
-        "fit": None,  # plan.py's probes_fit
-    }
+    found = search.answer(best, probes + rows, runner.simulated - before)
+    found.update(
+        {
+            "step": step,
+            "margin_bytes": None if at is None else usable - at["peak_reserved_bytes"],
+            # what the next value needs (its run with unlimited memory), not its peak up to
+            # the OOM
+            "shortfall_bytes": None if nxt is None else interp.needs(after[0]) - usable,
+            "failing": failing,
+            "interpolated": True,
+            "confirmed": agree,
+        }
+    )
+    return found
 
 
 def _bisect(values: list[int], fits: Callable[[int], bool]) -> int | None:

@@ -239,23 +239,11 @@ def find_max(runner: Runner, base: PointRequest, search: Search, usable: int | N
         best = good
     reserved = {int(p["values"][arg]): p["peak_reserved_bytes"] for p in probes}
     assert usable is not None  # check_find
-    return {
-        "arg": arg,
-        "lo": lo,
-        "hi": hi,
-        "largest_fitting": best,
-        "simulations": runner.simulated - before,
-        "probes": probes,
-        "step": 1,
-        "margin_bytes": None if best is None else usable - reserved[best],
-        # the next value ran out of memory: its peak stops at the OOM, so what it needs is
-        # unknown here (--interpolate replays it with unlimited memory)
-        "shortfall_bytes": None,
-        "failing": [],
-        "interpolated": False,
-        "confirmed": None,
-        "fit": None,  # probes_fit, by plan()
-    }
+    found = search.answer(best, probes, runner.simulated - before)
+    # the next value ran out of memory: its peak stops at the OOM, so what it needs is
+    # unknown here (--interpolate replays it with unlimited memory): no shortfall
+    found["margin_bytes"] = None if best is None else usable - reserved[best]
+    return found
 
 
 def plan(

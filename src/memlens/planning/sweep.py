@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from memlens.errors import MemlensError
 from memlens.planning.hook import Hook
+from memlens.planning.results import PlanFindMax, PlanPoint
 
 if TYPE_CHECKING:
     from memlens.planning.request import PointRequest
@@ -110,6 +111,25 @@ class Search:
     def spec(self, value: int) -> PointSpec:
         """The point where `arg` is `value`."""
         return configure(self.args, {self.arg: str(value)}, self.env_names, self.hook)
+
+    def answer(self, best: int | None, probes: list[PlanPoint], simulations: int) -> PlanFindMax:
+        """The search's answer as bisection to one integer leaves it: no margin yet, nothing
+        interpolated (interpolated_plan.py fills in its own), no fit (plan.py's)."""
+        return {
+            "arg": self.arg,
+            "lo": self.lo,
+            "hi": self.hi,
+            "largest_fitting": best,
+            "simulations": simulations,
+            "probes": probes,
+            "step": 1,
+            "margin_bytes": None,
+            "shortfall_bytes": None,
+            "failing": [],
+            "interpolated": False,
+            "confirmed": None,
+            "fit": None,
+        }
 
 
 def grid(args: Sequence[str], sweeps: Sequence[Sweep], hook: Hook | None = None) -> list[PointSpec]:
