@@ -451,13 +451,14 @@ def test_a_refused_name_stops_the_script_with_one_line(tmp_path):
     import subprocess
     import sys
 
-    (tmp_path / "g.py").write_text("import torch\ng = torch.cuda.CUDAGraph()\n")
+    (tmp_path / "g.py").write_text("import torch\npool = torch.cuda.MemPool()\n")
     done = subprocess.run(
         [sys.executable, "-m", "memlens", "simulate", "-o", "out.pickle", "g.py"],
         capture_output=True, text=True, cwd=tmp_path, timeout=300,
     )  # fmt: skip
     assert done.returncode == 1
     assert done.stderr.strip().splitlines()[-1] == (
-        "memlens: g.py failed (NotSimulated: torch.cuda.CUDAGraph is not supported by memlens "
-        "simulate: CUDA graphs and private memory pools are not modelled); no snapshot written"
+        "memlens: g.py failed (NotSimulated: torch.cuda.MemPool is not supported by memlens "
+        "simulate: user-made memory pools are not modelled (CUDA graphs' pools are)); no "
+        "snapshot written"
     )

@@ -286,7 +286,9 @@ class CachingAllocator:
             private = self.private_pools[pool_id]
             self._release_free_segments(private.small, frames)
             self._release_free_segments(private.large, frames)
-            if not any(seg.pool in (private.small, private.large) for seg in self.segments.values()):
+            if not any(
+                seg.pool in (private.small, private.large) for seg in self.segments.values()
+            ):
                 del self.private_pools[pool_id]
                 self.freeable_pools.remove(pool_id)
 

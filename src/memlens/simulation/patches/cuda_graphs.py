@@ -164,7 +164,7 @@ def install(patches: Patches, sim: SimulationHost) -> None:
     graph_class = make_graph_class(sim, ids)
 
     def graph_pool_handle() -> Any:
-        return torch.cuda._POOL_HANDLE(ids.user_pool())  # type: ignore[attr-defined]
+        return torch.cuda._POOL_HANDLE(ids.user_pool())
 
     for owner in (torch.cuda, graphs):
         patches.set(owner, "CUDAGraph", graph_class)
