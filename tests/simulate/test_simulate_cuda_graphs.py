@@ -222,3 +222,26 @@ def test_the_simulation_matches_the_h200_recording(tmp_path, monkeypatch, name, 
     # the same pools (the graph's own (1, 0), or graph_pool_handle()'s (0, 1)), holding
     # the same live bytes once the recording's cuBLASLt workspaces are left out
     assert _pool_active(sim, set()) == _pool_active(real, lt)
+
+
+def test_plans_replay_of_the_request_log_keeps_the_pools():
+    from memlens.simulation.request_log import BEGIN_POOL, END_POOL, RELEASE_POOL, replay_log
+
+    with memlens.simulate(cublas_workspace=0) as sim:
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            inside = torch.empty(3 * MIB, dtype=torch.uint8, device="cuda")
+            del inside  # its 20 MiB segment is the pool's: the default pool cannot reuse it
+        outside = torch.empty(3 * MIB, dtype=torch.uint8, device="cuda")
+        del graph, outside
+        torch.cuda.empty_cache()
+    log = sim.allocator.request_log()
+    assert [k for k in log.kinds.tolist() if k >= BEGIN_POOL] == [
+        BEGIN_POOL,
+        END_POOL,
+        RELEASE_POOL,
+    ]
+    # 2 MiB of the generator's state, 20 MiB in the pool, 20 MiB in the default pool
+    assert sim.allocator.peak_reserved == 42 * MIB
+    assert replay_log(log, None).peak_reserved == 42 * MIB
+    assert replay_log(log, 30 * MIB).oom  # without the pools, 22 MiB would have fitted
