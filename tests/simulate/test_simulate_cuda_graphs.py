@@ -21,6 +21,7 @@ import memlens  # noqa: E402
 from memlens.simulation.api import run_script  # noqa: E402
 
 MIB = 2**20
+TORCH = tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2])
 GPU = Path(__file__).resolve().parents[1] / "data" / "gpu" / "graphs"
 WORKSPACE = 32 * MIB  # cuBLAS's on Hopper, per (thread, stream)
 LT_WORKSPACE = MIB  # cuBLASLt's, which a GPU allocates at its first addmm-with-bias
@@ -205,6 +206,10 @@ def _pool_active(snapshot: dict[str, Any], skip: set[int]) -> dict[tuple[int, in
     ],
 )
 def test_the_simulation_matches_the_h200_recording(tmp_path, monkeypatch, name, script, expandable):
+    if name == "graphed_callables" and TORCH >= (2, 14):
+        # the simulation runs the installed torch's make_graphed_callables, which from 2.14
+        # captures on its warm-up stream (one workspace fewer in the pool than 2.11's)
+        pytest.skip("recorded with torch 2.11, whose make_graphed_callables differs")
     real = pickle.loads((GPU / f"{name}.pickle").read_bytes())
     monkeypatch.chdir(GPU)
     monkeypatch.syspath_prepend(str(GPU))

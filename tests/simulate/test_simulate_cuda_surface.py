@@ -160,6 +160,10 @@ c(
     lambda: cuda.jiterator._create_jit_fn("template <typename T> T f(T x) { return x; }"),
 )
 c("torch.cuda.list_gpu_processes", lambda: cuda.list_gpu_processes())
+# torch >= 2.14: a captured graph's kernels, as DOT, as data, annotated
+c("torch.cuda.export_dot", lambda: cuda.export_dot("graph.dot"))
+c("torch.cuda.export_graph_data", lambda: cuda.export_graph_data("graph.pickle"))
+c("torch.cuda.graph_annotations", lambda: cuda.graph_annotations.mark_kernels)
 c(
     "torch.cuda.make_graphed_callables",
     lambda: cuda.make_graphed_callables(

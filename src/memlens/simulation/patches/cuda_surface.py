@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from memlens.simulation.patches.fake_cuda import Patches
 
 GRAPHS = "user-made memory pools are not modelled (CUDA graphs' pools are)"
+KERNELS = "a captured CUDA graph's kernels are not simulated (its memory is)"
 ALLOCATOR = "a pluggable allocator replaces the caching allocator memlens models"
 REFUSED: dict[str, str] = {
     "torch.cuda.MemPool": GRAPHS,
@@ -35,6 +36,10 @@ REFUSED: dict[str, str] = {
     "torch.cuda.memory.use_mem_pool": GRAPHS,
     "torch.accelerator.Graph": "torch.accelerator.Graph is not modelled (torch.cuda.CUDAGraph is)",
     "torch.cuda.GreenContext": "green contexts (SM partitions) are not modelled",
+    # torch >= 2.14: what a captured graph's kernels were (no kernel is captured here)
+    "torch.cuda.export_dot": KERNELS,
+    "torch.cuda.export_graph_data": KERNELS,
+    "torch.cuda.graph_annotations": KERNELS,
     "torch.cuda.CUDAPluggableAllocator": ALLOCATOR,
     "torch.cuda.change_current_allocator": ALLOCATOR,
     "torch.cuda.memory.CUDAPluggableAllocator": ALLOCATOR,
@@ -120,6 +125,10 @@ def _refuser(name: str, original: Any) -> Any:
         raise NotSimulated(_message(name))
 
     refused.__name__ = name.rpartition(".")[2]
+    if hasattr(original, "__wrapped__"):
+        # Dynamo (torch >= 2.14) reads `torch.cuda.use_mem_pool.__wrapped__` when first
+        # imported, which may happen inside the simulation
+        refused.__wrapped__ = original.__wrapped__  # type: ignore[attr-defined]
     return refused
 
 
