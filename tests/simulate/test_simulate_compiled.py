@@ -20,6 +20,7 @@ torch = pytest.importorskip("torch")
 from torch import Tensor, nn  # noqa: E402
 
 import memlens  # noqa: E402
+from memlens.simulation.patches import torch_compile  # noqa: E402
 
 pytestmark = pytest.mark.slow  # Dynamo and Inductor's imports: seconds per test
 SIZE = 64 * 64 * 4
@@ -145,10 +146,7 @@ def test_module_compile_and_cuda_graph_modes_are_noted():
     # x, the GEMM buffer (relu in place), the output, the relu buffer freed (as above),
     # then x, whose only reference was the call's argument list
     assert events(sim)[start:] == [("+", SIZE)] * 3 + [("-", SIZE)] * 2
-    assert (
-        "torch.compile mode='reduce-overhead': CUDA graphs are not simulated (run without)"
-        in sim.notes
-    )
+    assert torch_compile.CUDA_GRAPHS_NOTE.format(mode="reduce-overhead") in sim.notes
     assert any(n.startswith("torch.compile: Dynamo's graphs") for n in sim.notes)
 
 

@@ -154,7 +154,7 @@ def test_torch_compile_is_modelled_with_a_note():
         x = torch.ones(2, 4, device="cuda")
         assert lin(x).shape == (2, 4) and double(x).shape == triple(x).shape == (2, 4)
     assert sim.notes == [
-        "torch.compile mode='reduce-overhead': CUDA graphs are not simulated (run without)",
+        compiled.CUDA_GRAPHS_NOTE.format(mode="reduce-overhead"),
         compiled.NOTE,
     ]
 

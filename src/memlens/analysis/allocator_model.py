@@ -6,9 +6,15 @@ block merging in `free_block`, `release_cached_blocks` (empty_cache), the OOM re
 and expandable segments. It emits trace entries and segments in the exact dict format of
 `torch.cuda.memory._snapshot()`.
 
-Left out on purpose: CUDA graphs and private pools, cross-stream events (whoever calls
-`free_request` says when the free completes), the garbage-collection threshold, and any
-memory that does not go through the allocator (CUDA context, NCCL buffers).
+Private pools (a CUDA graph's, `beginAllocateToPool` / `endAllocateToPool` /
+`releasePool`): while a capture is underway, requests on its stream go to the pool's own
+small and large free lists and segments (`segment_pool_id` is the pool's id); blocks freed
+later go back to that pool; its free segments are released by `empty_cache` (or the OOM
+retry) only once no graph uses the pool any more.
+
+Left out on purpose: cross-stream events (whoever calls `free_request` says when the free
+completes), the garbage-collection threshold, and any memory that does not go through the
+allocator (CUDA context, NCCL buffers).
 """
 
 from __future__ import annotations
@@ -162,11 +168,17 @@ class Block:
         return (self.segment.stream, self.size, self.address)
 
 
-class Pool:
-    """Free blocks of one pool, kept sorted by (stream, size, address) for best fit."""
+DEFAULT_POOL = (0, 0)  # the id snapshots give segments of the default pools
+PoolId = tuple[int, int]
 
-    def __init__(self, is_small: bool):
+
+class Pool:
+    """Free blocks of one pool, kept sorted by (stream, size, address) for best fit.
+    `pool_id` is its owner's: (0, 0) for the default pools, else a private pool's."""
+
+    def __init__(self, is_small: bool, pool_id: PoolId = DEFAULT_POOL):
         self.is_small = is_small
+        self.pool_id = pool_id
         self.keys: list[tuple[int, int, int]] = []
         self.blocks: dict[tuple[int, int, int], Block] = {}
 
@@ -188,6 +200,16 @@ class Pool:
             i += 1
 
 
+class PrivatePool:
+    """A CUDA graph's memory pool (CUDACachingAllocator's PrivatePool): its own small and
+    large free lists; `use_count` graphs capture into or hold it."""
+
+    def __init__(self, pool_id: PoolId):
+        self.small = Pool(True, pool_id)
+        self.large = Pool(False, pool_id)
+        self.use_count = 1
+
+
 class CachingAllocator:
     """One device's caching allocator. Sizes in bytes; addresses are simulated."""
 
@@ -204,6 +226,9 @@ class CachingAllocator:
         self.device_memory = device_memory
         self.small = Pool(True)
         self.large = Pool(False)
+        self.private_pools: dict[PoolId, PrivatePool] = {}
+        self.freeable_pools: list[PoolId] = []  # used by no graph any more (releasePool)
+        self.captures: list[tuple[PoolId, int]] = []  # (pool, stream) of captures underway
         self.segments: dict[int, Segment] = {}
         self.live: dict[int, Block] = {}  # address -> allocated block
         self.trace: list[dict[str, Any]] = []
@@ -222,7 +247,7 @@ class CachingAllocator:
         """Allocate `requested` bytes; returns the block address. Raises SimulatedOOM."""
         frames = frames or []
         size = round_size(requested, self.settings)
-        pool = self.small if size <= K_SMALL_SIZE else self.large
+        pool = self._pool_for(size, stream)
         block = self._get_free_block(pool, stream, size)
         if block is None:
             block = self._new_block(pool, stream, size, frames)
@@ -255,10 +280,55 @@ class CachingAllocator:
         """Return every fully free segment to the device (torch.cuda.empty_cache)."""
         frames = frames or []
         for pool in (self.large, self.small):  # the order release_cached_blocks uses
-            for block in [pool.blocks[k] for k in list(pool.keys)]:
-                self._release_if_whole_segment(block, frames)
+            self._release_free_segments(pool, frames)
+        # then the pools no graph uses any more; one left with no segment is forgotten
+        for pool_id in list(self.freeable_pools):
+            private = self.private_pools[pool_id]
+            self._release_free_segments(private.small, frames)
+            self._release_free_segments(private.large, frames)
+            if not any(
+                seg.pool in (private.small, private.large) for seg in self.segments.values()
+            ):
+                del self.private_pools[pool_id]
+                self.freeable_pools.remove(pool_id)
+
+    def begin_allocate_to_pool(self, pool_id: PoolId, stream: int) -> None:
+        """A capture starts (beginAllocateToPool): `stream`'s requests go to the private
+        pool `pool_id`, made now unless an earlier capture shares it."""
+        if any(p == pool_id for p, _ in self.captures):
+            raise MemlensError(f"a capture into memory pool {pool_id} is already underway")
+        private = self.private_pools.get(pool_id)
+        if private is None:
+            self.private_pools[pool_id] = PrivatePool(pool_id)
+        else:
+            private.use_count += 1
+        self.captures.append((pool_id, stream))
+
+    def end_allocate_to_pool(self, pool_id: PoolId) -> None:
+        """The capture into `pool_id` ends (endAllocateToPool); the pool stays."""
+        self.captures = [(p, s) for p, s in self.captures if p != pool_id]
+
+    def release_pool(self, pool_id: PoolId) -> None:
+        """A graph using `pool_id` is destroyed or reset (releasePool): when none is left,
+        empty_cache may return the pool's free segments."""
+        private = self.private_pools[pool_id]
+        private.use_count -= 1
+        if private.use_count == 0:
+            self.freeable_pools.append(pool_id)
 
     # ------------------------------------------------------------ internals
+    def _pool_for(self, size: int, stream: int) -> Pool:
+        # get_pool: a capture underway on this stream takes the request into its pool
+        for pool_id, capturing in self.captures:
+            if capturing == stream:
+                private = self.private_pools[pool_id]
+                return private.small if size <= K_SMALL_SIZE else private.large
+        return self.small if size <= K_SMALL_SIZE else self.large
+
+    def _release_free_segments(self, pool: Pool, frames: Frames) -> None:
+        for block in [pool.blocks[k] for k in list(pool.keys)]:
+            self._release_if_whole_segment(block, frames)
+
     def _record(self, action: str, addr: int, size: int, stream: int, frames: Frames) -> None:
         self.trace.append(
             {
@@ -517,7 +587,7 @@ class CachingAllocator:
                     "requested_size": sum(b["requested_size"] for b in blocks),
                     "stream": seg.stream,
                     "segment_type": "small" if seg.pool.is_small else "large",
-                    "segment_pool_id": (0, 0),
+                    "segment_pool_id": seg.pool.pool_id,
                     "is_expandable": seg.expandable,
                     "frames": seg.frames,
                     "blocks": blocks,

@@ -2,7 +2,9 @@
 
 A simulated run asks the caching allocator for blocks (`malloc` of a requested size on a
 stream), frees them (`free_request`/`free_complete`, by the allocation they free) and
-empties its cache (`torch.cuda.empty_cache`). Everything the allocator answers (segments,
+empties its cache (`torch.cuda.empty_cache`), and a CUDA graph's capture routes a stream
+to a private pool and back (`begin_allocate_to_pool`, `end_allocate_to_pool`,
+`release_pool`). Everything the allocator answers (segments,
 splits, the reserved curve, an OOM after freeing its cache) follows from that sequence and
 the settings, so replaying the sequence through the same torch-free model
 (analysis/allocator_model.py) gives the run's peaks to the byte, under any capacity, in a
@@ -21,17 +23,32 @@ from typing import Any
 
 import numpy as np
 
-from memlens.analysis.allocator_model import AllocatorSettings, CachingAllocator, SimulatedOOM
+from memlens.analysis.allocator_model import (
+    AllocatorSettings,
+    CachingAllocator,
+    PoolId,
+    SimulatedOOM,
+)
 
 # Kinds of request, the log's `kinds` column.
 MALLOC, FREE_REQUEST, FREE_COMPLETE, EMPTY_CACHE = 0, 1, 2, 3
+BEGIN_POOL, END_POOL, RELEASE_POOL = 4, 5, 6  # a CUDA graph's private pool
+
+
+def _pool_value(pool_id: PoolId) -> int:
+    return (pool_id[0] << 32) | pool_id[1]
+
+
+def _pool_id(value: int) -> PoolId:
+    return (value >> 32, value & 0xFFFFFFFF)
 
 
 @dataclass(frozen=True)
 class RequestLog:
     """Columns of equal length: the kind of each request; its `value` (a malloc's
     requested bytes, a free's allocation number: the n-th malloc of the log, from 0; 0 for
-    empty_cache); its stream (a malloc's, else 0)."""
+    empty_cache; a pool request's pool id as (first << 32) | second); its stream (a
+    malloc's or a capture's, else 0)."""
 
     kinds: np.ndarray  # int8
     values: np.ndarray  # int64
@@ -122,6 +139,18 @@ class LoggingAllocator(CachingAllocator):
         finally:
             self._inside -= 1
 
+    def begin_allocate_to_pool(self, pool_id: PoolId, stream: int) -> None:
+        self._log(BEGIN_POOL, _pool_value(pool_id), stream)
+        super().begin_allocate_to_pool(pool_id, stream)
+
+    def end_allocate_to_pool(self, pool_id: PoolId) -> None:
+        self._log(END_POOL, _pool_value(pool_id))
+        super().end_allocate_to_pool(pool_id)
+
+    def release_pool(self, pool_id: PoolId) -> None:
+        self._log(RELEASE_POOL, _pool_value(pool_id))
+        super().release_pool(pool_id)
+
     def request_log(self) -> RequestLog:
         return RequestLog(
             np.asarray(self._kinds, dtype=np.int8),
@@ -169,6 +198,12 @@ def replay_log(
             model.free_request(where[value])
         elif kind == FREE_COMPLETE:
             model.free_complete(where[value])
+        elif kind == BEGIN_POOL:
+            model.begin_allocate_to_pool(_pool_id(value), stream)
+        elif kind == END_POOL:
+            model.end_allocate_to_pool(_pool_id(value))
+        elif kind == RELEASE_POOL:
+            model.release_pool(_pool_id(value))
         else:
             model.empty_cache()
     return Replayed(peak_active, model.peak_reserved, oom)

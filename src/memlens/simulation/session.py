@@ -28,7 +28,14 @@ from memlens.errors import MemlensError
 from memlens.simulation.config import SimulateConfig
 from memlens.simulation.distributed import process_group
 from memlens.simulation.gpus import cublas_workspace_from_config
-from memlens.simulation.patches import cuda_kernels, cuda_stubs, cuda_surface, fake_cuda, sdpa
+from memlens.simulation.patches import (
+    cuda_graphs,
+    cuda_kernels,
+    cuda_stubs,
+    cuda_surface,
+    fake_cuda,
+    sdpa,
+)
 from memlens.simulation.patches import torch_compile as compiled
 from memlens.simulation.patches.frames import FrameCollector
 from memlens.simulation.patches.tracker import Tracker, is_cuda
@@ -110,6 +117,7 @@ class Simulation:
         cuda_stubs.reset_streams()
         self.autocast_policy = fake_cuda.install(self._patches, self._cuda_api(), self.note)
         cuda_surface.install(self._patches, self)
+        cuda_graphs.install(self._patches, self)
         sdpa.install(self._patches, self)
         cuda_kernels.install(self._patches, self)
         process_group.install(self._patches, self)
@@ -219,9 +227,12 @@ class Simulation:
         return self._workspace_size
 
     def _ensure_workspace(self) -> None:
-        # cuBLAS keeps one workspace per handle; forward and backward run on different
-        # threads on a GPU, so they get one each.
-        kind = "backward" if torch._C._current_autograd_node() is not None else "forward"
+        # cuBLAS keeps one workspace per (handle, stream); forward and backward run on
+        # different threads (handles) on a GPU, so they get one each, and a GEMM on a side
+        # stream or a graph's capture stream gets its own (a capture's in the graph's pool)
+        thread = "backward" if torch._C._current_autograd_node() is not None else "forward"
+        stream = cuda_stubs.current_stream_id()
+        kind = thread if stream == 0 else f"{thread}@{stream}"
         size = self.cublas_workspace
         current = self._workspaces.get(kind)
         if current is None:
@@ -234,12 +245,17 @@ class Simulation:
             self.allocator.free(current, self._stack())
 
     def empty_cache(self) -> None:
+        # The cuBLAS workspaces stay allocated: torch 2.11 on an H200 kept both a side
+        # stream's and a capture stream's through torch.cuda.graph's empty_cache
+        # (tests/data/gpu/graph_capture.pickle); torch._C._cuda_clearCublasWorkspaces
+        # drops them.
+        self.allocator.empty_cache(self.frames.collect())
+
+    def clear_cublas_workspaces(self) -> None:
         frames = self.frames.collect()
-        # torch.cuda.empty_cache also drops the cuBLAS workspaces before releasing memory.
         for address in self._workspaces.values():
             self.allocator.free(address, frames)
         self._workspaces.clear()
-        self.allocator.empty_cache(frames)
 
     # ------------------------------------------------------------ torch.cuda answers
     def _cuda_api(self) -> dict[str, Any]:
@@ -345,6 +361,7 @@ class Simulation:
         # (memlens.record, memlens.dump_on_oom, the trainer callbacks).
         self._patches.set(torch._C, "_cuda_isHistoryEnabled", lambda: self._history_on)
         self._patches.set(torch._C, "_cuda_attach_out_of_memory_observer", _oom_observers.append)
+        self._patches.set(torch._C, "_cuda_clearCublasWorkspaces", self.clear_cublas_workspaces)
 
     def _patch_cuda_extras(self) -> None:
         # torch.cuda.nvtx: ranges become annotations (like record_function) unless opted out.

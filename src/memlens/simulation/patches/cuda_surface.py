@@ -3,7 +3,7 @@ torch.backends.cuda / cudnn and torch.accelerator: what a simulation answers for
 
 Each name either works as on a GPU (answered from the model: the allocator, the --gpu
 card, a seed; or a no-op where a GPU call only changes how kernels run), or is refused
-with one line naming it (`REFUSED`: CUDA graphs, private memory pools, NCCL, ...; the
+with one line naming it (`REFUSED`: user-made memory pools, NCCL, ...; CUDA graphs are cuda_graphs.py's; the
 docs' "not supported" list is printed from that table). `session.Simulation._cuda_api`
 holds the allocator-facing answers; this module adds the rest.
 tests/simulate/test_simulate_cuda_surface.py walks every public name of those modules.
@@ -26,19 +26,20 @@ if TYPE_CHECKING:
     from memlens.simulation.host import SimulationHost
     from memlens.simulation.patches.fake_cuda import Patches
 
-GRAPHS = "CUDA graphs and private memory pools are not modelled"
+GRAPHS = "user-made memory pools are not modelled (CUDA graphs' pools are)"
+KERNELS = "a captured CUDA graph's kernels are not simulated (its memory is)"
 ALLOCATOR = "a pluggable allocator replaces the caching allocator memlens models"
 REFUSED: dict[str, str] = {
-    "torch.cuda.CUDAGraph": GRAPHS,
-    "torch.cuda.graph": GRAPHS,
-    "torch.cuda.graph_pool_handle": GRAPHS,
-    "torch.cuda.make_graphed_callables": GRAPHS,
     "torch.cuda.MemPool": GRAPHS,
     "torch.cuda.use_mem_pool": GRAPHS,
     "torch.cuda.memory.MemPool": GRAPHS,
     "torch.cuda.memory.use_mem_pool": GRAPHS,
-    "torch.accelerator.Graph": GRAPHS,
+    "torch.accelerator.Graph": "torch.accelerator.Graph is not modelled (torch.cuda.CUDAGraph is)",
     "torch.cuda.GreenContext": "green contexts (SM partitions) are not modelled",
+    # torch >= 2.14: what a captured graph's kernels were (no kernel is captured here)
+    "torch.cuda.export_dot": KERNELS,
+    "torch.cuda.export_graph_data": KERNELS,
+    "torch.cuda.graph_annotations": KERNELS,
     "torch.cuda.CUDAPluggableAllocator": ALLOCATOR,
     "torch.cuda.change_current_allocator": ALLOCATOR,
     "torch.cuda.memory.CUDAPluggableAllocator": ALLOCATOR,
@@ -124,6 +125,10 @@ def _refuser(name: str, original: Any) -> Any:
         raise NotSimulated(_message(name))
 
     refused.__name__ = name.rpartition(".")[2]
+    if hasattr(original, "__wrapped__"):
+        # Dynamo (torch >= 2.14) reads `torch.cuda.use_mem_pool.__wrapped__` when first
+        # imported, which may happen inside the simulation
+        refused.__wrapped__ = original.__wrapped__  # type: ignore[attr-defined]
     return refused
 
 
@@ -271,7 +276,6 @@ def answers(sim: SimulationHost) -> dict[str, Any]:
         **telemetry,
         "default_generators": (seeds.generator,),
         "device_memory_used": lambda device=None: alloc.reserved,
-        "is_current_stream_capturing": lambda: False,
         "can_device_access_peer": lambda device, peer_device: False,
         "current_blas_handle": lambda: 0,
         "current_solver_handle": lambda: 0,

@@ -411,3 +411,32 @@ def install(patches: Patches, sim: SimulationHost) -> None:
         "scaled_dot_product_attention",
         make_sdpa(sim, functional.scaled_dot_product_attention),
     )
+    # torch.backends.cuda.can_use_*_attention(params, debug): a CUDA build asks the CUDA
+    # runtime (torch 2.14.1's fails with no driver), a CPU build says False; the answer is
+    # the model's, for the simulated card
+    gpu = sim.gpu
+
+    def grad_of(p: Any) -> bool:
+        return torch.is_grad_enabled() and any(t.requires_grad for t in (p.query, p.key, p.value))
+
+    answers: dict[str, Callable[[Any], bool]] = {
+        "_can_use_flash_attention": lambda p: can_use_flash(
+            gpu,
+            p.query,
+            p.key,
+            p.value,
+            p.attn_mask,
+            p.dropout,
+            p.is_causal,
+            p.enable_gqa,
+            grad_of(p),
+        ),  # fmt: skip
+        "_can_use_mem_efficient_attention": lambda p: can_use_efficient(
+            gpu, p.query, p.key, p.value, p.enable_gqa
+        ),
+        "_can_use_cudnn_attention": lambda p: can_use_cudnn(
+            gpu, p.query, p.key, p.value, p.attn_mask, p.dropout, p.enable_gqa
+        ),
+    }
+    for name, answer in answers.items():
+        patches.set(torch._C, name, lambda params, debug=False, answer=answer: answer(params))

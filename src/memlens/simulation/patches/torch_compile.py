@@ -44,7 +44,11 @@ NOTE = (
     "freed after their last kernel and reused as its memory planner does; Triton "
     "autotuning's benchmark buffers are not simulated"
 )
-_CUDA_GRAPHS = "torch.compile mode={mode!r}: CUDA graphs are not simulated (run without)"
+CUDA_GRAPHS_NOTE = (
+    "torch.compile mode={mode!r}: CUDA graph trees are not modelled, the graphs ran as in "
+    "the default mode (on a GPU their outputs, saved tensors and gradients stay in a "
+    "private pool that replays reuse)"
+)
 _FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
 
 
@@ -65,7 +69,7 @@ def install(patches: fake_cuda.Patches, sim: SimulationHost) -> None:
         options = kwargs.pop("options", None) or {}
         if backend == "inductor":
             if mode in ("reduce-overhead", "max-autotune") or options.get("triton.cudagraphs"):
-                sim.note(_CUDA_GRAPHS.format(mode=mode))
+                sim.note(CUDA_GRAPHS_NOTE.format(mode=mode))
             backend = InductorModel(sim)
         else:
             sim.note(f"torch.compile(backend={backend!r}) ran that backend on the fakes")
