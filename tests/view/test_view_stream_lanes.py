@@ -62,14 +62,15 @@ def test_each_stream_is_stacked_in_its_own_lane():
     assert dev.active_after.tolist() == [0, 0, 1000, 4000, 4500, 4500, 3500, 5500, 5500, 2500]
     lay = DeviceLayout(dev)
     # one column per event, 100 px: lanes 1500 (default) and 5000 (SIDE) bytes tall, a
-    # 16 px gap above each: 6500 bytes over 100 - 32 px, so a gap is ceil(16 x 6500 / 68)
-    # = 1530 bytes; SIDE's lane starts at 1500 + 1530 = 3030, the top at 6500 + 2 x 1530
+    # 16 px gap above each and one at the top: 6500 bytes over 100 - 48 px, so a gap is
+    # ceil(16 x 6500 / 52) = 2000 bytes; SIDE's lane starts at 1500 + 2000 = 3500, the top
+    # at 6500 + 3 x 2000
     v = lay.view(lay.event_bounds(0, 10, 10), 100, min_px=1 / 16, lanes=lay.stream_lanes)
-    assert v.ymax == 9560
+    assert v.ymax == 12500
     lanes = v.lanes
     assert lanes is not None
     assert lanes.keys.tolist() == [0, 1]  # Snapshot.streams [0, 0x7f00]
-    assert lanes.base.tolist() == [0, 3030]
+    assert lanes.base.tolist() == [0, 3500]
     assert lanes.top.tolist() == [1500, 5000]
     # bands lane by lane, allocation order within: A, B (default), X, Y (SIDE); rows are
     # allocation order A=0, X=1, B=2, Y=3
@@ -77,17 +78,17 @@ def test_each_stream_is_stacked_in_its_own_lane():
     assert v.band_c0.tolist() == [2, 4, 3, 7]
     assert v.band_c1.tolist() == [6, 10, 9, 10]
     # B sits on A until A's free completes (event 6), then on the lane's floor; Y on X
-    # until X's completes (event 9), then on SIDE's floor (3030)
+    # until X's completes (event 9), then on SIDE's floor (3500)
     assert v.offset_runs() == {
         "run_start": [0, 1, 3, 4, 6],
         "run_col": [2, 4, 6, 3, 7, 9],
-        "run_off": [0, 1000, 0, 3030, 6030, 3030],
+        "run_off": [0, 1000, 0, 3500, 6500, 3500],
     }
     # every allocation is a band: the aggregate bands are empty, on top of each lane
     assert lanes.small_bytes.tolist() == [[0] * 10, [0] * 10]
     assert lanes.small_offset.tolist() == [
         [0, 0, 1000, 1000, 1500, 1500, 500, 500, 500, 500],
-        [3030, 3030, 3030, 6030, 6030, 6030, 6030, 8030, 8030, 5030],
+        [3500, 3500, 3500, 6500, 6500, 6500, 6500, 8500, 8500, 5500],
     ]
     # the chart's small_* are the sums over the lanes: the drawn bytes are all of active
     assert v.small_offset.tolist() == dev.active_after.tolist()
@@ -133,10 +134,10 @@ def test_the_api_splits_on_request():
     v = c.get("/api/d/0/view?e0=0&e1=10&width=10&height=100&split=stream").json()
     assert [(lane["stream"], lane["base"], lane["top"]) for lane in v["lanes"]] == [
         ("0x0", 0, 1500),
-        ("0x7f00", 3030, 5000),
+        ("0x7f00", 3500, 5000),
     ]
-    assert v["lanes"][1]["small"]["offset"][7] == 8030
-    assert v["ymin"] == 0 and v["ymax"] == 9560
+    assert v["lanes"][1]["small"]["offset"][7] == 8500
+    assert v["ymin"] == 0 and v["ymax"] == 12500
     assert v["bands"]["row"] == [0, 2, 1, 3]
     # a y zoom does not apply to lanes; without split there are none
     z = c.get("/api/d/0/view?e0=0&e1=10&width=10&height=100&split=stream&ymin=10&ymax=20")

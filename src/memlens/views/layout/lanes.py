@@ -4,7 +4,8 @@ own aggregate band, the lanes one above the other on one memory scale.
 
 A lane is as tall as its stream's most live bytes among the viewport's columns (the
 column's sample event is the device's, so every lane shows the same instant), with a
-LANE_GAP_PX gap above it for its label; the stacks are the viewport's own (viewport.py:
+LANE_GAP_PX gap above it for its label (and one more at the top, for the page's peak
+label); the stacks are the viewport's own (viewport.py:
 the same candidates, budgets and runs), only cut into lanes, so the budgets' bounds hold
 as they are. Live bytes and counts per lane at any event come from cumulative sums over
 each stream's allocations by alloc and by free event: O(streams x log allocations) per
@@ -76,14 +77,16 @@ class Lanes:
 
     def fit(self, sample: np.ndarray, height: int) -> LaneFit:
         """The lanes' places for a viewport whose columns show `sample`, `height` pixels
-        tall: each as tall as its most live bytes there, a LANE_GAP_PX gap above each."""
+        tall: each as tall as its most live bytes there, a LANE_GAP_PX gap above each and
+        one more at the top."""
         nbytes, count = self.live_at(sample)
         top = nbytes.max(axis=1, initial=0)
         total = max(int(top.sum()), 1)
-        usable = max(height - LANE_GAP_PX * len(top), height // 2, 1)
+        gaps = len(top) + 1
+        usable = max(height - LANE_GAP_PX * gaps, height // 2, 1)
         gap = int(np.ceil(LANE_GAP_PX * total / usable))
         base = np.cumsum(top + gap) - top - gap
-        return LaneFit(self, nbytes, count, top, base.astype(np.int64), total + gap * len(top))
+        return LaneFit(self, nbytes, count, top, base.astype(np.int64), total + gap * gaps)
 
 
 def _cumsum0(x: np.ndarray) -> np.ndarray:
