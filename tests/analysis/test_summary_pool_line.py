@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import memlens
+from memlens.analysis.results import PoolBytes
 from memlens.analysis.summary import summarize
 from memlens.views.text.summary import pools_worth_a_line, render_summary
 from snapshot_builders import hand_snapshot, pool_snapshot
@@ -56,9 +57,9 @@ def test_unrecorded_bytes_are_shown_when_the_snapshot_names_a_private_pool():
 
 
 def test_the_rule():
-    default = {"pool": [0, 0], "bytes": 5, "count": 1}
-    unknown = {"pool": None, "bytes": 7, "count": 1}
-    graph = {"pool": [1, 0], "bytes": 3, "count": 1}
+    default: PoolBytes = {"pool": [0, 0], "bytes": 5, "count": 1}
+    unknown: PoolBytes = {"pool": None, "bytes": 7, "count": 1}
+    graph: PoolBytes = {"pool": [1, 0], "bytes": 3, "count": 1}
     assert not pools_worth_a_line([default], [])
     assert not pools_worth_a_line([default, unknown], [])
     assert not pools_worth_a_line([default], [[1, 0]])

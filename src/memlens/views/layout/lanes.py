@@ -58,9 +58,6 @@ class Lanes:
                 (dev.free_event[rows][order].astype(np.int64), _cumsum0(size[order]))
             )
 
-    def __len__(self) -> int:
-        return len(self.keys)
-
     def live_at(self, events: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Live bytes and count of each lane's allocations right after each of `events`
         (-1: before the first), as [L, len(events)] arrays."""
