@@ -22,6 +22,7 @@ from memlens.simulation.synthetic import generate_snapshot
 from memlens.views.layout import MAX_DETAIL_RUNS, DeviceLayout
 from memlens.views.web.data import ViewerData
 from memlens.views.web.server import create_app
+from shared_data import SHARED_SNAPSHOTS
 from snapshot_builders import MiB, block, ev, segment
 
 SIDE = 0x7F00  # the side stream's handle
@@ -156,6 +157,19 @@ def test_a_trace_on_one_stream_is_drawn_as_before():
     plain, split = c.get(q), c.get(q + "&split=stream")
     assert split.status_code == 200
     assert json.loads(split.content) == json.loads(plain.content)
+
+
+def test_a_real_recording_on_one_stream_is_drawn_as_before():
+    path = SHARED_SNAPSHOTS / "wedson_medium_128_training.pickle"
+    if not path.is_file():
+        pytest.skip("shared snapshots not present")
+    data = ViewerData([memlens.load(path, cache=False)], ["real"])
+    c = TestClient(create_app(data), base_url="http://127.0.0.1")
+    (dev,) = c.get("/api/meta").json()["snapshots"][0]["devices"]
+    assert dev["stream_lanes"] == 0
+    for q in ["e0=0&e1=20000", "e0=9000&e1=9050"]:
+        url = f"/api/d/0/view?{q}&width=1300&height=420"
+        assert c.get(url + "&split=stream").content == c.get(url).content
 
 
 # the page's view: each band's middle (CSS px on the canvas) and each lane's floor and top
