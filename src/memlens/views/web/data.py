@@ -42,6 +42,7 @@ from memlens.views.web.answers import (
     StateAnswer,
     XRange,
 )
+from memlens.views.web.meta_peak import chart_peak
 from memlens.views.web.search import address_hits, band_matches, parse_query
 from memlens.views.web.stream_lanes import lane_answers, stream_lane_count
 
@@ -150,7 +151,6 @@ class ViewerData:
                     continue
                 dev = snap.traces[d]
                 tr = time_range(dev)
-                pk = dev.peak_event_index
                 devices.append(
                     {
                         "device": d,
@@ -158,12 +158,7 @@ class ViewerData:
                         "n_allocations": dev.n_allocations,
                         "time_range": list(tr) if tr else None,
                         # what the chart needs; the header's figures come from /summary
-                        "peak": {
-                            "peak_event_index": pk,
-                            "peak_time_us": int(dev.time_us[pk]) if tr and pk >= 0 else None,
-                            "peak_active_bytes": dev.peak_active_bytes,
-                            "peak_reserved_bytes": dev.peak_reserved_bytes,
-                        },
+                        "peak": chart_peak(self.layout(s, d), tr is not None),
                         "stream_lanes": stream_lane_count(dev),
                         # marked on the chart (the first MAX_OOM_MARKERS)
                         "ooms": oom_entries(dev, MAX_OOM_MARKERS),
