@@ -10,9 +10,12 @@ Measures, per size:
 
 * over HTTP: GET /api/d/D/view of the same 40 windows against a running `memlens view`
   (request -> body read) and the bytes per viewport;
+* with the paint: `pickle.load` of the same file in a fresh process (the file's pages in the
+  OS cache, as for the paints), and each first paint as a fraction of it (issue 37's
+  targets at 3.6M events: cold <= 0.35x, warm <= 0.12x).
 
 Usage: python benchmarks/bench_view.py [--sizes 100000,1000000,5000000] [--files A.pickle,...]
-       [--parts paint,server,http,browser] [--warm-runs N] [--out FILE.md]
+       [--parts paint,server,http,browser] [--cold-runs N] [--warm-runs N] [--out FILE.md]
 Real-stack files: tile a real recording, e.g.
   python /work/shared/tools/tile_snapshot.py -n 190 wedson_medium_128_training.pickle
   benchmarks/data/wedson_x190.pickle   (3.6M events; -n 63: 1.2M)
@@ -83,6 +86,34 @@ def first_paint(browser, path: Path, cache_dir: str) -> tuple[float, float]:
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+PICKLE_LOAD = """
+import pickle, sys, time
+with open(sys.argv[1], "rb") as f:
+    t = time.perf_counter()
+    pickle.load(f)
+print(time.perf_counter() - t)
+"""
+
+
+def compile_package() -> None:
+    """memlens's bytecode, as an installed wheel has it: run from a checkout with
+    PYTHONDONTWRITEBYTECODE=1, every start would compile its source (0.5 s of a warm
+    paint), a cost no user pays."""
+    import compileall
+
+    import memlens
+
+    compileall.compile_dir(Path(memlens.__file__).parent, quiet=1)
+
+
+def pickle_load_s(path: Path) -> float:
+    """Seconds `pickle.load` takes on the file, in a fresh process (the yardstick of the
+    first paint: what opening the snapshot costs without memlens)."""
+    out = subprocess.run([sys.executable, "-c", PICKLE_LOAD, str(path)], capture_output=True,
+                         text=True, check=True)  # fmt: skip
+    return float(out.stdout)
 
 
 def wait_for_kept_indexes(cache_dir: str, timeout: float = 120.0) -> None:
@@ -241,6 +272,8 @@ def main() -> None:
     ap.add_argument("--parts", default="paint,server,http,browser")
     ap.add_argument("--out", default=None, help="write a markdown table here")
     ap.add_argument("--warm-runs", type=int, default=1, help="warm paints; the best is kept")
+    ap.add_argument("--cold-runs", type=int, default=1, help="cold paints (each with an empty "
+                    "cache) and pickle.load runs; the best is kept")  # fmt: skip
     args = ap.parse_args()
     parts = set(args.parts.split(","))
     if not parts <= {"paint", "server", "http", "browser"}:
@@ -253,6 +286,8 @@ def main() -> None:
         paths = [Path(f) for f in args.files.split(",")]
     else:
         paths = [snapshot_file(int(x)) for x in args.sizes.split(",")]
+    if "paint" in parts:
+        compile_package()
     rows = []
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
@@ -260,12 +295,20 @@ def main() -> None:
             row: dict = {"file_mb": path.stat().st_size / 2**20}
             with tempfile.TemporaryDirectory(prefix="memlens-bench-cache-") as cache:
                 if "paint" in parts:  # first: cold is with the empty cache
-                    cold, cold_url = first_paint(browser, path, cache)
+                    colds = [first_paint(browser, path, cache)]
+                    for _ in range(args.cold_runs - 1):
+                        with tempfile.TemporaryDirectory(prefix="memlens-bench-cold-") as other:
+                            colds.append(first_paint(browser, path, other))
+                    cold, cold_url = min(colds)
+                    loads = [pickle_load_s(path) for _ in range(args.cold_runs)]
                     # on a shared box one run says little: the best of --warm-runs
                     warms = [first_paint(browser, path, cache) for _ in range(args.warm_runs)]
                     warm, warm_url = min(warms)
                     row.update(cold_paint_s=cold, cold_url_s=cold_url, warm_paint_s=warm,
                                warm_url_s=warm_url, warm_runs_s=[round(w, 3) for w, _ in warms],
+                               cold_runs_s=[round(c, 3) for c, _ in colds],
+                               pickle_load_s=min(loads), pickle_runs_s=[round(x, 3) for x in loads],
+                               cold_ratio=cold / min(loads), warm_ratio=warm / min(loads),
                                loadavg=os.getloadavg())  # fmt: skip
                 os.environ["MEMLENS_CACHE_DIR"] = cache
                 row["events"] = memlens.load(path, warn=False).device().n_events
@@ -287,6 +330,8 @@ def write_markdown(rows: list[dict], out: Path) -> None:
     cols = [
         ("name", "snapshot", "{}"), ("events", "events", "{:,}"), ("file_mb", "pickle MiB", "{:.0f}"),
         ("cold_paint_s", "first paint cold (s)", "{:.2f}"), ("warm_paint_s", "first paint warm (s)", "{:.2f}"),
+        ("pickle_load_s", "pickle.load (s)", "{:.2f}"), ("cold_ratio", "cold / pickle.load", "{:.2f}x"),
+        ("warm_ratio", "warm / pickle.load", "{:.2f}x"),
         ("view_ms_p50", "server view p50 (ms)", "{:.1f}"), ("view_ms_p95", "server view p95 (ms)", "{:.1f}"),
         ("view_cpu_ms_p50", "server view CPU p50 (ms)", "{:.1f}"),
         ("view_cpu_ms_p95", "server view CPU p95 (ms)", "{:.1f}"),

@@ -88,6 +88,10 @@ test("rangeQuery and viewUrl: the viewport request", () => {
     viewUrl(0, 0, 3, 9, "event", 500, 40, { q: "a&b c" }),
     "/api/d/0/view?snap=0&e0=3&e1=9&width=500&height=40&q=a%26b%20c",
   );
+  assert.equal(
+    viewUrl(0, 0, 3, 9, "event", 500, 40, { split: true }),
+    "/api/d/0/view?snap=0&e0=3&e1=9&width=500&height=40&split=stream",
+  );
 });
 
 test("bandOffset: a band's bottom offset at a column, from its runs", () => {
@@ -99,6 +103,19 @@ test("bandOffset: a band's bottom offset at a column, from its runs", () => {
   assert.equal(bandOffset(b, 0, 9), 100);
   assert.equal(bandOffset(b, 1, 2), 50);
   assert.equal(bandOffset(b, 1, 7), 50);
+  // the runs after band 0's do not ascend from its columns (band 1 starts at column 3, or,
+  // with streams drawn apart, a later lane's band earlier): the search stays in its own
+  const c = {
+    run_start: [0, 3, 6],
+    run_col: [2, 4, 6, 3, 7, 9],
+    run_off: [0, 10, 20, 30, 40, 50],
+  };
+  assert.equal(bandOffset(c, 0, 4), 10); // was 20: a search over [2, 4, 6, 3, 7, 9]
+  assert.equal(bandOffset(c, 0, 5), 10);
+  assert.equal(bandOffset(c, 0, 6), 20);
+  assert.equal(bandOffset(c, 1, 6), 30);
+  assert.equal(bandOffset(c, 1, 8), 40);
+  assert.equal(bandOffset(c, 1, 9), 50);
 });
 
 test("narrowerAtPeak: a tenth of the range around the peak while its column has cut allocations", () => {

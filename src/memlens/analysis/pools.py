@@ -6,6 +6,11 @@ PyTorch), else that of the segment holding it at the event (allocator_state's se
 tracker: the segment's own entries, else the final segments), else unknown (None), never
 a guessed default. Cost: one rewind of the segment tracker and a searchsorted over the
 live allocations.
+
+Which private pools the snapshot names at all (`private_pools`) tells how to read an
+unknown pool: with none named (a trace from before entries carried `pool_id`, whose final
+segments are all in the default pool), nothing suggests a private pool; with some, the
+unknown bytes may be theirs.
 """
 
 from __future__ import annotations
@@ -15,6 +20,18 @@ import numpy as np
 from memlens.analysis.allocator_state import recorded_pools, segment_tracker
 from memlens.analysis.results import PoolBytes
 from memlens.snapshot.model import DeviceTrace
+
+
+def private_pools(dev: DeviceTrace) -> list[list[int]]:
+    """The private pools (every pool but the default (0, 0)) the device's trace entries
+    (`pool_id`) or its final segments (`segment_pool_id`) name, in ascending order."""
+    named = np.unique(dev.pool[dev.pool >= 0])
+    pairs = {tuple(dev.snapshot.pools[k]) for k in named.tolist()}
+    seg = dev.snapshot.segments
+    rows = seg.of_device(dev.device)
+    pairs |= set(zip(seg.pool_id0[rows].tolist(), seg.pool_id1[rows].tolist()))
+    pairs.discard((0, 0))
+    return [list(p) for p in sorted(pairs)]
 
 
 def pool_bytes_at(dev: DeviceTrace, event: int) -> list[PoolBytes]:

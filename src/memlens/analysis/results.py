@@ -692,6 +692,9 @@ class DeviceSummary(TypedDict):
     top_sites: list[Site]
     ooms: list[OomEntry]
     pools_at_peak: list[PoolBytes]
+    # the private pools the snapshot names anywhere (entries' pool_id, final segments'
+    # segment_pool_id): none means nothing suggests a private pool behind an unknown one
+    private_pools: list[list[int]]
 
 
 class Summary(TypedDict):

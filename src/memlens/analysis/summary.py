@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from memlens.analysis.oom import oom_entries
-from memlens.analysis.pools import pool_bytes_at
+from memlens.analysis.pools import pool_bytes_at, private_pools
 from memlens.analysis.results import DeviceSummary, Summary
 from memlens.analysis.sites import top_sites
 from memlens.analysis.stages import annotation_rows_for
@@ -99,6 +99,7 @@ def device_summary(
         "top_sites": top_sites(dev, rows, top=top, hide_patterns=hide_patterns),
         "ooms": oom_entries(dev),
         "pools_at_peak": pool_bytes_at(dev, peak_i),
+        "private_pools": private_pools(dev),
     }
 
 

@@ -19,14 +19,8 @@ from memlens.analysis.allocator_state import SegmentIntervals
 from memlens.errors import MemlensError
 from memlens.snapshot.actions import Action
 from memlens.views.layout.budget import size_ranks, within_budget
-from memlens.views.layout.viewport import (
-    MAX_DETAIL_RUNS,
-    DeviceLayout,
-    View,
-    _edges,
-    _per_column,
-    _stack,
-)
+from memlens.views.layout.stacking import column_edges, per_column, stack_bands
+from memlens.views.layout.viewport import MAX_DETAIL_RUNS, DeviceLayout, View
 
 
 @dataclass
@@ -81,14 +75,14 @@ def segment_view(
     c1 = np.searchsorted(sample, segs.end, side="left")
     idx = np.flatnonzero(c0 < c1)
     c0, c1, sizes = c0[idx], c1[idx], segs.size[idx].astype(np.int64)
-    _, slot = _edges(c0, c1, width)
+    _, slot = column_edges(c0, c1, width)
     spans = slot[c1] - slot[c0]
     ranks = size_ranks(sizes)
     drawn, small_max = within_budget(sizes, ranks, spans + 1, base.bytes_per_px, max_runs, 0)
-    run_start, run_col, run_off, drawn_sum, drawn_count = _stack(
+    run_start, run_col, run_off, drawn_sum, drawn_count = stack_bands(
         c0[drawn], c1[drawn], sizes[drawn], width
     )
-    cut_count, cut_bytes = _per_column(c0[~drawn], c1[~drawn], sizes[~drawn], width)
+    cut_count, cut_bytes = per_column(c0[~drawn], c1[~drawn], sizes[~drawn], width)
     view = View(
         bounds=base.bounds,
         sample=sample,

@@ -47,6 +47,8 @@ from memlens.snapshot.model import DeviceTrace
 from memlens.views.layout import persist
 from memlens.views.layout.budget import within_budget
 from memlens.views.layout.index import LiveIndex, RangeArgmax
+from memlens.views.layout.lanes import Lanes, LaneView
+from memlens.views.layout.stacking import column_edges, gather_ranges, per_column, stack_bands
 
 T = TypeVar("T")
 
@@ -88,6 +90,9 @@ class View:
     cut_count: np.ndarray  # int64 [width]
     cut_bytes: np.ndarray  # int64 [width]
     small_min: int = 1  # candidates' size threshold: ceil(min_px x bytes per pixel)
+    # streams drawn apart (lanes.py): the bands stacked lane by lane, each lane's aggregate
+    # band; small_* and cut_* above are then their sums per column
+    lanes: LaneView | None = None
 
     def offset_runs(self) -> dict[str, list[int]]:
         """The band runs as lists: band k's runs are run_start[k]:run_start[k+1], run i
@@ -190,6 +195,11 @@ class DeviceLayout:
             "base_count", lambda: int(np.searchsorted(self.dev.alloc_event, -1, side="right"))
         )
 
+    @property
+    def stream_lanes(self) -> Lanes:
+        """The allocations by stream, for streams drawn apart (built on first use)."""
+        return self._cached("stream_lanes", lambda: Lanes(self.dev))
+
     def defer_checkpoints(self) -> None:
         """Leave the live-row checkpoints to warm(); meanwhile viewports do without them."""
         self._warming = True
@@ -255,12 +265,14 @@ class DeviceLayout:
         min_px: float = 1.0,
         max_runs: int = MAX_DETAIL_RUNS,
         max_work: int | None = None,
+        lanes: Lanes | None = None,
     ) -> View:
         """The viewport whose columns are `bounds`, `height` pixels showing bytes
         [ymin, ymax] (ymax None: fit the visible maximum). An allocation is drawn on its own
         when it is at least one pixel, (ymax - ymin) / height bytes; or when it is at least
         `min_px` of a pixel and among the largest such that fit in `max_runs` runs (and
-        `max_work` segments, MAX_DETAIL_WORK by default)."""
+        `max_work` segments, MAX_DETAIL_WORK by default). With `lanes` (and detail), each
+        lane is stacked apart and the memory axis fits the lanes (ymin, ymax ignored)."""
         dev = self.dev
         bounds = np.asarray(bounds, dtype=np.int64)
         width = len(bounds) - 1
@@ -281,6 +293,9 @@ class DeviceLayout:
             if dev.baseline_bytes > active[0]:
                 sample[0], active[0] = -1, dev.baseline_bytes
             reserved[0] = max(int(reserved[0]), dev.reserved_start_bytes)
+        fit = lanes.fit(sample, int(height)) if lanes is not None and detail else None
+        if fit is not None:
+            ymin, ymax = 0, fit.ymax
         if ymax is None:
             top = max(int(active.max(initial=0)), int(reserved.max(initial=0)))
             ymax = max(top, 1)
@@ -312,14 +327,25 @@ class DeviceLayout:
         rows, c0 = rows[keep], c0[keep]
         c1 = np.searchsorted(sample, f[keep].astype(np.int64), side="left")
         sizes = dev.alloc_size[rows].astype(np.int64)
+        lane = np.zeros(len(rows), dtype=np.int64)
+        if fit is not None:  # lane by lane, allocation order within each
+            lane = fit.lanes.lane[rows]
+            order = np.argsort(lane, kind="stable")
+            rows, c0, c1, sizes, lane = rows[order], c0[order], c1[order], sizes[order], lane[order]
+
+        def stack(m: np.ndarray) -> tuple[np.ndarray, ...]:
+            if fit is None:
+                return stack_bands(c0[m], c1[m], sizes[m], width)
+            return fit.stack(c0[m], c1[m], sizes[m], lane[m], width)
+
         # an upper bound on each band's runs: the segments between the candidates' ends it
         # spans (drawing fewer bands only merges segments)
-        _, slot = _edges(c0, c1, width)
+        _, slot = column_edges(c0, c1, width)
         spans = slot[c1] - slot[c0]
         work = max(MAX_DETAIL_WORK, max_runs) if max_work is None else max_work
         ranks = self.size_rank[rows]
         drawn, small_max = within_budget(sizes, ranks, spans, bpp, work, min_size - 1)
-        stacked = _stack(c0[drawn], c1[drawn], sizes[drawn], width)
+        stacked = stack(drawn)
         # what a band costs the response and the page: its runs, and its own fields
         cost = np.diff(stacked[0]) + 1
         if int(cost.sum()) > max_runs:
@@ -328,9 +354,15 @@ class DeviceLayout:
                 sizes[drawn], ranks[drawn], cost, bpp, max_runs, small_max
             )
             drawn[np.flatnonzero(drawn)[~keep]] = False
-            stacked = _stack(c0[drawn], c1[drawn], sizes[drawn], width)
+            stacked = stack(drawn)
         run_start, run_col, run_off, drawn_sum, drawn_count = stacked
-        cut_count, cut_bytes = _per_column(c0[~drawn], c1[~drawn], sizes[~drawn], width)
+        left_out = c0[~drawn], c1[~drawn], sizes[~drawn], lane[~drawn]
+        cut_count, cut_bytes = per_column(*left_out[:3], width)
+        lane_view = None if fit is None else fit.finish(drawn_sum, drawn_count, left_out, width)
+        drawn_sum, drawn_count = (
+            drawn_sum.reshape(-1, width).sum(0),
+            drawn_count.reshape(-1, width).sum(0),
+        )
         rows, c0, c1, sizes = rows[drawn], c0[drawn], c1[drawn], sizes[drawn]
         return View(
             bounds=bounds,
@@ -352,6 +384,7 @@ class DeviceLayout:
             cut_count=cut_count,
             cut_bytes=cut_bytes,
             small_min=min_size,
+            lanes=lane_view,
         )
 
     def _candidates(self, sample: np.ndarray, min_size: int) -> np.ndarray:
@@ -390,8 +423,8 @@ class DeviceLayout:
             return self._by_size_route(n_big, s_first, s_last)
         parts = [np.arange(n_before, dtype=np.int64)]
         if len(uk):
-            parts.append(_gather_ranges(li.offsets[uk], ck_len, li.rows).astype(np.int64))
-            parts.append(_gather_ranges(r_lo, r_len))
+            parts.append(gather_ranges(li.offsets[uk], ck_len, li.rows).astype(np.int64))
+            parts.append(gather_ranges(r_lo, r_len))
         rows = np.concatenate(parts)
         rows = rows[self.dev.alloc_size[rows] >= min_size]
         return self._row_order(rows)
@@ -408,88 +441,6 @@ class DeviceLayout:
         mask = np.zeros(self.dev.n_allocations, dtype=bool)
         mask[rows] = True
         return np.flatnonzero(mask)
-
-
-def _stack(
-    c0: np.ndarray, c1: np.ndarray, sizes: np.ndarray, width: int
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Stack bands (in row order, band k on columns [c0[k], c1[k])): each band's runs of
-    constant bottom offset (run_start [K+1], run_col, run_off, band-major), and the bytes
-    and count of the drawn bands per column.
-
-    The set of bands changes only at their ends, so the stacking is done once per segment
-    between consecutive ends (zoomed in, a few hundred instead of every column), and a
-    band's consecutive segments at the same offset make one run: never O(bands x columns).
-    """
-    edges, slot = _edges(c0, c1, width)
-    s0, s1 = slot[c0], slot[c1]
-    lengths = s1 - s0
-    n_cells = int(lengths.sum())
-    starts = np.cumsum(lengths) - lengths
-    seg = np.repeat(s0 - starts, lengths) + np.arange(n_cells, dtype=np.int64)
-    psize = np.repeat(sizes, lengths)
-    # cells are band-major with bands in row order, so a stable sort by segment alone gives
-    # (segment, row) order: allocation order within each segment (a radix sort)
-    n_seg = max(len(edges) - 1, 0)
-    order = np.argsort(seg.astype(np.uint16 if n_seg < 1 << 16 else np.int64), kind="stable")
-    s_size = psize[order]
-    s_seg = seg[order]
-    before = np.zeros(n_seg + 1, dtype=np.int64)
-    np.cumsum(np.bincount(s_seg, weights=s_size, minlength=n_seg).astype(np.int64), out=before[1:])
-    seg_off = np.empty(n_cells, dtype=np.int64)
-    seg_off[order] = np.cumsum(s_size) - s_size - before[s_seg]
-    # runs: a band's first segment, and every segment whose offset differs from the last
-    change = np.ones(n_cells, dtype=bool)
-    if n_cells:
-        change[1:] = seg_off[1:] != seg_off[:-1]
-        change[starts[lengths > 0]] = True
-    band_of = np.repeat(np.arange(len(lengths), dtype=np.int64), lengths)
-    cells = np.flatnonzero(change)
-    run_start = np.zeros(len(lengths) + 1, dtype=np.int64)
-    np.cumsum(np.bincount(band_of[cells], minlength=len(lengths)), out=run_start[1:])
-    drawn_sum = np.zeros(width, dtype=np.int64)
-    drawn_count = np.zeros(width, dtype=np.int64)
-    if n_seg:
-        seg_cols = np.diff(edges)
-        drawn_sum[edges[0] : edges[-1]] = np.repeat(np.diff(before), seg_cols)
-        count = np.bincount(seg, minlength=n_seg).astype(np.int64)
-        drawn_count[edges[0] : edges[-1]] = np.repeat(count, seg_cols)
-    return run_start, edges[seg[cells]].astype(np.int64), seg_off[cells], drawn_sum, drawn_count
-
-
-def _edges(c0: np.ndarray, c1: np.ndarray, width: int) -> tuple[np.ndarray, np.ndarray]:
-    """The sorted distinct columns in c0 and c1 (all in [0, width]), without a sort, and
-    for each of those columns its index among them (a table lookup, where a binary search
-    per band costs milliseconds on a wide view's half a million candidates)."""
-    seen = np.zeros(width + 1, dtype=bool)
-    seen[c0] = True
-    seen[c1] = True
-    return np.flatnonzero(seen), np.cumsum(seen) - 1
-
-
-def _per_column(
-    c0: np.ndarray, c1: np.ndarray, sizes: np.ndarray, width: int
-) -> tuple[np.ndarray, np.ndarray]:
-    """How many of the bands (band k on columns [c0[k], c1[k])) cover each column, and
-    their bytes: O(bands + width) by differences."""
-    n = np.bincount(c0, minlength=width + 1) - np.bincount(c1, minlength=width + 1)
-    b = np.bincount(c0, weights=sizes, minlength=width + 1) - np.bincount(
-        c1, weights=sizes, minlength=width + 1
-    )
-    return np.cumsum(n[:width]).astype(np.int64), np.cumsum(b[:width]).round().astype(np.int64)
-
-
-def _gather_ranges(
-    starts: np.ndarray, lengths: np.ndarray, source: np.ndarray | None = None
-) -> np.ndarray:
-    """Concatenation of source[s:s+l] for each (s, l) (or of the ranges themselves)."""
-    lengths = np.asarray(lengths, dtype=np.int64)
-    total = int(lengths.sum())
-    first = np.cumsum(lengths) - lengths
-    idx = np.repeat(np.asarray(starts, dtype=np.int64) - first, lengths) + np.arange(
-        total, dtype=np.int64
-    )
-    return idx if source is None else source[idx]
 
 
 def time_range(dev: DeviceTrace) -> tuple[int, int] | None:

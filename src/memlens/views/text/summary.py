@@ -5,16 +5,33 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from memlens.analysis.results import Summary
+from memlens.analysis.results import PoolBytes, Summary
 from memlens.units import format_bytes
 from memlens.views.text.lines import NO_OPTIONS
 
 
 def pool_text(p: Mapping[str, Any]) -> str:
-    """`default 1.00 GiB`, `(1, 2) 300.00 MiB` (a CUDA graph's or a MemPool), `unknown ...`."""
+    """`default 1.00 GiB`, `(1, 2) 300.00 MiB` (a CUDA graph's or a MemPool),
+    `pool not recorded ...` (neither the trace nor the segments say)."""
     pool = p["pool"]
-    name = "unknown" if pool is None else "default" if pool == [0, 0] else f"({pool[0]}, {pool[1]})"
+    name = (
+        "pool not recorded"
+        if pool is None
+        else "default"
+        if pool == [0, 0]
+        else f"({pool[0]}, {pool[1]})"
+    )
     return f"{name} {format_bytes(p['bytes'])}"
+
+
+def pools_worth_a_line(pools: list[PoolBytes], private: list[list[int]]) -> bool:
+    """Whether the pools at the peak say anything: a private pool among them, or bytes of
+    no recorded pool in a snapshot that names a private pool (they may be its). The
+    default pool alone, or with bytes of no recorded pool in a snapshot naming no private
+    pool (a trace from before `pool_id`), is every trace's case: nothing to say."""
+    if any(p["pool"] not in (None, [0, 0]) for p in pools):
+        return True
+    return bool(private) and any(p["pool"] is None for p in pools)
 
 
 def render_summary(s: Summary, options: Mapping[str, Any] = NO_OPTIONS) -> str:
@@ -53,7 +70,7 @@ def render_summary(s: Summary, options: Mapping[str, Any] = NO_OPTIONS) -> str:
         if d["annotations"]:
             lines.append(f"  annotations      {d['annotations']:,}")
         pools = d["pools_at_peak"]
-        if any(p["pool"] != [0, 0] for p in pools):  # only the default pool: nothing to say
+        if pools_worth_a_line(pools, d["private_pools"]):
             lines.append("  pools at peak    " + "; ".join(map(pool_text, pools)))
         ooms = d["ooms"]
         for o in ooms[:3]:

@@ -7,12 +7,12 @@ import os
 import numpy as np
 
 from memlens.analysis.allocations import flag_notes, life_events
-from memlens.analysis.pools import pool_bytes_at
+from memlens.analysis.pools import pool_bytes_at, private_pools
 from memlens.snapshot.actions import Action
 from memlens.snapshot.frames import CPP, NOISE, short_cpp_name
 from memlens.snapshot.model import DeviceTrace
 from memlens.units import format_bytes
-from memlens.views.text.summary import pool_text
+from memlens.views.text.summary import pool_text, pools_worth_a_line
 from memlens.views.tui.chart import Timeline, Viewport
 
 
@@ -190,9 +190,7 @@ def summary_figures(dev: DeviceTrace) -> list[str]:
         f"  final        {format_bytes(dev.end_reserved_bytes)}",
     ]
     pools = pool_bytes_at(dev, dev.peak_event_index)
-    # a private pool (a CUDA graph's, a MemPool's) among them: else nothing to say (an
-    # older trace's unknown pool included), as the viewer's pools card
-    if any(p["pool"] not in (None, [0, 0]) for p in pools):
+    if pools_worth_a_line(pools, private_pools(dev)):  # as `memlens summary`
         lines.append("pools at peak  " + "; ".join(map(pool_text, pools)))
     sizes = dev.alloc_size
     made = dev.alloc_event >= 0

@@ -54,6 +54,7 @@ class MetaDevice(TypedDict):
     n_allocations: int
     time_range: list[int] | None  # [first, last] µs; None: no timestamps
     peak: MetaPeak  # what the chart needs; the header's figures come from /summary
+    stream_lanes: int  # lanes split=stream draws: 0 with one stream (or too many)
     ooms: list[OomEntry]  # marked on the chart (the first MAX_OOM_MARKERS)
 
 
@@ -127,9 +128,22 @@ class AddressHits(TypedDict):
     hits: list[AddressHit]  # the first MAX_HITS
 
 
+class Lane(TypedDict):
+    """One stream's lane (streams drawn apart): its bottom and height on the memory axis,
+    and its own aggregate band (`small`, the chart's shape, offsets absolute)."""
+
+    stream: str  # the stream's handle, hex
+    base: int
+    top: int  # its most live bytes among the columns
+    small: Small
+
+
 class _ChartExtras(TypedDict, total=False):
     times: list[int]  # each column boundary's time (µs), on a timed trace
     address_hits: AddressHits  # allocations: the find box held an address
+    # allocations with split=stream on a trace of several streams: the bands stacked lane
+    # by lane (their run_off absolute), `small` then the lanes' sums per column
+    lanes: list[Lane]
 
 
 class ChartAnswer(_ChartExtras):

@@ -42,7 +42,9 @@ from memlens.views.web.answers import (
     StateAnswer,
     XRange,
 )
+from memlens.views.web.meta_peak import chart_peak
 from memlens.views.web.search import address_hits, band_matches, parse_query
+from memlens.views.web.stream_lanes import lane_answers, stream_lane_count
 
 KIND_NAMES: tuple[Literal["python", "cpp", "noise"], ...] = ("python", "cpp", "noise")
 MAX_ANNOTATIONS = 200_000
@@ -149,7 +151,6 @@ class ViewerData:
                     continue
                 dev = snap.traces[d]
                 tr = time_range(dev)
-                pk = dev.peak_event_index
                 devices.append(
                     {
                         "device": d,
@@ -157,12 +158,8 @@ class ViewerData:
                         "n_allocations": dev.n_allocations,
                         "time_range": list(tr) if tr else None,
                         # what the chart needs; the header's figures come from /summary
-                        "peak": {
-                            "peak_event_index": pk,
-                            "peak_time_us": int(dev.time_us[pk]) if tr and pk >= 0 else None,
-                            "peak_active_bytes": dev.peak_active_bytes,
-                            "peak_reserved_bytes": dev.peak_reserved_bytes,
-                        },
+                        "peak": chart_peak(self.layout(s, d), tr is not None),
+                        "stream_lanes": stream_lane_count(dev),
                         # marked on the chart (the first MAX_OOM_MARKERS)
                         "ooms": oom_entries(dev, MAX_OOM_MARKERS),
                     }
@@ -177,6 +174,11 @@ class ViewerData:
                 }
             )
         return {"snapshots": out}
+
+    def _lane_count(self, s: int, device: int) -> int:
+        """The meta answer's stream_lanes of a device (0: its trace is not split)."""
+        devices = self.meta()["snapshots"][s]["devices"]
+        return next((d["stream_lanes"] for d in devices if d["device"] == device), 0)
 
     # ---- /api/d/{device}/summary ------------------------------------------------------------
     def summary(self, s: int, device: int) -> DeviceSummary:
@@ -198,8 +200,11 @@ class ViewerData:
         detail: bool = True,
         min_px: float = PAGE_MIN_PX,
         q: str | None = None,
+        split: Literal["stream"] | None = None,
         **window: Unpack[Window],
     ) -> ChartAnswer:
+        """The allocations chart; split="stream": a lane per stream (ymin, ymax ignored),
+        where the trace has several (stream_lanes.py)."""
         if not 0 < min_px <= 1:
             raise MemlensError("min_px must be in (0, 1]")
         lay = self.layout(s, device)
@@ -208,7 +213,11 @@ class ViewerData:
         ymin = int(ymin or 0)
         if ymax is not None and not ymax > ymin >= 0:
             raise MemlensError("need 0 <= ymin < ymax")
-        v = lay.view(bounds, height, ymax=ymax, ymin=ymin, detail=detail, min_px=min_px)
+        lanes = lay.stream_lanes if split and detail and self._lane_count(s, device) else None
+        v = lay.view(
+            bounds, height, ymax=ymax, ymin=ymin, detail=detail, min_px=min_px, lanes=lanes
+        )
+        ymin = 0 if lanes is not None else ymin
         rows = v.band_rows
         uniq, inv = np.unique(site_of_allocations(dev, rows), return_inverse=True)
         out = self._chart(
@@ -226,6 +235,8 @@ class ViewerData:
             group_keys=uniq,  # frame ids
         )
         out["bands"]["flags"] = dev.alloc_flags[rows].tolist()
+        if lanes is not None:
+            out["lanes"] = lane_answers(v, dev.snapshot.streams)
         if q:  # the find box: which bands match, and for an address where it was
             query = parse_query(q)
             out["bands"]["match"] = band_matches(dev, rows, query).astype(np.uint8).tolist()

@@ -12,7 +12,7 @@ import math
 import socket
 from collections.abc import Awaitable, Callable, Sequence
 from importlib.resources import files
-from typing import Any, overload
+from typing import Any, Literal, overload
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
@@ -123,6 +123,14 @@ def _window(req: Request) -> Window:
     }
 
 
+def _split(req: Request) -> Literal["stream"] | None:
+    """split=stream: streams drawn apart; absent or empty: one stack."""
+    split = req.query_params.get("split") or None
+    if split not in (None, "stream"):
+        raise MemlensError("split must be 'stream' (or absent)")
+    return "stream" if split else None
+
+
 def _snap(req: Request) -> int:
     return _int(req, "snap", 0, lo=0, hi=1 << 20)
 
@@ -170,6 +178,7 @@ def create_app(
             detail=req.query_params.get("detail", "1") != "0",
             min_px=PAGE_MIN_PX if min_px is None else min_px,
             q=req.query_params.get("q"),
+            split=_split(req),
         )
 
     def alloc(req: Request) -> AllocationAnswer:

@@ -25,7 +25,8 @@ export function rangeQuery(x0, x1, axis) {
 }
 
 // GET /api/d/{device}/view: the bands of one viewport, `width` x `height` pixels
-// (q: the find box, a frame text or a 0x address: the bands get a "match" flag)
+// (q: the find box, a frame text or a 0x address: the bands get a "match" flag; split:
+// a lane per stream, on a trace of several)
 /**
  * @param {number} snap
  * @param {number} device
@@ -34,7 +35,7 @@ export function rangeQuery(x0, x1, axis) {
  * @param {string} axis
  * @param {number} width
  * @param {number} height
- * @param {{ yzoom?: [number, number] | null, detail?: boolean, q?: string }} [options]
+ * @param {{ yzoom?: [number, number] | null, detail?: boolean, q?: string, split?: boolean }} [options]
  */
 export function viewUrl(
   snap,
@@ -44,11 +45,12 @@ export function viewUrl(
   axis,
   width,
   height,
-  { yzoom = null, detail = true, q = "" } = {},
+  { yzoom = null, detail = true, q = "", split = false } = {},
 ) {
   const yq = yzoom ? `&ymin=${Math.round(yzoom[0])}&ymax=${Math.round(yzoom[1])}` : "";
   const fq = q ? `&q=${encodeURIComponent(q)}` : "";
-  return `/api/d/${device}/view?snap=${snap}&${rangeQuery(x0, x1, axis)}&width=${width}&height=${height}${yq}${detail ? "" : "&detail=0"}${fq}`;
+  const sq = split ? "&split=stream" : "";
+  return `/api/d/${device}/view?snap=${snap}&${rangeQuery(x0, x1, axis)}&width=${width}&height=${height}${yq}${detail ? "" : "&detail=0"}${fq}${sq}`;
 }
 
 // GET /api/d/{device}/segments: the Active Cached Segment Timeline, the view's shape

@@ -95,6 +95,10 @@ function onKey(e) {
     const s = /** @type {HTMLSelectElement} */ ($("#axis"));
     s.value = s.value === "time" ? "event" : "time";
     s.dispatchEvent(new Event("change"));
+  } else if (k === "s" && state.panes.some((q) => q.dm.stream_lanes > 0)) {
+    const b = /** @type {HTMLInputElement} */ ($("#streams"));
+    b.checked = !b.checked;
+    b.dispatchEvent(new Event("change"));
   } else if (k === "y" && state.panes.length > 1) {
     const b = /** @type {HTMLInputElement} */ ($("#yscale"));
     b.checked = !b.checked;
@@ -158,6 +162,12 @@ async function main() {
     loadCompare();
     $("#yscale-ctl").hidden = false;
   }
+  // the streams toggle, for a trace on several streams (each pane's device's, as it changes)
+  $("#streams-ctl").hidden = !state.panes.some((p) => p.dm.stream_lanes > 0);
+  $("#streams").addEventListener("change", (/** @type {Event} */ e) => {
+    state.splitStreams = /** @type {HTMLInputElement} */ (e.target).checked;
+    for (const p of state.panes) p.request();
+  });
   $("#yscale").addEventListener("change", (/** @type {Event} */ e) => {
     state.independentY = /** @type {HTMLInputElement} */ (e.target).checked;
     for (const p of state.panes) {

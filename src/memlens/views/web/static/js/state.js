@@ -16,6 +16,7 @@ export const state = {
   chart: "allocations", // or "segments": the Active Cached Segment Timeline
   find: "", // the find box: frame text or 0x address, highlighted on the timeline
   independentY: false, // compare: each pane fits its own y scale (default: one shared)
+  splitStreams: true, // a trace on several streams: a lane per stream (s toggles)
   /** @type {{pane: Pane, event: number, u: number | undefined, axis: string, data: LiveAnswer | null, focus: string[]} | null} */
   live: null, // focus: the path of labels
   /** @type {{pane: Pane, row: number} | null} */

@@ -27,6 +27,7 @@
  * @property {number} n_allocations
  * @property {number[] | null} time_range
  * @property {MetaPeak} peak
+ * @property {number} stream_lanes
  * @property {OomEntry[]} ooms
  */
 /**
@@ -76,6 +77,13 @@
  * @property {number[]} cut_bytes
  */
 /**
+ * @typedef {object} Lane
+ * @property {string} stream
+ * @property {number} base
+ * @property {number} top
+ * @property {Small} small
+ */
+/**
  * @typedef {object} AddressHit
  * @property {number} row
  * @property {string} address
@@ -107,6 +115,7 @@
  * @property {number[]} group_keys
  * @property {number[]} [times]
  * @property {AddressHits} [address_hits]
+ * @property {Lane[]} [lanes]
  */
 
 // ---- /api/d/{device}/alloc/{row}

@@ -7,15 +7,16 @@ export const ML = 72,
   MT = 8,
   MB = 22; // main canvas margins (CSS px)
 
-// First index >= from whose value is >= x in an ascending array.
+// First index in [from, to) whose value is >= x (or `to`) in an array ascending there.
 /**
  * @param {ArrayLike<number>} arr
  * @param {number} x
  * @param {number} from
+ * @param {number} [to]
  */
-export function lowerBound(arr, x, from) {
+export function lowerBound(arr, x, from, to = arr.length) {
   let lo = from,
-    hi = arr.length;
+    hi = to;
   while (lo < hi) {
     const m = (lo + hi) >> 1;
     if (arr[m] < x) lo = m + 1;

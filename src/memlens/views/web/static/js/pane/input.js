@@ -7,6 +7,7 @@ import { fmtInt, fmtSeconds } from "../format.js";
 import { state } from "../state.js";
 import { hideTooltip, showTooltip, tooltipLines } from "../tooltip.js";
 import { lowerBound, ML, MT } from "./geometry.js";
+import { aggregates } from "./render.js";
 
 // The stage span under (x, y) in the stage strip, or null.
 /**
@@ -23,15 +24,15 @@ export function annAt(p, x, y) {
   return i < lv.start.length && lv.start[i] <= u ? p.ann.spans[lv.index[i]] : null;
 }
 
-// Bottom offset of band k at column c (its runs ascend by column).
+// Bottom offset of band k at column c. Its runs ascend by column, not those of the bands
+// after it (with streams drawn apart, a later lane's start earlier): search its own.
 /**
  * @param {import("../types.js").Bands} b
  * @param {number} k
  * @param {number} c
  */
 export function bandOffset(b, k, c) {
-  const i = lowerBound(b.run_col, c + 1, b.run_start[k]);
-  return b.run_off[Math.min(i, b.run_start[k + 1]) - 1];
+  return b.run_off[lowerBound(b.run_col, c + 1, b.run_start[k], b.run_start[k + 1]) - 1];
 }
 
 // What is under the pointer: the band (or the aggregate) covering most of the pixel row
@@ -89,7 +90,9 @@ export function hitTest(p, x, y) {
       bestK = k;
     }
   }
-  const s = v.small;
+  const s = aggregates(v)
+    .map((a) => a.small)
+    .reduce((m, x) => (score(x.offset[c], x.bytes[c]) > score(m.offset[c], m.bytes[c]) ? x : m));
   if (score(s.offset[c], s.bytes[c]) > best) {
     return {
       ...hit,

@@ -153,6 +153,10 @@ export class Pane {
       ? s.peak_time_us
       : s.peak_event_index + 0.5;
   }
+  // streams drawn apart: asked for, and the device's trace is on several streams
+  get split() {
+    return state.splitStreams && this.dm.stream_lanes > 0;
+  }
   get hasTime() {
     return !!this.dm.time_range;
   }
@@ -179,6 +183,7 @@ export class Pane {
     if (!this.snap.devices.some((x) => x.device === d)) d = this.snap.devices[0].device;
     this.device = d;
     this.devSel.value = String(d);
+    if (this.dm.stream_lanes > 0) $("#streams-ctl").hidden = false;
     this.curAxis = this.axis;
     this.yzoom = null;
     [this.x0, this.x1] = this.fullRange();
@@ -368,6 +373,10 @@ export class Pane {
   zoomY(bytes, factor) {
     const v = this.view;
     if (!v) return;
+    if (v.lanes) {
+      setStatus("the memory axis zooms with the streams merged (s)");
+      return;
+    }
     const [y0, y1] = this.yzoom || [v.ymin, v.ymax];
     let n0 = Math.max(0, bytes - (bytes - y0) * factor);
     const n1 = n0 + (y1 - y0) * factor;
@@ -405,8 +414,10 @@ export class Pane {
         state.chart === "segments"
           ? segmentsUrl(this.s, dev, x0, x1, axis, w, h)
           : viewUrl(this.s, dev, x0, x1, axis, w, h, {
-              yzoom: this.yzoom || sharedY(state),
+              // the lanes fit the memory axis themselves
+              yzoom: this.split ? null : this.yzoom || sharedY(state),
               q: state.find,
+              split: this.split,
             });
       /** @type {ChartAnswer} */
       const answer = await getJSON(url);

@@ -127,28 +127,33 @@ export function renderOff(p) {
   }
   ctx.fillStyle = hatch(ctx, "--ghost", "--ghost-hatch", true);
   ctx.fill(ghosts);
-  closeConflationGaps(ctx, v, y, r);
+  const stacks = aggregates(v);
+  closeConflationGaps(ctx, v, stacks, y, r);
   // neighbours from one call site share a colour: a thin line keeps them apart
   ctx.strokeStyle = col("--band-edge");
   ctx.lineWidth = 0.5;
   ctx.stroke(edges);
-  // aggregate band of what is not drawn one by one: hatched, never mistaken for a band
-  const s = v.small;
+  // aggregate band of what is not drawn one by one (one per stream's lane): hatched,
+  // never mistaken for a band
   ctx.fillStyle = smallPattern(ctx);
-  ctx.beginPath();
-  ctx.moveTo(0, y(s.offset[0]));
-  for (let c = 0; c < W; c++) {
-    ctx.lineTo(c, y(s.offset[c]));
-    ctx.lineTo(c + 1, y(s.offset[c]));
+  for (const { small: s } of stacks) {
+    ctx.beginPath();
+    ctx.moveTo(0, y(s.offset[0]));
+    for (let c = 0; c < W; c++) {
+      ctx.lineTo(c, y(s.offset[c]));
+      ctx.lineTo(c + 1, y(s.offset[c]));
+    }
+    for (let c = W - 1; c >= 0; c--) {
+      const t = y(s.offset[c] + s.bytes[c]);
+      ctx.lineTo(c + 1, t);
+      ctx.lineTo(c, t);
+    }
+    ctx.closePath();
+    ctx.fill();
   }
-  for (let c = W - 1; c >= 0; c--) {
-    const t = y(s.offset[c] + s.bytes[c]);
-    ctx.lineTo(c + 1, t);
-    ctx.lineTo(c, t);
-  }
-  ctx.closePath();
-  ctx.fill();
-  // reserved memory: max per column, so peaks are never hidden
+  // reserved memory: max per column, so peaks are never hidden (not per stream: none
+  // with the lanes)
+  if (v.lanes) return;
   ctx.strokeStyle = col("--reserved");
   ctx.lineWidth = 1.5;
   ctx.beginPath();
@@ -169,24 +174,38 @@ export function renderOff(p) {
 /**
  * @param {CanvasRenderingContext2D} ctx
  * @param {import("./pane.js").PaneView} v
+ * @param {Stack[]} stacks
  * @param {(bytes: number) => number} y
  * @param {number} r device pixels per CSS pixel
  */
-function closeConflationGaps(ctx, v, y, r) {
+function closeConflationGaps(ctx, v, stacks, y, r) {
   const w = ctx.canvas.width,
     h = ctx.canvas.height;
   if (!w || !h || !v.bands.row.length) return;
   const img = ctx.getImageData(0, 0, w, h),
     d = img.data;
-  for (let c = 0; c < v.width; c++) {
-    const top = Math.max(0, Math.ceil(y(v.small.offset[c]) * r)); // first whole row inside
-    const x0 = Math.round(c * r),
-      x1 = Math.min(w, Math.round((c + 1) * r));
-    for (let row = top; row < h; row++) {
-      for (let x = x0, i = (row * w + x0) * 4 + 3; x < x1; x++, i += 4) if (d[i]) d[i] = 255;
+  for (const { base, small } of stacks) {
+    const bottom = Math.min(h, Math.floor(y(base) * r)); // the last whole row inside
+    for (let c = 0; c < v.width; c++) {
+      const top = Math.max(0, Math.ceil(y(small.offset[c]) * r)); // the first one
+      const x0 = Math.round(c * r),
+        x1 = Math.min(w, Math.round((c + 1) * r));
+      for (let row = top; row < bottom; row++) {
+        for (let x = x0, i = (row * w + x0) * 4 + 3; x < x1; x++, i += 4) if (d[i]) d[i] = 255;
+      }
     }
   }
   ctx.putImageData(img, 0, 0);
+}
+
+// The chart's stacks, each from `base` bytes up: one, or a lane per stream.
+/**
+ * @typedef {{base: number, small: import("../types.js").Small}} Stack
+ * @param {import("../types.js").ChartAnswer} v
+ * @returns {Stack[]}
+ */
+export function aggregates(v) {
+  return v.lanes ? v.lanes : [{ base: v.ymin, small: v.small }];
 }
 
 /** @param {import("./pane.js").Pane} p */
@@ -253,6 +272,7 @@ export function drawPane(p) {
       ctx.stroke(path);
     }
   }
+  if (v && v.axis === p.axis && v.lanes) drawLaneLabels(p, ctx, v);
   // peak marker
   const s = p.dm.peak;
   if (s.peak_event_index >= 0) {
@@ -312,6 +332,61 @@ export function drawPane(p) {
   drawAnnotations(p);
 }
 
+// Streams drawn apart: each lane's floor, and its stream and most bytes in the gap above it.
+/**
+ * @param {import("./pane.js").Pane} p
+ * @param {CanvasRenderingContext2D} ctx
+ * @param {import("./pane.js").PaneView} v
+ */
+function drawLaneLabels(p, ctx, v) {
+  const plotH = p.plotH,
+    y = (/** @type {number} */ bytes) => MT + plotH - (bytes / v.ymax) * plotH;
+  ctx.font = "11px system-ui, sans-serif";
+  ctx.textAlign = "left";
+  for (const lane of v.lanes || []) {
+    const floor = Math.round(y(lane.base)) + 0.5;
+    ctx.strokeStyle = col("--axis");
+    ctx.lineWidth = 1;
+    ctx.beginPath();
+    ctx.moveTo(ML, floor);
+    ctx.lineTo(ML + p.plotW, floor);
+    ctx.stroke();
+    ctx.fillStyle = col("--axis");
+    ctx.fillText(
+      `stream ${lane.stream} · up to ${fmtBytes(lane.top)} here`,
+      ML + 4,
+      y(lane.base + lane.top) - 4,
+    );
+  }
+}
+
+// Each lane's memory axis from its floor (one scale for all lanes), ticks at least 16 px
+// apart; a lane too short for two has none.
+/**
+ * @param {import("./pane.js").Pane} p
+ * @param {CanvasRenderingContext2D} ctx
+ * @param {import("./pane.js").PaneView} v
+ * @param {import("../types.js").Lane[]} lanes
+ */
+function drawLaneAxes(p, ctx, v, lanes) {
+  const plotH = p.plotH,
+    pxPerByte = plotH / v.ymax;
+  ctx.textAlign = "right";
+  for (const lane of lanes) {
+    if (lane.top * pxPerByte < 32) continue;
+    let { step, digits } = yTicks(0, lane.top);
+    while (step * pxPerByte < 16) step *= 2;
+    for (let b = 0; b <= lane.top + 1e-9; b += step) {
+      const yy = MT + plotH - (lane.base + b) * pxPerByte;
+      ctx.beginPath();
+      ctx.moveTo(ML, yy + 0.5);
+      ctx.lineTo(ML + p.plotW, yy + 0.5);
+      ctx.stroke();
+      ctx.fillText(fmtBytes(b, digits), ML - 6, yy + 4);
+    }
+  }
+}
+
 /**
  * A vertical line from the top of the plot to its x axis at `x`, in the current stroke.
  * @param {CanvasRenderingContext2D} ctx
@@ -337,7 +412,8 @@ function drawAxes(p, ctx, v) {
   ctx.strokeStyle = col("--grid");
   ctx.font = "11px system-ui, sans-serif";
   ctx.lineWidth = 1;
-  if (v) {
+  if (v && v.lanes) drawLaneAxes(p, ctx, v, v.lanes);
+  else if (v) {
     const ymin = v.ymin,
       ymax = v.ymax,
       yspan = ymax - ymin;
