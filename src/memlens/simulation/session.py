@@ -63,6 +63,7 @@ class Simulation:
         # The GPU recorder keeps no stack for blocks allocated before history was switched
         # on; early_stacks=True keeps the ones the simulation knows.
         self.early_stacks = config.early_stacks
+        self.routing = config.routing_assumption()  # expert parallelism's token counts
         # Approximations the run went through (one line each, in order, no repeats).
         self.notes: list[str] = []
         # What the code's own torch.cuda.memory._dump_snapshot calls wrote, newest last.

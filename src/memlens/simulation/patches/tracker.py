@@ -16,6 +16,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_map
 
 from memlens.simulation.distributed import collectives, process_group
+from memlens.simulation.distributed.values import Values
 from memlens.simulation.patches import cuda_kernels, fake_cuda, higher_order, sdpa
 from memlens.simulation.patches.inplace import BackwardInPlace
 
@@ -56,6 +57,8 @@ class Tracker(TorchDispatchMode):
         self.sim = sim
         self._composite: dict[Any, bool] = {}
         self._backward = BackwardInPlace()
+        # values for expert parallelism's routing counts (--routing): values.py
+        self.values = Values(sim, sim.routing)
 
     def __torch_dispatch__(
         self,
@@ -97,7 +100,11 @@ class Tracker(TorchDispatchMode):
             # `.item()` on a fake CUDA tensor (printing a loss), or on a CPU tensor made
             # inside the block (DataLoader's seed, a sampler's indices): there is no value,
             # so answer a zero of the right type rather than stop the run. CPU constants
-            # the fake mode still knows keep their value.
+            # the fake mode still knows keep their value; the routing counts have theirs
+            # (distributed/values.py).
+            known = self.values.scalar(args[0])
+            if known is not None:
+                return known
             if not self._touches_cuda(args, kwargs):
                 try:
                     return func(*args, **kwargs)
@@ -106,7 +113,7 @@ class Tracker(TorchDispatchMode):
             self.sim.note("tensor values are fake: .item() answered 0")
             return _zero(args[0].dtype)
         if func.namespace == "c10d":
-            return collectives.run(self.sim, func, args, kwargs)
+            return collectives.run(self.sim, func, args, kwargs, self.values)
         model = cuda_kernels.MODELS.get(func)
         if model is not None and self._touches_cuda(args, kwargs):
             # a kernel the CPU build lacks: what the CUDA kernel allocates
@@ -132,6 +139,7 @@ class Tracker(TorchDispatchMode):
             kernel(self.sim, args, out)  # the outputs and the kernel's own buffers, in order
         else:
             self.sim._track_outputs(out)
+        self.values.after(func, args, kwargs, out)
         if node is not None:
             self._backward.made(func, out)
         if func in _GEMM_OPS and self._touches_cuda(args, kwargs):
