@@ -90,7 +90,8 @@ class Stash:
         future: torch.futures.Future[Any] = torch.futures.Future()
         future.set_result(value)
         work = _create_work_from_future(future)
-        self.held[id(work)] = (work, tensors)
+        if tensors:
+            self.held[id(work)] = (work, tensors)
         return work.boxed()
 
     def release(self, work: Any) -> None:
@@ -104,6 +105,32 @@ class Stash:
 
     def clear(self) -> None:
         self.held.clear()
+
+
+# frames between torch.distributed's Python API and this module: the dispatch modes'
+_PASSING = (
+    "/memlens/simulation/",
+    "/torch/utils/_python_dispatch.py",
+    "/torch/_ops.py",
+    # torch._disable_dynamo around __torch_dispatch__
+    "/torch/_dynamo/eval_frame.py",
+    "/torch/_compile.py",
+)
+_PYTHON_API = "/torch/distributed/distributed_c10d.py"
+
+
+def _called_from_python_api() -> bool:
+    """The collective was called by torch.distributed's Python functions (dist.all_reduce,
+    FSDP2's async all-gather), which hand the Work to Python or wait on it there; not by
+    C++ (DDP's broadcast_coalesced, its reducer), which waits in C++ where the patched
+    `wait` does not see it, as at once."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        name = frame.f_code.co_filename.replace("\\", "/")
+        if not any(part in name for part in _PASSING):
+            return name.endswith(_PYTHON_API)
+        frame = frame.f_back
+    return False
 
 
 # one simulation runs in a process at a time (its patches are process-wide)
@@ -148,9 +175,10 @@ def run(
     else:  # what it writes into (its first argument) no longer holds known values
         values.forget_written(tree_flatten(args[0] if args else [])[0])
     out = func(*args, **kwargs)
-    held = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
-    if scratch is not None:
-        held.append(scratch)
+    held = []
+    if _called_from_python_api():  # C++ callers (DDP's broadcast) wait in C++ at once
+        held = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
+        held += [] if scratch is None else [scratch]
     if isinstance(out, tuple) and len(out) == 2:
         return out[0], STASH.keep(out[0], held)
     # ops answering a Work alone: the future holds their tensors (the first argument)

@@ -123,10 +123,13 @@ class Values:
 
     def c10d_all_to_all(self, args: tuple[Any, ...]) -> None:
         """c10d's alltoall_base_(output, input, group, output_splits, input_splits)."""
-        output, source, group = args[0], args[1], args[2]
+        import torch.distributed as dist
+
+        output, source = args[0], args[1]
         if source not in self._real:
             self._forget(output)
             return
+        group = dist.ProcessGroup.unbox(args[2])  # the dispatcher's boxed ScriptObject
         size = group.size()
         out_splits = list(args[3]) or [output.shape[0] // size] * size
         in_splits = list(args[4]) or [source.shape[0] // size] * size
