@@ -39,6 +39,7 @@ class SimulationHost(Protocol):
     cpu_options_mean_cuda: bool
     device_index: int
     routing: Routing  # expert parallelism's routing assumption (--routing)
+    assumptions: dict[str, str]  # what the run assumed, written into the snapshot
     _live: dict[int, int]  # StorageImpl address -> block address
     _workspace_size: int | None
 

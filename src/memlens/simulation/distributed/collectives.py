@@ -33,6 +33,7 @@ of the Work objects it keeps alive, emptied by a patched `Work.wait`.
 from __future__ import annotations
 
 import sys
+from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -124,7 +125,7 @@ def _called_from_python_api() -> bool:
     FSDP2's async all-gather), which hand the Work to Python or wait on it there; not by
     C++ (DDP's broadcast_coalesced, its reducer), which waits in C++ where the patched
     `wait` does not see it, as at once."""
-    frame = sys._getframe(1)
+    frame: FrameType | None = sys._getframe(1)
     while frame is not None:
         name = frame.f_code.co_filename.replace("\\", "/")
         if not any(part in name for part in _PASSING):

@@ -48,7 +48,9 @@ class Routing:
     def describe(self) -> str:
         """One line for the result and the snapshot: what the counts assume."""
         if self.kind == "capacity":
-            return f"capacity:{self.factor:g} (each expert up to {self.factor:g} x the uniform share)"
+            return (
+                f"capacity:{self.factor:g} (each expert up to {self.factor:g} x the uniform share)"
+            )
         if self.kind == "worst":
             return "worst (every token to experts 0..K-1)"
         if self.kind == "histogram":
@@ -129,7 +131,9 @@ def _read_weights(path: Path) -> tuple[float, ...]:
     try:
         weights = _json_weights(text) if path.suffix.lower() == ".json" else _csv_weights(text)
     except (ValueError, TypeError, KeyError) as exc:
-        raise MemlensError(f"--routing histogram: {path} is not a list of weights ({exc})") from None
+        raise MemlensError(
+            f"--routing histogram: {path} is not a list of weights ({exc})"
+        ) from None
     if not weights or any(not math.isfinite(w) or w < 0 for w in weights) or sum(weights) <= 0:
         raise MemlensError(
             f"--routing histogram: {path} needs one weight >= 0 per expert, not all zero"

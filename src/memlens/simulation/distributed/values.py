@@ -223,6 +223,7 @@ class Values:
             )
         else:
             self.sim.note(_routing_note(self.routing))
+            self.sim.assumptions["routing"] = self.routing.describe()
 
     def _exchange(
         self,
