@@ -1,7 +1,8 @@
 """An expert-parallel MoE layer's dispatch and combine, DeepSeek/torchtitan style, for
 tests/simulate/test_simulate_routing.py: T = 64 tokens pick K = 2 of E = 2 x world
 experts (2 per rank) by top-k, the counts come from a one-hot map (torchtitan's
-`zeros_like(scores, bool).scatter_(-1, ids, True).sum(0)`) or `histc` (`--histc`), are
+`zeros_like(scores, bool).scatter_(-1, ids, True).sum(0)`), `histc` (`--histc`) or
+`bincount` (`--bincount`), are
 exchanged with all_to_all_single, read back with `.tolist()`, and the tokens (rows of
 256 fp32, 1,024 bytes) go out and come back by all_to_all_single with those splits.
 Writes {splits, received bytes, peak} as JSON to argv[1]."""
@@ -22,6 +23,8 @@ scores = torch.empty(T, E, device="cuda").softmax(-1)
 _, ids = torch.topk(scores, K, dim=-1)
 if "--histc" in sys.argv:
     counts = torch.histc(ids.view(-1).float(), bins=E, min=0, max=E).long()
+elif "--bincount" in sys.argv:  # DeepSeek's: a size from values
+    counts = torch.bincount(ids.flatten(), minlength=E)
 else:
     counts = torch.zeros_like(scores, dtype=torch.bool).scatter_(-1, ids, True).sum(0)
 received = torch.empty_like(counts)

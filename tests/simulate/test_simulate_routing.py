@@ -131,6 +131,42 @@ def test_worst_routing_at_four_ranks_sends_everything_to_rank_0(tmp_path, monkey
     assert all(got[s]["in"][r] == got[r]["out"][s] for s in range(4) for r in range(4))
 
 
+def test_bincount_counts_a_size_from_values(tmp_path, monkeypatch):
+    marks, _ = run_rank(tmp_path, monkeypatch, 2, 0, "worst", "--bincount")
+    assert marks["counts"] == [64, 64, 0, 0] and marks["out"] == [128, 128]
+    assert marks["peak"] == expected_peak(256) == 524_288
+
+
+MOE_LOOP = """
+import json, sys, torch
+T, K, D, E = 64, 2, 256, 4
+x = torch.empty(T, D, device="cuda")
+_, ids = torch.topk(torch.empty(T, E, device="cuda"), K, dim=-1)
+counts = torch.bincount(ids.flatten(), minlength=E).tolist()
+rows = []
+for i in range(E):
+    if counts[i] == 0:
+        continue
+    idx, top = torch.where(ids == i)
+    before = torch.cuda.memory_allocated()
+    y = x[idx]
+    rows.append([i, y.shape[0], torch.cuda.memory_allocated() - before])
+json.dump({"counts": counts, "rows": rows}, open(sys.argv[1], "w"))
+"""
+
+
+def test_one_gpu_moe_loop_over_experts_follows_the_routing(tmp_path, monkeypatch):
+    """DeepSeek's inference MoE on one GPU: bincount's counts, then each expert's tokens
+    by torch.where; each expert's rows replace the previous expert's."""
+    (tmp_path / "moe.py").write_text(MOE_LOOP)
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    out = tmp_path / "moe.json"
+    run_script(tmp_path / "moe.py", [str(out)], tmp_path / "m.pickle", routing="capacity:1.5")
+    got = json.loads(out.read_text())
+    assert got["counts"] == [48, 48, 32, 0]
+    assert got["rows"] == [[0, 48, 48 * ROW], [1, 48, 0], [2, 32, (32 - 48) * ROW]]
+
+
 def test_histc_counts_and_the_assumption_in_notes_and_snapshot(tmp_path, monkeypatch):
     marks, done = run_rank(tmp_path, monkeypatch, 2, 0, None, "--histc")
     assert marks["counts"] == [32, 32, 32, 32]  # the default: uniform

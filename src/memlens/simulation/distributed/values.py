@@ -121,6 +121,33 @@ class Values:
             if isinstance(t, torch.Tensor):
                 self._forget(t)
 
+    def sized_by_values(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """An op whose output size depends on values (bincount, nonzero, masked_select),
+        whose fake arguments all have values: a fake output of the size they give, with
+        those values; None otherwise."""
+        fakes = [a for a in tree_flatten((args, kwargs))[0] if isinstance(a, FakeTensor)]
+        if not fakes or not all(a in self._real or a in self._fill for a in fakes):
+            return None
+        with unset_fake_temporarily():
+            try:
+                real = func(*tree_map(self._host, args), **tree_map(self._host, kwargs))
+            except Exception:  # noqa: BLE001 - the host cannot run it: as without values
+                return None
+        device = fakes[0].device
+
+        def fake_of(value: Any) -> Any:
+            if not isinstance(value, torch.Tensor):
+                return value
+            return torch.empty_strided(
+                value.shape, value.stride(), dtype=value.dtype, device=device
+            )
+
+        out = tree_map(fake_of, real)  # made in the fake mode, outside this block
+        with unset_fake_temporarily():
+            for fake, value in zip(tree_flatten(out)[0], tree_flatten(real)[0], strict=False):
+                self._keep(fake, value)
+        return out
+
     def c10d_all_to_all(self, args: tuple[Any, ...]) -> None:
         """c10d's alltoall_base_(output, input, group, output_splits, input_splits)."""
         import torch.distributed as dist

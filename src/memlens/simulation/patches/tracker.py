@@ -11,7 +11,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import torch
-from torch._subclasses.fake_tensor import DataDependentOutputException, FakeTensor
+from torch._subclasses.fake_tensor import (
+    DataDependentOutputException,
+    DynamicOutputShapeException,
+    FakeTensor,
+)
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_map
 
@@ -133,7 +137,13 @@ class Tracker(TorchDispatchMode):
         if _SEEDED in func.tags and self._touches_cuda(args, kwargs):
             out = self._random(func, args, kwargs)
         else:
-            out = func(*args, **kwargs)
+            try:
+                out = func(*args, **kwargs)
+            except DynamicOutputShapeException:
+                # bincount, nonzero...: a size from values, known for the routing's
+                out = self.values.sized_by_values(func, args, kwargs)
+                if out is None:
+                    raise
         kernel = sdpa.KERNELS.get(func)
         if kernel is not None and self._touches_cuda(args, kwargs):
             kernel(self.sim, args, out)  # the outputs and the kernel's own buffers, in order
