@@ -25,7 +25,7 @@ from memlens.simulation.distributed.routing import Routing, parse
 
 torch = pytest.importorskip("torch")
 
-from memlens.simulation.api import run_script  # noqa: E402
+from memlens.simulation.api import ScriptRun, run_script  # noqa: E402
 from memlens.simulation.distributed.env import World  # noqa: E402
 
 SCRIPT = str(Path(__file__).with_name("ep_script.py"))
@@ -80,13 +80,21 @@ def test_bad_routing_is_one_line_and_exit_2(value, message, capsys):
 
 
 # ---------------------------------------------------------------- the EP layer
-def run_rank(tmp_path, monkeypatch, world: int, rank: int, routing: str | None, *args: str) -> Any:
+def run_rank(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    world: int,
+    rank: int,
+    routing: str | None,
+    *args: str,
+) -> tuple[dict[str, Any], ScriptRun]:
     for key, value in World(nproc_per_node=world).env(rank).items():
         monkeypatch.setenv(key, value)
     out = tmp_path / f"r{rank}.json"
     done = run_script(SCRIPT, [str(out), *args], tmp_path / "s.pickle", cublas_workspace=0,
                       routing=routing)  # fmt: skip
-    return json.loads(out.read_text()), done
+    marks: dict[str, Any] = json.loads(out.read_text())
+    return marks, done
 
 
 def expected_peak(rows: int) -> int:

@@ -56,7 +56,7 @@ json.dump(marks, open(sys.argv[1], "w"))
 """
 
 
-def marks_of_rank1(tmp_path, monkeypatch) -> dict[str, Any]:
+def marks_of_rank1(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     (tmp_path / "work.py").write_text(SCRIPT)
     for key, value in World(nproc_per_node=2).env(1).items():
         monkeypatch.setenv(key, value)

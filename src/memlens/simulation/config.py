@@ -68,7 +68,9 @@ class SimulateConfig:
         self.card()
         self.device_memory_bytes()
         self.cublas_workspace_bytes()
-        self.routing_assumption()
+        routing = self.routing_assumption()
+        if routing.kind == "histogram":  # ranks may start in another directory
+            object.__setattr__(self, "routing", f"histogram:{os.path.abspath(routing.source)}")
 
     @classmethod
     def of(cls, config: SimulateConfig | None, options: Mapping[str, Any]) -> SimulateConfig:
