@@ -79,6 +79,15 @@ def test_bad_routing_is_one_line_and_exit_2(value, message, capsys):
     assert len(lines) == 1 and lines[0].startswith("memlens: error: ") and message in lines[0]
 
 
+def test_plan_passes_the_routing_to_every_point(capsys):
+    from memlens.planning.plan import Setup
+
+    assert Setup.of("t4", None, None, "capacity:2").config(None).routing == "capacity:2"
+    assert Setup.of("t4", None, None).config(None).routing is None
+    assert run(["plan", "--routing", "worst:3", __file__]) == 2
+    assert "memlens: error: --routing takes" in capsys.readouterr().err
+
+
 # ---------------------------------------------------------------- the EP layer
 def run_rank(
     tmp_path: Path,
