@@ -9,9 +9,9 @@ failed on shapes. Here the router's choices get values from the routing assumpti
   tokens) get the assumption's choices: the experts listed in order, expert e repeated
   as often as its count, dealt token by token (choice k of token t is entry k x T + t),
   so a token never gets one expert twice;
-- constant fills made after that (`zeros_like(scores, dtype=bool)` that a one-hot map is
-  scattered into, `new_empty` for an exchange's output) hold their constant, made only
-  when an op reads them with a tensor that has values;
+- integer and bool constant fills made after that (`zeros_like(scores, dtype=bool)` that
+  a one-hot map is scattered into, `new_empty` for an exchange's output) hold their
+  constant, made only when an op reads them with a tensor that has values;
 - an op whose every tensor argument has values (scatter, sum, histc, view, cumsum, to
   the host...) is run on them too, on the host; its small outputs keep theirs, and a
   tensor it writes into otherwise loses its values;
@@ -211,7 +211,13 @@ class Values:
         value = _FILLS[func]
         if value is None:  # full(size, fill), full_like(t, fill), new_full(t, size, fill)
             value = args[2] if func is _aten.new_full.default else args[1]
-        if isinstance(out, torch.Tensor) and out.numel() <= _MAX_NUMEL:
+        # integer and bool only: the counts' bookkeeping, never activations
+        if (
+            isinstance(out, torch.Tensor)
+            and not out.dtype.is_floating_point
+            and not out.dtype.is_complex
+            and out.numel() <= _MAX_NUMEL
+        ):
             self._fill[out] = value
             self._real.pop(out, None)
 
