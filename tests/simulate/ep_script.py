@@ -3,7 +3,8 @@ tests/simulate/test_simulate_routing.py: T = 64 tokens pick K = 2 of E = 2 x wor
 experts (2 per rank) by top-k, the counts come from a one-hot map (torchtitan's
 `zeros_like(scores, bool).scatter_(-1, ids, True).sum(0)`), `histc` (`--histc`) or
 `bincount` (`--bincount`), are
-exchanged with all_to_all_single, read back with `.tolist()`, and the tokens (rows of
+exchanged with all_to_all_single (torchtitan's functional collectives with
+`--functional`), read back with `.tolist()`, and the tokens (rows of
 256 fp32, 1,024 bytes) go out and come back by all_to_all_single with those splits.
 Writes {splits, received bytes, peak} as JSON to argv[1]."""
 
@@ -27,8 +28,16 @@ elif "--bincount" in sys.argv:  # DeepSeek's: a size from values
     counts = torch.bincount(ids.flatten(), minlength=E)
 else:
     counts = torch.zeros_like(scores, dtype=torch.bool).scatter_(-1, ids, True).sum(0)
-received = torch.empty_like(counts)
-dist.all_to_all_single(received, counts)
+functional = "--functional" in sys.argv  # torchtitan's: functional collectives
+if functional:
+    import torch.distributed._functional_collectives as funcol
+
+    group = dist.group.WORLD
+    received = funcol.all_to_all_single(counts.view(world, -1), None, None, group=group)
+    received = torch.ops._c10d_functional.wait_tensor(received)
+else:
+    received = torch.empty_like(counts)
+    dist.all_to_all_single(received, counts)
 in_splits = counts.view(world, -1).sum(1).cpu().tolist()
 out_splits = received.view(world, -1).sum(1).cpu().tolist()
 order = torch.argsort(ids.view(-1), stable=True)
@@ -36,14 +45,22 @@ order = torch.argsort(ids.view(-1), stable=True)
 base = torch.cuda.memory_allocated()
 torch.cuda.reset_peak_memory_stats()
 routed = x[order // K]  # (T x K, D), sorted by expert
-recv = routed.new_empty(sum(out_splits), D)
-dist.all_to_all_single(recv, routed, out_splits, in_splits)
+if functional:
+    recv = funcol.all_to_all_single_autograd(routed, out_splits, in_splits, group)
+    recv = torch.ops._c10d_functional.wait_tensor(recv)
+else:
+    recv = routed.new_empty(sum(out_splits), D)
+    dist.all_to_all_single(recv, routed, out_splits, in_splits)
 recv_bytes = torch.cuda.memory_allocated() - base - routed.numel() * 4
 del routed
 out = recv * 2  # the experts
 del recv
-back = out.new_empty(T * K, D)
-dist.all_to_all_single(back, out, in_splits, out_splits)
+if functional:
+    back = funcol.all_to_all_single_autograd(out, in_splits, out_splits, group)
+    back = torch.ops._c10d_functional.wait_tensor(back)
+else:
+    back = out.new_empty(T * K, D)
+    dist.all_to_all_single(back, out, in_splits, out_splits)
 del out
 combined = torch.zeros_like(x).index_add_(0, order // K, back)
 peak = torch.cuda.max_memory_allocated() - base

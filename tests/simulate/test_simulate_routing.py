@@ -148,6 +148,16 @@ def test_worst_routing_at_four_ranks_sends_everything_to_rank_0(tmp_path, monkey
     assert all(got[s]["in"][r] == got[r]["out"][s] for s in range(4) for r in range(4))
 
 
+def test_torchtitans_functional_collectives_give_the_same_bytes(tmp_path, monkeypatch):
+    """all_to_all_single of the counts, wait_tensor, all_to_all_single_autograd: the
+    same splits and bytes as c10d's form (wait_tensor answers its argument, as its
+    kernel does, not a copy)."""
+    got = [run_rank(tmp_path, monkeypatch, 2, r, "capacity:1.5", "--functional")[0] for r in (0, 1)]
+    assert [m["out"] for m in got] == [[96, 96], [32, 32]]
+    assert [m["received"] for m in got] == [192 * ROW, 64 * ROW]
+    assert [m["peak"] for m in got] == [expected_peak(192), expected_peak(64)]
+
+
 def test_bincount_counts_a_size_from_values(tmp_path, monkeypatch):
     marks, _ = run_rank(tmp_path, monkeypatch, 2, 0, "worst", "--bincount")
     assert marks["counts"] == [64, 64, 0, 0] and marks["out"] == [128, 128]

@@ -45,6 +45,9 @@ if TYPE_CHECKING:
     from memlens.simulation.patches.fake_cuda import Patches
 
 _c10d = torch.ops.c10d
+# a functional collective's wait: its schema declares no alias, so the fake mode answers
+# a new tensor of the same size; the kernel (Functional.cpp) answers its argument
+WAIT_TENSOR = torch.ops._c10d_functional.wait_tensor.default
 
 
 def _flat_like(sim: SimulationHost, tensors: list[torch.Tensor]) -> torch.Tensor | None:
