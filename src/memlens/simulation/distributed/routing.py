@@ -31,14 +31,13 @@ from pathlib import Path
 
 from memlens.errors import MemlensError
 
-KINDS = ("uniform", "capacity", "worst", "histogram")
 _USAGE = "--routing takes uniform, capacity:F (F >= 1), worst or histogram:FILE"
 
 
 @dataclass(frozen=True)
 class Routing:
-    """A parsed routing assumption: `kind` of KINDS, `factor` for capacity, `weights`
-    (one per expert) and their file for histogram."""
+    """A parsed routing assumption: `kind` (uniform, capacity, worst, histogram), `factor`
+    for capacity, `weights` (one per expert) and their file for histogram."""
 
     kind: str = "uniform"
     factor: float = 1.0
