@@ -29,10 +29,11 @@ elif "--bincount" in sys.argv:  # DeepSeek's: a size from values
 else:
     counts = torch.zeros_like(scores, dtype=torch.bool).scatter_(-1, ids, True).sum(0)
 functional = "--functional" in sys.argv  # torchtitan's: functional collectives
+group = dist.group.WORLD
+assert group is not None  # the default group, made above
 if functional:
     import torch.distributed._functional_collectives as funcol
 
-    group = dist.group.WORLD
     received = funcol.all_to_all_single(counts.view(world, -1), None, None, group=group)
     received = torch.ops._c10d_functional.wait_tensor(received)
 else:

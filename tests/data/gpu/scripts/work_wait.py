@@ -1,4 +1,5 @@
 """NCCL on one rank: async collectives whose Python references are dropped before wait()."""
+
 import os
 
 import torch
