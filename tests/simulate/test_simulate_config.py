@@ -67,7 +67,7 @@ def test_simulate_shows_the_fields_as_keywords() -> None:
     params = inspect.signature(simulate).parameters
     assert list(params)[:2] == ["output", "config"]
     assert params["gpu"].default is None and params["nvtx_annotations"].default is True
-    assert len(params) == 2 + 11
+    assert len(params) == 2 + 12
 
 
 @pytest.mark.torch

@@ -206,6 +206,12 @@ def render_table(table: dict) -> list[str]:  # type: ignore[type-arg]
     "torch.cuda.mem_get_info()'s free in a fresh process on the card).",
 )
 @click.option(
+    "--routing",
+    default=None,
+    metavar="uniform|capacity:F|worst|histogram:FILE",
+    help="A mixture of experts' routing at every point, as memlens simulate --routing.",
+)
+@click.option(
     "--sweep",
     "sweeps",
     multiple=True,
@@ -293,6 +299,7 @@ def command(
     gpu: str | None,
     device_memory: str | None,
     reserve: str | None,
+    routing: str | None,
     sweeps: tuple[str, ...],
     sweep_envs: tuple[str, ...],
     sweep_hook: str | None,
@@ -335,7 +342,7 @@ def command(
         script,
         list(args),
         sweeps=swept,
-        setup=Setup.of(gpu, device_memory, reserve),
+        setup=Setup.of(gpu, device_memory, reserve, routing),
         jobs=jobs or os.cpu_count() or 1,
         use_cache=not no_cache,
         progress=lambda line: status(f"memlens: plan: {line}", err=True),

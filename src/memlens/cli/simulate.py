@@ -102,10 +102,13 @@ def _assumptions(config: SimulateConfig) -> str:
         size, origin = card.cublas_workspace, ""
     device_memory = config.device_memory_bytes()
     memory = "unlimited" if device_memory is None else format_bytes(device_memory)
+    routing = (
+        "" if config.routing is None else f", routing {config.routing_assumption().describe()}"
+    )
     return (
         f"memlens: simulating {card.name} (sm {card.capability[0]}.{card.capability[1]}): "
         f"cuBLAS workspace {size:,} bytes ({format_bytes(size, 3)}) per thread{origin}, "
-        f"device memory {memory}" + ("" if config.gpu else "; --gpu NAME for another card")
+        f"device memory {memory}{routing}" + ("" if config.gpu else "; --gpu NAME for another card")
     )
 
 
@@ -212,6 +215,15 @@ def _report(run: ScriptRun) -> None:
     is_flag=True,
     help="Keep the stacks of blocks allocated before the script switched history on "
     "(the GPU recorder has none for them).",
+)
+@click.option(
+    "--routing",
+    default=None,
+    metavar="uniform|capacity:F|worst|histogram:FILE",
+    help="What a mixture of experts' router chooses, which expert parallelism's token "
+    "counts follow: uniform (default), capacity:F (each expert up to F x the uniform "
+    "share, filled in expert order), worst (every token to experts 0..K-1) or "
+    "histogram:FILE (per-expert weights, JSON list or CSV).",
 )
 @whole_number_option(
     "--nproc-per-node",

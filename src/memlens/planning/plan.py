@@ -44,9 +44,16 @@ class Setup:
     gpu: str | None
     capacity: int | None
     reserve: int
+    routing: str | None = None  # a mixture of experts' routing (simulate --routing)
 
     @classmethod
-    def of(cls, gpu: str | None, device_memory: str | None, reserve: str | None) -> Setup:
+    def of(
+        cls,
+        gpu: str | None,
+        device_memory: str | None,
+        reserve: str | None,
+        routing: str | None = None,
+    ) -> Setup:
         card = gpu_preset(gpu)
         capacity = parse_bytes(device_memory) if device_memory is not None else None
         if capacity is None and gpu is not None:
@@ -54,7 +61,7 @@ class Setup:
         r = DEFAULT_RESERVE if reserve is None else parse_bytes(reserve)
         if capacity is not None and r >= capacity:
             raise MemlensError(f"--reserve {r:,} bytes leaves nothing of {capacity:,}")
-        return cls(gpu, capacity, r)
+        return cls(gpu, capacity, r, routing)
 
     @property
     def usable(self) -> int | None:
@@ -65,7 +72,13 @@ class Setup:
         settings as given or as $PYTORCH_CUDA_ALLOC_CONF has them now (part of the cache
         key). Stacks are off: the worker turns them on when a point wants call sites."""
         conf = os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "") if alloc_conf is None else alloc_conf
-        return SimulateConfig(gpu=self.gpu, device_memory=self.usable, alloc_conf=conf, stacks=None)
+        return SimulateConfig(
+            gpu=self.gpu,
+            device_memory=self.usable,
+            alloc_conf=conf,
+            stacks=None,
+            routing=self.routing,
+        )
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,8 @@ def simulate(
     Tensors created on `cuda` are fake (no memory, no values); every storage goes through
     a model of PyTorch's CUDA caching allocator. The keywords are the fields of
     `SimulateConfig` (`gpu`, `device_memory`, `cublas_workspace`, `alloc_conf` and the
-    allocator options, `stacks`, `max_entries`, `nvtx_annotations`, `early_stacks`), where
+    allocator options, `stacks`, `max_entries`, `nvtx_annotations`, `early_stacks`,
+    `routing`), where
     their defaults and meaning are; `config=` passes a whole one, which the keywords then
     override. Inside the block, `torch.cuda.memory._record_memory_history` /
     `_dump_snapshot` work as on a GPU. `sim.notes` lists the approximate paths the run took.

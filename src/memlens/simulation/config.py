@@ -15,6 +15,8 @@ from typing import Any
 from memlens.analysis.allocator_model import AllocatorSettings
 from memlens.errors import MemlensError
 from memlens.keywords import field_names, with_options
+from memlens.simulation.distributed.routing import Routing
+from memlens.simulation.distributed.routing import parse as parse_routing
 from memlens.simulation.gpus import Gpu, gpu_preset
 from memlens.units import parse_bytes
 
@@ -39,6 +41,9 @@ class SimulateConfig:
     - `nvtx_annotations`: torch.cuda.nvtx ranges become annotations.
     - `early_stacks`: keep the stacks of blocks allocated before the code switched history
       on (the GPU recorder has none for them).
+    - `routing`: what a mixture of experts' router chooses, which expert parallelism's
+      token counts follow: "uniform" (default), "capacity:F", "worst" or
+      "histogram:FILE" (simulation/distributed/routing.py).
     """
 
     device_memory: str | int | None = None
@@ -52,6 +57,7 @@ class SimulateConfig:
     gpu: str | None = None
     nvtx_annotations: bool = True
     early_stacks: bool = False
+    routing: str | None = None
 
     def __post_init__(self) -> None:
         if self.stacks not in (None, "python", "all", "none"):
@@ -62,6 +68,9 @@ class SimulateConfig:
         self.card()
         self.device_memory_bytes()
         self.cublas_workspace_bytes()
+        routing = self.routing_assumption()
+        if routing.kind == "histogram":  # ranks may start in another directory
+            object.__setattr__(self, "routing", f"histogram:{os.path.abspath(routing.source)}")
 
     @classmethod
     def of(cls, config: SimulateConfig | None, options: Mapping[str, Any]) -> SimulateConfig:
@@ -96,6 +105,9 @@ class SimulateConfig:
         if self.alloc_conf is not None:
             return self.alloc_conf
         return os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "")
+
+    def routing_assumption(self) -> Routing:
+        return parse_routing(self.routing)
 
     def allocator_settings(self) -> AllocatorSettings:
         settings = AllocatorSettings.parse(self.allocator_conf())

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from memlens.analysis.allocator_model import CachingAllocator
+    from memlens.simulation.distributed.routing import Routing
     from memlens.simulation.gpus import Gpu
     from memlens.simulation.patches.autocast import CudaAutocast
     from memlens.simulation.patches.frames import FrameCollector
@@ -37,6 +38,8 @@ class SimulationHost(Protocol):
     # True while DDP's reducer builds buckets: `cpu` in a factory op means the device
     cpu_options_mean_cuda: bool
     device_index: int
+    routing: Routing  # expert parallelism's routing assumption (--routing)
+    assumptions: dict[str, str]  # what the run assumed, written into the snapshot
     _live: dict[int, int]  # StorageImpl address -> block address
     _workspace_size: int | None
 

@@ -70,6 +70,9 @@ class Simulation:
         # The GPU recorder keeps no stack for blocks allocated before history was switched
         # on; early_stacks=True keeps the ones the simulation knows.
         self.early_stacks = config.early_stacks
+        self.routing = config.routing_assumption()  # expert parallelism's token counts
+        # what the run assumed where values were needed ({"routing": ...}), in the snapshot
+        self.assumptions: dict[str, str] = {}
         # Approximations the run went through (one line each, in order, no repeats).
         self.notes: list[str] = []
         # What the code's own torch.cuda.memory._dump_snapshot calls wrote, newest last.
@@ -424,12 +427,15 @@ class Simulation:
         annotations = (
             self.annotations if whole else self.annotations[self._ann_start : self._ann_stop]
         )
-        return {
+        snapshot = {
             "segments": segments,
             "device_traces": [trace],
             "allocator_settings": self.allocator.settings.as_snapshot_dict(self.alloc_conf),
             "external_annotations": list(annotations),
         }
+        if self.assumptions:
+            snapshot["memlens_simulation"] = {"assumptions": dict(self.assumptions)}
+        return snapshot
 
     def write(self, path: str | Path, snapshot: dict[str, Any] | None = None) -> Path:
         path = Path(path)

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from memlens.simulation.distributed import objects
+from memlens.simulation.distributed import collectives, objects
 
 if TYPE_CHECKING:
     from memlens.simulation.host import SimulationHost
@@ -118,6 +118,7 @@ def install(patches: Patches, sim: SimulationHost) -> None:
     _install_device_mesh(patches)
     _install_storage_resize(patches, sim)
     objects.install(patches, sim)  # object collectives between the ranks' processes
+    collectives.install(patches)  # a Work keeps its tensors until wait()
     patches.on_restore(_destroy_groups)
     # init_process_group wraps sys.excepthook to prefix "[rankN]:"; put it back after
     patches.set(sys, "excepthook", sys.excepthook)

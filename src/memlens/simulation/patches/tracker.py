@@ -11,11 +11,16 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import torch
-from torch._subclasses.fake_tensor import DataDependentOutputException, FakeTensor
+from torch._subclasses.fake_tensor import (
+    DataDependentOutputException,
+    DynamicOutputShapeException,
+    FakeTensor,
+)
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_map
 
 from memlens.simulation.distributed import collectives, process_group
+from memlens.simulation.distributed.values import Values
 from memlens.simulation.patches import cuda_kernels, fake_cuda, higher_order, sdpa
 from memlens.simulation.patches.inplace import BackwardInPlace
 
@@ -56,6 +61,8 @@ class Tracker(TorchDispatchMode):
         self.sim = sim
         self._composite: dict[Any, bool] = {}
         self._backward = BackwardInPlace()
+        # values for expert parallelism's routing counts (--routing): values.py
+        self.values = Values(sim, sim.routing)
 
     def __torch_dispatch__(
         self,
@@ -97,7 +104,11 @@ class Tracker(TorchDispatchMode):
             # `.item()` on a fake CUDA tensor (printing a loss), or on a CPU tensor made
             # inside the block (DataLoader's seed, a sampler's indices): there is no value,
             # so answer a zero of the right type rather than stop the run. CPU constants
-            # the fake mode still knows keep their value.
+            # the fake mode still knows keep their value; the routing counts have theirs
+            # (distributed/values.py).
+            known = self.values.scalar(args[0])
+            if known is not None:
+                return known
             if not self._touches_cuda(args, kwargs):
                 try:
                     return func(*args, **kwargs)
@@ -106,7 +117,10 @@ class Tracker(TorchDispatchMode):
             self.sim.note("tensor values are fake: .item() answered 0")
             return _zero(args[0].dtype)
         if func.namespace == "c10d":
-            return collectives.run(self.sim, func, args, kwargs)
+            return collectives.run(self.sim, func, args, kwargs, self.values)
+        if func is collectives.WAIT_TENSOR:
+            # the kernel waits and answers its argument; the fake mode would make a copy
+            return args[0]
         model = cuda_kernels.MODELS.get(func)
         if model is not None and self._touches_cuda(args, kwargs):
             # a kernel the CPU build lacks: what the CUDA kernel allocates
@@ -126,12 +140,19 @@ class Tracker(TorchDispatchMode):
         if _SEEDED in func.tags and self._touches_cuda(args, kwargs):
             out = self._random(func, args, kwargs)
         else:
-            out = func(*args, **kwargs)
+            try:
+                out = func(*args, **kwargs)
+            except DynamicOutputShapeException:
+                # bincount, nonzero...: a size from values, known for the routing's
+                out = self.values.sized_by_values(func, args, kwargs)
+                if out is None:
+                    raise
         kernel = sdpa.KERNELS.get(func)
         if kernel is not None and self._touches_cuda(args, kwargs):
             kernel(self.sim, args, out)  # the outputs and the kernel's own buffers, in order
         else:
             self.sim._track_outputs(out)
+        self.values.after(func, args, kwargs, out)
         if node is not None:
             self._backward.made(func, out)
         if func in _GEMM_OPS and self._touches_cuda(args, kwargs):

@@ -31,6 +31,7 @@ KNOWN_TOP_LEVEL = {
     "allocator_settings",
     "external_annotations",
     "traces",  # what torch.cuda._memory_viz wraps a bare segment list into
+    "memlens_simulation",  # a simulated snapshot's stated assumptions (--routing)
 }
 
 
