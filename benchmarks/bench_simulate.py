@@ -3,6 +3,7 @@
     python benchmarks/bench_simulate.py                 # every case, markdown on stdout
     python benchmarks/bench_simulate.py --case wedson_training
     python benchmarks/bench_simulate.py --distributed      # issue 22: one rank of 64
+    python benchmarks/bench_simulate.py --floor [--layers 4]  # issue 34: against meta tensors
 
 Cases: the cs336 3.4B-parameter model rebuilt in tests/simulate/cs336_model.py (against
 the cs336_* recordings), and the third-party script in ../shared/workloads/cs336_medium run
@@ -66,6 +67,28 @@ DISTRIBUTED = {  # name -> (mode, world); rank 0 of the world is simulated
     "llama_fsdp2_w64": ("fsdp2", 64),
     "llama_fsdp2_w512": ("fsdp2", 512),
 }
+# Issue 34's floor: the same model and steps on meta tensors (shape propagation alone), in a
+# fresh interpreter like the simulation: the workload's model, its AdamW and cross-entropy,
+# 5 warm-up steps and the recorded one of nsys_profile.py's full-training-step, batch 4.
+META_RUN = """
+import sys, torch
+sys.path.insert(0, sys.argv[1])
+from cs336_basics.model import BasicsTransformerLM
+from cs336_basics.nn_utils import cross_entropy
+from cs336_basics.optimizer import AdamW
+context, d_model, d_ff, layers, heads = map(int, sys.argv[2:7])
+with torch.device("meta"):
+    model = BasicsTransformerLM(vocab_size=10000, context_length=context, d_model=d_model,
+                                num_layers=layers, num_heads=heads, d_ff=d_ff)
+    optimizer = AdamW(model.parameters())
+    x = torch.randint(0, 10000, (6, 4, context))
+    y = torch.randint(0, 10000, (6, 4, context))
+    for i in range(6):
+        cross_entropy(model(x[i]), y[i]).backward()
+        optimizer.step()
+        optimizer.zero_grad()
+"""
+FLOOR_MODEL = (128, 1024, 4096, 16)  # context, d_model, d_ff, heads: the recordings' model
 NOT_RUN = {
     "eor_nn_train.pickle": "no script in ../shared",
     "ftcourse_finetune.pickle": "no script in ../shared",
@@ -178,12 +201,60 @@ def report(results: list[dict]) -> None:
         print()
 
 
+def _child(cmd: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, float]:
+    """(CPU seconds, wall seconds) of one child process, run to its end."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    subprocess.run(cmd, cwd=cwd, env=env, check=True, capture_output=True)
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime, wall
+
+
+def floor(layers: int) -> None:
+    """`memlens simulate` on the workload's script (whole process: imports, the run, the
+    snapshot written and summarised) against the same model and steps on meta tensors."""
+    work = Path(tempfile.mkdtemp())
+    shutil.copytree(WORKLOAD / "cs336_basics", work / "cs336_basics")
+    shutil.copytree(WORKLOAD, work / "cs336_systems", ignore=shutil.ignore_patterns("cs336_*"))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(work)])}
+    context, d_model, d_ff, heads = FLOOR_MODEL
+    model = f"--context_length {context} --d_model {d_model} --d_ff {d_ff} --num_heads {heads}"
+    flags = "--model_name sim --memory-profile true --pattern full-training-step"
+    sim_cmd = [sys.executable, "-m", "memlens", "simulate", "--gpu", "a100", "-o",
+               str(work / "out.pickle"), "nsys_profile.py", *model.split(),
+               "--num_layers", str(layers), *flags.split()]  # fmt: skip
+    meta_cmd = [sys.executable, "-c", META_RUN, str(work),
+                *map(str, (context, d_model, d_ff, layers, heads))]  # fmt: skip
+    load = os.getloadavg()[0]
+    sim_cpu, sim_wall = _child(sim_cmd, work / "cs336_systems", env)
+    meta_cpu, meta_wall = _child(meta_cmd, work, env)
+    print(
+        f"Python {platform.python_version()}, {os.cpu_count()} CPUs, "
+        f"torch {__import__('torch').__version__}, load average {load:.1f} -> "
+        f"{os.getloadavg()[0]:.1f}\n\n"
+        f"cs336 full-training-step, {layers} layers, 6 steps, whole processes:\n\n"
+        "| run | CPU s | wall s |\n|---|---|---|\n"
+        f"| memlens simulate | {sim_cpu:.1f} | {sim_wall:.1f} |\n"
+        f"| meta tensors | {meta_cpu:.1f} | {meta_wall:.1f} |\n"
+        f"| ratio | {sim_cpu / meta_cpu:.2f}x | {sim_wall / meta_wall:.2f}x |"
+    )
+    shutil.rmtree(work, ignore_errors=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--case", choices=[*CS336, *WEDSON, *DISTRIBUTED])
     parser.add_argument("--distributed", action="store_true", help="issue 22's cases alone")
     parser.add_argument("--json", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--floor", action="store_true", help="simulate against the same steps on meta tensors"
+    )
+    parser.add_argument("--layers", type=int, default=4, help="--floor's model depth")
     args = parser.parse_args()
+    if args.floor:
+        floor(args.layers)
+        return
     if args.case and args.json:
         print(json.dumps(run_case(args.case)))
         return

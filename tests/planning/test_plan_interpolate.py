@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import textwrap
 from collections.abc import Iterator
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -144,3 +145,50 @@ def test_the_default_step_leaves_about_64_values():
     assert default_step(128, 2048) == 20
     assert default_step(1, 100000) == 1000
     assert grid(128, 200, 20) == [128, 148, 168, 188, 200]
+
+
+def test_what_ifs_are_interpolated_and_equal_plain_simulation_to_the_byte(script):
+    """--interpolate --what-if: each knob's sweep from its own few simulations, every row
+    equal to the knob's point simulated alone; the table point simulated (call sites)."""
+    from memlens.planning.plan import Interpolation, Setup, _plan
+    from memlens.planning.sweep import Sweep
+    from memlens.planning.whatif import knob_request
+
+    usable = 30 * MiB
+    base = replace(_base(script, usable), sites=True)  # as plan asks with --what-if
+    runner = InProcess(use_cache=False)
+    values = tuple(str(v) for v in range(1, 17))
+    knobs = ["expandable_segments", "max_split_size_mb:4"]
+    setup = Setup(None, usable, 0)
+    got = _plan(
+        runner, base, [], [Sweep("--n", values)], setup, (), None, knobs, None, Interpolation(True)
+    )
+    assert len(got["what_ifs"]) == 2
+    sources = set()
+    for entry in got["what_ifs"]:
+        knob_base = knob_request(base, entry["setting"])[0]
+        for p, v in zip(entry["points"], values, strict=True):
+            want = simulate_point(_spec(int(v)).request(knob_base))
+            assert (p["peak_active_bytes"], p["peak_reserved_bytes"], p["oom"]) == (
+                want["peak_active_bytes"],
+                want["peak_reserved_bytes"],
+                want["oom"],
+            ), (entry["setting"], v)
+            sources.add(p["source"])
+    assert sources == {"simulated", "interpolated"}
+    # the baseline's rows too, and fewer simulations than the 48 points of plain plan
+    for p, v in zip(got["points"], values, strict=True):
+        want = _simulated(base, int(v))
+        assert (p["peak_active_bytes"], p["peak_reserved_bytes"]) == (
+            want["peak_active_bytes"],
+            want["peak_reserved_bytes"],
+        ), v
+    assert got["simulations"] < 3 * len(values)
+    table = got["knob_table"]
+    assert table is not None and {r["setting"] for r in table["rows"]} == {
+        "expandable_segments:True",
+        "max_split_size_mb:4",
+    }
+    i = table["point"]
+    assert got["points"][i]["source"] == "simulated"
+    assert all(e["points"][i]["source"] == "simulated" for e in got["what_ifs"])

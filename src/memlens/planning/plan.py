@@ -312,8 +312,6 @@ def _plan(
 
     if how.step is not None and not how.on:
         raise MemlensError("--step needs --interpolate (plain --find-max bisects to one integer)")
-    if how.on and knobs:
-        raise MemlensError("--interpolate and --what-if cannot be combined yet")
 
     for knob in knobs:  # a bad knob or range fails before any simulation
         check_knob(knob)
@@ -324,10 +322,17 @@ def _plan(
         ran, _ = interpolated_points(runner, base, args, sweeps, setup.usable, hook)
     else:
         ran = sweep_figures(runner, base, specs, setup.usable)
+    if how.on and sweeps and ran and knobs:
+        from memlens.planning.whatif_interpolated import interpolated_what_ifs
+
+        ran, done, alone = interpolated_what_ifs(
+            knobs, setup.usable, runner, base, args, sweeps, hook, specs, ran
+        )
+    else:
+        done, alone = (
+            what_ifs(setup.usable, runner, base, specs, ran, knobs) if ran and knobs else ([], {})
+        )
     points = [p for p, _ in ran]
-    done, alone = (
-        what_ifs(setup.usable, runner, base, specs, ran, knobs) if points and knobs else ([], {})
-    )
     model = fit_points(sweeps, points) if sweeps else None
     active = fit_points(sweeps, points, "peak_active_bytes") if sweeps else None
     result: PlanResult = {

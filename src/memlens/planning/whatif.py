@@ -151,29 +151,33 @@ def what_ifs(
             extra, results[len(runs) * len(grid_points) :], strict=True
         )
     }
-    base = [p for p, _ in baseline]
     out: list[tuple[PlanWhatIf, Ran]] = []
     for k, (_, setting, kind) in enumerate(runs):
         mine = results[k * len(grid_points) : (k + 1) * len(grid_points)]
         ran = [(point(p, f, c, usable), f) for p, (f, c) in zip(grid_points, mine, strict=True)]
-        points = [p for p, _ in ran]
-        entry: PlanWhatIf = {
-            "setting": setting,
-            "kind": kind,
-            "points": points,
-            "active_change_bytes": [
-                p["peak_active_bytes"] - b["peak_active_bytes"]
-                for p, b in zip(points, base, strict=True)
-            ],
-            "reserved_change_bytes": [
-                p["peak_reserved_bytes"] - b["peak_reserved_bytes"]
-                for p, b in zip(points, base, strict=True)
-            ],
-            "applied": [f["applied"] for _, f in ran],
-        }
-        out.append((entry, ran))
+        out.append((what_if_entry(setting, kind, ran, baseline), ran))
         alone[setting] = ran[table_point(baseline)]
     return out, alone
+
+
+def what_if_entry(setting: str, kind: str, ran: Ran, baseline: Ran) -> PlanWhatIf:
+    """One knob's sweep as reported: its points and their change against the baseline's."""
+    points = [p for p, _ in ran]
+    base = [p for p, _ in baseline]
+    return {
+        "setting": setting,
+        "kind": kind,
+        "points": points,
+        "active_change_bytes": [
+            p["peak_active_bytes"] - b["peak_active_bytes"]
+            for p, b in zip(points, base, strict=True)
+        ],
+        "reserved_change_bytes": [
+            p["peak_reserved_bytes"] - b["peak_reserved_bytes"]
+            for p, b in zip(points, base, strict=True)
+        ],
+        "applied": [f["applied"] for _, f in ran],
+    }
 
 
 def _pct(saving: int, base: int) -> float | None:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch._subclasses.fake_tensor import FakeTensorMode
+from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch.autograd.function import BackwardCFunction
 from torch.utils._pytree import tree_flatten
 
@@ -38,7 +38,7 @@ from memlens.simulation.patches import (
 )
 from memlens.simulation.patches import torch_compile as compiled
 from memlens.simulation.patches.frames import FrameCollector
-from memlens.simulation.patches.tracker import Tracker, is_cuda
+from memlens.simulation.patches.tracker import Tracker
 from memlens.simulation.patches.written import OwnSnapshots
 from memlens.simulation.progress import DEFAULT_EVERY, ProgressTicker, SimProgress
 from memlens.simulation.request_log import LoggingAllocator
@@ -172,8 +172,8 @@ class Simulation:
     def _track_outputs(self, out: Any) -> None:
         if self.in_compiled_graph:
             return  # a compiled graph's runner decides its buffers (simulation/patches/torch_compile.py)
-        for t in tree_flatten(out)[0]:
-            if not is_cuda(t):
+        for t in _leaves(out):
+            if not isinstance(t, FakeTensor) or t.fake_device.type != "cuda":
                 continue
             storage = t.untyped_storage()
             key = storage._cdata
@@ -446,6 +446,23 @@ class Simulation:
         except OSError as err:
             raise MemlensError(f"cannot write the snapshot to {path}: {err.strerror}") from None
         return path
+
+
+_SCALARS = (int, float, bool, str)
+
+
+def _leaves(out: Any) -> Any:
+    """tree_flatten(out)'s leaves, without flattening where there is nothing to flatten:
+    an op's output is a tensor, or a tuple or list of tensors and scalars (the tracker
+    calls this for every op)."""
+    if isinstance(out, torch.Tensor):
+        return (out,)
+    if type(out) is tuple or type(out) is list:
+        for x in out:
+            if not (x is None or isinstance(x, torch.Tensor) or type(x) in _SCALARS):
+                return tree_flatten(out)[0]
+        return out
+    return tree_flatten(out)[0]
 
 
 def _without_early_stacks(

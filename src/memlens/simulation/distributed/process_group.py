@@ -22,7 +22,7 @@ import contextlib
 import os
 import sys
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -268,6 +268,12 @@ def is_dtensor(x: object) -> bool:
     """A DTensor: the tracker lets it run the op on its local tensors (which then come
     back through the tracker) rather than see the wrapper, which owns no storage."""
     return _DTENSOR is not None and isinstance(x, _DTENSOR)
+
+
+def any_dtensor_type(types: Iterable[type]) -> bool:
+    """Whether a dispatch mode's `types` (the classes of the tensor subclasses among an
+    op's arguments) name DTensor: is_dtensor without flattening the arguments."""
+    return _DTENSOR is not None and any(issubclass(t, _DTENSOR) for t in types)
 
 
 def is_factory(func: Any) -> bool:

@@ -28,6 +28,7 @@ from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from memlens.simulation.patches.autocast import CudaAutocast
 
 CPU = torch.device("cpu")
+META = torch.device("meta")
 CUDA0 = torch.device("cuda", 0)
 
 
@@ -86,6 +87,16 @@ def _cpu_prim_device(original: Callable[..., Any], *, is_class: bool) -> Any:
     def dispatch(
         self_or_cls: Any, func: Any, types: Any, args: Any = (), kwargs: Any = None
     ) -> Any:
+        if func is _PRIM_DEVICE and len(args) == 1:
+            # FakeTensor's and FakeTensorMode's own answer (fake_tensor.py's prim.device
+            # branch, _device_handler) without the wrappers around their dispatch: C++
+            # asks a tensor's device about once for every op, so this path is hot
+            tensor = args[0]
+            if isinstance(tensor, FakeTensor):
+                if tensor.fake_mode.in_kernel_invocation:
+                    return META
+                device = tensor.fake_device
+                return CPU if device.type == "cuda" else device
         out = original(self_or_cls, func, types, args, kwargs)
         if func is _PRIM_DEVICE and out.type == "cuda":
             return CPU

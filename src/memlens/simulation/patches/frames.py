@@ -53,6 +53,7 @@ class FrameCollector:
         self._frames: dict[tuple[Any, int], dict[str, Any]] = {}
         self._stacks: dict[tuple[int, ...], list[dict[str, Any]]] = {}
         self._hidden: dict[str, bool] = {}
+        self._hidden_code: dict[Any, bool] = {}  # code object -> _is_hidden(its file)
         self._node_stacks: dict[str, list[dict[str, Any]]] = {}
         # `memlens simulate`: stacks stop at runpy's `_run_code` frame (see _RUN_CODE),
         # and end with `tail`, what a real run has there instead.
@@ -75,25 +76,30 @@ class FrameCollector:
             return []
         frame: FrameType | None = sys._getframe(1)
         out: list[dict[str, Any]] = []
-        cut = self.cut_at_runpy
-        while frame is not None and len(out) < self.max_depth:
+        # one walk per allocation and free: names bound locally, hiddenness per code object
+        hidden, frames, max_depth = self._hidden_code, self._frames, self.max_depth
+        cut = _RUN_CODE if self.cut_at_runpy else None
+        while frame is not None and len(out) < max_depth:
             code = frame.f_code
-            if cut and code is _RUN_CODE:
-                out.extend(self.tail[: self.max_depth - len(out)])
+            if code is cut:
+                out.extend(self.tail[: max_depth - len(out)])
                 break
-            if not self._is_hidden(code.co_filename):
+            skip = hidden.get(code)
+            if skip is None:
+                skip = hidden[code] = self._is_hidden(code.co_filename)
+            if not skip:
                 key = (code, frame.f_lineno)
-                entry = self._frames.get(key)
+                entry = frames.get(key)
                 if entry is None:
                     entry = {
                         "filename": code.co_filename,
-                        "line": frame.f_lineno,
+                        "line": key[1],
                         "name": code.co_name,
                     }
-                    self._frames[key] = entry
+                    frames[key] = entry
                 out.append(entry)
             frame = frame.f_back
-        stack_key = tuple(id(f) for f in out)
+        stack_key = tuple(map(id, out))
         shared = self._stacks.get(stack_key)
         if shared is None:
             self._stacks[stack_key] = shared = out

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 
 _SEEDED = torch.Tag.nondeterministic_seeded
 _aten = torch.ops.aten
+_LOCAL_SCALAR_DENSE = _aten._local_scalar_dense.default
 # Ops that run a cuBLAS GEMM: the first one on a thread makes cuBLAS allocate its
 # workspace through the caching allocator, which then stays until empty_cache.
 _GEMM_OPS = {
@@ -52,6 +53,38 @@ def is_cuda(t: Any) -> bool:
     return isinstance(t, FakeTensor) and t.fake_device.type == "cuda"
 
 
+class _Op:
+    """What the tracker needs to know of one operator, worked out at its first call: an
+    OpOverload hashes in Python, so asking each table in turn cost more per op than the
+    bookkeeping itself."""
+
+    __slots__ = ("func", "higher_order", "c10d", "model", "composite", "seeded", "kernel", "gemm")
+
+    def __init__(self, func: Any) -> None:
+        self.func = func  # held: the table is keyed by id(func)
+        self.higher_order = higher_order.is_higher_order(func)
+        if self.higher_order:
+            self.c10d, self.model, self.composite, self.seeded = False, None, False, False
+            self.kernel, self.gemm = None, False
+            return
+        self.c10d = func.namespace == "c10d"
+        self.model = cuda_kernels.MODELS.get(func)
+        # Under inference_mode (or with autograd off) a CompositeImplicitAutograd op such
+        # as einsum reaches the dispatch modes whole; on a GPU it decomposes at the CUDA
+        # key. An op with its own backend kernel (silu_backward) runs that kernel on a
+        # GPU, not its composite: a CPU build registers no CUDA kernels, so a CPU kernel
+        # stands for the CUDA one. (prim ops, prim::device, are not dispatcher operators.)
+        has = torch._C._dispatch_has_kernel_for_dispatch_key
+        self.composite = (
+            func.namespace == "aten"
+            and has(func.name(), "CompositeImplicitAutograd")
+            and not has(func.name(), "CPU")
+        )
+        self.seeded = _SEEDED in func.tags
+        self.kernel = sdpa.KERNELS.get(func)
+        self.gemm = func in _GEMM_OPS
+
+
 class Tracker(TorchDispatchMode):
     # HOPs (DTensor's RNG, flex_attention, invoke_subgraph) come here: higher_order.py
     supports_higher_order_operators = True
@@ -59,7 +92,7 @@ class Tracker(TorchDispatchMode):
     def __init__(self, sim: SimulationHost):
         super().__init__()  # type: ignore[no-untyped-call]  # torch leaves it unannotated
         self.sim = sim
-        self._composite: dict[Any, bool] = {}
+        self._ops: dict[int, _Op] = {}  # id(func) -> what it is
         self._backward = BackwardInPlace()
         # values for expert parallelism's routing counts (--routing): values.py
         self.values = Values(sim, sim.routing)
@@ -72,26 +105,32 @@ class Tracker(TorchDispatchMode):
         kwargs: dict[str, Any] | None = None,
     ) -> Any:
         kwargs = kwargs or {}
-        if higher_order.is_higher_order(func):
+        op = self._ops.get(id(func))
+        if op is None:
+            op = self._ops[id(func)] = _Op(func)
+        if op.higher_order:
             return higher_order.run(self, func, args, kwargs)
-        if any(map(process_group.is_dtensor, tree_flatten((args, kwargs))[0])):
+        if process_group.any_dtensor_type(types):
             # a DTensor (FSDP2's parameters, tensor parallel): it runs the op on its local
-            # tensors, which come back through this mode and are tracked there
+            # tensors, which come back through this mode and are tracked there. `types`
+            # holds the class of every tensor subclass among the arguments, nested ones too.
             return NotImplemented
+        sim = self.sim
         # a compiled graph's ops (simulation/patches/torch_compile.py) are not eager autograd formulas
-        node = None if self.sim.in_compiled_graph else torch._C._current_autograd_node()
+        node = None if sim.in_compiled_graph else torch._C._current_autograd_node()
         if node is not None:
             inplace = self._backward.replacement(node, func, args, kwargs)
             if inplace is not None:
                 inplace(*args, **kwargs)  # allocates nothing: the GPU's in-place path
                 return args[0]
-        device = kwargs.get("device")
-        if device is not None and str(device) == "cuda":
-            # a bare "cuda" means the current device (set_device: a rank's LOCAL_RANK);
-            # by index, or FakeTensorMode's dispatch cache answers an earlier one's
-            kwargs = {**kwargs, "device": fake_cuda.current_cuda()}
-        if self.sim.cpu_options_mean_cuda and node is None and process_group.is_factory(func):
-            return process_group.reducer_factory(self.sim, func, args, kwargs)
+        if kwargs:
+            device = kwargs.get("device")
+            if device is not None and str(device) == "cuda":
+                # a bare "cuda" means the current device (set_device: a rank's LOCAL_RANK);
+                # by index, or FakeTensorMode's dispatch cache answers an earlier one's
+                kwargs = {**kwargs, "device": fake_cuda.current_cuda()}
+        if sim.cpu_options_mean_cuda and node is None and process_group.is_factory(func):
+            return process_group.reducer_factory(sim, func, args, kwargs)
         if "device" in kwargs and node is not None and not fake_cuda.device_was_named():
             # Backward formulas build tensors from a CUDA tensor's options(), whose C++
             # device reads `cpu` here (see fake_cuda); on a GPU they land on the GPU. A
@@ -100,7 +139,7 @@ class Tracker(TorchDispatchMode):
             device = kwargs["device"]
             if device is None or torch.device(device).type == "cpu":
                 kwargs = {**kwargs, "device": fake_cuda.current_cuda()}
-        if func is _aten._local_scalar_dense.default:
+        if func is _LOCAL_SCALAR_DENSE:
             # `.item()` on a fake CUDA tensor (printing a loss), or on a CPU tensor made
             # inside the block (DataLoader's seed, a sampler's indices): there is no value,
             # so answer a zero of the right type rather than stop the run. CPU constants
@@ -114,30 +153,27 @@ class Tracker(TorchDispatchMode):
                     return func(*args, **kwargs)
                 except DataDependentOutputException:
                     pass
-            self.sim.note("tensor values are fake: .item() answered 0")
+            sim.note("tensor values are fake: .item() answered 0")
             return _zero(args[0].dtype)
-        if func.namespace == "c10d":
-            return collectives.run(self.sim, func, args, kwargs, self.values)
+        if op.c10d:
+            return collectives.run(sim, func, args, kwargs, self.values)
         if func is collectives.WAIT_TENSOR:
             # the kernel waits and answers its argument; the fake mode would make a copy
             return args[0]
-        model = cuda_kernels.MODELS.get(func)
-        if model is not None and self._touches_cuda(args, kwargs):
+        if op.model is not None and self._touches_cuda(args, kwargs):
             # a kernel the CPU build lacks: what the CUDA kernel allocates
-            out = model(self.sim, args, kwargs)
+            out = op.model(sim, args, kwargs)
             if node is not None:
                 self._backward.made(func, out)
             return out
-        if self._is_composite(func):
-            # Under inference_mode (or with autograd off) a CompositeImplicitAutograd op
-            # such as einsum reaches the dispatch modes whole; on a GPU it decomposes at
-            # the CUDA key. Decompose it here, through this mode again, so its GEMMs
-            # (cuBLAS workspace) and internal temporaries are seen as on the GPU.
+        if op.composite:
+            # decomposed here, through this mode again, so its GEMMs (cuBLAS workspace)
+            # and internal temporaries are seen as on the GPU (see _Op)
             with self:
                 out = func.decompose(*args, **kwargs)
             if out is not NotImplemented:
                 return out
-        if _SEEDED in func.tags and self._touches_cuda(args, kwargs):
+        if op.seeded and self._touches_cuda(args, kwargs):
             out = self._random(func, args, kwargs)
         else:
             try:
@@ -147,33 +183,16 @@ class Tracker(TorchDispatchMode):
                 out = self.values.sized_by_values(func, args, kwargs)
                 if out is None:
                     raise
-        kernel = sdpa.KERNELS.get(func)
-        if kernel is not None and self._touches_cuda(args, kwargs):
-            kernel(self.sim, args, out)  # the outputs and the kernel's own buffers, in order
+        if op.kernel is not None and self._touches_cuda(args, kwargs):
+            op.kernel(sim, args, out)  # the outputs and the kernel's own buffers, in order
         else:
-            self.sim._track_outputs(out)
+            sim._track_outputs(out)
         self.values.after(func, args, kwargs, out)
         if node is not None:
             self._backward.made(func, out)
-        if func in _GEMM_OPS and self._touches_cuda(args, kwargs):
-            self.sim._ensure_workspace()
+        if op.gemm and self._touches_cuda(args, kwargs):
+            sim._ensure_workspace()
         return out
-
-    def _is_composite(self, func: Any) -> bool:
-        composite = self._composite.get(func)
-        if composite is None:
-            # prim ops (prim::device) are not dispatcher operators
-            # An op with its own backend kernel (silu_backward) runs that kernel on a
-            # GPU, not its composite: a CPU build registers no CUDA kernels, so a CPU
-            # kernel stands for the CUDA one
-            has = torch._C._dispatch_has_kernel_for_dispatch_key
-            composite = (
-                func.namespace == "aten"
-                and has(func.name(), "CompositeImplicitAutograd")
-                and not has(func.name(), "CPU")
-            )
-            self._composite[func] = composite
-        return composite
 
     @staticmethod
     def _touches_cuda(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
