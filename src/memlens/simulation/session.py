@@ -28,7 +28,14 @@ from memlens.errors import MemlensError
 from memlens.simulation.config import SimulateConfig
 from memlens.simulation.distributed import process_group
 from memlens.simulation.gpus import cublas_workspace_from_config
-from memlens.simulation.patches import cuda_kernels, cuda_stubs, cuda_surface, fake_cuda, sdpa
+from memlens.simulation.patches import (
+    cublas_lt,
+    cuda_kernels,
+    cuda_stubs,
+    cuda_surface,
+    fake_cuda,
+    sdpa,
+)
 from memlens.simulation.patches import torch_compile as compiled
 from memlens.simulation.patches.frames import FrameCollector
 from memlens.simulation.patches.tracker import Tracker, is_cuda
@@ -218,7 +225,7 @@ class Simulation:
             self.workspace_config = config
         return self._workspace_size
 
-    def _ensure_workspace(self) -> None:
+    def _ensure_workspace(self, lt: bool = False) -> None:
         # cuBLAS keeps one workspace per handle; forward and backward run on different
         # threads on a GPU, so they get one each.
         kind = "backward" if torch._C._current_autograd_node() is not None else "forward"
@@ -232,6 +239,16 @@ class Simulation:
             # allocates the larger one, then the map's assignment frees the old one
             self._workspaces[kind] = self._malloc(size)
             self.allocator.free(current, self._stack())
+        # cuBLASLt's own workspace (patches/cublas_lt.py), per handle too; the option
+        # cublas_workspace=0 omits it with cuBLAS's
+        if (
+            lt
+            and f"{kind} lt" not in self._workspaces
+            and self.config.cublas_workspace_bytes() != 0
+        ):
+            lt_size = cublas_lt.workspace_bytes()
+            if lt_size > 0:
+                self._workspaces[f"{kind} lt"] = self._malloc(lt_size)
 
     def empty_cache(self) -> None:
         frames = self.frames.collect()

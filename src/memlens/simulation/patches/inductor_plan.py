@@ -181,6 +181,36 @@ def _key(node: Node) -> tuple[Any, int]:
     return (getattr(val, "dtype", None), _nbytes(node))
 
 
+def unfuse_bias_adds(graph: Graph) -> None:
+    """Inductor's post-grad `unfuse_bias_add_to_pointwise` (fx_passes/post_grad.py): on
+    a GPU, an `addmm` whose every use is pointwise (through views) becomes `mm` plus an
+    add that fuses into those uses (a bf16/fp16 bias stays fused where torch's config
+    says so). Memory is the same; the GEMM then takes cuBLAS's path, not cuBLASLt's
+    (no cuBLASLt workspace, see cublas_lt.py)."""
+    from torch._inductor import config
+    from torch._inductor.utils import is_pointwise_use
+
+    keep_half = getattr(config, "keep_addmm_fused_for_half_dtypes", False)
+    for n in list(graph.nodes):
+        if n.target is not torch.ops.aten.addmm.default or n.kwargs:
+            continue
+        bias, mat1, mat2 = n.args
+        val = bias.meta.get("val")
+        if not isinstance(val, torch.Tensor) or val.device.type != "cuda":
+            continue
+        if keep_half and val.dtype in (torch.float16, torch.bfloat16):
+            continue
+        if not n.users or not all(is_pointwise_use(use) for use in n.users):
+            continue
+        with graph.inserting_before(n):
+            mm = graph.call_function(torch.ops.aten.mm.default, (mat1, mat2))
+            add = graph.call_function(torch.ops.aten.add.Tensor, (mm, bias))
+        for new in (mm, add):
+            new.meta = dict(n.meta)
+        n.replace_all_uses_with(add)
+        graph.erase_node(n)
+
+
 @dataclass
 class Plan:
     """What the runner does at each node of the graph (nodes in graph order)."""

@@ -32,7 +32,7 @@ from torch.fx.node import map_arg
 from torch.utils._pytree import tree_flatten
 
 from memlens.simulation.patches import fake_cuda, sdpa
-from memlens.simulation.patches.inductor_plan import Plan, plan
+from memlens.simulation.patches.inductor_plan import Plan, plan, unfuse_bias_adds
 from memlens.simulation.patches.tracker import Tracker, is_cuda
 
 if TYPE_CHECKING:
@@ -194,6 +194,7 @@ class GraphRunner:
         self.sim = sim
         self.gm = gm
         _devices_as_traced(gm)
+        unfuse_bias_adds(gm.graph)
         self.nodes = list(gm.graph.nodes)
         self.plan: Plan = plan(gm.graph)
         realized = set(self.plan.realized)
