@@ -156,6 +156,7 @@ def test_torch_compile_is_modelled_with_a_note():
     assert sim.notes == [
         "torch.compile mode='reduce-overhead': CUDA graphs are not simulated (run without)",
         compiled.NOTE,
+        compiled.autotune_note(50 * 2**20),
     ]
 
 

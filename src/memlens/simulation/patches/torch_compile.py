@@ -42,9 +42,22 @@ NOTE = (
     "torch.compile: Dynamo's graphs partitioned by AOTAutograd with Inductor's "
     "decompositions and min-cut recomputation (the tensors a GPU saves for backward); "
     "Inductor's kernels modelled, not generated: pointwise ops fused (no buffer), buffers "
-    "freed after their last kernel and reused as its memory planner does; Triton "
-    "autotuning's benchmark buffers are not simulated"
+    "freed after their last kernel and reused as its memory planner does"
 )
+# Not modelled, and why (docs/simulation.md, "Checked against real GPU recordings"): which
+# kernels get several Triton configs depends on Inductor's kernel grouping and sizes, and
+# whether they are benchmarked at all on Inductor's on-disk cache (a warm cache skips it)
+AUTOTUNE_NOTE = (
+    "torch.compile: the first call of each compiled graph may be higher on a GPU by up to "
+    "{l2} (the card's L2 size: the cache-flush buffer Triton's autotuning benchmarks "
+    "with) plus a copy of each buffer a kernel being tuned writes in place, when Inductor "
+    "autotunes (a cold cache); not simulated. Later steps are as simulated"
+)
+
+
+def autotune_note(l2_cache: int) -> str:
+    size = f"{l2_cache / 2**20:g} MiB" if l2_cache else "the card's L2 size"
+    return AUTOTUNE_NOTE.format(l2=size)
 _CUDA_GRAPHS = "torch.compile mode={mode!r}: CUDA graphs are not simulated (run without)"
 _FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
 
@@ -117,6 +130,7 @@ class InductorModel:
         from torch._inductor.decomposition import select_decomp_table
 
         self.sim.note(NOTE)
+        self.sim.note(autotune_note(self.sim.gpu.l2_cache))
 
         def compiler(g: GraphModule, inputs: list[Any]) -> GraphRunner:
             return GraphRunner(self.sim, g)
