@@ -58,6 +58,8 @@ AUTOTUNE_NOTE = (
 def autotune_note(l2_cache: int) -> str:
     size = f"{l2_cache / 2**20:g} MiB" if l2_cache else "the card's L2 size"
     return AUTOTUNE_NOTE.format(l2=size)
+
+
 _CUDA_GRAPHS = "torch.compile mode={mode!r}: CUDA graphs are not simulated (run without)"
 _FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
 
