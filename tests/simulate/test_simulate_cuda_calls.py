@@ -156,6 +156,7 @@ def test_torch_compile_is_modelled_with_a_note():
     assert sim.notes == [
         compiled.CUDA_GRAPHS_NOTE.format(mode="reduce-overhead"),
         compiled.NOTE,
+        compiled.autotune_note(50 * 2**20),
     ]
 
 

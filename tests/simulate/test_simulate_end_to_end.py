@@ -58,6 +58,8 @@ def test_linear_forward_exact_snapshot():
         ("alloc", 534528, 8 * 512 * 4),  # y = addmm(...)
         ("segment_alloc", 2 * MiB, 32 * MiB),  # cuBLAS workspace, first GEMM
         ("alloc", 2 * MiB, 32 * MiB),
+        # addmm with a 1-D bias runs cuBLASLt's gemm_and_bias: its 1 MiB workspace
+        ("alloc", 550912, MiB),
         ("free_requested", 534528, 16384),  # del y
         ("free_completed", 534528, 16384),
     ]
@@ -67,7 +69,9 @@ def test_linear_forward_exact_snapshot():
         (524288, "active_allocated"),
         (2048, "active_allocated"),
         (8192, "active_allocated"),
-        (2 * MiB - 534528, "inactive"),
+        (16384, "inactive"),
+        (MiB, "active_allocated"),
+        (2 * MiB - 550912 - MiB, "inactive"),
     ]
     assert large["total_size"] == 32 * MiB and large["segment_type"] == "large"
     assert lin.weight.device.type == "cuda"  # still a fake CUDA tensor

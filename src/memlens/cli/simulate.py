@@ -179,7 +179,7 @@ def _report(run: ScriptRun) -> None:
     "--gpu",
     metavar="NAME",
     default=None,
-    help="Card or generation to simulate: h100/hopper (default), a100/ampere, a100-40gb, "
+    help="Card or generation to simulate: h100/hopper (default), h200, a100/ampere, a100-40gb, "
     "a10, l4/ada, rtx4090, v100/volta, t4/turing. Sets the cuBLAS workspace, the device "
     "memory (unless --device-memory) and what torch.cuda answers. like:SNAPSHOT: the card "
     "a GPU recording implies (its cuBLAS workspace, its OOM's capacity, its allocator "

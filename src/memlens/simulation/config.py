@@ -31,7 +31,8 @@ class SimulateConfig:
     - `device_memory`: bytes or a size ("80GiB"); beyond it allocations raise
       torch.OutOfMemoryError after an `oom` trace entry. Default: the card's with `gpu`,
       else unlimited.
-    - `cublas_workspace`: per thread, bytes or a size (0 omits it); default from
+    - `cublas_workspace`: per thread, bytes or a size (0 omits it, and cuBLASLt's
+      1 MiB one with it); default from
       $CUBLAS_WORKSPACE_CONFIG at the first GEMM, else the card's.
     - `alloc_conf`: a PYTORCH_CUDA_ALLOC_CONF string (default: the variable's value);
       `expandable_segments`, `max_split_size_mb` and `roundup_power2_divisions` (one value

@@ -6,7 +6,9 @@ allocator on the first GEMM of a thread (PyTorch's default CUBLAS_WORKSPACE_CONF
 128 KiB = 8,519,680 bytes before), and the card's memory (the limit before
 torch.OutOfMemoryError; the CUDA context takes a few hundred MiB of it on a real card,
 pass --device-memory with what torch.cuda.mem_get_info() reports there to be exact).
-Name and compute capability are what torch.cuda.get_device_name / _capability answer.
+Name and compute capability are what torch.cuda.get_device_name / _capability answer;
+the L2 cache size is `get_device_properties().L2_cache_size` (the size of the buffer
+Inductor's Triton autotuning writes to flush the cache between benchmarks).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ class Gpu:
     capability: tuple[int, int]
     memory: int  # bytes, as nvidia-smi reports the card's total
     multiprocessors: int
+    l2_cache: int = 0  # bytes, as get_device_properties().L2_cache_size answers
 
     @property
     def cublas_workspace(self) -> int:
@@ -48,14 +51,16 @@ class Gpu:
 GPUS = {
     g.key: g
     for g in (
-        Gpu("h100", "NVIDIA H100 80GB HBM3", (9, 0), 81559 * MiB, 132),
-        Gpu("a100", "NVIDIA A100-SXM4-80GB", (8, 0), 81920 * MiB, 108),
-        Gpu("a100-40gb", "NVIDIA A100-SXM4-40GB", (8, 0), 40960 * MiB, 108),
-        Gpu("a10", "NVIDIA A10", (8, 6), 23028 * MiB, 72),
-        Gpu("l4", "NVIDIA L4", (8, 9), 23034 * MiB, 58),
-        Gpu("rtx4090", "NVIDIA GeForce RTX 4090", (8, 9), 24564 * MiB, 128),
-        Gpu("v100", "Tesla V100-SXM2-32GB", (7, 0), 32768 * MiB, 80),
-        Gpu("t4", "Tesla T4", (7, 5), 15360 * MiB, 40),
+        Gpu("h100", "NVIDIA H100 80GB HBM3", (9, 0), 81559 * MiB, 132, 50 * MiB),
+        # memory as nvidia-smi reported it on the card of tests/data/gpu (README there)
+        Gpu("h200", "NVIDIA H200", (9, 0), 143771 * MiB, 132, 60 * MiB),
+        Gpu("a100", "NVIDIA A100-SXM4-80GB", (8, 0), 81920 * MiB, 108, 40 * MiB),
+        Gpu("a100-40gb", "NVIDIA A100-SXM4-40GB", (8, 0), 40960 * MiB, 108, 40 * MiB),
+        Gpu("a10", "NVIDIA A10", (8, 6), 23028 * MiB, 72, 6 * MiB),
+        Gpu("l4", "NVIDIA L4", (8, 9), 23034 * MiB, 58, 48 * MiB),
+        Gpu("rtx4090", "NVIDIA GeForce RTX 4090", (8, 9), 24564 * MiB, 128, 72 * MiB),
+        Gpu("v100", "Tesla V100-SXM2-32GB", (7, 0), 32768 * MiB, 80, 6 * MiB),
+        Gpu("t4", "Tesla T4", (7, 5), 15360 * MiB, 40, 4 * MiB),
     )
 }
 GENERATIONS = {

@@ -29,6 +29,7 @@ from memlens.simulation.config import SimulateConfig
 from memlens.simulation.distributed import process_group
 from memlens.simulation.gpus import cublas_workspace_from_config
 from memlens.simulation.patches import (
+    cublas_lt,
     cuda_graphs,
     cuda_kernels,
     cuda_stubs,
@@ -229,7 +230,7 @@ class Simulation:
             self.workspace_config = config
         return self._workspace_size
 
-    def _ensure_workspace(self) -> None:
+    def _ensure_workspace(self, lt: bool = False) -> None:
         # cuBLAS keeps one workspace per (handle, stream); forward and backward run on
         # different threads (handles) on a GPU, so they get one each, and a GEMM on a side
         # stream or a graph's capture stream gets its own (a capture's in the graph's pool)
@@ -246,6 +247,16 @@ class Simulation:
             # allocates the larger one, then the map's assignment frees the old one
             self._workspaces[kind] = self._malloc(size)
             self.allocator.free(current, self._stack())
+        # cuBLASLt's own workspace (patches/cublas_lt.py), per handle too; the option
+        # cublas_workspace=0 omits it with cuBLAS's
+        if (
+            lt
+            and f"{kind} lt" not in self._workspaces
+            and self.config.cublas_workspace_bytes() != 0
+        ):
+            lt_size = cublas_lt.workspace_bytes()
+            if lt_size > 0:
+                self._workspaces[f"{kind} lt"] = self._malloc(lt_size)
 
     def empty_cache(self) -> None:
         # The cuBLAS workspaces stay allocated: torch 2.11 on an H200 kept both a side

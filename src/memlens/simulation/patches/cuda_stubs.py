@@ -21,6 +21,7 @@ class DeviceProperties:
         self.total_memory = total_memory
         self.major, self.minor = gpu.capability
         self.multi_processor_count = gpu.multiprocessors
+        self.L2_cache_size = gpu.l2_cache  # noqa: N815 (torch's attribute name)
         self.is_integrated = False
 
 

@@ -13,7 +13,9 @@ active and every op inside is counted as usual:
   in eager mode is PyTorch's math implementation (the full score matrix, as on a GPU,
   which is why PyTorch warns to compile it), `invoke_subgraph` runs its subgraph, the
   `wrap_with_*` ones their function under the mode they set.
-- any other HOP gets FakeTensorMode's rule (its outputs only), which are counted.
+- any other HOP gets FakeTensorMode's rule (its outputs only), which are counted; so
+  does `flex_attention` (and its backward) inside a compiled graph, where Inductor runs
+  its own fused kernel, not the dense implementation.
 """
 
 from __future__ import annotations
@@ -39,6 +41,12 @@ class Tracking(Protocol):
     def __exit__(self, *exc: Any) -> Any: ...
 
 
+# HOPs Inductor lowers to a Triton template: in a compiled graph their kernel writes its
+# outputs (which the graph runner allocates) and nothing else, so the dense
+# implementation, with its score matrix and its GEMMs' cuBLAS workspace, must not run
+TEMPLATES = frozenset(["flex_attention", "flex_attention_backward"])
+
+
 def is_higher_order(func: Any) -> bool:
     return isinstance(func, HigherOrderOperator)
 
@@ -50,7 +58,7 @@ def run(tracker: Tracking, func: HigherOrderOperator, args: Any, kwargs: dict[st
         with tracker:
             return op(*op_args, **kwargs)
     dense = func.py_kernels.get(DispatchKey.CompositeExplicitAutograd)
-    if dense is not None:
+    if dense is not None and not (tracker.sim.in_compiled_graph and func.name() in TEMPLATES):
         with tracker, torch._C._AutoDispatchBelowAutograd():
             return dense(*args, **kwargs)
     out = func(*args, **kwargs)

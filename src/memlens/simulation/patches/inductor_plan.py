@@ -17,7 +17,9 @@ without its code generation:
 - Buffer reuse: an allocation takes a freed buffer of the same dtype and size (LIFO pool)
   when the free was one kernel before, or when holding it meanwhile does not raise the
   graph's planned peak; a fused pointwise kernel writes in place into an input buffer of
-  the same dtype and size whose last reader it is.
+  the same dtype and size whose last reader it is, when it reads that buffer at one index
+  only, the index it writes (scheduler.py `decide_inplace_update`, `can_inplace`): not
+  through a transpose, a broadcast or an offset view.
 
 Not modelled: the scheduler's reordering and kernel-local buffers of fused reductions
 (small: one value per reduced row), layout padding, Triton autotuning's benchmark
@@ -136,9 +138,77 @@ def _nbytes(node: Node) -> int:
     return int(val.untyped_storage().nbytes())
 
 
+def _shape(node: Node) -> tuple[int, ...] | None:
+    val = node.meta.get("val")
+    if not isinstance(val, torch.Tensor) or not all(isinstance(d, int) for d in val.shape):
+        return None
+    return tuple(val.shape)
+
+
+# how a kernel iterating over some shape addresses a buffer: (size, stride) for each
+# dimension of size above 1 (stride 0 where broadcast), and the storage offset; None
+# where it cannot be told (symbolic sizes, an index composed through fused views)
+Access = tuple[tuple[tuple[int, int], ...], int] | None
+
+
+def _access(node: Node, shape: tuple[int, ...] | None) -> Access:
+    """The access of `node`'s value broadcast to `shape` (torch's right-aligned rule)."""
+    val = node.meta.get("val")
+    if shape is None or not isinstance(val, torch.Tensor):
+        return None
+    sizes, strides = tuple(val.shape), tuple(val.stride())
+    if not all(isinstance(x, int) for x in (*sizes, *strides, val.storage_offset())):
+        return None
+    pad = len(shape) - len(sizes)
+    if pad < 0:
+        return None
+    dims = []
+    for i, size in enumerate(shape):
+        if size == 1:
+            continue
+        j = i - pad
+        if j >= 0 and sizes[j] == size:
+            dims.append((size, strides[j]))
+        elif j < 0 or sizes[j] == 1:
+            dims.append((size, 0))
+        else:
+            return None
+    return tuple(dims), int(val.storage_offset())
+
+
 def _key(node: Node) -> tuple[Any, int]:
     val = node.meta.get("val")
     return (getattr(val, "dtype", None), _nbytes(node))
+
+
+def unfuse_bias_adds(graph: Graph) -> None:
+    """Inductor's post-grad `unfuse_bias_add_to_pointwise` (fx_passes/post_grad.py): on
+    a GPU, an `addmm` whose every use is pointwise (through views) becomes `mm` plus an
+    add that fuses into those uses (a bf16/fp16 bias stays fused where torch's config
+    says so). Memory is the same; the GEMM then takes cuBLAS's path, not cuBLASLt's
+    (no cuBLASLt workspace, see cublas_lt.py)."""
+    from torch._inductor import config
+    from torch._inductor.utils import is_pointwise_use
+
+    keep_half = getattr(config, "keep_addmm_fused_for_half_dtypes", False)
+    for n in list(graph.nodes):
+        if n.target is not torch.ops.aten.addmm.default or n.kwargs:
+            continue
+        bias, mat1, mat2 = n.args
+        val = bias.meta.get("val")
+        if not isinstance(val, torch.Tensor) or val.device.type != "cuda":
+            continue
+        if keep_half and val.dtype in (torch.float16, torch.bfloat16):
+            continue
+        if not n.users or not all(is_pointwise_use(use) for use in n.users):
+            continue
+        with graph.inserting_before(n):
+            mm = graph.call_function(torch.ops.aten.mm.default, (mat1, mat2))
+            add = graph.call_function(torch.ops.aten.add.Tensor, (mm, bias))
+        for new in (mm, add):
+            new.meta = dict(n.meta)
+        n.replace_all_uses_with(add)
+        graph.erase_node(n)
 
 
 @dataclass
@@ -150,6 +220,8 @@ class Plan:
     # node -> owners (buffers, graph inputs) whose last reader it is
     release: dict[Node, list[Node]]
     reuse: dict[Node, Node] = field(default_factory=dict)  # new owner -> owner it takes over
+    # realized node -> for each buffer its kernel reads, the accesses it reads it with
+    access: dict[Node, dict[Node, frozenset[Access]]] = field(default_factory=dict)
     outputs: set[Node] = field(default_factory=set)  # owners that outlive the graph
     fused: int = 0  # pointwise values that got no buffer
 
@@ -180,6 +252,8 @@ def plan(graph: Graph) -> Plan:
     # fusion decisions in graph order: what a pointwise value reads through fused ops
     reads: dict[Node, frozenset[Node]] = {}
     opcount: dict[Node, int] = {}
+    accesses: dict[Node, dict[Node, frozenset[Access]]] = {}
+    kernel_access: dict[Node, dict[Node, frozenset[Access]]] = {}
     for n in nodes:
         if n.op == "placeholder":
             reads[n], opcount[n] = frozenset([n]), 0
@@ -188,20 +262,30 @@ def plan(graph: Graph) -> Plan:
             continue
         got: set[Node] = set()
         ops = 1
+        access: dict[Node, set[Access]] = {}
+        shape = _shape(n)
         for a in _tensor_inputs(n):
             base = owner[a]
             if base in realized or kinds.get(base) == "placeholder":
                 got.add(base)
+                access.setdefault(base, set()).add(_access(a, shape))
             else:
                 got |= reads.get(base, frozenset())
                 ops += opcount.get(base, 0)
+                # a fused value read elementwise keeps its reads' indices; through a
+                # view (or a broadcast) the composed index is not modelled
+                same = a is base and shape is not None and _shape(a) == shape
+                for buf, seen in accesses.get(base, {}).items():
+                    access.setdefault(buf, set()).update(seen if same else {None})
         reads[n], opcount[n] = frozenset(got), ops
+        accesses[n] = {buf: frozenset(seen) for buf, seen in access.items()}
         if kinds[n] == "pointwise" and owner[n] is n and n not in realized:
             many = len(n.users) > 1 and (len(got) > READS_THRESHOLD or ops > OPCOUNT_THRESHOLD)
             if many or len(got) > ACC_READS_THRESHOLD:
                 realized.add(n)
         if n in realized:
-            reads[n], opcount[n] = frozenset([n]), 0
+            kernel_access[n] = accesses[n]
+            reads[n], opcount[n], accesses[n] = frozenset([n]), 0, {}
     # a realized node's kernel reads what its fused inputs read; buffers die after it
     last: dict[Node, Node] = {}
     for n in nodes:
@@ -219,7 +303,7 @@ def plan(graph: Graph) -> Plan:
     for buf, at in last.items():
         if (buf in realized or kinds.get(buf) == "placeholder") and buf not in outputs:
             release.setdefault(at, []).append(buf)
-    out = Plan(owner, order, release, outputs=outputs)
+    out = Plan(owner, order, release, outputs=outputs, access=kernel_access)
     out.fused = sum(1 for n in nodes if kinds[n] == "pointwise" and n not in realized)
     _plan_reuse(out, kinds)
     return out
@@ -263,9 +347,19 @@ def _take(
     if kinds[n] == "getitem" or key[1] == 0:
         return None  # several outputs of one kernel: allocated together, never reused
     if kinds[n] == "pointwise":
-        # in place: an input buffer whose last reader is this very kernel
+        # in place: an input buffer whose last reader is this very kernel, read at the
+        # index the kernel writes
+        writes = frozenset([_access(n, _shape(n))])
+        reads = p.access.get(n, {})
         for b in p.release.get(n, []):
-            if b is not n and b not in claimed and kinds[b] != "placeholder" and _key(b) == key:
+            if (
+                b is not n
+                and b not in claimed
+                and kinds[b] != "placeholder"
+                and _key(b) == key
+                and None not in writes
+                and reads.get(b) == writes
+            ):
                 live[i] -= key[1]  # one block where there were two
                 return b
     if pool.get(key):

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch
+from torch._subclasses.functional_tensor import FunctionalTensor
 
 if TYPE_CHECKING:
     from memlens.simulation.gpus import Gpu
@@ -54,9 +55,18 @@ def _dense_common(q: Any, k: Any, v: Any, gqa: bool, ignore_singleton: bool) -> 
     return gqa and hk == hv and hq % hk == 0
 
 
+def on_cuda(t: Any) -> bool:
+    """A CUDA tensor; also, while AOTAutograd traces a compiled graph, a FunctionalTensor
+    around a fake CUDA tensor, whose own device is the C++ one (`cpu`, see fake_cuda):
+    on a GPU that trace dispatches to the CUDA backends as well."""
+    if isinstance(t, FunctionalTensor):
+        t = torch._from_functional_tensor(t.elem)
+    return bool(getattr(t, "is_cuda", False))
+
+
 def _common(q: Any, k: Any, v: Any) -> bool:
     # check_all_tensors_on_device, check_tensor_shapes (4-d q, k, v)
-    return all(t.is_cuda for t in (q, k, v)) and q.dim() == k.dim() == v.dim() == 4
+    return all(on_cuda(t) for t in (q, k, v)) and q.dim() == k.dim() == v.dim() == 4
 
 
 def can_use_flash(
@@ -180,9 +190,16 @@ def make_sdpa(sim: SimulationHost, original: Callable[..., Any]) -> Callable[...
         scale: float | None = None,
         enable_gqa: bool = False,
     ) -> Any:
-        if not all(getattr(t, "is_cuda", False) for t in (query, key, value)):
+        if not all(on_cuda(t) for t in (query, key, value)):
             return original(
-                query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa=enable_gqa
+                query,
+                key,
+                value,
+                attn_mask,
+                dropout_p,
+                is_causal,
+                scale=scale,
+                enable_gqa=enable_gqa,
             )
         autocast = torch.is_autocast_enabled("cuda")
         if autocast:  # lower_precision_fp: cast, then the kernels run with autocast off
@@ -371,7 +388,9 @@ def _efficient_forward(sim: SimulationHost, args: tuple[Any, ...], out: Any) -> 
     q, v = args[0], args[2]
     sim._track_outputs(out[0])  # res (B, M, H, Kv)
     sim._track_outputs(out[1])  # logsumexp (B, H, ceil(M / 32) * 32) fp32, when asked
-    # seed and offset are host tensors (Note [Seed and Offset Device]): nothing here.
+    # seed and offset are host tensors (Note [Seed and Offset Device]): nothing here,
+    # nor in a compiled graph, whose trace (the meta kernel) says they are on the device
+    mark_host(out[2], out[3])
     # fp16/bf16 with a head dim above 128: the 32x128 "gmem" kernel, whose fp32 output
     # accumulator lives until the forward returns
     if q.dtype in HALF and max(q.size(-1), v.size(-1)) > 128:
@@ -393,6 +412,23 @@ def _cudnn_forward(sim: SimulationHost, args: tuple[Any, ...], out: Any) -> None
     sim._track_outputs(out[1])  # softmax stats (B, H, S_q, 1) fp32, when asked
     if len(args) > 5 and args[5] > 0.0:  # dropout: seed and offset on the device
         sim._track_outputs((out[6], out[7]))
+    else:
+        mark_host(out[6], out[7])
+
+
+_HOST = "_memlens_on_host"
+
+
+def mark_host(*outputs: Any) -> None:
+    """Outputs the CUDA kernel makes on the host although its meta kernel (and so a
+    compiled graph's trace) puts them on the device: a graph runner allocates no block
+    for them (an attribute, not a set: a tensor's `==` is elementwise)."""
+    for t in outputs:
+        setattr(t, _HOST, True)
+
+
+def on_host(t: Any) -> bool:
+    return bool(getattr(t, _HOST, False))
 
 
 KERNELS: dict[Any, Callable[[SimulationHost, tuple[Any, ...], Any], None]] = {

@@ -19,6 +19,7 @@ modelled without its code generation (Triton is absent from CPU builds).
 from __future__ import annotations
 
 import contextlib
+import operator
 import re
 import weakref
 from collections.abc import Callable, Iterator
@@ -30,8 +31,8 @@ from torch.fx import GraphModule, Node
 from torch.fx.node import map_arg
 from torch.utils._pytree import tree_flatten
 
-from memlens.simulation.patches import fake_cuda
-from memlens.simulation.patches.inductor_plan import Plan, plan
+from memlens.simulation.patches import fake_cuda, sdpa
+from memlens.simulation.patches.inductor_plan import Plan, plan, unfuse_bias_adds
 from memlens.simulation.patches.tracker import Tracker, is_cuda
 
 if TYPE_CHECKING:
@@ -41,14 +42,31 @@ NOTE = (
     "torch.compile: Dynamo's graphs partitioned by AOTAutograd with Inductor's "
     "decompositions and min-cut recomputation (the tensors a GPU saves for backward); "
     "Inductor's kernels modelled, not generated: pointwise ops fused (no buffer), buffers "
-    "freed after their last kernel and reused as its memory planner does; Triton "
-    "autotuning's benchmark buffers are not simulated"
+    "freed after their last kernel and reused as its memory planner does"
 )
 CUDA_GRAPHS_NOTE = (
     "torch.compile mode={mode!r}: CUDA graph trees are not modelled, the graphs ran as in "
     "the default mode (on a GPU their outputs, saved tensors and gradients stay in a "
     "private pool that replays reuse)"
 )
+
+
+# Not modelled, and why (docs/simulation.md, "Checked against real GPU recordings"): which
+# kernels get several Triton configs depends on Inductor's kernel grouping and sizes, and
+# whether they are benchmarked at all on Inductor's on-disk cache (a warm cache skips it)
+AUTOTUNE_NOTE = (
+    "torch.compile: the first call of each compiled graph may be higher on a GPU by up to "
+    "{l2} (the card's L2 size: the cache-flush buffer Triton's autotuning benchmarks "
+    "with) plus a copy of each buffer a kernel being tuned writes in place, when Inductor "
+    "autotunes (a cold cache); not simulated. Later steps are as simulated"
+)
+
+
+def autotune_note(l2_cache: int) -> str:
+    size = f"{l2_cache / 2**20:g} MiB" if l2_cache else "the card's L2 size"
+    return AUTOTUNE_NOTE.format(l2=size)
+
+
 _FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
 
 
@@ -120,6 +138,7 @@ class InductorModel:
         from torch._inductor.decomposition import select_decomp_table
 
         self.sim.note(NOTE)
+        self.sim.note(autotune_note(self.sim.gpu.l2_cache))
 
         def compiler(g: GraphModule, inputs: list[Any]) -> GraphRunner:
             return GraphRunner(self.sim, g)
@@ -197,6 +216,7 @@ class GraphRunner:
         self.sim = sim
         self.gm = gm
         _devices_as_traced(gm)
+        unfuse_bias_adds(gm.graph)
         self.nodes = list(gm.graph.nodes)
         self.plan: Plan = plan(gm.graph)
         realized = set(self.plan.realized)
@@ -213,10 +233,20 @@ class GraphRunner:
                 last = max(n.users, key=position.__getitem__)
                 self.drop_after.setdefault(last, []).append(n)
         self.realized = realized
+        # a kernel with several outputs -> its getitem nodes by output index
+        self.getitems: dict[Node, dict[int, Node]] = {}
+        for n in self.nodes:
+            if n.target is operator.getitem and isinstance(n.args[1], int):
+                source = n.args[0]
+                if isinstance(source, Node) and source in realized:
+                    self.getitems.setdefault(source, {})[n.args[1]] = n
         self._frames: dict[Node, list[dict[str, Any]]] = {}
 
     def __call__(self, args: list[Any]) -> Any:
-        inputs = iter(list(args))
+        # the runner holds each input only through `env`, so an input dies at its last
+        # use as in Inductor's generated code (`args.clear()`, then `del` after the last
+        # kernel reading it): a list of them all would keep every one to the end
+        inputs = list(reversed(args))
         args.clear()
         env: dict[Node, Any] = {}
         blocks: dict[Node, int] = {}  # buffer owner -> its storage's key in sim._live
@@ -224,7 +254,7 @@ class GraphRunner:
         try:
             for n in self.nodes:
                 if n.op == "placeholder":
-                    env[n] = self._on_device(n, next(inputs))
+                    env[n] = self._on_device(n, inputs.pop())
                 elif n.op == "get_attr":
                     env[n] = getattr(self.gm, str(n.target))
                 elif n.op == "output":
@@ -280,24 +310,31 @@ class GraphRunner:
         self, n: Node, value: Any, blocks: dict[Node, int], held: dict[Node, int]
     ) -> None:
         sim = self.sim
-        for t in tree_flatten(value)[0]:
-            if not is_cuda(t):
-                continue
-            storage = t.untyped_storage()
-            key = storage._cdata
-            if key in sim._live or storage.nbytes() == 0:
-                continue  # an input's or an earlier buffer's storage
-            old = self.plan.reuse.get(n)
-            address = None
-            if old is not None and old in held:
-                address = held.pop(old)
-            elif old is not None and old in blocks:  # in place: its input dies here
-                address = sim._live.pop(blocks.pop(old))
-            if address is None:
-                address = sim._malloc(storage.nbytes(), self._stack(n))
-            sim._live[key] = address
-            blocks.setdefault(n, key)
-            weakref.finalize(storage, sim._on_storage_freed, key)
+        # a kernel with several outputs allocates them all, in order; each is the block
+        # of the getitem node that reads it (unread ones die with the tuple)
+        outputs = self.getitems.get(n)
+        for i, item in enumerate(value if outputs is not None else [value]):
+            owner = n if outputs is None else outputs.get(i)
+            for t in tree_flatten(item)[0]:
+                if not is_cuda(t) or sdpa.on_host(t):
+                    continue
+                storage = t.untyped_storage()
+                key = storage._cdata
+                if key in sim._live or storage.nbytes() == 0:
+                    continue  # an input's or an earlier buffer's storage
+                sim._live[key] = self._address(n, storage.nbytes(), blocks, held)
+                if owner is not None:
+                    blocks.setdefault(owner, key)
+                weakref.finalize(storage, sim._on_storage_freed, key)
+
+    def _address(self, n: Node, nbytes: int, blocks: dict[Node, int], held: dict[Node, int]) -> int:
+        """The block for node `n`'s buffer: the one it takes over, else a new one."""
+        old = self.plan.reuse.get(n)
+        if old is not None and old in held:
+            return held.pop(old)
+        if old is not None and old in blocks:  # in place: its input dies here
+            return self.sim._live.pop(blocks.pop(old))
+        return self.sim._malloc(nbytes, self._stack(n))
 
     def _stack(self, n: Node) -> list[dict[str, Any]]:
         frames = self._frames.get(n)

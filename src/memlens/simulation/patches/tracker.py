@@ -21,7 +21,7 @@ from torch.utils._pytree import tree_flatten, tree_map
 
 from memlens.simulation.distributed import collectives, process_group
 from memlens.simulation.distributed.values import Values
-from memlens.simulation.patches import cuda_kernels, fake_cuda, higher_order, sdpa
+from memlens.simulation.patches import cublas_lt, cuda_kernels, fake_cuda, higher_order, sdpa
 from memlens.simulation.patches.inplace import BackwardInPlace
 
 if TYPE_CHECKING:
@@ -36,6 +36,7 @@ _GEMM_OPS = {
     _aten.mm.default,
     _aten.bmm.default,
     _aten.addmm.default,
+    _aten._addmm_activation.default,
     _aten.baddbmm.default,
     _aten.addbmm.default,
     _aten.addmv.default,
@@ -191,7 +192,7 @@ class Tracker(TorchDispatchMode):
         if node is not None:
             self._backward.made(func, out)
         if op.gemm and self._touches_cuda(args, kwargs):
-            sim._ensure_workspace()
+            sim._ensure_workspace(lt=cublas_lt.uses_lt(func, args, kwargs))
         return out
 
     @staticmethod
