@@ -15,6 +15,7 @@ from memlens.capture import oom  # noqa: E402
 from memlens.simulation import session  # noqa: E402
 
 MiB = 2**20
+HISTORY_ENABLED = getattr(torch._C, "_cuda_isHistoryEnabled", None)  # before any simulation
 
 
 def sizes(snapshot: dict[str, Any]) -> list[int]:
@@ -39,7 +40,8 @@ def test_history_is_off_until_the_code_switches_it_on_and_reenabling_keeps_it():
     assert kept == [8000, 12000] and cleared == [16000]
     assert sim.snapshot is not None
     assert sizes(sim.snapshot) == [16000]
-    assert not hasattr(torch._C, "_cuda_isHistoryEnabled")  # restored on exit (CPU build)
+    # restored on exit: absent in a CPU build, the CUDA build's own in a CUDA one
+    assert getattr(torch._C, "_cuda_isHistoryEnabled", None) is HISTORY_ENABLED
 
 
 def test_memlens_record_runs_inside_a_simulation(tmp_path):

@@ -157,6 +157,7 @@ def test_make_graphed_callables_replays_without_allocating():
     # the input (8 x 256 fp32); sum's output and its gradient (4 B each); the weight's
     # gradient is the backward graph's static output in the pool: backward allocates nothing
     assert [s for s in step if s[0] == "alloc"] == [("alloc", 8192), ("alloc", 4), ("alloc", 4)]
+    assert sim.snapshot is not None
     pools = {tuple(s["segment_pool_id"]) for s in sim.snapshot["segments"]}
     assert pools == {(0, 0), (0, 1)}  # make_graphed_callables' graph_pool_handle()
 

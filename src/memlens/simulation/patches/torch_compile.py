@@ -154,8 +154,12 @@ class InductorModel:
         from torch._inductor import config
 
         # Constant folding would run real kernels on the (fake) device: its results only
-        # replace constants, which hold no activation memory.
-        with _backward_devices(), config.patch(joint_graph_constant_folding=False):
+        # replace constants, which hold no activation memory. pad_mm decides by
+        # benchmarking padded GEMMs on the device: where Triton is installed (a CUDA build
+        # of torch, 2.14.1's) it would launch real kernels; without Triton (the CPU build)
+        # it never pads, and the simulation keeps to that.
+        patched = config.patch(joint_graph_constant_folding=False, shape_padding=False)
+        with _backward_devices(), patched:
             try:
                 return backend(gm, example_inputs)
             except Exception as exc:  # a graph the model cannot take: run it as traced

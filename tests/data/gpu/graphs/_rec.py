@@ -1,4 +1,5 @@
 """Shared recording helper for the GPU ground-truth scripts (each script is a plain user script)."""
+
 import sys
 
 import torch
@@ -12,4 +13,11 @@ def dump(default: str) -> None:
     path = sys.argv[1] if len(sys.argv) > 1 else default
     torch.cuda.synchronize()
     torch.cuda.memory._dump_snapshot(path)
-    print("wrote", path, "peak", torch.cuda.max_memory_allocated(), "reserved", torch.cuda.max_memory_reserved())
+    print(
+        "wrote",
+        path,
+        "peak",
+        torch.cuda.max_memory_allocated(),
+        "reserved",
+        torch.cuda.max_memory_reserved(),
+    )

@@ -1,4 +1,5 @@
 """torch.cuda.graph capture of a small MLP forward, then three replays."""
+
 import torch
 from _rec import dump, start
 

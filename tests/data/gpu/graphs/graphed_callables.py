@@ -1,4 +1,5 @@
 """torch.cuda.make_graphed_callables on a module, three training steps."""
+
 import torch
 from _rec import dump, start
 
