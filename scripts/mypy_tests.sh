@@ -9,7 +9,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export MYPYPATH
 MYPYPATH="$(find tests -name '*.py' -not -path '*/__pycache__/*' -printf '%h\n' | sort -u | paste -sd:)"
-mypy=(python3 -m mypy --config-file scripts/mypy_tests.ini)
+# a cache of its own: `python3 -m mypy` (src, other settings) uses .mypy_cache and may run
+# at the same time (scripts/check.sh)
+mypy=(python3 -m mypy --config-file scripts/mypy_tests.ini --cache-dir .mypy_cache/tests)
 nested=(tests/*/conftest.py)
 "${mypy[@]}" --exclude '^tests/[^/]+/conftest\.py$' tests
 for conftest in "${nested[@]}"; do
