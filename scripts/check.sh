@@ -2,7 +2,7 @@
 # The maintainer checks CI runs besides the tests: lint, formatting, types and the wheel's
 # contents. Run after scripts/setup.sh (scripts/test.sh does it) so the dev tools are there.
 #
-#   scripts/check.sh          everything (CI; the sanitizer run alone is about 9 minutes)
+#   scripts/check.sh          everything (CI; the sanitizer run is the longest part)
 #   scripts/check.sh --fast   the local gate before a commit, seconds: lint, formatting
 #                             (Python, C, JS), the JS types, and the repeated code the change
 #                             adds; .pre-commit-config.yaml runs it
@@ -57,8 +57,8 @@ wait "$mypy_pid" || src_rc=$?
 echo "-- mypy (src)"; cat "$mypy_log"; rm -f "$mypy_log"
 [ "$src_rc" = 0 ] && [ "$tests_rc" = 0 ]
 echo "== dead code";           python3 scripts/deadcode.py
-# ASan+UBSan over the compiled reader and replay, and their C line coverage (about 9
-# minutes on a loaded 2-core machine; issue 24/27)
+# ASan+UBSan over the compiled reader and replay, and their C line coverage (issue 24/27;
+# about 9 minutes on a loaded 2-core machine on one pytest worker, now on two)
 if [ "${MEMLENS_SKIP_SANITIZE:-}" != "1" ]; then
     echo "== sanitizers"; bash scripts/sanitize.sh
 fi
