@@ -55,7 +55,7 @@ bash scripts/mypy_tests.sh || tests_rc=$?
 src_rc=0
 wait "$mypy_pid" || src_rc=$?
 echo "-- mypy (src)"; cat "$mypy_log"; rm -f "$mypy_log"
-[ "$src_rc" = 0 ] && [ "$tests_rc" = 0 ]
+if [ "$src_rc" != 0 ] || [ "$tests_rc" != 0 ]; then exit 1; fi
 echo "== dead code";           python3 scripts/deadcode.py
 # ASan+UBSan over the compiled reader and replay, and their C line coverage (issue 24/27;
 # about 9 minutes on a loaded 2-core machine on one pytest worker, now on two)
