@@ -58,7 +58,10 @@ else
              tests/hostile/test_reader_charges.py tests/hostile/test_span_hash.py
              tests/hostile/test_reader_agreement.py tests/hostile/test_cache_tamper.py)
 fi
-python3 -m pytest -q -p no:cacheprovider -x "${targets[@]}"
+# two pytest workers (test.sh runs the suite the same way): the run is CPU-bound, and gcov
+# merges the counts of concurrent processes into the same .gcda files under a lock
+python3 -m pytest -q -p no:cacheprovider -x -n "${MEMLENS_SANITIZE_WORKERS:-2}" --dist loadfile \
+    "${targets[@]}"
 
 if [ "$coverage" = 1 ]; then
     echo "== C line coverage (gcov)"

@@ -25,7 +25,10 @@ PIP="python3 -m pip install -q --disable-pip-version-check -c constraints-dev.tx
 # torch is optional for memlens itself (record/simulate/inspect only). The pinned CPU
 # build comes from a local file on these machines; never let pip pick a CUDA build.
 python3 -c "import torch" 2>/dev/null || $PIP "torch==2.13.0"
-$PIP -e ".[dev]"
+# skipped when nothing would change (scripts/setup_current.py says what it checks): the
+# editable build alone is about 30 s of CPU. pip keeps its download cache (~/.cache/pip)
+# for the runs that do install.
+python3 scripts/setup_current.py || $PIP -e ".[dev]"
 # the TypeScript compiler (type-checks the viewer's JavaScript) and prettier (formats every
 # JS file), only for scripts/check.sh: into .tools/ (git-ignored), never a global install,
 # at the pinned versions (the tests do not need them: a failed download is said, and

@@ -14,7 +14,7 @@ from shared_data import SHARED_SNAPSHOTS
 from snapshot_builders import hand_snapshot
 
 # dask_processes: a real Dask scheduler and two workers on loopback (fleet, plan)
-pytest_plugins = ["dask_cluster"]
+pytest_plugins = ["dask_cluster", "reader_choice"]
 
 
 @pytest.fixture(scope="session")
