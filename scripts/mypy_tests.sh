@@ -9,8 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export MYPYPATH
 # tests/data/ holds the scripts GPU recordings were made with, kept as they ran: not checked
-MYPYPATH="$(find tests -name '*.py' -not -path '*/__pycache__/*' -not -path 'tests/data/*' -printf '%h
-' | sort -u | paste -sd:)"
+MYPYPATH="$(find tests -name '*.py' -not -path '*/__pycache__/*' -not -path 'tests/data/*' -printf '%h\n' | sort -u | paste -sd:)"
 # a cache of its own: `python3 -m mypy` (src, other settings) uses .mypy_cache and may run
 # at the same time (scripts/check.sh)
 mypy=(python3 -m mypy --config-file scripts/mypy_tests.ini --cache-dir .mypy_cache/tests)
