@@ -68,6 +68,16 @@ _GLOBALS = {
     ("torch", "Size"),
     ("collections", "OrderedDict"),
     *(("builtins", n) for n in ("set", "frozenset", "complex", "slice", "range", "bytearray")),
+    # the pipeline stages' shape exchange (torch.distributed.pipelining's stage.py sends
+    # these dataclasses of shapes, strides, dtypes and placements with send_object_list)
+    *(
+        ("torch.distributed.pipelining._utils", n)
+        for n in ("_StageForwardMeta", "_StageBackwardMeta", "_TensorMeta", "_DTensorMeta")
+    ),
+    *(
+        ("torch.distributed.tensor.placement_types", n)
+        for n in ("Shard", "Replicate", "Partial", "_StridedShard")
+    ),
 }
 
 
