@@ -8,7 +8,7 @@
 #
 # Not part of scripts/setup.sh (so not of CI): it is about 350 MB to download and 1.2 GB
 # installed (triton alone, which torchtitan imports at start-up and torch's CPU build does
-# not bring, is 286 MB and 1 GB), and its test simulates about 6 minutes on a 2-core machine.
+# not bring, is 286 MB and 1 GB), and its test simulates about 10 minutes on a 2-core machine.
 # --no-deps with every package pinned: pip must not replace the installed torch (torchtitan
 # 0.3.0 targets torch 2.15), nor move the environment's huggingface_hub or fsspec
 # (datasets wants older ones; these copies shadow them only where DIR is on the path).

@@ -24,7 +24,7 @@ torchtitan and what it imports (tyro, torchdata, datasets, tensorboard, triton, 
 not memlens's dependencies: the test runs where they are importable, or where
 MEMLENS_SIM_TRAINERS_PATH names the directory `scripts/setup_sim_trainers.sh` installed
 them into (docs/simulation.md); else it skips. Cost on a loaded 2-core machine: about
-2 minutes at 1 rank and 4 at 4 ranks (ranks 0 and 3 simulated), alone on the machine.
+2 minutes at 1 rank and 4 for each 4-rank job (ranks 0 and 3 simulated), alone on the machine.
 """
 
 from __future__ import annotations
