@@ -470,3 +470,16 @@ def test_a_refused_name_stops_the_script_with_one_line(tmp_path):
         "simulate: user-made memory pools are not modelled (CUDA graphs' pools are)); no "
         "snapshot written"
     )
+
+
+def test_a_refused_function_keeps_the_originals_names_and_wrapped():
+    # torch 2.14's Dynamo reads torch.cuda.use_mem_pool.__wrapped__ when it is first imported
+    # (inside the simulation, on torchtitan's first torch.compile): AttributeError before.
+    original = torch.cuda.change_current_allocator
+    with memlens.simulate():
+        refused = torch.cuda.change_current_allocator
+        assert refused is not original and refused.__wrapped__ is original
+        assert refused.__name__ == "change_current_allocator"
+        assert refused.__qualname__ == original.__qualname__
+        with pytest.raises(NotSimulated, match="^torch.cuda.change_current_allocator is not"):
+            refused(None)

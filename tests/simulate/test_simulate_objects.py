@@ -66,3 +66,36 @@ def test_a_peer_file_naming_code_is_refused():
     assert _Loader(io.BytesIO(pickle.dumps(ok))).load() == ok
     with pytest.raises(pickle.UnpicklingError, match="refused posix.system"):
         _Loader(io.BytesIO(pickle.dumps(os.system))).load()
+
+
+def test_each_object_collective_takes_every_parameter_of_torchs_own():
+    # pipeline parallelism's stage-shape exchange calls send/recv_object_list(...,
+    # use_batch=...): TypeError before; torch 2.14 adds weights_only to all six
+    import inspect
+
+    import torch.distributed as dist
+
+    from memlens.simulation.distributed.objects import Rendezvous, functions
+
+    ours = functions(Rendezvous.__new__(Rendezvous))
+    assert len(ours) == 6
+    for name, fn in ours.items():
+        theirs = inspect.signature(getattr(dist, name)).parameters
+        mine = inspect.signature(fn).parameters
+        assert [p for p in theirs if p not in mine] == [], name
+        assert [p for p in mine if p not in theirs and p != "weights_only"] == [], name
+
+
+def test_a_pipeline_stages_shape_metadata_is_read_back():
+    # torchtitan's pipeline: stage 1 received None (refused) and stopped with
+    # "PipeliningMetadataError: Expected _StageForwardMeta from P2P, got NoneType"
+    import io
+
+    from torch.distributed.pipelining._utils import _StageForwardMeta, _TensorMeta
+    from torch.distributed.tensor.placement_types import Replicate, Shard
+
+    from memlens.simulation.distributed.objects import _dumps, _Loader
+
+    activation = _TensorMeta(torch.Size([2, 128, 256]), (32768, 256, 1), torch.bfloat16, True)
+    sent = [_StageForwardMeta(forward_metas=(activation,)), (Shard(0), Replicate())]
+    assert _Loader(io.BytesIO(_dumps(sent))).load() == sent

@@ -68,6 +68,16 @@ _GLOBALS = {
     ("torch", "Size"),
     ("collections", "OrderedDict"),
     *(("builtins", n) for n in ("set", "frozenset", "complex", "slice", "range", "bytearray")),
+    # the pipeline stages' shape exchange (torch.distributed.pipelining's stage.py sends
+    # these dataclasses of shapes, strides, dtypes and placements with send_object_list)
+    *(
+        ("torch.distributed.pipelining._utils", n)
+        for n in ("_StageForwardMeta", "_StageBackwardMeta", "_TensorMeta", "_DTensorMeta")
+    ),
+    *(
+        ("torch.distributed.tensor.placement_types", n)
+        for n in ("Shard", "Replicate", "Partial", "_StridedShard")
+    ),
 }
 
 
@@ -161,7 +171,12 @@ def _global(group: Any, rank: int | None, group_rank: int | None) -> int:
 def functions(rv: Rendezvous) -> dict[str, Callable[..., Any]]:
     """The torch.distributed object collectives, over `rv`."""
 
-    def all_gather_object(object_list: list[Any], obj: Any, group: Any = None) -> None:
+    # Every function takes torch's whole signature, also what changes nothing here:
+    # weights_only (torch 2.14: the receiver's unpickler is restricted; this one's always
+    # is) and use_batch (send/recv: a batched P2P transport; pipeline parallelism passes it).
+    def all_gather_object(
+        object_list: list[Any], obj: Any, group: Any = None, weights_only: bool = False
+    ) -> None:
         me, ranks = _me(group)
         key = rv.key(group, "all_gather")
         rv.publish(key, me, obj)
@@ -174,6 +189,7 @@ def functions(rv: Rendezvous) -> dict[str, Callable[..., Any]]:
         dst: int | None = None,
         group: Any = None,
         group_dst: int | None = None,
+        weights_only: bool = False,
     ) -> None:
         me, ranks = _me(group)
         key = rv.key(group, "gather")
@@ -188,6 +204,7 @@ def functions(rv: Rendezvous) -> dict[str, Callable[..., Any]]:
         group: Any = None,
         device: Any = None,
         group_src: int | None = None,
+        weights_only: bool = False,
     ) -> None:
         me, _ = _me(group)
         source = _global(group, src, group_src)
@@ -203,6 +220,7 @@ def functions(rv: Rendezvous) -> dict[str, Callable[..., Any]]:
         src: int | None = None,
         group: Any = None,
         group_src: int | None = None,
+        weights_only: bool = False,
     ) -> None:
         me, ranks = _me(group)
         source = _global(group, src, group_src)
@@ -221,6 +239,8 @@ def functions(rv: Rendezvous) -> dict[str, Callable[..., Any]]:
         group: Any = None,
         device: Any = None,
         group_dst: int | None = None,
+        use_batch: bool = False,
+        weights_only: bool = False,
     ) -> None:
         me, _ = _me(group)
         target = _global(group, dst, group_dst)
@@ -232,6 +252,8 @@ def functions(rv: Rendezvous) -> dict[str, Callable[..., Any]]:
         group: Any = None,
         device: Any = None,
         group_src: int | None = None,
+        use_batch: bool = False,
+        weights_only: bool = False,
     ) -> int:
         me, _ = _me(group)
         source = _global(group, src, group_src)

@@ -12,6 +12,7 @@ tests/simulate/test_simulate_cuda_surface.py walks every public name of those mo
 from __future__ import annotations
 
 import contextlib
+import functools
 import random
 import sys
 import types
@@ -124,11 +125,10 @@ def _refuser(name: str, original: Any) -> Any:
     def refused(*args: Any, **kwargs: Any) -> Any:
         raise NotSimulated(_message(name))
 
-    refused.__name__ = name.rpartition(".")[2]
-    if hasattr(original, "__wrapped__"):
-        # Dynamo (torch >= 2.14) reads `torch.cuda.use_mem_pool.__wrapped__` when first
-        # imported, which may happen inside the simulation
-        refused.__wrapped__ = original.__wrapped__  # type: ignore[attr-defined]
+    # The original's names and its __wrapped__: torch 2.14's Dynamo reads
+    # torch.cuda.use_mem_pool.__wrapped__ when it is imported (its trace rules).
+    functools.update_wrapper(refused, original)
+    refused.__doc__ = _message(name)
     return refused
 
 

@@ -1,0 +1,147 @@
+"""torchtitan 0.3.0's llama3 debug model, unedited, under `memlens simulate` (issue 36):
+each rank's parameters, gradients and optimizer state at the end of the run, to the byte.
+
+The model (torchtitan/models/llama3 `_debugmodel`): dim 256, 6 layers of a fused wqkv
+(768 x 256), wo (256 x 256), w1 and w3 (768 x 256), w2 (256 x 768) and two RMSNorm
+weights (256); tok_embeddings and lm_head of 2,048 x 256 and the final norm (256):
+P = 6 x 852,480 + 2 x 524,288 + 256 = 6,163,712 elements in 45 tensors (torchtitan prints
+this count). FSDP2 shards every tensor on its first dimension; every first dimension
+(256, 768, 2,048) divides by 4, so a rank of N (N = 1 or 4) holds P/N elements of each
+without padding, in fp32 (4 bytes):
+  - parameters (made by `to_empty` on the sharded meta model): 4P/N bytes;
+  - gradients (FSDP2's reduce-scatter outputs, fp32 reduce dtype, on its reduce-scatter
+    stream; the last step's are alive at the end): 4P/N bytes;
+  - AdamW (torchtitan's default is fused): exp_avg and exp_avg_sq, 8P/N bytes, and one
+    0-d fp32 `step` tensor per parameter tensor, 45 x 4 bytes.
+1 rank: 24,654,848 + 24,654,848 + 49,309,876; 4 ranks: 6,163,712 + 6,163,712 + 12,327,604.
+TP 2 x FSDP 2 (4 ranks): tensor parallel splits every linear and embedding weight in two
+(wqkv, w1, w3, lm_head and the embedding on their first dimension, wo and w2 on their
+second), FSDP2 then halves the first dimension, so those are a quarter each; the 13
+RMSNorm weights are whole under TP (sequence parallel) and halved by FSDP2 only (128):
+(P - 13 x 256)/4 + 13 x 128 = 1,541,760 elements, so 6,167,040 + 6,167,040 + 12,334,260.
+
+torchtitan and what it imports (tyro, torchdata, datasets, tensorboard, triton, ...) are
+not memlens's dependencies: the test runs where they are importable, or where
+MEMLENS_SIM_TRAINERS_PATH names the directory `scripts/setup_sim_trainers.sh` installed
+them into (docs/simulation.md); else it skips. Cost on a loaded 2-core machine: about
+2 minutes at 1 rank and 4 for each 4-rank job (ranks 0 and 3 simulated), alone on the machine.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import torchtitan_assets  # noqa: E402  (beside this file: on sys.path under pytest)
+
+pytestmark = [pytest.mark.torch, pytest.mark.slow]
+
+SRC = Path(__file__).resolve().parents[2] / "src"
+TRAIN = Path(__file__).with_name("torchtitan_train.py")
+EXTRA = os.environ.get("MEMLENS_SIM_TRAINERS_PATH", "")
+# torchtitan's own command line: its llama3 debug model, two short steps, no checkpoint,
+# no validation; DTensor for the parallel axes only (its default "spmd_types" backend
+# needs a newer fully_shard than torch 2.13 and 2.14 have: docs/simulation.md); no CUDA
+# graphs (torchtitan's default, refused by the simulation: docs/simulation.md)
+TITAN_ARGS = [
+    "--module", "llama3", "--config", "llama3_debugmodel",
+    "--training.steps", "2", "--training.seq_len", "128", "--training.local_batch_size", "2",
+    "--validator.no-enable", "--checkpoint.no-enable", "--training.disable-cuda-graphs",
+    "--parallelism.spmd_backend", "partial_dtensor",
+]  # fmt: skip
+P = 6 * 852_480 + 2 * 524_288 + 256
+TENSORS = 45
+NORMS = 13  # RMSNorm weights of 256: two per layer and the final norm
+TP2 = ["--parallelism.tensor_parallel_degree", "2"]
+# name: (ranks, torchtitan's extra options, elements a rank holds)
+CASES = {
+    "fsdp1": (1, [], P),
+    "fsdp4": (4, [], P // 4),
+    "tp2-fsdp2": (4, TP2, (P - NORMS * 256) // 4 + NORMS * 128),
+}
+
+
+def _torchtitan_importable() -> bool:
+    code = "import importlib.util, sys; sys.exit(importlib.util.find_spec('torchtitan') is None)"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (EXTRA,) if p)}
+    return subprocess.run([sys.executable, "-c", code], env=env).returncode == 0
+
+
+if not _torchtitan_importable():
+    pytest.skip(
+        "torchtitan is not installed (scripts/setup_sim_trainers.sh, then set "
+        "MEMLENS_SIM_TRAINERS_PATH)",
+        allow_module_level=True,
+    )
+
+
+@pytest.fixture(scope="module")
+def assets(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return torchtitan_assets.write(tmp_path_factory.mktemp("torchtitan"))
+
+
+def simulate(
+    root: Path, nproc: int, out: str, extra: list[str]
+) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(SRC), EXTRA) if p)}
+    return subprocess.run(
+        [sys.executable, "-m", "memlens", "simulate", "--nproc-per-node", str(nproc),
+         "--workers", "2", "-o", out, str(TRAIN), *TITAN_ARGS, *extra],
+        capture_output=True, text=True, cwd=root, env=env, timeout=1800,
+    )  # fmt: skip
+
+
+def category(frames: list[dict[str, Any]], stream: int) -> str | None:
+    """Which of the three an allocation is, by the functions on its stack."""
+    on_stack = {(f["filename"].replace("\\", "/").rsplit("/", 1)[-1], f["name"]) for f in frames}
+    if ("module.py", "to_empty") in on_stack:
+        return "parameters"
+    if ("adam.py", "_init_group") in on_stack:
+        return "optimizer"
+    # FSDP2's reduce-scatter output (on its own stream); its input is on the default one
+    if ("_fsdp_collectives.py", "foreach_reduce") in on_stack and stream != 0:
+        return "gradients"
+    return None
+
+
+def alive_at_end(snapshot: dict[str, Any]) -> Counter[str]:
+    """Bytes of each category still allocated at the end of the trace (requested sizes)."""
+    live: dict[int, tuple[str, int]] = {}
+    for entry in snapshot["device_traces"][0]:
+        if entry["action"] == "alloc":
+            kind = category(entry.get("frames") or [], entry["stream"])
+            if kind is not None:
+                live[entry["addr"]] = (kind, entry["size"])
+        elif entry["action"] == "free_completed":
+            live.pop(entry["addr"], None)
+    totals: Counter[str] = Counter()
+    for kind, size in live.values():
+        totals[kind] += size
+    return totals
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_llama3_debug_model_state_per_rank_to_the_byte(assets, case):
+    nproc, extra, shard = CASES[case]
+    done = simulate(assets, nproc, case, extra)
+    assert done.returncode == 0, done.stderr[-4000:]
+    ranks = sorted((assets / case).glob("rank*.pickle"))
+    # by default the first and the last rank are simulated (the others run the same)
+    assert [r.name for r in ranks] == sorted({"rank0.pickle", f"rank{nproc - 1}.pickle"})
+    for path in ranks:
+        with open(path, "rb") as f:
+            snapshot = pickle.load(f)
+        assert alive_at_end(snapshot) == {
+            "parameters": 4 * shard,
+            "gradients": 4 * shard,
+            "optimizer": 8 * shard + 4 * TENSORS,
+        }, path.name
