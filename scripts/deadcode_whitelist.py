@@ -43,3 +43,10 @@ _.cudaGetErrorString
 TYPED_ENTRY_FIELDS
 # simulation/distributed/objects.py: pickle.Pickler calls it for every object it pickles
 _.reducer_override
+# simulation/patches/cuda_graphs.py: torch.cuda.CUDAGraph's methods, called by torch's own
+# torch.cuda.graph / make_graphed_callables and by users' code
+_.capture_begin
+_.capture_end
+_.instantiate
+_.enable_debug_mode
+_.debug_dump

@@ -264,15 +264,11 @@ def _dtensor_class() -> type | None:
 _DTENSOR = _dtensor_class()
 
 
-def is_dtensor(x: object) -> bool:
-    """A DTensor: the tracker lets it run the op on its local tensors (which then come
-    back through the tracker) rather than see the wrapper, which owns no storage."""
-    return _DTENSOR is not None and isinstance(x, _DTENSOR)
-
-
 def any_dtensor_type(types: Iterable[type]) -> bool:
     """Whether a dispatch mode's `types` (the classes of the tensor subclasses among an
-    op's arguments) name DTensor: is_dtensor without flattening the arguments."""
+    op's arguments) name DTensor, without flattening the arguments: the tracker then lets
+    it run the op on its local tensors (which come back through the tracker) rather than
+    see the wrapper, which owns no storage."""
     return _DTENSOR is not None and any(issubclass(t, _DTENSOR) for t in types)
 
 
