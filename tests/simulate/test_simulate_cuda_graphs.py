@@ -214,6 +214,7 @@ def test_the_simulation_matches_the_h200_recording(tmp_path, monkeypatch, name, 
     real = pickle.loads((GPU / f"{name}.pickle").read_bytes())
     monkeypatch.chdir(GPU)
     monkeypatch.syspath_prepend(str(GPU))
+    monkeypatch.syspath_prepend(str(GPU.parent / "scripts"))  # the recordings' _rec.py
     run = run_script(
         GPU / script, [str(tmp_path / "sim.pickle")], tmp_path / "out.pickle", gpu="h100",
         expandable_segments=expandable,
