@@ -31,7 +31,7 @@ from torch.fx import GraphModule, Node
 from torch.fx.node import map_arg
 from torch.utils._pytree import tree_flatten
 
-from memlens.simulation.patches import fake_cuda, sdpa
+from memlens.simulation.patches import cudagraph_trees, fake_cuda, sdpa
 from memlens.simulation.patches.inductor_plan import Plan, plan, unfuse_bias_adds
 from memlens.simulation.patches.tracker import Tracker, is_cuda
 
@@ -43,11 +43,6 @@ NOTE = (
     "decompositions and min-cut recomputation (the tensors a GPU saves for backward); "
     "Inductor's kernels modelled, not generated: pointwise ops fused (no buffer), buffers "
     "freed after their last kernel and reused as its memory planner does"
-)
-CUDA_GRAPHS_NOTE = (
-    "torch.compile mode={mode!r}: CUDA graph trees are not modelled, the graphs ran as in "
-    "the default mode (on a GPU their outputs, saved tensors and gradients stay in a "
-    "private pool that replays reuse)"
 )
 
 
@@ -76,6 +71,7 @@ def install(patches: fake_cuda.Patches, sim: SimulationHost) -> None:
     # Dynamo skips every frame while a non-infrastructure dispatch mode is active.
     patches.set(Tracker, "ignore_compile_internals", classmethod(lambda cls: True))
     reset: list[bool] = []
+    tree = cudagraph_trees.install(patches)(sim)  # one per simulation, as per thread on a GPU
 
     def compile_(model: Any = None, **kwargs: Any) -> Any:
         if model is None:  # @torch.compile(...) as a decorator factory
@@ -86,9 +82,8 @@ def install(patches: fake_cuda.Patches, sim: SimulationHost) -> None:
         mode = kwargs.pop("mode", None)
         options = kwargs.pop("options", None) or {}
         if backend == "inductor":
-            if mode in ("reduce-overhead", "max-autotune") or options.get("triton.cudagraphs"):
-                sim.note(CUDA_GRAPHS_NOTE.format(mode=mode))
-            backend = InductorModel(sim)
+            graphs = mode in ("reduce-overhead", "max-autotune") or options.get("triton.cudagraphs")
+            backend = InductorModel(sim, tree if graphs else None)
         else:
             sim.note(f"torch.compile(backend={backend!r}) ran that backend on the fakes")
         if not reset:
@@ -123,8 +118,9 @@ def _reset_dynamo() -> None:
 class InductorModel:
     """A Dynamo backend: AOTAutograd as Inductor drives it, graphs run by GraphRunner."""
 
-    def __init__(self, sim: SimulationHost):
+    def __init__(self, sim: SimulationHost, tree: cudagraph_trees.Tree | None = None):
         self.sim = sim
+        self.tree = tree  # CUDA graph trees (mode="reduce-overhead"), or none
 
     def __deepcopy__(self, memo: dict[int, Any]) -> InductorModel:
         # one backend per simulation, never copied: wrappers of torch.compile that keep a
@@ -140,13 +136,20 @@ class InductorModel:
         self.sim.note(NOTE)
         self.sim.note(autotune_note(self.sim.gpu.l2_cache))
 
-        def compiler(g: GraphModule, inputs: list[Any]) -> GraphRunner:
-            return GraphRunner(self.sim, g)
+        def compiler(mode: str) -> Callable[[GraphModule, list[Any]], Any]:
+            def compile_graph(g: GraphModule, inputs: list[Any]) -> Any:
+                runner = GraphRunner(self.sim, g)
+                if self.tree is None:
+                    return runner
+                self.sim.note(cudagraph_trees.NOTE)
+                return cudagraph_trees.TreeFunction(self.tree, runner, mode, _static(mode, g))
+
+            return compile_graph
 
         backend = aot_autograd(
-            fw_compiler=compiler,
-            bw_compiler=compiler,
-            inference_compiler=compiler,
+            fw_compiler=compiler(cudagraph_trees.FORWARD),
+            bw_compiler=compiler(cudagraph_trees.BACKWARD),
+            inference_compiler=compiler(cudagraph_trees.INFERENCE),
             partition_fn=partition_fn,
             decompositions=select_decomp_table(),
             keep_inference_input_mutations=True,
@@ -165,6 +168,35 @@ class InductorModel:
             except Exception as exc:  # a graph the model cannot take: run it as traced
                 self.sim.note(f"torch.compile: a graph ran eagerly ({type(exc).__name__})")
                 return gm.forward
+
+
+@contextlib.contextmanager
+def _requests_kept(sim: SimulationHost, requests: list[bool]) -> Iterator[None]:
+    """A GEMM's workspace requests, kept for after its output buffer: Inductor's code
+    allocates the buffer (`empty_strided_cuda`) before the extern kernel that makes the
+    workspace (`extern_kernels.mm(..., out=buf)`), so on a GPU the buffer comes first."""
+    shadowed = sim.__dict__.get("_ensure_workspace")  # a replay's (cudagraph_trees)
+    setattr(sim, "_ensure_workspace", lambda lt=False: requests.append(lt))  # noqa: B010
+    try:
+        yield
+    finally:
+        if shadowed is None:
+            delattr(sim, "_ensure_workspace")
+        else:
+            setattr(sim, "_ensure_workspace", shadowed)  # noqa: B010
+
+
+def _static(mode: str, g: GraphModule) -> set[int]:
+    """The graph's inputs a CUDA graph tree does not copy (compile_fx's static_input_idxs):
+    a forward's parameters and buffers, every input of a backward but its tangents."""
+    if mode == cudagraph_trees.BACKWARD:
+        from torch._inductor.utils import count_tangents
+
+        return set(range(count_tangents(g)))
+    context = torch._guards.TracingContext.try_get()
+    if context is None or context.fw_metadata is None:
+        return set()
+    return set(context.fw_metadata.static_input_indices)
 
 
 @contextlib.contextmanager
@@ -246,7 +278,7 @@ class GraphRunner:
                     self.getitems.setdefault(source, {})[n.args[1]] = n
         self._frames: dict[Node, list[dict[str, Any]]] = {}
 
-    def __call__(self, args: list[Any]) -> Any:
+    def __call__(self, args: list[Any], allocate: bool = True) -> Any:
         # the runner holds each input only through `env`, so an input dies at its last
         # use as in Inductor's generated code (`args.clear()`, then `del` after the last
         # kernel reading it): a list of them all would keep every one to the end
@@ -264,7 +296,7 @@ class GraphRunner:
                 elif n.op == "output":
                     return map_arg(n.args[0], env.__getitem__)
                 else:
-                    self._run(n, env, blocks, held)
+                    self._run(n, env, blocks, held, allocate)
             raise AssertionError("graph without an output node")
         finally:
             for address in held.values():  # planned for a reuse that did not come
@@ -288,19 +320,28 @@ class GraphRunner:
         return value
 
     def _run(
-        self, n: Node, env: dict[Node, Any], blocks: dict[Node, int], held: dict[Node, int]
+        self,
+        n: Node,
+        env: dict[Node, Any],
+        blocks: dict[Node, int],
+        held: dict[Node, int],
+        allocate: bool = True,
     ) -> None:
         sim = self.sim
         fn_args = map_arg(n.args, env.__getitem__)
         fn_kwargs = map_arg(n.kwargs, env.__getitem__)
+        workspaces: list[bool] = []  # cuBLAS workspace requests, after the buffer
         sim.in_compiled_graph = True
         try:
-            value = n.target(*fn_args, **fn_kwargs)  # type: ignore[operator]
+            with _requests_kept(sim, workspaces):
+                value = n.target(*fn_args, **fn_kwargs)  # type: ignore[operator]
         finally:
             sim.in_compiled_graph = False
         env[n] = value
-        if n in self.realized:
+        if n in self.realized and allocate:  # a CUDA graph's replay allocates nothing
             self._allocate(n, value, blocks, held)
+        for lt in workspaces:
+            sim._ensure_workspace(lt=lt)
         for buf in self.plan.release.get(n, ()):
             if buf in self.plan.reuse.values() and buf in blocks:
                 # taken over later: keep its block, forget its (dying) storage
