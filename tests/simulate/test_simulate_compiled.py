@@ -20,7 +20,7 @@ torch = pytest.importorskip("torch")
 from torch import Tensor, nn  # noqa: E402
 
 import memlens  # noqa: E402
-from memlens.simulation.patches import torch_compile  # noqa: E402
+from memlens.simulation.patches import cudagraph_trees  # noqa: E402
 
 pytestmark = pytest.mark.slow  # Dynamo and Inductor's imports: seconds per test
 SIZE = 64 * 64 * 4
@@ -136,17 +136,23 @@ class Gemms(nn.Module):
         return gemms(x, self.w)
 
 
-def test_module_compile_and_cuda_graph_modes_are_noted():
+def test_module_compile_with_cuda_graphs_warms_up_in_the_trees_pool():
     with memlens.simulate(cublas_workspace=0) as sim, torch.no_grad():
         model = Gemms().cuda()
         model.compile(mode="reduce-overhead")
         start = len(events(sim))
         out = model(torch.randn(64, 64, device="cuda"))
         assert out.shape == (64, 64)
-    # x, the GEMM buffer (relu in place), the output, the relu buffer freed (as above),
-    # then x, whose only reference was the call's argument list
-    assert events(sim)[start:] == [("+", SIZE)] * 3 + [("-", SIZE)] * 2
-    assert torch_compile.CUDA_GRAPHS_NOTE.format(mode="reduce-overhead") in sim.notes
+    # x; the tree's empty capture (the CUDA generator's two 8-byte blocks); then the
+    # warm-up as above, in the tree's pool: the GEMM buffer (relu in place), the output,
+    # the relu buffer freed, then x (patches/cudagraph_trees.py)
+    assert (
+        events(sim)[start:]
+        == [("+", SIZE), ("+", 8), ("+", 8)] + [("+", SIZE)] * 2 + [("-", SIZE)] * 2
+    )
+    assert sim.snapshot is not None
+    assert {tuple(s["segment_pool_id"]) for s in sim.snapshot["segments"]} == {(0, 0), (0, 1)}
+    assert cudagraph_trees.NOTE in sim.notes
     assert any(n.startswith("torch.compile: Dynamo's graphs") for n in sim.notes)
 
 

@@ -23,7 +23,11 @@ GPU = Path(__file__).resolve().parents[1] / "data" / "gpu" / "graphs"
 
 
 def _calls(trace: list[dict[str, Any]], start: int) -> list[tuple[str, int, int]]:
-    return [(e["action"], e["size"], e["stream"]) for e in trace[start:] if e["action"] != "free_requested"]
+    return [
+        (e["action"], e["size"], e["stream"])
+        for e in trace[start:]
+        if e["action"] != "free_requested"
+    ]
 
 
 def test_warm_up_record_and_replay_to_the_byte():
@@ -167,4 +171,7 @@ def test_reduce_overhead_training_matches_the_h200_recording(tmp_path, monkeypat
     assert _segments(real) == default + generator + pool + [(1, (0, 1), 60 * MIB)] * 2
     assert _segments(run.snapshot) == default + generator + sorted(pool + [(1, (0, 1), 20 * MIB)])
     assert sum(s["total_size"] for s in real["segments"]) == 207618048  # 198 MiB
-    assert run.snapshot is not None and sum(s["total_size"] for s in run.snapshot["segments"]) == 98 * MIB
+    assert (
+        run.snapshot is not None
+        and sum(s["total_size"] for s in run.snapshot["segments"]) == 98 * MIB
+    )

@@ -215,7 +215,9 @@ class Tree:
                     and i not in fn.static
                     and t.untyped_storage()._cdata not in tree_outputs
                 ):
-                    args[i] = torch.empty_strided(t.size(), t.stride(), dtype=t.dtype, device=t.device)
+                    args[i] = torch.empty_strided(
+                        t.size(), t.stride(), dtype=t.dtype, device=t.device
+                    )
         inputs = _input_storages(args)
         graph = torch.cuda.CUDAGraph()
         with _cublas_cleared(), torch.cuda.graph(graph, pool=self.pool, stream=self.stream):
