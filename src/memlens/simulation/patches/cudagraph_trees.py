@@ -78,10 +78,9 @@ class _Node:
     """A call on the tree's current path: a warm-up, or a recorded graph (which later
     calls replay)."""
 
-    def __init__(self, function: TreeFunction, parent: _Node | None, recorded: bool):
+    def __init__(self, function: TreeFunction, parent: _Node | None):
         self.function = function
         self.parent = parent
-        self.recorded = recorded
         self.children: dict[int, _Node] = {}
         self.outputs: list[weakref.ref[Any]] = []  # this call's, the latest replay's
         self.graph: Any = None  # a recorded node keeps its graph (and the pool) alive
@@ -194,7 +193,7 @@ class Tree:
     # ------------------------------------------------------------ the three calls
     def _warm_up(self, fn: TreeFunction, args: list[Any], generation: int) -> Any:
         self.warmed.add(fn.id)
-        node = _Node(fn, self.current, recorded=False)
+        node = _Node(fn, self.current)
         self.current, self.state, self.generation = node, WARMUP, generation
         inputs = _input_storages(args)
         with _cublas_cleared(), self._in_pool():
@@ -203,7 +202,7 @@ class Tree:
         return out
 
     def _record(self, fn: TreeFunction, args: list[Any], generation: int) -> Any:
-        node = _Node(fn, self.current, recorded=True)
+        node = _Node(fn, self.current)
         (self.roots if self.current is None else self.current.children)[fn.id] = node
         self.current, self.state, self.generation = node, RECORDING, generation
         tree_outputs = {s._cdata for s in node.parent.live_storages()} if node.parent else set()
