@@ -18,6 +18,7 @@ torch = pytest.importorskip("torch")
 import memlens  # noqa: E402
 from memlens.simulation.api import run_script  # noqa: E402
 
+pytestmark = pytest.mark.slow  # Dynamo and Inductor's imports; the recording's script ~15 s CPU
 MIB = 2**20
 GPU = Path(__file__).resolve().parents[1] / "data" / "gpu" / "graphs"
 
