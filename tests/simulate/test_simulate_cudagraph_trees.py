@@ -65,6 +65,36 @@ def test_warm_up_record_and_replay_to_the_byte():
     assert torch._inductor.cudagraph_trees.MarkStepBox.mark_step_counter == 0  # restored
 
 
+def test_a_second_graph_after_replays_checkpoints_the_live_outputs():
+    with memlens.simulate(cublas_workspace=0) as sim, torch.no_grad():
+        f = torch.compile(torch.nn.Linear(256, 256, bias=False).cuda(), mode="reduce-overhead")
+        g = torch.compile(lambda t: t * 2, mode="reduce-overhead")
+        x = torch.randn(8, 256, device="cuda")
+        for _ in range(3):  # warm-up, recording, replay: y is a replay's output
+            y = f(x)
+        calls = []
+        for _ in range(3):
+            start = len(sim.allocator.trace)
+            z = g(y)
+            calls.append(_calls(sim.allocator.trace, start))
+        start = len(sim.allocator.trace)
+        del y, z
+        f(x)  # f's recording is a root: it replays
+        calls.append(_calls(sim.allocator.trace, start))
+    assert calls == [
+        # g's warm-up follows f's replay: y, still alive, gets a block of the pool (on a
+        # GPU the pool is restored from the checkpoint that holds it); then g's output
+        [("alloc", 8192, 1), ("alloc", 8192, 1)],
+        # a new generation frees the path's live outputs (y and z) under them; g is
+        # recorded as a root: y, no longer the tree's, is copied in
+        [("free_completed", 8192, 1), ("free_completed", 8192, 1), ("alloc", 8192, 1),
+         ("alloc", 8192, 1), ("free_completed", 8192, 1)],
+        # the recording's output freed under it, then a replay
+        [("free_completed", 8192, 1)],
+        [],
+    ]  # fmt: skip
+
+
 def test_a_replayed_gradient_is_stolen_not_copied():
     # AccumulateGrad keeps a replay's gradient as .grad (on a GPU it is a cached tensor
     # of the tree); an op on it must not count its storage as a new allocation
