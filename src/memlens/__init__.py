@@ -33,27 +33,27 @@ if TYPE_CHECKING:  # the lazy names below, for type checkers and IDEs ("X as X":
 
     __version__: str
 
-# public name -> (module, attribute)
-_LAZY: dict[str, tuple[str, str]] = {
+# public name -> the module that defines it under that name
+_LAZY: dict[str, str] = {
     # reading
-    "load": ("memlens.snapshot.loader", "load"),
-    "Snapshot": ("memlens.snapshot.model", "Snapshot"),
-    "DeviceTrace": ("memlens.snapshot.model", "DeviceTrace"),
-    "generate_snapshot": ("memlens.simulation.synthetic", "generate_snapshot"),
+    "load": "memlens.snapshot.loader",
+    "Snapshot": "memlens.snapshot.model",
+    "DeviceTrace": "memlens.snapshot.model",
+    "generate_snapshot": "memlens.simulation.synthetic",
     # any registered analysis by name (memlens.analysis.registry), as its --json
-    "analyze": ("memlens.analysis.registry", "analyze"),
+    "analyze": "memlens.analysis.registry",
     # recording (torch needed only when called)
-    "record": ("memlens.recording", "record"),
-    "stage": ("memlens.capture.markers", "stage"),
-    "step": ("memlens.capture.markers", "step"),
-    "dump_on_oom": ("memlens.capture.oom", "dump_on_oom"),
+    "record": "memlens.recording",
+    "stage": "memlens.capture.markers",
+    "step": "memlens.capture.markers",
+    "dump_on_oom": "memlens.capture.oom",
     # simulation without a GPU
-    "simulate": ("memlens.simulation.api", "simulate"),
-    "estimate": ("memlens.simulation.estimate", "estimate"),
+    "simulate": "memlens.simulation.api",
+    "estimate": "memlens.simulation.estimate",
     # tensor inspector
-    "inspect": ("memlens.inspector.api", "inspect"),
+    "inspect": "memlens.inspector.api",
     # `%load_ext memlens`: IPython looks this name up on the module (memlens[notebook])
-    "load_ipython_extension": ("memlens.notebook", "load_ipython_extension"),
+    "load_ipython_extension": "memlens.notebook",
 }
 
 __all__ = [
@@ -81,10 +81,10 @@ def __getattr__(name: str) -> Any:
     if name == "__version__":
         globals()[name] = value = _version()
         return value
-    target = _LAZY.get(name)
-    if target is None:
+    module = _LAZY.get(name)
+    if module is None:
         raise AttributeError(f"module 'memlens' has no attribute {name!r}")
-    value = getattr(importlib.import_module(target[0]), target[1])
+    value = getattr(importlib.import_module(module), name)
     globals()[name] = value
     return value
 

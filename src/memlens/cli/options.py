@@ -153,6 +153,13 @@ def whole_number_option(
     )
 
 
+def value_option(*names: str, metavar: str, help: str) -> Callable[[F], F]:
+    """An option that takes one text value (`names`: its flags, then its parameter name
+    where that differs), None when not given: the command's own code supplies the
+    default, and the help says what it is."""
+    return click.option(*names, metavar=metavar, default=None, help=help)
+
+
 def json_option(f: F) -> F:
     return click_option(JSON)(f)
 

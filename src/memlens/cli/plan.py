@@ -6,7 +6,14 @@ import os
 
 import click
 
-from memlens.cli.options import emit_json, json_option, status, whole_number_option, write_page
+from memlens.cli.options import (
+    emit_json,
+    json_option,
+    status,
+    value_option,
+    whole_number_option,
+    write_page,
+)
 from memlens.errors import MemlensError
 from memlens.units import format_bytes
 from memlens.views.text.plan import fits_text, values_text
@@ -185,29 +192,23 @@ def render_table(table: dict) -> list[str]:  # type: ignore[type-arg]
 
 
 @click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
-@click.option(
+@value_option(
     "--gpu",
     metavar="NAME",
-    default=None,
     help="Card to plan for (as memlens simulate --gpu): its memory and cuBLAS workspace.",
 )
-@click.option(
-    "--device-memory",
-    metavar="SIZE",
-    default=None,
-    help="The card's memory instead of --gpu's (e.g. 24GiB).",
+@value_option(
+    "--device-memory", metavar="SIZE", help="The card's memory instead of --gpu's (e.g. 24GiB)."
 )
-@click.option(
+@value_option(
     "--reserve",
     metavar="SIZE",
-    default=None,
     help="Memory PyTorch cannot use: CUDA context, cuBLAS/cuDNN handles "
     "(default 512MiB, an assumption; measure total minus "
     "torch.cuda.mem_get_info()'s free in a fresh process on the card).",
 )
-@click.option(
+@value_option(
     "--routing",
-    default=None,
     metavar="uniform|capacity:F|worst|histogram:FILE",
     help="A mixture of experts' routing at every point, as memlens simulate --routing.",
 )
@@ -226,10 +227,9 @@ def render_table(table: dict) -> list[str]:  # type: ignore[type-arg]
     help="An environment variable of the script and its values (repeatable; part of the "
     "cartesian product with --sweep).",
 )
-@click.option(
+@value_option(
     "--sweep-hook",
     metavar="FILE.py:FUNCTION",
-    default=None,
     help="For a script configured otherwise: FUNCTION(values, args) gets each point's "
     "--sweep values and the script's arguments, and returns {'args': [...], 'env': {...}}.",
 )
@@ -239,11 +239,10 @@ def render_table(table: dict) -> list[str]:  # type: ignore[type-arg]
     metavar="'ARG=V[,ARG=V]'",
     help="Peak reserved the fitted model predicts at a point (repeatable).",
 )
-@click.option(
+@value_option(
     "--find-max",
     "find_arg",
     metavar="ARG",
-    default=None,
     help="Bisect for the largest integer value of ARG that fits.",
 )
 @click.option("--lo", type=int, default=1, show_default=True, help="--find-max's lower end.")
@@ -273,9 +272,8 @@ def render_table(table: dict) -> list[str]:  # type: ignore[type-arg]
     "(autocast=bf16,checkpoint=Block), each also alone for the table.",
 )
 @whole_number_option("--jobs", "-j", help="Simulations at once (default: the CPU count).")
-@click.option(
+@value_option(
     "--scheduler",
-    default=None,
     metavar="tcp://HOST:PORT|dask-local",
     help="Run the points on a Dask cluster, as memlens fleet: the address of an existing "
     "scheduler, or dask-local (a LocalCluster here). Workers need memlens and torch, and "

@@ -338,6 +338,13 @@ extern const OpHandler OP_HANDLERS[256];
 int fallback(const char *why);
 int corrupt(const char *fmt, ...);
 int limit_hit(const char *name, unsigned long long value, unsigned long long limit);
+/* Whether the pending exception is a `type`, cleared if so: the reader then says the failure
+   in its own words (corrupt, fallback); any other (MemoryError...) is passed on as it is. */
+static inline int take_error(PyObject *type) {
+    if (!PyErr_ExceptionMatches(type)) return 0;
+    PyErr_Clear();
+    return 1;
+}
 int input_need(Input *in, size_t need);
 void input_release(Input *in);
 /* How far behind the reader the pages of a mapped file stay mapped. */

@@ -333,9 +333,8 @@ static inline int fast_value(VM *vm, Fast *f, int fld, Val *out) {
         if ((size_t)(end - p) < 2 + n || n > vm->max_string) return 0;
         PyObject *s = make_str(vm, p + 2, n);
         if (!s) {
-            if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) return -1;
-            PyErr_Clear(); /* the machine says it in its words */
-            return 0;
+            /* the machine says it in its words */
+            return take_error(PyExc_UnicodeDecodeError) ? 0 : -1;
         }
         f->p = p + 2 + n;
         return fast_value_put(vm, f, s, out);

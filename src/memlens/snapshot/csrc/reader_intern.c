@@ -24,10 +24,7 @@ Py_ssize_t eq_index(EqTable *t, PyObject *v) {
         idx = PyLong_AsSsize_t(hit);
     } else {
         if (PyErr_Occurred()) {
-            if (PyErr_ExceptionMatches(PyExc_TypeError)) {
-                PyErr_Clear();
-                fallback("unhashable value in a trace entry");
-            }
+            if (take_error(PyExc_TypeError)) fallback("unhashable value in a trace entry");
             return -1;
         }
         idx = PyList_GET_SIZE(t->list);

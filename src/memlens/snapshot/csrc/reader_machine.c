@@ -242,10 +242,7 @@ int setitem_to(VM *vm, Val *target, Val *key, Val *value) {
     int rc = PyDict_SetItem(d, k, v);
     Py_DECREF(k);
     Py_DECREF(v);
-    if (rc < 0 && PyErr_ExceptionMatches(PyExc_TypeError)) {
-        PyErr_Clear();
-        return fallback("an unhashable dict key");
-    }
+    if (rc < 0 && take_error(PyExc_TypeError)) return fallback("an unhashable dict key");
     discard(vm, key);
     discard(vm, value);
     return rc;

@@ -204,16 +204,30 @@ int op_scalar(VM *vm, int op) {
         in->pos += (size_t)w + (size_t)n;
         PyObject *s = make_str(vm, p, (size_t)n);
         if (!s) {
-            if (PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) {
-                PyErr_Clear();
-                corrupt("a string is not valid UTF-8");
-            }
+            if (take_error(PyExc_UnicodeDecodeError)) corrupt("a string is not valid UTF-8");
             return OP_ERROR;
         }
         if (push_obj(vm, s) < 0) return OP_ERROR;
         break;
     }
     }
+    return OP_OK;
+}
+
+/* APPEND(S) (`per` 1) and SETITEM(S) (`per` 2): the items from stack index `m` up go, in
+   order, into the container just below them, then off the stack; on a failure, what is
+   left of them is discarded. APPEND and SETITEM are the batch of one item or pair on top. */
+static int fill_container(VM *vm, Py_ssize_t m, int per) {
+    for (Py_ssize_t i = m; i < vm->sp; i += per) {
+        Val *target = &vm->stack[m - 1];
+        int rc = per == 1 ? append_to(vm, target, &vm->stack[i])
+                          : setitem_to(vm, target, &vm->stack[i], &vm->stack[i + 1]);
+        if (rc < 0) {
+            while (vm->sp > m) discard(vm, &vm->stack[--vm->sp]);
+            return OP_ERROR;
+        }
+    }
+    vm->sp = m;
     return OP_OK;
 }
 
@@ -299,71 +313,32 @@ int op_container(VM *vm, int op) {
                 Py_CLEAR(d);
         Py_DECREF(items);
         if (!d) {
-            if (PyErr_ExceptionMatches(PyExc_TypeError)) {
-                PyErr_Clear();
-                fallback("an unhashable dict key");
-            }
+            if (take_error(PyExc_TypeError)) fallback("an unhashable dict key");
             return OP_ERROR;
         }
         if (push_obj(vm, d) < 0) return OP_ERROR;
         break;
     }
     case 'a': /* APPEND */
-        POP_CHECK(2);
-        {
-            Val item = vm->stack[--vm->sp];
-            if (append_to(vm, &vm->stack[vm->sp - 1], &item) < 0) {
-                discard(vm, &item);
-                return OP_ERROR;
-            }
-        }
-        break;
-    case 'e': /* APPENDS */ {
-        Py_ssize_t m = pop_mark(vm);
-        if (m < 0) return OP_ERROR;
-        if (m <= fence(vm)) { /* the list is below the mark, above the fence: CPython's */
-            corrupt(vm->nmarks ? "unexpected MARK found" : "unpickling stack underflow");
-            return OP_ERROR;
-        }
-        for (Py_ssize_t i = m; i < vm->sp; i++) {
-            if (append_to(vm, &vm->stack[m - 1], &vm->stack[i]) < 0) {
-                while (vm->sp > m) discard(vm, &vm->stack[--vm->sp]);
-                return OP_ERROR;
-            }
-        }
-        vm->sp = m;
-        break;
+    case 's': /* SETITEM */ {
+        int per = op == 'a' ? 1 : 2;
+        POP_CHECK(per + 1);
+        return fill_container(vm, vm->sp - per, per);
     }
-    case 's': /* SETITEM */
-        POP_CHECK(3);
-        {
-            Val value = vm->stack[--vm->sp];
-            Val key = vm->stack[--vm->sp];
-            if (setitem_to(vm, &vm->stack[vm->sp - 1], &key, &value) < 0) {
-                discard(vm, &key);
-                discard(vm, &value);
-                return OP_ERROR;
-            }
-        }
-        break;
+    case 'e': /* APPENDS */
     case 'u': /* SETITEMS */ {
+        int per = op == 'e' ? 1 : 2;
         Py_ssize_t m = pop_mark(vm);
         if (m < 0) return OP_ERROR;
-        if (m <= fence(vm) || ((vm->sp - m) & 1)) { /* in CPython's order and words */
+        /* the container is below the mark, above the fence: CPython's order and words */
+        if (m <= fence(vm) || (vm->sp - m) % per) {
             corrupt(m > fence(vm) ? "odd number of items for SETITEMS"
                     : vm->nmarks  ? "unexpected MARK found"
                                   : "unpickling stack underflow");
             while (vm->sp > m && vm->sp > 0) discard(vm, &vm->stack[--vm->sp]);
             return OP_ERROR;
         }
-        for (Py_ssize_t i = m; i < vm->sp; i += 2) {
-            if (setitem_to(vm, &vm->stack[m - 1], &vm->stack[i], &vm->stack[i + 1]) < 0) {
-                while (vm->sp > m) discard(vm, &vm->stack[--vm->sp]);
-                return OP_ERROR;
-            }
-        }
-        vm->sp = m;
-        break;
+        return fill_container(vm, m, per);
     }
     }
     return OP_OK;

@@ -10,20 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from memlens.views.report.page import (
-    Cell,
-    bytes_text,
-    esc,
-    figures,
-    fmt_bytes,
-    fmt_delta,
-    fmt_int,
-    note,
-    num,
-    sectioned_page,
-    site_code,
-    table,
-)
+from memlens.views.report import page
 from memlens.views.text.fleet import figure_label, rank_ranges
 
 if TYPE_CHECKING:  # views never import the fleet package; the result is only its type
@@ -37,14 +24,14 @@ ROW_HEIGHT = 18
 def overview(r: FleetResult) -> str:
     by_rank = {row["rank"]: row for row in r["table"]}
     base = r["median_rank"]
-    peak = fmt_bytes(by_rank[base]["peak_active_bytes"]) if base is not None else "&ndash;"
-    return figures([
-        ("ranks", fmt_int(r["ranks_total"]), f"{r['ranks_ok']:,} read, {r['ranks_failed']:,} failed"),
-        ("outliers", fmt_int(len(r["outliers"])), f"|robust z| > {r['threshold_z']:g}"),
-        ("groups", fmt_int(len(r["groups"])), f"same call sites, within {r['tolerance']:.0%}"),
-        ("median rank", esc(base if base is not None else "-"), "the most typical rank"),
+    peak = page.fmt_bytes(by_rank[base]["peak_active_bytes"]) if base is not None else "&ndash;"
+    return page.figures([
+        ("ranks", page.fmt_int(r["ranks_total"]), f"{r['ranks_ok']:,} read, {r['ranks_failed']:,} failed"),
+        ("outliers", page.fmt_int(len(r["outliers"])), f"|robust z| > {r['threshold_z']:g}"),
+        ("groups", page.fmt_int(len(r["groups"])), f"same call sites, within {r['tolerance']:.0%}"),
+        ("median rank", page.esc(base if base is not None else "-"), "the most typical rank"),
         ("its peak", peak, "active bytes"),
-    ]) + note(f"Read by {r['executor']}; rank ids from {r['rank_source']}.")  # fmt: skip
+    ]) + page.note(f"Read by {r['executor']}; rank ids from {r['rank_source']}.")  # fmt: skip
 
 
 def _heat_colour(ratio: float) -> str:
@@ -64,7 +51,7 @@ def heatmap(r: FleetResult) -> str:
     stages = [s["stage"] for s in r["stages"]]
     rows = [row for row in r["table"] if row["status"] == "ok"]
     if not stages or not rows:
-        return note("No stages: the snapshots have no annotations (record_function).")
+        return page.note("No stages: the snapshots have no annotations (record_function).")
     medians = {s["stage"]: s["median_bytes"] for s in r["stages"]}
     flagged = {o["rank"] for o in r["outliers"]}
     cell = max(1.0, min(14.0, HEAT_WIDTH / len(rows)))
@@ -78,15 +65,15 @@ def heatmap(r: FleetResult) -> str:
     for y, stage in enumerate(stages):
         parts.append(
             f'<text x="0" y="{y * ROW_HEIGHT + 13}" font-size="11" fill="currentColor">'
-            f"{esc(stage[:40])}</text>"
+            f"{page.esc(stage[:40])}</text>"
         )
         for x, row in enumerate(rows):
             value = row["stage_peaks"].get(stage)
             if value is None:
                 continue
             med = medians[stage] or 1
-            tip = esc(
-                f"rank {row['rank']}, {stage}: {bytes_text(value)} "
+            tip = page.esc(
+                f"rank {row['rank']}, {stage}: {page.bytes_text(value)} "
                 f"({100 * (value - med) / med:+.1f}% of the median)"
             )
             parts.append(
@@ -105,7 +92,7 @@ def heatmap(r: FleetResult) -> str:
             )
     parts.append("</svg>")
     return (
-        note(
+        page.note(
             f"{len(rows):,} ranks (in rank order, left to right) x {len(stages)} stages: each "
             "cell is the rank's peak in that stage against the stage's median (red above, "
             "blue below, saturating at +-50%); triangles mark the outliers."
@@ -118,7 +105,7 @@ def heatmap(r: FleetResult) -> str:
 
 def outlier_table(r: FleetResult) -> str:
     if not r["outliers"]:
-        return note(f"No rank has a figure with |robust z| > {r['threshold_z']:g}.")
+        return page.note(f"No rank has a figure with |robust z| > {r['threshold_z']:g}.")
     rows = []
     for o in r["outliers"]:
         for k, f in enumerate(o["figures"]):
@@ -127,16 +114,16 @@ def outlier_table(r: FleetResult) -> str:
                 [
                     o["rank"] if k == 0 else "",
                     figure_label(f["name"]),
-                    num(fmt_bytes(f["value"])),
-                    num(fmt_bytes(int(f["median"]))),
-                    num(esc(pct)),
-                    num(f"{f['z']:+.1f}"),
+                    page.num(page.fmt_bytes(f["value"])),
+                    page.num(page.fmt_bytes(int(f["median"]))),
+                    page.num(page.esc(pct)),
+                    page.num(f"{f['z']:+.1f}"),
                 ]
             )
-    return note(
+    return page.note(
         "Robust z = (value - median) / (1.4826 x MAD), the MAD floored at 1% of the median; "
         "the flagged figures of each rank, largest |z| first."
-    ) + table(["rank", "figure", "value", "median", "change", "z"], rows, numeric=(2, 3, 4, 5))
+    ) + page.table(["rank", "figure", "value", "median", "change", "z"], rows, numeric=(2, 3, 4, 5))
 
 
 def outlier_diffs(r: FleetResult) -> str:
@@ -146,24 +133,25 @@ def outlier_diffs(r: FleetResult) -> str:
         if d is None:
             continue
         parts.append(
-            f"<h3>Rank {esc(o['rank'])} against the median rank {esc(r['median_rank'])}</h3>"
+            f"<h3>Rank {page.esc(o['rank'])} against the median rank "
+            f"{page.esc(r['median_rank'])}</h3>"
         )
         if d["error"] is not None:
-            parts.append(note(f"No diff: {d['error']}"))
+            parts.append(page.note(f"No diff: {d['error']}"))
             continue
         rows = [
             [
-                Cell(site_code(s["site"])),
-                num(fmt_bytes(s["a_bytes"])),
-                num(fmt_bytes(s["b_bytes"])),
-                num(fmt_delta(s["change"])),
+                page.Cell(page.site_code(s["site"])),
+                page.num(page.fmt_bytes(s["a_bytes"])),
+                page.num(page.fmt_bytes(s["b_bytes"])),
+                page.num(page.fmt_delta(s["change"])),
                 STATUS.get(s["status"], s["status"]),
             ]
             for s in d["sites"]
             if s["change"]
         ]
         parts.append(
-            table(
+            page.table(
                 ["call site", "median rank", f"rank {o['rank']}", "change", ""],
                 rows,
                 numeric=(1, 2, 3),
@@ -171,37 +159,39 @@ def outlier_diffs(r: FleetResult) -> str:
             )
         )
     if not parts:
-        return note("No outlier diffs (no outliers, or --diffs 0).")
-    return note(
+        return page.note("No outlier diffs (no outliers, or --diffs 0).")
+    return page.note(
         "Call sites alive at each one's peak (memlens diff), largest change first."
     ) + "".join(parts)
 
 
 def groups_and_stages(r: FleetResult) -> str:
-    groups = table(
+    groups = page.table(
         ["group", "ranks", "which", "peak of its first rank", "call sites"],
         [
             [
                 g["group"],
-                num(fmt_int(g["count"])),
+                page.num(page.fmt_int(g["count"])),
                 rank_ranges(g["ranks"]),
-                num(fmt_bytes(g["peak_active_bytes"])),
-                Cell(f"<code>{esc(g['fingerprint'])}</code>"),
+                page.num(page.fmt_bytes(g["peak_active_bytes"])),
+                page.Cell(f"<code>{page.esc(g['fingerprint'])}</code>"),
             ]
             for g in r["groups"]
         ],
         numeric=(1, 3),
     )
-    stages = table(
+    stages = page.table(
         ["stage", "min", "median", "max", "max rank", "max / median"],
         [
             [
                 s["stage"],
-                num(fmt_bytes(s["min_bytes"])),
-                num(fmt_bytes(int(s["median_bytes"]))),
-                num(fmt_bytes(s["max_bytes"])),
-                num(fmt_int(s["max_rank"])),
-                num("&ndash;" if s["max_over_median"] is None else f"{s['max_over_median']:.3f}"),
+                page.num(page.fmt_bytes(s["min_bytes"])),
+                page.num(page.fmt_bytes(int(s["median_bytes"]))),
+                page.num(page.fmt_bytes(s["max_bytes"])),
+                page.num(page.fmt_int(s["max_rank"])),
+                page.num(
+                    "&ndash;" if s["max_over_median"] is None else f"{s['max_over_median']:.3f}"
+                ),
             ]
             for s in r["stages"]
         ],
@@ -214,9 +204,9 @@ def groups_and_stages(r: FleetResult) -> str:
 def failed(r: FleetResult) -> str | None:
     if not r["failed"]:
         return None
-    return table(
+    return page.table(
         ["rank", "file", "reason"],
-        [[f["rank"], Cell(site_code(f["path"])), f["reason"]] for f in r["failed"]],
+        [[f["rank"], page.Cell(page.site_code(f["path"])), f["reason"]] for f in r["failed"]],
     )
 
 
@@ -233,7 +223,7 @@ SECTIONS: list[tuple[str, str, Callable[[FleetResult], str | None]]] = [
 def fleet_report(result: FleetResult, title: str = "memlens fleet report") -> str:
     """The whole self-contained HTML page."""
     header = (
-        f'<h1>{esc(title)}</h1><div class="source">{result["ranks_total"]:,} ranks '
-        f"&middot; {esc(result['executor'])}</div>"
+        f'<h1>{page.esc(title)}</h1><div class="source">{result["ranks_total"]:,} ranks '
+        f"&middot; {page.esc(result['executor'])}</div>"
     )
-    return sectioned_page(title, header, SECTIONS, result)
+    return page.sectioned_page(title, header, SECTIONS, result)
