@@ -59,22 +59,33 @@ def _say(line: str) -> None:
 
 
 def _cpu() -> float:
-    """CPU seconds of this process, its reaped children, and each live child with the
-    children it reaped (the forkserver and the pool workers it forked)."""
-    tick = os.sysconf("SC_CLK_TCK")
+    """CPU seconds of this process and its reaped children, and of every live (or not
+    yet reaped) descendant with the children it reaped: the forkserver, and the pool
+    workers it forked, whether it has reaped them yet or not."""
     total = sum(
         r.ru_utime + r.ru_stime
         for r in (resource.getrusage(resource.RUSAGE_SELF),
                   resource.getrusage(resource.RUSAGE_CHILDREN))
     )  # fmt: skip
-    for task in Path("/proc/self/task").iterdir():
-        for pid in (task / "children").read_text().split():
-            try:
-                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:  # it ended meanwhile (reaped: RUSAGE_CHILDREN has it)
-                continue
-            total += sum(int(f) for f in fields[11:15]) / tick  # utime stime cutime cstime
-    return total
+    return total + sum(_tree_cpu(pid) for pid in _children("self"))
+
+
+def _children(pid: str) -> list[str]:
+    try:
+        return [c for t in Path(f"/proc/{pid}/task").iterdir()
+                for c in (t / "children").read_text().split()]  # fmt: skip
+    except OSError:  # it ended meanwhile
+        return []
+
+
+def _tree_cpu(pid: str) -> float:
+    """utime + stime + cutime + cstime of `pid`, and the same of its descendants."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:  # reaped meanwhile: its parent's cutime has it
+        return 0.0
+    own = sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+    return own + sum(_tree_cpu(c) for c in _children(pid))
 
 
 def _timed(label: str, run):  # type: ignore[no-untyped-def]
