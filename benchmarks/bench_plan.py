@@ -15,8 +15,8 @@ training step in ../shared/workloads/cs336_medium), with and without --interpola
    shortfall, against the one simulation's wall.
 
 Every run uses a fresh cache directory (nothing comes from an earlier run) and plan's own
-pool (--jobs 2). With --find-max, the one simulation is at context 1088 on the same card
-(the middle of find-max's range: one of the values it simulates). The load average is
+pool (--jobs 2). With --find-max, the one simulation is at context 808 on the same card
+(find-max's answer: the costliest value that runs to its end there). The load average is
 printed beside each figure: on a shared machine the walls say as much about the
 neighbours as about memlens. CPU is this process's and all its descendants' (the pool's
 workers are the forkserver's children: /proc gives the times of the children it reaped).
@@ -52,6 +52,9 @@ MODEL = [
 ]
 SWEEP = ",".join(str(c) for c in range(64, 1281, 64))  # 20 values
 CHECKS = ("320", "832", "1088")  # interpolated in the sweep, simulated afterwards
+# find-max's answer on the 24 GB card: the costliest point that runs to its end there (a
+# larger one stops at its OOM, and costs less)
+ONE = "808"
 
 
 def _say(line: str) -> None:
@@ -103,10 +106,9 @@ def _timed(label: str, run):  # type: ignore[no-untyped-def]
     return result, wall
 
 
-def main() -> None:
-    from memlens.planning.plan import Setup, plan
-    from memlens.planning.sweep import Sweep
-
+def _workdir() -> Path:
+    """A scratch copy of the workload, the current folder its script's, with a fresh
+    cache."""
     if not WORKLOAD.is_dir():
         sys.exit(f"{WORKLOAD} is absent")
     root = Path(tempfile.mkdtemp(prefix="bench-plan-"))
@@ -117,14 +119,22 @@ def main() -> None:
     sys.path.insert(0, str(root))  # PYTHONPATH=.. as the workload's README says
     os.environ["PYTHONPATH"] = os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])
     os.environ["MEMLENS_CACHE_DIR"] = str(root / "cache")
+    return root
+
+
+def main() -> None:
+    from memlens.planning.plan import Setup, plan
+    from memlens.planning.sweep import Sweep
+
+    root = _workdir()
     a100 = Setup.of("a100", None, None)
     card = Setup.of("h100", "24564MiB", None)  # a 24 GB card: docs/plan.md's worked example
     common = {"jobs": 2, "progress": _say}
 
     if "--find-max" in sys.argv[1:]:
         _, one_wall = _timed(
-            "one simulation (--context_length 1088, the 24 GB card)",
-            lambda: plan("nsys_profile.py", ["--context_length", "1088", *MODEL], setup=card,
+            f"one simulation (--context_length {ONE}, the 24 GB card)",
+            lambda: plan("nsys_profile.py", ["--context_length", ONE, *MODEL], setup=card,
                          use_cache=False, **common),
         )  # fmt: skip
         _find_max(card, one_wall, common)

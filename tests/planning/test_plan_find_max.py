@@ -7,11 +7,12 @@ fitted again until it is exact."""
 from __future__ import annotations
 
 import textwrap
+from pathlib import Path
 
 import pytest
 from in_process import InProcess
 
-from memlens.planning.interpolate import Interpolator
+from memlens.planning.interpolate import Interpolator, Segment
 from memlens.planning.interpolated_plan import interpolated_find_max
 from memlens.planning.request import PointRequest
 from memlens.planning.results import PlanFindMax
@@ -55,7 +56,7 @@ for _ in range(2):
 """
 
 
-def _base(tmp_path, source: str, usable: int | None) -> PointRequest:  # type: ignore[no-untyped-def]
+def _base(tmp_path: Path, source: str, usable: int | None) -> PointRequest:
     path = tmp_path / "script.py"
     path.write_text(textwrap.dedent(source))
     config = SimulateConfig(device_memory=usable, alloc_conf="", stacks=None, cublas_workspace=0)
@@ -135,7 +136,7 @@ def test_a_fit_the_confirming_simulations_contradict_is_split_and_stays_exact(tm
     rejected: list[tuple[int, int]] = []
     reject = Interpolator.reject
 
-    def spy(self: Interpolator, segment) -> None:  # type: ignore[no-untyped-def]
+    def spy(self: Interpolator, segment: Segment) -> None:
         rejected.append((segment.lo, segment.hi))
         reject(self, segment)
 
