@@ -39,7 +39,7 @@ from memlens.simulation.request_log import Replayed, RequestLog, replay_log
 UNLIMITED = 2**60
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # one segment is itself (its model holds arrays)
 class Segment:
     """Values in [lo, hi] whose sizes `model` gives, the requests being `template`'s."""
 
@@ -164,12 +164,12 @@ class Interpolator:
         return out
 
     def settle(self) -> bool:
-        """Check every unverified segment against the simulated logs inside it beyond its
-        three (check_points says which to simulate first): verified where it gives every
-        one to the byte, else rejected (split and proposed again). True when none was
-        rejected."""
+        """Check every segment against the simulated logs inside it beyond its three
+        (check_points says which to simulate first; a verified one too, as logs simulated
+        since may fall inside it): verified where it gives every one to the byte, else
+        rejected (split and proposed again). True when none was rejected."""
         settled = True
-        for s in [s for s in self.segments if not s.verified]:
+        for s in list(self.segments):
             if self._holds(s.model, s.lo, s.hi):
                 self.segments[self.segments.index(s)] = replace(s, verified=True)
             else:
@@ -178,8 +178,8 @@ class Interpolator:
         return settled
 
     def reject(self, segment: Segment) -> None:
-        """Drop an unverified segment whose fit is wrong somewhere: its halves are
-        proposed again (with the logs simulated since, which they must also give)."""
+        """Drop a segment whose fit is wrong somewhere: its halves are proposed again
+        (with the logs simulated since, which they must also give)."""
         self.segments.remove(segment)
         self._memo.clear()  # figures read from it are void
         m = len(segment.values) // 2
