@@ -47,7 +47,7 @@ class Segment:
     hi: int
     model: SizeModel
     template: RequestLog
-    values: tuple[int, ...] = ()  # the values it covers (an unverified one's, to split it)
+    values: tuple[int, ...]  # the values it covers (to split it, when rejected)
     verified: bool = True  # checked against a simulated log beyond the three fitted
 
 
