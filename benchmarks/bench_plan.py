@@ -31,6 +31,10 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from memlens.planning.plan import Setup
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKLOAD = ROOT.parent / "shared" / "workloads" / "cs336_medium"
@@ -140,7 +144,7 @@ def main() -> None:
         _find_max(card, one_wall, common)
         shutil.rmtree(root, ignore_errors=True)
         return
-    one, one_wall = _timed(
+    _, one_wall = _timed(
         "one simulation (--context_length 128, a100)",
         lambda: plan("nsys_profile.py", ["--context_length", "128", *MODEL], setup=a100, **common),
     )
@@ -168,7 +172,8 @@ def main() -> None:
     shutil.rmtree(root, ignore_errors=True)
 
 
-def _find_max(card, one_wall: float, common: dict) -> None:  # type: ignore[no-untyped-def,type-arg]
+def _find_max(card: Setup, one_wall: float, common: dict[str, Any]) -> None:
+    """Issue 34's question: the largest context length for a 24 GB card."""
     from memlens.planning.plan import plan
 
     found, found_wall = _timed(
