@@ -6,16 +6,15 @@ allocation sequence changes inside it is split there. The simulations run in thi
 from __future__ import annotations
 
 import textwrap
-from collections.abc import Iterator
 from dataclasses import replace
 
 import numpy as np
 import pytest
+from in_process import InProcess
 
 from memlens.planning.interpolate import Interpolator
 from memlens.planning.interpolated_plan import default_step, grid, interpolated_find_max
 from memlens.planning.request import PointRequest
-from memlens.planning.runner import Runner
 from memlens.planning.sizes import SizeModel
 from memlens.planning.sweep import PointSpec, Search, configure
 from memlens.planning.worker import PointFigures, simulate_point
@@ -44,14 +43,6 @@ for _ in range(2):
         del c
     del a, b
 """
-
-
-class InProcess(Runner):
-    """The runner, its points simulated here one after the other (no pool)."""
-
-    def _simulate(self, jobs: list[tuple[int, PointRequest]]) -> Iterator[tuple[int, PointFigures]]:
-        for i, request in jobs:
-            yield i, simulate_point(request)
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 
 from memlens.errors import MemlensError
 from memlens.planning.hook import Hook
-from memlens.planning.interpolate import Estimate, Interpolator, figures_of
+from memlens.planning.interpolate import Estimate, Interpolator, Misfit, figures_of
 from memlens.planning.request import PointRequest
 from memlens.planning.results import PlanFindMax, PlanPoint
 from memlens.planning.runner import Runner, point
@@ -84,56 +84,65 @@ def interpolated_find_max(
 ) -> PlanFindMax:
     """The largest value of lo, lo + step, ..., hi that fits: every value covered by
     interpolation, scanned (or bisected, past SCAN_AT_MOST values), then simulated at the
-    answer and the next value to confirm it."""
+    answer and the next value to confirm it. Those two simulations are also the fit's
+    check points (Interpolator.propose): where they disagree with it, the fit is split and
+    the search run again, until the answer and the next value are simulated and every fit
+    gives every simulated value to the byte."""
     arg, lo, hi, spec_of = search.arg, search.lo, search.hi, search.spec
     step = step or default_step(lo, hi)
     values = grid(lo, hi, step)
     before = runner.simulated
     interp = Interpolator(runner, base, spec_of, usable)
     runner.say(f"find-max: covering {len(values)} values of {arg} (step {step}) by interpolation")
-    interp.cover(values)
+    interp.propose(values)
+    while True:
+        try:
+            best, failing = _search(values, interp)
+        except Misfit as miss:
+            interp.reject(miss.segment)
+            continue
+        after = [v for v in values if best is None or v > best][:1]
+        check = ([] if best is None else [best]) + after
+        runner.say(f"find-max: confirming {', '.join(f'{arg}={v}' for v in check)} by simulation")
+        # one batch: the confirming values and any fit they do not check
+        interp.simulate(check + interp.check_points(check))
+        if interp.settle():
+            break
+    for v in check:  # their own logs' figures now (simulate() forgot the interpolated)
+        interp.at(v)
+    probes = [_row(interp, spec_of(e.value), e, usable)[0] for e in interp.looked_at()]
+    found = search.answer(best, probes, runner.simulated - before)
+    found.update(
+        {
+            "step": step,
+            "margin_bytes": None
+            if best is None
+            else usable - interp.at(best).replayed.peak_reserved,
+            # what the next value needs (its run with unlimited memory), not its peak up to
+            # the OOM
+            "shortfall_bytes": None if not after else interp.needs(after[0]) - usable,
+            "failing": failing,
+            "interpolated": True,
+            # the answer and the next value are simulated, and every fit gives them (and
+            # every other simulated value) to the byte: settle() left none unverified
+            "confirmed": True,
+        }
+    )
+    return found
+
+
+def _search(values: list[int], interp: Interpolator) -> tuple[int | None, list[int]]:
+    """(the largest fitting value, the values below it that do not fit) by the covered
+    values' replays at the capacity."""
 
     def fits(v: int) -> bool:
         return not interp.at(v).replayed.oom
 
-    if len(values) <= SCAN_AT_MOST:
-        ok = [v for v in values if fits(v)]
-        best = ok[-1] if ok else None
-        failing = [v for v in values if best is not None and v < best and not fits(v)]
-    else:
-        best, failing = _bisect(values, fits), []
-    probes = [_row(interp, spec_of(e.value), e, usable)[0] for e in interp.looked_at()]
-    # confirm by simulation at the card's capacity: the answer and the next value
-    after = [v for v in values if best is None or v > best][:1]
-    check = ([] if best is None else [best]) + after
-    specs = [spec_of(v) for v in check]
-    runner.say(f"find-max: confirming {', '.join(f'{arg}={v}' for v in check)} by simulation")
-    confirmed = runner.run([s.request(base) for s in specs], [s.label for s in specs])
-    rows = [point(s, f, c, usable) for s, (f, c) in zip(specs, confirmed, strict=True)]
-    for s, (f, _) in zip(specs, confirmed, strict=True):
-        if f["error"] is not None:
-            raise MemlensError(f"{' '.join(s.argv)}: {f['error']}")
-    agree = all(
-        r["oom"] == interp.at(v).replayed.oom
-        and r["peak_reserved_bytes"] == interp.at(v).replayed.peak_reserved
-        for v, r in zip(check, rows, strict=True)
-    )
-    at = rows[0] if best is not None else None
-    nxt = rows[-1] if after else None
-    found = search.answer(best, probes + rows, runner.simulated - before)
-    found.update(
-        {
-            "step": step,
-            "margin_bytes": None if at is None else usable - at["peak_reserved_bytes"],
-            # what the next value needs (its run with unlimited memory), not its peak up to
-            # the OOM
-            "shortfall_bytes": None if nxt is None else interp.needs(after[0]) - usable,
-            "failing": failing,
-            "interpolated": True,
-            "confirmed": agree,
-        }
-    )
-    return found
+    if len(values) > SCAN_AT_MOST:
+        return _bisect(values, fits), []
+    ok = [v for v in values if fits(v)]
+    best = ok[-1] if ok else None
+    return best, [v for v in values if best is not None and v < best and not fits(v)]
 
 
 def _bisect(values: list[int], fits: Callable[[int], bool]) -> int | None:
