@@ -84,3 +84,13 @@ def test_backward_allocations_are_named_by_their_autograd_node_as_on_a_gpu():
         }
     ]
     del keep
+
+
+def test_max_backward_scatters_into_its_zeros_in_place():
+    # value_selecting_reduction_backward: zeros(sizes).scatter_(dim, indices, grad) on a
+    # GPU; the out-of-place `scatter` a subclass gets would add one (64, 64) block
+    def build():
+        w = torch.nn.Parameter(torch.randn(64, 64, device="cuda"))
+        return w.max(dim=1).values.sum()
+
+    assert backward_allocs(build) == [4, KIB16]  # ones, the zeros scattered into
