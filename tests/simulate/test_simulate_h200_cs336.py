@@ -57,8 +57,6 @@ def test_the_recorded_step_peaks_at_the_h200s_byte(context, tmp_path, monkeypatc
     run = run_script("nsys_profile.py", args, tmp_path / "out.pickle", gpu="h200")
     sim = load(run.snapshot, cache=False).device()
     real = load(DATA / f"cs336_medium_{context}_training.pickle.gz", cache=False).device()
-    assert sim.peak_active_bytes == real.peak_active_bytes
-    assert sim.peak_reserved_bytes - real.peak_reserved_bytes == RESERVED_GAP[context]
     # the reduction kernel's staging buffer and semaphores, once per RMSNorm backward
     staging = 2 * 4 * context * 1024 * 4  # twice the (4, context, 1024) fp32 activation
 
@@ -68,3 +66,5 @@ def test_the_recorded_step_peaks_at_the_h200s_byte(context, tmp_path, monkeypatc
 
     assert allocs(sim) == allocs(real)
     assert allocs(real)[32] == 49  # 24 layers x 2 norms + the final one
+    assert sim.peak_active_bytes == real.peak_active_bytes
+    assert sim.peak_reserved_bytes - real.peak_reserved_bytes == RESERVED_GAP[context]

@@ -28,6 +28,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from torch._prims_common import is_non_overlapping_and_dense_or_false
 
 _aten = torch.ops.aten
 UNIQUE_TENSOR_REFS = 4
@@ -49,7 +50,10 @@ def _unique(t: torch.Tensor) -> bool:
         # stubs do not declare it
         t._use_count() <= UNIQUE_TENSOR_REFS  # type: ignore[attr-defined]
         and torch._C._storage_Use_Count(storage._cdata) <= UNIQUE_STORAGE_REFS
-        and t.is_contiguous()
+        # input_buffer.cpp's can_accumulate_inplace asks is_non_overlapping_and_dense,
+        # not is_contiguous: a gradient in a permuted layout (a key's, after the bmm
+        # backward of `q @ k.transpose`) is added into in place too
+        and is_non_overlapping_and_dense_or_false(t)
         and t.storage_offset() == 0
         and storage.nbytes() == t.numel() * t.element_size()
     )
