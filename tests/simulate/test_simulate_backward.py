@@ -84,3 +84,25 @@ def test_backward_allocations_are_named_by_their_autograd_node_as_on_a_gpu():
         }
     ]
     del keep
+
+
+def test_max_backward_scatters_into_its_zeros_in_place():
+    # value_selecting_reduction_backward: zeros(sizes).scatter_(dim, indices, grad) on a
+    # GPU; the out-of-place `scatter` a subclass gets would add one (64, 64) block
+    def build():
+        w = torch.nn.Parameter(torch.randn(64, 64, device="cuda"))
+        return w.max(dim=1).values.sum()
+
+    assert backward_allocs(build) == [4, KIB16]  # ones, the zeros scattered into
+
+
+def test_accumulation_is_in_place_into_a_dense_gradient_in_a_permuted_layout():
+    # input_buffer.cpp asks is_non_overlapping_and_dense, not is_contiguous: k's gradients
+    # come out transposed (like a key's after `q @ k.transpose`) and are still added in place
+    def build():
+        w = torch.nn.Parameter(torch.randn(64, 64, device="cuda"))
+        k = (w * torch.randn(64, 64, device="cuda")).t()
+        return (k.sin() + k.cos()).sum()
+
+    # the same as the contiguous case: one block fewer than out of place
+    assert backward_allocs(build) == [4, KIB16, KIB16, KIB16, KIB16, KIB16, KIB16]

@@ -38,6 +38,17 @@ class Gpu:
         return HOPPER_WORKSPACE if self.capability >= (9, 0) else OLDER_WORKSPACE
 
     @property
+    def max_threads_per_multiprocessor(self) -> int:
+        """cudaDeviceProp.maxThreadsPerMultiProcessor (CUDA's table of compute capabilities):
+        2048 on sm 7.0, 8.0, 9.0, 10.0; 1536 on sm 8.6, 8.7, 8.9, 12.x; 1024 on sm 7.5.
+        ATen's reduction kernel sizes its grid by it (patches/reduce_kernel.py)."""
+        if self.capability == (7, 5):
+            return 1024
+        if self.capability in ((8, 6), (8, 7), (8, 9)) or self.capability[0] == 12:
+            return 1536
+        return 2048
+
+    @property
     def bf16(self) -> bool:
         return self.capability >= (8, 0)
 

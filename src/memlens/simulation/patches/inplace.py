@@ -8,7 +8,9 @@ fakes it picks out-of-place variants that allocate where a GPU does not:
   dense `old` and its storage;
 - formulas that build a zero tensor and scatter into it (`gather_backward`,
   `index_backward`, `index_select_backward` in FunctionsManual.cpp): `zeros.scatter_add(...)`
-  instead of `zeros.scatter_add_(...)`.
+  instead of `zeros.scatter_add_(...)`; and `value_selecting_reduction_backward` (the
+  backward of `max`/`min`/`median`/`kthvalue`/`mode` along a dimension):
+  `zeros.scatter(...)` instead of `zeros.scatter_(...)`.
 The tracker asks this class, for each op inside a backward node, whether to run the
 in-place variant instead and return its (mutated) first argument, as the GPU would. A
 scatter is made in place only into zeros the same node's formula made; accumulation only
@@ -26,6 +28,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from torch._prims_common import is_non_overlapping_and_dense_or_false
 
 _aten = torch.ops.aten
 UNIQUE_TENSOR_REFS = 4
@@ -34,6 +37,7 @@ _ZEROS = {_aten.new_zeros.default, _aten.zeros_like.default, _aten.zeros.default
 # out-of-place op -> in-place variant, for formulas that scatter into fresh zeros
 _SCATTER_INTO_ZEROS = {
     _aten.scatter_add.default: _aten.scatter_add_.default,
+    _aten.scatter.src: _aten.scatter_.src,
     _aten.index_add.default: _aten.index_add_.default,
     _aten.index_put.default: _aten.index_put_.default,
 }
@@ -46,7 +50,10 @@ def _unique(t: torch.Tensor) -> bool:
         # stubs do not declare it
         t._use_count() <= UNIQUE_TENSOR_REFS  # type: ignore[attr-defined]
         and torch._C._storage_Use_Count(storage._cdata) <= UNIQUE_STORAGE_REFS
-        and t.is_contiguous()
+        # input_buffer.cpp's can_accumulate_inplace asks is_non_overlapping_and_dense,
+        # not is_contiguous: a gradient in a permuted layout (a key's, after the bmm
+        # backward of `q @ k.transpose`) is added into in place too
+        and is_non_overlapping_and_dense_or_false(t)
         and t.storage_offset() == 0
         and storage.nbytes() == t.numel() * t.element_size()
     )

@@ -21,7 +21,14 @@ from torch.utils._pytree import tree_flatten, tree_map
 
 from memlens.simulation.distributed import collectives, process_group
 from memlens.simulation.distributed.values import Values
-from memlens.simulation.patches import cublas_lt, cuda_kernels, fake_cuda, higher_order, sdpa
+from memlens.simulation.patches import (
+    cublas_lt,
+    cuda_kernels,
+    fake_cuda,
+    higher_order,
+    reduce_kernel,
+    sdpa,
+)
 from memlens.simulation.patches.inplace import BackwardInPlace
 
 if TYPE_CHECKING:
@@ -82,7 +89,8 @@ class _Op:
             and not has(func.name(), "CPU")
         )
         self.seeded = _SEEDED in func.tags
-        self.kernel = sdpa.KERNELS.get(func)
+        # a CUDA kernel that allocates buffers of its own (attention, reductions)
+        self.kernel = sdpa.KERNELS.get(func) or reduce_kernel.KERNELS.get(func)
         self.gemm = func in _GEMM_OPS
 
 
