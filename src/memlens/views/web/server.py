@@ -12,7 +12,7 @@ import math
 import socket
 from collections.abc import Awaitable, Callable, Sequence
 from importlib.resources import files
-from typing import Any, Literal, overload
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
@@ -25,7 +25,6 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from memlens.analysis.results import DeviceSummary
 from memlens.errors import MemlensError
 from memlens.views.escape import visible
 from memlens.views.web.answers import (
@@ -40,7 +39,9 @@ from memlens.views.web.answers import (
     StateAnswer,
 )
 from memlens.views.web.data import PAGE_MIN_PX, ViewerData, Window
-from memlens.views.web.pools_view import pool_envelopes
+
+if TYPE_CHECKING:  # the summary's type only: its module is imported when one is asked for
+    from memlens.analysis.results import DeviceSummary
 
 # the page and its ES modules (static/js/), package data like the report templates; served
 # from disk by StaticFiles (str() of it: memlens is never imported from a zip)
@@ -202,6 +203,8 @@ def create_app(
         return data.state(_snap(req), device(req), _int(req, "event", -1, lo=-1))
 
     def pools(req: Request) -> PoolsAnswer:
+        from memlens.views.web.pools_view import pool_envelopes
+
         width = _int(req, "width", 400, lo=1, hi=MAX_PIXELS)
         return pool_envelopes(data.dev(_snap(req), device(req)), width)
 
