@@ -124,8 +124,9 @@ def _stat_of(path: Path) -> list[int]:
     kernel already records. Any write, truncation, chmod, utime or replacement of the file
     (a copy, an editor's save, a restore that sets the mtime back) gives it a new ctime or
     inode, which no user call can set back; the CRC then decides. What it no longer
-    catches is damage below the file system (a bad disk): its reads fail or the
-    cross-reference checks still run on every open."""
+    catches is damage below the file system that leaves the metadata alone (a bad disk
+    returning wrong bytes); the cross-reference checks (entry_checks) still run on every
+    open, so no id read from a column can point outside its table."""
     st = os.stat(path)
     return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev]
 
