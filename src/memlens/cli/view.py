@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from concurrent.futures import Future
-from typing import TypeVar
 
 import click
 
@@ -19,23 +17,6 @@ from memlens.cli.options import (
 
 # at Ctrl+C, how long to let the column cache finish writing (4M events: about a second)
 CACHE_WRITE_WAIT_S = 60.0
-
-
-T = TypeVar("T")
-
-
-def in_background(work: Callable[[], T]) -> Future[T]:
-    """`work` run on a daemon thread (a Ctrl+C meanwhile does not wait for it)."""
-    future: Future[T] = Future()
-
-    def run() -> None:
-        try:
-            future.set_result(work())
-        except BaseException as exc:  # handed to whoever waits on the result
-            future.set_exception(exc)
-
-    threading.Thread(target=run, name="memlens-open", daemon=True).start()
-    return future
 
 
 @click.command("view")
@@ -72,19 +53,14 @@ def command(
     its stack, click the time axis strip for what is live at that moment. Press ? for keys.
     """
     require_extra("view", "its web server", ("starlette", "uvicorn"), "web")
-    # a cold load's column cache is written in the background, after the first viewport
-    cache_writes: list[Callable[[], None]] = []
-    # The snapshots are opened while the web stack is imported: importing holds the GIL
-    # (0.2-0.4 s), the compiled reader and the cache's checks mostly do not.
-    opening = in_background(
-        lambda: open_snapshots(paths, no_cache, annotation_files, device, cache_writes)
-    )
     import uvicorn
 
     from memlens.views.web.data import ViewerData
     from memlens.views.web.server import bind_socket, create_app, url_for
 
-    opened = opening.result()  # (raises what opening raised: one error line, exit 2)
+    # a cold load's column cache is written in the background, after the first viewport
+    cache_writes: list[Callable[[], None]] = []
+    opened = open_snapshots(paths, no_cache, annotation_files, device, cache_writes)
     snapshots, snaps = [p for p, _ in opened], [s for _, s in opened]
     if device is not None:
         for s in snaps:
