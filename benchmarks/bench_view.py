@@ -12,7 +12,8 @@ Measures, per size:
   (request -> body read) and the bytes per viewport;
 * with the paint: `pickle.load` of the same file in a fresh process (the file's pages in the
   OS cache, as for the paints), and each first paint as a fraction of it (issue 37's
-  targets at 3.6M events: cold <= 0.35x, warm <= 0.12x).
+  targets at 3.6M events: cold <= 0.35x, warm <= 0.12x), medians of the runs (and the
+  ratio of the best runs, as the earlier tables gave it).
 
 Usage: python benchmarks/bench_view.py [--sizes 100000,1000000,5000000] [--files A.pickle,...]
        [--parts paint,server,http,browser] [--cold-runs N] [--warm-runs N] [--out FILE.md]
@@ -71,8 +72,27 @@ def start_server(path: Path, cache_dir: str) -> tuple[subprocess.Popen, str, flo
     return proc, url, t0
 
 
-def first_paint(browser, path: Path, cache_dir: str) -> tuple[float, float]:
-    """(seconds from command to first complete paint, seconds until the URL was printed)."""
+def stop(proc: subprocess.Popen) -> None:
+    """Stop a server: SIGTERM (it finishes writing its cache), SIGKILL if it is still up a
+    minute later (on a loaded box ten seconds were not always enough)."""
+    proc.terminate()
+    try:
+        proc.wait(60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) the process has used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def first_paint(browser, path: Path, cache_dir: str) -> tuple[float, float, float]:
+    """(seconds from command to first complete paint, seconds until the URL was printed,
+    CPU seconds the server had used when the page was drawn: on a loaded box the wall
+    times wait for a core, this does not)."""
     proc, url, t0 = start_server(path, cache_dir)
     t_url = time.perf_counter() - t0
     try:
@@ -80,12 +100,12 @@ def first_paint(browser, path: Path, cache_dir: str) -> tuple[float, float]:
         page.goto(url)
         page.wait_for_selector("body[data-ready='1']", timeout=300_000)
         t = time.perf_counter() - t0
+        cpu = cpu_s(proc.pid)
         page.close()
         wait_for_kept_indexes(cache_dir)
-        return t, t_url
+        return t, t_url, cpu
     finally:
-        proc.terminate()
-        proc.wait(10)
+        stop(proc)
 
 
 PICKLE_LOAD = """
@@ -169,8 +189,7 @@ def http_viewports(path: Path, cache_dir: str, n_views: int = 40) -> dict[str, f
             "http_kb_max": max(sizes),
         }
     finally:
-        proc.terminate()
-        proc.wait(10)
+        stop(proc)
 
 
 def server_viewports(path: Path, n_views: int = 40) -> dict[str, float]:
@@ -259,8 +278,7 @@ def browser_session(browser, path: Path, cache_dir: str) -> dict[str, float]:
             "js_heap_total_mb": metrics.get("JSHeapTotalSize", float("nan")) / 2**20,
         }
     finally:
-        proc.terminate()
-        proc.wait(10)
+        stop(proc)
 
 
 def main() -> None:
@@ -271,9 +289,9 @@ def main() -> None:
     ap.add_argument("--files", default=None, help="comma-separated snapshots instead of sizes")
     ap.add_argument("--parts", default="paint,server,http,browser")
     ap.add_argument("--out", default=None, help="write a markdown table here")
-    ap.add_argument("--warm-runs", type=int, default=1, help="warm paints; the best is kept")
+    ap.add_argument("--warm-runs", type=int, default=1, help="warm paints; the median is kept")
     ap.add_argument("--cold-runs", type=int, default=1, help="cold paints (each with an empty "
-                    "cache) and pickle.load runs; the best is kept")  # fmt: skip
+                    "cache) and pickle.load runs; the median is kept")  # fmt: skip
     args = ap.parse_args()
     parts = set(args.parts.split(","))
     if not parts <= {"paint", "server", "http", "browser"}:
@@ -295,20 +313,25 @@ def main() -> None:
             row: dict = {"file_mb": path.stat().st_size / 2**20}
             with tempfile.TemporaryDirectory(prefix="memlens-bench-cache-") as cache:
                 if "paint" in parts:  # first: cold is with the empty cache
+                    row["loadavg_before"] = os.getloadavg()
                     colds = [first_paint(browser, path, cache)]
                     for _ in range(args.cold_runs - 1):
                         with tempfile.TemporaryDirectory(prefix="memlens-bench-cold-") as other:
                             colds.append(first_paint(browser, path, other))
-                    cold, cold_url = min(colds)
                     loads = [pickle_load_s(path) for _ in range(args.cold_runs)]
-                    # on a shared box one run says little: the best of --warm-runs
+                    # on a shared box one run says little: the median of several runs
                     warms = [first_paint(browser, path, cache) for _ in range(args.warm_runs)]
-                    warm, warm_url = min(warms)
+                    cold, cold_url, cold_cpu = (pct([c[i] for c in colds], 50) for i in range(3))
+                    warm, warm_url, warm_cpu = (pct([w[i] for w in warms], 50) for i in range(3))
+                    load = pct(loads, 50)
                     row.update(cold_paint_s=cold, cold_url_s=cold_url, warm_paint_s=warm,
-                               warm_url_s=warm_url, warm_runs_s=[round(w, 3) for w, _ in warms],
-                               cold_runs_s=[round(c, 3) for c, _ in colds],
-                               pickle_load_s=min(loads), pickle_runs_s=[round(x, 3) for x in loads],
-                               cold_ratio=cold / min(loads), warm_ratio=warm / min(loads),
+                               warm_url_s=warm_url, warm_runs_s=[round(w[0], 3) for w in warms],
+                               cold_runs_s=[round(c[0], 3) for c in colds],
+                               cold_server_cpu_s=cold_cpu, warm_server_cpu_s=warm_cpu,
+                               pickle_load_s=load, pickle_runs_s=[round(x, 3) for x in loads],
+                               cold_ratio=cold / load, warm_ratio=warm / load,
+                               best_cold_ratio=min(colds)[0] / min(loads),
+                               best_warm_ratio=min(warms)[0] / min(loads),
                                loadavg=os.getloadavg())  # fmt: skip
                 os.environ["MEMLENS_CACHE_DIR"] = cache
                 row["events"] = memlens.load(path, warn=False).device().n_events

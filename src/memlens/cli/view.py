@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import webbrowser
 from collections.abc import Callable
 
 import click
@@ -59,7 +58,7 @@ def command(
     from memlens.views.web.data import ViewerData
     from memlens.views.web.server import bind_socket, create_app, url_for
 
-    # a cold load's column cache is written in the background, after the URL is out
+    # a cold load's column cache is written in the background, after the first viewport
     cache_writes: list[Callable[[], None]] = []
     opened = open_snapshots(paths, no_cache, annotation_files, device, cache_writes)
     snapshots, snaps = [p for p, _ in opened], [s for _, s in opened]
@@ -77,13 +76,18 @@ def command(
 
     written = threading.Event()
 
-    def background() -> None:
+    def write_cache() -> None:
         try:
             for write in cache_writes:
                 write()
         finally:
             written.set()
-        data.warm()  # waits for the first viewport; keeps its indexes beside the cache
+
+    def background() -> None:
+        try:  # the cache is written once the first viewport is out (the CPU is its)
+            data.warm(after_first_view=[write_cache])  # then keeps its indexes beside it
+        finally:
+            written.set()  # (also when warm() failed before writing)
 
     threading.Thread(target=background, name="memlens-warm", daemon=True).start()
     try:  # from here on, a Ctrl+C still lets the cache be written, for a fast next start
@@ -95,6 +99,8 @@ def command(
                 err=True,
             )
         if not no_browser:
+            import webbrowser  # (not imported before it is needed: start-up time)
+
             threading.Timer(0.3, lambda: webbrowser.open(url)).start()
         server.run(sockets=[sock])
     finally:

@@ -12,9 +12,10 @@ with the same size and mtime, or deleted and recreated on a reused inode, gets a
 and so a new key (as does a chmod or a copy: a harmless miss).
 
 An entry is checked before use: format, identity, the type of every meta field, each
-column's dtype, shape and checksum as written (CRC-32C: _checksum_of), and the cross
-references between tables (string, frame and stack ids, offsets). Any doubt is a
-CacheError, and the loader rebuilds.
+column's dtype, shape and checksum as written (CRC-32C: _checksum_of; read only for a
+file whose size, mtime, ctime or inode moved since it was written: _stat_of), and the
+cross references between tables (string, frame and stack ids, offsets: entry_checks).
+Any doubt is a CacheError, and the loader rebuilds.
 
 Derived arrays (`save_derived`/`load_derived`): a layer above may keep what it computes from
 the columns (e.g. the viewer's indexes) in <entry>/derived/<name>/, checked the same way
@@ -42,6 +43,7 @@ import numpy as np
 from memlens.errors import CacheError
 from memlens.snapshot.annotations import Annotations
 from memlens.snapshot.model import DeviceTrace, Frames, Segments, Snapshot, Stacks
+from memlens.snapshot.store.entry_checks import check_meta, check_references
 from memlens.snapshot.store.text_bound import text_too_large
 
 try:  # the compiled CRC-32C (setup.py builds it when a C compiler is there)
@@ -110,18 +112,34 @@ def _save_array(out: Path, name: str, array: np.ndarray, manifest: dict[str, Any
         "dtype": np.asarray(array).dtype.str,
         "shape": list(np.shape(array)),
         **_checksum_of(path),
+        "stat": _stat_of(path),
     }
+
+
+def _stat_of(path: Path) -> list[int]:
+    """A column file as its writer left it: size, mtime, ctime, inode and device.
+
+    Why a warm open trusts this instead of reading every byte: the CRC of every column
+    (~440 MB at 4M events) was a fifth of a warm first paint, to find changes that the
+    kernel already records. Any write, truncation, chmod, utime or replacement of the file
+    (a copy, an editor's save, a restore that sets the mtime back) gives it a new ctime or
+    inode, which no user call can set back; the CRC then decides. What it no longer
+    catches is damage below the file system that leaves the metadata alone (a bad disk
+    returning wrong bytes); the cross-reference checks (entry_checks) still run on every
+    open, so no id read from a column can point outside its table."""
+    st = os.stat(path)
+    return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev]
 
 
 def _checksum_of(path: Path) -> dict[str, int]:
     """A column file's checksum as the manifest keeps it: {"crc32c": ...} with the compiled
     helper, {"crc32": ...} (zlib's CRC-32) without it.
 
-    Why CRC-32C: a warm start checks every column and kept index before its first paint
-    (~500 MB at 4M events). zlib's CRC-32 over read() chunks cost ~0.44 s of that on this
-    box; CRC-32C (same width and class: every single-bit error and every burst of up to 32
-    bits is caught) in hardware over the memory-mapped file, ~0.11 s (docs/benchmarks.md).
-    Nothing is checked less or later: every byte of every column, before any is used."""
+    Why CRC-32C: a file that changed since it was written (_stat_of) is checked whole
+    before any of it is used (~500 MB at 4M events). zlib's CRC-32 over read() chunks cost
+    ~0.44 s of that on this box; CRC-32C (same width and class: every single-bit error and
+    every burst of up to 32 bits is caught) in hardware over the memory-mapped file,
+    ~0.11 s (docs/benchmarks.md)."""
     if _checksum is not None:
         return {"crc32c": _file_crc(path, _checksum.crc32c)}
     return {"crc32": _file_crc(path, zlib.crc32)}
@@ -168,8 +186,11 @@ def _load_array(src: Path, name: str, manifest: dict[str, Any], mmap: bool) -> n
     if not isinstance(want, dict):
         raise CacheError(f"column {name} is not in the manifest")
     path = src / f"{name}.npy"
+    before = _stat_of(path)
     array: np.ndarray = np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
-    if not _checksum_matches(path, want, _whole_file_map(path, array)):
+    # the stat before and after the open: the file read is the one its writer left
+    untouched = want.get("stat") == before == _stat_of(path)
+    if not untouched and not _checksum_matches(path, want, _whole_file_map(path, array)):
         raise CacheError(f"column {name} was changed after it was written")
     if array.dtype.str != want.get("dtype") or list(array.shape) != want.get("shape"):
         raise CacheError(f"column {name} has the wrong type or shape")
@@ -288,7 +309,7 @@ def load(path: str | os.PathLike[str], *, mmap: bool = True) -> Snapshot | None:
             raise CacheError("meta.json is not an object")
         if meta.get("format") != CACHE_FORMAT or meta.get("identity") != ident:
             raise CacheError("entry is stale")
-        _check_meta(meta)
+        check_meta(meta, _DEVICE_SCALARS)
         columns = meta["columns"]
         snap = Snapshot(
             source=meta["source"],
@@ -313,117 +334,12 @@ def load(path: str | os.PathLike[str], *, mmap: bool = True) -> Snapshot | None:
                 for name in _DEVICE_ARRAYS
             }
             snap.traces[dev] = DeviceTrace(device=dev, snapshot=snap, **arrays, **scalars)
-        _check_references(snap)
+        check_references(snap)
         return snap
     except CacheError:
         raise
     except Exception as exc:  # any damage: truncated .npy, bad JSON, missing file
         raise CacheError(f"{type(exc).__name__}: {exc}") from None
-
-
-def _is_list_of(value: Any, kind: type | tuple[type, ...]) -> bool:
-    return isinstance(value, list) and all(isinstance(v, kind) for v in value)
-
-
-def _check_meta(meta: dict[str, Any]) -> None:
-    """Every meta field has the type the loader and the analyses rely on."""
-    ok = (
-        isinstance(meta.get("source"), str)
-        and _is_list_of(meta.get("strings"), str)
-        and _is_list_of(meta.get("streams"), int)
-        and _is_list_of(meta.get("pools"), list)
-        and all(len(p) == 2 and _is_list_of(p, int) for p in meta["pools"])
-        and _is_list_of(meta.get("action_names"), str)
-        and _is_list_of(meta.get("warnings"), str)
-        and _is_list_of(meta.get("format_notes"), str)
-        and isinstance(meta.get("allocator_settings"), dict)
-        and isinstance(meta.get("columns"), dict)
-        and isinstance(meta.get("devices"), dict)
-    )
-    if not ok:
-        raise CacheError("meta.json has a field of the wrong type")
-    for d, scalars in meta["devices"].items():
-        if not (
-            d.isdigit()
-            and isinstance(scalars, dict)
-            and set(scalars) == set(_DEVICE_SCALARS)
-            and all(isinstance(v, int) for v in scalars.values())
-        ):
-            raise CacheError("meta.json has a malformed device entry")
-
-
-def _ids_within(ids: np.ndarray, n: int, what: str, allow_missing: bool = True) -> None:
-    if len(ids) and (int(ids.max()) >= n or int(ids.min()) < (-1 if allow_missing else 0)):
-        raise CacheError(f"{what} refers past its table")
-
-
-def _offsets_ok(offsets: np.ndarray, n: int, what: str) -> None:
-    if len(offsets) == 0 or int(offsets[0]) != 0 or int(offsets[-1]) != n:
-        raise CacheError(f"{what} offsets do not cover their table")
-    if len(offsets) > 1 and bool(np.any(np.diff(offsets) < 0)):
-        raise CacheError(f"{what} offsets go backwards")
-
-
-def _check_references(snap: Snapshot) -> None:
-    """Ids point inside their tables and parallel columns have equal lengths, so nothing
-    downstream can index out of bounds or read one table with another's length."""
-    n_strings, n_frames = len(snap.strings), len(snap.frames.line)
-    fr = snap.frames
-    if not len(fr.filename) == len(fr.name) == len(fr.kind) == n_frames:
-        raise CacheError("frame columns differ in length")
-    _ids_within(fr.filename, n_strings, "a frame filename", allow_missing=False)
-    _ids_within(fr.name, n_strings, "a frame name", allow_missing=False)
-    st = snap.stacks
-    _offsets_ok(st.offsets, len(st.frame_ids), "stack")
-    _ids_within(st.frame_ids, n_frames, "a stack frame", allow_missing=False)
-    n_stacks = len(st.offsets) - 1
-    seg = snap.segments
-    n_seg = len(seg.device)
-    n_blocks = len(seg.block_size)
-    for f in dataclasses.fields(seg):
-        col = getattr(seg, f.name)
-        want = (
-            n_seg + 1
-            if f.name == "block_offsets"
-            else (n_blocks if f.name.startswith("block_") else n_seg)
-        )
-        if len(col) != want:
-            raise CacheError(f"segment column {f.name} has the wrong length")
-    _offsets_ok(seg.block_offsets, n_blocks, "block")
-    _ids_within(seg.stack, n_stacks, "a segment stack")
-    _ids_within(seg.block_stack, n_stacks, "a block stack")
-    _ids_within(seg.stream, len(snap.streams), "a segment stream", allow_missing=False)
-    ann = snap.annotations
-    if not len(ann.name) == len(ann.stage) == len(ann.device) == len(ann.time_us):
-        raise CacheError("annotation columns differ in length")
-    _ids_within(ann.name, n_strings, "an annotation name", allow_missing=False)
-    for t in snap.traces.values():
-        n = len(t.action)
-        for name in ("addr", "size", "stream", "time_us", "stack", "pool", "compile_context",
-                     "user_metadata", "forward_stack", "version", "alloc_row",
-                     "active_after", "reserved_after"):  # fmt: skip
-            if len(getattr(t, name)) != n:
-                raise CacheError(f"device {t.device}: {name} has the wrong length")
-        rows = len(t.alloc_addr)
-        for name in ("alloc_event", "free_requested_event", "free_event", "alloc_version",
-                     "alloc_size", "alloc_stack", "alloc_stream", "alloc_flags"):  # fmt: skip
-            if len(getattr(t, name)) != rows:
-                raise CacheError(f"device {t.device}: {name} has the wrong length")
-        _ids_within(t.stream, len(snap.streams), "an event stream", allow_missing=False)
-        _ids_within(t.alloc_stream, len(snap.streams), "an allocation stream")
-        _ids_within(t.stack, n_stacks, "an event stack")
-        _ids_within(t.pool, len(snap.pools), "an event pool")
-        _ids_within(t.alloc_stack, n_stacks, "an allocation stack")
-        for name in ("compile_context", "user_metadata", "forward_stack"):
-            _ids_within(getattr(t, name), n_strings, f"an event {name}")
-        _ids_within(t.alloc_row, rows, "an event's allocation row")
-        for name in ("alloc_event", "free_requested_event"):
-            _ids_within(getattr(t, name), n, f"an allocation's {name}")
-        _ids_within(t.free_event, n + 1, "an allocation's free_event")
-        for name in ("size", "alloc_size", "active_after", "reserved_after"):
-            col = getattr(t, name)
-            if len(col) and int(col.min()) < 0 and name != "size":
-                raise CacheError(f"device {t.device}: negative {name}")
 
 
 _DERIVED_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]{0,99}")

@@ -8,24 +8,16 @@ here as JSON data; the page inserts it with textContent only.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Literal, TypedDict
 
 import numpy as np
 
-from memlens.analysis.allocations import flag_names, life_events
-from memlens.analysis.allocator_state import allocation_pool
-from memlens.analysis.diff import diff
 from memlens.analysis.oom import oom_entries
-from memlens.analysis.results import DeviceSummary
-from memlens.analysis.sites import frame_label, site_of_allocations
-from memlens.analysis.stages import stage_intervals
-from memlens.analysis.summary import device_summary
-from memlens.analysis.tree import live_tree
+from memlens.analysis.sites import frame_label, site_of_allocations, user_frame_of_stacks
 from memlens.errors import MemlensError
 from memlens.snapshot.model import DeviceTrace, Snapshot
 from memlens.views.layout import MAX_HEIGHT, MAX_WIDTH, DeviceLayout, View, time_range
-from memlens.views.layout.segments import segment_view
-from memlens.views.web.allocator_view import allocator_state
 from memlens.views.web.answers import (
     AllocationAnswer,
     AnnotationsAnswer,
@@ -43,8 +35,11 @@ from memlens.views.web.answers import (
     XRange,
 )
 from memlens.views.web.meta_peak import chart_peak
-from memlens.views.web.search import address_hits, band_matches, parse_query
 from memlens.views.web.stream_lanes import lane_answers, stream_lane_count
+
+# What only the page's later requests use (summary, stages, the details cards, compare,
+# search) is imported where it is used: `memlens view` imports this module before it
+# serves, and each import here is start-up time before the first paint (issue 37).
 
 KIND_NAMES: tuple[Literal["python", "cpp", "noise"], ...] = ("python", "cpp", "noise")
 MAX_ANNOTATIONS = 200_000
@@ -58,6 +53,8 @@ FIRST_VIEW_WAIT_S = 10.0
 
 if TYPE_CHECKING:
     from typing_extensions import NotRequired, Unpack
+
+    from memlens.analysis.results import DeviceSummary
 
 
 class Window(TypedDict):
@@ -87,6 +84,7 @@ class ViewerData:
         self._summaries: dict[tuple[int, int], DeviceSummary] = {}
         self._meta_lock = threading.Lock()  # computed once, by whoever asks first
         self._ann_lock = threading.Lock()
+        self._sites_lock = threading.Lock()
         self._first_view = threading.Event()
         self._deferred = False  # warm() will build the slow indexes, after the first view
 
@@ -117,23 +115,35 @@ class ViewerData:
             for lay in self._layouts.values():
                 lay.defer_checkpoints()
 
-    def warm(self) -> None:
+    def warm(self, after_first_view: Sequence[Callable[[], None]] = ()) -> None:
         """Build what the first paint needs (a background thread after startup): the device
         list and the kept layout indexes of the device shown first; after the first
-        viewport when defer_indexes() was called, the indexes of every device, the one
-        shown first first. Summaries and stage spans are left to the page, which asks after
-        its first paint."""
+        viewport when defer_indexes() was called, `after_first_view` (a cold start's cache
+        writes: they would take the CPU the first paint needs) and then the indexes of
+        every device, the one shown first first. Summaries and stage spans are left to the
+        page, which asks after its first paint."""
         self.meta()
         keys = [(s, d) for s, snap in enumerate(self.snapshots) for d in snap.traces]
         keys.sort(key=lambda k: k[1] != self.snapshots[k[0]].default_device)
         if keys:  # the kept indexes of the first device shown, if any, while the page loads
             self.layout(*keys[0]).restore()
+            self._sites(self.snapshots[keys[0][0]])  # ... and its call sites' frames
         if self._deferred:
             # building the indexes takes the CPU (and the GIL) the first viewport needs:
             # 1.2 s instead of 0.3 for it at 4M events on a cold start; start once it is out
             self._first_view.wait(FIRST_VIEW_WAIT_S)
+        for job in after_first_view:
+            job()
         for s, d in keys:
             self.layout(s, d).warm()
+
+    def _sites(self, snap: Snapshot) -> None:
+        """Each stack's call-site frame (analysis.sites, memoized on the snapshot): warm()
+        finds them while the page loads, and a viewport asked for meanwhile waits for that
+        rather than finding them a second time (0.1-0.15 s at 4M events, with the import of
+        numpy.ma that numpy's unique makes on first use)."""
+        with self._sites_lock:
+            user_frame_of_stacks(snap)
 
     # ---- /api/meta -------------------------------------------------------------------------
     def meta(self) -> MetaAnswer:
@@ -186,6 +196,8 @@ class ViewerData:
         key = (s, device)
         with self._meta_lock:
             if key not in self._summaries:
+                from memlens.analysis.summary import device_summary
+
                 self._summaries[key] = device_summary(self.dev(s, device), top=10)
         return self._summaries[key]
 
@@ -219,6 +231,7 @@ class ViewerData:
         )
         ymin = 0 if lanes is not None else ymin
         rows = v.band_rows
+        self._sites(dev.snapshot)
         uniq, inv = np.unique(site_of_allocations(dev, rows), return_inverse=True)
         out = self._chart(
             "allocations",
@@ -238,6 +251,8 @@ class ViewerData:
         if lanes is not None:
             out["lanes"] = lane_answers(v, dev.snapshot.streams)
         if q:  # the find box: which bands match, and for an address where it was
+            from memlens.views.web.search import address_hits, band_matches, parse_query
+
             query = parse_query(q)
             out["bands"]["match"] = band_matches(dev, rows, query).astype(np.uint8).tolist()
             if isinstance(query, int):
@@ -331,6 +346,8 @@ class ViewerData:
         stream as the group (colour and label), its address in bands.address."""
         lay = self.layout(s, device)
         width, height, bounds, x = self._columns(lay, window)
+        from memlens.views.layout.segments import segment_view
+
         v, segs = segment_view(lay, bounds, height)
         rows = v.band_rows
         streams = self.snap(s).streams
@@ -361,6 +378,9 @@ class ViewerData:
         if not 0 <= row < dev.n_allocations:
             raise MemlensError(f"no allocation row {row}")
         snap = dev.snapshot
+        from memlens.analysis.allocations import flag_names, life_events
+        from memlens.analysis.allocator_state import allocation_pool
+
         flags = flag_names(dev, row)
         ae, fr, fe = life_events(dev, row)
         # context fields live on the alloc event; a pre-existing allocation only has its free
@@ -419,6 +439,8 @@ class ViewerData:
     def live(self, s: int, device: int, event: int, python_only: bool = True) -> LiveAnswer:
         dev = self.dev(s, device)
         event = int(min(max(event, -1), dev.n_events - 1))
+        from memlens.analysis.tree import live_tree
+
         tree = live_tree(dev, event, python_only=python_only, hide_internal=python_only)
         t = int(dev.time_us[event]) if event >= 0 and dev.time_us[event] >= 0 else None
         return {
@@ -433,6 +455,8 @@ class ViewerData:
     def state(self, s: int, device: int, event: int) -> StateAnswer:
         """Segments and blocks right after `event` (clamped to the trace; -1: before it)."""
         dev = self.dev(s, device)
+        from memlens.views.web.allocator_view import allocator_state
+
         return allocator_state(dev, int(min(max(event, -1), dev.n_events - 1)))
 
     # ---- /api/d/{device}/annotations ---------------------------------------------------------------
@@ -447,6 +471,8 @@ class ViewerData:
     def _build_annotations(dev: DeviceTrace) -> AnnotationsAnswer:
         """The stages of `memlens stages` (analysis.stages.stage_intervals: the same pairing,
         nesting and events), as time spans for the stage strip."""
+        from memlens.analysis.stages import stage_intervals
+
         stages = stage_intervals(dev)
         span = time_range(dev)
         if not stages or span is None:  # (stages exist only on a timed trace)
@@ -492,6 +518,8 @@ class ViewerData:
             snap.device(d if d is not None else snap.default_device)
             for snap, d in zip(self.snapshots[:2], devices, strict=False)
         ]
+        from memlens.analysis.diff import diff
+
         result = diff(pair[0], pair[1], top=limit, stages=False)
         peaks: list[ComparePeak] = [
             {

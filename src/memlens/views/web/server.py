@@ -12,7 +12,8 @@ import math
 import socket
 from collections.abc import Awaitable, Callable, Sequence
 from importlib.resources import files
-from typing import Any, Literal, overload
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
@@ -20,12 +21,10 @@ from starlette.datastructures import MutableHeaders
 from starlette.middleware import Middleware
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
-from starlette.responses import FileResponse, Response
+from starlette.responses import Response
 from starlette.routing import Mount, Route
-from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from memlens.analysis.results import DeviceSummary
 from memlens.errors import MemlensError
 from memlens.views.escape import visible
 from memlens.views.web.answers import (
@@ -39,11 +38,15 @@ from memlens.views.web.answers import (
     PoolsAnswer,
     StateAnswer,
 )
+from memlens.views.web.assets import PageFiles
 from memlens.views.web.data import PAGE_MIN_PX, ViewerData, Window
-from memlens.views.web.pools_view import pool_envelopes
 
-# the page and its ES modules (static/js/), package data like the report templates; served
-# from disk by StaticFiles (str() of it: memlens is never imported from a zip)
+if TYPE_CHECKING:  # the summary's type only: its module is imported when one is asked for
+    from memlens.analysis.results import DeviceSummary
+
+# the page and its ES modules (static/js/), package data like the report templates; read
+# into memory when an app is made (assets.py; str() of it: memlens is never imported from
+# a zip)
 STATIC = files("memlens.views.web") / "static"
 CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
@@ -202,6 +205,8 @@ def create_app(
         return data.state(_snap(req), device(req), _int(req, "event", -1, lo=-1))
 
     def pools(req: Request) -> PoolsAnswer:
+        from memlens.views.web.pools_view import pool_envelopes
+
         width = _int(req, "width", 400, lo=1, hi=MAX_PIXELS)
         return pool_envelopes(data.dev(_snap(req), device(req)), width)
 
@@ -214,8 +219,10 @@ def create_app(
     def compare(req: Request) -> CompareAnswer:
         return data.compare([_int(req, "d0", lo=0, hi=1 << 20), _int(req, "d1", lo=0, hi=1 << 20)])
 
+    page = PageFiles(Path(str(STATIC)))
+
     async def index(req: Request) -> Response:
-        return FileResponse(str(STATIC / "index.html"))
+        return page.response("/index.html")
 
     routes = [
         Route("/", index),
@@ -229,7 +236,7 @@ def create_app(
         Route("/api/d/{device}/segments", api(segments)),
         Route("/api/d/{device}/pools", api(pools)),
         Route("/api/compare", api(compare)),
-        Mount("/static", StaticFiles(directory=str(STATIC)), name="static"),
+        Mount("/static", app=page, name="static"),
     ]
     allowed = ["*"] if host in ("0.0.0.0", "::", "") else sorted({*LOOPBACK_NAMES, host})
     app = Starlette(
