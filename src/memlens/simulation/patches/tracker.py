@@ -105,6 +105,16 @@ class Tracker(TorchDispatchMode):
         args: tuple[Any, ...] = (),
         kwargs: dict[str, Any] | None = None,
     ) -> Any:
+        device = fake_cuda.prim_device(func, args)
+        if device is not None:
+            # C++ asking a fake tensor its device: most of the calls that reach this mode,
+            # answered before the rest of it. Inside a backward node it is still an op
+            # of that node, as the in-place bookkeeping counts them (inplace.py).
+            if not self.sim.in_compiled_graph:
+                node = torch._C._current_autograd_node()
+                if node is not None:
+                    self._backward.enter(node)
+            return device
         kwargs = kwargs or {}
         op = self._ops.get(id(func))
         if op is None:
