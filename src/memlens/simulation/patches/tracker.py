@@ -149,9 +149,9 @@ class Tracker(TorchDispatchMode):
             # answered before the rest of it. Inside a backward node it is still an op
             # of that node, as the in-place bookkeeping counts them (inplace.py).
             if not self.sim.in_compiled_graph:
-                node = torch._C._current_autograd_node()
-                if node is not None:
-                    self._backward.enter(node)
+                backward = torch._C._current_autograd_node()
+                if backward is not None:
+                    self._backward.enter(backward)
             return device
         kwargs = kwargs or {}
         op = self._ops.get(id(func))
