@@ -69,16 +69,21 @@ class BackwardInPlace:
         if self._node is not None and id(self._node) == node_id:
             self._applied = True
 
-    def replacement(
-        self, node: Any, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
-    ) -> Any:
-        """The in-place op to run instead of `func`, or None to run `func`."""
+    def enter(self, node: Any) -> None:
+        """An op is dispatched inside `node`'s backward: the first one starts its
+        bookkeeping."""
         if node is not self._node:
             self._node, self._applied = node, False
             self._zeros.clear()
             node_id = id(node)
             # post hooks run after apply, before the outputs reach the input buffers
             node.register_hook(lambda grad_inputs, grad_outputs: self._finished(node_id))
+
+    def replacement(
+        self, node: Any, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Any:
+        """The in-place op to run instead of `func`, or None to run `func`."""
+        self.enter(node)
         if torch.is_grad_enabled() or not args or not isinstance(args[0], torch.Tensor):
             return None
         if self._applied:

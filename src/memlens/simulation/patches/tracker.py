@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import torch
+from torch._C._dynamo.eval_frame import set_eval_frame as _set_eval_frame
 from torch._subclasses.fake_tensor import (
     DataDependentOutputException,
     DynamicOutputShapeException,
@@ -51,6 +52,22 @@ _GEMM_OPS = {
 }
 
 
+_VIEW = _aten.view.default
+_UNSAFE_VIEW = _aten._unsafe_view.default
+
+
+def _view(*args: Any, **kwargs: Any) -> Any:
+    """`aten._unsafe_view` (einsum's and matmul's reshapes of a GEMM's result) as the
+    `view` it is below autograd, where this mode sits: the same shape, strides and
+    storage, no allocation on a GPU either. FakeTensorMode never caches `_unsafe_view`
+    (its "unsafe view" bypass) and works each one out with the reference reshape, about
+    as long as a hundred cached ops; `view` is cached."""
+    try:
+        return _VIEW(*args, **kwargs)
+    except (RuntimeError, ValueError):  # not viewable: _unsafe_view's own answer
+        return _UNSAFE_VIEW(*args, **kwargs)
+
+
 def _zero(dtype: torch.dtype) -> float | bool | int:
     if dtype.is_floating_point:
         return 0.0
@@ -66,10 +83,13 @@ class _Op:
     OpOverload hashes in Python, so asking each table in turn cost more per op than the
     bookkeeping itself."""
 
-    __slots__ = ("func", "higher_order", "c10d", "model", "composite", "seeded", "kernel", "gemm")
+    __slots__ = (
+        "func", "run", "higher_order", "c10d", "model", "composite", "seeded", "kernel", "gemm"
+    )  # fmt: skip
 
     def __init__(self, func: Any) -> None:
         self.func = func  # held: the table is keyed by id(func)
+        self.run = _view if func is _UNSAFE_VIEW else func  # what computes its outputs
         self.higher_order = higher_order.is_higher_order(func)
         if self.higher_order:
             self.c10d, self.model, self.composite, self.seeded = False, None, False, False
@@ -106,6 +126,11 @@ class Tracker(TorchDispatchMode):
         # values for expert parallelism's routing counts (--routing): values.py
         self.values = Values(sim, sim.routing)
 
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        # False: torch leaves __torch_dispatch__ unwrapped, and it keeps Dynamo out itself
+        return False
+
     def __torch_dispatch__(
         self,
         func: Any,
@@ -113,6 +138,29 @@ class Tracker(TorchDispatchMode):
         args: tuple[Any, ...] = (),
         kwargs: dict[str, Any] | None = None,
     ) -> Any:
+        # Dynamo must not compile the frames of a dispatch (torch.compile in the simulated
+        # code): what torch's `disable` wrapper around a mode's __torch_dispatch__ does, in
+        # its two C calls without the wrapper's Python, which cost as much per op as this
+        # mode's own bookkeeping
+        prior = _set_eval_frame(None)
+        try:
+            return self._dispatch(func, types, args, kwargs)
+        finally:
+            _set_eval_frame(prior)
+
+    def _dispatch(
+        self, func: Any, types: Any, args: tuple[Any, ...], kwargs: dict[str, Any] | None
+    ) -> Any:
+        device = fake_cuda.prim_device(func, args)
+        if device is not None:
+            # C++ asking a fake tensor its device: most of the calls that reach this mode,
+            # answered before the rest of it. Inside a backward node it is still an op
+            # of that node, as the in-place bookkeeping counts them (inplace.py).
+            if not self.sim.in_compiled_graph:
+                backward = torch._C._current_autograd_node()
+                if backward is not None:
+                    self._backward.enter(backward)
+            return device
         kwargs = kwargs or {}
         op = self._ops.get(id(func))
         if op is None:
@@ -186,7 +234,7 @@ class Tracker(TorchDispatchMode):
             out = self._random(func, args, kwargs)
         else:
             try:
-                out = func(*args, **kwargs)
+                out = op.run(*args, **kwargs)
             except DynamicOutputShapeException:
                 # bincount, nonzero...: a size from values, known for the routing's
                 out = self.values.sized_by_values(func, args, kwargs)
