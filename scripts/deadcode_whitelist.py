@@ -50,3 +50,7 @@ _.capture_end
 _.instantiate
 _.enable_debug_mode
 _.debug_dump
+
+# torch calls it when a TorchDispatchMode subclass is made (utils/_python_dispatch.py): the
+# tracker answers False and keeps Dynamo out of its dispatch itself (patches/tracker.py)
+_._should_skip_dynamo

@@ -46,13 +46,16 @@ def test_bf16_rmsnorm_keeps_the_fused_kernels_output_and_rstd():
         assert events(sim)[2:] == [("+", 2 * MIB), ("+", 4096)]
         assert torch.cuda.memory_allocated() - before == 2 * MIB + 4096
         loss = y.sum()  # a bf16 scalar: one 512-byte block
+        # the reduction kernel's staging buffer (128 blocks of one fp32) and semaphore,
+        # freed at its return (patches/reduce_kernel.py)
+        assert events(sim)[4:9] == [("+", 2), ("+", 512), ("+", 4), ("-", 4), ("-", 512)]
         del y
         # what autograd keeps for backward: rstd (the input and weight are the caller's)
         assert torch.cuda.memory_allocated() - before == 4096 + 512
         loss.backward()
         assert x.grad is not None and x.grad.device == torch.device("cuda", 0)
         assert norm.weight.grad is not None and norm.weight.grad.dtype == BF16
-    assert events(sim)[6:] == [  # after: weight, x, Y, rstd, the loss, Y freed
+    assert events(sim)[10:] == [  # after: weight, x, Y, rstd, the loss and its buffers, Y freed
         ("+", 2),  # sum's gradient, expanded (a stride-0 view) to the output's shape
         ("+", 2 * MIB),  # dX: x.grad
         ("+", 2048),  # dgamma: the weight's gradient
