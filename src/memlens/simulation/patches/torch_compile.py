@@ -192,22 +192,39 @@ def _backward_devices() -> Iterator[None]:
 
 
 def _devices_as_traced(gm: GraphModule) -> None:
-    """Factory nodes recorded with `device=cpu` whose traced value is a CUDA tensor get
-    the value's device. A backward formula traced by AOTAutograd (`index_backward`'s
-    zeros) took its device from a fake CUDA tensor's options(), which reads `cpu` here
-    (see fake_cuda); `_backward_devices` moved the fake value to CUDA, but the FX node
-    keeps what the formula asked for, and running it would scatter CUDA gradients into a
-    host tensor. On a GPU both say cuda."""
-    for n in gm.graph.nodes:
-        device = n.kwargs.get("device")
+    """Device arguments recorded as `cpu` whose traced value is a CUDA tensor get the
+    value's device. A backward formula traced by AOTAutograd took its device from a fake
+    CUDA tensor's options(), which reads `cpu` here (see fake_cuda); `_backward_devices`
+    moved the fake value to CUDA, but the FX node keeps what the formula asked for. On a
+    GPU both say cuda. Two shapes of it:
+    - a factory's `device=` (`index_backward`'s zeros): running it as recorded would
+      scatter CUDA gradients into a host tensor;
+    - `prims.device_put(x, cpu)` from Inductor's `_to_copy` decomposition, in the
+      backward of a dtype cast (`_to_copy_backward`: `grad.to(self.options())`, e.g.
+      the bf16 logits' `.float()` before a compiled cross-entropy): the gradient would
+      leave the graph as a host tensor. On a GPU the target is the tensor's own device,
+      so the decomposition emits no `device_put` at all: the node is dropped."""
+    for n in list(gm.graph.nodes):
         value = n.meta.get("val")
-        if (
-            device is not None
-            and torch.device(device).type == "cpu"
-            and isinstance(value, torch.Tensor)
-            and value.device.type == "cuda"
-        ):
+        if not (isinstance(value, torch.Tensor) and value.device.type == "cuda"):
+            continue
+        if n.target is _DEVICE_PUT and _is_cpu(n.args[1]):
+            source = n.args[0]
+            traced = source.meta.get("val") if isinstance(source, Node) else None
+            if isinstance(traced, torch.Tensor) and traced.device == value.device:
+                n.replace_all_uses_with(source)
+                gm.graph.erase_node(n)
+            else:
+                n.update_arg(1, value.device)
+        elif _is_cpu(n.kwargs.get("device")):
             n.update_kwarg("device", value.device)
+
+
+_DEVICE_PUT = torch.ops.prims.device_put.default
+
+
+def _is_cpu(device: Any) -> bool:
+    return device is not None and torch.device(device).type == "cpu"
 
 
 class GraphRunner:
