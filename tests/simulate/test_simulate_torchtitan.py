@@ -14,6 +14,8 @@ without padding, in fp32 (4 bytes):
   - AdamW (torchtitan's default is fused): exp_avg and exp_avg_sq, 8P/N bytes, and one
     0-d fp32 `step` tensor per parameter tensor, 45 x 4 bytes.
 1 rank: 24,654,848 + 24,654,848 + 49,309,876; 4 ranks: 6,163,712 + 6,163,712 + 12,327,604.
+The same at 1 rank with `--compile.enable` (torchtitan compiles each block and the loss;
+FSDP2's hooks and AdamW stay eager).
 TP 2 x FSDP 2 (4 ranks): tensor parallel splits every linear and embedding weight in two
 (wqkv, w1, w3, lm_head and the embedding on their first dimension, wo and w2 on their
 second), FSDP2 then halves the first dimension, so those are a quarter each; the 13
@@ -24,7 +26,8 @@ torchtitan and what it imports (tyro, torchdata, datasets, tensorboard, triton, 
 not memlens's dependencies: the test runs where they are importable, or where
 MEMLENS_SIM_TRAINERS_PATH names the directory `scripts/setup_sim_trainers.sh` installed
 them into (docs/simulation.md); else it skips. Cost on a loaded 2-core machine: about
-2 minutes at 1 rank and 4 for each 4-rank job (ranks 0 and 3 simulated), alone on the machine.
+2 minutes at 1 rank (7 compiled, on a loaded one) and 4 for each 4-rank job (ranks 0 and
+3 simulated), alone on the machine.
 """
 
 from __future__ import annotations
@@ -65,6 +68,9 @@ TP2 = ["--parallelism.tensor_parallel_degree", "2"]
 # name: (ranks, torchtitan's extra options, elements a rank holds)
 CASES = {
     "fsdp1": (1, [], P),
+    # torch.compile on (each TransformerBlock and the loss, torchtitan's `--compile.enable`):
+    # the same state; what compiling changes is the activations, not checked here
+    "fsdp1-compiled": (1, ["--compile.enable"], P),
     "fsdp4": (4, [], P // 4),
     "tp2-fsdp2": (4, TP2, (P - NORMS * 256) // 4 + NORMS * 128),
 }
@@ -134,6 +140,9 @@ def test_llama3_debug_model_state_per_rank_to_the_byte(assets, case):
     nproc, extra, shard = CASES[case]
     done = simulate(assets, nproc, case, extra)
     assert done.returncode == 0, done.stderr[-4000:]
+    # every compiled graph (flex_attention's; with --compile.enable each block and the
+    # loss) ran as compiled: no eager fallback
+    assert "ran eagerly" not in done.stderr
     ranks = sorted((assets / case).glob("rank*.pickle"))
     # by default the first and the last rank are simulated (the others run the same)
     assert [r.name for r in ranks] == sorted({"rank0.pickle", f"rank{nproc - 1}.pickle"})
