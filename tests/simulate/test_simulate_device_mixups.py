@@ -139,3 +139,16 @@ def test_compiled_type_as_stays_on_the_device_and_in_the_graph():
         ("+", 256),  # the GEMM's output
         ("-", 256),  # its input, after its last kernel
     ]
+
+
+def test_compiled_backward_factories_are_on_the_ranks_device():
+    # a rank that called set_device(LOCAL_RANK): the compiled index backward's zeros go
+    # to its device, not cuda:0 (torchtitan's FSDP 4, compiled: ranks 1-3 ran eagerly)
+    with memlens.simulate(cublas_workspace=0) as sim:
+        torch.cuda.set_device(1)
+        model = torch.compile(Lookup().cuda())
+        ids = torch.randint(0, 1000, (8, 16), device="cuda")
+        model(ids).sum().backward()
+        grad = model.weight.grad
+        assert grad is not None and grad.device == torch.device("cuda", 1)
+    assert not [n for n in sim.notes if "ran eagerly" in n]

@@ -14,7 +14,7 @@ without padding, in fp32 (4 bytes):
   - AdamW (torchtitan's default is fused): exp_avg and exp_avg_sq, 8P/N bytes, and one
     0-d fp32 `step` tensor per parameter tensor, 45 x 4 bytes.
 1 rank: 24,654,848 + 24,654,848 + 49,309,876; 4 ranks: 6,163,712 + 6,163,712 + 12,327,604.
-The same at 1 rank with `--compile.enable` (torchtitan compiles each block and the loss;
+The same at 1 and 4 ranks with `--compile.enable` (torchtitan compiles each block and the loss;
 FSDP2's hooks and AdamW stay eager).
 TP 2 x FSDP 2 (4 ranks): tensor parallel splits every linear and embedding weight in two
 (wqkv, w1, w3, lm_head and the embedding on their first dimension, wo and w2 on their
@@ -72,6 +72,7 @@ CASES = {
     # the same state; what compiling changes is the activations, not checked here
     "fsdp1-compiled": (1, ["--compile.enable"], P),
     "fsdp4": (4, [], P // 4),
+    "fsdp4-compiled": (4, ["--compile.enable"], P // 4),
     "tp2-fsdp2": (4, TP2, (P - NORMS * 256) // 4 + NORMS * 128),
 }
 

@@ -171,7 +171,9 @@ class InductorModel:
 def _backward_devices() -> Iterator[None]:
     """While AOTAutograd traces the joint graph: backward formulas build tensors from a
     CUDA tensor's options(), whose C++ device reads `cpu` here (see fake_cuda); on a GPU
-    they are CUDA tensors (the Tracker does the same for eager backward)."""
+    they are CUDA tensors (the Tracker does the same for eager backward), on the rank's
+    device (`cuda:LOCAL_RANK` once the script called `set_device`): cuda:0 on another
+    rank's graph is a device mismatch, and the graph ran eagerly there."""
     original = FakeTensorMode.__torch_dispatch__
 
     def dispatch(
@@ -181,7 +183,7 @@ def _backward_devices() -> Iterator[None]:
         if "device" in kwargs and torch._C._current_autograd_node() is not None:
             device = kwargs["device"]
             if device is None or torch.device(device).type == "cpu":
-                kwargs = {**kwargs, "device": fake_cuda.CUDA0}
+                kwargs = {**kwargs, "device": fake_cuda.current_cuda()}
         return original(self, func, types, args, kwargs)
 
     FakeTensorMode.__torch_dispatch__ = dispatch  # type: ignore[method-assign]
