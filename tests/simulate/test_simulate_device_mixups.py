@@ -5,7 +5,12 @@ tensor's options() reads `cpu` (see memlens.simulation.patches.fake_cuda). Each 
 here failed before its fix: a bf16 `RMSNorm` returned a CPU fake (eager: the CPU build's
 composite; compiled: Inductor's decomposition's `type_as`), and a compiled embedding
 lookup's backward scattered its CUDA gradient into a host `zeros` the traced graph asked
-for (`Mismatching aten.index_put.default device between self (cpu) and values (cuda:0)`).
+for (`Mismatching aten.index_put.default device between self (cpu) and values (cuda:0)`),
+and a compiled loss that upcasts bf16 logits (torchtitan's chunked cross-entropy) sent
+the logits' gradient to the host through a `prims.device_put(grad, cpu)`, so the eager
+`mm` of the head's backward stopped on `FakeTensorDeviceMismatchError`; and a compiled
+`type_as` (torchtitan's rotary embedding) named the device AOTAutograd's functional
+wrappers read, `cpu`, so the query went to the host and the graph ran eagerly.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+import torch.nn.functional as F  # noqa: E402
 from torch import Tensor, nn  # noqa: E402
 
 import memlens  # noqa: E402
@@ -78,3 +84,71 @@ def test_compiled_index_backward_accumulates_into_a_cuda_gradient():
         ("-", 4),
         ("-", 32_768),  # `del out`
     ]
+
+
+def cross_entropy(logits: Tensor, labels: Tensor) -> Tensor:
+    """torchtitan's `cross_entropy_loss`: bf16 logits upcast inside the compiled loss."""
+    loss: Tensor = F.cross_entropy(
+        logits.flatten(0, 1).float(), labels.flatten(0, 1), reduction="sum"
+    )
+    return loss
+
+
+def test_compiled_upcast_loss_returns_a_cuda_gradient_of_the_logits():
+    with memlens.simulate(cublas_workspace=0) as sim:
+        logits = torch.randn(2, 16, 256, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+        labels = torch.randint(0, 256, (2, 16), device="cuda")
+        loss = torch.compile(cross_entropy)(logits, labels)
+        loss.backward()
+        grad = logits.grad
+        assert grad is not None and grad.device == CUDA0 and grad.dtype == torch.bfloat16
+        del loss
+    assert events(sim) == [
+        ("+", 16_384),  # the logits, 2 x 16 x 256 bf16
+        ("+", 256),  # the labels, 32 int64
+        ("+", 128),  # saved for backward: the rows' max (32 x 1 fp32)
+        ("+", 128),  # and the log of their sum of exponentials
+        ("+", 4),  # the loss
+        ("+", 4),  # its gradient (backward's ones)
+        ("+", 128),  # the compiled backward's row sums (a reduction)
+        ("+", 16_384),  # the logits' gradient, bf16 on the device (the graph's output)
+        ("-", 128),
+        ("-", 128),
+        ("-", 128),
+        ("-", 4),
+        ("-", 4),  # `del loss`
+    ]
+
+
+def scaled(x: Tensor, w: Tensor) -> Tensor:
+    """A bf16 value computed in fp32 and cast back with `type_as`, then a GEMM."""
+    return (x.float() * 2).type_as(x) @ w
+
+
+def test_compiled_type_as_stays_on_the_device_and_in_the_graph():
+    with memlens.simulate(cublas_workspace=0) as sim:
+        x = torch.randn(8, 16, device="cuda", dtype=torch.bfloat16)
+        w = torch.randn(16, 16, device="cuda", dtype=torch.bfloat16)
+        y = torch.compile(scaled)(x, w)
+        assert y.device == CUDA0
+    assert not [n for n in sim.notes if "ran eagerly" in n]
+    assert events(sim) == [
+        ("+", 256),  # x, 8 x 16 bf16
+        ("+", 512),  # w, 16 x 16 bf16
+        ("+", 256),  # the fused cast-multiply-cast kernel's output: the GEMM's input
+        ("+", 256),  # the GEMM's output
+        ("-", 256),  # its input, after its last kernel
+    ]
+
+
+def test_compiled_backward_factories_are_on_the_ranks_device():
+    # a rank that called set_device(LOCAL_RANK): the compiled index backward's zeros go
+    # to its device, not cuda:0 (torchtitan's FSDP 4, compiled: ranks 1-3 ran eagerly)
+    with memlens.simulate(cublas_workspace=0) as sim:
+        torch.cuda.set_device(1)
+        model = torch.compile(Lookup().cuda())
+        ids = torch.randint(0, 1000, (8, 16), device="cuda")
+        model(ids).sum().backward()
+        grad = model.weight.grad
+        assert grad is not None and grad.device == torch.device("cuda", 1)
+    assert not [n for n in sim.notes if "ran eagerly" in n]

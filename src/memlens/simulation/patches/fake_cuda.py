@@ -165,6 +165,24 @@ def make_to(original_to: Callable[..., Any]) -> Callable[..., Any]:
     return to
 
 
+def make_type_as(to: Callable[..., Any]) -> Callable[..., Any]:
+    """`type_as` is `to(other.options())` in C++, whose device reads `cpu` on a fake CUDA
+    tensor: Inductor's `_fused_rms_norm` decomposition ends in `type_as(input)`, and a
+    compiled bf16 RMSNorm returned a host tensor. So it goes through `to` with the Python
+    device. But AOTAutograd's FunctionalTensor wrappers take their Python device from the
+    C++ one, `cpu`, for every fake CUDA tensor alike: naming it moved the value to the host
+    (torchtitan's rotary embedding, `xq_out.type_as(xq)`, compiled, sent the attention's
+    query to the CPU and the whole block ran eagerly). Two tensors that read the same
+    device are on the same device, whatever the wrapper: then only the dtype changes."""
+
+    def type_as(self: torch.Tensor, other: torch.Tensor) -> Any:
+        if self.device == other.device:
+            return to(self, dtype=other.dtype)
+        return to(self, device=other.device, dtype=other.dtype)
+
+    return type_as
+
+
 # torch dtypes numpy has (bfloat16 and the float8s have none: torch's `.numpy()` refuses them)
 _NUMPY_DTYPES = {
     torch.float64: "float64", torch.float32: "float32", torch.float16: "float16",
@@ -249,14 +267,7 @@ def install(
         ),
     )
     patches.set(torch.Tensor, "numpy", make_numpy(torch.Tensor.numpy, note))
-    # `type_as` is `to(other.options())` in C++, whose device reads `cpu` on a fake CUDA
-    # tensor: Inductor's `_fused_rms_norm` decomposition ends in `type_as(input)`, and a
-    # compiled bf16 RMSNorm returned a host tensor. Go through `to` with the Python device.
-    patches.set(
-        torch.Tensor,
-        "type_as",
-        lambda self, other: to(self, device=other.device, dtype=other.dtype),
-    )
+    patches.set(torch.Tensor, "type_as", make_type_as(to))
     # Pinned host memory and cross-stream bookkeeping have no meaning without a device.
     patches.set(torch.Tensor, "pin_memory", lambda self, device=None: self)
     patches.set(torch.Tensor, "is_pinned", lambda self, device=None: False)

@@ -203,7 +203,9 @@ def _static(mode: str, g: GraphModule) -> set[int]:
 def _backward_devices() -> Iterator[None]:
     """While AOTAutograd traces the joint graph: backward formulas build tensors from a
     CUDA tensor's options(), whose C++ device reads `cpu` here (see fake_cuda); on a GPU
-    they are CUDA tensors (the Tracker does the same for eager backward)."""
+    they are CUDA tensors (the Tracker does the same for eager backward), on the rank's
+    device (`cuda:LOCAL_RANK` once the script called `set_device`): cuda:0 on another
+    rank's graph is a device mismatch, and the graph ran eagerly there."""
     original = FakeTensorMode.__torch_dispatch__
 
     def dispatch(
@@ -213,7 +215,7 @@ def _backward_devices() -> Iterator[None]:
         if "device" in kwargs and torch._C._current_autograd_node() is not None:
             device = kwargs["device"]
             if device is None or torch.device(device).type == "cpu":
-                kwargs = {**kwargs, "device": fake_cuda.CUDA0}
+                kwargs = {**kwargs, "device": fake_cuda.current_cuda()}
         return original(self, func, types, args, kwargs)
 
     FakeTensorMode.__torch_dispatch__ = dispatch  # type: ignore[method-assign]
@@ -224,22 +226,39 @@ def _backward_devices() -> Iterator[None]:
 
 
 def _devices_as_traced(gm: GraphModule) -> None:
-    """Factory nodes recorded with `device=cpu` whose traced value is a CUDA tensor get
-    the value's device. A backward formula traced by AOTAutograd (`index_backward`'s
-    zeros) took its device from a fake CUDA tensor's options(), which reads `cpu` here
-    (see fake_cuda); `_backward_devices` moved the fake value to CUDA, but the FX node
-    keeps what the formula asked for, and running it would scatter CUDA gradients into a
-    host tensor. On a GPU both say cuda."""
-    for n in gm.graph.nodes:
-        device = n.kwargs.get("device")
+    """Device arguments recorded as `cpu` whose traced value is a CUDA tensor get the
+    value's device. A backward formula traced by AOTAutograd took its device from a fake
+    CUDA tensor's options(), which reads `cpu` here (see fake_cuda); `_backward_devices`
+    moved the fake value to CUDA, but the FX node keeps what the formula asked for. On a
+    GPU both say cuda. Two shapes of it:
+    - a factory's `device=` (`index_backward`'s zeros): running it as recorded would
+      scatter CUDA gradients into a host tensor;
+    - `prims.device_put(x, cpu)` from Inductor's `_to_copy` decomposition, in the
+      backward of a dtype cast (`_to_copy_backward`: `grad.to(self.options())`, e.g.
+      the bf16 logits' `.float()` before a compiled cross-entropy): the gradient would
+      leave the graph as a host tensor. On a GPU the target is the tensor's own device,
+      so the decomposition emits no `device_put` at all: the node is dropped."""
+    for n in list(gm.graph.nodes):
         value = n.meta.get("val")
-        if (
-            device is not None
-            and torch.device(device).type == "cpu"
-            and isinstance(value, torch.Tensor)
-            and value.device.type == "cuda"
-        ):
+        if not (isinstance(value, torch.Tensor) and value.device.type == "cuda"):
+            continue
+        if n.target is _DEVICE_PUT and _is_cpu(n.args[1]):
+            source = n.args[0]
+            traced = source.meta.get("val") if isinstance(source, Node) else None
+            if isinstance(traced, torch.Tensor) and traced.device == value.device:
+                n.replace_all_uses_with(source)
+                gm.graph.erase_node(n)
+            else:
+                n.update_arg(1, value.device)
+        elif _is_cpu(n.kwargs.get("device")):
             n.update_kwarg("device", value.device)
+
+
+_DEVICE_PUT = torch.ops.prims.device_put.default
+
+
+def _is_cpu(device: Any) -> bool:
+    return device is not None and torch.device(device).type == "cpu"
 
 
 class GraphRunner:
