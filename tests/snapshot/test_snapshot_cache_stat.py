@@ -93,6 +93,7 @@ def test_changed_derived_array_is_caught(hand_file, how):
     assert column_cache.save_derived(snap, "idx", {"a": np.arange(5, dtype=np.int64)})
     warm = memlens.load(hand_file)
     assert column_cache.load_derived(warm, "idx", ["a"]) is not None
+    assert warm.cache_key is not None
     CHANGES[how](column_cache.cache_root() / warm.cache_key / "derived" / "idx" / "a.npy")
     with pytest.raises(CacheError, match="column a was changed"):
         column_cache.load_derived(warm, "idx", ["a"])
