@@ -29,7 +29,6 @@ from memlens.simulation.patches.autocast import CudaAutocast
 
 CPU = torch.device("cpu")
 META = torch.device("meta")
-CUDA0 = torch.device("cuda", 0)
 
 
 def current_cuda() -> torch.device:
