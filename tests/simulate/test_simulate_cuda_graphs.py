@@ -4,6 +4,7 @@ and reset in `memlens simulate`, against hand-worked bytes and against H200 reco
 
 from __future__ import annotations
 
+import gzip
 import json
 import pickle
 import subprocess
@@ -211,7 +212,7 @@ def test_the_simulation_matches_the_h200_recording(tmp_path, monkeypatch, name, 
         # the simulation runs the installed torch's make_graphed_callables, which from 2.14
         # captures on its warm-up stream (one workspace fewer in the pool than 2.11's)
         pytest.skip("recorded with torch 2.11, whose make_graphed_callables differs")
-    real = pickle.loads((GPU / f"{name}.pickle").read_bytes())
+    real = pickle.loads(gzip.decompress((GPU / f"{name}.pickle.gz").read_bytes()))
     monkeypatch.chdir(GPU)
     monkeypatch.syspath_prepend(str(GPU))
     monkeypatch.syspath_prepend(str(GPU.parent / "scripts"))  # the recordings' _rec.py

@@ -8,6 +8,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+import gzip  # noqa: E402
 import json  # noqa: E402
 import pickle  # noqa: E402
 from pathlib import Path  # noqa: E402
@@ -88,13 +89,13 @@ GPU = Path(__file__).parents[1] / "data" / "gpu"
 def test_the_h200_recording_of_async_collectives_is_reproduced_event_for_event(
     tmp_path, monkeypatch
 ):
-    """tests/data/gpu/work_wait.pickle (NCCL on an H200, world 1): all_reduce's input is
+    """tests/data/gpu/work_wait.pickle.gz (NCCL on an H200, world 1): all_reduce's input is
     freed when its Work is dropped, all_gather_into_tensor's input at its wait()."""
     monkeypatch.chdir(GPU / "scripts")  # the script imports its recording helper
     monkeypatch.syspath_prepend(str(GPU / "scripts"))
     script = tmp_path / "own.pickle"
     run_script(GPU / "scripts" / "work_wait.py", [str(script)], tmp_path / "s.pickle", gpu="h100")
-    with open(GPU / "work_wait.pickle", "rb") as f:
+    with gzip.open(GPU / "work_wait.pickle.gz", "rb") as f:
         recorded = pickle.load(f)
     with open(script, "rb") as f:
         simulated = pickle.load(f)

@@ -261,7 +261,7 @@ class Simulation:
     def empty_cache(self) -> None:
         # The cuBLAS workspaces stay allocated: torch 2.11 on an H200 kept both a side
         # stream's and a capture stream's through torch.cuda.graph's empty_cache
-        # (tests/data/gpu/graph_capture.pickle); torch._C._cuda_clearCublasWorkspaces
+        # (tests/data/gpu/graphs/graph_capture.pickle.gz); torch._C._cuda_clearCublasWorkspaces
         # drops them.
         self.allocator.empty_cache(self.frames.collect())
 
