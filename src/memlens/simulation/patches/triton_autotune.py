@@ -1,0 +1,244 @@
+"""Triton autotuning at a compiled kernel's first launch, in a simulation: which Triton
+kernels of an Inductor graph benchmark several configs, and the memory that takes.
+
+What a GPU does (torch 2.13's torch/_inductor/runtime/triton_heuristics.py and
+benchmarking.py; torch 2.11 recorded on an H200, tests/data/gpu/graphs/reduce_overhead):
+- Inductor gives each Triton kernel a list of candidate configs (`pointwise`,
+  `persistent_reduction`, `reduction`: block sizes and warps from the kernel's sizes),
+  duplicates dropped (`unique_configs`). A kernel with more than one benchmarks them all
+  at its first launch (`CachingAutotuner.run` -> `autotune_to_one_config` ->
+  `benchmark_all_configs` -> `bench`), unless Inductor's autotune cache on disk already
+  holds the winner: this model assumes a cold cache (the first run on a machine).
+- Each config (`InductorBenchmarker.benchmark_gpu`): one call of the kernel, then a
+  buffer of the card's L2 size (`get_device_properties().L2_cache_size`;
+  `torch.empty(L2 // 4, dtype=torch.int)`), zeroed before every timed call to flush the
+  cache, 5 estimation calls and up to 100 timed ones, then the buffer is freed. It is an
+  ordinary allocation, on the current stream, in the current pool (under a CUDA graph
+  tree's warm-up: the tree's pool, which keeps the freed segment).
+- A kernel writing a buffer in place (an in_out_ptr) gets a clone of it for every call
+  (`maybe_clone_args`: `clone_preserve_strides`), freed after the call; in a backward or
+  inference graph (`optimize_mem`) a buffer larger than `max_memory_allocated() -
+  memory_allocated()` is copied to pinned host memory instead, no device memory.
+- Kernels of the same source share the cache: the second is not benchmarked.
+- A kernel launches where Inductor's scheduler puts it (inductor_schedule.py), after
+  its output buffers are allocated and before the buffers it last reads are freed.
+
+Modelled: 1-D pointwise kernels and reductions that Inductor does not split
+(`num_splits`: DEFAULT hint when a row has at most 32 elements or there are at least
+64 x SMs rows; INNER with one output), persistent (rows up to 64, 1024 for INNER) or not;
+the config lists are torch's own functions. Not modelled: the config count of tiled
+(transposing) pointwise kernels (taken as 1-D), split reductions, scatters, sorts, scans,
+`cat`; timed calls fewer than 100 for kernels slower than 0.25 ms (the clones' count, not
+their peak); `max-autotune`'s GEMM templates and coordinate-descent tuning.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import inspect
+import weakref
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from torch.fx import Node
+
+from memlens.simulation.patches.inductor_plan import Plan
+from memlens.simulation.patches.inductor_schedule import REDUCTIONS, iteration, op_name, value
+
+if TYPE_CHECKING:
+    from memlens.simulation.gpus import Gpu
+    from memlens.simulation.host import SimulationHost
+
+ESTIMATION_ITERS = 5  # benchmark_gpu's estimation_iters
+BENCHMARK_ITERS = 100  # benchmark_gpu's benchmark_iters (25 ms // a call's time, at most)
+NO_L2_SIZE = 256 * 2**20  # get_device_cache_size without an L2_cache_size
+NOTE = (
+    "torch.compile: Triton autotuning modelled as with a cold autotune cache (a first "
+    "run): a kernel with several configs benchmarks each at its first launch with an "
+    "L2-sized cache-flush buffer (and a copy of each buffer it writes in place); a warm "
+    "cache (a later run on the same machine) skips it"
+)
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """One Triton kernel of a graph, as its autotuning sees it."""
+
+    heuristic: str  # "pointwise", "persistent_reduction" or "reduction"
+    size_hints: tuple[tuple[str, int], ...]  # ("x", n), ("r0_", n): powers of two
+    hint: str  # the reduction hint (DEFAULT, INNER; "split": not modelled); "" pointwise
+    inplace: tuple[int, ...]  # bytes of each buffer it writes in place
+    source: tuple[str, ...]  # what stands for its source: its nodes' ops
+
+
+def describe(plan: Plan, group: list[Node], gpu: Gpu) -> Kernel:
+    """The kernel computing `group` (inductor_schedule.Schedule.kernels) on this card."""
+    inplace = tuple(
+        int(plan.reuse[m].meta["val"].untyped_storage().nbytes())
+        for m in group
+        if m in plan.inplace
+    )
+    source = tuple(op_name(m) for m in group)
+    reductions = [m for m in group if op_name(m) in REDUCTIONS]
+    if not reductions:
+        numel = iteration(group[0]) or 1
+        return Kernel("pointwise", (("x", _pow2(numel)),), "", inplace, source)
+    r = reductions[0]
+    out = value(r)
+    rows = out.numel() if out is not None else 1
+    row = (iteration(r) or 1) // max(rows, 1)
+    hint = _reduction_hint(r, rows, row, gpu)
+    persistent = _pow2(row) <= (1024 if hint == "INNER" else 64)
+    heuristic = "persistent_reduction" if persistent else "reduction"
+    sizes = (("x", _pow2(rows)), ("r0_", _pow2(row)))
+    return Kernel(heuristic, sizes, hint, inplace, source)
+
+
+def _reduction_hint(r: Node, rows: int, row: int, gpu: Gpu) -> str:
+    """ir.py `Reduction.num_splits`'s hint where it keeps one kernel; "split" where it
+    splits the reduction in two kernels or where the hint is not modelled here."""
+    inner_no_split = 524288 if gpu.capability[0] >= 10 else 8192  # reduction_split_factor
+    if rows == 1:
+        return "INNER" if row <= inner_no_split or op_name(r) in ("argmax", "argmin") else "split"
+    if row <= 32 or rows >= gpu.multiprocessors * 2 * 32:
+        return "DEFAULT"
+    if _reduces_inner_dims(r) and (rows >= 2 * gpu.multiprocessors or row <= inner_no_split):
+        return "INNER"
+    return "split"
+
+
+def _reduces_inner_dims(r: Node) -> bool:
+    """A reduction over the trailing dimensions of a contiguous input."""
+    source = r.args[0] if r.args else None
+    val = value(source) if isinstance(source, Node) else None
+    dims = r.args[1] if len(r.args) > 1 else r.kwargs.get("dim")
+    if val is None or not val.is_contiguous() or not isinstance(dims, (list, tuple, int)):
+        return False
+    ndim = val.dim()
+    wanted = sorted(d % ndim for d in ([dims] if isinstance(dims, int) else dims))
+    return wanted == list(range(ndim - len(wanted), ndim))
+
+
+def _pow2(n: int) -> int:
+    return 1 if n <= 1 else 1 << (n - 1).bit_length()
+
+
+class _Config:
+    """Stands in for triton.Config (absent from CPU builds): what torch's heuristics set
+    and `triton_config_to_hashable` reads."""
+
+    def __init__(self, kwargs: dict[str, Any], num_warps: int = 4, num_stages: int = 1, **_: Any):
+        self.kwargs = dict(kwargs)
+        self.num_warps = num_warps
+        self.num_stages = num_stages
+
+
+@functools.cache
+def config_count(kernel: Kernel, gpu: Gpu) -> int:
+    """How many distinct configs torch's heuristics give the kernel on this card."""
+    from torch._inductor import config
+    from torch._inductor.runtime import triton_heuristics as th
+    from torch._inductor.runtime.hints import DeviceProperties, ReductionHint
+
+    major, minor = gpu.capability
+    device = DeviceProperties(
+        type="cuda",
+        index=0,
+        multi_processor_count=gpu.multiprocessors,
+        cc=major * 10 + minor,
+        major=major,
+        max_threads_per_multi_processor=gpu.max_threads_per_multiprocessor,
+        warp_size=32,
+    )
+    triton_meta: dict[str, Any] = {"device": device, "signature": {}}
+    meta: dict[str, Any] = {
+        "autotune_pointwise": config.triton.autotune_pointwise,
+        "max_autotune": config.max_autotune,
+        "max_autotune_pointwise": config.max_autotune_pointwise,
+    }
+    sizes = dict(kernel.size_hints)
+    hint = getattr(ReductionHint, kernel.hint, ReductionHint.DEFAULT)
+    with _stub_configs(th):
+        if kernel.heuristic == "pointwise":
+            configs = th.pointwise(sizes, triton_meta, inductor_meta=meta, return_configs=True)
+        elif kernel.heuristic == "persistent_reduction" and config.triton.persistent_reductions:
+            configs = th._persistent_reduction_configs(sizes, hint, meta, triton_meta)
+        else:
+            configs = th.reduction(
+                sizes, hint, triton_meta, inductor_meta=meta, return_configs=True
+            )
+        return len(th.unique_configs(configs))
+
+
+@contextlib.contextmanager
+def _stub_configs(module: Any) -> Iterator[None]:
+    saved = module.Config, module.InductorConfig
+    module.Config = module.InductorConfig = _Config
+    try:
+        yield
+    finally:
+        module.Config, module.InductorConfig = saved
+
+
+# per simulation: the kernels already benchmarked (Inductor's autotune cache, by source)
+_tuned: weakref.WeakKeyDictionary[Any, set[Kernel]] = weakref.WeakKeyDictionary()
+
+
+def first_launch(
+    sim: SimulationHost, kernel: Kernel, optimize_mem: bool, stack: list[dict[str, Any]]
+) -> None:
+    """The allocations of the kernel's first launch: its configs benchmarked, if several."""
+    tuned = _tuned.setdefault(sim, set())
+    if kernel in tuned or kernel.hint == "split":
+        return
+    tuned.add(kernel)
+    configs = config_count(kernel, sim.gpu)
+    if configs < 2:
+        return
+    sim.note(NOTE)
+    l2 = sim.gpu.l2_cache or NO_L2_SIZE
+    allocator = sim.allocator
+    flush_stack = [_frame("benchmark_gpu"), *stack]
+    clone_stack = [_frame("clone_preserve_strides"), *stack]
+    for _ in range(configs):
+        clones = list(kernel.inplace)
+        if optimize_mem:  # copy_args_to_cpu_if_needed: what exceeds the budget goes to host
+            budget = allocator.peak_allocated - allocator.allocated
+            clones = []
+            for size in kernel.inplace:
+                if size <= budget:
+                    budget -= size
+                    clones.append(size)
+        _call(sim, clones, clone_stack)  # the call before the buffer
+        flush = sim._malloc(l2 // 4 * 4, flush_stack)
+        for _ in range(ESTIMATION_ITERS + BENCHMARK_ITERS):
+            _call(sim, clones, clone_stack)
+        allocator.free(flush, sim.frames.collect())
+
+
+def _call(sim: SimulationHost, clones: list[int], stack: list[dict[str, Any]]) -> None:
+    """One benchmarked call: the in-place buffers cloned, freed when the call returns."""
+    addresses = [sim._malloc(size, stack) for size in clones]
+    for address in addresses:
+        sim.allocator.free(address, sim.frames.collect())
+
+
+@functools.cache
+def _frame(name: str) -> dict[str, Any]:
+    """torch's frame that makes the allocation, for the trace's stacks."""
+    from torch._inductor import compile_fx
+    from torch._inductor.runtime import benchmarking
+
+    fn: Any = (
+        benchmarking.InductorBenchmarker.benchmark_gpu
+        if name == "benchmark_gpu"
+        else compile_fx.clone_preserve_strides
+    )
+    fn = inspect.unwrap(fn)
+    return {
+        "filename": inspect.getsourcefile(fn) or "",
+        "line": fn.__code__.co_firstlineno,
+        "name": name,
+    }
