@@ -68,7 +68,9 @@ class Kernel:
 
     heuristic: str  # "pointwise", "persistent_reduction" or "reduction"
     size_hints: tuple[tuple[str, int], ...]  # ("x", n), ("r0_", n): powers of two
-    hint: str  # the reduction hint (DEFAULT, INNER; "split": not modelled); "" pointwise
+    # a reduction's hint (DEFAULT, INNER; "split": not modelled), a tiled pointwise
+    # kernel's (SQUARE), else ""
+    hint: str
     inplace: tuple[int, ...]  # bytes of each buffer it writes in place
     source: tuple[str, ...]  # what stands for its source: its nodes' ops
 
@@ -84,7 +86,16 @@ def describe(plan: Plan, group: list[Node], gpu: Gpu) -> Kernel:
     reductions = [m for m in group if op_name(m) in REDUCTIONS]
     if not reductions:
         numel = iteration(group[0]) or 1
-        return Kernel("pointwise", (("x", _pow2(numel)),), "", inplace, source)
+        out = value(group[0])
+        if out is None or not _transposes(plan, group) or out.dim() < 2:
+            return Kernel("pointwise", (("x", _pow2(numel)),), "", inplace, source)
+        # tiled: y over the rows, x along the output's last dimension; one buffer in and
+        # one out (in_ptr0, out_ptr0, ynumel, xnumel) is a square tile with one config
+        columns = out.shape[-1]
+        sizes = (("y", _pow2(numel // columns)), ("x", _pow2(columns)))
+        reads = {b for m in group for b in plan.access.get(m, {})} - set(group)
+        buffers = len(reads) + len([m for m in group if m not in plan.inplace])
+        return Kernel("pointwise", sizes, "SQUARE" if buffers == 2 else "", inplace, source)
     r = reductions[0]
     out = value(r)
     rows = out.numel() if out is not None else 1
@@ -94,6 +105,18 @@ def describe(plan: Plan, group: list[Node], gpu: Gpu) -> Kernel:
     heuristic = "persistent_reduction" if persistent else "reduction"
     sizes = (("x", _pow2(rows)), ("r0_", _pow2(row)))
     return Kernel(heuristic, sizes, hint, inplace, source)
+
+
+def _transposes(plan: Plan, group: list[Node]) -> bool:
+    """Whether a pointwise kernel reads a buffer across its rows (a transpose): Inductor
+    tiles it in two dimensions (codegen/simd.py `select_tiling`)."""
+    for m in group:
+        for accesses in plan.access.get(m, {}).values():
+            for access in accesses:
+                strides = [s for _, s in access[0] if s] if access is not None else []
+                if strides != sorted(strides, reverse=True):
+                    return True
+    return False
 
 
 def _reduction_hint(r: Node, rows: int, row: int, gpu: Gpu) -> str:
@@ -135,12 +158,24 @@ class _Config:
         self.num_stages = num_stages
 
 
-@functools.cache
 def config_count(kernel: Kernel, gpu: Gpu) -> int:
-    """How many distinct configs torch's heuristics give the kernel on this card."""
+    """How many distinct configs torch's heuristics give the kernel on this card, under
+    Inductor's settings now (`triton.autotune_pointwise`, `max_autotune_pointwise`)."""
     from torch._inductor import config
+
+    settings = (
+        config.triton.autotune_pointwise,
+        config.max_autotune,
+        config.max_autotune_pointwise,
+        config.triton.persistent_reductions,
+    )
+    return _config_count(kernel, gpu, settings)
+
+
+@functools.cache
+def _config_count(kernel: Kernel, gpu: Gpu, settings: tuple[bool, bool, bool, bool]) -> int:
     from torch._inductor.runtime import triton_heuristics as th
-    from torch._inductor.runtime.hints import DeviceProperties, ReductionHint
+    from torch._inductor.runtime.hints import DeviceProperties, ReductionHint, TileHint
 
     major, minor = gpu.capability
     device = DeviceProperties(
@@ -153,17 +188,21 @@ def config_count(kernel: Kernel, gpu: Gpu) -> int:
         warp_size=32,
     )
     triton_meta: dict[str, Any] = {"device": device, "signature": {}}
+    pointwise, max_autotune, max_pointwise, persistent_reductions = settings
     meta: dict[str, Any] = {
-        "autotune_pointwise": config.triton.autotune_pointwise,
-        "max_autotune": config.max_autotune,
-        "max_autotune_pointwise": config.max_autotune_pointwise,
+        "autotune_pointwise": pointwise,
+        "max_autotune": max_autotune,
+        "max_autotune_pointwise": max_pointwise,
     }
     sizes = dict(kernel.size_hints)
     hint = getattr(ReductionHint, kernel.hint, ReductionHint.DEFAULT)
     with _stub_configs(th):
         if kernel.heuristic == "pointwise":
-            configs = th.pointwise(sizes, triton_meta, inductor_meta=meta, return_configs=True)
-        elif kernel.heuristic == "persistent_reduction" and config.triton.persistent_reductions:
+            tile = TileHint.SQUARE if kernel.hint == "SQUARE" else TileHint.DEFAULT
+            configs = th.pointwise(
+                sizes, triton_meta, tile, inductor_meta=meta, return_configs=True
+            )
+        elif kernel.heuristic == "persistent_reduction" and persistent_reductions:
             configs = th._persistent_reduction_configs(sizes, hint, meta, triton_meta)
         else:
             configs = th.reduction(
@@ -200,8 +239,9 @@ def first_launch(
     sim.note(NOTE)
     l2 = sim.gpu.l2_cache or NO_L2_SIZE
     allocator = sim.allocator
-    flush_stack = [_frame("benchmark_gpu"), *stack]
-    clone_stack = [_frame("clone_preserve_strides"), *stack]
+    on = sim.frames.enabled  # torch's frame above the kernel's, as PyTorch records it
+    flush_stack = [_frame("benchmark_gpu"), *stack] if on else []
+    clone_stack = [_frame("clone_preserve_strides"), *stack] if on else []
     for _ in range(configs):
         clones = list(kernel.inplace)
         if optimize_mem:  # copy_args_to_cpu_if_needed: what exceeds the budget goes to host
@@ -215,14 +255,20 @@ def first_launch(
         flush = sim._malloc(l2 // 4 * 4, flush_stack)
         for _ in range(ESTIMATION_ITERS + BENCHMARK_ITERS):
             _call(sim, clones, clone_stack)
-        allocator.free(flush, sim.frames.collect())
+        allocator.free(flush, flush_stack)
 
 
 def _call(sim: SimulationHost, clones: list[int], stack: list[dict[str, Any]]) -> None:
     """One benchmarked call: the in-place buffers cloned, freed when the call returns."""
     addresses = [sim._malloc(size, stack) for size in clones]
     for address in addresses:
-        sim.allocator.free(address, sim.frames.collect())
+        sim.allocator.free(address, stack)
+
+
+def made_by_autotuning(entry: dict[str, Any]) -> bool:
+    """Whether a trace entry of a simulation is autotuning's (a flush buffer, a clone)."""
+    frames = entry.get("frames") or []
+    return bool(frames) and frames[0]["name"] in ("benchmark_gpu", "clone_preserve_strides")
 
 
 @functools.cache
