@@ -26,6 +26,9 @@ REDUCTIONS = frozenset(
     + ["var_mean", "std", "any", "all", "logsumexp"]
 )
 
+# lowered to a scatter kernel (pointwise heuristics) into its target's buffer
+SCATTERS = frozenset(["index_put"])
+
 
 @dataclass
 class Schedule:
@@ -53,6 +56,11 @@ def op_name(node: Node) -> str:
     return ""
 
 
+def _numel(node: Node) -> int | None:
+    val = value(node)
+    return None if val is None else val.numel()
+
+
 def iteration(node: Node) -> int | None:
     """The elements a kernel computing `node` iterates over: its output's for a
     pointwise node, its input's for a reduction."""
@@ -71,24 +79,33 @@ def schedule(plan: Plan, nodes: list[Node]) -> Schedule:
     def is_kernel(n: Node) -> bool:
         if kinds.get(n) == "pointwise" and plan.owner.get(n) is n:
             return value(n) is not None and iteration(n) != 0
-        return kinds.get(n) == "reduction" and op_name(n) in REDUCTIONS and value(n) is not None
+        kernel_op = op_name(n) in REDUCTIONS or op_name(n) in SCATTERS
+        return kinds.get(n) == "reduction" and kernel_op and value(n) is not None
 
-    first: dict[Node, Node] = {}  # kernel node -> the first node of its kernel
+    first: dict[Node, Node] = {}  # kernel node (or its output) -> its kernel's first node
     groups: dict[Node, list[Node]] = {}  # first node -> the kernel's nodes
     for n in plan.realized:
+        source = n.args[0] if kinds.get(n) == "getitem" and n.args else None
+        if isinstance(source, Node) and source in first:
+            first[n] = first[source]  # one of a kernel's several outputs
+            continue
         if not is_kernel(n):
             continue
         first[n] = n
-        reads = [b for b in plan.access.get(n, {}) if b is not n]
         groups[n] = [n]
-        if n in plan.reuse or not reads or not isinstance(n.meta.get("val"), torch.Tensor):
-            continue  # takes over a buffer where the graph's order has it, or several outputs
+        reads = [b for b in plan.access.get(n, {}) if b is not n]
+        if not reads or not isinstance(n.meta.get("val"), torch.Tensor):
+            continue  # reads nothing, or has several outputs
         latest = max(reads, key=position.__getitem__)
         head = first.get(latest)
+        taken = plan.reuse.get(n)
+        if head is None or (taken is not None and first.get(taken) is not head):
+            continue  # takes over another kernel's buffer where the graph's order has it
+        producer = groups[head][-1] if kinds.get(latest) == "getitem" else latest
+        loops = {iteration(producer), _numel(latest)}  # its whole loop, or its output's
         if (
-            head is not None
-            and kinds.get(latest) == "pointwise"
-            and iteration(n) == iteration(latest)
+            iteration(n) in loops
+            and not (op_name(n) in REDUCTIONS and op_name(producer) in REDUCTIONS)
             and all(position[b] <= position[head] or first.get(b) is head for b in reads)
         ):  # all it reads is there when the first node's kernel runs
             first[n] = head

@@ -360,8 +360,7 @@ class GraphRunner:
         env[n] = value
         if n in self.realized and allocate:  # a CUDA graph's replay allocates nothing
             self._allocate(n, value, blocks, held)
-            kernel = self.kernels.get(n)  # its first launch may autotune
-            if kernel is not None:
+            for kernel in self.kernels.get(n, ()):  # a first launch may autotune
                 triton_autotune.first_launch(sim, kernel, self.optimize_mem, self._stack(n))
         for lt in workspaces:
             sim._ensure_workspace(lt=lt)

@@ -45,7 +45,13 @@ from typing import TYPE_CHECKING, Any
 from torch.fx import Node
 
 from memlens.simulation.patches.inductor_plan import Plan
-from memlens.simulation.patches.inductor_schedule import REDUCTIONS, iteration, op_name, value
+from memlens.simulation.patches.inductor_schedule import (
+    REDUCTIONS,
+    SCATTERS,
+    iteration,
+    op_name,
+    value,
+)
 
 if TYPE_CHECKING:
     from memlens.simulation.gpus import Gpu
@@ -75,12 +81,46 @@ class Kernel:
     source: tuple[str, ...]  # what stands for its source: its nodes' ops
 
 
-def describe(plan: Plan, group: list[Node], gpu: Gpu) -> Kernel:
-    """The kernel computing `group` (inductor_schedule.Schedule.kernels) on this card."""
+def describe(plan: Plan, group: list[Node], gpu: Gpu) -> list[Kernel]:
+    """The kernels computing `group` (inductor_schedule.Schedule.kernels) on this card,
+    in launch order: one, but for a scatter into a buffer its fill's kernel first."""
+    if op_name(group[0]) in SCATTERS:
+        return _scatter(plan, group[0])
+    return [_kernel(plan, group, gpu)]
+
+
+def _scatter(plan: Plan, n: Node) -> list[Kernel]:
+    """index_put (`self[indices] = values`, or `+=` with accumulate): a kernel over the
+    values, tiled by rows of the index where each row is wider than one element, that
+    writes into its target (a mutated argument); a target that no kernel made yet (a
+    fused `full`, `zeros`: a gradient's) is filled by a kernel of its own first."""
+    target, indices, values = n.args[0], n.args[1], n.args[2]
+    out = value(n)
+    kernels = []
+    if isinstance(target, Node) and target not in plan.realized and out is not None:
+        fill = Kernel("pointwise", (("x", _pow2(out.numel())),), "", (), (op_name(target),))
+        kernels.append(fill)
+    source = value(values) if isinstance(values, Node) else None
+    listed = indices if isinstance(indices, (list, tuple)) else []
+    index = [value(i) if isinstance(i, Node) else None for i in listed]
+    if out is None or source is None or not index or index[0] is None:
+        return kernels
+    rows = index[0].numel()
+    columns = source.numel() // max(rows, 1)
+    written = (int(out.untyped_storage().nbytes()),)
+    sizes: tuple[tuple[str, int], ...] = (("x", _pow2(source.numel())),)
+    if columns > 1:
+        sizes = (("y", _pow2(rows)), ("x", _pow2(columns)))
+    return [*kernels, Kernel("pointwise", sizes, "", written, ("index_put",))]
+
+
+def _kernel(plan: Plan, group: list[Node], gpu: Gpu) -> Kernel:
+    # a buffer of the kernel's own written in place is no argument it mutates
+    own = set(group) | {o for o in plan.realized if o.args and o.args[0] in group}
     inplace = tuple(
         int(plan.reuse[m].meta["val"].untyped_storage().nbytes())
         for m in group
-        if m in plan.inplace
+        if m in plan.inplace and plan.reuse[m] not in own
     )
     source = tuple(op_name(m) for m in group)
     reductions = [m for m in group if op_name(m) in REDUCTIONS]
