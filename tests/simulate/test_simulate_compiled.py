@@ -20,8 +20,8 @@ torch = pytest.importorskip("torch")
 from torch import Tensor, nn  # noqa: E402
 
 import memlens  # noqa: E402
-from memlens.simulation.patches.triton_autotune import made_by_autotuning  # noqa: E402
 from memlens.simulation.patches import cudagraph_trees  # noqa: E402
+from memlens.simulation.patches.triton_autotune import made_by_autotuning  # noqa: E402
 
 pytestmark = pytest.mark.slow  # Dynamo and Inductor's imports: seconds per test
 SIZE = 64 * 64 * 4

@@ -5,7 +5,6 @@ recording (tests/data/gpu/graphs/reduce_overhead.pickle.gz, torch 2.11)."""
 
 from __future__ import annotations
 
-import difflib
 import gzip
 import pickle
 from pathlib import Path
@@ -191,7 +190,12 @@ def test_reduce_overhead_training_matches_the_h200_recording(tmp_path, monkeypat
     # needed another)
     default = [(0, (0, 0), 2 * MIB), (0, (0, 0), 20 * MIB), (0, (0, 0), 20 * MIB)]
     generator = [(1, (0, 0), 2 * MIB)]  # the graph-safe RNG state of the empty capture
-    pool = [(1, (0, 1), 2 * MIB), (1, (0, 1), 32 * MIB), (1, (0, 1), 60 * MIB), (1, (0, 1), 60 * MIB)]
+    pool = [
+        (1, (0, 1), 2 * MIB),
+        (1, (0, 1), 32 * MIB),
+        (1, (0, 1), 60 * MIB),
+        (1, (0, 1), 60 * MIB),
+    ]
     assert _segments(real) == _segments(run.snapshot) == default + generator + pool
     assert sum(s["total_size"] for s in real["segments"]) == 207618048  # 198 MiB
     assert sum(s["total_size"] for s in run.snapshot["segments"]) == 207618048
