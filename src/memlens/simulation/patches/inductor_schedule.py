@@ -121,13 +121,16 @@ def _order(nodes: list[Node], groups: dict[Node, list[Node]]) -> list[Node]:
     done: set[Node] = set()
     order: list[Node] = []
 
-    def visit(n: Node) -> None:
-        if n in done:
-            return
-        done.add(n)
-        for a in n.all_input_nodes:
-            visit(a)
-        order.append(n)
+    def visit(root: Node) -> None:  # depth first, inputs before users, without recursion
+        stack = [(root, False)]
+        while stack:
+            n, inputs_done = stack.pop()
+            if inputs_done:
+                order.append(n)
+            elif n not in done:
+                done.add(n)
+                stack.append((n, True))
+                stack.extend((a, False) for a in reversed(n.all_input_nodes) if a not in done)
 
     for n in nodes:
         visit(n)

@@ -23,13 +23,16 @@ benchmarking.py; torch 2.11 recorded on an H200, tests/data/gpu/graphs/reduce_ov
 - A kernel launches where Inductor's scheduler puts it (inductor_schedule.py), after
   its output buffers are allocated and before the buffers it last reads are freed.
 
-Modelled: 1-D pointwise kernels and reductions that Inductor does not split
-(`num_splits`: DEFAULT hint when a row has at most 32 elements or there are at least
-64 x SMs rows; INNER with one output), persistent (rows up to 64, 1024 for INNER) or not;
-the config lists are torch's own functions. Not modelled: the config count of tiled
-(transposing) pointwise kernels (taken as 1-D), split reductions, scatters, sorts, scans,
-`cat`; timed calls fewer than 100 for kernels slower than 0.25 ms (the clones' count, not
-their peak); `max-autotune`'s GEMM templates and coordinate-descent tuning.
+Modelled, with torch's own config lists: 1-D pointwise kernels; tiled ones (a read
+across rows: a transpose), square tiles (one buffer in, one out) with one config;
+reductions that Inductor keeps in one kernel (`num_splits`: DEFAULT hint when a row has
+at most 32 elements or there are at least 64 x SMs rows, INNER for the trailing
+dimensions of a contiguous input), persistent (rows up to 64, 1024 for INNER) or not;
+index_put's scatter (tiled by the index's rows) and the fill of its target. Not
+modelled: split reductions, sorts, scans, `cat`; fewer than 100 timed calls for a kernel
+slower than 0.25 ms (the clones' count, not their peak); `max-autotune`'s GEMM templates
+and coordinate-descent tuning; Triton's `do_bench` (256 MiB) where Inductor's
+experimental benchmarker is switched off.
 """
 
 from __future__ import annotations
