@@ -69,6 +69,16 @@ def test_inductors_switch_for_pointwise_autotuning_is_followed():
     assert config_count(kernel, gpu_preset("h200")) == 2
 
 
+@pytest.mark.parametrize(
+    ("card", "l2"), [("h100", 50 * MiB), ("h200", 60 * MiB), ("a100", 40 * MiB)]
+)
+def test_the_flush_buffer_is_the_cards_l2_as_torch_cuda_answers_it(card, l2):
+    # torch.cuda.get_device_properties(0).L2_cache_size on those cards (the H200's is
+    # the recording's flush buffer, tests/data/gpu/graphs/reduce_overhead.pickle.gz)
+    with memlens.simulate(gpu=card):
+        assert torch.cuda.get_device_properties(0).L2_cache_size == l2
+
+
 # ---------------------------------------------------------------- the allocations
 @pytest.mark.slow
 def test_a_pointwise_kernel_benchmarks_two_configs_at_its_first_launch_only():
