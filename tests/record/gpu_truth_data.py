@@ -28,8 +28,9 @@ HELD = ("peak_active", "peak_reserved")
 # docs/benchmarks-simulate.md, "Ground truth from a GPU"). Fill in after a GPU run.
 EXPLAINED: dict[str, str] = {
     "llama_compile": "torch.compile: Inductor's buffers are modelled, not generated; Triton "
-    "autotuning's benchmark buffers are not simulated, and each `torch.autocast` inside the "
-    "model is a graph break in the simulation only (docs/simulation.md, torch.compile)",
+    "autotuning's benchmark buffers only where the simulation can tell a kernel's configs, "
+    "and each `torch.autocast` inside the model is a graph break in the simulation only "
+    "(docs/simulation.md, torch.compile)",
 }
 
 

@@ -155,8 +155,7 @@ def test_torch_compile_is_modelled_with_a_note():
         x = torch.ones(2, 4, device="cuda")
         assert lin(x).shape == (2, 4) and double(x).shape == triple(x).shape == (2, 4)
     assert sim.notes == [
-        compiled.NOTE,
-        compiled.autotune_note(50 * 2**20),
+        compiled.NOTE,  # no autotuning note: kernels of 8 elements have one config
         cudagraph_trees.NOTE,  # reduce-overhead's graph, compiled at its first call
     ]
 

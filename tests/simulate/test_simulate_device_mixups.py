@@ -23,6 +23,7 @@ import torch.nn.functional as F  # noqa: E402
 from torch import Tensor, nn  # noqa: E402
 
 import memlens  # noqa: E402
+from memlens.simulation.patches.triton_autotune import made_by_autotuning  # noqa: E402
 
 CUDA0 = torch.device("cuda", 0)
 
@@ -31,8 +32,8 @@ def events(sim) -> list[tuple[str, int]]:
     return [
         ("+" if e["action"] == "alloc" else "-", e["size"])
         for e in sim.snapshot["device_traces"][0]
-        if e["action"] in ("alloc", "free_completed")
-    ]
+        if e["action"] in ("alloc", "free_completed") and not made_by_autotuning(e)
+    ]  # autotuning's buffers: test_simulate_triton_autotune.py
 
 
 class Lookup(nn.Module):

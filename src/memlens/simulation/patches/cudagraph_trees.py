@@ -17,7 +17,8 @@ tests/data/gpu/graphs/reduce_overhead.pickle.gz):
 - Warm-up (a graph's first call, and every call until a new generation starts): the
   graph runs as compiled, on the tree's stream, every allocation in the pool; cuBLAS's
   workspaces are dropped before and after (`clear_cublas_manager`), so the stream's
-  workspace is made in the pool and freed again.
+  workspace is made in the pool and freed again; Triton's autotuning at each kernel's
+  first launch runs here, its L2-sized flush buffers in the pool (triton_autotune.py).
 - Recording (the next call): inputs that are neither static (parameters, buffers; a
   backward's saved values) nor outputs of the tree are copied into the pool, then the
   graph is captured into the pool (`torch.cuda.graph`: empty_cache first), workspaces

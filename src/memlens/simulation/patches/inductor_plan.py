@@ -21,9 +21,10 @@ without its code generation:
   only, the index it writes (scheduler.py `decide_inplace_update`, `can_inplace`): not
   through a transpose, a broadcast or an offset view.
 
-Not modelled: the scheduler's reordering and kernel-local buffers of fused reductions
-(small: one value per reduced row), layout padding, Triton autotuning's benchmark
-allocations (see docs/simulation.md).
+Not modelled: the scheduler's reordering (but for a kernel fused into the one it reads,
+triton_autotune.py) and kernel-local buffers of fused reductions (small: one value per
+reduced row), layout padding. Triton autotuning's benchmark allocations:
+triton_autotune.py.
 """
 
 from __future__ import annotations
@@ -224,6 +225,9 @@ class Plan:
     access: dict[Node, dict[Node, frozenset[Access]]] = field(default_factory=dict)
     outputs: set[Node] = field(default_factory=set)  # owners that outlive the graph
     fused: int = 0  # pointwise values that got no buffer
+    # pointwise kernels writing in place into the buffer they take over (`reuse`): an
+    # in_out_ptr, a mutated argument of the Triton kernel (cloned when it is autotuned)
+    inplace: set[Node] = field(default_factory=set)
 
 
 def plan(graph: Graph) -> Plan:
@@ -361,6 +365,7 @@ def _take(
                 and reads.get(b) == writes
             ):
                 live[i] -= key[1]  # one block where there were two
+                p.inplace.add(n)
                 return b
     if pool.get(key):
         freed, old = pool[key][-1]

@@ -31,7 +31,13 @@ from torch.fx import GraphModule, Node
 from torch.fx.node import map_arg
 from torch.utils._pytree import tree_flatten
 
-from memlens.simulation.patches import cudagraph_trees, fake_cuda, sdpa
+from memlens.simulation.patches import (
+    cudagraph_trees,
+    fake_cuda,
+    inductor_schedule,
+    sdpa,
+    triton_autotune,
+)
 from memlens.simulation.patches.inductor_plan import Plan, plan, unfuse_bias_adds
 from memlens.simulation.patches.tracker import Tracker, is_cuda
 
@@ -44,22 +50,6 @@ NOTE = (
     "Inductor's kernels modelled, not generated: pointwise ops fused (no buffer), buffers "
     "freed after their last kernel and reused as its memory planner does"
 )
-
-
-# Not modelled, and why (docs/simulation.md, "Checked against real GPU recordings"): which
-# kernels get several Triton configs depends on Inductor's kernel grouping and sizes, and
-# whether they are benchmarked at all on Inductor's on-disk cache (a warm cache skips it)
-AUTOTUNE_NOTE = (
-    "torch.compile: the first call of each compiled graph may be higher on a GPU by up to "
-    "{l2} (the card's L2 size: the cache-flush buffer Triton's autotuning benchmarks "
-    "with) plus a copy of each buffer a kernel being tuned writes in place, when Inductor "
-    "autotunes (a cold cache); not simulated. Later steps are as simulated"
-)
-
-
-def autotune_note(l2_cache: int) -> str:
-    size = f"{l2_cache / 2**20:g} MiB" if l2_cache else "the card's L2 size"
-    return AUTOTUNE_NOTE.format(l2=size)
 
 
 _FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
@@ -134,11 +124,12 @@ class InductorModel:
         from torch._inductor.decomposition import select_decomp_table
 
         self.sim.note(NOTE)
-        self.sim.note(autotune_note(self.sim.gpu.l2_cache))
 
         def compiler(mode: str) -> Callable[[GraphModule, list[Any]], Any]:
             def compile_graph(g: GraphModule, inputs: list[Any]) -> Any:
-                runner = GraphRunner(self.sim, g)
+                # Triton's autotuning keeps its clones' memory low in a backward or an
+                # inference graph (`optimize_mem`), not in a training forward
+                runner = GraphRunner(self.sim, g, optimize_mem=mode != cudagraph_trees.FORWARD)
                 if self.tree is None:
                     return runner
                 self.sim.note(cudagraph_trees.NOTE)
@@ -264,7 +255,7 @@ def _is_cpu(device: Any) -> bool:
 class GraphRunner:
     """One compiled graph: runs its nodes on the fakes, allocating as `plan` says."""
 
-    def __init__(self, sim: SimulationHost, gm: GraphModule):
+    def __init__(self, sim: SimulationHost, gm: GraphModule, optimize_mem: bool = False):
         # AOTAutograd hands over its argument list, so inputs die at their last use; an
         # instance attribute, which the wrappers AOTAutograd puts around it copy
         self._boxed_call = True
@@ -274,6 +265,13 @@ class GraphRunner:
         unfuse_bias_adds(gm.graph)
         self.nodes = list(gm.graph.nodes)
         self.plan: Plan = plan(gm.graph)
+        # where the Triton kernels run, fused ones included, and which autotune
+        self.schedule = inductor_schedule.schedule(self.plan, self.nodes)
+        self.kernels = {
+            at: triton_autotune.describe(self.plan, group, sim.gpu)
+            for at, group in self.schedule.kernels.items()
+        }
+        self.optimize_mem = optimize_mem
         realized = set(self.plan.realized)
         held_by_owner = realized | {n for n in self.nodes if n.op == "placeholder"}
         # values dropped when their buffer is released, or after their last FX user
@@ -307,7 +305,7 @@ class GraphRunner:
         blocks: dict[Node, int] = {}  # buffer owner -> its storage's key in sim._live
         held: dict[Node, int] = {}  # released buffers waiting to be taken over: address
         try:
-            for n in self.nodes:
+            for n in self.schedule.order:
                 if n.op == "placeholder":
                     env[n] = self._on_device(n, inputs.pop())
                 elif n.op == "get_attr":
@@ -356,12 +354,17 @@ class GraphRunner:
                 value = n.target(*fn_args, **fn_kwargs)  # type: ignore[operator]
         finally:
             sim.in_compiled_graph = False
+        # the arguments die now, not when this frame returns: a tuple drops its items last
+        # first, and the buffers released below must die in Inductor's order
+        del fn_args, fn_kwargs
         env[n] = value
         if n in self.realized and allocate:  # a CUDA graph's replay allocates nothing
             self._allocate(n, value, blocks, held)
+            for kernel in self.kernels.get(n, ()):  # a first launch may autotune
+                triton_autotune.first_launch(sim, kernel, self.optimize_mem, self._stack(n))
         for lt in workspaces:
             sim._ensure_workspace(lt=lt)
-        for buf in self.plan.release.get(n, ()):
+        for buf in self.schedule.release.get(n, ()):
             if buf in self.plan.reuse.values() and buf in blocks:
                 # taken over later: keep its block, forget its (dying) storage
                 held[buf] = sim._live.pop(blocks.pop(buf))

@@ -1,0 +1,162 @@
+"""Where Inductor's scheduler runs a compiled graph's Triton kernels: the graph's order,
+but for a kernel fused into an earlier one (scheduler.py `fuse_nodes`: a fused node
+takes the place of its first member, `min_order`).
+
+The fusion modelled is the vertical one that moves memory: a realized pointwise or
+reduction node whose kernel reads a realized pointwise node's buffer whole (the same
+number of elements) and nothing produced after that node joins its kernel; e.g. a bias
+gradient's `sum` joins the activation gradient's kernel that a GEMM reads after it. Its
+buffer is then allocated with the first node's, before their kernel, and the buffers it
+read die after their last reader in that order, freed in the order that reader reads
+them (Inductor's `del` lines). Other fusions put no buffer elsewhere: not modelled.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch.fx import Node
+
+from memlens.simulation.patches.inductor_plan import Plan, op_kind
+
+# reductions Inductor lowers to one Triton reduction kernel (aten names)
+REDUCTIONS = frozenset(
+    ["sum", "prod", "amax", "amin", "max", "min", "argmax", "argmin", "mean", "var"]
+    + ["var_mean", "std", "any", "all", "logsumexp"]
+)
+
+# lowered to a scatter kernel (pointwise heuristics) into its target's buffer
+SCATTERS = frozenset(["index_put"])
+
+
+@dataclass
+class Schedule:
+    order: list[Node]  # the graph's nodes in the order they run
+    kernels: dict[Node, list[Node]]  # the node a Triton kernel launches after -> its nodes
+    release: dict[Node, list[Node]]  # `plan.release` in that order
+
+
+def value(node: Node) -> torch.Tensor | None:
+    """A node's CUDA tensor of static sizes (the first of several outputs), or None."""
+    val = node.meta.get("val")
+    if isinstance(val, (tuple, list)) and val:
+        val = val[0]
+    if not isinstance(val, torch.Tensor) or val.device.type != "cuda":
+        return None
+    if not all(isinstance(d, int) for d in val.shape):
+        return None  # symbolic sizes: not modelled
+    return val
+
+
+def op_name(node: Node) -> str:
+    target = node.target
+    if isinstance(target, torch._ops.OpOverload):
+        return str(target._schema.name.split("::")[-1])
+    return ""
+
+
+def _numel(node: Node) -> int | None:
+    val = value(node)
+    return None if val is None else val.numel()
+
+
+def iteration(node: Node) -> int | None:
+    """The elements a kernel computing `node` iterates over: its output's for a
+    pointwise node, its input's for a reduction."""
+    if op_name(node) in REDUCTIONS:
+        source = node.args[0] if node.args else None
+        val = value(source) if isinstance(source, Node) else None
+    else:
+        val = value(node)
+    return None if val is None else val.numel()
+
+
+def schedule(plan: Plan, nodes: list[Node]) -> Schedule:
+    position = {n: i for i, n in enumerate(nodes)}
+    kinds = {n: op_kind(n.target) for n in plan.realized if n.op == "call_function"}
+
+    def is_kernel(n: Node) -> bool:
+        if kinds.get(n) == "pointwise" and plan.owner.get(n) is n:
+            return value(n) is not None and iteration(n) != 0
+        kernel_op = op_name(n) in REDUCTIONS or op_name(n) in SCATTERS
+        return kinds.get(n) == "reduction" and kernel_op and value(n) is not None
+
+    first: dict[Node, Node] = {}  # kernel node (or its output) -> its kernel's first node
+    groups: dict[Node, list[Node]] = {}  # first node -> the kernel's nodes
+    for n in plan.realized:
+        source = n.args[0] if kinds.get(n) == "getitem" and n.args else None
+        if isinstance(source, Node) and source in first:
+            first[n] = first[source]  # one of a kernel's several outputs
+            continue
+        if not is_kernel(n):
+            continue
+        first[n] = n
+        groups[n] = [n]
+        reads = [b for b in plan.access.get(n, {}) if b is not n]
+        if not reads or not isinstance(n.meta.get("val"), torch.Tensor):
+            continue  # reads nothing, or has several outputs
+        latest = max(reads, key=position.__getitem__)
+        head = first.get(latest)
+        taken = plan.reuse.get(n)
+        if head is None or (taken is not None and first.get(taken) is not head):
+            continue  # takes over another kernel's buffer where the graph's order has it
+        producer = groups[head][-1] if kinds.get(latest) == "getitem" else latest
+        loops = {iteration(producer), _numel(latest)}  # its whole loop, or its output's
+        if (
+            iteration(n) in loops
+            and not (op_name(n) in REDUCTIONS and op_name(producer) in REDUCTIONS)
+            and all(position[b] <= position[head] or first.get(b) is head for b in reads)
+        ):  # all it reads is there when the first node's kernel runs
+            first[n] = head
+            groups[head].append(groups.pop(n)[0])
+    order = _order(nodes, groups)
+    kernels = {group[-1]: group for group in groups.values()}
+    return Schedule(order, kernels, _release(plan, order, groups))
+
+
+def _order(nodes: list[Node], groups: dict[Node, list[Node]]) -> list[Node]:
+    """The graph's order with each fused node (and the unrealized values it needs, not
+    yet computed: views, fused pointwise ops) moved right after its kernel's first."""
+    done: set[Node] = set()
+    order: list[Node] = []
+
+    def visit(root: Node) -> None:  # depth first, inputs before users, without recursion
+        stack = [(root, False)]
+        while stack:
+            n, inputs_done = stack.pop()
+            if inputs_done:
+                order.append(n)
+            elif n not in done:
+                done.add(n)
+                stack.append((n, True))
+                stack.extend((a, False) for a in reversed(n.all_input_nodes) if a not in done)
+
+    for n in nodes:
+        visit(n)
+        for m in groups.get(n, [])[1:]:
+            visit(m)
+    return order
+
+
+def _release(
+    plan: Plan, order: list[Node], groups: dict[Node, list[Node]]
+) -> dict[Node, list[Node]]:
+    at = {n: i for i, n in enumerate(order)}
+    launch = {m: group[-1] for group in groups.values() for m in group}
+    moved = {m for group in groups.values() if len(group) > 1 for m in group}
+    out: dict[Node, list[Node]] = {}
+    for node, bufs in plan.release.items():
+        for buf in bufs:
+            last = node
+            if node in moved:  # its kernel runs elsewhere now: the buffer's last reader
+                readers = [r for r, reads in plan.access.items() if buf in reads]
+                last = max(readers or [node], key=at.__getitem__)
+            out.setdefault(launch.get(last, last), []).append(buf)
+    for node, bufs in out.items():
+        if any(b not in plan.release.get(node, ()) for b in bufs):
+            first_read: dict[Node, int] = {}
+            for i, a in enumerate(node.all_input_nodes):
+                first_read.setdefault(plan.owner.get(a, a), i)
+            bufs.sort(key=lambda b: first_read.get(b, len(first_read)))
+    return out
