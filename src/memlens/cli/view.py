@@ -92,13 +92,17 @@ def command(
         import uvicorn
 
         from memlens.views.web.data import ViewerData
-        from memlens.views.web.server import create_app
+        from memlens.views.web.server import create_app, import_request_modules
 
         data = ViewerData(snaps, snapshots)
         app = create_app(data, host=host)
         config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off")
         server = uvicorn.Server(config)
         data.defer_indexes()
+        # what serving imports (uvicorn's protocol, anyio's backend), before the warm-up
+        # thread starts and the first viewport is asked for
+        config.load()
+        import_request_modules()
 
         def background() -> None:
             try:  # the cache is written once the first viewport is out (the CPU is its)
