@@ -153,12 +153,16 @@ def test_without_a_meta_answer_the_page_asks_for_it():
     def broken() -> None:
         raise RuntimeError("a bug")
 
+    working = data.meta
     data.meta = broken  # type: ignore[method-assign]
-    page = TestClient(create_app(data), base_url=BASE).get("/").text
+    client = TestClient(create_app(data), base_url=BASE)
+    page = client.get("/").text
     template = (Path(str(STATIC)) / "index.html").read_text()
     assert page == served_index(template, None)
     assert '<link rel="preload" href="/api/meta" as="fetch" crossorigin="anonymous">' in page
     assert "application/json" not in page
+    data.meta = working  # type: ignore[method-assign]
+    assert client.get("/").text == served_index(template, working())  # (not kept)
 
 
 def test_a_template_without_its_scripts_block_is_refused():

@@ -227,9 +227,9 @@ def create_app(
     def make_index() -> bytes:
         if not served:
             try:
-                meta: MetaAnswer | None = data.meta()
+                meta = data.meta()
             except Exception:  # the page asks /api/meta itself, which says what is wrong
-                meta = None
+                return served_index(page.text("/index.html"), None).encode()
             served.append(served_index(page.text("/index.html"), meta).encode())
         return served[0]
 
