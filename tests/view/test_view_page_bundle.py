@@ -17,6 +17,7 @@ from view_fixtures import EVIL, serving, small_snapshot
 
 import memlens
 from chromium import BROWSER_MARKS
+from memlens.views.web.answers import MetaAnswer
 from memlens.views.web.bundle import BundleError, bundle
 from memlens.views.web.data import ViewerData
 from memlens.views.web.page import script_json, served_index
@@ -150,7 +151,7 @@ def test_the_served_page_holds_the_meta_answer_and_nothing_else_from_the_snapsho
 def test_without_a_meta_answer_the_page_asks_for_it():
     data = ViewerData([memlens.load(small_snapshot())])
 
-    def broken() -> None:
+    def broken() -> MetaAnswer:
         raise RuntimeError("a bug")
 
     working = data.meta
