@@ -1,8 +1,8 @@
 """The page's ES modules joined into one script, made when the app is made (issue 37).
 
-Why: a browser opens at most six connections to one HTTP/1.1 server, so the page's 16
-modules came in three or four waves, each waiting for the server's event loop (which is
-busy starting while the page loads); one script is one request. The modules stay as they
+Why: a browser opens at most six connections to one HTTP/1.1 server, so the page's 17
+modules (and its stylesheet and /api/meta) came in three or four waves, each waiting for
+the server's event loop (busy starting while the page loads); one script is one request. The modules stay as they
 are (static/js/, checked by tsc and node's tests, served as before for the unbundled
 static/index.html); this only rewrites the two statements they use between each other:
 
@@ -10,8 +10,8 @@ static/index.html); this only rewrites the two statements they use between each 
     export function f() / export const / export class / export async function
 
 Each module becomes a function scope returning what the others import from it, in an
-order where every module comes after those it imports (there is no cycle: tests/
-test_architecture.py). The bindings the page imports are functions, classes and consts,
+order where every module comes after those it imports (a cycle is refused, as
+tests/test_architecture.py refuses it). The bindings the page imports are functions, classes and consts,
 so a copy is the binding (anything else exported is refused here, as is any other form of
 import or export: BundleError, met by the tests when the app is made).
 """
