@@ -6,7 +6,7 @@ Why not starlette's StaticFiles: each file it serves is a stat, an open and read
 sent to a worker thread; while the page loads, `memlens view`'s warm-up thread is finding
 what the first viewport needs, and every hand-over waits for the GIL (up to the 5 ms
 switch interval each). The page `/` serves is three requests before its first viewport
-(index, stylesheet, bundle); /static/index.html is 19 (issue 37).
+(index, stylesheet, bundle); /static/index.html is 20 (issue 37).
 """
 
 from __future__ import annotations
