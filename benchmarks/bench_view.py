@@ -13,7 +13,9 @@ Measures, per size:
 * with the paint: `pickle.load` of the same file in a fresh process (the file's pages in the
   OS cache, as for the paints), and each first paint as a fraction of it (issue 37's
   targets at 3.6M events: cold <= 0.35x, warm <= 0.12x), medians of the runs (and the
-  ratio of the best runs, as the earlier tables gave it).
+  ratio of the best runs, as the earlier tables gave it); and, of the warm paints, where the
+  time after the URL went (warm_phases_ms: opening the tab, then the page's first viewport
+  request sent, its answer's first and last byte, the paint, in ms since navigation).
 
 Usage: python benchmarks/bench_view.py [--sizes 100000,1000000,5000000] [--files A.pickle,...]
        [--parts paint,server,http,browser] [--cold-runs N] [--warm-runs N] [--out FILE.md]
@@ -89,21 +91,36 @@ def cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def first_paint(browser, path: Path, cache_dir: str) -> tuple[float, float, float]:
+# Where a paint's time went after the URL, from the page's own timings (ms since the page's
+# navigation began): the first viewport's request sent, its answer's first and last byte,
+# and the page's first complete paint (state.firstPaint).
+PAGE_PHASES = """() => {
+  const v = performance.getEntriesByType('resource').find(r => r.name.includes('/view?'));
+  return v ? {view_sent: v.requestStart, view_first_byte: v.responseStart,
+              view_end: v.responseEnd, painted: window.memlens.firstPaint} : {};
+}"""
+
+
+def first_paint(
+    browser, path: Path, cache_dir: str
+) -> tuple[float, float, float, dict[str, float]]:
     """(seconds from command to first complete paint, seconds until the URL was printed,
     CPU seconds the server had used when the page was drawn: on a loaded box the wall
-    times wait for a core, this does not)."""
+    times wait for a core, this does not; where the time after the URL went: ms to open a
+    tab (Playwright's page), and the page's own PAGE_PHASES)."""
     proc, url, t0 = start_server(path, cache_dir)
     t_url = time.perf_counter() - t0
     try:
         page = browser.new_page(viewport={"width": WIDTH, "height": HEIGHT})
+        t_tab = time.perf_counter() - t0
         page.goto(url)
         page.wait_for_selector("body[data-ready='1']", timeout=300_000)
         t = time.perf_counter() - t0
         cpu = cpu_s(proc.pid)
+        phases = {"tab": (t_tab - t_url) * 1000, **page.evaluate(PAGE_PHASES)}
         page.close()
         wait_for_kept_indexes(cache_dir)
-        return t, t_url, cpu
+        return t, t_url, cpu, phases
     finally:
         stop(proc)
 
@@ -330,8 +347,10 @@ def main() -> None:
                                cold_server_cpu_s=cold_cpu, warm_server_cpu_s=warm_cpu,
                                pickle_load_s=load, pickle_runs_s=[round(x, 3) for x in loads],
                                cold_ratio=cold / load, warm_ratio=warm / load,
-                               best_cold_ratio=min(colds)[0] / min(loads),
-                               best_warm_ratio=min(warms)[0] / min(loads),
+                               best_cold_ratio=min(c[0] for c in colds) / min(loads),
+                               best_warm_ratio=min(w[0] for w in warms) / min(loads),
+                               warm_phases_ms={k: round(pct([w[3][k] for w in warms], 50), 1)
+                                               for k in warms[0][3]},
                                loadavg=os.getloadavg())  # fmt: skip
                 os.environ["MEMLENS_CACHE_DIR"] = cache
                 row["events"] = memlens.load(path, warn=False).device().n_events

@@ -19,6 +19,41 @@ test("fmtBytes: binary units, whole bytes below 1 KiB, sign kept", () => {
 test("fmtInt: thousands separators", () => {
   assert.equal(fmtInt(1234567), "1,234,567");
   assert.equal(fmtInt("42"), "42");
+  assert.equal(fmtInt(-1234567), "-1,234,567");
+  assert.equal(fmtInt(999), "999");
+  assert.equal(fmtInt(1000), "1,000");
+});
+
+test("fmtInt: what toLocaleString('en-US') says, with or without it", () => {
+  const values = [
+    0,
+    -0,
+    1,
+    -1,
+    12,
+    123,
+    1234,
+    -12345,
+    123456,
+    1234567,
+    3967724,
+    2 ** 31,
+    -(2 ** 40),
+    Number.MAX_SAFE_INTEGER,
+    -Number.MAX_SAFE_INTEGER,
+    2 ** 53,
+    1e21,
+    1.5,
+    1234.5678,
+    -0.25,
+    NaN,
+    Infinity,
+    -Infinity,
+    "17",
+    "1e3",
+    "x",
+  ];
+  for (const v of values) assert.equal(fmtInt(v), Number(v).toLocaleString("en-US"), String(v));
 });
 
 test("fmtSeconds: from microseconds, unit by magnitude", () => {

@@ -211,8 +211,15 @@ def _js_modules() -> list[str]:
 
 
 def test_page_loads_its_modules_with_a_javascript_type(client):
-    # a module script is refused unless it is served with a JavaScript MIME type
-    assert '<script type="module" src="/static/js/main.js"></script>' in client.get("/").text
+    # a module script is refused unless it is served with a JavaScript MIME type; `/`
+    # loads them as one (views/web/bundle.py), /static/index.html one by one
+    assert '<script type="module" src="/static/bundle.js"></script>' in client.get("/").text
+    assert (
+        '<script type="module" src="/static/js/main.js"></script>'
+        in client.get("/static/index.html").text
+    )
+    bundled = client.get("/static/bundle.js")
+    assert bundled.headers["content-type"].split(";")[0] == "text/javascript"
     modules = _js_modules()
     assert "js/main.js" in modules and "js/pane/pane.js" in modules
     for name in modules:

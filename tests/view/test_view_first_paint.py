@@ -170,14 +170,33 @@ def test_the_page_preloads_every_module_it_imports() -> None:
 
 @pytest.mark.browser
 @BROWSER_MARKS[1]
-def test_each_resource_is_fetched_once_and_meta_from_the_preload(browser, generated) -> None:
+def test_the_page_asks_for_one_script_and_no_meta_before_its_viewport(browser, generated) -> None:
+    # `/` has the modules as one script and /api/meta's answer written in (issue 37)
     with serving(ViewerData([memlens.load(generated, warn=False)])) as url:
         pg = Page(browser, url)
+        got = pg.page.evaluate(
+            "() => performance.getEntriesByType('resource').map(e => new URL(e.name).pathname)"
+        )
+        assert pg.errors == [] and pg.foreign == []
+        first_view = got.index("/api/d/0/view")
+        assert sorted(got[:first_view]) == ["/static/app.css", "/static/bundle.js"]
+        assert "/api/meta" not in got and not [p for p in got if p.startswith("/static/js/")]
+        twice = {p for p in got if got.count(p) > 1} - {"/api/d/0/view"}
+        assert twice == set()  # nothing asked for twice (the view: two sizes)
+
+
+@pytest.mark.browser
+@BROWSER_MARKS[1]
+def test_the_unbundled_page_still_works_and_uses_its_preloads(browser, generated) -> None:
+    # static/index.html as it is: the modules one by one, /api/meta from the preload
+    with serving(ViewerData([memlens.load(generated, warn=False)])) as url:
+        pg = Page(browser, url + "static/index.html")
         got = pg.page.evaluate(
             "() => performance.getEntriesByType('resource')"
             ".map(e => [new URL(e.name).pathname, e.initiatorType])"
         )
-        assert pg.errors == [] and pg.foreign == []
+        # (Page calls foreign what is not below the URL it was given)
+        assert pg.errors == [] and [u for u in pg.foreign if not u.startswith(url)] == []
         paths = [p for p, _ in got]
         assert [k for p, k in got if p == "/api/meta"] == ["link"]  # the preload, used
         js = {p for p in paths if p.startswith("/static/js/")} - {"/static/js/main.js"}

@@ -13,6 +13,7 @@ from view_fixtures import small_snapshot
 
 import memlens
 from memlens.views.web.data import ViewerData
+from memlens.views.web.page import served_index
 from memlens.views.web.server import STATIC, create_app
 
 ROOT = Path(str(STATIC))
@@ -33,8 +34,11 @@ def test_every_file_byte_for_byte(client):
         # the type StaticFiles gave (mimetypes': text/javascript or application/javascript)
         assert r.headers["content-type"] == f"{guess_type(p.name)[0]}; charset=utf-8", p
         assert r.headers["x-content-type-options"] == "nosniff"
+    # `/`: index.html with the modules as one script and /api/meta written in (page.py)
     page = client.get("/")
-    assert page.content == (ROOT / "index.html").read_bytes()
+    meta = client.get("/api/meta").json()
+    assert page.text == served_index((ROOT / "index.html").read_text(), meta)
+    assert page.headers["content-type"] == "text/html; charset=utf-8"
     assert "script-src 'self'" in page.headers["content-security-policy"]
 
 

@@ -53,10 +53,7 @@ def command(
     its stack, click the time axis strip for what is live at that moment. Press ? for keys.
     """
     require_extra("view", "its web server", ("starlette", "uvicorn"), "web")
-    import uvicorn
-
-    from memlens.views.web.data import ViewerData
-    from memlens.views.web.server import bind_socket, create_app, url_for
+    from memlens.views.web.address import bind_socket, url_for
 
     # a cold load's column cache is written in the background, after the first viewport
     cache_writes: list[Callable[[], None]] = []
@@ -65,16 +62,10 @@ def command(
     if device is not None:
         for s in snaps:
             s.device(device)  # fails early, with the list of devices
-    data = ViewerData(snaps, snapshots)
     sock = bind_socket(host, port)
-    real_port = sock.getsockname()[1]
-    url = url_for(host, real_port, device)
-    app = create_app(data, host=host)
-    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off")
-    server = uvicorn.Server(config)
-    data.defer_indexes()
-
+    url = url_for(host, sock.getsockname()[1], device)
     written = threading.Event()
+    warming = False
 
     def write_cache() -> None:
         try:
@@ -83,14 +74,10 @@ def command(
         finally:
             written.set()
 
-    def background() -> None:
-        try:  # the cache is written once the first viewport is out (the CPU is its)
-            data.warm(after_first_view=[write_cache])  # then keeps its indexes beside it
-        finally:
-            written.set()  # (also when warm() failed before writing)
-
-    threading.Thread(target=background, name="memlens-warm", daemon=True).start()
     try:  # from here on, a Ctrl+C still lets the cache be written, for a fast next start
+        # the URL as soon as the socket listens (issue 37): the browser starts loading the
+        # page, its connection waiting in the socket's backlog, while the web stack is
+        # imported (0.2-0.3 s of a warm start) instead of after
         status(f"memlens view: serving {', '.join(snapshots)} at {url}  (Ctrl+C to stop)")
         if host not in ("127.0.0.1", "localhost", "::1"):
             click.echo(
@@ -102,7 +89,35 @@ def command(
             import webbrowser  # (not imported before it is needed: start-up time)
 
             threading.Timer(0.3, lambda: webbrowser.open(url)).start()
+        import uvicorn
+
+        from memlens.views.web.data import ViewerData
+        from memlens.views.web.server import create_app, import_request_modules
+
+        data = ViewerData(snaps, snapshots)
+        app = create_app(data, host=host)
+        config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off")
+        server = uvicorn.Server(config)
+        data.defer_indexes()
+        # what serving imports (uvicorn's protocol, anyio's backend), before the warm-up
+        # thread starts and the first viewport is asked for
+        config.load()
+        import_request_modules()
+
+        def background() -> None:
+            try:  # the cache is written once the first viewport is out (the CPU is its)
+                data.warm(after_first_view=[write_cache])  # then keeps its indexes beside it
+            finally:
+                written.set()  # (also when warm() failed before writing)
+
+        # (started once the imports are done: beside them, each of its many short GIL
+        # releases waited for the importing thread, docs/benchmarks-view.md)
+        threading.Thread(target=background, name="memlens-warm", daemon=True).start()
+        warming = True
         server.run(sockets=[sock])
     finally:
         sock.close()
-        written.wait(CACHE_WRITE_WAIT_S)
+        if warming:
+            written.wait(CACHE_WRITE_WAIT_S)
+        else:  # stopped before serving: the cache is written here
+            write_cache()

@@ -146,6 +146,10 @@ class ViewerData:
             user_frame_of_stacks(snap)
 
     # ---- /api/meta -------------------------------------------------------------------------
+    def meta_ready(self) -> bool:
+        """Whether meta() answers without computing (or waiting for) anything."""
+        return self._meta is not None
+
     def meta(self) -> MetaAnswer:
         with self._meta_lock:
             if self._meta is None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import socket
 from collections.abc import Awaitable, Callable, Sequence
 from importlib.resources import files
 from pathlib import Path
@@ -27,6 +26,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from memlens.errors import MemlensError
 from memlens.views.escape import visible
+from memlens.views.web.address import bind_socket as bind_socket  # (where it was)
+from memlens.views.web.address import url_for as url_for
 from memlens.views.web.answers import (
     AllocationAnswer,
     AnnotationsAnswer,
@@ -40,6 +41,7 @@ from memlens.views.web.answers import (
 )
 from memlens.views.web.assets import PageFiles
 from memlens.views.web.data import PAGE_MIN_PX, ViewerData, Window
+from memlens.views.web.page import served_index
 
 if TYPE_CHECKING:  # the summary's type only: its module is imported when one is asked for
     from memlens.analysis.results import DeviceSummary
@@ -220,9 +222,23 @@ def create_app(
         return data.compare([_int(req, "d0", lo=0, hi=1 << 20), _int(req, "d1", lo=0, hi=1 << 20)])
 
     page = PageFiles(Path(str(STATIC)))
+    served: list[bytes] = []  # the page `/` serves, made once /api/meta's answer is known
+
+    def make_index() -> bytes:
+        if not served:
+            try:
+                meta = data.meta()
+            except Exception:  # the page asks /api/meta itself, which says what is wrong
+                return served_index(page.text("/index.html"), None).encode()
+            served.append(served_index(page.text("/index.html"), meta).encode())
+        return served[0]
 
     async def index(req: Request) -> Response:
-        return page.response("/index.html")
+        # /api/meta's answer is written in (page.py): made on the event loop once the
+        # warm-up thread has it (the usual case: it is the first thing it does), else on a
+        # worker thread, which waits for it without holding up the page's other files
+        body = make_index() if served or data.meta_ready() else await run_in_threadpool(make_index)
+        return Response(body, media_type="text/html")
 
     routes = [
         Route("/", index),
@@ -248,6 +264,13 @@ def create_app(
     )
     app.state.data = data
     return app
+
+
+def import_request_modules() -> None:
+    """Import now what the first API request would: anyio's asyncio backend, which
+    starlette's run_in_threadpool imports on its first use (0.05-0.12 s, on the path of the
+    page's first viewport otherwise). For `memlens view`, before it starts serving."""
+    import anyio._backends._asyncio  # noqa: F401
 
 
 class SecurityHeaders:
@@ -283,26 +306,3 @@ def _page_headers(frame_ancestors: tuple[str, ...] = ()) -> dict[str, str]:
     # X-Frame-Options cannot name origins; CSP frame-ancestors supersedes it where given
     csp = CSP.replace("frame-ancestors 'none'", "frame-ancestors " + " ".join(frame_ancestors))
     return {"Content-Security-Policy": csp}
-
-
-def bind_socket(host: str, port: int) -> socket.socket:
-    """Bind first, so port 0 resolves to a real port before the URL is printed."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, port))
-    except OSError as exc:
-        sock.close()
-        raise MemlensError(f"cannot listen on {host}:{port} ({exc.strerror or exc})") from None
-    sock.listen(128)
-    sock.set_inheritable(True)
-    return sock
-
-
-def url_for(host: str, port: int, device: int | None) -> str:
-    shown = "127.0.0.1" if host in ("0.0.0.0", "") else ("[::1]" if host == "::" else host)
-    if ":" in shown and not shown.startswith("["):
-        shown = f"[{shown}]"
-    query = f"?device={device}" if device is not None else ""
-    return f"http://{shown}:{port}/{query}"

@@ -16,8 +16,15 @@ export function fmtBytes(n, precision = 2) {
   return String(n);
 }
 
+// Whole numbers are grouped here rather than by toLocaleString, whose first call in a page
+// loads the locale's data: 30-120 ms before the first viewport could be asked for (the
+// pane's device list is labelled with event counts). Anything else, as toLocaleString says.
 /** @param {number | string} n */
-export const fmtInt = (n) => Number(n).toLocaleString("en-US");
+export function fmtInt(n) {
+  const x = Number(n);
+  if (!Number.isSafeInteger(x) || Object.is(x, -0)) return x.toLocaleString("en-US");
+  return String(x).replace(/\B(?=(\d{3})+$)/g, ",");
+}
 
 /** @param {number} us */
 export function fmtSeconds(us) {

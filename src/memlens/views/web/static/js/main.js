@@ -136,7 +136,9 @@ async function main() {
   /** @type {import("./types.js").MetaAnswer} */
   let meta;
   try {
-    meta = await getJSON("/api/meta");
+    // written into the page by the server (views/web/page.py), else asked for
+    const written = document.getElementById("meta");
+    meta = written ? JSON.parse(written.textContent || "") : await getJSON("/api/meta");
   } catch (e) {
     setStatus(`cannot load: ${/** @type {Error} */ (e).message}`, true);
     return;
