@@ -1,0 +1,172 @@
+"""A cheaper key in front of FakeTensorMode's dispatch cache, for the tracker's plain ops.
+
+On a cache hit FakeTensorMode spends most of its time on the key (`_prep_args_for_hash`,
+`extract_tensor_metadata`: a dataclass per tensor, flattened field by field) and the rest
+building the output from the entry. For an op whose arguments are only this mode's fake
+tensors and plain Python values, the key here is a flat tuple of the same facts read in
+C (dtype, shape, strides, offset, storage size, device, autograd and view bits), and a
+hit answers with FakeTensorMode's own entry through FakeTensorMode's own output builder
+(`_output_from_cache_entry`: in-place and view outputs alias the same arguments, fresh
+ones get the entry's metadata), called as FakeTensorMode's dispatch would call it, with
+the fake mode off the stack. Exact by construction: this key determines FakeTensorMode's
+key (the same op, global state and arguments give the same key there), and an entry is
+taken only after FakeTensorMode itself stored it under that key; anything it would not
+cache, or that this key does not cover (symbolic sizes, other tensor kinds, constants,
+callables, another fake mode), goes the normal way.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch._subclasses import fake_tensor as ft
+from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+
+_FAKE = torch._C._TorchDispatchModeKey.FAKE
+_PROXY = torch._C._TorchDispatchModeKey.PROXY
+_get_mode = torch._C._get_dispatch_mode
+_set_mode = torch._C._set_dispatch_mode
+_unset_mode = torch._C._unset_dispatch_mode
+_default_dtype = torch.get_default_dtype
+_default_device = torch._C._get_default_device
+_inference_mode = torch.is_inference_mode_enabled
+_STRIDED = torch.strided
+# values FakeTensorMode's key takes as (type, value): the ones an aten op's plain
+# arguments are; anything else (SymInt, callables, GraphModules) goes the normal way
+_PLAIN = frozenset(
+    {
+        int,
+        float,
+        bool,
+        str,
+        type(None),
+        torch.dtype,
+        torch.device,
+        torch.layout,
+        torch.memory_format,
+    }
+)
+# no fast path: not cached by FakeTensorMode's dispatch, or answered before its cache
+_NEVER = frozenset([*ft._DISPATCH_META_HANDLERS, *ft._DISPATCH_HANDLE_DIRECTLY])
+# FakeTensorMode stored no usable entry under this key: always the normal way
+_NO_ENTRY = object()
+
+
+class DispatchMemo:
+    """Per-operator memo of FakeTensorMode's cache entries, for one fake mode."""
+
+    def __init__(self, mode: FakeTensorMode) -> None:
+        self.mode = mode
+        # the shape environment FakeTensorMode's key and outputs consult: none here (no
+        # symbolic sizes), so entries hold plain integers
+        self._state = ft._CacheKeyState(None)
+        self.usable = mode.shape_env is None and mode.cache_enabled
+
+    def applies_to(self, func: Any) -> bool:
+        """Whether `func` may take the fast path at all (asked once per operator)."""
+        return (
+            self.usable
+            and isinstance(func, torch._ops.OpOverload)
+            and func not in _NEVER
+            and FakeTensorMode not in func.python_key_table
+        )
+
+    def key(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...] | None:
+        """The key of one call, or None where the call must go the normal way. Every
+        item is tagged with its kind (tensor, list, value), so two calls share a key only
+        where FakeTensorMode's keys are equal too."""
+        mode = self.mode
+        if _get_mode(_FAKE) is not mode or _get_mode(_PROXY) is not None:
+            return None  # another fake mode (Dynamo's tracing), or a proxy tracer
+        if mode.in_kernel_invocation:
+            return None
+        out: list[Any] = [_default_dtype(), _default_device(), _inference_mode()]
+        if not self._flatten(out, args):
+            return None
+        if kwargs:
+            out.append(dict)
+            out.append(len(kwargs))
+            for name, value in kwargs.items():
+                out.append(name)
+                if not self._flatten(out, (value,)):
+                    return None
+        return tuple(out)
+
+    def _flatten(self, out: list[Any], args: tuple[Any, ...] | list[Any]) -> bool:
+        mode = self.mode
+        for a in args:
+            kind = type(a)
+            if kind is FakeTensor:
+                if a.fake_mode is not mode or a.constant is not None or a.layout is not _STRIDED:
+                    return False
+                out.append(FakeTensor)
+                out.append(
+                    (
+                        a.dtype,
+                        a.shape,
+                        a.stride(),
+                        a.storage_offset(),
+                        a.untyped_storage().nbytes(),
+                        a.fake_device,
+                        a.requires_grad,
+                        a.is_conj(),
+                        a.is_neg(),
+                        a.is_inference(),
+                        a.is_quantized,
+                    )
+                )
+            elif kind in _PLAIN:
+                out.append(kind)
+                out.append(a)
+            elif kind is list or kind is tuple:
+                out.append(kind)
+                out.append(len(a))
+                if not self._flatten(out, a):
+                    return False
+            else:
+                return False
+        return True
+
+    def entry(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """FakeTensorMode's key for a call about to run the normal way (worked out before
+        it runs: an in-place op may change its arguments), or None where it has none."""
+        try:
+            return self.mode._cache_key(ft._CacheKeyState(None), func, args, kwargs)
+        except ft._BypassDispatchCache:
+            return None
+
+    @staticmethod
+    def stored(cache_key: Any) -> Any:
+        """What FakeTensorMode's cache holds under `cache_key` after the call: its entry,
+        or _NO_ENTRY where it holds none or a bypass."""
+        entry = None if cache_key is None else FakeTensorMode.cache.get(cache_key)
+        return entry if isinstance(entry, ft._DispatchCacheValidEntry) else _NO_ENTRY
+
+    def output(self, func: Any, entry: Any, args: tuple[Any, ...]) -> Any:
+        """FakeTensorMode's answer from `entry`, as its dispatch makes it: with the fake
+        mode off the stack (as the dispatcher leaves it for the mode's own code)."""
+        mode = self.mode
+        _unset_mode(_FAKE)
+        try:
+            out = mode._output_from_cache_entry(self._state, entry, None, func, args)  # type: ignore[arg-type]
+        finally:
+            _set_mode(mode)
+        FakeTensorMode.cache_hits += 1
+        return out
+
+
+def run(memo: dict[Any, Any], dispatch: DispatchMemo, func: Any, args: Any, kwargs: Any) -> Any:
+    """`func(*args, **kwargs)` under the fake mode, through `memo` (one operator's)."""
+    key = dispatch.key(args, kwargs)
+    if key is None:
+        return func(*args, **kwargs)
+    entry = memo.get(key)
+    if entry is None:
+        cache_key = dispatch.entry(func, args, kwargs)
+        out = func(*args, **kwargs)
+        memo[key] = DispatchMemo.stored(cache_key)
+        return out
+    if entry is _NO_ENTRY:
+        return func(*args, **kwargs)
+    return dispatch.output(func, entry, args)
