@@ -32,6 +32,9 @@ _default_dtype = torch.get_default_dtype
 _default_device = torch._C._get_default_device
 _inference_mode = torch.is_inference_mode_enabled
 _STRIDED = torch.strided
+_DisableTorchDispatch = torch._C._DisableTorchDispatch
+_PreserveDispatchKeyGuard = torch._C._PreserveDispatchKeyGuard
+_set_meta_in_tls_dispatch_include = torch._C._set_meta_in_tls_dispatch_include
 # values FakeTensorMode's key takes as (type, value): the ones an aten op's plain
 # arguments are; anything else (SymInt, callables, GraphModules) goes the normal way
 _PLAIN = frozenset(
@@ -137,23 +140,89 @@ class DispatchMemo:
             return None
 
     @staticmethod
-    def stored(cache_key: Any) -> Any:
-        """What FakeTensorMode's cache holds under `cache_key` after the call: its entry,
-        or _NO_ENTRY where it holds none or a bypass."""
+    def stored(func: Any, cache_key: Any) -> Any:
+        """What answers a call FakeTensorMode stored under `cache_key`: its entry as a
+        recipe (`_recipe`), or _NO_ENTRY where it holds none or a bypass."""
         entry = None if cache_key is None else FakeTensorMode.cache.get(cache_key)
-        return entry if isinstance(entry, ft._DispatchCacheValidEntry) else _NO_ENTRY
+        if not isinstance(entry, ft._DispatchCacheValidEntry):
+            return _NO_ENTRY
+        return _recipe(func, entry)
 
-    def output(self, func: Any, entry: Any, args: tuple[Any, ...]) -> Any:
-        """FakeTensorMode's answer from `entry`, as its dispatch makes it: with the fake
-        mode off the stack (as the dispatcher leaves it for the mode's own code)."""
+    def output(self, func: Any, recipe: Any, args: tuple[Any, ...]) -> Any:
+        """FakeTensorMode's answer from a cache entry, as its `_output_from_cache_entry`
+        makes it, with the fake mode off the stack as the dispatcher leaves it."""
         mode = self.mode
         _unset_mode(_FAKE)
         try:
-            out = mode._output_from_cache_entry(self._state, entry, None, func, args)  # type: ignore[arg-type]
+            if type(recipe) is ft._DispatchCacheValidEntry:  # not a plain one: torch's way
+                out = mode._output_from_cache_entry(self._state, recipe, None, func, args)  # type: ignore[arg-type]
+            elif recipe[0]:
+                out = tuple(_build(mode, r, args) for r in recipe[1])
+            else:
+                out = _build(mode, recipe[1][0], args)
         finally:
             _set_mode(mode)
         FakeTensorMode.cache_hits += 1
         return out
+
+
+_INPLACE, _CONSTANT, _TENSOR = 0, 1, 2
+
+
+def _recipe(func: Any, entry: Any) -> Any:
+    """(is a tuple, one recipe per output) for `_build`, read once from FakeTensorMode's
+    entry; the entry itself where an output has sizes that are not plain integers."""
+    outputs = []
+    for info in entry.output_infos:
+        if info.inplace_idx is not None:
+            outputs.append((_INPLACE, info.inplace_idx))
+            continue
+        md = info.metadata
+        if md is None:
+            if info.view_idx is not None or info.constant_value is ft.SingletonConstant:
+                return entry
+            outputs.append((_CONSTANT, info.constant_value))
+            continue
+        sizes = (*md.shape, *md.stride, md.storage_offset)
+        if md.layout is not _STRIDED or any(type(x) is not int for x in sizes):
+            return entry
+        view = info.view_idx if func.is_view else None
+        if view is None and func.is_view:
+            return entry
+        outputs.append(
+            (
+                _TENSOR,
+                (tuple(md.shape), tuple(md.stride), md.storage_offset),
+                (md.dtype, md.layout, md.requires_grad, md.device, md.is_conj, md.is_neg),
+                view,
+            )
+        )
+    return (entry.is_output_tuple, tuple(outputs))
+
+
+def _build(mode: FakeTensorMode, recipe: Any, args: tuple[Any, ...]) -> Any:
+    """One output, as FakeTensorMode's `_get_output_tensor_from_cache_entry` makes it: the
+    argument itself (in place), the constant, or a new FakeTensor over a meta tensor of
+    the entry's metadata, set onto the viewed argument's storage for a view."""
+    kind = recipe[0]
+    if kind == _INPLACE:
+        return args[recipe[1]]
+    if kind == _CONSTANT:
+        return recipe[1]
+    (shape, stride, offset), (dtype, layout, requires_grad, device, conj, neg), view = recipe[1:]
+    # in_kernel_invocation_manager's guards, without its generator
+    with _DisableTorchDispatch(), _PreserveDispatchKeyGuard():
+        _set_meta_in_tls_dispatch_include(True)
+        empty = torch.empty_strided(
+            shape, stride, dtype=dtype, layout=layout, device="meta", requires_grad=requires_grad
+        )
+        if conj:
+            torch._C._set_conj(empty, True)
+        if neg:
+            torch._C._set_neg(empty, True)
+        if view is not None:
+            empty.set_(args[view].untyped_storage(), offset, shape, stride)
+    return FakeTensor(mode, empty, device)
 
 
 def run(memo: dict[Any, Any], dispatch: DispatchMemo, func: Any, args: Any, kwargs: Any) -> Any:
@@ -165,7 +234,7 @@ def run(memo: dict[Any, Any], dispatch: DispatchMemo, func: Any, args: Any, kwar
     if entry is None:
         cache_key = dispatch.entry(func, args, kwargs)
         out = func(*args, **kwargs)
-        memo[key] = DispatchMemo.stored(cache_key)
+        memo[key] = DispatchMemo.stored(func, cache_key)
         return out
     if entry is _NO_ENTRY:
         return func(*args, **kwargs)
