@@ -17,7 +17,7 @@ callables, another fake mode), goes the normal way.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch._subclasses import fake_tensor as ft
@@ -65,6 +65,7 @@ class DispatchMemo:
         # symbolic sizes), so entries hold plain integers
         self._state = ft._CacheKeyState(None)
         self.usable = mode.shape_env is None and mode.cache_enabled
+        self._new = _FakeTensors(mode)
 
     def applies_to(self, func: Any) -> bool:
         """Whether `func` may take the fast path at all (asked once per operator)."""
@@ -157,9 +158,9 @@ class DispatchMemo:
             if type(recipe) is ft._DispatchCacheValidEntry:  # not a plain one: torch's way
                 out = mode._output_from_cache_entry(self._state, recipe, None, func, args)  # type: ignore[arg-type]
             elif recipe[0]:
-                out = tuple(_build(mode, r, args) for r in recipe[1])
+                out = tuple(_build(self._new, r, args) for r in recipe[1])
             else:
-                out = _build(mode, recipe[1][0], args)
+                out = _build(self._new, recipe[1][0], args)
         finally:
             _set_mode(mode)
         FakeTensorMode.cache_hits += 1
@@ -172,7 +173,7 @@ _INPLACE, _CONSTANT, _TENSOR = 0, 1, 2
 def _recipe(func: Any, entry: Any) -> Any:
     """(is a tuple, one recipe per output) for `_build`, read once from FakeTensorMode's
     entry; the entry itself where an output has sizes that are not plain integers."""
-    outputs = []
+    outputs: list[tuple[Any, ...]] = []
     for info in entry.output_infos:
         if info.inplace_idx is not None:
             outputs.append((_INPLACE, info.inplace_idx))
@@ -200,7 +201,7 @@ def _recipe(func: Any, entry: Any) -> Any:
     return (entry.is_output_tuple, tuple(outputs))
 
 
-def _build(mode: FakeTensorMode, recipe: Any, args: tuple[Any, ...]) -> Any:
+def _build(new: _FakeTensors, recipe: Any, args: tuple[Any, ...]) -> Any:
     """One output, as FakeTensorMode's `_get_output_tensor_from_cache_entry` makes it: the
     argument itself (in place), the constant, or a new FakeTensor over a meta tensor of
     the entry's metadata, set onto the viewed argument's storage for a view."""
@@ -222,7 +223,71 @@ def _build(mode: FakeTensorMode, recipe: Any, args: tuple[Any, ...]) -> Any:
             torch._C._set_neg(empty, True)
         if view is not None:
             empty.set_(args[view].untyped_storage(), offset, shape, stride)
-    return FakeTensor(mode, empty, device)
+    return new(empty, device)
+
+
+class _FakeTensors:
+    """`FakeTensor(mode, elem, device)` for a device FakeTensorMode already made one on,
+    in a third of the time: `FakeTensor.__new__` resolves and normalises the device twice
+    and sets its attributes one by one (five of them descriptors setting three each);
+    here the C part is the same call (`Tensor._make_subclass` with the device's backend
+    keys, then the data-pointer guard) and the attributes are a copy of those of one
+    FakeTensor made by torch on that device, each None, a flag, the device or the mode.
+    Checked against torch's own on the first use for each device (type, attributes,
+    dispatch keys, autograd bit); anything unlike it, torch's debug tracing or an export
+    in progress keeps torch's constructor."""
+
+    def __init__(self, mode: FakeTensorMode) -> None:
+        self.mode = mode
+        self._attrs: dict[torch.device, dict[str, Any] | None] = {}
+
+    def __call__(self, elem: torch.Tensor, device: torch.device) -> FakeTensor:
+        attrs = self._attrs.get(device, _NO_ENTRY)
+        if attrs is None or ft.FakeTensorConfig.debug or torch.compiler.is_exporting():
+            return FakeTensor(self.mode, elem, device)
+        if attrs is _NO_ENTRY:
+            return self._first(elem, device)
+        return self._make(elem, device, cast(dict[str, Any], attrs))
+
+    def _make(self, elem: torch.Tensor, device: torch.device, attrs: dict[str, Any]) -> FakeTensor:
+        # memlens's CPU-keys patch of _make_subclass, where installed, as torch's call
+        made = torch.Tensor._make_subclass(
+            FakeTensor,
+            elem,
+            elem.requires_grad,
+            dispatch_device=True,
+            device_for_backend_keys=device,
+        )
+        if self.mode._allow_unsafe_data_ptr_access:
+            torch._C._set_warn_deprecated_on_mutable_data_ptr(made)
+        else:
+            torch._C._set_throw_on_mutable_data_ptr(made)
+        made.__dict__.update(attrs)
+        return made
+
+    def _first(self, elem: torch.Tensor, device: torch.device) -> FakeTensor:
+        """torch's FakeTensor, and whether this device may take the short way."""
+        out = FakeTensor(self.mode, elem, device)
+        attrs = dict(vars(out))
+        plain = device.index is not None or device.type == "cpu"
+        if plain and all(_plain_attr(v, self.mode) for v in attrs.values()):
+            with _DisableTorchDispatch():
+                twin_elem = torch.empty_strided(
+                    elem.shape, elem.stride(), dtype=elem.dtype, device="meta"
+                ).requires_grad_(elem.requires_grad)
+            twin = self._make(twin_elem, device, attrs)
+            plain = (
+                type(twin) is type(out)
+                and vars(twin) == vars(out)
+                and torch._C._dispatch_keys(twin) == torch._C._dispatch_keys(out)
+                and twin.requires_grad == out.requires_grad
+            )
+        self._attrs[device] = attrs if plain else None
+        return out
+
+
+def _plain_attr(value: Any, mode: FakeTensorMode) -> bool:
+    return value is None or value is mode or type(value) in (bool, torch.device)
 
 
 def run(memo: dict[Any, Any], dispatch: DispatchMemo, func: Any, args: Any, kwargs: Any) -> Any:
