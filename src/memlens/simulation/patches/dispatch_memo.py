@@ -26,6 +26,7 @@ from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 _FAKE = torch._C._TorchDispatchModeKey.FAKE
 _PROXY = torch._C._TorchDispatchModeKey.PROXY
 _get_mode = torch._C._get_dispatch_mode
+_pre_dispatch_mode = torch._ops._get_dispatch_mode_pre_dispatch
 _set_mode = torch._C._set_dispatch_mode
 _unset_mode = torch._C._unset_dispatch_mode
 _default_dtype = torch.get_default_dtype
@@ -81,7 +82,11 @@ class DispatchMemo:
         item is tagged with its kind (tensor, list, value), so two calls share a key only
         where FakeTensorMode's keys are equal too."""
         mode = self.mode
-        if _get_mode(_FAKE) is not mode or _get_mode(_PROXY) is not None:
+        if (
+            _get_mode(_FAKE) is not mode
+            or _get_mode(_PROXY) is not None
+            or _pre_dispatch_mode(_PROXY) is not None  # type: ignore[no-untyped-call]
+        ):
             return None  # another fake mode (Dynamo's tracing), or a proxy tracer
         if mode.in_kernel_invocation:
             return None
