@@ -130,7 +130,7 @@ class Simulation:
         self._patch_private_api()
         self._patch_cuda_extras()
         self._fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
-        self._tracker = Tracker(self)
+        self._tracker = Tracker(self, self._fake_mode)
         # torch.tensor(data, device="cuda") must build on CPU and move inside the fake
         # mode (FakeTensorMode does this itself only when CUDA reports unavailable).
         self._lift_cpu_only = torch._C._only_lift_cpu_tensors()

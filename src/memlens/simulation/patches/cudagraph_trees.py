@@ -322,22 +322,72 @@ def _no_workspace(sim: SimulationHost) -> Iterator[None]:
         delattr(sim, "_ensure_workspace")
 
 
+_TORCH_TREES = "torch._inductor.cudagraph_trees"
+
+
 def _torch_trees() -> Any:
     """torch._inductor.cudagraph_trees, imported as a CPU build imports it: with CUDA
     reported built (as in a simulation) it would import CUDA bindings the build lacks.
     Its generation counters are what this model reads."""
     import sys
-    from unittest import mock
 
-    module = sys.modules.get("torch._inductor.cudagraph_trees")
+    module = sys.modules.get(_TORCH_TREES)
     if module is None:
-        with mock.patch.object(torch.backends.cuda, "is_built", lambda: False):
+        with _as_cpu_build():
             import torch._inductor.cudagraph_trees as module
     return module
 
 
+def _as_cpu_build() -> contextlib.AbstractContextManager[Any]:
+    from unittest import mock
+
+    return mock.patch.object(torch.backends.cuda, "is_built", lambda: False)
+
+
+class _ImportAsCpuBuild:
+    """A `sys.meta_path` finder for torch's cudagraph_trees alone: whoever imports it
+    while a simulation runs (torch.compile, `torch.compiler.cudagraph_mark_step_begin`)
+    gets it as `_torch_trees` makes it. Importing it costs about 2 s of CPU (it imports
+    inductor's compile_fx), which a script that never compiles need not pay."""
+
+    def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
+        import sys
+
+        if name != _TORCH_TREES:
+            return None
+        for finder in sys.meta_path:
+            find = getattr(finder, "find_spec", None)
+            spec = None if finder is self or find is None else find(name, path, target)
+            if spec is not None and spec.loader is not None:
+
+                def exec_module(module: Any, run: Any = spec.loader.exec_module) -> None:
+                    with _as_cpu_build():
+                        run(module)
+
+                spec.loader.exec_module = exec_module  # this spec's own loader object
+                return spec
+        return None
+
+
 def install(patches: Patches) -> Callable[[SimulationHost], Tree]:
     """Each simulation starts with `cudagraph_mark_step_begin`'s counter at zero (a
-    module global in torch) and ends with it restored."""
-    patches.set(_torch_trees().MarkStepBox, "mark_step_counter", 0)
+    module global in torch) and ends with it restored. Torch's module is imported only
+    where the process has it already or the simulated code asks for it: a fresh import
+    starts the counter at zero, and it is zero again after the simulation."""
+    import sys
+
+    module = sys.modules.get(_TORCH_TREES)
+    if module is not None:
+        patches.set(module.MarkStepBox, "mark_step_counter", 0)
+        return Tree
+
+    def zero_if_imported() -> None:
+        imported = sys.modules.get(_TORCH_TREES)
+        if imported is not None:
+            imported.MarkStepBox.mark_step_counter = 0
+
+    finder = _ImportAsCpuBuild()
+    patches.on_restore(zero_if_imported)
+    sys.meta_path.insert(0, finder)
+    patches.on_restore(lambda: sys.meta_path.remove(finder))
     return Tree

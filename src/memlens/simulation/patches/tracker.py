@@ -16,6 +16,7 @@ from torch._subclasses.fake_tensor import (
     DataDependentOutputException,
     DynamicOutputShapeException,
     FakeTensor,
+    FakeTensorMode,
 )
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_map
@@ -25,6 +26,7 @@ from memlens.simulation.distributed.values import Values
 from memlens.simulation.patches import (
     cublas_lt,
     cuda_kernels,
+    dispatch_memo,
     fake_cuda,
     higher_order,
     reduce_kernel,
@@ -84,12 +86,18 @@ class _Op:
     bookkeeping itself."""
 
     __slots__ = (
-        "func", "run", "higher_order", "c10d", "model", "composite", "seeded", "kernel", "gemm"
+        "func", "run", "higher_order", "c10d", "model", "composite", "seeded", "kernel", "gemm",
+        "memo",
     )  # fmt: skip
 
-    def __init__(self, func: Any) -> None:
+    def __init__(self, func: Any, fast: dispatch_memo.DispatchMemo | None) -> None:
         self.func = func  # held: the table is keyed by id(func)
         self.run = _view if func is _UNSAFE_VIEW else func  # what computes its outputs
+        # this op's calls -> FakeTensorMode's cache entries (dispatch_memo.py); None: the
+        # op always goes through FakeTensorMode's own dispatch
+        self.memo: dict[Any, Any] | None = (
+            {} if fast is not None and self.run is func and fast.applies_to(func) else None
+        )
         self.higher_order = higher_order.is_higher_order(func)
         if self.higher_order:
             self.c10d, self.model, self.composite, self.seeded = False, None, False, False
@@ -118,10 +126,12 @@ class Tracker(TorchDispatchMode):
     # HOPs (DTensor's RNG, flex_attention, invoke_subgraph) come here: higher_order.py
     supports_higher_order_operators = True
 
-    def __init__(self, sim: SimulationHost):
+    def __init__(self, sim: SimulationHost, fake_mode: FakeTensorMode | None = None):
         super().__init__()  # type: ignore[no-untyped-call]  # torch leaves it unannotated
         self.sim = sim
         self._ops: dict[int, _Op] = {}  # id(func) -> what it is
+        # FakeTensorMode's cache hits, answered without its key (dispatch_memo.py)
+        self._fast = None if fake_mode is None else dispatch_memo.DispatchMemo(fake_mode)
         self._backward = BackwardInPlace()
         # values for expert parallelism's routing counts (--routing): values.py
         self.values = Values(sim, sim.routing)
@@ -164,7 +174,7 @@ class Tracker(TorchDispatchMode):
         kwargs = kwargs or {}
         op = self._ops.get(id(func))
         if op is None:
-            op = self._ops[id(func)] = _Op(func)
+            op = self._ops[id(func)] = _Op(func, self._fast)
         if op.higher_order:
             return higher_order.run(self, func, args, kwargs)
         if process_group.any_dtensor_type(types):
@@ -234,7 +244,10 @@ class Tracker(TorchDispatchMode):
             out = self._random(func, args, kwargs)
         else:
             try:
-                out = op.run(*args, **kwargs)
+                if op.memo is not None and self._fast is not None:
+                    out = dispatch_memo.run(op.memo, self._fast, func, args, kwargs)
+                else:
+                    out = op.run(*args, **kwargs)
             except DynamicOutputShapeException:
                 # bincount, nonzero...: a size from values, known for the routing's
                 out = self.values.sized_by_values(func, args, kwargs)
