@@ -52,6 +52,24 @@ _GEMM_OPS = {
 }
 
 
+_SCALAR_TENSOR = _aten.scalar_tensor.default
+
+
+def scalar_on_asked_device(
+    kwargs: dict[str, Any] | None, asked: torch.device
+) -> dict[str, Any] | None:
+    """`wrapped_scalar_tensor(s, self.device())` (the composite `where(cond, self, scalar)`
+    and `where(cond, scalar, other)`, TensorCompare.cpp): C++ asks a tensor its device and
+    at once makes the scalar there. On a GPU that is a 0-dim tensor on the device, taken
+    from the caching allocator and freed when the composite returns; a fake CUDA tensor's
+    C++ device reads `cpu` (fake_cuda), so the scalar is moved to the device asked about.
+    Only a `scalar_tensor` that directly follows the question: C++ code in between would
+    have asked again."""
+    if kwargs is None or kwargs.get("device") != fake_cuda.CPU or asked.type != "cuda":
+        return kwargs
+    return {**kwargs, "device": asked}
+
+
 _VIEW = _aten.view.default
 _UNSAFE_VIEW = _aten._unsafe_view.default
 
@@ -123,6 +141,8 @@ class Tracker(TorchDispatchMode):
         self.sim = sim
         self._ops: dict[int, _Op] = {}  # id(func) -> what it is
         self._backward = BackwardInPlace()
+        # the CUDA device C++ was just told reads `cpu` (prim.device), until the next op
+        self._asked: torch.device | None = None
         # values for expert parallelism's routing counts (--routing): values.py
         self.values = Values(sim, sim.routing)
 
@@ -160,7 +180,11 @@ class Tracker(TorchDispatchMode):
                 backward = torch._C._current_autograd_node()
                 if backward is not None:
                     self._backward.enter(backward)
+            self._asked = args[0].fake_device if device is fake_cuda.CPU else None
             return device
+        asked, self._asked = self._asked, None
+        if func is _SCALAR_TENSOR and asked is not None:
+            kwargs = scalar_on_asked_device(kwargs, asked)
         kwargs = kwargs or {}
         op = self._ops.get(id(func))
         if op is None:
