@@ -27,6 +27,7 @@ from memlens.simulation.patches import (
     cuda_kernels,
     fake_cuda,
     higher_order,
+    index_put_kernel,
     reduce_kernel,
     sdpa,
 )
@@ -128,7 +129,11 @@ class _Op:
         )
         self.seeded = _SEEDED in func.tags
         # a CUDA kernel that allocates buffers of its own (attention, reductions)
-        self.kernel = sdpa.KERNELS.get(func) or reduce_kernel.KERNELS.get(func)
+        self.kernel = (
+            sdpa.KERNELS.get(func)
+            or reduce_kernel.KERNELS.get(func)
+            or index_put_kernel.KERNELS.get(func)
+        )
         self.gemm = func in _GEMM_OPS
 
 
@@ -202,7 +207,10 @@ class Tracker(TorchDispatchMode):
         if node is not None:
             inplace = self._backward.replacement(node, func, args, kwargs)
             if inplace is not None:
-                inplace(*args, **kwargs)  # allocates nothing: the GPU's in-place path
+                inplace(*args, **kwargs)  # no new output: the GPU's in-place path
+                kernel = index_put_kernel.KERNELS.get(inplace)
+                if kernel is not None and self._touches_cuda(args, kwargs):
+                    kernel(sim, args, args[0])  # but its kernel's temporaries
                 return args[0]
         if kwargs:
             device = kwargs.get("device")
