@@ -10,6 +10,7 @@ from __future__ import annotations
 import gzip
 import pickle
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -26,7 +27,7 @@ def _recorded_where() -> list[tuple[str, int]]:
     with gzip.open(DATA / "cs336_medium_384_training.pickle.gz") as f:
         trace = pickle.load(f)["device_traces"][0]
 
-    def names(e: dict) -> str:
+    def names(e: dict[str, Any]) -> str:
         return " ".join(fr["name"] for fr in e["frames"])
 
     start = next(
