@@ -125,6 +125,23 @@ def test_best_fit_reuse_and_coalescing_then_empty_cache():
     assert events(a)[-1] == ("segment_free", 0, 20 * MiB)
 
 
+@pytest.mark.parametrize("descend", [False, True])
+def test_equal_free_blocks_go_to_the_lowest_address(descend):
+    """Best fit breaks a tie between free blocks of one size by address: with segments
+    placed downward (a GPU's cudaMalloc, the simulation's allocator) the newest segment's
+    block is reused and the older one stays cached whole; placed upward, the reverse."""
+    a = CachingAllocator(addresses_descend=descend)
+    old = a.malloc(36 * MiB)
+    new = a.malloc(36 * MiB)
+    assert new - old == (-36 if descend else 36) * MiB
+    a.free(old)
+    a.free(new)
+    reused = a.malloc(24 * MiB)  # splits one 36 MiB block, leaving 12 MiB of it free
+    assert reused == (new if descend else old)
+    assert a.malloc(36 * MiB) == (old if descend else new)  # the other one, still whole
+    assert a.reserved == 72 * MiB
+
+
 def test_free_records_requested_then_completed_with_requested_size():
     a = CachingAllocator()
     p = a.malloc(1000)

@@ -29,7 +29,8 @@ LT_WORKSPACE = MIB  # cuBLASLt's, which a GPU allocates at its first addmm-with-
 
 
 def segments(snapshot: dict[str, Any]) -> list[tuple[int, tuple[int, int], int, list[Any]]]:
-    """(stream, pool, size, [(block size, requested, state)]) per segment, by address."""
+    """(stream, pool, size, [(block size, requested, state)]) per segment, oldest first: a
+    simulation places each new segment below the one before, as a GPU mostly does."""
     return [
         (
             s["stream"],
@@ -37,7 +38,7 @@ def segments(snapshot: dict[str, Any]) -> list[tuple[int, tuple[int, int], int, 
             s["total_size"],
             [(b["size"], b["requested_size"], b["state"]) for b in s["blocks"]],
         )
-        for s in snapshot["segments"]
+        for s in sorted(snapshot["segments"], key=lambda s: -s["address"])
     ]
 
 

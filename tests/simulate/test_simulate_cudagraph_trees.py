@@ -58,8 +58,9 @@ def test_warm_up_record_and_replay_to_the_byte():
         [("free_completed", 8192, 1)],
     ]  # fmt: skip
     assert sim.snapshot is not None
+    # by address: each new segment lies below the one before (allocator_model)
     assert [(s["stream"], tuple(s["segment_pool_id"]), s["allocated_size"]) for s in sim.snapshot["segments"]] == [
-        (0, (0, 0), 262144 + 8192), (1, (0, 0), 1024), (1, (0, 1), 0)
+        (1, (0, 1), 0), (1, (0, 0), 1024), (0, (0, 0), 262144 + 8192)
     ]  # fmt: skip
     assert torch._inductor.cudagraph_trees.MarkStepBox.mark_step_counter == 0  # restored
 

@@ -50,21 +50,23 @@ def test_linear_forward_exact_snapshot():
         y = lin(x)
         assert y.device == torch.device("cuda", 0) and y.is_cuda
         del y
+    # each segment lies below the one before, as a GPU's cudaMalloc mostly places them
+    small_at, large_at = -2 * MiB, -2 * MiB - 32 * MiB
     assert trace_of(sim) == [
-        ("segment_alloc", 0, 2 * MiB),
-        ("alloc", 0, 512 * 256 * 4),  # weight
-        ("alloc", 524288, 512 * 4),  # bias
-        ("alloc", 526336, 8 * 256 * 4),  # x
-        ("alloc", 534528, 8 * 512 * 4),  # y = addmm(...)
-        ("segment_alloc", 2 * MiB, 32 * MiB),  # cuBLAS workspace, first GEMM
-        ("alloc", 2 * MiB, 32 * MiB),
+        ("segment_alloc", small_at, 2 * MiB),
+        ("alloc", small_at, 512 * 256 * 4),  # weight
+        ("alloc", small_at + 524288, 512 * 4),  # bias
+        ("alloc", small_at + 526336, 8 * 256 * 4),  # x
+        ("alloc", small_at + 534528, 8 * 512 * 4),  # y = addmm(...)
+        ("segment_alloc", large_at, 32 * MiB),  # cuBLAS workspace, first GEMM
+        ("alloc", large_at, 32 * MiB),
         # addmm with a 1-D bias runs cuBLASLt's gemm_and_bias: its 1 MiB workspace
-        ("alloc", 550912, MiB),
-        ("free_requested", 534528, 16384),  # del y
-        ("free_completed", 534528, 16384),
+        ("alloc", small_at + 550912, MiB),
+        ("free_requested", small_at + 534528, 16384),  # del y
+        ("free_completed", small_at + 534528, 16384),
     ]
     assert sim.snapshot is not None
-    small, large = sim.snapshot["segments"]
+    large, small = sim.snapshot["segments"]  # by address, as PyTorch lists them
     assert [(b["size"], b["state"]) for b in small["blocks"]] == [
         (524288, "active_allocated"),
         (2048, "active_allocated"),

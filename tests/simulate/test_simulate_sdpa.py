@@ -232,10 +232,13 @@ def test_a_boolean_mask_becomes_additive_before_the_kernel():
         n = len(events(sim))
         F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
     assert sim.sdpa_backends == ["efficient"]
-    assert events(sim)[n : n + 4] == [
+    assert events(sim)[n : n + 6] == [
         ("+", 2),  # scalar_tensor(-inf): one fp16 element
+        # where(mask, 0.0, -inf) (where.ScalarSelf) wraps 0.0 on the mask's device too
+        ("+", 2),
         ("+", 64 * 64 * 2),  # where(...): the additive fp16 mask
-        ("-", 2),
+        ("-", 2),  # the wrapped 0.0, when where returns
+        ("-", 2),  # -inf, after convert_boolean_attn_mask's where
         ("+", 2 * 4 * 64 * 64 * 2),  # res
     ]
 

@@ -221,6 +221,7 @@ class CachingAllocator:
         *,
         base_address: int = BASE_ADDRESS,
         entry_fields: dict[str, Any] | None = None,
+        addresses_descend: bool = False,
     ) -> None:
         self.settings = settings or AllocatorSettings()
         self.device_memory = device_memory
@@ -238,6 +239,12 @@ class CachingAllocator:
         self.peak_allocated = 0
         self.peak_reserved = 0
         self._next_address = base_address
+        # Best fit breaks ties between free blocks of one size by address (lowest first),
+        # so where new segments land decides which of two equal blocks is reused. CUDA's
+        # driver hands out mostly decreasing virtual addresses (a GPU recording's final
+        # segments: parameters made first lie highest), so the newest segment's block
+        # wins; `addresses_descend` places each new segment below the previous one.
+        self._descend = addresses_descend
         self._clock: Callable[[], int] = clock or (lambda: int(time.time() * 1e6))
         # added to every trace entry (PyTorch >= 2.5 records compile_context, user_metadata)
         self._entry_fields = entry_fields or {}
@@ -413,8 +420,13 @@ class CachingAllocator:
         return self.device_memory is None or self.reserved + extra <= self.device_memory
 
     def _take_address(self, size: int) -> int:
+        """The start of a fresh virtual range of `size` bytes (2 MiB granules)."""
+        span = -(-size // K_ROUND_LARGE) * K_ROUND_LARGE
+        if self._descend:
+            self._next_address -= span
+            return self._next_address
         address = self._next_address
-        self._next_address += -(-size // K_ROUND_LARGE) * K_ROUND_LARGE
+        self._next_address += span
         return address
 
     def _alloc_segment(self, pool: Pool, stream: int, size: int, frames: Frames) -> Block:
@@ -456,8 +468,7 @@ class CachingAllocator:
         grow = self._expandable_growth(pool, stream, size)
         seg = self._expandable_segment(pool, stream)
         if seg is None:
-            seg = Segment(self._next_address, 0, pool, stream, frames, True)
-            self._next_address += EXPANDABLE_RESERVE
+            seg = Segment(self._take_address(EXPANDABLE_RESERVE), 0, pool, stream, frames, True)
             self.segments[seg.address] = seg
         start = seg.address + seg.size
         seg.size += grow

@@ -30,6 +30,10 @@ from memlens.analysis.allocator_model import (
     SimulatedOOM,
 )
 
+# A simulated cudaMalloc places each segment below the previous one, as a GPU's driver
+# mostly does (allocator_model.CachingAllocator); the replay must place them alike.
+ADDRESSES_DESCEND = True
+
 # Kinds of request, the log's `kinds` column.
 MALLOC, FREE_REQUEST, FREE_COMPLETE, EMPTY_CACHE = 0, 1, 2, 3
 BEGIN_POOL, END_POOL, RELEASE_POOL = 4, 5, 6  # a CUDA graph's private pool
@@ -98,6 +102,7 @@ class LoggingAllocator(CachingAllocator):
     docstring); the simulation session uses it."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("addresses_descend", ADDRESSES_DESCEND)
         super().__init__(*args, **kwargs)
         self._kinds: list[int] = []
         self._values: list[int] = []
@@ -181,7 +186,12 @@ def replay_log(
     """Replay `log` through a fresh model with `capacity` bytes (None: unlimited): the
     model frees its cache and retries as the simulation's allocator does; the first
     request that still does not fit ends the run, as the script's OOM would."""
-    model = _Untraced(capacity, settings or AllocatorSettings(), clock=lambda: 0)
+    model = _Untraced(
+        capacity,
+        settings or AllocatorSettings(),
+        clock=lambda: 0,
+        addresses_descend=ADDRESSES_DESCEND,
+    )
     where: list[int] = []
     kinds, values, streams = log.kinds.tolist(), log.values.tolist(), log.streams.tolist()
     oom, peak_active = False, 0

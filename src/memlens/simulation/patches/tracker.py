@@ -29,6 +29,7 @@ from memlens.simulation.patches import (
     dispatch_memo,
     fake_cuda,
     higher_order,
+    index_put_kernel,
     reduce_kernel,
     sdpa,
 )
@@ -52,6 +53,24 @@ _GEMM_OPS = {
     _aten.addmv.default,
     _aten.mv.default,
 }
+
+
+_SCALAR_TENSOR = _aten.scalar_tensor.default
+
+
+def scalar_on_asked_device(
+    kwargs: dict[str, Any] | None, asked: torch.device
+) -> dict[str, Any] | None:
+    """`wrapped_scalar_tensor(s, self.device())` (the composite `where(cond, self, scalar)`
+    and `where(cond, scalar, other)`, TensorCompare.cpp): C++ asks a tensor its device and
+    at once makes the scalar there. On a GPU that is a 0-dim tensor on the device, taken
+    from the caching allocator and freed when the composite returns; a fake CUDA tensor's
+    C++ device reads `cpu` (fake_cuda), so the scalar is moved to the device asked about.
+    Only a `scalar_tensor` that directly follows the question: C++ code in between would
+    have asked again."""
+    if kwargs is None or kwargs.get("device") != fake_cuda.CPU or asked.type != "cuda":
+        return kwargs
+    return {**kwargs, "device": asked}
 
 
 _VIEW = _aten.view.default
@@ -118,7 +137,11 @@ class _Op:
         )
         self.seeded = _SEEDED in func.tags
         # a CUDA kernel that allocates buffers of its own (attention, reductions)
-        self.kernel = sdpa.KERNELS.get(func) or reduce_kernel.KERNELS.get(func)
+        self.kernel = (
+            sdpa.KERNELS.get(func)
+            or reduce_kernel.KERNELS.get(func)
+            or index_put_kernel.KERNELS.get(func)
+        )
         self.gemm = func in _GEMM_OPS
 
 
@@ -133,6 +156,8 @@ class Tracker(TorchDispatchMode):
         # FakeTensorMode's cache hits, answered without its key (dispatch_memo.py)
         self._fast = None if fake_mode is None else dispatch_memo.DispatchMemo(fake_mode)
         self._backward = BackwardInPlace()
+        # the CUDA device C++ was just told reads `cpu` (prim.device), until the next op
+        self._asked: torch.device | None = None
         # values for expert parallelism's routing counts (--routing): values.py
         self.values = Values(sim, sim.routing)
 
@@ -170,7 +195,11 @@ class Tracker(TorchDispatchMode):
                 backward = torch._C._current_autograd_node()
                 if backward is not None:
                     self._backward.enter(backward)
+            self._asked = args[0].fake_device if device is fake_cuda.CPU else None
             return device
+        asked, self._asked = self._asked, None
+        if func is _SCALAR_TENSOR and asked is not None:
+            kwargs = scalar_on_asked_device(kwargs, asked)
         kwargs = kwargs or {}
         op = self._ops.get(id(func))
         if op is None:
@@ -188,7 +217,10 @@ class Tracker(TorchDispatchMode):
         if node is not None:
             inplace = self._backward.replacement(node, func, args, kwargs)
             if inplace is not None:
-                inplace(*args, **kwargs)  # allocates nothing: the GPU's in-place path
+                inplace(*args, **kwargs)  # no new output: the GPU's in-place path
+                kernel = index_put_kernel.KERNELS.get(inplace)
+                if kernel is not None and self._touches_cuda(args, kwargs):
+                    kernel(sim, args, args[0])  # but its kernel's temporaries
                 return args[0]
         if kwargs:
             device = kwargs.get("device")
