@@ -54,3 +54,7 @@ _.debug_dump
 # torch calls it when a TorchDispatchMode subclass is made (utils/_python_dispatch.py): the
 # tracker answers False and keeps Dynamo out of its dispatch itself (patches/tracker.py)
 _._should_skip_dynamo
+
+# the compiled-code tests leave autotuning's allocations out of their traces with it
+# (tests/simulate/test_simulate_compiled.py and the graph/device-mixup tests)
+_.made_by_autotuning
