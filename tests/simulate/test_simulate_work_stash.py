@@ -95,10 +95,8 @@ def test_the_h200_recording_of_async_collectives_is_reproduced_event_for_event(
     monkeypatch.syspath_prepend(str(GPU / "scripts"))
     script = tmp_path / "own.pickle"
     run_script(GPU / "scripts" / "work_wait.py", [str(script)], tmp_path / "s.pickle", gpu="h100")
-    with gzip.open(GPU / "work_wait.pickle.gz", "rb") as f:
-        recorded = pickle.load(f)
-    with open(script, "rb") as f:
-        simulated = pickle.load(f)
+    recorded = pickle.loads(gzip.decompress((GPU / "work_wait.pickle.gz").read_bytes()))
+    simulated = pickle.loads(script.read_bytes())
 
     def events(snapshot: dict[str, Any]) -> list[tuple[str, int]]:
         return [(e["action"], e["size"]) for e in snapshot["device_traces"][0]]
