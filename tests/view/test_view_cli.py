@@ -15,7 +15,7 @@ from view_fixtures import small_snapshot
 from memlens.cli.main import cli, main
 from memlens.errors import MemlensError
 from memlens.simulation.synthetic import generate_snapshot
-from memlens.views.web.server import bind_socket, url_for
+from memlens.views.web.address import bind_socket, url_for
 
 
 def test_help_lists_the_options():

@@ -117,7 +117,8 @@ def serving(data: Any) -> Iterator[str]:
     """Run the viewer app for `data` on a free loopback port in a thread; yield its URL."""
     import uvicorn
 
-    from memlens.views.web.server import bind_socket, create_app
+    from memlens.views.web.address import bind_socket
+    from memlens.views.web.server import create_app
 
     sock = bind_socket("127.0.0.1", 0)
     port = sock.getsockname()[1]

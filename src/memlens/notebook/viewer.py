@@ -62,8 +62,9 @@ class Viewer:
                 "the viewer needs its web server: pip install 'memlens[notebook]'"
             ) from None
 
+        from memlens.views.web.address import bind_socket, url_for
         from memlens.views.web.data import ViewerData
-        from memlens.views.web.server import bind_socket, create_app, url_for
+        from memlens.views.web.server import create_app
 
         data = ViewerData(snapshots, names)
         sock = bind_socket("127.0.0.1", 0)

@@ -26,8 +26,6 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from memlens.errors import MemlensError
 from memlens.views.escape import visible
-from memlens.views.web.address import bind_socket as bind_socket  # (where it was)
-from memlens.views.web.address import url_for as url_for
 from memlens.views.web.answers import (
     AllocationAnswer,
     AnnotationsAnswer,
