@@ -17,13 +17,26 @@ A test counts when the choice was asked for
   session-scoped snapshot is read once and shared);
 - while its module was imported or collected (a snapshot read at import time);
 - or when it started a process that inherits the variable: a `subprocess.Popen` whose
-  environment carries the run's MEMLENS_READER (the recording pass sets it to `auto`, the
-  default, so that a child's copy of the environment can be told from an environment
-  built from nothing), other than the programs of NOT_MEMLENS, or any `multiprocessing`
-  child. What a child process does is not seen, so any such child counts.
+  environment carries the run's MEMLENS_READER, other than the programs of NOT_MEMLENS,
+  or any `multiprocessing` child. What a child process does is not seen, so any such
+  child counts.
 
 An ask counts only while MEMLENS_READER holds the run's own value: a test that sets it
-(test_reader_agreement reads each file both ways) gets the same answer on both passes.
+(test_reader_agreement reads each file both ways, test_fastreplay replays each trace
+both ways) gets the same answer on both passes. So that the run's value can be told from
+a value a test sets (tests set `auto`, `python` or `compiled`, in lower case) and from an
+environment built from nothing, the recording pass sets MEMLENS_READER to RECORDING, the
+default spelt as no test spells it (memlens reads it case-blind: the same reader).
+
+A fixture counts for the tests that use that very fixture (its definition, not any
+fixture of the same name elsewhere), and only when it is module- or session-scoped: a
+function-scoped one is set up inside each test's own run, where its asks are seen.
+
+The recording pass also writes PATH.seconds, each test file's seconds in that pass
+(set-up, call and teardown of its tests). The second pass, given it, hands the files out
+longest first (run it with `--no-loadscope-reorder`, so that xdist keeps that order
+rather than taking the files with the most tests first): a long file started last keeps
+one worker busy after the other has finished. It also collects only the files it needs.
 
 Over-counting costs only time; a test missed would lose the Python path's coverage, so
 every rule above errs on the side of counting.
@@ -31,6 +44,7 @@ every rule above errs on the side of counting.
 
 from __future__ import annotations
 
+import json
 import multiprocessing.process
 import os
 import subprocess
@@ -42,6 +56,7 @@ from typing import Any
 import pytest
 
 READER_ENV = "MEMLENS_READER"
+RECORDING = "Auto"  # the recording pass's MEMLENS_READER: `auto`, as no test spells it
 # children that cannot run memlens: the browser and its driver, the video encoder, git
 NOT_MEMLENS = frozenset({"chromium", "node", "ffmpeg", "ffprobe", "git", "npm", "npx"})
 
@@ -119,7 +134,9 @@ class _Recorder:
         self.path = path
         self.part = part
         self.prefixes: set[str] = set()  # collectors (modules, classes) that asked
-        self.fixtures: set[str] = set()  # fixture names whose set-up asked
+        # module- and session-scoped fixtures (their definitions) whose set-up asked
+        self.fixtures: set[pytest.FixtureDef[Any]] = set()
+        self.seconds: dict[str, float] = {}  # seconds per test file (the controller's)
         self.tests: list[str] = []
         # asks seen inside the collectors being collected now, innermost last: a
         # collector that collects others (a session given a file) counts only its own
@@ -141,8 +158,18 @@ class _Recorder:
     def pytest_fixture_setup(self, fixturedef: pytest.FixtureDef[Any]) -> Generator[None]:
         before = _asked
         yield
-        if _asked != before:
-            self.fixtures.add(fixturedef.argname)
+        if _asked != before and fixturedef.scope != "function":
+            self.fixtures.add(fixturedef)
+
+    def _uses_a_fixture_that_asked(self, item: pytest.Item) -> bool:
+        info = getattr(item, "_fixtureinfo", None)
+        if info is None:
+            return False
+        return any(
+            fixturedef in self.fixtures
+            for name in info.names_closure
+            for fixturedef in info.name2fixturedefs.get(name, ())
+        )
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_protocol(self, item: pytest.Item) -> Generator[None]:
@@ -150,10 +177,15 @@ class _Recorder:
         yield
         if (
             _asked != before
-            or self.fixtures.intersection(getattr(item, "fixturenames", ()))
+            or self._uses_a_fixture_that_asked(item)
             or any(_under(item.nodeid, prefix) for prefix in self.prefixes)
         ):
             self.tests.append(item.nodeid)
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        # under xdist the controller gets every worker's reports: it alone writes them
+        path = report.nodeid.split("::", 1)[0]
+        self.seconds[path] = self.seconds.get(path, 0.0) + report.duration
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         parts = self.path.with_name(self.path.name + ".parts")
@@ -165,6 +197,12 @@ class _Recorder:
             for p in parts.iterdir():
                 p.unlink()
             parts.rmdir()
+            seconds = {path: round(s, 3) for path, s in sorted(self.seconds.items())}
+            _seconds_path(self.path).write_text(json.dumps(seconds, indent=0) + "\n")
+
+
+def _seconds_path(ids: Path) -> Path:
+    return ids.with_name(ids.name + ".seconds")
 
 
 def _under(nodeid: str, prefix: str) -> bool:
@@ -173,10 +211,27 @@ def _under(nodeid: str, prefix: str) -> bool:
 
 class _Selector:
     """Keeps only the tests listed in the file; a listed test no longer collected fails
-    the run (its id changed between the passes, so it would silently not run)."""
+    the run (its id changed between the passes, so it would silently not run). Collects
+    only the files they are in, and orders the files longest first when the recording
+    pass's seconds are there."""
 
-    def __init__(self, wanted: set[str]) -> None:
+    def __init__(self, wanted: set[str], seconds: dict[str, float]) -> None:
         self.wanted = wanted
+        self.files = {nodeid.split("::", 1)[0] for nodeid in wanted}
+        self.seconds = seconds
+
+    def pytest_ignore_collect(self, collection_path: Path, config: pytest.Config) -> bool | None:
+        # a test file with none of the listed tests is not even imported (every worker
+        # would otherwise import all of them); anything else is pytest's to decide
+        if not self.files or not collection_path.name.startswith("test_"):
+            return None
+        if collection_path.suffix != ".py" or not collection_path.is_file():
+            return None
+        try:
+            path = collection_path.relative_to(config.rootpath).as_posix()
+        except ValueError:
+            return None
+        return None if path in self.files else True
 
     def pytest_collection_modifyitems(
         self, config: pytest.Config, items: list[pytest.Item]
@@ -188,6 +243,8 @@ class _Selector:
                 f"{sorted(missing)[0]}"
             )
         keep = [item for item in items if item.nodeid in self.wanted]
+        # longest file first; a stable sort keeps each file's own order
+        keep.sort(key=lambda item: -self.seconds.get(item.nodeid.split("::", 1)[0], 0.0))
         dropped = [item for item in items if item.nodeid not in self.wanted]
         if dropped:
             config.hook.pytest_deselected(items=dropped)
@@ -199,7 +256,7 @@ def pytest_configure(config: pytest.Config) -> None:
     select = config.getoption("reader_tests")
     if record:
         global _outer
-        _outer = os.environ.setdefault(READER_ENV, "auto")  # see the module's docstring
+        _outer = os.environ.setdefault(READER_ENV, RECORDING)  # see the module's docstring
         workerinput: dict[str, Any] | None = getattr(config, "workerinput", None)
         part = workerinput["workerid"] if workerinput else "main"
         patcher = pytest.MonkeyPatch()
@@ -207,7 +264,10 @@ def pytest_configure(config: pytest.Config) -> None:
         config.add_cleanup(patcher.undo)
         config.pluginmanager.register(_Recorder(Path(record), part), "memlens-reader-recorder")
     if select:
-        config.pluginmanager.register(_Selector(_read_ids(Path(select))), "memlens-reader-select")
+        ids = Path(select)
+        seconds_path = _seconds_path(ids)
+        seconds = json.loads(seconds_path.read_text()) if seconds_path.exists() else {}
+        config.pluginmanager.register(_Selector(_read_ids(ids), seconds), "memlens-reader-select")
 
 
 def _read_ids(path: Path) -> set[str]:

@@ -1,10 +1,13 @@
 """tests/reader_choice.py, the plugin that picks CI's second pass: on a small suite run
 inline, the tests that reach the reader choice (directly, through a shared fixture, at
-import, through a child process) are listed, the others are not, and `--reader-tests`
-runs just the listed ones."""
+import, through a child process) are listed, the others are not (a test that sets the
+reader itself, `auto` included; one using a fixture that only shares a name with one
+that asked), and `--reader-tests` runs just the listed ones, from their files only,
+longest file first."""
 
 from __future__ import annotations
 
+import json
 import textwrap
 
 import pytest
@@ -29,6 +32,11 @@ SUITE = {
             monkeypatch.setenv("MEMLENS_READER", "python")
             compiled.mode()
             native_replay()
+
+        def test_sets_the_default(monkeypatch):
+            monkeypatch.setenv("MEMLENS_READER", "auto")
+            compiled.mode()
+            native_replay()
     """,
     "test_shared.py": """
         import pytest
@@ -50,6 +58,17 @@ SUITE = {
 
         def test_other():
             pass
+    """,
+    # run after test_shared.py: its `snap` has asked by then
+    "test_uses_the_name.py": """
+        import pytest
+
+        @pytest.fixture
+        def snap():
+            return "built by hand"
+
+        def test_same_name_other_fixture(snap):
+            assert snap == "built by hand"
     """,
     "test_at_import.py": """
         from memlens.snapshot.read import compiled
@@ -78,11 +97,12 @@ SUITE = {
 
 
 def test_records_the_tests_that_reach_the_choice(pytester, monkeypatch):
-    monkeypatch.delenv("MEMLENS_READER", raising=False)  # the recording pass sets `auto`
+    # the recording pass sets its own value (reader_choice.RECORDING)
+    monkeypatch.delenv("MEMLENS_READER", raising=False)
     pytester.makepyfile(**{name[:-3]: textwrap.dedent(body) for name, body in SUITE.items()})
     out = pytester.path / "reader-tests.txt"
     result = pytester.runpytest("-p", "reader_choice", f"--record-reader-tests={out}")
-    result.assert_outcomes(passed=11)
+    result.assert_outcomes(passed=13)
     assert out.read_text().splitlines() == [
         "test_at_import.py::test_uses_it",
         "test_children.py::test_inherits",
@@ -92,9 +112,30 @@ def test_records_the_tests_that_reach_the_choice(pytester, monkeypatch):
         "test_shared.py::test_second",
     ]
     assert not (pytester.path / "reader-tests.txt.parts").exists()
+    seconds = json.loads((pytester.path / "reader-tests.txt.seconds").read_text())
+    assert sorted(seconds) == sorted(SUITE)
+    assert all(isinstance(s, float) and s >= 0 for s in seconds.values())
 
+    # test_uses_the_name.py has no listed test: it is not collected, so not deselected
     again = pytester.runpytest("-p", "reader_choice", f"--reader-tests={out}")
-    again.assert_outcomes(passed=6, deselected=5)
+    again.assert_outcomes(passed=6, deselected=6)
+
+
+def test_the_listed_files_run_longest_first(pytester):
+    pytester.makepyfile(
+        test_a="def test_one():\n    pass\n\ndef test_two():\n    pass\n",
+        test_b="def test_one():\n    pass\n",
+        test_c="def test_one():\n    pass\n",
+    )
+    listed = pytester.path / "listed.txt"
+    listed.write_text("test_a.py::test_one\ntest_a.py::test_two\ntest_b.py::test_one\n")
+    (pytester.path / "listed.txt.seconds").write_text(
+        json.dumps({"test_a.py": 1.5, "test_b.py": 40.0, "test_c.py": 99.0})
+    )
+    result = pytester.runpytest("-p", "reader_choice", f"--reader-tests={listed}", "-v")
+    result.assert_outcomes(passed=3)
+    ran = [line.split()[0] for line in result.outlines if " PASSED" in line]
+    assert ran == ["test_b.py::test_one", "test_a.py::test_one", "test_a.py::test_two"]
 
 
 def test_a_listed_test_no_longer_collected_is_an_error(pytester):
