@@ -113,6 +113,22 @@ def _install_counters(monkeypatch: pytest.MonkeyPatch) -> None:
     )
 
 
+@pytest.fixture(autouse=True)
+def _reader_choice_kept() -> Generator[None]:
+    """A test that changes MEMLENS_READER must put it back: the tests after it in the same
+    worker would run on another reader than their pass asked for (the second pass's
+    Python reader lost without a word) and, in the recording pass, go unlisted."""
+    before = os.environ.get(READER_ENV)
+    yield
+    after = os.environ.get(READER_ENV)
+    if after != before:
+        if before is None:
+            os.environ.pop(READER_ENV, None)
+        else:
+            os.environ[READER_ENV] = before
+        pytest.fail(f"the test left {READER_ENV}={after!r} (it was {before!r}): put it back")
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("memlens reader choice")
     group.addoption(
@@ -256,7 +272,11 @@ def pytest_configure(config: pytest.Config) -> None:
     select = config.getoption("reader_tests")
     if record:
         global _outer
-        _outer = os.environ.setdefault(READER_ENV, RECORDING)  # see the module's docstring
+        if READER_ENV not in os.environ:  # see the module's docstring
+            os.environ[READER_ENV] = RECORDING
+            # not left behind by a run made inside another (tests/test_reader_choice.py)
+            config.add_cleanup(lambda: os.environ.pop(READER_ENV, None))
+        _outer = os.environ[READER_ENV]
         workerinput: dict[str, Any] | None = getattr(config, "workerinput", None)
         part = workerinput["workerid"] if workerinput else "main"
         patcher = pytest.MonkeyPatch()

@@ -145,3 +145,23 @@ def test_a_listed_test_no_longer_collected_is_an_error(pytester):
     result = pytester.runpytest("-p", "reader_choice", f"--reader-tests={listed}")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*1 listed tests were not collected, e.g. test_one.py::test_gone"])
+
+
+def test_a_test_that_leaves_the_reader_changed_fails(pytester, monkeypatch):
+    monkeypatch.setenv("MEMLENS_READER", "python")  # as in CI's second pass
+    pytester.makepyfile(
+        test_leaks="""
+        import os
+
+        def test_leaves_it():
+            os.environ.pop("MEMLENS_READER")
+
+        def test_after():
+            assert os.environ["MEMLENS_READER"] == "python"
+        """
+    )
+    result = pytester.runpytest("-p", "reader_choice")
+    result.assert_outcomes(passed=2, errors=1)
+    result.stdout.fnmatch_lines(
+        ["*the test left MEMLENS_READER=None (it was 'python'): put it back"]
+    )
