@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import pickle
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +46,29 @@ def hand_file(tmp_path: Path) -> Path:
 def _isolated_cache(tmp_path_factory, monkeypatch):
     """Every test gets its own column cache so tests never see each other's files."""
     monkeypatch.setenv("MEMLENS_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
+
+
+def _own_cache(tmp_path_factory: pytest.TempPathFactory, name: str) -> Iterator[None]:
+    patch = pytest.MonkeyPatch()
+    patch.setenv("MEMLENS_CACHE_DIR", str(tmp_path_factory.mktemp(name)))
+    yield
+    patch.undo()
+
+
+# Session- and module-scoped fixtures are set up before the per-test cache above. Without
+# these two they would read and write the user's own cache (~/.cache/memlens): a snapshot a
+# module's fixture loads would come from an earlier run's entry, never read, and in CI's
+# second pass (MEMLENS_READER=python) from the first pass's, written by the compiled
+# reader, so the Python reader would not be tested on it (nor would the test be listed
+# for that pass, on a machine whose cache already held the file: tests/reader_choice.py).
+@pytest.fixture(scope="session", autouse=True)
+def _session_cache(tmp_path_factory):
+    yield from _own_cache(tmp_path_factory, "cache-session")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _module_cache(tmp_path_factory):
+    yield from _own_cache(tmp_path_factory, "cache-module")
 
 
 @pytest.fixture(scope="module")
