@@ -89,7 +89,11 @@ def assert_same_both_ways(snap: Snapshot) -> dict[int, DeviceTrace]:
 
 
 def _load(snap: dict[str, Any]) -> Snapshot:
-    return memlens.load(snap, warn=False)
+    # built on the compiled replay whatever the run's reader: the tests replay its traces
+    # both ways themselves, so CI's second pass (MEMLENS_READER=python) would repeat them
+    # (tests/reader_choice.py does not list a test that picks its own reader)
+    with _reader("compiled"):
+        return memlens.load(snap, warn=False)
 
 
 # --- hand-built cases, exact figures --------------------------------------------------------
@@ -447,4 +451,6 @@ def test_real_snapshots_same_both_ways(name):
 
     if name == "(none)":
         pytest.skip(f"no real snapshots in {SHARED_LABEL}")
-    assert_same_both_ways(memlens.load(SHARED_SNAPSHOTS / name, cache=False, warn=False))
+    with _reader("compiled"):  # as _load: the replays below are both ways
+        snap = memlens.load(SHARED_SNAPSHOTS / name, cache=False, warn=False)
+    assert_same_both_ways(snap)
