@@ -275,7 +275,7 @@ def pytest_configure(config: pytest.Config) -> None:
         if READER_ENV not in os.environ:  # see the module's docstring
             os.environ[READER_ENV] = RECORDING
             # not left behind by a run made inside another (tests/test_reader_choice.py)
-            config.add_cleanup(lambda: os.environ.pop(READER_ENV, None))
+            config.add_cleanup(_forget_recording_value)
         _outer = os.environ[READER_ENV]
         workerinput: dict[str, Any] | None = getattr(config, "workerinput", None)
         part = workerinput["workerid"] if workerinput else "main"
@@ -288,6 +288,10 @@ def pytest_configure(config: pytest.Config) -> None:
         seconds_path = _seconds_path(ids)
         seconds = json.loads(seconds_path.read_text()) if seconds_path.exists() else {}
         config.pluginmanager.register(_Selector(_read_ids(ids), seconds), "memlens-reader-select")
+
+
+def _forget_recording_value() -> None:
+    os.environ.pop(READER_ENV, None)
 
 
 def _read_ids(path: Path) -> set[str]:
