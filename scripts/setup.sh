@@ -13,10 +13,24 @@ command -v npm >/dev/null 2>&1 || need_apt+=(npm)        # installs tsc and pret
 # zlib's header: the compiled snapshot reader inflates .pickle.gz itself (without it the
 # optional extension is skipped and memlens falls back to the slower Python reader).
 [ -f /usr/include/zlib.h ] || need_apt+=(zlib1g-dev)
+# On a fresh machine the Debian packages (Chromium, ffmpeg, Node.js and npm: a few hundred
+# packages) and the Python ones (below) are each minutes of download and unpacking: the
+# Debian ones are installed in the background while pip runs. zlib's header first, in the
+# foreground: the editable build below compiles against it.
+apt_pid=""
+apt_log="$(mktemp)"
+trap 'rm -f "$apt_log"' EXIT
 if [ "${#need_apt[@]}" -gt 0 ] && [ "${MEMLENS_SKIP_APT:-0}" != "1" ]; then
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  APT_INSTALL=($SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq)
   $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}" >/dev/null
+  if [ ! -f /usr/include/zlib.h ]; then "${APT_INSTALL[@]}" zlib1g-dev >/dev/null; fi
+  rest=()
+  for pkg in "${need_apt[@]}"; do [ "$pkg" = zlib1g-dev ] || rest+=("$pkg"); done
+  if [ "${#rest[@]}" -gt 0 ]; then
+    "${APT_INSTALL[@]}" "${rest[@]}" >"$apt_log" 2>&1 &
+    apt_pid=$!
+  fi
 fi
 
 # the dev tools (mypy, ruff, IPython, pytest...) at the versions of constraints-dev.txt, so
@@ -29,6 +43,11 @@ python3 -c "import torch" 2>/dev/null || $PIP "torch==2.13.0"
 # editable build alone is about 30 s of CPU. pip keeps its download cache (~/.cache/pip)
 # for the runs that do install.
 python3 scripts/setup_current.py || $PIP -e ".[dev]"
+if [ -n "$apt_pid" ] && ! wait "$apt_pid"; then
+  cat "$apt_log" >&2
+  echo "memlens setup: apt-get install ${rest[*]} failed" >&2
+  exit 1
+fi
 # the TypeScript compiler (type-checks the viewer's JavaScript) and prettier (formats every
 # JS file), only for scripts/check.sh: into .tools/ (git-ignored), never a global install,
 # at the pinned versions (the tests do not need them: a failed download is said, and
