@@ -54,7 +54,7 @@ EXTRA = os.environ.get("MEMLENS_SIM_TRAINERS_PATH", "")
 # torchtitan's own command line: its llama3 debug model, two short steps, no checkpoint,
 # no validation; DTensor for the parallel axes only (its default "spmd_types" backend
 # needs a newer fully_shard than torch 2.13 and 2.14 have: docs/simulation.md); no CUDA
-# graphs (torchtitan's default, refused by the simulation: docs/simulation.md)
+# graphs (torchtitan's default: the graph cases at the end of this file turn them on)
 TITAN_ARGS = [
     "--module", "llama3", "--config", "llama3_debugmodel",
     "--training.steps", "2", "--training.seq_len", "128", "--training.local_batch_size", "2",
