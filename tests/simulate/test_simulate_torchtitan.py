@@ -293,6 +293,22 @@ def step_runs(snapshot: dict[str, Any]) -> list[tuple[bool, int]]:
     return runs
 
 
+def freed_at_teardown(snapshot: dict[str, Any]) -> list[tuple[int, int, bool]]:
+    """(bytes, stream, in the pool) of the allocations `cudagraph_teardown` frees (at
+    `Trainer.close`): what the graphs kept alive until then."""
+    pool = [
+        (s["address"], s["address"] + s["total_size"])
+        for s in snapshot["segments"]
+        if tuple(s["segment_pool_id"]) == (0, 1)
+    ]
+    return [
+        (e["size"], e["stream"], any(lo <= e["addr"] < hi for lo, hi in pool))
+        for e in snapshot["device_traces"][0]
+        if e["action"] == "free_completed"
+        and "cudagraph_teardown" in {f["name"] for f in e.get("frames") or []}
+    ]
+
+
 GRAPH_CASES = {"graphs1": (1, P), "graphs4": (4, P // 4)}
 
 
@@ -320,3 +336,13 @@ def test_llama3_with_cuda_graphs_state_pool_and_replay(assets, case):
         assert pool[REDUCE_SCATTER] == reduce_scatter_pool(nproc), path.name
         assert pool[ALL_GATHER_COPY_IN] == all_gather_pool(nproc), path.name
         assert set(pool) <= {CAPTURE_STREAM, ALL_GATHER_COPY_IN, REDUCE_SCATTER}, path.name
+        # kept until teardown: the graph's static output, the 0-d fp32 loss, in the pool;
+        # the CUDA generator's seed and offset (8 bytes each, capture stream, default
+        # pool); and the captured step's inputs (the batch, its BlockMask: default pool)
+        kept = freed_at_teardown(snapshot)
+        assert [k for k in kept if k[2] or k[1] == CAPTURE_STREAM] == [
+            (4, CAPTURE_STREAM, True), (8, CAPTURE_STREAM, False), (8, CAPTURE_STREAM, False)
+        ], path.name  # fmt: skip
+        assert {(stream, inside) for _, stream, inside in kept} == {
+            (0, False), (CAPTURE_STREAM, True), (CAPTURE_STREAM, False)
+        }, path.name  # fmt: skip
