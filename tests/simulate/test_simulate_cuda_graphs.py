@@ -326,3 +326,25 @@ def test_streams_that_wait_on_the_capture_join_it(tmp_path, monkeypatch):
     # is_current_stream_capturing and Stream.is_capturing: inside on a joined stream,
     # outside on the stream that waited on older work, and after the capture
     assert (tmp_path / "joined.txt").read_text() == "[True, True, False, False]"
+
+
+def test_plans_replay_of_the_request_log_keeps_the_joined_streams():
+    from memlens.simulation.request_log import JOIN_POOL, replay_log
+
+    with memlens.simulate(cublas_workspace=0) as sim:
+        side = torch.cuda.Stream()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            side.wait_stream(torch.cuda.current_stream())  # joins the capture
+            with torch.cuda.stream(side):
+                inside = torch.empty(3 * MIB, dtype=torch.uint8, device="cuda")
+                del inside  # the pool's 20 MiB segment, on the side stream
+            torch.cuda.current_stream().wait_stream(side)
+        with torch.cuda.stream(side):  # after the capture: a segment of the default pool
+            outside = torch.empty(3 * MIB, dtype=torch.uint8, device="cuda")
+        del outside
+    log = sim.allocator.request_log()
+    assert log.kinds.tolist().count(JOIN_POOL) == 1
+    # 2 MiB of the generator's state, 20 MiB in the pool, 20 MiB in the default pool
+    assert sim.allocator.peak_reserved == 42 * MIB
+    assert replay_log(log, None).peak_reserved == 42 * MIB
