@@ -82,6 +82,21 @@ def test_a_shared_pool_is_kept_until_its_last_graph_is_released():
     assert a.reserved == 0 and a.segments_snapshot() == []
 
 
+def test_a_stream_that_joined_the_capture_allocates_in_its_pool():
+    a = CachingAllocator(clock=lambda: 0)
+    a.begin_allocate_to_pool((0, 1), stream=1)
+    a.join_capture((0, 1), stream=2)  # stream 2 waited on the capture's work
+    joined = a.malloc(1000, stream=2)
+    a.end_allocate_to_pool((0, 1))  # every stream of the capture leaves it
+    after = a.malloc(1000, stream=2)
+    assert [(s["stream"], s["segment_pool_id"]) for s in a.segments_snapshot()] == [
+        (2, (0, 1)), (2, (0, 0))
+    ]  # fmt: skip
+    assert joined != after and a.captures == []
+    with pytest.raises(memlens.MemlensError, match="no capture into memory pool"):
+        a.join_capture((0, 1), stream=2)
+
+
 # ---------------------------------------------------------------- a simulated script
 CAPTURE = """
 import torch
@@ -256,3 +271,80 @@ def test_plans_replay_of_the_request_log_keeps_the_pools():
     assert sim.allocator.peak_reserved == 42 * MIB
     assert replay_log(log, None).peak_reserved == 42 * MIB
     assert replay_log(log, 30 * MIB).oom  # without the pools, 22 MiB would have fitted
+
+
+# FSDP2's way: side streams wait on the capture's stream (wait_stream), or on an event
+# recorded in it, and so join the capture; an event recorded before it joins nothing
+JOINED = """
+import torch
+
+side, late, apart = torch.cuda.Stream(), torch.cuda.Stream(), torch.cuda.Stream()
+before = torch.cuda.current_stream().record_event()   # recorded outside any capture
+graph = torch.cuda.CUDAGraph()
+with torch.cuda.graph(graph):                          # the capture stream: stream 4
+    here = torch.cuda.current_stream()
+    side.wait_stream(here)                             # joins the capture
+    with torch.cuda.stream(side):
+        a = torch.empty(1000, device="cuda")           # in the pool, on stream 1
+    late.wait_event(here.record_event())               # joins too
+    with torch.cuda.stream(late):
+        b = torch.empty(1000, device="cuda")           # in the pool, on stream 2
+        joined = [torch.cuda.is_current_stream_capturing(), late.is_capturing()]
+    apart.wait_event(before)                           # not the capture's work
+    with torch.cuda.stream(apart):
+        c = torch.empty(1000, device="cuda")           # the default pool, stream 3
+        joined.append(torch.cuda.is_current_stream_capturing())
+    here.wait_stream(side)                             # joined back, as CUDA requires
+    here.wait_stream(late)
+with torch.cuda.stream(side):
+    d = torch.empty(1000, device="cuda")               # the capture ended: default pool
+joined.append(side.is_capturing())
+torch.cuda.memory._dump_snapshot("joined.pickle")
+open("joined.txt", "w").write(repr(joined))
+"""
+
+
+def test_streams_that_wait_on_the_capture_join_it(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "joined.py").write_text(JOINED)
+    run_script(tmp_path / "joined.py", [], tmp_path / "out.pickle", cublas_workspace=0)
+    captured = pickle.loads((tmp_path / "joined.pickle").read_bytes())
+    allocs = [
+        (e["stream"], e["size"], e["addr"])
+        for e in captured["device_traces"][0]
+        if e["action"] == "alloc"
+    ]
+    pool_of = {}
+    for seg in captured["segments"]:
+        for b in range(seg["address"], seg["address"] + seg["total_size"], 512):
+            pool_of[b] = tuple(seg["segment_pool_id"])
+    # the generator's two blocks on the capture stream, then a, b, c, d
+    assert [(s, n, pool_of[addr]) for s, n, addr in allocs] == [
+        (4, 8, (0, 0)), (4, 8, (0, 0)),
+        (1, 4000, (1, 0)), (2, 4000, (1, 0)), (3, 4000, (0, 0)), (1, 4000, (0, 0)),
+    ]  # fmt: skip
+    # is_current_stream_capturing and Stream.is_capturing: inside on a joined stream,
+    # outside on the stream that waited on older work, and after the capture
+    assert (tmp_path / "joined.txt").read_text() == "[True, True, False, False]"
+
+
+def test_plans_replay_of_the_request_log_keeps_the_joined_streams():
+    from memlens.simulation.request_log import JOIN_POOL, replay_log
+
+    with memlens.simulate(cublas_workspace=0) as sim:
+        side = torch.cuda.Stream()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            side.wait_stream(torch.cuda.current_stream())  # joins the capture
+            with torch.cuda.stream(side):
+                inside = torch.empty(3 * MIB, dtype=torch.uint8, device="cuda")
+                del inside  # the pool's 20 MiB segment, on the side stream
+            torch.cuda.current_stream().wait_stream(side)
+        with torch.cuda.stream(side):  # after the capture: a segment of the default pool
+            outside = torch.empty(3 * MIB, dtype=torch.uint8, device="cuda")
+        del outside
+    log = sim.allocator.request_log()
+    assert log.kinds.tolist().count(JOIN_POOL) == 1
+    # 2 MiB of the generator's state, 20 MiB in the pool, 20 MiB in the default pool
+    assert sim.allocator.peak_reserved == 42 * MIB
+    assert replay_log(log, None).peak_reserved == 42 * MIB

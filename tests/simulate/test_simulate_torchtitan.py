@@ -54,7 +54,7 @@ EXTRA = os.environ.get("MEMLENS_SIM_TRAINERS_PATH", "")
 # torchtitan's own command line: its llama3 debug model, two short steps, no checkpoint,
 # no validation; DTensor for the parallel axes only (its default "spmd_types" backend
 # needs a newer fully_shard than torch 2.13 and 2.14 have: docs/simulation.md); no CUDA
-# graphs (torchtitan's default, refused by the simulation: docs/simulation.md)
+# graphs (torchtitan's default: the graph cases at the end of this file turn them on)
 TITAN_ARGS = [
     "--module", "llama3", "--config", "llama3_debugmodel",
     "--training.steps", "2", "--training.seq_len", "128", "--training.local_batch_size", "2",
@@ -202,3 +202,147 @@ def test_llama3_pipeline_stages_state_per_rank_to_the_byte(assets):
             "gradients": 4 * shard + last_stage_extra,
             "optimizer": 8 * shard + 4 * tensors,
         }, rank
+
+
+# ---------------------------------------------------------------- CUDA graphs
+# torchtitan's default (no --training.disable-cuda-graphs): CUDAGraphWrapper
+# (torchtitan/distributed/cudagraph.py) makes one stream and a graph_pool_handle() pool,
+# (0, 1), and captures an empty graph into it (which registers the CUDA generator). Step 1
+# runs the forward+backward eagerly on that stream (the warm-up: gradients and every
+# buffer in the default pool); step 2 captures it into the pool, keeping its inputs and
+# the loss (the graph's static input and output), and replays it; step 3 copies the new
+# batch into the static inputs and replays: the step allocates nothing. zero_grad keeps
+# the gradients (set_to_none=False), so the warm-up's reduce-scatter outputs stay the
+# gradients and the captured step accumulates into them: the state at the end is the
+# eager run's, to the byte.
+# (later options win: these undo TITAN_ARGS' --training.disable-cuda-graphs and 2 steps)
+GRAPHS = ["--training.no-disable-cuda-graphs", "--training.steps", "3"]
+KIB, MIB = 1024, 2**20
+SMALL_SEGMENT, LARGE_SEGMENT = 2 * MIB, 20 * MIB  # kSmallBuffer, kLargeBuffer
+CAPTURE_STREAM = 1  # CUDAGraphWrapper's stream: the first torch.cuda.Stream() made
+# FSDP2's streams, made next (FSDPCommContext.lazy_init): they join the capture by waiting
+# on it (wait_stream), so their requests during the capture go to the pool too
+ALL_GATHER_COPY_IN, REDUCE_SCATTER = 2, 4  # the all-gather stream (3) allocates nothing
+
+
+def segment_bytes(request: int) -> tuple[str, int]:
+    """The free list a request takes and its segments' size (CUDACachingAllocator: up to
+    1 MiB the small pool's 2 MiB segments, below 10 MiB the large pool's 20 MiB ones)."""
+    assert request < 10 * MIB
+    return ("small", SMALL_SEGMENT) if request <= MIB else ("large", LARGE_SEGMENT)
+
+
+def one_segment_of_each_list(requests: list[int]) -> int:
+    """The bytes a stream's part of the pool holds when its buffers come one group at a
+    time (at most two at once, the one in use and the one prefetched: each list's
+    buffers fit one segment): one segment of each free list the requests use."""
+    return sum(size for _, size in {segment_bytes(r) for r in requests})
+
+
+def reduce_scatter_pool(nproc: int) -> int:
+    """The pool's segments on FSDP2's reduce-scatter stream. Each reduce-scatter makes
+    there its fp32 output, 4 x (elements / N) bytes (at 1 rank also `input / divide
+    factor`, a second buffer as large): the gradients exist since the warm-up, so the
+    output is added into them and freed before the next one. The reduce-scatters:
+    tok_embeddings (524,288 elements), each layer (852,480), lm_head's (524,288: the
+    chunked loss runs its backward inside the forward) and the final norm's (256), the
+    last two of the [norm, lm_head] group (torchtitan/distributed/fsdp.py)."""
+    buffers = 2 if nproc == 1 else 1
+    return one_segment_of_each_list(
+        [buffers * 4 * g // nproc for g in (524_288, LAYER, 524_288, 256)]
+    )
+
+
+def all_gather_pool(nproc: int) -> int:
+    """The pool's segments on FSDP2's all-gather copy-in stream, where each group's
+    all-gather output (the unsharded group in bf16, 2 bytes an element) is made; at 1
+    rank FSDP2 gathers nothing (the parameters are cast on the current stream)."""
+    if nproc == 1:
+        return 0
+    return one_segment_of_each_list([2 * g for g in (524_288, LAYER, 524_288 + 256)])
+
+
+def pool_segments(snapshot: dict[str, Any]) -> Counter[int]:
+    """Bytes of CUDAGraphWrapper's pool, (0, 1), by stream (the segments it has at the end)."""
+    out: Counter[int] = Counter()
+    for seg in snapshot["segments"]:
+        if tuple(seg["segment_pool_id"]) == (0, 1):
+            out[seg["stream"]] += seg["total_size"]
+    return out
+
+
+def step_runs(snapshot: dict[str, Any]) -> list[tuple[bool, int]]:
+    """(in the pool, allocations) of each run of the forward+backward's allocations."""
+    pool = [
+        (s["address"], s["address"] + s["total_size"])
+        for s in snapshot["segments"]
+        if tuple(s["segment_pool_id"]) == (0, 1)
+    ]
+    runs: list[tuple[bool, int]] = []
+    for entry in snapshot["device_traces"][0]:
+        if entry["action"] != "alloc":
+            continue
+        names = {f["name"] for f in entry.get("frames") or []}
+        if "flat_fwd_bwd" not in names:  # the wrapped step (cudagraph.py)
+            continue
+        inside = any(lo <= entry["addr"] < hi for lo, hi in pool)
+        if runs and runs[-1][0] == inside:
+            runs[-1] = (inside, runs[-1][1] + 1)
+        else:
+            runs.append((inside, 1))
+    return runs
+
+
+def freed_at_teardown(snapshot: dict[str, Any]) -> list[tuple[int, int, bool]]:
+    """(bytes, stream, in the pool) of the allocations `cudagraph_teardown` frees (at
+    `Trainer.close`): what the graphs kept alive until then."""
+    pool = [
+        (s["address"], s["address"] + s["total_size"])
+        for s in snapshot["segments"]
+        if tuple(s["segment_pool_id"]) == (0, 1)
+    ]
+    return [
+        (e["size"], e["stream"], any(lo <= e["addr"] < hi for lo, hi in pool))
+        for e in snapshot["device_traces"][0]
+        if e["action"] == "free_completed"
+        and "cudagraph_teardown" in {f["name"] for f in e.get("frames") or []}
+    ]
+
+
+GRAPH_CASES = {"graphs1": (1, P), "graphs4": (4, P // 4)}
+
+
+@pytest.mark.parametrize("case", list(GRAPH_CASES))
+def test_llama3_with_cuda_graphs_state_pool_and_replay(assets, case):
+    nproc, shard = GRAPH_CASES[case]
+    done = simulate(assets, nproc, case, GRAPHS)
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert "Recorded CUDA graph" in done.stdout + done.stderr  # captured, not eager
+    assert "ran eagerly" not in done.stderr
+    for path in sorted((assets / case).glob("rank*.pickle")):
+        with open(path, "rb") as f:
+            snapshot = pickle.load(f)
+        assert alive_at_end(snapshot) == {
+            "parameters": 4 * shard,
+            "gradients": 4 * shard,
+            "optimizer": 8 * shard + 4 * TENSORS,
+        }, path.name
+        # three steps, two runs of the step's allocations: the warm-up's outside the pool,
+        # the capture's inside it; the replays of steps 2 and 3 allocate nothing
+        assert [inside for inside, _ in step_runs(snapshot)] == [False, True], path.name
+        # the pool's segments on the streams that joined the capture, from FSDP2's
+        # buffers (the capture stream's hold the step's activations: not derived here)
+        pool = pool_segments(snapshot)
+        assert pool[REDUCE_SCATTER] == reduce_scatter_pool(nproc), path.name
+        assert pool[ALL_GATHER_COPY_IN] == all_gather_pool(nproc), path.name
+        assert set(pool) <= {CAPTURE_STREAM, ALL_GATHER_COPY_IN, REDUCE_SCATTER}, path.name
+        # kept until teardown: the graph's static output, the 0-d fp32 loss, in the pool;
+        # the CUDA generator's seed and offset (8 bytes each, capture stream, default
+        # pool); and the captured step's inputs (the batch, its BlockMask: default pool)
+        kept = freed_at_teardown(snapshot)
+        assert [k for k in kept if k[2] or k[1] == CAPTURE_STREAM] == [
+            (4, CAPTURE_STREAM, True), (8, CAPTURE_STREAM, False), (8, CAPTURE_STREAM, False)
+        ], path.name  # fmt: skip
+        assert {(stream, inside) for _, stream, inside in kept} == {
+            (0, False), (CAPTURE_STREAM, True), (CAPTURE_STREAM, False)
+        }, path.name  # fmt: skip

@@ -311,6 +311,15 @@ class CachingAllocator:
             private.use_count += 1
         self.captures.append((pool_id, stream))
 
+    def join_capture(self, pool_id: PoolId, stream: int) -> None:
+        """`stream` joins the capture into `pool_id` underway (it waited on work the capture
+        recorded, so CUDA names that capture for it: beginAllocateToPool's filter then
+        sends its requests to the pool too, until the capture ends)."""
+        if not any(p == pool_id for p, _ in self.captures):
+            raise MemlensError(f"no capture into memory pool {pool_id} is underway")
+        if (pool_id, stream) not in self.captures:
+            self.captures.append((pool_id, stream))
+
     def end_allocate_to_pool(self, pool_id: PoolId) -> None:
         """The capture into `pool_id` ends (endAllocateToPool); the pool stays."""
         self.captures = [(p, s) for p, s in self.captures if p != pool_id]

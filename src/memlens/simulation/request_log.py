@@ -3,8 +3,8 @@
 A simulated run asks the caching allocator for blocks (`malloc` of a requested size on a
 stream), frees them (`free_request`/`free_complete`, by the allocation they free) and
 empties its cache (`torch.cuda.empty_cache`), and a CUDA graph's capture routes a stream
-to a private pool and back (`begin_allocate_to_pool`, `end_allocate_to_pool`,
-`release_pool`). Everything the allocator answers (segments,
+to a private pool and back (`begin_allocate_to_pool`, `join_capture`,
+`end_allocate_to_pool`, `release_pool`). Everything the allocator answers (segments,
 splits, the reserved curve, an OOM after freeing its cache) follows from that sequence and
 the settings, so replaying the sequence through the same torch-free model
 (analysis/allocator_model.py) gives the run's peaks to the byte, under any capacity, in a
@@ -37,6 +37,7 @@ ADDRESSES_DESCEND = True
 # Kinds of request, the log's `kinds` column.
 MALLOC, FREE_REQUEST, FREE_COMPLETE, EMPTY_CACHE = 0, 1, 2, 3
 BEGIN_POOL, END_POOL, RELEASE_POOL = 4, 5, 6  # a CUDA graph's private pool
+JOIN_POOL = 7  # another stream joins a capture (cuda_graph_streams.py)
 
 
 def _pool_value(pool_id: PoolId) -> int:
@@ -148,6 +149,10 @@ class LoggingAllocator(CachingAllocator):
         self._log(BEGIN_POOL, _pool_value(pool_id), stream)
         super().begin_allocate_to_pool(pool_id, stream)
 
+    def join_capture(self, pool_id: PoolId, stream: int) -> None:
+        self._log(JOIN_POOL, _pool_value(pool_id), stream)
+        super().join_capture(pool_id, stream)
+
     def end_allocate_to_pool(self, pool_id: PoolId) -> None:
         self._log(END_POOL, _pool_value(pool_id))
         super().end_allocate_to_pool(pool_id)
@@ -210,6 +215,8 @@ def replay_log(
             model.free_complete(where[value])
         elif kind == BEGIN_POOL:
             model.begin_allocate_to_pool(_pool_id(value), stream)
+        elif kind == JOIN_POOL:
+            model.join_capture(_pool_id(value), stream)
         elif kind == END_POOL:
             model.end_allocate_to_pool(_pool_id(value))
         elif kind == RELEASE_POOL:

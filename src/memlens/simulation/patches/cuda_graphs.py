@@ -4,7 +4,8 @@
 What a GPU does with memory, after c10/cuda/CUDACachingAllocator.cpp and CUDAGraph.cpp:
 - `capture_begin` (inside `torch.cuda.graph`, which first empties the cache and makes the
   capture stream current) calls `beginAllocateToPool`: until `capture_end`, every request
-  on the capturing stream is served from the graph's private pool, its own segments
+  on the capturing stream, and on every stream that joined the capture by waiting on it
+  (cuda_graph_streams.py), is served from the graph's private pool, its own segments
   (`segment_pool_id` the pool's id). The code runs once, as here: frees during capture go
   back to the pool and are reused inside it.
 - The pool's id: the one passed (`pool=`, a `graph_pool_handle()` = (0, n) or another
@@ -29,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from memlens.simulation.patches import cuda_stubs
+from memlens.simulation.patches import cuda_graph_streams, cuda_stubs
 
 if TYPE_CHECKING:
     from memlens.analysis.allocator_model import CachingAllocator, PoolId
@@ -81,7 +82,9 @@ class GeneratorState:
             self.blocks = []
 
 
-def make_graph_class(sim: SimulationHost, ids: PoolIds) -> type:
+def make_graph_class(
+    sim: SimulationHost, ids: PoolIds, captures: cuda_graph_streams.Captures
+) -> type:
     """torch.cuda.CUDAGraph for one simulation's allocator."""
     allocator: CachingAllocator = sim.allocator
     generator = GeneratorState(sim)
@@ -92,7 +95,7 @@ def make_graph_class(sim: SimulationHost, ids: PoolIds) -> type:
 
         def __init__(self, keep_graph: bool = False) -> None:
             self._pool: PoolId | None = None
-            self._capturing = False
+            self._capture: int | None = None  # the capture underway (its id)
             self._captured = False
 
         def capture_begin(
@@ -101,17 +104,14 @@ def make_graph_class(sim: SimulationHost, ids: PoolIds) -> type:
             given = _pool_id(pool) if pool is not None else (0, 0)
             self._pool = ids.graph_pool() if given == (0, 0) else given
             generator.register()
-            allocator.begin_allocate_to_pool(self._pool, cuda_stubs.current_stream_id())
-            self._capturing = True
-            _Capturing.depth += 1
+            self._capture = captures.begin(self._pool, cuda_stubs.current_stream_id())
 
         def capture_end(self) -> None:
-            if not self._capturing or self._pool is None:
+            if self._capture is None:
                 raise RuntimeError("CUDAGraph.capture_end called without capture_begin")
-            allocator.end_allocate_to_pool(self._pool)
-            self._capturing = False
+            captures.end(self._capture)
+            self._capture = None
             self._captured = True
-            _Capturing.depth -= 1
 
         def instantiate(self) -> None:
             pass
@@ -146,22 +146,18 @@ def make_graph_class(sim: SimulationHost, ids: PoolIds) -> type:
     return CUDAGraph
 
 
-class _Capturing:
-    depth = 0  # captures underway (torch.cuda.is_current_stream_capturing)
-
-
-def is_capturing() -> bool:
-    return _Capturing.depth > 0
-
-
 def install(patches: Patches, sim: SimulationHost) -> None:
     """Put the graph class and pool handles in torch.cuda (and torch.cuda.graphs, whose
     `graph` and `make_graphed_callables` look them up there)."""
     import torch.cuda.graphs as graphs
 
-    _Capturing.depth = 0
     ids = PoolIds()
-    graph_class = make_graph_class(sim, ids)
+    captures = cuda_graph_streams.Captures(sim.allocator)
+    cuda_graph_streams.install(patches, captures)
+    graph_class = make_graph_class(sim, ids, captures)
+
+    def is_capturing() -> bool:  # the current stream is part of a capture underway
+        return captures.of(cuda_stubs.current_stream_id()) is not None
 
     def graph_pool_handle() -> Any:
         return torch.cuda._POOL_HANDLE(ids.user_pool())

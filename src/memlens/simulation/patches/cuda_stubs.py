@@ -160,7 +160,7 @@ class Stream:
     def query(self) -> bool:
         return True
 
-    def is_capturing(self) -> bool:  # optimizers ask (CUDA graph capture); never here
+    def is_capturing(self) -> bool:  # optimizers ask; cuda_graph_streams.py answers
         return False
 
     def __enter__(self) -> Stream:
