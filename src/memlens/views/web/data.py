@@ -71,6 +71,17 @@ class Window(TypedDict):
     t1: NotRequired[float | None]
 
 
+class ViewOptions(Window):
+    """view()'s parameters besides the snapshot and the device."""
+
+    ymax: NotRequired[int | None]
+    ymin: NotRequired[int | None]
+    detail: NotRequired[bool]
+    min_px: NotRequired[float]
+    q: NotRequired[str | None]
+    split: NotRequired[Literal["stream"] | None]
+
+
 class ViewerData:
     """The snapshots being viewed and their per-device layout indexes."""
 
@@ -123,8 +134,9 @@ class ViewerData:
         list and the kept layout indexes of the device shown first; after the first
         viewport when defer_indexes() was called, `after_first_view` (a cold start's cache
         writes: they would take the CPU the first paint needs) and then the indexes of
-        every device, the one shown first first. Summaries and stage spans are left to the
-        page, which asks after its first paint."""
+        every device, the one shown first first; last, the answers to keep for the next
+        start (kept_answers.py). Summaries and stage spans are left to the page, which asks
+        after its first paint."""
         self.meta()
         keys = [(s, d) for s, snap in enumerate(self.snapshots) for d in snap.traces]
         keys.sort(key=lambda k: k[1] != self.snapshots[k[0]].default_device)
@@ -285,46 +297,31 @@ class ViewerData:
         self._first_view.set()
         return out
 
-    def view_json(
-        self,
-        s: int,
-        device: int,
-        *,
-        ymax: int | None = None,
-        ymin: int | None = None,
-        detail: bool = True,
-        min_px: float = PAGE_MIN_PX,
-        q: str | None = None,
-        split: Literal["stream"] | None = None,
-        **window: Unpack[Window],
-    ) -> bytes:
+    def view_json(self, s: int, device: int, **options: Unpack[ViewOptions]) -> bytes:
         """view()'s answer as the API sends it; a whole-trace viewport (what a page asks for
         first) is kept for the next start and served from there (kept_answers.py)."""
-        e0, e1 = window.get("e0"), window.get("e1")
+        e0, e1 = options.get("e0"), options.get("e1")
         whole = (
-            not q
-            and not ymin
-            and ymax is None
-            and min_px == PAGE_MIN_PX
-            and window.get("t0") is None
-            and window.get("t1") is None
+            not options.get("q")
+            and not options.get("ymin")
+            and options.get("ymax") is None
+            and options.get("min_px", PAGE_MIN_PX) == PAGE_MIN_PX
+            and options.get("t0") is None
+            and options.get("t1") is None
             and (e0 is None or str(e0) == "0.0")  # (-0.0 is echoed as such)
             and e1 in (None, float(max(self.dev(s, device).n_events, 1)))
         )
         key, snap = None, self.snap(s)
         if whole:
-            width = int(min(max(window["width"], 1), MAX_WIDTH))
-            height = int(min(max(window["height"], 1), MAX_HEIGHT))
-            key = f"view-d{device}-{width}x{height}-{split or 'stack'}-{int(detail)}"
+            width = int(min(max(options["width"], 1), MAX_WIDTH))
+            height = int(min(max(options["height"], 1), MAX_HEIGHT))
+            split, detail = options.get("split") or "stack", options.get("detail", True)
+            key = f"view-d{device}-{width}x{height}-{split}-{int(detail)}"
             body = kept_answers.load(snap, key)
             if body is not None:
                 self._first_view.set()
                 return body
-        v = self.view(
-            s, device, ymax=ymax, ymin=ymin, detail=detail, min_px=min_px, q=q, split=split,
-            **window,
-        )  # fmt: skip
-        body = kept_answers.json_bytes(v)
+        body = kept_answers.json_bytes(self.view(s, device, **options))
         if key is not None:
             self._keeper.put(snap, key, body)
         return body
