@@ -51,6 +51,9 @@ MAX_OOM_MARKERS = 100
 PAGE_MIN_PX = 1 / 16
 # how long warm() leaves the CPU to the first viewport (nobody may open the page)
 FIRST_VIEW_WAIT_S = 10.0
+# ... and then to its drawing: until the page asks for anything more (its overview, summary
+# and stage strip come once its first viewport is drawn), at most this long
+DRAWING_WAIT_S = 2.0
 
 
 if TYPE_CHECKING:
@@ -99,6 +102,7 @@ class ViewerData:
         self._ann_lock = threading.Lock()
         self._sites_lock = threading.Lock()
         self._first_view = threading.Event()
+        self._drawn = threading.Event()  # the page asked for more after its first viewport
         self._deferred = False  # warm() will build the slow indexes, after the first view
         self._keeper = kept_answers.Keeper()  # answers kept for the next start
 
@@ -132,7 +136,7 @@ class ViewerData:
     def warm(self, after_first_view: Sequence[Callable[[], None]] = ()) -> None:
         """Build what the first paint needs (a background thread after startup): the device
         list and the kept layout indexes of the device shown first; after the first
-        viewport when defer_indexes() was called, `after_first_view` (a cold start's cache
+        viewport and its drawing when defer_indexes() was called, `after_first_view` (a cold start's cache
         writes: they would take the CPU the first paint needs) and then the indexes of
         every device, the one shown first first; last, the answers to keep for the next
         start (kept_answers.py). Summaries and stage spans are left to the page, which asks
@@ -148,10 +152,12 @@ class ViewerData:
         )
         if keys and not answered:
             self._first_layout(*keys[0])
-        if self._deferred:
-            # building the indexes takes the CPU (and the GIL) the first viewport needs:
-            # 1.2 s instead of 0.3 for it at 4M events on a cold start; start once it is out
-            self._first_view.wait(FIRST_VIEW_WAIT_S)
+        # building the indexes takes the CPU (and the GIL) the first viewport needs: 1.2 s
+        # instead of 0.3 for it at 4M events on a cold start; start once it is out, and
+        # drawn: the page's JSON parsing and canvas work want the same CPU on a small
+        # machine (a cold start's cache writes most of all)
+        if self._deferred and self._first_view.wait(FIRST_VIEW_WAIT_S):
+            self._drawn.wait(DRAWING_WAIT_S)
         if keys and answered:
             self._first_layout(*keys[0])
         for job in after_first_view:
@@ -230,6 +236,7 @@ class ViewerData:
     # ---- /api/d/{device}/summary ------------------------------------------------------------
     def summary(self, s: int, device: int) -> DeviceSummary:
         """`memlens summary` figures of one device (asked for after the first paint)."""
+        self._drawn.set()
         key = (s, device)
         with self._meta_lock:
             if key not in self._summaries:
@@ -312,6 +319,8 @@ class ViewerData:
             and e1 in (None, float(max(self.dev(s, device).n_events, 1)))
         )
         key, snap = None, self.snap(s)
+        if self._first_view.is_set():  # a later viewport: the first one is drawn
+            self._drawn.set()
         if whole:
             width = int(min(max(options["width"], 1), MAX_WIDTH))
             height = int(min(max(options["height"], 1), MAX_HEIGHT))
@@ -527,6 +536,7 @@ class ViewerData:
 
     # ---- /api/d/{device}/annotations ---------------------------------------------------------------
     def annotations(self, s: int, device: int) -> AnnotationsAnswer:
+        self._drawn.set()  # (asked for after the first paint)
         key = (s, device)
         with self._ann_lock:
             if key not in self._annotations:
