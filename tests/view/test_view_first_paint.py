@@ -84,6 +84,26 @@ def test_warm_waits_for_the_first_viewport(generated: Path) -> None:
     assert json.dumps(deferred) == json.dumps(built)
 
 
+def test_warm_leaves_the_first_viewports_drawing_alone(
+    generated: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(web_data, "DRAWING_WAIT_S", 60.0)
+    data = ViewerData([memlens.load(generated, warn=False)])
+    dev = data.snapshots[0].default_device
+    data.defer_indexes()
+    jobs: list[str] = []
+    warm = threading.Thread(
+        target=data.warm, kwargs={"after_first_view": [lambda: jobs.append("w")]}
+    )
+    warm.start()
+    data.view_json(0, dev, width=1300, height=420)
+    time.sleep(0.5)
+    assert warm.is_alive() and jobs == []  # the page is drawing it
+    data.summary(0, dev)  # what the page asks for once it has drawn its first viewport
+    warm.join(30)
+    assert not warm.is_alive() and jobs == ["w"]
+
+
 def test_warm_goes_ahead_when_nobody_looks(
     generated: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

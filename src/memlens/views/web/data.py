@@ -7,6 +7,7 @@ here as JSON data; the page inserts it with textContent only.
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Literal, TypedDict
@@ -18,6 +19,7 @@ from memlens.analysis.sites import frame_label, site_of_allocations, user_frame_
 from memlens.errors import MemlensError
 from memlens.snapshot.model import DeviceTrace, Snapshot
 from memlens.views.layout import MAX_HEIGHT, MAX_WIDTH, DeviceLayout, View, time_range
+from memlens.views.web import kept_answers
 from memlens.views.web.answers import (
     AllocationAnswer,
     AnnotationsAnswer,
@@ -49,6 +51,9 @@ MAX_OOM_MARKERS = 100
 PAGE_MIN_PX = 1 / 16
 # how long warm() leaves the CPU to the first viewport (nobody may open the page)
 FIRST_VIEW_WAIT_S = 10.0
+# ... and then to its drawing: until the page asks for anything more (its overview, summary
+# and stage strip come once its first viewport is drawn), at most this long
+DRAWING_WAIT_S = 2.0
 
 
 if TYPE_CHECKING:
@@ -69,6 +74,17 @@ class Window(TypedDict):
     t1: NotRequired[float | None]
 
 
+class ViewOptions(Window):
+    """view()'s parameters besides the snapshot and the device."""
+
+    ymax: NotRequired[int | None]
+    ymin: NotRequired[int | None]
+    detail: NotRequired[bool]
+    min_px: NotRequired[float]
+    q: NotRequired[str | None]
+    split: NotRequired[Literal["stream"] | None]
+
+
 class ViewerData:
     """The snapshots being viewed and their per-device layout indexes."""
 
@@ -86,7 +102,9 @@ class ViewerData:
         self._ann_lock = threading.Lock()
         self._sites_lock = threading.Lock()
         self._first_view = threading.Event()
+        self._drawn = threading.Event()  # the page asked for more after its first viewport
         self._deferred = False  # warm() will build the slow indexes, after the first view
+        self._keeper = kept_answers.Keeper()  # answers kept for the next start
 
     # ---- lookups -------------------------------------------------------------------------
     def snap(self, s: int) -> Snapshot:
@@ -118,24 +136,39 @@ class ViewerData:
     def warm(self, after_first_view: Sequence[Callable[[], None]] = ()) -> None:
         """Build what the first paint needs (a background thread after startup): the device
         list and the kept layout indexes of the device shown first; after the first
-        viewport when defer_indexes() was called, `after_first_view` (a cold start's cache
+        viewport and its drawing when defer_indexes() was called, `after_first_view` (a cold start's cache
         writes: they would take the CPU the first paint needs) and then the indexes of
-        every device, the one shown first first. Summaries and stage spans are left to the
-        page, which asks after its first paint."""
+        every device, the one shown first first; last, the answers to keep for the next
+        start (kept_answers.py). Summaries and stage spans are left to the page, which asks
+        after its first paint."""
         self.meta()
         keys = [(s, d) for s, snap in enumerate(self.snapshots) for d in snap.traces]
         keys.sort(key=lambda k: k[1] != self.snapshots[k[0]].default_device)
-        if keys:  # the kept indexes of the first device shown, if any, while the page loads
-            self.layout(*keys[0]).restore()
-            self._sites(self.snapshots[keys[0][0]])  # ... and its call sites' frames
-        if self._deferred:
-            # building the indexes takes the CPU (and the GIL) the first viewport needs:
-            # 1.2 s instead of 0.3 for it at 4M events on a cold start; start once it is out
-            self._first_view.wait(FIRST_VIEW_WAIT_S)
+        # the kept indexes of the first device shown, if any, and its call sites' frames,
+        # while the page loads; after the first viewport when it is likely kept, as its
+        # answer: the page's requests then have the CPU and the GIL to themselves
+        answered = self._deferred and any(
+            kept_answers.has_views(self.snapshots[s], d) for s, d in keys[:1]
+        )
+        if keys and not answered:
+            self._first_layout(*keys[0])
+        # building the indexes takes the CPU (and the GIL) the first viewport needs: 1.2 s
+        # instead of 0.3 for it at 4M events on a cold start; start once it is out, and
+        # drawn: the page's JSON parsing and canvas work want the same CPU on a small
+        # machine (a cold start's cache writes most of all)
+        if self._deferred and self._first_view.wait(FIRST_VIEW_WAIT_S):
+            self._drawn.wait(DRAWING_WAIT_S)
+        if keys and answered:
+            self._first_layout(*keys[0])
         for job in after_first_view:
             job()
         for s, d in keys:
             self.layout(s, d).warm()
+        self._keeper.flush()  # the answers to keep, now that the cache entry is written
+
+    def _first_layout(self, s: int, device: int) -> None:
+        self.layout(s, device).restore()
+        self._sites(self.snapshots[s])
 
     def _sites(self, snap: Snapshot) -> None:
         """Each stack's call-site frame (analysis.sites, memoized on the snapshot): warm()
@@ -159,25 +192,7 @@ class ViewerData:
     def _build_meta(self) -> MetaAnswer:
         out: list[MetaSnapshot] = []
         for s, snap in enumerate(self.snapshots):
-            devices: list[MetaDevice] = []
-            for d in snap.devices:
-                if d not in snap.traces:
-                    continue
-                dev = snap.traces[d]
-                tr = time_range(dev)
-                devices.append(
-                    {
-                        "device": d,
-                        "n_events": dev.n_events,
-                        "n_allocations": dev.n_allocations,
-                        "time_range": list(tr) if tr else None,
-                        # what the chart needs; the header's figures come from /summary
-                        "peak": chart_peak(self.layout(s, d), tr is not None),
-                        "stream_lanes": stream_lane_count(dev),
-                        # marked on the chart (the first MAX_OOM_MARKERS)
-                        "ooms": oom_entries(dev, MAX_OOM_MARKERS),
-                    }
-                )
+            devices = [self._meta_device(s, snap, d) for d in snap.devices if d in snap.traces]
             out.append(
                 {
                     "index": s,
@@ -189,6 +204,30 @@ class ViewerData:
             )
         return {"snapshots": out}
 
+    def _meta_device(self, s: int, snap: Snapshot, d: int) -> MetaDevice:
+        """A device's part of the meta answer: kept by an earlier start, else computed (and
+        kept for the next)."""
+        key = f"meta-d{d}"
+        body = kept_answers.load(snap, key)
+        if body is not None:
+            kept: MetaDevice = json.loads(body)
+            return kept
+        dev = snap.traces[d]
+        tr = time_range(dev)
+        out: MetaDevice = {
+            "device": d,
+            "n_events": dev.n_events,
+            "n_allocations": dev.n_allocations,
+            "time_range": list(tr) if tr else None,
+            # what the chart needs; the header's figures come from /summary
+            "peak": chart_peak(self.layout(s, d), tr is not None),
+            "stream_lanes": stream_lane_count(dev),
+            # marked on the chart (the first MAX_OOM_MARKERS)
+            "ooms": oom_entries(dev, MAX_OOM_MARKERS),
+        }
+        self._keeper.put(snap, key, kept_answers.json_bytes(out))
+        return out
+
     def _lane_count(self, s: int, device: int) -> int:
         """The meta answer's stream_lanes of a device (0: its trace is not split)."""
         devices = self.meta()["snapshots"][s]["devices"]
@@ -197,6 +236,7 @@ class ViewerData:
     # ---- /api/d/{device}/summary ------------------------------------------------------------
     def summary(self, s: int, device: int) -> DeviceSummary:
         """`memlens summary` figures of one device (asked for after the first paint)."""
+        self._drawn.set()
         key = (s, device)
         with self._meta_lock:
             if key not in self._summaries:
@@ -263,6 +303,37 @@ class ViewerData:
                 out["address_hits"] = address_hits(dev, query)
         self._first_view.set()
         return out
+
+    def view_json(self, s: int, device: int, **options: Unpack[ViewOptions]) -> bytes:
+        """view()'s answer as the API sends it; a whole-trace viewport (what a page asks for
+        first) is kept for the next start and served from there (kept_answers.py)."""
+        e0, e1 = options.get("e0"), options.get("e1")
+        whole = (
+            not options.get("q")
+            and not options.get("ymin")
+            and options.get("ymax") is None
+            and options.get("min_px", PAGE_MIN_PX) == PAGE_MIN_PX
+            and options.get("t0") is None
+            and options.get("t1") is None
+            and (e0 is None or str(e0) == "0.0")  # (-0.0 is echoed as such)
+            and e1 in (None, float(max(self.dev(s, device).n_events, 1)))
+        )
+        key, snap = None, self.snap(s)
+        if self._first_view.is_set():  # a later viewport: the first one is drawn
+            self._drawn.set()
+        if whole:
+            width = int(min(max(options["width"], 1), MAX_WIDTH))
+            height = int(min(max(options["height"], 1), MAX_HEIGHT))
+            split, detail = options.get("split") or "stack", options.get("detail", True)
+            key = f"view-d{device}-{width}x{height}-{split}-{int(detail)}"
+            body = kept_answers.load(snap, key)
+            if body is not None:
+                self._first_view.set()
+                return body
+        body = kept_answers.json_bytes(self.view(s, device, **options))
+        if key is not None:
+            self._keeper.put(snap, key, body)
+        return body
 
     @staticmethod
     def _columns(lay: DeviceLayout, window: Window) -> tuple[int, int, np.ndarray, XRange]:
@@ -465,6 +536,7 @@ class ViewerData:
 
     # ---- /api/d/{device}/annotations ---------------------------------------------------------------
     def annotations(self, s: int, device: int) -> AnnotationsAnswer:
+        self._drawn.set()  # (asked for after the first paint)
         key = (s, device)
         with self._ann_lock:
             if key not in self._annotations:

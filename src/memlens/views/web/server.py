@@ -6,7 +6,6 @@ the API, and a strict Content-Security-Policy keeps the page to its own scripts.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 from collections.abc import Awaitable, Callable, Sequence
@@ -39,6 +38,7 @@ from memlens.views.web.answers import (
 )
 from memlens.views.web.assets import PageFiles
 from memlens.views.web.data import PAGE_MIN_PX, ViewerData, Window
+from memlens.views.web.kept_answers import json_bytes
 from memlens.views.web.page import served_index
 
 if TYPE_CHECKING:  # the summary's type only: its module is imported when one is asked for
@@ -60,7 +60,7 @@ class JSON(Response):
     media_type = "application/json"
 
     def render(self, content: Any) -> bytes:
-        return json.dumps(content, separators=(",", ":"), allow_nan=False).encode()
+        return content if isinstance(content, bytes) else json_bytes(content)
 
 
 # Bounds of every numeric query parameter: the page never sends anything near them, so a
@@ -170,9 +170,9 @@ def create_app(
     def meta(req: Request) -> MetaAnswer:
         return data.meta()
 
-    def view(req: Request) -> ChartAnswer:
+    def view(req: Request) -> bytes:  # ChartAnswer's JSON (data.view_json)
         min_px = _float(req, "min_px", lo=0, hi=MAX_PIXELS)
-        return data.view(
+        return data.view_json(
             _snap(req),
             device(req),
             **_window(req),
