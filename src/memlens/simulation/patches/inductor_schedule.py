@@ -9,16 +9,25 @@ gradient's `sum` joins the activation gradient's kernel that a GEMM reads after 
 buffer is then allocated with the first node's, before their kernel, and the buffers it
 read die after their last reader in that order, freed in the order that reader reads
 them (Inductor's `del` lines). Other fusions put no buffer elsewhere: not modelled.
+
+A reduction Inductor splits in two (inductor_split.py) joins no kernel: its first kernel
+reads its input through the split's index, which matches no producer's write
+(`can_fuse_vertical` wants the same index). First kernels of split reductions next to
+each other, of the same sizes and reading a buffer in common, run as one (horizontal
+fusion, as a layer norm's weight and bias gradients): their workspaces are allocated
+together before it, and the buffers they last read die after it, before the second
+kernels.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch.fx import Node
 
 from memlens.simulation.patches.inductor_plan import Plan, op_kind
+from memlens.simulation.patches.inductor_split import Reduction
 
 # reductions Inductor lowers to one Triton reduction kernel (aten names)
 REDUCTIONS = frozenset(
@@ -35,6 +44,11 @@ class Schedule:
     order: list[Node]  # the graph's nodes in the order they run
     kernels: dict[Node, list[Node]]  # the node a Triton kernel launches after -> its nodes
     release: dict[Node, list[Node]]  # `plan.release` in that order
+    # split reductions: the first one of fused first kernels -> the reductions they are
+    first_stages: dict[Node, list[Node]] = field(default_factory=dict)
+    # the first one of fused first kernels -> buffers dying after them (the reductions'
+    # releases, taken out of `release`)
+    after_first: dict[Node, list[Node]] = field(default_factory=dict)
 
 
 def value(node: Node) -> torch.Tensor | None:
@@ -72,7 +86,12 @@ def iteration(node: Node) -> int | None:
     return None if val is None else val.numel()
 
 
-def schedule(plan: Plan, nodes: list[Node]) -> Schedule:
+def schedule(
+    plan: Plan, nodes: list[Node], splits: dict[Node, Reduction] | None = None
+) -> Schedule:
+    """The order `nodes` run in and their kernels; `splits`: the reductions Inductor
+    splits (inductor_split.lower), by node."""
+    splits = splits or {}
     position = {n: i for i, n in enumerate(nodes)}
     kinds = {n: op_kind(n.target) for n in plan.realized if n.op == "call_function"}
 
@@ -94,8 +113,8 @@ def schedule(plan: Plan, nodes: list[Node]) -> Schedule:
         first[n] = n
         groups[n] = [n]
         reads = [b for b in plan.access.get(n, {}) if b is not n]
-        if not reads or not isinstance(n.meta.get("val"), torch.Tensor):
-            continue  # reads nothing, or has several outputs
+        if not reads or not isinstance(n.meta.get("val"), torch.Tensor) or n in splits:
+            continue  # reads nothing, has several outputs, or is split
         latest = max(reads, key=position.__getitem__)
         head = first.get(latest)
         taken = plan.reuse.get(n)
@@ -112,7 +131,42 @@ def schedule(plan: Plan, nodes: list[Node]) -> Schedule:
             groups[head].append(groups.pop(n)[0])
     order = _order(nodes, groups)
     kernels = {group[-1]: group for group in groups.values()}
-    return Schedule(order, kernels, _release(plan, order, groups))
+    out = Schedule(order, kernels, _release(plan, order, groups))
+    _fuse_first_stages(plan, out, splits)
+    return out
+
+
+def _fuse_first_stages(plan: Plan, s: Schedule, splits: dict[Node, Reduction]) -> None:
+    """Each split reduction's first kernel, fused with the next ones in the order (no
+    other buffer between) of the same sizes that read a buffer in common."""
+    realized = set(plan.realized)
+    run: list[Node] = []
+
+    def close() -> None:
+        if run:
+            s.first_stages[run[0]] = list(run)
+            s.after_first[run[0]] = [b for m in run for b in s.release.pop(m, [])]
+            run.clear()
+
+    for n in s.order:
+        if n not in realized:
+            continue
+        r = splits.get(n)
+        if r is None:
+            close()
+            continue
+        if run:
+            head = splits[run[0]]
+            shared = set(plan.access.get(n, {})) & {b for m in run for b in plan.access.get(m, {})}
+            same = (r.outputs * r.split, r.block, r.hint) == (
+                head.outputs * head.split,
+                head.block,
+                head.hint,
+            )
+            if not (same and shared):
+                close()
+        run.append(n)
+    close()
 
 
 def _order(nodes: list[Node], groups: dict[Node, list[Node]]) -> list[Node]:
