@@ -131,10 +131,8 @@ def _read_strides(plan: Plan, r: Node) -> list[tuple[int, ...]]:
     if shape is None or not isinstance(source, Node):
         return []
     ndim = len(shape)
-    if dims is None or dims == []:
-        reduced = set(range(ndim))
-    else:
-        reduced = {d % ndim for d in ([dims] if isinstance(dims, int) else dims)}
+    listed = [dims] if isinstance(dims, int) else dims if isinstance(dims, (list, tuple)) else []
+    reduced = {d % ndim for d in listed if isinstance(d, int)} or set(range(ndim))
     full: set[tuple[int, ...]] = set()
     broadcast: set[tuple[int, ...]] = set()
     for leaf in _leaves(plan, source, shape):

@@ -48,7 +48,6 @@ from typing import TYPE_CHECKING, Any
 from torch.fx import Node
 
 from memlens.simulation.patches.inductor_plan import Plan
-from memlens.simulation.patches.inductor_split import Reduction, device_properties
 from memlens.simulation.patches.inductor_schedule import (
     REDUCTIONS,
     SCATTERS,
@@ -56,6 +55,7 @@ from memlens.simulation.patches.inductor_schedule import (
     op_name,
     value,
 )
+from memlens.simulation.patches.inductor_split import Reduction, device_properties
 
 if TYPE_CHECKING:
     from memlens.simulation.gpus import Gpu
