@@ -44,11 +44,14 @@ class Schedule:
     order: list[Node]  # the graph's nodes in the order they run
     kernels: dict[Node, list[Node]]  # the node a Triton kernel launches after -> its nodes
     release: dict[Node, list[Node]]  # `plan.release` in that order
-    # split reductions: the first one of fused first kernels -> the reductions they are
+    # split reductions: the last of those whose first kernels are one -> them all (the
+    # first kernel runs when the last one's value is there)
     first_stages: dict[Node, list[Node]] = field(default_factory=dict)
-    # the first one of fused first kernels -> buffers dying after them (the reductions'
-    # releases, taken out of `release`)
+    # that last one -> buffers dying after the first kernel (the reductions' releases,
+    # taken out of `release`)
     after_first: dict[Node, list[Node]] = field(default_factory=dict)
+    # buffers only their own kernel reads: not allocated
+    local: set[Node] = field(default_factory=set)
 
 
 def value(node: Node) -> torch.Tensor | None:
@@ -87,11 +90,13 @@ def iteration(node: Node) -> int | None:
 
 
 def schedule(
-    plan: Plan, nodes: list[Node], splits: dict[Node, Reduction] | None = None
+    plan: Plan, nodes: list[Node], lowered: dict[Node, Reduction] | None = None
 ) -> Schedule:
-    """The order `nodes` run in and their kernels; `splits`: the reductions Inductor
-    splits (inductor_split.lower), by node."""
-    splits = splits or {}
+    """The order `nodes` run in and their kernels, the reductions lowered as `lowered`
+    says (inductor_split.lower_all). Drops from `plan.reuse` what this order makes
+    impossible (a buffer still read when its taker runs)."""
+    lowered = lowered or {}
+    splits = {n: r for n, r in lowered.items() if r.split > 1}
     position = {n: i for i, n in enumerate(nodes)}
     kinds = {n: op_kind(n.target) for n in plan.realized if n.op == "call_function"}
 
@@ -103,12 +108,19 @@ def schedule(
 
     first: dict[Node, Node] = {}  # kernel node (or its output) -> its kernel's first node
     groups: dict[Node, list[Node]] = {}  # first node -> the kernel's nodes
+    previous: Node | None = None  # the realized node before
     for n in plan.realized:
+        before, previous = previous, n
         source = n.args[0] if kinds.get(n) == "getitem" and n.args else None
         if isinstance(source, Node) and source in first:
             first[n] = first[source]  # one of a kernel's several outputs
             continue
         if not is_kernel(n):
+            continue
+        head = first.get(before) if before is not None else None
+        if head is not None and _siblings(plan, lowered, groups[head], n):
+            first[n] = head  # one kernel for both reductions
+            groups[head].append(n)
             continue
         first[n] = n
         groups[n] = [n]
@@ -117,9 +129,8 @@ def schedule(
             continue  # reads nothing, has several outputs, or is split
         latest = max(reads, key=position.__getitem__)
         head = first.get(latest)
-        taken = plan.reuse.get(n)
-        if head is None or (taken is not None and first.get(taken) is not head):
-            continue  # takes over another kernel's buffer where the graph's order has it
+        if head is None:
+            continue
         producer = groups[head][-1] if kinds.get(latest) == "getitem" else latest
         loops = {iteration(producer), _numel(latest)}  # its whole loop, or its output's
         if (
@@ -132,8 +143,66 @@ def schedule(
     order = _order(nodes, groups)
     kernels = {group[-1]: group for group in groups.values()}
     out = Schedule(order, kernels, _release(plan, order, groups))
+    out.local = _kernel_local(plan, groups)
     _fuse_first_stages(plan, out, splits)
+    _keep_possible_reuse(plan, out, groups)
     return out
+
+
+def _siblings(plan: Plan, lowered: dict[Node, Reduction], group: list[Node], n: Node) -> bool:
+    """Whether reduction `n` runs in the kernel of the reductions `group` just before
+    it (horizontal fusion): the same sizes and hint, not split, a buffer read in common,
+    none of theirs read (e.g. a layer norm backward's two row sums)."""
+    r = lowered.get(n)
+    if r is None or r.split > 1:
+        return False
+    other = lowered.get(group[0])
+    if other is None or (other.outputs, other.row, other.hint, other.split) != (
+        r.outputs,
+        r.row,
+        r.hint,
+        1,
+    ):
+        return False
+    reads = set(plan.access.get(n, {}))
+    theirs = {b for m in group for b in plan.access.get(m, {})}
+    return bool(reads & theirs) and not reads & set(group)
+
+
+def _kernel_local(plan: Plan, groups: dict[Node, list[Node]]) -> set[Node]:
+    """Buffers that only their own kernel reads (Inductor's `remove_kernel_local_buffers`):
+    kept in registers, never allocated."""
+    readers: dict[Node, set[Node]] = {}
+    for r, reads in plan.access.items():
+        for b in reads:
+            readers.setdefault(b, set()).add(r)
+    local = set()
+    for group in groups.values():
+        for m in group[:-1]:
+            if m not in plan.outputs and readers.get(m) and readers[m] <= set(group):
+                local.add(m)
+    return local
+
+
+def _keep_possible_reuse(plan: Plan, s: Schedule, groups: dict[Node, list[Node]]) -> None:
+    """Inductor decides reuse in its kernels' order: a node takes over a buffer that died
+    before it, or in place one its own kernel reads last; the reuse the graph's order
+    planned that this order breaks is dropped."""
+    at = {n: i for i, n in enumerate(s.order)}
+    launch = {m: group[-1] for group in groups.values() for m in group}
+    dies: dict[Node, float] = {}
+    for node, bufs in s.release.items():
+        for b in bufs:
+            dies[b] = at[node]
+    for head, bufs in s.after_first.items():
+        for b in bufs:
+            dies[b] = at[head] - 0.5  # before the reduction's own buffer
+    for n, b in list(plan.reuse.items()):
+        end = dies.get(b)
+        inplace = end == at.get(launch.get(n, n))
+        if b in s.local or end is None or not (end < at[n] or inplace):
+            del plan.reuse[n]
+            plan.inplace.discard(n)
 
 
 def _fuse_first_stages(plan: Plan, s: Schedule, splits: dict[Node, Reduction]) -> None:
@@ -144,8 +213,8 @@ def _fuse_first_stages(plan: Plan, s: Schedule, splits: dict[Node, Reduction]) -
 
     def close() -> None:
         if run:
-            s.first_stages[run[0]] = list(run)
-            s.after_first[run[0]] = [b for m in run for b in s.release.pop(m, [])]
+            s.first_stages[run[-1]] = list(run)
+            s.after_first[run[-1]] = [b for m in run for b in s.release.pop(m, [])]
             run.clear()
 
     for n in s.order:

@@ -270,7 +270,7 @@ class GraphRunner:
         lowered = inductor_split.lower_all(self.plan, sim.gpu)
         self.splits = {n: r for n, r in lowered.items() if r.split > 1}
         # where the Triton kernels run, fused ones included, and which autotune
-        self.schedule = inductor_schedule.schedule(self.plan, self.nodes, self.splits)
+        self.schedule = inductor_schedule.schedule(self.plan, self.nodes, lowered)
         self.kernels = {
             at: triton_autotune.describe(self.plan, group, lowered)
             for at, group in self.schedule.kernels.items()
@@ -280,6 +280,8 @@ class GraphRunner:
             for at, group in self.schedule.first_stages.items()
         }
         self._workspaces: dict[Node, list[int]] = {}  # split reduction -> addresses
+        # split reductions whose buffers wait for the first kernel they share
+        self._waiting = {m for run in self.schedule.first_stages.values() for m in run[:-1]}
         self.optimize_mem = optimize_mem
         realized = set(self.plan.realized)
         held_by_owner = realized | {n for n in self.nodes if n.op == "placeholder"}
@@ -367,37 +369,50 @@ class GraphRunner:
         # first, and the buffers released below must die in Inductor's order
         del fn_args, fn_kwargs
         env[n] = value
-        if n in self.schedule.first_stages:  # split reductions' first kernel, before
-            self._first_stage(n, env, blocks, held, allocate)
-        if n in self.realized and allocate:  # a CUDA graph's replay allocates nothing
-            self._allocate(n, value, blocks, held)
-            for kernel in self.kernels.get(n, ()):  # a first launch may autotune
-                triton_autotune.first_launch(sim, kernel, self.optimize_mem, self._stack(n))
-            for address in self._workspaces.pop(n, ()):  # its second kernel read it
-                sim.allocator.free(address, self._stack(n))
+        run = self.schedule.first_stages.get(n)
+        if run is not None:  # the last of split reductions: their first kernel, before
+            self._first_stage(run, env, blocks, held, allocate)
+            for m in run[:-1]:
+                self._launch(m, env[m], blocks, held, allocate)
+        if n not in self._waiting:  # else: after the first kernel, with the last
+            self._launch(n, value, blocks, held, allocate)
         for lt in workspaces:
             sim._ensure_workspace(lt=lt)
         self._release(self.schedule.release.get(n, ()), env, blocks, held)
         for m in self.drop_after.get(n, ()):
             env.pop(m, None)
 
+    def _launch(
+        self, n: Node, value: Any, blocks: dict[Node, int], held: dict[Node, int], allocate: bool
+    ) -> None:
+        """Node `n`'s buffer and its kernels' first launch (which may autotune)."""
+        if n not in self.realized or not allocate:  # a CUDA graph's replay allocates nothing
+            return
+        if n not in self.schedule.local:  # a kernel-local buffer takes no memory
+            self._allocate(n, value, blocks, held)
+        for kernel in self.kernels.get(n, ()):
+            triton_autotune.first_launch(self.sim, kernel, self.optimize_mem, self._stack(n))
+        for address in self._workspaces.pop(n, ()):  # its second kernel read it
+            self.sim.allocator.free(address, self._stack(n))
+
     def _first_stage(
         self,
-        n: Node,
+        run: list[Node],
         env: dict[Node, Any],
         blocks: dict[Node, int],
         held: dict[Node, int],
         allocate: bool,
     ) -> None:
-        """The first kernel of the split reductions starting at `n`: their workspaces,
-        its launch; then the buffers they last read die (inductor_split.py)."""
+        """The first kernel of the split reductions `run`: their workspaces, its launch;
+        then the buffers they last read die (inductor_split.py)."""
+        last = run[-1]
         if allocate:
-            sim, stack = self.sim, self._stack(n)
-            for m in self.schedule.first_stages[n]:
+            sim, stack = self.sim, self._stack(run[0])
+            for m in run:
                 self._workspaces[m] = [sim._malloc(b, stack) for b in self.splits[m].workspace]
-            kernel = self.first_stages[n]
+            kernel = self.first_stages[last]
             triton_autotune.first_launch(sim, kernel, self.optimize_mem, stack)
-        self._release(self.schedule.after_first.get(n, ()), env, blocks, held)
+        self._release(self.schedule.after_first.get(last, ()), env, blocks, held)
 
     def _release(
         self, bufs: Any, env: dict[Node, Any], blocks: dict[Node, int], held: dict[Node, int]
