@@ -132,7 +132,9 @@ def schedule(
         if head is None:
             continue
         producer = groups[head][-1] if kinds.get(latest) == "getitem" else latest
-        loops = {iteration(producer), _numel(latest)}  # its whole loop, or its output's
+        # the kernel's whole loop (its first node's: a reduction's input), the producer's,
+        # or the output it reads
+        loops = {iteration(head), iteration(producer), _numel(latest)}
         if (
             iteration(n) in loops
             and not (op_name(n) in REDUCTIONS and op_name(producer) in REDUCTIONS)
