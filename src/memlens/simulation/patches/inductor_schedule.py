@@ -172,8 +172,10 @@ def _siblings(plan: Plan, lowered: dict[Node, Reduction], group: list[Node], n: 
 
 
 def _kernel_local(plan: Plan, groups: dict[Node, list[Node]]) -> set[Node]:
-    """Buffers that only their own kernel reads (Inductor's `remove_kernel_local_buffers`):
-    kept in registers, never allocated."""
+    """Reductions whose results only their own kernel reads, in its epilogue (Inductor's
+    `remove_kernel_local_buffers`; a layer norm backward's row sums): kept in registers,
+    never allocated. A pointwise buffer read only by the reductions fused with it is
+    kept (not checked against a GPU)."""
     readers: dict[Node, set[Node]] = {}
     for r, reads in plan.access.items():
         for b in reads:
@@ -181,7 +183,9 @@ def _kernel_local(plan: Plan, groups: dict[Node, list[Node]]) -> set[Node]:
     local = set()
     for group in groups.values():
         for m in group[:-1]:
-            if m not in plan.outputs and readers.get(m) and readers[m] <= set(group):
+            if op_name(m) not in REDUCTIONS or m in plan.outputs:
+                continue
+            if readers.get(m) and readers[m] <= set(group):
                 local.add(m)
     return local
 
