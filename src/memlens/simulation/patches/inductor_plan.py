@@ -22,8 +22,7 @@ without its code generation:
   through a transpose, a broadcast or an offset view.
 
 Not modelled: the scheduler's reordering (but for a kernel fused into the one it reads,
-triton_autotune.py) and kernel-local buffers of fused reductions (small: one value per
-reduced row), layout padding. Triton autotuning's benchmark allocations:
+and the kernel-local results of fused reductions: inductor_schedule.py), layout padding. Triton autotuning's benchmark allocations:
 triton_autotune.py.
 """
 

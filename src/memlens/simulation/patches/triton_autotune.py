@@ -25,11 +25,11 @@ benchmarking.py; torch 2.11 recorded on an H200, tests/data/gpu/graphs/reduce_ov
 
 Modelled, with torch's own config lists: 1-D pointwise kernels; tiled ones (a read
 across rows: a transpose), square tiles (one buffer in, one out) with one config;
-reductions that Inductor keeps in one kernel (`num_splits`: DEFAULT hint when a row has
-at most 32 elements or there are at least 64 x SMs rows, INNER for the trailing
-dimensions of a contiguous input), persistent (rows up to 64, 1024 for INNER) or not;
-index_put's scatter (tiled by the index's rows) and the fill of its target. Not
-modelled: split reductions, sorts, scans, `cat`; fewer than 100 timed calls for a kernel
+reductions with the hint Inductor gives them (inductor_split.py: DEFAULT, INNER, OUTER),
+persistent (rows up to 64, 1024 for INNER) or not, and both kernels of a split one (the
+first: `first_stage`; the second an OUTER_TINY one where few outputs); index_put's
+scatter (tiled by the index's rows) and the fill of its target. Not modelled: sorts,
+scans, `cat`; fewer than 100 timed calls for a kernel
 slower than 0.25 ms (the clones' count, not their peak); `max-autotune`'s GEMM templates
 and coordinate-descent tuning; Triton's `do_bench` (256 MiB) where Inductor's
 experimental benchmarker is switched off.
