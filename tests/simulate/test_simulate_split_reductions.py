@@ -11,18 +11,11 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from test_simulate_triton_autotune import calls  # noqa: E402
+
 import memlens  # noqa: E402
 from memlens.simulation.gpus import gpu_preset  # noqa: E402
 from memlens.simulation.patches.inductor_split import split_factor  # noqa: E402
-
-
-def calls(sim: Any, start: int = 0) -> list[tuple[str, int]]:
-    snapshot = sim.snapshot or sim.build_snapshot()
-    return [
-        ("+" if e["action"] == "alloc" else "-", e["size"])
-        for e in snapshot["device_traces"][0][start:]
-        if e["action"] in ("alloc", "free_completed")
-    ]
 
 
 # ------------------------------------------------------- torch's split factor, by hand
@@ -48,31 +41,37 @@ def test_split_factor_is_torchs_own_on_the_card(row, outputs, inner, split):
 
 
 # ---------------------------------------------------------------- the allocations
-@pytest.mark.slow
-def test_a_column_sum_splits_into_a_workspace_of_splits_x_outputs():
-    with memlens.simulate(gpu="h200", cublas_workspace=0) as sim, torch.no_grad():
-        x = torch.randn(2048, 512, device="cuda")
-        start = len(sim.allocator.trace)
-        y = torch.compile(lambda t: t.sum(0))(x)
-        got = calls(sim, start)
-    # 16 splits x 512 outputs x 4 B = 32,768 B before the first kernel, the 2,048-byte
-    # result before the second, the workspace freed after it; neither kernel has more
-    # than one config (a looped OUTER reduction of 8,192 rows of 128, a persistent
-    # OUTER_TINY one of 512 rows of 16): no benchmark
-    assert got == [("+", 32768), ("+", 2048), ("-", 32768)]
-    assert y.shape == (512,)
+def column_sum(t: Any) -> Any:
+    return t.sum(0)  # a bias gradient's shape: 512 outputs of 2,048 rows
+
+
+def column_var(t: Any) -> Any:
+    return t.var(0)  # Welford: mean, m2 and weight per block
 
 
 @pytest.mark.slow
-def test_a_half_precision_sum_keeps_its_workspace_in_float32():
+@pytest.mark.parametrize(
+    ("fn", "dtype", "expected"),
+    [
+        # 16 splits x 512 outputs x 4 B = 32,768 B before the first kernel, the 2,048-byte
+        # result before the second, the workspace freed after it; neither kernel has more
+        # than one config (a looped OUTER reduction of 8,192 rows of 128, a persistent
+        # OUTER_TINY one of 512 rows of 16): no benchmark
+        (column_sum, torch.float32, [("+", 32768), ("+", 2048), ("-", 32768)]),
+        # create_multilayer_helper: float32 partial sums (16 x 512 x 4 B), a bf16 result
+        (column_sum, torch.bfloat16, [("+", 32768), ("+", 1024), ("-", 32768)]),
+        # three workspaces of the 16 blocks of each of the 512 columns
+        (column_var, torch.float32, [("+", 32768)] * 3 + [("+", 2048)] + [("-", 32768)] * 3),
+    ],
+)
+def test_a_column_reduction_splits_into_a_workspace_of_splits_x_outputs(fn, dtype, expected):
     with memlens.simulate(gpu="h200", cublas_workspace=0) as sim, torch.no_grad():
-        x = torch.randn(2048, 512, device="cuda", dtype=torch.bfloat16)
+        x = torch.randn(2048, 512, device="cuda", dtype=dtype)
         start = len(sim.allocator.trace)
-        y = torch.compile(lambda t: t.sum(0))(x)
+        y = torch.compile(fn)(x)
         got = calls(sim, start)
-    # create_multilayer_helper: float32 partial sums (16 x 512 x 4 B), a bf16 result
-    assert got == [("+", 32768), ("+", 1024), ("-", 32768)]
-    assert y.dtype == torch.bfloat16
+    assert got == expected
+    assert y.shape == (512,) and y.dtype == dtype
 
 
 @pytest.mark.slow
@@ -91,18 +90,6 @@ def test_a_whole_tensor_sum_splits_and_a_row_sum_does_not():
     # 2,048 outputs of 512 (INNER, enough outputs): one kernel, its result only
     assert by_row == [("+", 8192)]
     assert total.shape == () and rows.shape == (2048,)
-
-
-@pytest.mark.slow
-def test_a_variance_splits_into_welfords_three_workspaces():
-    with memlens.simulate(gpu="h200", cublas_workspace=0) as sim, torch.no_grad():
-        x = torch.randn(2048, 512, device="cuda")
-        start = len(sim.allocator.trace)
-        v = torch.compile(lambda t: t.var(0))(x)
-        got = calls(sim, start)
-    # mean, m2 and weight of each of the 16 blocks of each of the 512 columns
-    assert got == [("+", 32768)] * 3 + [("+", 2048)] + [("-", 32768)] * 3
-    assert v.shape == (512,)
 
 
 @pytest.mark.slow
