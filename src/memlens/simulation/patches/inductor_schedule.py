@@ -26,14 +26,10 @@ from dataclasses import dataclass, field
 import torch
 from torch.fx import Node
 
-from memlens.simulation.patches.inductor_plan import Plan, op_kind
+from memlens.simulation.patches.inductor_plan import REDUCTIONS, Plan, op_kind, op_name
 from memlens.simulation.patches.inductor_split import Reduction
 
-# reductions Inductor lowers to one Triton reduction kernel (aten names)
-REDUCTIONS = frozenset(
-    ["sum", "prod", "amax", "amin", "max", "min", "argmax", "argmin", "mean", "var"]
-    + ["var_mean", "std", "any", "all", "logsumexp"]
-)
+__all__ = ["REDUCTIONS", "SCATTERS", "Schedule", "iteration", "op_name", "schedule", "value"]
 
 # lowered to a scatter kernel (pointwise heuristics) into its target's buffer
 SCATTERS = frozenset(["index_put"])
@@ -64,13 +60,6 @@ def value(node: Node) -> torch.Tensor | None:
     if not all(isinstance(d, int) for d in val.shape):
         return None  # symbolic sizes: not modelled
     return val
-
-
-def op_name(node: Node) -> str:
-    target = node.target
-    if isinstance(target, torch._ops.OpOverload):
-        return str(target._schema.name.split("::")[-1])
-    return ""
 
 
 def _numel(node: Node) -> int | None:
@@ -220,7 +209,8 @@ def _fuse_first_stages(plan: Plan, s: Schedule, splits: dict[Node, Reduction]) -
     def close() -> None:
         if run:
             s.first_stages[run[-1]] = list(run)
-            s.after_first[run[-1]] = [b for m in run for b in s.release.pop(m, [])]
+            dying = [b for m in run for b in s.release.pop(m, [])]
+            s.after_first[run[-1]] = sorted(dying, key=_names(plan).__getitem__)
             run.clear()
 
     for n in s.order:
@@ -282,10 +272,24 @@ def _release(
                 readers = [r for r, reads in plan.access.items() if buf in reads]
                 last = max(readers or [node], key=at.__getitem__)
             out.setdefault(launch.get(last, last), []).append(buf)
-    for node, bufs in out.items():
-        if any(b not in plan.release.get(node, ()) for b in bufs):
-            first_read: dict[Node, int] = {}
-            for i, a in enumerate(node.all_input_nodes):
-                first_read.setdefault(plan.owner.get(a, a), i)
-            bufs.sort(key=lambda b: first_read.get(b, len(first_read)))
+    name = _names(plan)
+    for bufs in out.values():
+        bufs.sort(key=name.__getitem__)
     return out
+
+
+def _names(plan: Plan) -> dict[Node, str]:
+    """The names Inductor's code gives the graph's buffers: a graph input its own, a
+    buffer `buf<N>` in the order they are made (a split's workspace one of its own). Its
+    scheduler frees the buffers a kernel read last in the order of their names
+    (`Scheduler.free_buffers`: sorted, so buf10 before buf9)."""
+    names: dict[Node, str] = {}
+    count = 0
+    for n in plan.realized:
+        if n.op == "placeholder":
+            continue
+        names[n] = f"buf{count}"
+        count += 1
+    for n in plan.owner.values():
+        names.setdefault(n, n.name if n.op == "placeholder" else f"buf{count}")
+    return names

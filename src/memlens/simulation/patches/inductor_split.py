@@ -14,8 +14,8 @@ otherwise, DEFAULT for rows of 32 elements or less, or when there are at least
 64 x SMs outputs) picks the split factor; argmax/argmin never split; the second kernel
 of an OUTER split with few outputs is OUTER_TINY.
 
-Not modelled: a first stage that would split again (three layers and more: rows longer
-than about split x 512 x 256 elements), `create_multilayer_existing_ranges` (a whole
+Not modelled: a first kernel that Inductor would split again (it recurses; taken as one
+kernel here), `create_multilayer_existing_ranges` (a whole
 reduction of another reduction's output), dynamic shapes, cooperative reductions
 (`triton.cooperative_reductions`, off by default), `max.dim`/`min.dim` (a value and an
 index reduction: taken as not split), and mix-order reductions (`triton.
@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch.fx import Node
 
-from memlens.simulation.patches.inductor_plan import Plan, op_kind
+from memlens.simulation.patches.inductor_plan import REDUCTIONS, Plan, op_kind, op_name
 
 if TYPE_CHECKING:
     from memlens.simulation.gpus import Gpu
@@ -69,8 +69,6 @@ class Reduction:
 
 def lower_all(plan: Plan, gpu: Gpu) -> dict[Node, Reduction]:
     """Each reduction kernel's reduction in the planned graph, lowered on this card."""
-    from memlens.simulation.patches.inductor_schedule import REDUCTIONS, op_name
-
     out = {}
     for n in plan.realized:
         op = op_name(n)
