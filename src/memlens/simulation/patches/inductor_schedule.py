@@ -133,9 +133,10 @@ def schedule(
             groups[head].append(groups.pop(n)[0])
     order = _order(nodes, groups)
     kernels = {group[-1]: group for group in groups.values()}
-    out = Schedule(order, kernels, _release(plan, order, groups))
+    names = _names(plan)
+    out = Schedule(order, kernels, _release(plan, order, groups, names))
     out.local = _kernel_local(plan, groups)
-    _fuse_first_stages(plan, out, splits)
+    _fuse_first_stages(plan, out, splits, names)
     _keep_possible_reuse(plan, out, groups)
     return out
 
@@ -200,7 +201,9 @@ def _keep_possible_reuse(plan: Plan, s: Schedule, groups: dict[Node, list[Node]]
             plan.inplace.discard(n)
 
 
-def _fuse_first_stages(plan: Plan, s: Schedule, splits: dict[Node, Reduction]) -> None:
+def _fuse_first_stages(
+    plan: Plan, s: Schedule, splits: dict[Node, Reduction], names: dict[Node, str]
+) -> None:
     """Each split reduction's first kernel, fused with the next ones in the order (no
     other buffer between) of the same sizes that read a buffer in common."""
     realized = set(plan.realized)
@@ -210,7 +213,7 @@ def _fuse_first_stages(plan: Plan, s: Schedule, splits: dict[Node, Reduction]) -
         if run:
             s.first_stages[run[-1]] = list(run)
             dying = [b for m in run for b in s.release.pop(m, [])]
-            s.after_first[run[-1]] = sorted(dying, key=_names(plan).__getitem__)
+            s.after_first[run[-1]] = sorted(dying, key=names.__getitem__)
             run.clear()
 
     for n in s.order:
@@ -259,7 +262,7 @@ def _order(nodes: list[Node], groups: dict[Node, list[Node]]) -> list[Node]:
 
 
 def _release(
-    plan: Plan, order: list[Node], groups: dict[Node, list[Node]]
+    plan: Plan, order: list[Node], groups: dict[Node, list[Node]], names: dict[Node, str]
 ) -> dict[Node, list[Node]]:
     at = {n: i for i, n in enumerate(order)}
     launch = {m: group[-1] for group in groups.values() for m in group}
@@ -272,17 +275,17 @@ def _release(
                 readers = [r for r, reads in plan.access.items() if buf in reads]
                 last = max(readers or [node], key=at.__getitem__)
             out.setdefault(launch.get(last, last), []).append(buf)
-    name = _names(plan)
-    for bufs in out.values():
-        bufs.sort(key=name.__getitem__)
+    for bufs in out.values():  # each kernel's in the order of their names
+        bufs.sort(key=names.__getitem__)
     return out
 
 
 def _names(plan: Plan) -> dict[Node, str]:
     """The names Inductor's code gives the graph's buffers: a graph input its own, a
-    buffer `buf<N>` in the order they are made (a split's workspace one of its own). Its
-    scheduler frees the buffers a kernel read last in the order of their names
-    (`Scheduler.free_buffers`: sorted, so buf10 before buf9)."""
+    buffer `buf<N>` numbered in the graph's order (Inductor's numbers also count split
+    workspaces and kernel-local buffers: where those shift one past a power of ten, the
+    order may differ). Its scheduler frees the buffers a kernel read last in the order of
+    their names (`Scheduler.free_buffers`: sorted, so buf10 before buf9)."""
     names: dict[Node, str] = {}
     count = 0
     for n in plan.realized:
