@@ -5,12 +5,16 @@ ran it: `python3 SCRIPT.py OUT.pickle`) on an H100 preset, as docs/simulation.md
 ("Checked against real GPU recordings") does, and compares with the recording. Exact
 where the model is exact; where it is not, the figure and the reason are stated:
 
-- compiled_training: every steady step (2 and 3) peaks at the recording's byte. Step 1
-  runs Inductor's autotuning on the GPU (the L2-sized cache-flush buffer of Triton's
-  benchmarks, 60 MiB on the H200, and copies of the buffers a tuned kernel writes in
-  place): simulated where the model knows the kernel's configs (triton_autotune.py), but
-  the backward's split reductions are not, so step 1 is still lower. The reserved memory
-  carries that step's segments, so it is not compared.
+- compiled_training: every step peaks at the recording's byte, step 1 with Inductor's
+  autotuning (the L2-sized cache-flush buffer of Triton's benchmarks, 60 MiB on the H200,
+  and copies of the buffers a tuned kernel writes in place, triton_autotune.py) and the
+  backward's split reductions (inductor_split.py). The reserved memory is 28 MiB lower:
+  the GPU benchmarked kernels in the forward that the simulation does not (the second
+  block's attention graph tuned again, though its kernels match the first block's, and
+  three 4 MiB copies of q, k and v before the attention kernel that torch 2.11's graph
+  has and 2.13's does not); the fourth 60 MiB segment that made later holds the
+  backward's 32 MiB cuBLAS workspace, for which the simulation makes a segment (and in
+  some runs one for a 16 MiB activation of step 2 as well: 12 MiB lower).
 - compiled_index_backward: exact, both steps, and the reserved memory: the forward's
   gather and the backward's fill and scatter autotuned (the scatter's target cloned).
 - flex_attention: peak and end within 20 bytes: four 4-byte and two 2-byte tensors
@@ -78,11 +82,27 @@ def test_compiled_training_steady_steps_peak_at_the_recordings_byte(tmp_path):
     # each step's forward keeps exactly the GPU's saved tensors, its backward peaks alike
     assert [r["net_bytes"] for r in sim["forward"]] == [r["net_bytes"] for r in real["forward"]]
     assert peaks(sim["backward"])[1:] == peaks(real["backward"])[1:] == [311758856] * 2
-    # step 1: the GPU's backward also tuned kernels the model leaves out (split
-    # reductions), its peak 41,914,368 bytes above the simulation's (62,916,608 without
-    # any autotuning modelled)
-    gap = peaks(real["step#1"])[0] - peaks(sim["step#1"])[0]
-    assert gap == 41914368
+
+
+def test_compiled_training_first_step_peaks_at_the_recordings_byte(tmp_path):
+    dev = simulated("compiled_training", tmp_path, gpu="h200")
+    real_dev = recorded("compiled_training")
+    sim, real = stages(dev), stages(real_dev)
+    # the first backward's peak: the MLP's GELU gradient kernel, written in place into
+    # its GEMM's 16 MiB buffer, benchmarked with the 60 MiB flush buffer and a clone of
+    # that buffer; it runs by itself because the bias gradient after it splits (16
+    # blocks of 128 rows into a 32 KiB workspace), and a split reduction's first kernel
+    # fuses with no producer (41,914,368 bytes lower when it was taken as fused)
+    assert peaks(sim["step#1"]) == peaks(real["step#1"]) == [324253704]
+    assert peaks(sim["backward"])[0] == peaks(real["backward"])[0] == 324253704
+    assert dev.peak_active_bytes == real_dev.peak_active_bytes
+    assert dev.end_active_bytes == real_dev.end_active_bytes == 143790080
+    # a 60 MiB segment the GPU's extra forward benchmarks made, which later holds the
+    # backward's 32 MiB cuBLAS workspace, a segment of its own in the simulation; in some
+    # runs of the simulation (not yet traced: the same code, the same inputs) a 16 MiB
+    # activation of step 2's MLP forward finds no free block and takes a segment too
+    gap = real_dev.peak_reserved_bytes - dev.peak_reserved_bytes
+    assert gap in (60 * MiB - 32 * MiB, 60 * MiB - 32 * MiB - 16 * MiB)
 
 
 def test_compiled_index_backward_is_exact(tmp_path):

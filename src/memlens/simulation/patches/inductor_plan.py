@@ -22,8 +22,7 @@ without its code generation:
   through a transpose, a broadcast or an offset view.
 
 Not modelled: the scheduler's reordering (but for a kernel fused into the one it reads,
-triton_autotune.py) and kernel-local buffers of fused reductions (small: one value per
-reduced row), layout padding. Triton autotuning's benchmark allocations:
+and the kernel-local results of fused reductions: inductor_schedule.py), layout padding. Triton autotuning's benchmark allocations:
 triton_autotune.py.
 """
 
@@ -80,6 +79,22 @@ _REDUCING = frozenset(
         "empty_like",
     ]
 )
+
+# reductions Inductor lowers to Triton reduction kernels (aten names)
+REDUCTIONS = frozenset(
+    ["sum", "prod", "amax", "amin", "max", "min", "argmax", "argmin", "mean", "var"]
+    + ["var_mean", "std", "any", "all", "logsumexp"]
+)
+
+
+def op_name(node: Node) -> str:
+    """The aten op a call node runs ("sum"), "" for anything else."""
+    target = node.target
+    if isinstance(target, torch._ops.OpOverload):
+        return str(target._schema.name.split("::")[-1])
+    return ""
+
+
 # extern kernels whose lowering is a template or a call (their inputs are realized)
 _EXTERN = frozenset(["mm", "bmm", "addmm", "baddbmm", "addbmm", "_int_mm", "convolution"])
 

@@ -35,6 +35,7 @@ from memlens.simulation.patches import (
     cudagraph_trees,
     fake_cuda,
     inductor_schedule,
+    inductor_split,
     sdpa,
     triton_autotune,
 )
@@ -265,12 +266,22 @@ class GraphRunner:
         unfuse_bias_adds(gm.graph)
         self.nodes = list(gm.graph.nodes)
         self.plan: Plan = plan(gm.graph)
+        # how Inductor lowers each reduction: split in two kernels or not
+        lowered = inductor_split.lower_all(self.plan, sim.gpu)
+        self.splits = {n: r for n, r in lowered.items() if r.split > 1}
         # where the Triton kernels run, fused ones included, and which autotune
-        self.schedule = inductor_schedule.schedule(self.plan, self.nodes)
+        self.schedule = inductor_schedule.schedule(self.plan, self.nodes, lowered)
         self.kernels = {
-            at: triton_autotune.describe(self.plan, group, sim.gpu)
+            at: triton_autotune.describe(self.plan, group, lowered)
             for at, group in self.schedule.kernels.items()
         }
+        self.first_stages = {
+            at: triton_autotune.first_stage(group, lowered)
+            for at, group in self.schedule.first_stages.items()
+        }
+        self._workspaces: dict[Node, list[int]] = {}  # split reduction -> addresses
+        # split reductions whose buffers wait for the first kernel they share
+        self._waiting = {m for run in self.schedule.first_stages.values() for m in run[:-1]}
         self.optimize_mem = optimize_mem
         realized = set(self.plan.realized)
         held_by_owner = realized | {n for n in self.nodes if n.op == "placeholder"}
@@ -358,20 +369,61 @@ class GraphRunner:
         # first, and the buffers released below must die in Inductor's order
         del fn_args, fn_kwargs
         env[n] = value
-        if n in self.realized and allocate:  # a CUDA graph's replay allocates nothing
-            self._allocate(n, value, blocks, held)
-            for kernel in self.kernels.get(n, ()):  # a first launch may autotune
-                triton_autotune.first_launch(sim, kernel, self.optimize_mem, self._stack(n))
+        run = self.schedule.first_stages.get(n)
+        if run is not None:  # the last of split reductions: their first kernel, before
+            self._first_stage(run, env, blocks, held, allocate)
+            for m in run[:-1]:
+                self._launch(m, env[m], blocks, held, allocate)
+        if n not in self._waiting:  # else: after the first kernel, with the last
+            self._launch(n, value, blocks, held, allocate)
         for lt in workspaces:
             sim._ensure_workspace(lt=lt)
-        for buf in self.schedule.release.get(n, ()):
-            if buf in self.plan.reuse.values() and buf in blocks:
-                # taken over later: keep its block, forget its (dying) storage
-                held[buf] = sim._live.pop(blocks.pop(buf))
-            for m in self.members.get(buf, ()):
-                env.pop(m, None)
+        self._release(self.schedule.release.get(n, ()), env, blocks, held)
         for m in self.drop_after.get(n, ()):
             env.pop(m, None)
+
+    def _launch(
+        self, n: Node, value: Any, blocks: dict[Node, int], held: dict[Node, int], allocate: bool
+    ) -> None:
+        """Node `n`'s buffer and its kernels' first launch (which may autotune)."""
+        if n not in self.realized or not allocate:  # a CUDA graph's replay allocates nothing
+            return
+        if n not in self.schedule.local:  # a kernel-local buffer takes no memory
+            self._allocate(n, value, blocks, held)
+        for kernel in self.kernels.get(n, ()):
+            triton_autotune.first_launch(self.sim, kernel, self.optimize_mem, self._stack(n))
+        for address in self._workspaces.pop(n, ()):  # its second kernel read it
+            self.sim.allocator.free(address, self._stack(n))
+
+    def _first_stage(
+        self,
+        run: list[Node],
+        env: dict[Node, Any],
+        blocks: dict[Node, int],
+        held: dict[Node, int],
+        allocate: bool,
+    ) -> None:
+        """The first kernel of the split reductions `run`: their workspaces, its launch;
+        then the buffers they last read die (inductor_split.py)."""
+        last = run[-1]
+        if allocate:
+            sim, stack = self.sim, self._stack(run[0])
+            for m in run:
+                self._workspaces[m] = [sim._malloc(b, stack) for b in self.splits[m].workspace]
+            kernel = self.first_stages[last]
+            triton_autotune.first_launch(sim, kernel, self.optimize_mem, stack)
+        self._release(self.schedule.after_first.get(last, ()), env, blocks, held)
+
+    def _release(
+        self, bufs: Any, env: dict[Node, Any], blocks: dict[Node, int], held: dict[Node, int]
+    ) -> None:
+        """Buffers whose last reader ran: dropped, or held for the node taking them over."""
+        for buf in bufs:
+            if buf in self.plan.reuse.values() and buf in blocks:
+                # taken over later: keep its block, forget its (dying) storage
+                held[buf] = self.sim._live.pop(blocks.pop(buf))
+            for m in self.members.get(buf, ()):
+                env.pop(m, None)
 
     def _allocate(
         self, n: Node, value: Any, blocks: dict[Node, int], held: dict[Node, int]

@@ -25,11 +25,11 @@ benchmarking.py; torch 2.11 recorded on an H200, tests/data/gpu/graphs/reduce_ov
 
 Modelled, with torch's own config lists: 1-D pointwise kernels; tiled ones (a read
 across rows: a transpose), square tiles (one buffer in, one out) with one config;
-reductions that Inductor keeps in one kernel (`num_splits`: DEFAULT hint when a row has
-at most 32 elements or there are at least 64 x SMs rows, INNER for the trailing
-dimensions of a contiguous input), persistent (rows up to 64, 1024 for INNER) or not;
-index_put's scatter (tiled by the index's rows) and the fill of its target. Not
-modelled: split reductions, sorts, scans, `cat`; fewer than 100 timed calls for a kernel
+reductions with the hint Inductor gives them (inductor_split.py: DEFAULT, INNER, OUTER),
+persistent (rows up to 64, 1024 for INNER) or not, and both kernels of a split one (the
+first: `first_stage`; the second an OUTER_TINY one where few outputs); index_put's
+scatter (tiled by the index's rows) and the fill of its target. Not modelled: sorts,
+scans, `cat`; fewer than 100 timed calls for a kernel
 slower than 0.25 ms (the clones' count, not their peak); `max-autotune`'s GEMM templates
 and coordinate-descent tuning; Triton's `do_bench` (256 MiB) where Inductor's
 experimental benchmarker is switched off.
@@ -55,6 +55,7 @@ from memlens.simulation.patches.inductor_schedule import (
     op_name,
     value,
 )
+from memlens.simulation.patches.inductor_split import Reduction, device_properties
 
 if TYPE_CHECKING:
     from memlens.simulation.gpus import Gpu
@@ -77,19 +78,21 @@ class Kernel:
 
     heuristic: str  # "pointwise", "persistent_reduction" or "reduction"
     size_hints: tuple[tuple[str, int], ...]  # ("x", n), ("r0_", n): powers of two
-    # a reduction's hint (DEFAULT, INNER; "split": not modelled), a tiled pointwise
-    # kernel's (SQUARE), else ""
+    # a reduction's hint (DEFAULT, INNER, OUTER, OUTER_TINY; "unknown": symbolic sizes,
+    # not modelled), a tiled pointwise kernel's (SQUARE), else ""
     hint: str
     inplace: tuple[int, ...]  # bytes of each buffer it writes in place
     source: tuple[str, ...]  # what stands for its source: its nodes' ops
 
 
-def describe(plan: Plan, group: list[Node], gpu: Gpu) -> list[Kernel]:
-    """The kernels computing `group` (inductor_schedule.Schedule.kernels) on this card,
-    in launch order: one, but for a scatter into a buffer its fill's kernel first."""
+def describe(plan: Plan, group: list[Node], lowered: dict[Node, Reduction]) -> list[Kernel]:
+    """The kernels computing `group` (inductor_schedule.Schedule.kernels), its
+    reductions lowered as `lowered` says (inductor_split.lower), in launch order: one,
+    but for a scatter into a buffer its fill's kernel first (and for a split reduction
+    its first kernel, `first_stage`, runs before its buffer is allocated)."""
     if op_name(group[0]) in SCATTERS:
         return _scatter(plan, group[0])
-    return [_kernel(plan, group, gpu)]
+    return [_kernel(plan, group, lowered)]
 
 
 def _scatter(plan: Plan, n: Node) -> list[Kernel]:
@@ -117,7 +120,7 @@ def _scatter(plan: Plan, n: Node) -> list[Kernel]:
     return [*kernels, Kernel("pointwise", sizes, "", written, ("index_put",))]
 
 
-def _kernel(plan: Plan, group: list[Node], gpu: Gpu) -> Kernel:
+def _kernel(plan: Plan, group: list[Node], lowered: dict[Node, Reduction]) -> Kernel:
     # a buffer of the kernel's own written in place is no argument it mutates
     own = set(group) | {o for o in plan.realized if o.args and o.args[0] in group}
     inplace = tuple(
@@ -139,11 +142,27 @@ def _kernel(plan: Plan, group: list[Node], gpu: Gpu) -> Kernel:
         reads = {b for m in group for b in plan.access.get(m, {})} - set(group)
         buffers = len(reads) + len([m for m in group if m not in plan.inplace])
         return Kernel("pointwise", sizes, "SQUARE" if buffers == 2 else "", inplace, source)
-    r = reductions[0]
-    out = value(r)
-    rows = out.numel() if out is not None else 1
-    row = (iteration(r) or 1) // max(rows, 1)
-    hint = _reduction_hint(r, rows, row, gpu)
+    r = lowered.get(reductions[0])
+    if r is None:
+        return Kernel("reduction", (), "unknown", inplace, source)
+    if r.split > 1:  # the second of its two kernels (the first: first_stage)
+        return reduction_kernel(r.outputs, r.split, r.second_hint, inplace, source)
+    return reduction_kernel(r.outputs, r.row, r.hint, inplace, source)
+
+
+def first_stage(group: list[Node], lowered: dict[Node, Reduction]) -> Kernel:
+    """The first kernel of split reductions (fused where several): each output's row in
+    `split` blocks, into the workspace (inductor_split.py)."""
+    r = lowered[group[0]]
+    source = ("split", *(op_name(m) for m in group))
+    return reduction_kernel(r.outputs * r.split, r.block, r.hint, (), source)
+
+
+def reduction_kernel(
+    rows: int, row: int, hint: str, inplace: tuple[int, ...], source: tuple[str, ...]
+) -> Kernel:
+    """A reduction kernel: persistent (one block holds a whole row) up to rows of 1024
+    elements for INNER, 64 for the others (choices.py `should_use_persistent_reduction`)."""
     persistent = _pow2(row) <= (1024 if hint == "INNER" else 64)
     heuristic = "persistent_reduction" if persistent else "reduction"
     sizes = (("x", _pow2(rows)), ("r0_", _pow2(row)))
@@ -160,31 +179,6 @@ def _transposes(plan: Plan, group: list[Node]) -> bool:
                 if strides != sorted(strides, reverse=True):
                     return True
     return False
-
-
-def _reduction_hint(r: Node, rows: int, row: int, gpu: Gpu) -> str:
-    """ir.py `Reduction.num_splits`'s hint where it keeps one kernel; "split" where it
-    splits the reduction in two kernels or where the hint is not modelled here."""
-    inner_no_split = 524288 if gpu.capability[0] >= 10 else 8192  # reduction_split_factor
-    if rows == 1:
-        return "INNER" if row <= inner_no_split or op_name(r) in ("argmax", "argmin") else "split"
-    if row <= 32 or rows >= gpu.multiprocessors * 2 * 32:
-        return "DEFAULT"
-    if _reduces_inner_dims(r) and (rows >= 2 * gpu.multiprocessors or row <= inner_no_split):
-        return "INNER"
-    return "split"
-
-
-def _reduces_inner_dims(r: Node) -> bool:
-    """A reduction over the trailing dimensions of a contiguous input."""
-    source = r.args[0] if r.args else None
-    val = value(source) if isinstance(source, Node) else None
-    dims = r.args[1] if len(r.args) > 1 else r.kwargs.get("dim")
-    if val is None or not val.is_contiguous() or not isinstance(dims, (list, tuple, int)):
-        return False
-    ndim = val.dim()
-    wanted = sorted(d % ndim for d in ([dims] if isinstance(dims, int) else dims))
-    return wanted == list(range(ndim - len(wanted), ndim))
 
 
 def _pow2(n: int) -> int:
@@ -218,18 +212,9 @@ def config_count(kernel: Kernel, gpu: Gpu) -> int:
 @functools.cache
 def _config_count(kernel: Kernel, gpu: Gpu, settings: tuple[bool, bool, bool, bool]) -> int:
     from torch._inductor.runtime import triton_heuristics as th
-    from torch._inductor.runtime.hints import DeviceProperties, ReductionHint, TileHint
+    from torch._inductor.runtime.hints import ReductionHint, TileHint
 
-    major, minor = gpu.capability
-    device = DeviceProperties(
-        type="cuda",
-        index=0,
-        multi_processor_count=gpu.multiprocessors,
-        cc=major * 10 + minor,
-        major=major,
-        max_threads_per_multi_processor=gpu.max_threads_per_multiprocessor,
-        warp_size=32,
-    )
+    device = device_properties(gpu)
     triton_meta: dict[str, Any] = {"device": device, "signature": {}}
     pointwise, max_autotune, max_pointwise, persistent_reductions = settings
     meta: dict[str, Any] = {
@@ -273,7 +258,7 @@ def first_launch(
 ) -> None:
     """The allocations of the kernel's first launch: its configs benchmarked, if several."""
     tuned = _tuned.setdefault(sim, set())
-    if kernel in tuned or kernel.hint == "split":
+    if kernel in tuned or kernel.hint == "unknown":
         return
     tuned.add(kernel)
     configs = config_count(kernel, sim.gpu)
