@@ -202,3 +202,64 @@ def test_llama3_pipeline_stages_state_per_rank_to_the_byte(assets):
             "gradients": 4 * shard + last_stage_extra,
             "optimizer": 8 * shard + 4 * tensors,
         }, rank
+
+
+# ------------------------------------------------------------ expert parallel (MoE)
+# torchtitan's DeepSeek-V3 debug model (deepseek_v3_debugmodel): 6 layers, the first dense,
+# five MoE layers of 8 routed experts (w1, w2, w3 of 8 x 256 x 256 each), top-3, two
+# shared experts; P = 33,014,016 parameters in 83 tensors, fp32 (torchtitan prints the
+# count). Every first dimension (2,048, 3,072, 576, 512, 4,096, 1,024, 256, 8) divides by
+# 4. EP 4 x FSDP 4 on 4 ranks: each rank holds 2 of the 8 experts of each layer (EP
+# shards the expert dimension) and FSDP2 shards them over the ranks left (dp_shard x cp
+# / ep = 1: whole), the rest by FSDP2 over 4: P/4 elements a rank either way, so
+# parameters 4P/4, gradients 4P/4, AdamW 8P/4 + 83 x 4 bytes.
+MOE_ARGS = ["--module", "deepseek_v3", "--config", "deepseek_v3_debugmodel"]
+MOE_P = 33_014_016
+MOE_TENSORS = 83
+EP4 = ["--parallelism.expert_parallel_degree", "4"]
+# The dispatch all-to-all's output, per rank: the rows it receives x 256 (dim) x 2
+# bytes (bf16, FSDP2's mixed precision). Each rank routes T = 2 x 128 = 256 tokens to
+# K = 3 of E = 8 experts (N = 768 choices); rank r holds experts 2r and 2r + 1 and
+# receives from each of the 4 ranks what its own router sends there:
+#   uniform: 96 per expert, so 4 x 2 x 96 = 768 rows on every rank;
+#   worst: every token to experts 0, 1, 2 (256 each): rank 0 receives 4 x 512 rows,
+#   rank 1 4 x 256, ranks 2 and 3 none (no allocation).
+# The combine all-to-all gives each rank its own N = 768 rows back, whatever the routing.
+MOE_ROW = 256 * 2
+DISPATCHED_ROWS = {"uniform": [768] * 4, "worst": [2048, 1024, 0, 0]}
+MOE_LAYERS, STEPS = 5, 2
+
+
+def allocations_under(snapshot: dict[str, Any], function: str) -> list[int]:
+    """The sizes of the allocations with `function` on their stack, in order."""
+    return [
+        entry["size"]
+        for entry in snapshot["device_traces"][0]
+        if entry["action"] == "alloc"
+        and any(f["name"] == function for f in entry.get("frames") or [])
+    ]
+
+
+@pytest.mark.parametrize("routing", list(DISPATCHED_ROWS))
+def test_deepseek_v3_expert_parallel_per_rank_to_the_byte(assets, routing):
+    out = f"ep4-{routing}"
+    options = ("--routing", routing, "--ranks", "all", "--workers", "2")
+    done = simulate(assets, 4, out, [*MOE_ARGS, *EP4], options)
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert f"assume --routing {routing}" in done.stderr  # the assumption is printed
+    for rank in range(4):
+        with open(assets / out / f"rank{rank}.pickle", "rb") as f:
+            snapshot = pickle.load(f)
+        assert snapshot["memlens_simulation"]["assumptions"]["routing"].startswith(routing)
+        assert alive_at_end(snapshot) == {
+            "parameters": MOE_P,
+            "gradients": MOE_P,
+            "optimizer": 2 * MOE_P + 4 * MOE_TENSORS,
+        }, rank
+        # one dispatch and one combine per MoE layer and step (selective checkpointing
+        # saves the all-to-alls' outputs: none is recomputed)
+        rows = DISPATCHED_ROWS[routing][rank]
+        dispatched = [MOE_ROW * rows] * (MOE_LAYERS * STEPS) if rows else []
+        assert allocations_under(snapshot, "_dispatch_token_exchange") == dispatched, rank
+        combined = [MOE_ROW * 768] * (MOE_LAYERS * STEPS)
+        assert allocations_under(snapshot, "_combine_token_exchange") == combined, rank
