@@ -263,3 +263,31 @@ def test_deepseek_v3_expert_parallel_per_rank_to_the_byte(assets, routing):
         assert allocations_under(snapshot, "_dispatch_token_exchange") == dispatched, rank
         combined = [MOE_ROW * 768] * (MOE_LAYERS * STEPS)
         assert allocations_under(snapshot, "_combine_token_exchange") == combined, rank
+
+
+# ------------------------------------------------------------ float8 (torchao)
+def _torchao_importable() -> bool:
+    code = "import importlib.util, sys; sys.exit(importlib.util.find_spec('torchao') is None)"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (EXTRA,) if p)}
+    return subprocess.run([sys.executable, "-c", code], env=env).returncode == 0
+
+
+@pytest.mark.skipif(
+    not TORCH_214 or not _torchao_importable(),
+    reason="float8 needs torchao (scripts/setup_sim_trainers.sh installs 0.18.0) and was "
+    "simulated on torch 2.14.1 only: docs/simulation.md",
+)
+def test_llama3_float8_state_to_the_byte(assets):
+    # torchtitan's llama3_debugmodel_float8 (Float8Linear, rowwise recipe) at 1 rank: the
+    # fp32 master weights, gradients and AdamW state are the bf16 run's (float8 changes
+    # the GEMMs' operands, not what is kept)
+    done = simulate(assets, 1, "float8", ["--config", "llama3_debugmodel_float8"])
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert "Swapped to Float8Linear layers" in done.stdout + done.stderr
+    with open(assets / "float8" / "rank0.pickle", "rb") as f:
+        snapshot = pickle.load(f)
+    assert alive_at_end(snapshot) == {
+        "parameters": 4 * P,
+        "gradients": 4 * P,
+        "optimizer": 8 * P + 4 * TENSORS,
+    }
