@@ -153,12 +153,31 @@ class InductorModel:
         # of torch, 2.14.1's) it would launch real kernels; without Triton (the CPU build)
         # it never pads, and the simulation keeps to that.
         patched = config.patch(joint_graph_constant_folding=False, shape_padding=False)
-        with _backward_devices(), patched:
+        with _backward_devices(), patched, _no_constant_propagation():
             try:
                 return backend(gm, example_inputs)
             except Exception as exc:  # a graph the model cannot take: run it as traced
                 self.sim.note(f"torch.compile: a graph ran eagerly ({type(exc).__name__})")
                 return gm.forward
+
+
+@contextlib.contextmanager
+def _no_constant_propagation() -> Iterator[None]:
+    """make_fx (AOTAutograd's tracer) computes one-element constants for real beside the
+    graph: `torch.tensor(0, device="cuda")` in a Dynamo graph (an int index turned into a
+    tensor, as `idx[0][q]` in a flex_attention mask function: context parallel's block
+    mask) is copied to the device with the fake mode off, which needs a real GPU here.
+    Those constants only answer `.item()` during tracing; without them the graph is the
+    same. A failed trace also left its vmap levels on functorch's stack, and Dynamo's
+    guard check then failed ("Guard failed on the same frame it was created")."""
+    from torch.fx.experimental import proxy_tensor
+
+    limit = proxy_tensor.CONSTANT_NUMEL_LIMIT
+    proxy_tensor.CONSTANT_NUMEL_LIMIT = 0
+    try:
+        yield
+    finally:
+        proxy_tensor.CONSTANT_NUMEL_LIMIT = limit
 
 
 @contextlib.contextmanager
