@@ -291,3 +291,41 @@ def test_llama3_float8_state_to_the_byte(assets):
         "gradients": 4 * P,
         "optimizer": 8 * P + 4 * TENSORS,
     }
+
+
+# ------------------------------------------------------------ context parallel
+# CP 2 x FSDP 2 on llama3 at 256 positions (torch's CP block mask needs a multiple of
+# 2 x 128): FSDP2 shards over data-parallel shard x CP, 4 ranks, so P/4 each as FSDP 4;
+# each rank embeds 128 of the 256 positions (2 x 128 x 256 bf16 = 131,072 bytes, once a
+# step) and all-gathers K and V of every layer to the whole sequence (2 x 16 heads x 256 x
+# 16 bf16 = 262,144 bytes each: 2 x 6 layers x 2 steps).
+CP2 = ["--parallelism.context_parallel_degree", "2", "--training.seq_len", "256"]
+
+
+def allocations_in(snapshot: dict[str, Any], filename: str, function: str) -> Counter[int]:
+    """How many allocations of each size have `function` of `filename` on their stack."""
+    sizes: Counter[int] = Counter()
+    for entry in snapshot["device_traces"][0]:
+        if entry["action"] == "alloc" and any(
+            f["filename"].endswith(filename) and f["name"] == function
+            for f in entry.get("frames") or []
+        ):
+            sizes[entry["size"]] += 1
+    return sizes
+
+
+def test_llama3_context_parallel_halves_the_sequence_per_rank(assets):
+    done = simulate(assets, 4, "cp2-fsdp2", CP2)
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert "ran eagerly" not in done.stderr
+    for path in sorted((assets / "cp2-fsdp2").glob("rank*.pickle")):
+        with open(path, "rb") as f:
+            snapshot = pickle.load(f)
+        assert alive_at_end(snapshot) == {
+            "parameters": P,
+            "gradients": P,
+            "optimizer": 2 * P + 4 * TENSORS,
+        }, path.name
+        assert allocations_in(snapshot, "embedding.py", "forward") == {2 * 128 * 256 * 2: 2}
+        gathered = allocations_in(snapshot, "api.py", "cp_forward")
+        assert gathered[2 * 16 * 256 * 16 * 2] == 2 * 6 * 2, path.name

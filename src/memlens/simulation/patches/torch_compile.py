@@ -60,6 +60,7 @@ def install(patches: fake_cuda.Patches, sim: SimulationHost) -> None:
     original: Callable[..., Any] = torch.compile
     # Dynamo skips every frame while a non-infrastructure dispatch mode is active.
     patches.set(Tracker, "ignore_compile_internals", classmethod(lambda cls: True))
+    patches.set(GraphModule, "__deepcopy__", _deepcopy_graph(GraphModule.__deepcopy__))
     reset: list[bool] = []
     tree = cudagraph_trees.install(patches)(sim)  # one per simulation, as per thread on a GPU
 
@@ -159,6 +160,38 @@ class InductorModel:
             except Exception as exc:  # a graph the model cannot take: run it as traced
                 self.sim.note(f"torch.compile: a graph ran eagerly ({type(exc).__name__})")
                 return gm.forward
+
+
+def _deepcopy_graph(original: Callable[..., Any]) -> Callable[..., Any]:
+    """GraphModule.__deepcopy__ (AOTAutograd copies a backward graph, with its tensor
+    constants, before compiling it lazily) that copies the graph's tensors first: fake
+    ones by a fake clone (their device's copy, as on a GPU), host ones on the host with
+    the fake mode off. Tensor's own __deepcopy__ clones the storage, which neither
+    allows here (a fake storage would be made on the real device, a host one would
+    become a meta tensor over a CPU storage)."""
+
+    def deepcopy(self: GraphModule, memo: dict[int, Any]) -> Any:
+        from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+        for module in self.modules():
+            for value in list(vars(module).values()) + list(module._buffers.values()):
+                if isinstance(value, torch.Tensor) and id(value) not in memo:
+                    memo[id(value)] = _copy(value, unset_fake_temporarily)
+        with unset_fake_temporarily():
+            return original(self, memo)
+
+    return deepcopy
+
+
+def _copy(t: torch.Tensor, unset: Callable[[], Any]) -> torch.Tensor:
+    if isinstance(t, FakeTensor):
+        copy = t.detach().clone()
+    else:
+        with unset():
+            copy = t.detach().clone()
+    if isinstance(t, torch.nn.Parameter):
+        return torch.nn.Parameter(copy, requires_grad=t.requires_grad)
+    return copy.requires_grad_(t.requires_grad) if t.is_leaf else copy
 
 
 @contextlib.contextmanager
