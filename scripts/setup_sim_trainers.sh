@@ -29,6 +29,9 @@ PACKAGES=(
   huggingface_hub==1.33.0 fsspec==2026.2.0
   # the version torch 2.14.1's CUDA build requires
   triton==3.8.0
+  # float8 (torchtitan's *_float8 configs: Float8Linear): simulated on torch 2.14.1, imports
+  # on 2.13 (its compiled kernels fail to load there; Float8Linear needs none of them)
+  torchao==0.18.0
 )
 python3 -m pip install -q --disable-pip-version-check --no-deps --target "$DIR" "${PACKAGES[@]}"
 echo "memlens setup: torchtitan and its needs are in $DIR: MEMLENS_SIM_TRAINERS_PATH=$(cd "$DIR" && pwd)"

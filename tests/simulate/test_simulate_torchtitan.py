@@ -346,3 +346,130 @@ def test_llama3_with_cuda_graphs_state_pool_and_replay(assets, case):
         assert {(stream, inside) for _, stream, inside in kept} == {
             (0, False), (CAPTURE_STREAM, True), (CAPTURE_STREAM, False)
         }, path.name  # fmt: skip
+
+
+# ------------------------------------------------------------ expert parallel (MoE)
+# torchtitan's DeepSeek-V3 debug model (deepseek_v3_debugmodel): 6 layers, the first dense,
+# five MoE layers of 8 routed experts (w1, w2, w3 of 8 x 256 x 256 each), top-3, two
+# shared experts; P = 33,014,016 parameters in 83 tensors, fp32 (torchtitan prints the
+# count). Every first dimension (2,048, 3,072, 576, 512, 4,096, 1,024, 256, 8) divides by
+# 4. EP 4 x FSDP 4 on 4 ranks: each rank holds 2 of the 8 experts of each layer (EP
+# shards the expert dimension) and FSDP2 shards them over the ranks left (dp_shard x cp
+# / ep = 1: whole), the rest by FSDP2 over 4: P/4 elements a rank either way, so
+# parameters 4P/4, gradients 4P/4, AdamW 8P/4 + 83 x 4 bytes.
+MOE_ARGS = ["--module", "deepseek_v3", "--config", "deepseek_v3_debugmodel"]
+MOE_P = 33_014_016
+MOE_TENSORS = 83
+EP4 = ["--parallelism.expert_parallel_degree", "4"]
+# The dispatch all-to-all's output, per rank: the rows it receives x 256 (dim) x 2
+# bytes (bf16, FSDP2's mixed precision). Each rank routes T = 2 x 128 = 256 tokens to
+# K = 3 of E = 8 experts (N = 768 choices); rank r holds experts 2r and 2r + 1 and
+# receives from each of the 4 ranks what its own router sends there:
+#   uniform: 96 per expert, so 4 x 2 x 96 = 768 rows on every rank;
+#   worst: every token to experts 0, 1, 2 (256 each): rank 0 receives 4 x 512 rows,
+#   rank 1 4 x 256, ranks 2 and 3 none (no allocation).
+# The combine all-to-all gives each rank its own N = 768 rows back, whatever the routing.
+MOE_ROW = 256 * 2
+DISPATCHED_ROWS = {"uniform": [768] * 4, "worst": [2048, 1024, 0, 0]}
+MOE_LAYERS, STEPS = 5, 2
+
+
+def allocations_under(snapshot: dict[str, Any], function: str) -> list[int]:
+    """The sizes of the allocations with `function` on their stack, in order."""
+    return [
+        entry["size"]
+        for entry in snapshot["device_traces"][0]
+        if entry["action"] == "alloc"
+        and any(f["name"] == function for f in entry.get("frames") or [])
+    ]
+
+
+@pytest.mark.parametrize("routing", list(DISPATCHED_ROWS))
+def test_deepseek_v3_expert_parallel_per_rank_to_the_byte(assets, routing):
+    out = f"ep4-{routing}"
+    options = ("--routing", routing, "--ranks", "all", "--workers", "2")
+    done = simulate(assets, 4, out, [*MOE_ARGS, *EP4], options)
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert f"assume --routing {routing}" in done.stderr  # the assumption is printed
+    for rank in range(4):
+        with open(assets / out / f"rank{rank}.pickle", "rb") as f:
+            snapshot = pickle.load(f)
+        assert snapshot["memlens_simulation"]["assumptions"]["routing"].startswith(routing)
+        assert alive_at_end(snapshot) == {
+            "parameters": MOE_P,
+            "gradients": MOE_P,
+            "optimizer": 2 * MOE_P + 4 * MOE_TENSORS,
+        }, rank
+        # one dispatch and one combine per MoE layer and step (selective checkpointing
+        # saves the all-to-alls' outputs: none is recomputed)
+        rows = DISPATCHED_ROWS[routing][rank]
+        dispatched = [MOE_ROW * rows] * (MOE_LAYERS * STEPS) if rows else []
+        assert allocations_under(snapshot, "_dispatch_token_exchange") == dispatched, rank
+        combined = [MOE_ROW * 768] * (MOE_LAYERS * STEPS)
+        assert allocations_under(snapshot, "_combine_token_exchange") == combined, rank
+
+
+# ------------------------------------------------------------ float8 (torchao)
+def _torchao_importable() -> bool:
+    code = "import importlib.util, sys; sys.exit(importlib.util.find_spec('torchao') is None)"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (EXTRA,) if p)}
+    return subprocess.run([sys.executable, "-c", code], env=env).returncode == 0
+
+
+@pytest.mark.skipif(
+    not TORCH_214 or not _torchao_importable(),
+    reason="float8 needs torchao (scripts/setup_sim_trainers.sh installs 0.18.0) and was "
+    "simulated on torch 2.14.1 only: docs/simulation.md",
+)
+def test_llama3_float8_state_to_the_byte(assets):
+    # torchtitan's llama3_debugmodel_float8 (Float8Linear, rowwise recipe) at 1 rank: the
+    # fp32 master weights, gradients and AdamW state are the bf16 run's (float8 changes
+    # the GEMMs' operands, not what is kept)
+    done = simulate(assets, 1, "float8", ["--config", "llama3_debugmodel_float8"])
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert "Swapped to Float8Linear layers" in done.stdout + done.stderr
+    with open(assets / "float8" / "rank0.pickle", "rb") as f:
+        snapshot = pickle.load(f)
+    assert alive_at_end(snapshot) == {
+        "parameters": 4 * P,
+        "gradients": 4 * P,
+        "optimizer": 8 * P + 4 * TENSORS,
+    }
+
+
+# ------------------------------------------------------------ context parallel
+# CP 2 x FSDP 2 on llama3 at 256 positions (torch's CP block mask needs a multiple of
+# 2 x 128): FSDP2 shards over data-parallel shard x CP, 4 ranks, so P/4 each as FSDP 4;
+# each rank embeds 128 of the 256 positions (2 x 128 x 256 bf16 = 131,072 bytes, once a
+# step) and all-gathers K and V of every layer to the whole sequence (2 x 16 heads x 256 x
+# 16 bf16 = 262,144 bytes each: 2 x 6 layers x 2 steps).
+CP2 = ["--parallelism.context_parallel_degree", "2", "--training.seq_len", "256"]
+
+
+def allocations_in(snapshot: dict[str, Any], filename: str, function: str) -> Counter[int]:
+    """How many allocations of each size have `function` of `filename` on their stack."""
+    sizes: Counter[int] = Counter()
+    for entry in snapshot["device_traces"][0]:
+        if entry["action"] == "alloc" and any(
+            f["filename"].endswith(filename) and f["name"] == function
+            for f in entry.get("frames") or []
+        ):
+            sizes[entry["size"]] += 1
+    return sizes
+
+
+def test_llama3_context_parallel_halves_the_sequence_per_rank(assets):
+    done = simulate(assets, 4, "cp2-fsdp2", CP2)
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert "ran eagerly" not in done.stderr
+    for path in sorted((assets / "cp2-fsdp2").glob("rank*.pickle")):
+        with open(path, "rb") as f:
+            snapshot = pickle.load(f)
+        assert alive_at_end(snapshot) == {
+            "parameters": P,
+            "gradients": P,
+            "optimizer": 2 * P + 4 * TENSORS,
+        }, path.name
+        assert allocations_in(snapshot, "embedding.py", "forward") == {2 * 128 * 256 * 2: 2}
+        gathered = allocations_in(snapshot, "api.py", "cp_forward")
+        assert gathered[2 * 16 * 256 * 16 * 2] == 2 * 6 * 2, path.name

@@ -61,6 +61,7 @@ def install(patches: fake_cuda.Patches, sim: SimulationHost) -> None:
     original: Callable[..., Any] = torch.compile
     # Dynamo skips every frame while a non-infrastructure dispatch mode is active.
     patches.set(Tracker, "ignore_compile_internals", classmethod(lambda cls: True))
+    patches.set(GraphModule, "__deepcopy__", _deepcopy_graph(GraphModule.__deepcopy__))
     reset: list[bool] = []
     tree = cudagraph_trees.install(patches)(sim)  # one per simulation, as per thread on a GPU
 
@@ -154,12 +155,63 @@ class InductorModel:
         # of torch, 2.14.1's) it would launch real kernels; without Triton (the CPU build)
         # it never pads, and the simulation keeps to that.
         patched = config.patch(joint_graph_constant_folding=False, shape_padding=False)
-        with _backward_devices(), patched:
+        with _backward_devices(), patched, _no_constant_propagation():
             try:
                 return backend(gm, example_inputs)
             except Exception as exc:  # a graph the model cannot take: run it as traced
                 self.sim.note(f"torch.compile: a graph ran eagerly ({type(exc).__name__})")
                 return gm.forward
+
+
+def _deepcopy_graph(original: Callable[..., Any]) -> Callable[..., Any]:
+    """GraphModule.__deepcopy__ (AOTAutograd copies a backward graph, with its tensor
+    constants, before compiling it lazily) that copies the graph's tensors first: fake
+    ones by a fake clone (their device's copy, as on a GPU), host ones on the host with
+    the fake mode off. Tensor's own __deepcopy__ clones the storage, which neither
+    allows here (a fake storage would be made on the real device, a host one would
+    become a meta tensor over a CPU storage)."""
+
+    def deepcopy(self: GraphModule, memo: dict[int, Any]) -> Any:
+        from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+        for module in self.modules():
+            for value in list(vars(module).values()) + list(module._buffers.values()):
+                if isinstance(value, torch.Tensor) and id(value) not in memo:
+                    memo[id(value)] = _copy(value, unset_fake_temporarily)
+        with unset_fake_temporarily():
+            return original(self, memo)
+
+    return deepcopy
+
+
+def _copy(t: torch.Tensor, unset: Callable[[], Any]) -> torch.Tensor:
+    if isinstance(t, FakeTensor):
+        copy = t.detach().clone()
+    else:
+        with unset():
+            copy = t.detach().clone()
+    if isinstance(t, torch.nn.Parameter):
+        return torch.nn.Parameter(copy, requires_grad=t.requires_grad)
+    return copy.requires_grad_(t.requires_grad) if t.is_leaf else copy
+
+
+@contextlib.contextmanager
+def _no_constant_propagation() -> Iterator[None]:
+    """make_fx (AOTAutograd's tracer) computes one-element constants for real beside the
+    graph: `torch.tensor(0, device="cuda")` in a Dynamo graph (an int index turned into a
+    tensor, as `idx[0][q]` in a flex_attention mask function: context parallel's block
+    mask) is copied to the device with the fake mode off, which needs a real GPU here.
+    Those constants only answer `.item()` during tracing; without them the graph is the
+    same. A failed trace also left its vmap levels on functorch's stack, and Dynamo's
+    guard check then failed ("Guard failed on the same frame it was created")."""
+    from torch.fx.experimental import proxy_tensor
+
+    limit = proxy_tensor.CONSTANT_NUMEL_LIMIT
+    proxy_tensor.CONSTANT_NUMEL_LIMIT = 0
+    try:
+        yield
+    finally:
+        proxy_tensor.CONSTANT_NUMEL_LIMIT = limit
 
 
 @contextlib.contextmanager
