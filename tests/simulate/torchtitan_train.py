@@ -9,8 +9,9 @@ adds nothing.
 - the pipeline schedules' pre-split inputs: torchtitan splits the batch into microbatches
   itself and calls `schedule.step(arg_mbs=..., kwarg_mbs=..., target_mbs=...)`, keywords
   torch 2.14 added. torch 2.13's `step(*args, target=None, ..., **kwargs)` takes them as
-  the model's keyword arguments and splits those into microbatches again, so the run
-  stops before the first microbatch (`ValueError: Expecting 2 arg_mbs but got 1`). Here
+  the model's keyword arguments and splits those into microbatches again (a microbatch's
+  one-sample tensors split into one chunk, not two), so the run stops before the first
+  microbatch (`ValueError: Expecting 2 arg_mbs but got 1`). Here
   `step` hands the microbatches as given to the schedule's `_step_microbatches`, which
   runs them as torch 2.14's `step` does.
 """
