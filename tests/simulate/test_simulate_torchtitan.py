@@ -30,7 +30,8 @@ not memlens's dependencies: the test runs where they are importable, or where
 MEMLENS_SIM_TRAINERS_PATH names the directory `scripts/setup_sim_trainers.sh` installed
 them into (docs/simulation.md); else it skips. Cost on a loaded 2-core machine: about
 2 minutes at 1 rank (7 compiled, on a loaded one) and 4 for each 4-rank job (ranks 0 and
-3 simulated), alone on the machine; each pipeline job 3.5 to TODO minutes (PIPELINES).
+3 simulated), alone on the machine; each pipeline job 3.5 to 7.5 minutes (PIPELINES,
+ZERO_BUBBLE), every rank simulated.
 """
 
 from __future__ import annotations
@@ -121,7 +122,13 @@ PIPELINES = {
     "Interleaved1F1B": ("Interleaved1F1B", LOOPED, [], True, "3.5 minutes"),  # the debug config's
     "LoopedBFS": ("LoopedBFS", LOOPED, [], False, "5 minutes"),
     # torch.compile on: the same state (what compiling changes is the activations)
-    "Interleaved1F1B-compiled": ("Interleaved1F1B", LOOPED, ["--compile.enable"], True, "TODO"),
+    "Interleaved1F1B-compiled": (
+        "Interleaved1F1B",
+        LOOPED,
+        ["--compile.enable"],
+        True,
+        "6.5 minutes",
+    ),
 }
 # The zero-bubble schedules split each backward into the inputs' gradients
 # (`stage_backward_input`, autograd.grad with retain_graph=True) and the weights'. With
