@@ -136,11 +136,11 @@ PIPELINES = {
 # The zero-bubble schedules split each backward into the inputs' gradients
 # (`stage_backward_input`, autograd.grad with retain_graph=True) and the weights'. With
 # the debug model they stop at the first such backward, and would on a GPU (torch's
-# code, which runs unchanged here; not tried on one): torchtitan
-# compiles flex_attention (one compiled function for every layer), and the pipeline's
-# shape inference (torchtitan gives its stages no shapes) runs one forward and backward
-# per stage first, with retain_graph=False, so AOTAutograd compiles flex_attention's
-# backward with donated buffers; a retain_graph backward through it is then refused
+# code, which runs unchanged here; not tried on one): torchtitan compiles flex_attention
+# (one compiled function for every layer), and the pipeline's shape inference
+# (torchtitan gives its stages no shapes) runs one forward and backward per stage first,
+# with retain_graph=False, so AOTAutograd compiles flex_attention's backward with
+# donated buffers; a retain_graph backward through it is then refused
 # ("compiled with non-empty donated buffers", torch's check; pytorch/pytorch#161904).
 # torchtitan's command line has no option to turn donation off. DualPipeV needs as many
 # microbatches as stages (4). Cost: 4.5, 6 and 7.5 minutes.
