@@ -142,8 +142,10 @@ PIPELINES = {
 # with retain_graph=False, so AOTAutograd compiles flex_attention's backward with
 # donated buffers; a retain_graph backward through it is then refused
 # ("compiled with non-empty donated buffers", torch's check; pytorch/pytorch#161904).
-# torchtitan's command line has no option to turn donation off. DualPipeV needs as many
-# microbatches as stages (4). Cost: 4.5, 6 and 7.5 minutes.
+# torchtitan's command line has no option to turn donation off (turned off by a wrapper,
+# the ranks stop next on torch's selective activation checkpointing, which allows one
+# backward per checkpointed region: "Trying to backward an extra time"). DualPipeV
+# needs as many microbatches as stages (4). Cost: 4.5, 6 and 7.5 minutes.
 ZERO_BUBBLE = {
     "InterleavedZeroBubble": [],
     "ZBVZeroBubble": [],
