@@ -143,9 +143,10 @@ PIPELINES = {
 # donated buffers; a retain_graph backward through it is then refused
 # ("compiled with non-empty donated buffers", torch's check; pytorch/pytorch#161904).
 # torchtitan's command line has no option to turn donation off (turned off by a wrapper,
-# the ranks stop next on torch's selective activation checkpointing, which allows one
-# backward per checkpointed region: "Trying to backward an extra time"). DualPipeV
-# needs as many microbatches as stages (4). Cost: 4.5, 6 and 7.5 minutes.
+# the ranks stop next, in the weights' half, on torch's selective activation
+# checkpointing, which allows one backward per checkpointed region: "Trying to backward
+# an extra time"). DualPipeV needs as many microbatches as stages (4). Cost: 4.5, 6 and
+# 7.5 minutes.
 ZERO_BUBBLE = {
     "InterleavedZeroBubble": [],
     "ZBVZeroBubble": [],
