@@ -337,10 +337,12 @@ class GraphRunner:
         self.optimize_mem = optimize_mem
         realized = set(self.plan.realized)
         held_by_owner = realized | {n for n in self.nodes if n.op == "placeholder"}
-        # values dropped when their buffer is released, or after their last FX user
+        # values dropped when their buffer is released, or after their last user in the
+        # order the nodes run: a fused kernel's nodes run earlier than the graph has them,
+        # so the graph's last user of a value may run before another of its users
         self.members: dict[Node, list[Node]] = {}
         self.drop_after: dict[Node, list[Node]] = {}
-        position = {n: i for i, n in enumerate(self.nodes)}
+        position = {n: i for i, n in enumerate(self.schedule.order)}
         for n in self.nodes:
             base = self.plan.owner.get(n, n)
             if base in held_by_owner:
