@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import pickle
+import signal
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -40,6 +42,22 @@ def hand_file(tmp_path: Path) -> Path:
     p = tmp_path / "hand.pickle"
     p.write_bytes(pickle.dumps(hand_snapshot(), protocol=4))
     return p
+
+
+# A process started while SIGINT is ignored ignores it too (Python installs no handler then),
+# so a test that left it ignored in its worker made every later Ctrl-C test there wait for a
+# child that never stops (tests/inspect/test_inspect_lifecycle.py, seen in full runs only).
+# Each test gets back the disposition it started with; the one that changed it is named.
+@pytest.fixture(autouse=True)
+def _sigint_kept(request):
+    before = signal.getsignal(signal.SIGINT)
+    yield
+    after = signal.getsignal(signal.SIGINT)
+    if after is not before and before is not None:
+        signal.signal(signal.SIGINT, before)
+        warnings.warn(
+            f"{request.node.nodeid} left SIGINT's handler changed ({after!r})", stacklevel=1
+        )
 
 
 @pytest.fixture(autouse=True)

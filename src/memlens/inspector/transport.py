@@ -48,12 +48,14 @@ def _sigint_ignored() -> Iterator[None]:
     try:
         previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
     except ValueError:  # not the main thread: nothing to change
-        previous = None
+        yield
+        return
     try:
         yield
     finally:
-        if previous is not None:
-            signal.signal(signal.SIGINT, previous)
+        # None: the handler was set outside Python and cannot be put back; Python's own
+        # (KeyboardInterrupt) rather than leaving Ctrl-C ignored for the rest of the run
+        signal.signal(signal.SIGINT, signal.default_int_handler if previous is None else previous)
 
 
 class Transport:
