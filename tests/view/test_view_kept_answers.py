@@ -9,6 +9,7 @@ import json
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -23,7 +24,7 @@ from memlens.views.web.data import ViewerData
 
 N = 20_000
 E1 = 20_121.0  # the generated trace's events
-WHOLE = [
+WHOLE: list[dict[str, Any]] = [
     {"width": 854, "height": 410},
     {"width": 854, "height": 410, "e0": 0.0, "e1": E1},  # the page's form
     {"width": 854, "height": 40, "e0": 0.0, "e1": E1, "detail": False},  # overview
@@ -32,7 +33,7 @@ WHOLE = [
 ]
 # answers never kept: a part of the trace, the time axis, a find query, a memory zoom, another
 # sub-pixel threshold, -0.0 (echoed as such)
-NOT_WHOLE = [
+NOT_WHOLE: list[dict[str, Any]] = [
     {"width": 854, "height": 410, "e0": 5.0, "e1": E1},
     {"width": 854, "height": 410, "e0": 0.0, "e1": E1 - 1},
     {"width": 854, "height": 410, "e0": -0.0, "e1": E1},
@@ -55,7 +56,7 @@ def opened(path: Path) -> ViewerData:
     return ViewerData([memlens.load(path, warn=False)])
 
 
-def fresh_answers(data: ViewerData, requests: list[dict]) -> list[bytes]:
+def fresh_answers(data: ViewerData, requests: list[dict[str, Any]]) -> list[bytes]:
     """What view() gives, encoded as the API encodes it (never a kept answer)."""
     return [kept_answers.json_bytes(data.view(0, 0, **r)) for r in requests]
 
