@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import pickle
 import signal
-import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -44,20 +43,14 @@ def hand_file(tmp_path: Path) -> Path:
     return p
 
 
-# A process started while SIGINT is ignored ignores it too (Python installs no handler then),
-# so a test that left it ignored in its worker made every later Ctrl-C test there wait for a
-# child that never stops (tests/inspect/test_inspect_lifecycle.py, seen in full runs only).
-# Each test gets back the disposition it started with; the one that changed it is named.
-@pytest.fixture(autouse=True)
-def _sigint_kept(request):
-    before = signal.getsignal(signal.SIGINT)
-    yield
-    after = signal.getsignal(signal.SIGINT)
-    if after is not before and before is not None:
-        signal.signal(signal.SIGINT, before)
-        warnings.warn(
-            f"{request.node.nodeid} left SIGINT's handler changed ({after!r})", stacklevel=1
-        )
+# Started in the background by a shell without job control (`cmd &`, nohup, some CI
+# runners), pytest and its workers ignore SIGINT, and so does every process a test starts
+# (Python installs no handler for a signal ignored at start-up): the Ctrl-C tests
+# (tests/inspect/test_inspect_lifecycle.py, test_view_first_paint.py's stop) would wait for
+# a child that never stops. Each process of the run takes Ctrl-C as a foreground one would.
+def pytest_configure(config):
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(autouse=True)
