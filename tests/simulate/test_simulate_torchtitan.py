@@ -215,6 +215,19 @@ def alive_at_end(snapshot: dict[str, Any]) -> Counter[str]:
     return totals
 
 
+def sharded_state_checked(path: Path, shard: int) -> dict[str, Any]:
+    """The rank's snapshot, its parameters, gradients and AdamW state checked against a
+    shard of `shard` fp32 elements (4 bytes each; AdamW's two moments and a step per tensor)."""
+    with open(path, "rb") as f:
+        snapshot: dict[str, Any] = pickle.load(f)
+    assert alive_at_end(snapshot) == {
+        "parameters": 4 * shard,
+        "gradients": 4 * shard,
+        "optimizer": 8 * shard + 4 * TENSORS,
+    }, path.name
+    return snapshot
+
+
 @pytest.mark.parametrize("case", list(CASES))
 def test_llama3_debug_model_state_per_rank_to_the_byte(assets, case):
     nproc, extra, shard = CASES[case]
@@ -227,13 +240,7 @@ def test_llama3_debug_model_state_per_rank_to_the_byte(assets, case):
     # by default the first and the last rank are simulated (the others run the same)
     assert [r.name for r in ranks] == sorted({"rank0.pickle", f"rank{nproc - 1}.pickle"})
     for path in ranks:
-        with open(path, "rb") as f:
-            snapshot = pickle.load(f)
-        assert alive_at_end(snapshot) == {
-            "parameters": 4 * shard,
-            "gradients": 4 * shard,
-            "optimizer": 8 * shard + 4 * TENSORS,
-        }, path.name
+        sharded_state_checked(path, shard)
 
 
 @pytest.mark.parametrize("case", list(PIPELINES))
@@ -388,13 +395,7 @@ def test_llama3_with_cuda_graphs_state_pool_and_replay(assets, case):
     assert "Recorded CUDA graph" in done.stdout + done.stderr  # captured, not eager
     assert "ran eagerly" not in done.stderr
     for path in sorted((assets / case).glob("rank*.pickle")):
-        with open(path, "rb") as f:
-            snapshot = pickle.load(f)
-        assert alive_at_end(snapshot) == {
-            "parameters": 4 * shard,
-            "gradients": 4 * shard,
-            "optimizer": 8 * shard + 4 * TENSORS,
-        }, path.name
+        snapshot = sharded_state_checked(path, shard)
         # three steps, two runs of the step's allocations: the warm-up's outside the pool,
         # the capture's inside it; the replays of steps 2 and 3 allocate nothing
         assert [inside for inside, _ in step_runs(snapshot)] == [False, True], path.name
