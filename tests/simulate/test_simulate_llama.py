@@ -269,6 +269,15 @@ def test_peak_against_pytorchs_mem_tracker(tmp_path, monkeypatch, mode, world, a
     import memlens
 
     marks = simulate(tmp_path, monkeypatch, mode, world, "--tracker")
+    if mode == "tp":
+        # the first tensor-parallel step in a process: MemTracker counts 29,184 bytes more
+        # optimizer memory at tp 2 (cuda OPT 820,224 vs 791,040) than on any later step,
+        # while memlens's allocator holds the same in both (DTensor's first-time dispatch,
+        # its C++ fast path's cache; not traced further). Compared on a later step, which
+        # does not depend on which tests ran before in this worker
+        again = simulate(tmp_path, monkeypatch, mode, world, "--tracker")
+        assert again["peak"] == marks["peak"] and marks["tracker_peak"] >= again["tracker_peak"]
+        marks = again
     assert marks["peak"] - marks["tracker_peak"] == above
     # caching: the allocator reserves whole segments (2 MiB of its small-block pool, or
     # two for the single-GPU and DDP runs, one per stream under FSDP2: the default, the
