@@ -68,10 +68,8 @@ def _own_cache(tmp_path_factory: pytest.TempPathFactory, name: str) -> Iterator[
 
 # Session- and module-scoped fixtures are set up before the per-test cache above. Without
 # these two they would read and write the user's own cache (~/.cache/memlens): a snapshot a
-# module's fixture loads would come from an earlier run's entry, never read, and in CI's
-# second pass (MEMLENS_READER=python) from the first pass's, written by the compiled
-# reader, so the Python reader would not be tested on it (nor would the test be listed
-# for that pass, on a machine whose cache already held the file: tests/reader_choice.py).
+# module's fixture loads would come from an earlier run's entry, never read, so neither
+# reader would be tested on it (MEMLENS_READER=both compares only what it builds).
 @pytest.fixture(scope="session", autouse=True)
 def _session_cache(tmp_path_factory):
     yield from _own_cache(tmp_path_factory, "cache-session")

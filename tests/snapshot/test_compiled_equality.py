@@ -240,8 +240,8 @@ def test_hypothesis_traces_identical(tmp_path_factory, snap, protocol, gz):
     except memlens.SnapshotError:
         # not a valid snapshot (e.g. sizes past 2^62 in total): both paths must refuse alike
         messages = []
-        # the run's own value is put back after (CI's second pass sets it: a test left
-        # without it would run on the compiled reader; reader_choice.py checks)
+        # the run's own value is put back after (the README's test command sets it: the
+        # tests after this one would run on another reader; reader_choice.py checks)
         outer = os.environ.get(compiled.READER_ENV)
         for reader in ("compiled", "python"):
             os.environ[compiled.READER_ENV] = reader
@@ -300,8 +300,8 @@ def test_without_the_extension_large_files_say_so_once(tmp_path, monkeypatch, ca
     gets one line on stderr saying why it is slow (small files none)."""
     path = tmp_path / "g.pickle"
     memlens.generate_snapshot(path, events=300)
-    # the default reader choice (CI's second pass runs this file with MEMLENS_READER=python,
-    # which asks for the Python path outright: nothing to be told then)
+    # the default reader choice (MEMLENS_READER=python asks for the Python path outright:
+    # nothing to be told then)
     monkeypatch.delenv(compiled.READER_ENV, raising=False)
     monkeypatch.setattr(compiled, "available", lambda: False)  # as when it was not built
     monkeypatch.setattr(compiled, "_told_slow", False)  # an earlier test may have been told

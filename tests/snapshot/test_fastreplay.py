@@ -90,8 +90,7 @@ def assert_same_both_ways(snap: Snapshot) -> dict[int, DeviceTrace]:
 
 def _load(snap: dict[str, Any]) -> Snapshot:
     # built on the compiled replay whatever the run's reader: the tests replay its traces
-    # both ways themselves, so CI's second pass (MEMLENS_READER=python) would repeat them
-    # (tests/reader_choice.py does not list a test that picks its own reader)
+    # both ways themselves (MEMLENS_READER=both would only do it a second time)
     with _reader("compiled"):
         return memlens.load(snap, warn=False)
 

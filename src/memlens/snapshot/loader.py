@@ -12,8 +12,10 @@ from typing import Any
 from memlens.errors import CacheError, SnapshotError
 from memlens.snapshot.assemble.builder import build_snapshot
 from memlens.snapshot.model import Snapshot
+from memlens.snapshot.native import both_asked, python_path
 from memlens.snapshot.read.compiled import load_compiled
 from memlens.snapshot.read.reader import normalize_top_level, read_source_limited
+from memlens.snapshot.reader_agreement import check_agreement, outcome
 from memlens.snapshot.store import cache as column_cache
 
 
@@ -107,9 +109,32 @@ def load_then_cache(
                     _emit(name, message, stacklevel=4)
             return hit, _nothing_to_write
 
-    sink = _WarnOnce(name, warn)
     # pickle files go through the compiled reader when it is built (see read/compiled.py)
     use_compiled = is_path and Path(source).is_file()
+    if both_asked():
+        snap = _build_both_ways(source, name, use_compiled, warn)
+    else:
+        sink = _WarnOnce(name, warn)
+        snap = _build(source, name, use_compiled, sink)
+    if not use_cache:
+        return snap, _nothing_to_write
+
+    def write_cache() -> None:
+        try:
+            column_cache.save(snap, source)
+        except OSError as exc:
+            warnings.warn(
+                f"could not write the column cache ({exc}); continuing without it",
+                SnapshotWarning,
+                stacklevel=3,
+            )
+
+    return snap, write_cache
+
+
+def _build(source: Any, name: str, use_compiled: bool, sink: _WarnOnce) -> Snapshot:
+    """The snapshot read from `source` (compiled reader first when `use_compiled`), its
+    warnings said once each through `sink`."""
     # Unpickling creates millions of small objects; the cyclic GC would rescan them over
     # and over while they are being built. None of them form cycles we need collected.
     gc_was_enabled = gc.isenabled()
@@ -131,17 +156,17 @@ def load_then_cache(
         if gc_was_enabled:
             gc.enable()
     snap.warnings = sink.messages
-    if not use_cache:
-        return snap, _nothing_to_write
+    return snap
 
-    def write_cache() -> None:
-        try:
-            column_cache.save(snap, source)
-        except OSError as exc:
-            warnings.warn(
-                f"could not write the column cache ({exc}); continuing without it",
-                SnapshotWarning,
-                stacklevel=3,
-            )
 
-    return snap, write_cache
+def _build_both_ways(source: Any, name: str, use_compiled: bool, warn: bool) -> Snapshot:
+    """MEMLENS_READER=both: built on the compiled path and on the Python path (reader and
+    replay), compared to the byte (reader_agreement.py); the warnings said once, after."""
+    compiled = outcome(lambda: _build(source, name, use_compiled, _WarnOnce(name, emit=False)))
+    with python_path():
+        python = outcome(lambda: _build(source, name, False, _WarnOnce(name, emit=False)))
+    snap = check_agreement(name, compiled, python)
+    if warn:
+        for message in snap.warnings:
+            _emit(name, message, stacklevel=5)
+    return snap

@@ -12,7 +12,7 @@ Whenever a file is shaped in a way the C reader does not type (protocol 0/1 opco
 cpp_frames, non-integer fields, entries shared by memo, ...) it
 declines and the Python path reads the file instead: a fallback costs time, never a
 different answer. MEMLENS_READER=python forces the Python path; =compiled fails when the
-extension is not built.
+extension is not built; =both reads each file both ways and compares (reader_agreement.py).
 """
 
 from __future__ import annotations
@@ -65,8 +65,8 @@ def available() -> bool:
 
 def mode() -> str:
     value = os.environ.get(READER_ENV, "auto").strip().lower() or "auto"
-    if value not in ("auto", "python", "compiled"):
-        raise SnapshotError(f"{READER_ENV}={value!r}: use auto, python or compiled")
+    if value not in ("auto", "python", "compiled", "both"):
+        raise SnapshotError(f"{READER_ENV}={value!r}: use auto, python, compiled or both")
     if value == "compiled" and not available():
         raise SnapshotError(
             f"{READER_ENV}=compiled, but the compiled reader is not built "

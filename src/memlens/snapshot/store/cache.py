@@ -59,11 +59,11 @@ EDGE_BYTES = 1 << 20
 # Keep at most this many entries; the least recently written go first.
 MAX_ENTRIES = int(os.environ.get("MEMLENS_CACHE_MAX_ENTRIES", "32"))
 
-_DEVICE_SCALARS = ("baseline_bytes", "reserved_start_bytes", "frees_from_requested")
-_DEVICE_ARRAYS = [
+DEVICE_SCALARS = ("baseline_bytes", "reserved_start_bytes", "frees_from_requested")
+DEVICE_ARRAYS = [
     f.name
     for f in dataclasses.fields(DeviceTrace)
-    if f.name not in (*_DEVICE_SCALARS, "device", "snapshot")
+    if f.name not in (*DEVICE_SCALARS, "device", "snapshot")
 ]
 
 
@@ -237,7 +237,7 @@ def save(snap: Snapshot, path: str | os.PathLike[str]) -> Path | None:
             "warnings": snap.warnings,
             "format_notes": snap.format_notes,
             "devices": {
-                str(d): {k: getattr(t, k) for k in _DEVICE_SCALARS} for d, t in snap.traces.items()
+                str(d): {k: getattr(t, k) for k in DEVICE_SCALARS} for d, t in snap.traces.items()
             },
         }
         _save_dataclass(snap.frames, "frames", tmp, manifest)
@@ -245,7 +245,7 @@ def save(snap: Snapshot, path: str | os.PathLike[str]) -> Path | None:
         _save_dataclass(snap.segments, "segments", tmp, manifest)
         _save_dataclass(snap.annotations, "annotations", tmp, manifest)
         for d, t in snap.traces.items():
-            for name in _DEVICE_ARRAYS:
+            for name in DEVICE_ARRAYS:
                 _save_array(tmp, f"d{d}.{name}", getattr(t, name), manifest)
         meta["columns"] = manifest
         _commit(tmp, target, meta)
@@ -309,7 +309,7 @@ def load(path: str | os.PathLike[str], *, mmap: bool = True) -> Snapshot | None:
             raise CacheError("meta.json is not an object")
         if meta.get("format") != CACHE_FORMAT or meta.get("identity") != ident:
             raise CacheError("entry is stale")
-        check_meta(meta, _DEVICE_SCALARS)
+        check_meta(meta, DEVICE_SCALARS)
         columns = meta["columns"]
         snap = Snapshot(
             source=meta["source"],
@@ -331,7 +331,7 @@ def load(path: str | os.PathLike[str], *, mmap: bool = True) -> Snapshot | None:
             dev = int(d)
             arrays: dict[str, Any] = {  # DeviceTrace's array fields, by name
                 name: _load_array(target, f"d{dev}.{name}", columns, mmap)
-                for name in _DEVICE_ARRAYS
+                for name in DEVICE_ARRAYS
             }
             snap.traces[dev] = DeviceTrace(device=dev, snapshot=snap, **arrays, **scalars)
         check_references(snap)
