@@ -3,8 +3,6 @@ after it in that worker get the run's reader back."""
 
 from __future__ import annotations
 
-import pytest
-
 pytest_plugins = ["pytester"]
 
 

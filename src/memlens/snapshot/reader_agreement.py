@@ -56,7 +56,9 @@ def differences(compiled: Snapshot, python: Snapshot) -> list[str]:
     found: list[str] = []
     for name in TABLES:
         if getattr(compiled, name) != getattr(python, name):
-            found.append(f"{name}: {getattr(compiled, name)!r:.200} vs {getattr(python, name)!r:.200}")
+            found.append(
+                f"{name}: {getattr(compiled, name)!r:.200} vs {getattr(python, name)!r:.200}"
+            )
     arrays: list[tuple[str, np.ndarray, np.ndarray]] = []
     for table in SHARED_COLUMNS:
         a, b = getattr(compiled, table), getattr(python, table)

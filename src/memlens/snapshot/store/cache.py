@@ -330,8 +330,7 @@ def load(path: str | os.PathLike[str], *, mmap: bool = True) -> Snapshot | None:
         for d, scalars in meta["devices"].items():
             dev = int(d)
             arrays: dict[str, Any] = {  # DeviceTrace's array fields, by name
-                name: _load_array(target, f"d{dev}.{name}", columns, mmap)
-                for name in DEVICE_ARRAYS
+                name: _load_array(target, f"d{dev}.{name}", columns, mmap) for name in DEVICE_ARRAYS
             }
             snap.traces[dev] = DeviceTrace(device=dev, snapshot=snap, **arrays, **scalars)
         check_references(snap)
