@@ -117,3 +117,17 @@ def test_an_unknown_choice_names_them_all(generated, monkeypatch):
     monkeypatch.setenv(compiled.READER_ENV, "bogus")
     with pytest.raises(memlens.SnapshotError, match="auto, python, compiled or both"):
         memlens.load(generated, cache=False)
+
+
+def test_a_limit_reached_on_both_paths_is_the_refusal(hand_file, both, monkeypatch):
+    """The two paths stop at another value (the compiled reader counts as it scans, the
+    Python path as it builds), so only the parenthesis differs; the limit, its figure and
+    the advice are the same, and that is the refusal."""
+    from memlens.snapshot.limits import LimitExceeded
+
+    monkeypatch.setenv("MEMLENS_MAX_ITEMS", "20")
+    with pytest.raises(LimitExceeded, match="more than 20 values walked") as caught:
+        memlens.load(hand_file, cache=False)
+    assert "--limit items=80" in str(caught.value)
+    monkeypatch.setenv("MEMLENS_MAX_ITEMS", "0")
+    assert memlens.load(hand_file, cache=False).device(0).n_events > 0

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from memlens.errors import SnapshotError
+from memlens.snapshot.limits import LimitExceeded
 from memlens.snapshot.model import Snapshot
 from memlens.snapshot.store.cache import DEVICE_ARRAYS, DEVICE_SCALARS
 
@@ -121,4 +122,10 @@ def check_agreement(name: str, compiled: Outcome, python: Outcome) -> Snapshot:
 def _said(error: Any) -> str:
     if error is None:
         return "built a snapshot"
+    if isinstance(error, LimitExceeded):
+        # the same limit, figure and advice; what was being read when it was reached (the
+        # parenthesis) may differ: the compiled reader counts values as it scans the file,
+        # the Python path as it builds (docs/security.md, "One answer from both readers")
+        words = str(error).replace(f" ({error.detail})", "", 1) if error.detail else str(error)
+        return f"refused it (LimitExceeded: {words})"
     return f"refused it ({type(error).__name__}: {error})"
