@@ -61,11 +61,6 @@ def defer() -> None:
         raise
 
 
-def is_deferred() -> bool:
-    """Whether Dynamo's `__init__` is still waiting for a first use."""
-    return isinstance(sys.modules.get(PACKAGE), _DeferredPackage)
-
-
 class _DeferredPackage(types.ModuleType):
     """torch._dynamo before its `__init__` ran: `config` (and `__path__`, `__spec__`, ...)
     are set; asking for anything else runs the `__init__`, then answers."""
