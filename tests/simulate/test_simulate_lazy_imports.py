@@ -1,6 +1,7 @@
 """A simulation does not import torch's CUDA graph trees (inductor's compile_fx, about 2 s
 of CPU) unless the simulated code asks for them; then they come as a CPU build's, and the
-step counter is back at zero afterwards, as when memlens imported them up front."""
+step counter is back at zero afterwards, as when memlens imported them up front. Nor does
+it import DTensor or Dynamo (beyond the config a fake mode reads) until the code uses them."""
 
 from __future__ import annotations
 
