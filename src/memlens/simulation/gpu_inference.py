@@ -18,8 +18,6 @@ from typing import Any
 
 import numpy as np
 
-from memlens.analysis.advise_replays import oom_capacity
-from memlens.analysis.allocator_replay import recorded_settings
 from memlens.errors import MemlensError
 from memlens.simulation.gpus import GPUS, HOPPER_WORKSPACE, OLDER_WORKSPACE, Gpu, gpu_preset
 from memlens.snapshot.actions import Action
@@ -46,7 +44,10 @@ def is_like(gpu: str | None) -> bool:
 
 def infer_gpu(spec: str) -> Inferred:
     """`like:PATH`'s card (see the module's docstring)."""
+    # here, not at the top: every `memlens simulate` imports this module, and the advice's
+    # replays (about 0.2 s of CPU) serve `--gpu like:` alone
     import memlens
+    from memlens.analysis.advise_replays import oom_capacity
 
     path = spec[len(PREFIX) :]
     try:
@@ -96,6 +97,8 @@ def _pick(hopper: bool, capacity: int | None) -> Gpu:
 
 
 def _conf(allocator_settings: dict[str, Any]) -> str:
+    from memlens.analysis.allocator_replay import recorded_settings
+
     s = recorded_settings(allocator_settings)
     parts = []
     if s.expandable_segments:

@@ -34,6 +34,7 @@ from memlens.simulation.patches import (
     cuda_kernels,
     cuda_stubs,
     cuda_surface,
+    deferred_dynamo,
     fake_cuda,
     sdpa,
 )
@@ -118,6 +119,10 @@ class Simulation:
 
     # ------------------------------------------------------------ context manager
     def __enter__(self) -> Simulation:
+        # A fake mode imports torch._dynamo.config, and with it all of Dynamo (seconds of
+        # CPU): only its config until the script uses Dynamo (patches/deferred_dynamo.py).
+        # Before the patches: it finds the fake mode's own dispatch, not fake_cuda's.
+        deferred_dynamo.defer()
         cuda_stubs.reset_streams()
         self.autocast_policy = fake_cuda.install(self._patches, self._cuda_api(), self.note)
         cuda_surface.install(self._patches, self)

@@ -253,23 +253,21 @@ def _verify_params(process_group: Any, params: list[torch.Tensor], logger: Any =
     del metadata_dev, gathered, count
 
 
-def _dtensor_class() -> type | None:
-    try:
-        from torch.distributed.tensor import DTensor
-    except ImportError:  # a build without torch.distributed
-        return None
-    return DTensor
-
-
-_DTENSOR = _dtensor_class()
-
-
 def any_dtensor_type(types: Iterable[type]) -> bool:
     """Whether a dispatch mode's `types` (the classes of the tensor subclasses among an
     op's arguments) name DTensor, without flattening the arguments: the tracker then lets
     it run the op on its local tensors (which come back through the tracker) rather than
-    see the wrapper, which owns no storage."""
-    return _DTENSOR is not None and any(issubclass(t, _DTENSOR) for t in types)
+    see the wrapper, which owns no storage.
+
+    DTensor is looked up, not imported: importing torch.distributed.tensor costs about a
+    second of CPU, which a script that never makes one should not pay (and while it is
+    not imported, no tensor is a DTensor)."""
+    module = sys.modules.get(_DTENSOR_MODULE)
+    dtensor = getattr(module, "DTensor", None)  # None while the module is half imported
+    return dtensor is not None and any(issubclass(t, dtensor) for t in types)
+
+
+_DTENSOR_MODULE = "torch.distributed.tensor"
 
 
 def is_factory(func: Any) -> bool:
