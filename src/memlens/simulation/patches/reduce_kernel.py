@@ -122,7 +122,7 @@ def _kernel_input(
 ) -> tuple[torch.dtype, tuple[int, ...], tuple[int, ...], int, bool]:
     """(scalar type, shape, strides, offset in bytes, whether it is a fresh copy)."""
     shape, strides = tuple(x.shape), tuple(x.stride())
-    offset = x.storage_offset() * x.dtype.itemsize
+    offset = int(x.storage_offset()) * x.dtype.itemsize
     contiguous = tuple(make_contiguous_strides_for(shape))
     if reads == CAST:
         into_float = x.dtype in _LOW_PRECISION and result_dtype == torch.float32
@@ -150,9 +150,7 @@ def _run(sim: SimulationHost, spec: Reduction, args: tuple[Any, ...], out: Any) 
     if spec.floating_only and not x.dtype.is_floating_point:
         return
     dims = spec.dims(args)
-    scalar, shape, strides, offset, copied = _kernel_input(
-        spec.reads, x, _first(out).dtype, dims
-    )
+    scalar, shape, strides, offset, copied = _kernel_input(spec.reads, x, _first(out).dtype, dims)
     reduced = range(len(shape)) if not dims or len(shape) != x.dim() else dims
     gpu = sim.gpu
     buffers = reduce_buffers(
