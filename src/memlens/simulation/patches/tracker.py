@@ -52,6 +52,7 @@ _GEMM_OPS = {
     _aten.addbmm.default,
     _aten.addmv.default,
     _aten.mv.default,
+    _aten._scaled_mm.default,  # cuBLASLt's scaled_gemm (cublas_lt.py)
 }
 
 
@@ -292,7 +293,11 @@ class Tracker(TorchDispatchMode):
         self.values.after(func, args, kwargs, out)
         if node is not None:
             self._backward.made(func, out)
-        if op.gemm and self._touches_cuda(args, kwargs):
+        if (
+            op.gemm
+            and self._touches_cuda(args, kwargs)
+            and not cublas_lt.runs_cutlass(func, args, sim.gpu.capability)
+        ):
             sim._ensure_workspace(lt=cublas_lt.uses_lt(func, args, kwargs))
         return out
 
