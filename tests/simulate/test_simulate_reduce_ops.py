@@ -133,3 +133,23 @@ def test_argmax_of_a_transposed_tensor_flattens_a_copy():
     assert kernel_allocations(
         lambda: torch.ones(16384, 8, device="cuda"), lambda x: x.argmax()
     ) == [256, 4]
+
+
+# logsumexp (simulation/patches/logsumexp_kernel.py): maxes, amax's buffer, abs and the
+# bool mask of the maxes, the full-size difference, the output, sum's buffer
+def test_logsumexp_holds_a_difference_as_large_as_its_input():
+    # (64, 32000) fp32 over the last dim: rows of 32000 need no staging (63 values a thread)
+    make = lambda: torch.ones(64, 32000, device="cuda")  # noqa: E731
+    allocs = kernel_allocations(make, lambda x: x.logsumexp(-1), outputs=0)
+    assert allocs == [256, 256, 64, 64 * 32000 * 4, 256]
+
+
+def test_logsumexp_over_everything_stages_both_reductions():
+    allocs = kernel_allocations(whole, lambda x: x.logsumexp((0, 1, 2)), outputs=0)
+    assert allocs == [4, 2112, 4, 4, 1, 61440000, 4, 2112, 4]
+
+
+def test_logsumexp_of_integers_copies_them_into_floats_first():
+    make = lambda: torch.ones(16, 1024, device="cuda", dtype=torch.int64)  # noqa: E731
+    allocs = kernel_allocations(make, lambda x: x.logsumexp(1), outputs=0)
+    assert allocs == [65536, 64, 64, 16, 65536, 64]

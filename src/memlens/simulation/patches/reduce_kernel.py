@@ -26,9 +26,9 @@ What the kernel reads can be a temporary of its own, also taken after the output
 values; half/bfloat16 into float is done while reading, without a copy); `max()`/`min()`
 read `self.contiguous()`; `argmax()`/`argmin()` without a dim read `self.reshape(-1)`.
 
-Not modelled: complex inputs, `aminmax` (its dim is keyword-only, which the kernel hook
-does not receive), and `logsumexp`, whose CUDA composite runs amax, a full-size
-`exp(self - maxes)` and a sum inside one op.
+`logsumexp`, a composite of these kernels inside one op on CUDA: logsumexp_kernel.py.
+Not modelled: complex inputs and `aminmax` (its dim is keyword-only, which the kernel hook
+does not receive).
 """
 
 from __future__ import annotations
@@ -152,6 +152,23 @@ def _run(sim: SimulationHost, spec: Reduction, args: tuple[Any, ...], out: Any) 
     dims = spec.dims(args)
     scalar, shape, strides, offset, copied = _kernel_input(spec.reads, x, _first(out).dtype, dims)
     reduced = range(len(shape)) if not dims or len(shape) != x.dim() else dims
+    copy = sim._malloc(x.numel() * scalar.itemsize) if copied and x.numel() else None
+    stage(sim, spec, scalar, shape, strides, reduced, offset)
+    if copy is not None:
+        sim.allocator.free(copy, sim._stack())
+
+
+def stage(
+    sim: SimulationHost,
+    spec: Reduction,
+    scalar: torch.dtype,
+    shape: Sequence[int],
+    strides: Sequence[int],
+    reduced: Sequence[int],
+    offset: int = 0,
+) -> None:
+    """Take and release the kernel's staging buffer and semaphores, if it splits the
+    reduction of a `scalar` tensor of `shape`/`strides` (elements) over `reduced`."""
     gpu = sim.gpu
     buffers = reduce_buffers(
         shape,
@@ -163,40 +180,37 @@ def _run(sim: SimulationHost, spec: Reduction, args: tuple[Any, ...], out: Any) 
         offset_bytes=offset,
         input_vec_size=spec.vector(scalar),
     )
-    copy = sim._malloc(x.numel() * scalar.itemsize) if copied and x.numel() else None
-    stack = sim._stack()
     if buffers.staging:
+        stack = sim._stack()
         staging = sim._malloc(buffers.staging)
         semaphores = sim._malloc(buffers.semaphores)
         sim.allocator.free(semaphores, stack)
         sim.allocator.free(staging, stack)
-    if copy is not None:
-        sim.allocator.free(copy, stack)
 
 
-_SUM = Reduction(_opmath, _sum_vector, _listed, CAST)
+SUM = Reduction(_opmath, _sum_vector, _listed, CAST)
 _PROD = Reduction(_opmath, _four, _listed, CAST)
 _NORM = Reduction(_opmath, _four, lambda args: _listed(args[1:]), CAST)  # (self, ord, dim)
 _VALUES_ALL = Reduction(_own, _four, _everything, CONTIGUOUS)
-_VALUES = Reduction(_own, _four, _listed)
+VALUES = Reduction(_own, _four, _listed)
 _VALUES_INDICES = Reduction(_value_and_index, _four, _one)
 _ARG = Reduction(_value_and_index, _four, _listed, FLATTENED)
 _WELFORD = Reduction(_welford, _two, _listed, floating_only=True)
 _LOGIC = Reduction(_own, _four, _listed)
 
 TABLE: dict[Any, Reduction] = {
-    _aten.sum.dim_IntList: _SUM,
-    _aten.sum.default: _SUM,
+    _aten.sum.dim_IntList: SUM,
+    _aten.sum.default: SUM,
     _aten.nansum.default: Reduction(_opmath, _four, _listed, CAST),
-    _aten.mean.dim: _SUM,
-    _aten.mean.default: _SUM,
+    _aten.mean.dim: SUM,
+    _aten.mean.default: SUM,
     _aten.prod.dim_int: _PROD,
     _aten.prod.default: _PROD,
     _aten.linalg_vector_norm.default: _NORM,
     _aten.max.default: _VALUES_ALL,
     _aten.min.default: _VALUES_ALL,
-    _aten.amax.default: _VALUES,
-    _aten.amin.default: _VALUES,
+    _aten.amax.default: VALUES,
+    _aten.amin.default: VALUES,
     _aten.max.dim: _VALUES_INDICES,
     _aten.min.dim: _VALUES_INDICES,
     _aten.argmax.default: _ARG,

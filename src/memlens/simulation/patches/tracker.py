@@ -30,6 +30,7 @@ from memlens.simulation.patches import (
     fake_cuda,
     higher_order,
     index_put_kernel,
+    logsumexp_kernel,
     reduce_kernel,
     sdpa,
 )
@@ -142,6 +143,7 @@ class _Op:
             sdpa.KERNELS.get(func)
             or reduce_kernel.KERNELS.get(func)
             or index_put_kernel.KERNELS.get(func)
+            or logsumexp_kernel.KERNELS.get(func)
         )
         self.gemm = func in _GEMM_OPS
 
