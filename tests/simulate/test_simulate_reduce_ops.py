@@ -98,6 +98,12 @@ def test_a_float64_sum_of_float32_casts_the_input_first():
     assert kernel_allocations(column, op) == [1048576, 8192, 4]
 
 
+def test_counting_a_mask_casts_it_to_int64_first():
+    # sum of bool into int64: make_reduction_from_out_ty converts the input (8 bytes each)
+    op = lambda x: x.sum(0)  # noqa: E731
+    assert kernel_allocations(lambda: column(torch.bool), op) == [1048576, 8192, 4]
+
+
 @pytest.mark.parametrize(
     ("op", "accumulator"),
     [
