@@ -1,6 +1,7 @@
 """`torch._scaled_mm` (float8 training) runs cuBLASLt's scaled_gemm on a GPU, which sets
 the handle's cuBLAS workspace and takes cuBLASLt's own, as `addmm` does; row-wise
-scaling off Hopper runs CUTLASS and takes neither (simulation/patches/cublas_lt.py)."""
+scaling off Hopper runs CUTLASS, without a cuBLAS handle (simulation/patches/cublas_lt.py;
+CUTLASS's own workspace is not modelled)."""
 
 from __future__ import annotations
 
@@ -47,7 +48,7 @@ def test_tensorwise_scaling_on_ada_takes_the_smaller_cublas_workspace():
     assert scaled_mm_allocations("l4", False) == [OUTPUT, 8 * MiB + 128 * 1024, 1 * MiB]
 
 
-def test_rowwise_scaling_on_ada_runs_cutlass_without_workspaces():
+def test_rowwise_scaling_on_ada_runs_cutlass_without_cublas_workspaces():
     assert scaled_mm_allocations("l4", True) == [OUTPUT]
 
 

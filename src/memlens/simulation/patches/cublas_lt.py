@@ -21,8 +21,10 @@ of an H200 under torch 2.11 shows it: a 1 MiB block from `getCUDABlasLtWorkspace
 (CublasHandlePool.cpp `getCurrentCUDABlasLtHandle`), whose first use sets the cuBLAS
 workspace, so a first `_scaled_mm` allocates both, cuBLAS's first, as an `addmm` does.
 Row-wise scaling runs CUTLASS's `f8f8bf16_rowwise` instead below compute capability 9.0
-and from 10.0 on, and takes no cuBLAS workspace; from 9.0 it runs cuBLASLt when torch was
-built with cuBLAS 12.9 or newer (CUDA 12.9/13 wheels), which is what is modelled.
+and from 10.0 on (RowwiseScaledMM.cu), which takes no cuBLAS handle; its own allocations
+(CUTLASS's `get_workspace_size` bytes, and a copy of scale_a padded to 256 rows on 9.0+)
+are not modelled. On 9.0 it runs cuBLASLt when torch was built with cuBLAS 12.9 or newer
+(CUDA 12.9/13 wheels), which is what is modelled.
 """
 
 from __future__ import annotations
