@@ -142,7 +142,7 @@ def _first(out: Any) -> Any:
     return out[0] if isinstance(out, (tuple, list)) else out
 
 
-def _run(sim: SimulationHost, spec: Reduction, args: tuple[Any, ...], out: Any) -> None:
+def run(sim: SimulationHost, spec: Reduction, args: tuple[Any, ...], out: Any) -> None:
     sim._track_outputs(out)
     x = args[0]
     if sim.in_compiled_graph or x.dim() == 0 or x.is_complex():
@@ -190,8 +190,8 @@ def stage(
 
 SUM = Reduction(_opmath, _sum_vector, _listed, CAST)
 _PROD = Reduction(_opmath, _four, _listed, CAST)
-_NORM = Reduction(_opmath, _four, lambda args: _listed(args[1:]), CAST)  # (self, ord, dim)
-_VALUES_ALL = Reduction(_own, _four, _everything, CONTIGUOUS)
+NORM = Reduction(_opmath, _four, lambda args: _listed(args[1:]), CAST)  # (self, ord, dim)
+VALUES_ALL = Reduction(_own, _four, _everything, CONTIGUOUS)
 VALUES = Reduction(_own, _four, _listed)
 _VALUES_INDICES = Reduction(_value_and_index, _four, _one)
 _ARG = Reduction(_value_and_index, _four, _listed, FLATTENED)
@@ -206,9 +206,9 @@ TABLE: dict[Any, Reduction] = {
     _aten.mean.default: SUM,
     _aten.prod.dim_int: _PROD,
     _aten.prod.default: _PROD,
-    _aten.linalg_vector_norm.default: _NORM,
-    _aten.max.default: _VALUES_ALL,
-    _aten.min.default: _VALUES_ALL,
+    _aten.linalg_vector_norm.default: NORM,
+    _aten.max.default: VALUES_ALL,
+    _aten.min.default: VALUES_ALL,
     _aten.amax.default: VALUES,
     _aten.amin.default: VALUES,
     _aten.max.dim: _VALUES_INDICES,
@@ -230,7 +230,7 @@ TABLE: dict[Any, Reduction] = {
 
 def _hook(spec: Reduction) -> Callable[[SimulationHost, tuple[Any, ...], Any], None]:
     def kernel(sim: SimulationHost, args: tuple[Any, ...], out: Any) -> None:
-        _run(sim, spec, args, out)
+        run(sim, spec, args, out)
 
     return kernel
 

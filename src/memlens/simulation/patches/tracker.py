@@ -28,6 +28,7 @@ from memlens.simulation.patches import (
     cuda_kernels,
     dispatch_memo,
     fake_cuda,
+    foreach_reduce,
     higher_order,
     index_put_kernel,
     logsumexp_kernel,
@@ -144,6 +145,7 @@ class _Op:
             or reduce_kernel.KERNELS.get(func)
             or index_put_kernel.KERNELS.get(func)
             or logsumexp_kernel.KERNELS.get(func)
+            or foreach_reduce.KERNELS.get(func)
         )
         self.gemm = func in _GEMM_OPS
 
