@@ -130,6 +130,13 @@ def test_foreach_max_stages_partials_of_the_input_type():
     assert events == [("alloc", 12), ("alloc", 2), ("alloc", 2), ("alloc", 2), ("free", 12)]
 
 
+def test_foreach_powsum_stages_like_the_norm_for_ord_1_and_2():
+    events = trace_of(grads, lambda g: torch._foreach_powsum(g, 2))
+    assert events == [("alloc", 24), ("alloc", 4), ("alloc", 4), ("alloc", 4), ("free", 24)]
+    # another ord: linalg__powsum per tensor, not modelled beyond its results
+    assert trace_of(grads, lambda g: torch._foreach_powsum(g, 3)) == [("alloc", 4)] * 3
+
+
 def params(sizes: tuple[int, ...] = SIZES) -> list[Any]:
     made = []
     for n in sizes:

@@ -42,6 +42,7 @@ _aten = torch.ops.aten
 _CHUNK = 65536  # kChunkSize: the elements one block of multi_tensor_apply covers
 _NORM_FAST = (0.0, 1.0, 2.0, math.inf)
 _POWSUM_FAST = (1.0, 2.0)
+Kernel = Callable[["SimulationHost", tuple[Any, ...], Any], None]
 
 
 def _is_cuda(t: torch.Tensor) -> bool:
@@ -110,42 +111,37 @@ def _ord(args: tuple[Any, ...]) -> float:
     return float(args[1]) if len(args) > 1 else 2.0
 
 
-def foreach_norm(sim: SimulationHost, args: tuple[Any, ...], out: Any) -> None:
-    tensors, p = list(args[0]), _ord(args)
-    if sim.in_compiled_graph or not tensors:
-        sim._track_outputs(out)
-        return
-    if fast_route(tensors) and not _int_or_complex(tensors) and p in _NORM_FAST:
-        multi_tensor(sim, tensors, _opmath(out[0].dtype), out)
-    else:
-        dtype = args[2] if len(args) > 2 else None
-        _slow(sim, NORM, tensors, (p, None, False, dtype), out)
+def _norms(fast: tuple[float, ...], slow: Reduction | None) -> Kernel:
+    """A norm-like foreach reduction: the multi-tensor kernel for the `fast` ords, else
+    the `slow` reduction per tensor (None: not modelled, the outputs only)."""
 
+    def kernel(sim: SimulationHost, args: tuple[Any, ...], out: Any) -> None:
+        tensors, p = list(args[0]), _ord(args)
+        if sim.in_compiled_graph or not tensors:
+            sim._track_outputs(out)
+        elif fast_route(tensors) and not _int_or_complex(tensors) and p in fast:
+            multi_tensor(sim, tensors, _opmath(out[0].dtype), out)
+        elif slow is None:
+            sim._track_outputs(out)
+        else:
+            dtype = args[2] if len(args) > 2 else None
+            _slow(sim, slow, tensors, (p, None, False, dtype), out)
 
-def foreach_powsum(sim: SimulationHost, args: tuple[Any, ...], out: Any) -> None:
-    tensors, p = list(args[0]), _ord(args)
-    if sim.in_compiled_graph or not tensors:
-        sim._track_outputs(out)
-        return
-    if fast_route(tensors) and not _int_or_complex(tensors) and p in _POWSUM_FAST:
-        multi_tensor(sim, tensors, _opmath(out[0].dtype), out)
-    else:
-        sim._track_outputs(out)
+    return kernel
 
 
 def foreach_max(sim: SimulationHost, args: tuple[Any, ...], out: Any) -> None:
     tensors = list(args[0])
     if sim.in_compiled_graph or not tensors:
         sim._track_outputs(out)
-        return
-    if fast_route(tensors):
+    elif fast_route(tensors):  # any type: the partials in the input's own
         multi_tensor(sim, tensors, tensors[0].dtype, out)
     else:
         _slow(sim, VALUES_ALL, tensors, (), out)
 
 
-KERNELS: dict[Any, Callable[[SimulationHost, tuple[Any, ...], Any], None]] = {
-    _aten._foreach_norm.Scalar: foreach_norm,
-    _aten._foreach_powsum.Scalar: foreach_powsum,
+KERNELS: dict[Any, Kernel] = {
+    _aten._foreach_norm.Scalar: _norms(_NORM_FAST, NORM),
+    _aten._foreach_powsum.Scalar: _norms(_POWSUM_FAST, None),
     _aten._foreach_max.default: foreach_max,
 }
