@@ -137,11 +137,11 @@ def test_foreach_powsum_stages_like_the_norm_for_ord_1_and_2():
     assert trace_of(grads, lambda g: torch._foreach_powsum(g, 3)) == [("alloc", 4)] * 3
 
 
-def params(sizes: tuple[int, ...] = SIZES) -> list[Any]:
+def params(sizes: tuple[int, ...] = SIZES, dtypes: tuple[Any, ...] = ()) -> list[Any]:
     made = []
-    for n in sizes:
-        p = torch.nn.Parameter(torch.ones(n, device="cuda"))
-        p.grad = torch.ones(n, device="cuda")
+    for n, dtype in zip(sizes, dtypes or (torch.float32,) * len(sizes), strict=True):
+        p = torch.nn.Parameter(torch.ones(n, device="cuda", dtype=dtype))
+        p.grad = torch.ones(n, device="cuda", dtype=dtype)
         made.append(p)
     return made
 
@@ -173,4 +173,29 @@ def test_clip_grad_norm_allocates_what_a_gpu_does():
         ("alloc", 4),
         ("free", 4),
         ("free", 4),
+    ]
+
+
+def test_clip_grad_norm_runs_one_foreach_norm_per_type():
+    make = lambda: params(SIZES, (torch.float32, torch.bfloat16, torch.float32))  # noqa: E731
+    events = trace_of(make, lambda ps: torch.nn.utils.clip_grad_norm_(ps, 1.0))
+    assert events[:13] == [
+        # the groups come from a C++ unordered_map, which puts each new key in front: the
+        # bfloat16 group first (65,536 values, one float partial, a bfloat16 norm)
+        ("alloc", 4),
+        ("alloc", 2),
+        ("free", 4),
+        # float32: 100,000 and 10 values, 2 x 2 float partials
+        ("alloc", 16),
+        ("alloc", 4),
+        ("alloc", 4),
+        ("free", 16),
+        # the stack promotes to float32 (CUDA's cat converts while copying), its norm
+        ("alloc", 12),
+        ("alloc", 4),
+        ("free", 12),
+        # the norms, the list dropped last to first
+        ("free", 4),
+        ("free", 4),
+        ("free", 2),
     ]

@@ -1,14 +1,15 @@
 """What the foreach reductions allocate on a GPU: `_foreach_norm` (what
 `torch.nn.utils.clip_grad_norm_` calls on every step), `_foreach_powsum`, `_foreach_max`.
 
-Their CUDA kernels (aten/src/ATen/native/cuda/ForeachReduceOp.cu, `foreach_tensor_norm_
-cuda_internal` and `foreach_tensor_max_cuda`, read, not copied) take, on the fast route:
+Their CUDA kernels (aten/src/ATen/native/cuda/ForeachReduceOp.cu,
+`foreach_tensor_norm_cuda_internal` and `foreach_tensor_max_cuda`, read, not copied) take,
+on the fast route:
 
 1. `output_per_tensor`: a zeroed buffer of one partial result per tensor and per chunk of
    the largest tensor, ntensors x ceil(max numel / 65536) (`kChunkSize`,
-   MultiTensorApply.cuh), in the output's "opmath" type for the norms (float for half,
-   bfloat16 and float; the `dtype` argument's when given) and in the input's own type for
-   the maxima; none when every tensor is empty;
+   MultiTensorApply.cuh), for the norms in the "opmath" type of their output (the `dtype`
+   argument, else the input's; float for half, bfloat16 and float), for the maxima in the
+   input's own type; none when every tensor is empty;
 2. one 0-dim result per tensor, in list order;
 3. after the kernels, a zeroed 0-dim result for each empty tensor: the results of step 2
    go to the non-empty tensors in order, and the ones left over are freed on return,
