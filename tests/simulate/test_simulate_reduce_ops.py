@@ -64,6 +64,7 @@ def whole() -> Any:
         (lambda x: x.std(0), 1, 16),
         (lambda x: torch.var_mean(x, 0), 2, 16),
         (lambda x: torch.std_mean(x, 0), 2, 16),
+        (lambda x: torch.aminmax(x, dim=0), 2, 8),  # min and max, both float
     ],
 )
 def test_a_column_reduction_stages_1024_accumulators(op, outputs, accumulator):
@@ -77,6 +78,8 @@ def test_a_column_reduction_stages_1024_accumulators(op, outputs, accumulator):
         (torch.bfloat16, lambda x: x.amax(0), 1, 2),  # in bfloat16 itself
         (torch.bfloat16, lambda x: x.max(0), 2, 16),
         (torch.bfloat16, lambda x: x.var(0), 1, 16),
+        (torch.bfloat16, lambda x: torch.aminmax(x, dim=0), 2, 4),
+        (torch.float64, lambda x: torch.aminmax(x, dim=0), 2, 16),
         (torch.float64, lambda x: x.sum(0), 1, 8),
         (torch.float64, lambda x: x.var(0), 1, 32),
         (torch.bool, lambda x: x.any(0), 1, 1),  # the input's own type
@@ -130,6 +133,16 @@ def test_max_of_a_transposed_tensor_reads_a_contiguous_copy():
     # over 512 lanes, so 16 blocks of 4-byte accumulators
     make = lambda: torch.ones(8, 16384, device="cuda").t()  # noqa: E731
     assert kernel_allocations(make, lambda x: x.max()) == [524288, 64, 4]
+
+
+def test_aminmax_of_everything_reads_a_contiguous_copy():
+    # (min, max) pairs of 8 bytes: 528 over the whole card, 16 for the transposed copy
+    assert kernel_allocations(whole, lambda x: torch.aminmax(x), outputs=2) == [4224, 4]
+    make = lambda: torch.ones(8, 16384, device="cuda").t()  # noqa: E731
+    assert kernel_allocations(make, lambda x: torch.aminmax(x), outputs=2) == [524288, 128, 4]
+    # along a dim it reads the transposed tensor as it is, without a copy: 8 rows of 16384
+    # contiguous values, 32 a thread of a 512-thread block, too few to split (256)
+    assert kernel_allocations(make, lambda x: torch.aminmax(x, dim=0), outputs=2) == []
 
 
 def test_argmax_of_a_transposed_tensor_flattens_a_copy():

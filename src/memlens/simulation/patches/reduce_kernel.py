@@ -13,6 +13,7 @@ The buffer's element is the kernel's accumulator (`arg_t`), per operator:
 - sum, nansum, mean, prod, linalg_vector_norm: the "opmath" type, float for half,
   bfloat16 and float, else the scalar type itself;
 - max/min over everything, amax/amin: the scalar type (MaxNanFunctor on scalar_t);
+- aminmax: a pair of the scalar type (MinMaxOps), 2 x its size;
 - max/min along a dim (values and indices), argmax/argmin: a pair of the value and an
   int64 index, 16 bytes;
 - var/std/var_mean/std_mean: Welford's (mean, m2, int32 n, nf) in the accumulate type,
@@ -24,11 +25,11 @@ kernel, vt0 = 4).
 What the kernel reads can be a temporary of its own, also taken after the output:
 `make_reduction` casts the input to the result's type first (a float64 sum of float32
 values; half/bfloat16 into float is done while reading, without a copy); `max()`/`min()`
-read `self.contiguous()`; `argmax()`/`argmin()` without a dim read `self.reshape(-1)`.
+and `aminmax()` without a dim read `self.contiguous()`; `argmax()`/`argmin()` without a
+dim read `self.reshape(-1)`.
 
 `logsumexp`, a composite of these kernels inside one op on CUDA: logsumexp_kernel.py.
-Not modelled: complex inputs and `aminmax` (its dim is keyword-only, which the kernel hook
-does not receive).
+Not modelled: complex inputs.
 """
 
 from __future__ import annotations
@@ -63,6 +64,11 @@ def _value_and_index(dtype: torch.dtype) -> int:
     return 16
 
 
+def _min_and_max(dtype: torch.dtype) -> int:
+    # thrust::pair<scalar_t, scalar_t>: MinMaxOps keeps both in the scalar type
+    return 2 * dtype.itemsize
+
+
 def _welford(dtype: torch.dtype) -> int:
     # WelfordData<acc_scalar_t, int32_t>: mean, m2, n, nf
     return 32 if dtype == torch.float64 else 16
@@ -91,6 +97,10 @@ def _one(args: tuple[Any, ...]) -> Sequence[int] | None:
     return [args[1]]
 
 
+def _optional_one(args: tuple[Any, ...]) -> Sequence[int] | None:
+    return None if args[1] is None else [args[1]]
+
+
 def _everything(args: tuple[Any, ...]) -> Sequence[int] | None:
     return None
 
@@ -100,6 +110,7 @@ AS_IS = "as_is"  # read in place, in its own type
 CAST = "cast"  # make_reduction: converted to the result's type unless 16-bit into float
 CONTIGUOUS = "contiguous"  # self.contiguous()
 FLATTENED = "flattened"  # self.reshape(-1) when no dim is given
+WHOLE_CONTIGUOUS = "whole_contiguous"  # self.contiguous() when no dim is given
 
 
 @dataclass(frozen=True)
@@ -131,7 +142,8 @@ def _kernel_input(
         # .to(dtype) keeps the strides of a dense tensor, else makes it contiguous
         kept = strides if is_non_overlapping_and_dense_or_false(x) else contiguous
         return result_dtype, shape, kept, 0, True
-    if reads == CONTIGUOUS and not x.is_contiguous():
+    whole = reads == WHOLE_CONTIGUOUS and not dims
+    if (reads == CONTIGUOUS or whole) and not x.is_contiguous():
         return x.dtype, shape, contiguous, 0, True
     if reads == FLATTENED and not dims and not _flattens_as_view(shape, strides):
         return x.dtype, (x.numel(),), (1,), 0, True  # reshape copies
@@ -197,6 +209,8 @@ _VALUES_INDICES = Reduction(_value_and_index, _four, _one)
 _ARG = Reduction(_value_and_index, _four, _listed, FLATTENED)
 _WELFORD = Reduction(_welford, _two, _listed, floating_only=True)
 _LOGIC = Reduction(_own, _four, _listed)
+# aminmax(self, *, dim, keepdim): the tracker appends the keyword-only arguments
+_AMINMAX = Reduction(_min_and_max, _four, _optional_one, WHOLE_CONTIGUOUS)
 
 TABLE: dict[Any, Reduction] = {
     _aten.sum.dim_IntList: SUM,
@@ -211,6 +225,7 @@ TABLE: dict[Any, Reduction] = {
     _aten.min.default: VALUES_ALL,
     _aten.amax.default: VALUES,
     _aten.amin.default: VALUES,
+    _aten.aminmax.default: _AMINMAX,
     _aten.max.dim: _VALUES_INDICES,
     _aten.min.dim: _VALUES_INDICES,
     _aten.argmax.default: _ARG,
@@ -234,6 +249,10 @@ def _hook(spec: Reduction) -> Callable[[SimulationHost, tuple[Any, ...], Any], N
 
     return kernel
 
+
+# The keyword-only arguments a kernel reads, in order: the tracker appends their values
+# (None when not given) to the positional arguments it passes.
+KEYWORD_ONLY: dict[Any, tuple[str, ...]] = {_aten.aminmax.default: ("dim", "keepdim")}
 
 KERNELS: dict[Any, Callable[[SimulationHost, tuple[Any, ...], Any], None]] = {
     func: _hook(spec) for func, spec in TABLE.items()

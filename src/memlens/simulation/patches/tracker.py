@@ -109,7 +109,7 @@ class _Op:
 
     __slots__ = (
         "func", "run", "higher_order", "c10d", "model", "composite", "seeded", "kernel", "gemm",
-        "memo",
+        "memo", "keywords",
     )  # fmt: skip
 
     def __init__(self, func: Any, fast: dispatch_memo.DispatchMemo | None) -> None:
@@ -124,6 +124,7 @@ class _Op:
         if self.higher_order:
             self.c10d, self.model, self.composite, self.seeded = False, None, False, False
             self.kernel, self.gemm = None, False
+            self.keywords: tuple[str, ...] = ()
             return
         self.c10d = func.namespace == "c10d"
         self.model = cuda_kernels.MODELS.get(func)
@@ -147,6 +148,8 @@ class _Op:
             or logsumexp_kernel.KERNELS.get(func)
             or foreach_reduce.KERNELS.get(func)
         )
+        # the keyword-only arguments the kernel reads (aminmax's dim), after the positional
+        self.keywords = reduce_kernel.KEYWORD_ONLY.get(func, ())
         self.gemm = func in _GEMM_OPS
 
 
@@ -291,7 +294,8 @@ class Tracker(TorchDispatchMode):
                 if out is None:
                     raise
         if op.kernel is not None and self._touches_cuda(args, kwargs):
-            op.kernel(sim, args, out)  # the outputs and the kernel's own buffers, in order
+            given = (*args, *(kwargs.get(k) for k in op.keywords)) if op.keywords else args
+            op.kernel(sim, given, out)  # the outputs and the kernel's own buffers, in order
         else:
             sim._track_outputs(out)
         self.values.after(func, args, kwargs, out)
