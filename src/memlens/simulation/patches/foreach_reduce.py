@@ -50,7 +50,7 @@ def _is_cuda(t: torch.Tensor) -> bool:
     return t.device.type == "cuda"
 
 
-def fast_route(tensors: Sequence[torch.Tensor]) -> bool:
+def _fast_route(tensors: Sequence[torch.Tensor]) -> bool:
     """`can_use_fast_route(tensors)` (ForeachUtils.h) for one list."""
     first = tensors[0]
     return all(
@@ -71,7 +71,7 @@ def _opmath(dtype: torch.dtype) -> torch.dtype:
     return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
 
 
-def multi_tensor(
+def _multi_tensor(
     sim: SimulationHost,
     tensors: Sequence[torch.Tensor],
     partial: torch.dtype,
@@ -120,8 +120,8 @@ def _norms(fast: tuple[float, ...], slow: Reduction | None) -> Kernel:
         tensors, p = list(args[0]), _ord(args)
         if sim.in_compiled_graph or not tensors:
             sim._track_outputs(out)
-        elif fast_route(tensors) and not _int_or_complex(tensors) and p in fast:
-            multi_tensor(sim, tensors, _opmath(out[0].dtype), out)
+        elif _fast_route(tensors) and not _int_or_complex(tensors) and p in fast:
+            _multi_tensor(sim, tensors, _opmath(out[0].dtype), out)
         elif slow is None:
             sim._track_outputs(out)
         else:
@@ -135,8 +135,8 @@ def foreach_max(sim: SimulationHost, args: tuple[Any, ...], out: Any) -> None:
     tensors = list(args[0])
     if sim.in_compiled_graph or not tensors:
         sim._track_outputs(out)
-    elif fast_route(tensors):  # any type: the partials in the input's own
-        multi_tensor(sim, tensors, tensors[0].dtype, out)
+    elif _fast_route(tensors):  # any type: the partials in the input's own
+        _multi_tensor(sim, tensors, tensors[0].dtype, out)
     else:
         _slow(sim, VALUES_ALL, tensors, (), out)
 
