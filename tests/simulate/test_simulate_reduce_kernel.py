@@ -12,7 +12,7 @@ torch = pytest.importorskip("torch")
 
 import memlens  # noqa: E402
 from memlens.simulation.gpus import gpu_preset  # noqa: E402
-from memlens.simulation.patches.reduce_kernel import Buffers, Card, reduce_buffers  # noqa: E402
+from memlens.simulation.patches.reduce_config import Buffers, Card, reduce_buffers  # noqa: E402
 
 H200 = Card(132, 2048)
 

@@ -1,261 +1,259 @@
-"""The staging buffers of ATen's CUDA reduction kernel (sum and mean).
+"""Which reductions run ATen's CUDA reduction kernel, and with what accumulator.
 
-On a GPU `sum`/`mean` run `gpu_reduce_kernel` (aten/src/ATen/native/cuda/Reduce.cuh, read,
-not copied). Its launch configuration (`setReduceConfig`) may split each output's inputs
-across several thread blocks ("global reduce"); the blocks then meet in a staging buffer
-and a semaphore array, both taken from the caching allocator after the output and freed
-when the kernel has been launched (semaphores first, then the buffer). A CPU build has no
-such kernel, so a simulation sees neither. They matter: an RMSNorm's weight gradient
-(`(grad * x).sum((0, 1))`, every layer's backward) on a (4, 384, 1024) fp32 activation takes
-a 12 MiB buffer on an H200 and none at sequence length 128, which is what the GPU
-recordings of tests/data/gpu show (docs/simulation.md, "A third-party script on an H200").
+On a GPU the reductions below run `gpu_reduce_kernel` (aten/src/ATen/native/cuda/
+Reduce.cuh; the kernels in Reduce*Kernel.cu and ReduceOps.cpp/TensorCompare.cpp, read,
+not copied), which may take a staging buffer and semaphores from the caching allocator
+(reduce_config.py says when and how large). A CPU build has no such kernel, so a
+simulation sees neither. They matter: an RMSNorm's weight gradient (`(grad * x).sum((0,
+1))`, every layer's backward) on a (4, 384, 1024) fp32 activation takes a 12 MiB buffer on
+an H200 and none at sequence length 128, which is what the GPU recordings of
+tests/data/gpu show (docs/simulation.md, "A third-party script on an H200").
 
-The configuration follows the TensorIterator's view of the reduction: size-1 dimensions
-dropped, reduced dimensions first, the rest ordered by the input's strides, adjacent
-dimensions coalesced. Then, with `num_outputs` outputs of `inputs` values each:
-- reducing along the input's fastest dimension, a block's x lanes share one output (and
-  read 4 or 8 inputs at a time when the dimension is long); otherwise its x lanes take
-  different outputs, 4 at a time when the addresses allow ("vectorize along output");
-- block sizes are powers of two, at most 512 threads;
-- when each thread would still sum at least 256 values and the grid is no larger than the
-  card can run at once (multiprocessors x 2048 / threads), the inputs are split over
-  `ctas_per_output` blocks, and the buffer holds sizeof(accumulator) x outputs x blocks
-  (x the block's width x the output vector when the x lanes are not reducing).
+The buffer's element is the kernel's accumulator (`arg_t`), per operator:
+- sum, nansum, mean, prod, linalg_vector_norm: the "opmath" type, float for half,
+  bfloat16 and float, else the scalar type itself;
+- max/min over everything, amax/amin: the scalar type (MaxNanFunctor on scalar_t);
+- aminmax: a pair of the scalar type (MinMaxOps), 2 x its size;
+- max/min along a dim (values and indices), argmax/argmin: a pair of the value and an
+  int64 index, 16 bytes;
+- var/std/var_mean/std_mean: Welford's (mean, m2, int32 n, nf) in the accumulate type,
+  16 bytes (32 for double), read 2 values at a time (vt0 = 2);
+- any/all: the input's own type (CUDA casts while it reads).
+Sum and mean on 16-bit types read 8 inputs at a time, the rest 4 (prod runs the jitted
+kernel, vt0 = 4).
 
-Not modelled: reductions other than sum/mean (max, min, amax, prod, norm, var/std, argmax:
-the same kernel, other accumulators), the 32-bit-indexing split of tensors over 2**31
-elements, and ROCm's heuristics.
+What the kernel reads can be a temporary of its own, also taken after the output:
+`make_reduction` casts the input to the result's type first (a float64 sum of float32
+values; half/bfloat16 into float is done while reading, without a copy); `max()`/`min()`
+and `aminmax()` without a dim read `self.contiguous()`; `argmax()`/`argmin()` without a
+dim read `self.reshape(-1)`.
+
+`logsumexp`, a composite of these kernels inside one op on CUDA: logsumexp_kernel.py.
+Not modelled: complex inputs.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch
+from torch._prims_common import is_non_overlapping_and_dense_or_false, make_contiguous_strides_for
+
+from memlens.simulation.patches.reduce_config import Card, reduce_buffers
 
 if TYPE_CHECKING:
     from memlens.simulation.host import SimulationHost
 
 _aten = torch.ops.aten
-MAX_NUM_THREADS = 512
-MIN_VALUES_PER_THREAD = 16
-MAX_VALUES_PER_THREAD = 256
+_LOW_PRECISION = (torch.float16, torch.bfloat16)
 
 
-@dataclass(frozen=True)
-class Card:
-    """What the configuration reads of the device."""
-
-    multiprocessors: int
-    max_threads_per_multiprocessor: int
-    warp_size: int = 32
+def _opmath(dtype: torch.dtype) -> int:
+    # at::opmath_type / acc_type on CUDA: float for half, bfloat16 and float
+    return 4 if dtype in (*_LOW_PRECISION, torch.float32) else dtype.itemsize
 
 
-@dataclass(frozen=True)
-class Buffers:
-    """The kernel's own allocations, in bytes (0: none)."""
-
-    staging: int
-    semaphores: int
+def _own(dtype: torch.dtype) -> int:
+    return dtype.itemsize
 
 
-NONE = Buffers(0, 0)
+def _value_and_index(dtype: torch.dtype) -> int:
+    # thrust::pair<scalar or float, int64_t>: the index aligns the pair to 8 bytes
+    return 16
 
 
-def _div_up(a: int, b: int) -> int:
-    return -(-a // b)
+def _min_and_max(dtype: torch.dtype) -> int:
+    # thrust::pair<scalar_t, scalar_t>: MinMaxOps keeps both in the scalar type
+    return 2 * dtype.itemsize
 
 
-def _last_pow2(n: int) -> int:
-    """The largest power of two <= n, at least 1 (Reduce.cuh's last_pow2)."""
-    return max(1, 1 << (n.bit_length() - 1)) if n > 0 else 1
+def _welford(dtype: torch.dtype) -> int:
+    # WelfordData<acc_scalar_t, int32_t>: mean, m2, n, nf
+    return 32 if dtype == torch.float64 else 16
 
 
-def _iterator_dims(
-    shape: Sequence[int], strides: Sequence[int], itemsize: int, reduced: set[int]
-) -> list[tuple[int, int, int]]:
-    """(size, input stride, output stride) in bytes per dimension, as TensorIterator
-    leaves them for a reduction into a fresh contiguous output: size-1 dimensions gone,
-    fastest dimension first (reduced ones ahead of the rest), adjacent ones coalesced."""
-    out_strides: dict[int, int] = {}
-    step = itemsize
-    for d in reversed(range(len(shape))):
-        if d not in reduced:
-            out_strides[d] = step
-            step *= shape[d]
-    dims = [
-        (shape[d], strides[d] * itemsize, out_strides.get(d, 0))
-        for d in reversed(range(len(shape)))
-        if shape[d] != 1
-    ]
-
-    def should_swap(a: tuple[int, int, int], b: tuple[int, int, int]) -> int:
-        # reorder_dimensions' comparator, output operand first, then the input
-        if (a[2] == 0) != (b[2] == 0):
-            return 1 if b[2] == 0 else -1
-        for sa, sb in ((a[2], b[2]), (a[1], b[1])):
-            if sa == 0 or sb == 0:
-                continue
-            if sa != sb:
-                return -1 if sa < sb else 1
-            if a[0] > b[0]:
-                return 1
-        return 0
-
-    for i in range(1, len(dims)):  # insertion sort that leaves ambiguous pairs alone
-        j = i
-        for k in range(i - 1, -1, -1):
-            order = should_swap(dims[k], dims[j])
-            if order > 0:
-                dims[k], dims[j] = dims[j], dims[k]
-                j = k
-            elif order < 0:
-                break
-    merged: list[tuple[int, int, int]] = []
-    for size, s_in, s_out in dims:
-        if merged:
-            p_size, p_in, p_out = merged[-1]
-            if p_in * p_size == s_in and p_out * p_size == s_out:
-                merged[-1] = (p_size * size, p_in, p_out)
-                continue
-        merged.append((size, s_in, s_out))
-    return merged
-
-
-def _output_vec_size(
-    dims: list[tuple[int, int, int]], n_reduce: int, itemsize: int, offset_bytes: int
-) -> int:
-    """get_output_vec_size: 4, halved until the input's address (in elements), the first
-    output dimension's size and every other input stride divide by it."""
-    vec = 4
-    values = [offset_bytes // itemsize, dims[n_reduce][0]]
-    values += [s_in // itemsize for i, (_, s_in, _) in enumerate(dims) if i != n_reduce]
-    for n in values:
-        while n % vec:
-            vec //= 2
-    return vec
-
-
-def reduce_buffers(
-    shape: Sequence[int],
-    strides: Sequence[int],
-    itemsize: int,
-    reduced: Sequence[int],
-    acc_size: int,
-    card: Card,
-    *,
-    offset_bytes: int = 0,
-    input_vec_size: int = 4,
-) -> Buffers:
-    """The staging buffer and semaphores `gpu_reduce_kernel` allocates for reducing a
-    tensor of `shape`/`strides` (elements) over `reduced` with an accumulator of
-    `acc_size` bytes."""
-    numel = math.prod(shape)
-    reduced_set = {d % len(shape) for d in reduced} if shape else set()
-    num_outputs = math.prod(s for d, s in enumerate(shape) if d not in reduced_set)
-    if numel == 0 or num_outputs == 0:
-        return NONE
-    inputs = numel // num_outputs
-    dims = _iterator_dims(shape, strides, itemsize, reduced_set)
-    n_reduce = sum(1 for _, _, s_out in dims if s_out == 0)
-    output_vec = 1
-    if dims:
-        on_fastest = n_reduce == len(dims) or dims[0][1] < dims[n_reduce][1]
-        dim0, dim1 = (inputs, num_outputs) if on_fastest else (num_outputs, inputs)
-        fastest = dims[0][1] if on_fastest else dims[n_reduce][1]
-        if fastest == itemsize:
-            if on_fastest and dim0 > 128 and n_reduce == 1:
-                dim0 //= input_vec_size  # "vectorize along input"
-            elif not on_fastest:
-                output_vec = _output_vec_size(dims, n_reduce, itemsize, offset_bytes)
-                dim0 //= output_vec
-    else:
-        on_fastest, dim0, dim1 = True, 1, 1
-    max_threads = MAX_NUM_THREADS // output_vec
-    dim0_pow2 = _last_pow2(dim0) if dim0 < max_threads else max_threads
-    dim1_pow2 = _last_pow2(dim1) if dim1 < max_threads else max_threads
-    width = min(dim0_pow2, card.warp_size)
-    height = min(dim1_pow2, max_threads // width)
-    width = min(dim0_pow2, max_threads // height)
-    threads = width * height
-
-    step_input, step_output = 1, 1
-    if on_fastest:
-        step_input *= width  # the x lanes reduce (block_x_reduce)
-    else:
-        step_output *= width
-    split_warps = _div_up(inputs, step_input) >= min(height * 16, MAX_VALUES_PER_THREAD)
-    if split_warps:
-        step_input *= height
-    else:
-        step_output *= height
-    per_thread = _div_up(inputs, step_input)
-    grid_x = _div_up(num_outputs // output_vec, step_output)
-    target = card.multiprocessors * (card.max_threads_per_multiprocessor // threads)
-    if not (split_warps and per_thread >= MAX_VALUES_PER_THREAD and grid_x <= target):
-        return NONE
-    ctas = max(
-        min(_div_up(target, grid_x), _div_up(per_thread, MIN_VALUES_PER_THREAD)),
-        _div_up(per_thread, MAX_VALUES_PER_THREAD),
-    )
-    if ctas <= 1:
-        return NONE
-    staging = acc_size * num_outputs * ctas
-    if not on_fastest:
-        staging *= width * output_vec
-    return Buffers(staging, 4 * grid_x)
-
-
-def _acc_size(dtype: torch.dtype) -> int:
-    # at::acc_type on CUDA: float for half/bfloat16/float, double for double
-    return 8 if dtype == torch.float64 else 4
-
-
-def _input_vec_size(dtype: torch.dtype) -> int:
-    # sum_functor / mean_kernel_impl: 16-bit types read 8 inputs at a time, others 4
+def _sum_vector(dtype: torch.dtype) -> int:
+    # sum_functor / mean_kernel_impl: 16-bit types read 8 inputs at a time
     return 8 if dtype.itemsize == 2 else 4
 
 
-def _reduction(sim: SimulationHost, x: Any, dims: Sequence[int] | None, out: Any) -> None:
-    sim._track_outputs(out)
-    if sim.in_compiled_graph or not x.dtype.is_floating_point or x.dim() == 0:
-        return  # Inductor writes its own reductions; integer sums: not modelled
-    gpu = sim.gpu
-    card = Card(gpu.multiprocessors, gpu.max_threads_per_multiprocessor)
-    buffers = reduce_buffers(
-        tuple(x.shape),
-        tuple(x.stride()),
-        x.dtype.itemsize,
-        dims if dims else range(x.dim()),  # sum.dim_IntList with no dims: all of them
-        _acc_size(x.dtype),
-        card,
-        offset_bytes=x.storage_offset() * x.dtype.itemsize,
-        input_vec_size=_input_vec_size(x.dtype),
-    )
-    if buffers.staging == 0:
-        return
-    staging = sim._malloc(buffers.staging)
-    semaphores = sim._malloc(buffers.semaphores)
-    stack = sim._stack()
-    sim.allocator.free(semaphores, stack)
-    sim.allocator.free(staging, stack)
+def _four(dtype: torch.dtype) -> int:
+    return 4
 
 
-def _sum_dims(sim: SimulationHost, args: tuple[Any, ...], out: Any) -> None:
+def _two(dtype: torch.dtype) -> int:
+    return 2
+
+
+def _listed(args: tuple[Any, ...]) -> Sequence[int] | None:
+    """A dim list (or one dim) in args[1]; None or [] reduce everything."""
     dims = args[1] if len(args) > 1 else None
-    _reduction(sim, args[0], dims, out)
+    return [dims] if isinstance(dims, int) else dims
 
 
-def _sum_all(sim: SimulationHost, args: tuple[Any, ...], out: Any) -> None:
-    _reduction(sim, args[0], None, out)
+def _one(args: tuple[Any, ...]) -> Sequence[int] | None:
+    return [args[1]]
 
+
+def _optional_one(args: tuple[Any, ...]) -> Sequence[int] | None:
+    return None if args[1] is None else [args[1]]
+
+
+def _everything(args: tuple[Any, ...]) -> Sequence[int] | None:
+    return None
+
+
+# How the kernel's input comes from `self`
+AS_IS = "as_is"  # read in place, in its own type
+CAST = "cast"  # make_reduction: converted to the result's type unless 16-bit into float
+CONTIGUOUS = "contiguous"  # self.contiguous()
+FLATTENED = "flattened"  # self.reshape(-1) when no dim is given
+WHOLE_CONTIGUOUS = "whole_contiguous"  # self.contiguous() when no dim is given
+
+
+@dataclass(frozen=True)
+class Reduction:
+    accumulator: Callable[[torch.dtype], int]  # bytes of arg_t, from the kernel's scalar type
+    vector: Callable[[torch.dtype], int]  # input_vec_size
+    dims: Callable[[tuple[Any, ...]], Sequence[int] | None]
+    reads: str = AS_IS
+    floating_only: bool = False
+
+
+def _flattens_as_view(shape: tuple[int, ...], strides: tuple[int, ...]) -> bool:
+    """Whether reshape(-1) is a view: each dimension (size 1 aside) steps over the next."""
+    kept = [(n, s) for n, s in zip(shape, strides, strict=True) if n != 1]
+    return all(s == s_next * n_next for (_, s), (n_next, s_next) in zip(kept, kept[1:]))
+
+
+def _kernel_input(
+    reads: str, x: torch.Tensor, result_dtype: torch.dtype, dims: Sequence[int] | None
+) -> tuple[torch.dtype, tuple[int, ...], tuple[int, ...], int, bool]:
+    """(scalar type, shape, strides, offset in bytes, whether it is a fresh copy)."""
+    shape, strides = tuple(x.shape), tuple(x.stride())
+    offset = int(x.storage_offset()) * x.dtype.itemsize
+    contiguous = tuple(make_contiguous_strides_for(shape))
+    if reads == CAST:
+        into_float = x.dtype in _LOW_PRECISION and result_dtype == torch.float32
+        if into_float or x.dtype == result_dtype:
+            return x.dtype, shape, strides, offset, False
+        # .to(dtype) keeps the strides of a dense tensor, else makes it contiguous
+        kept = strides if is_non_overlapping_and_dense_or_false(x) else contiguous
+        return result_dtype, shape, kept, 0, True
+    whole = reads == WHOLE_CONTIGUOUS and not dims
+    if (reads == CONTIGUOUS or whole) and not x.is_contiguous():
+        return x.dtype, shape, contiguous, 0, True
+    if reads == FLATTENED and not dims and not _flattens_as_view(shape, strides):
+        return x.dtype, (x.numel(),), (1,), 0, True  # reshape copies
+    return x.dtype, shape, strides, offset, False
+
+
+def _first(out: Any) -> Any:
+    return out[0] if isinstance(out, (tuple, list)) else out
+
+
+def run(sim: SimulationHost, spec: Reduction, args: tuple[Any, ...], out: Any) -> None:
+    sim._track_outputs(out)
+    x = args[0]
+    if sim.in_compiled_graph or x.dim() == 0 or x.is_complex():
+        return  # Inductor writes its own reductions; a scalar reduces nothing
+    if spec.floating_only and not x.dtype.is_floating_point:
+        return
+    dims = spec.dims(args)
+    scalar, shape, strides, offset, copied = _kernel_input(spec.reads, x, _first(out).dtype, dims)
+    reduced = range(len(shape)) if not dims or len(shape) != x.dim() else dims
+    copy = sim._malloc(x.numel() * scalar.itemsize) if copied and x.numel() else None
+    stage(sim, spec, scalar, shape, strides, reduced, offset)
+    if copy is not None:
+        sim.allocator.free(copy, sim._stack())
+
+
+def stage(
+    sim: SimulationHost,
+    spec: Reduction,
+    scalar: torch.dtype,
+    shape: Sequence[int],
+    strides: Sequence[int],
+    reduced: Sequence[int],
+    offset: int = 0,
+) -> None:
+    """Take and release the kernel's staging buffer and semaphores, if it splits the
+    reduction of a `scalar` tensor of `shape`/`strides` (elements) over `reduced`."""
+    gpu = sim.gpu
+    buffers = reduce_buffers(
+        shape,
+        strides,
+        scalar.itemsize,
+        reduced,
+        spec.accumulator(scalar),
+        Card(gpu.multiprocessors, gpu.max_threads_per_multiprocessor),
+        offset_bytes=offset,
+        input_vec_size=spec.vector(scalar),
+    )
+    if buffers.staging:
+        stack = sim._stack()
+        staging = sim._malloc(buffers.staging)
+        semaphores = sim._malloc(buffers.semaphores)
+        sim.allocator.free(semaphores, stack)
+        sim.allocator.free(staging, stack)
+
+
+SUM = Reduction(_opmath, _sum_vector, _listed, CAST)
+_PROD = Reduction(_opmath, _four, _listed, CAST)
+NORM = Reduction(_opmath, _four, lambda args: _listed(args[1:]), CAST)  # (self, ord, dim)
+VALUES_ALL = Reduction(_own, _four, _everything, CONTIGUOUS)
+VALUES = Reduction(_own, _four, _listed)
+_VALUES_INDICES = Reduction(_value_and_index, _four, _one)
+_ARG = Reduction(_value_and_index, _four, _listed, FLATTENED)
+_WELFORD = Reduction(_welford, _two, _listed, floating_only=True)
+_LOGIC = Reduction(_own, _four, _listed)
+# aminmax(self, *, dim, keepdim): the tracker appends the keyword-only arguments
+_AMINMAX = Reduction(_min_and_max, _four, _optional_one, WHOLE_CONTIGUOUS)
+
+TABLE: dict[Any, Reduction] = {
+    _aten.sum.dim_IntList: SUM,
+    _aten.sum.default: SUM,
+    _aten.nansum.default: Reduction(_opmath, _four, _listed, CAST),
+    _aten.mean.dim: SUM,
+    _aten.mean.default: SUM,
+    _aten.prod.dim_int: _PROD,
+    _aten.prod.default: _PROD,
+    _aten.linalg_vector_norm.default: NORM,
+    _aten.max.default: VALUES_ALL,
+    _aten.min.default: VALUES_ALL,
+    _aten.amax.default: VALUES,
+    _aten.amin.default: VALUES,
+    _aten.aminmax.default: _AMINMAX,
+    _aten.max.dim: _VALUES_INDICES,
+    _aten.min.dim: _VALUES_INDICES,
+    _aten.argmax.default: _ARG,
+    _aten.argmin.default: _ARG,
+    _aten.var.correction: _WELFORD,
+    _aten.std.correction: _WELFORD,
+    _aten.var_mean.correction: _WELFORD,
+    _aten.std_mean.correction: _WELFORD,
+    _aten.any.default: _LOGIC,
+    _aten.any.dim: _LOGIC,
+    _aten.any.dims: _LOGIC,
+    _aten.all.default: _LOGIC,
+    _aten.all.dim: _LOGIC,
+    _aten.all.dims: _LOGIC,
+}
+
+
+def _hook(spec: Reduction) -> Callable[[SimulationHost, tuple[Any, ...], Any], None]:
+    def kernel(sim: SimulationHost, args: tuple[Any, ...], out: Any) -> None:
+        run(sim, spec, args, out)
+
+    return kernel
+
+
+# The keyword-only arguments a kernel reads, in order: the tracker appends their values
+# (None when not given) to the positional arguments it passes.
+KEYWORD_ONLY: dict[Any, tuple[str, ...]] = {_aten.aminmax.default: ("dim", "keepdim")}
 
 KERNELS: dict[Any, Callable[[SimulationHost, tuple[Any, ...], Any], None]] = {
-    _aten.sum.dim_IntList: _sum_dims,
-    _aten.sum.default: _sum_all,
-    _aten.mean.dim: _sum_dims,
-    _aten.mean.default: _sum_all,
+    func: _hook(spec) for func, spec in TABLE.items()
 }

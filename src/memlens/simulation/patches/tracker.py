@@ -28,8 +28,10 @@ from memlens.simulation.patches import (
     cuda_kernels,
     dispatch_memo,
     fake_cuda,
+    foreach_reduce,
     higher_order,
     index_put_kernel,
+    logsumexp_kernel,
     reduce_kernel,
     sdpa,
 )
@@ -52,6 +54,7 @@ _GEMM_OPS = {
     _aten.addbmm.default,
     _aten.addmv.default,
     _aten.mv.default,
+    _aten._scaled_mm.default,  # cuBLASLt's scaled_gemm (cublas_lt.py)
 }
 
 
@@ -106,7 +109,7 @@ class _Op:
 
     __slots__ = (
         "func", "run", "higher_order", "c10d", "model", "composite", "seeded", "kernel", "gemm",
-        "memo",
+        "memo", "keywords",
     )  # fmt: skip
 
     def __init__(self, func: Any, fast: dispatch_memo.DispatchMemo | None) -> None:
@@ -121,6 +124,7 @@ class _Op:
         if self.higher_order:
             self.c10d, self.model, self.composite, self.seeded = False, None, False, False
             self.kernel, self.gemm = None, False
+            self.keywords: tuple[str, ...] = ()
             return
         self.c10d = func.namespace == "c10d"
         self.model = cuda_kernels.MODELS.get(func)
@@ -141,7 +145,11 @@ class _Op:
             sdpa.KERNELS.get(func)
             or reduce_kernel.KERNELS.get(func)
             or index_put_kernel.KERNELS.get(func)
+            or logsumexp_kernel.KERNELS.get(func)
+            or foreach_reduce.KERNELS.get(func)
         )
+        # the keyword-only arguments the kernel reads (aminmax's dim), after the positional
+        self.keywords = reduce_kernel.KEYWORD_ONLY.get(func, ())
         self.gemm = func in _GEMM_OPS
 
 
@@ -286,13 +294,18 @@ class Tracker(TorchDispatchMode):
                 if out is None:
                     raise
         if op.kernel is not None and self._touches_cuda(args, kwargs):
-            op.kernel(sim, args, out)  # the outputs and the kernel's own buffers, in order
+            given = (*args, *(kwargs.get(k) for k in op.keywords)) if op.keywords else args
+            op.kernel(sim, given, out)  # the outputs and the kernel's own buffers, in order
         else:
             sim._track_outputs(out)
         self.values.after(func, args, kwargs, out)
         if node is not None:
             self._backward.made(func, out)
-        if op.gemm and self._touches_cuda(args, kwargs):
+        if (
+            op.gemm
+            and self._touches_cuda(args, kwargs)
+            and not cublas_lt.runs_cutlass(func, args, sim.gpu.capability)
+        ):
             sim._ensure_workspace(lt=cublas_lt.uses_lt(func, args, kwargs))
         return out
 
