@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from concurrent import futures
 from typing import TYPE_CHECKING
 
 import click
@@ -68,14 +69,18 @@ def command(
     sock = bind_socket(host, port)
     url = url_for(host, sock.getsockname()[1], device)
     written = threading.Event()
+    stopping = threading.Event()  # the server has stopped (Ctrl+C, or a failed load)
 
     def warm(data: ViewerData, cache_writes: list[Callable[[], None]]) -> None:
         def write_cache() -> None:
             for write in cache_writes:
                 write()
 
-        try:  # the cache is written once the first viewport is out (the CPU is its)
-            data.warm(after_first_view=[write_cache])  # then keeps its indexes beside it
+        try:
+            if stopping.is_set():  # stopped during the load: no page to wait for
+                write_cache()
+            else:  # the cache is written once the first viewport is out (the CPU is its)
+                data.warm(after_first_view=[write_cache])  # then keeps its indexes beside it
         finally:
             written.set()  # (also when warm() failed before writing)
 
@@ -94,6 +99,8 @@ def command(
             )
         if not no_browser:
             open_browser(url)
+        # the page's API requests wait for the load (loading.py), then answer as always
+        start_loading(loading, paths, no_cache, annotation_files, device, then=warm)
         import uvicorn
 
         from memlens.views.web.server import create_app, import_request_modules
@@ -101,8 +108,8 @@ def command(
         app = create_app(loading, host=host)
         config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off")
         server = uvicorn.Server(config)
-        # what serving imports (uvicorn's protocol, anyio's backend), before the load
-        # takes the GIL (the compiled reader holds it for most of a load)
+        # what serving imports (uvicorn's protocol, anyio's backend), before the first
+        # request is answered
         config.load()
         import_request_modules()
 
@@ -111,15 +118,19 @@ def command(
                 server.should_exit = True
 
         loading.future.add_done_callback(stop_if_failed)
-        # the page's API requests wait for the load (loading.py), then answer as always
-        start_loading(loading, paths, no_cache, annotation_files, device, then=warm)
         server.run(sockets=[sock])
         failed = loading.future.exception() if loading.future.done() else None
         if failed is not None:  # one `memlens: error:` line and exit 2, as before serving
             raise failed
     finally:
         sock.close()
-        if loading.loaded():  # (a Ctrl+C during the load: no cache to write)
+        stopping.set()
+        # a Ctrl+C during the load lets it end (the compiled reader cannot be interrupted:
+        # it holds the GIL) and its cache be written, for a fast next start; a second
+        # Ctrl+C stops at once (one before the load started: nothing to wait for)
+        if loading.future.running():
+            futures.wait([loading.future])
+        if loading.loaded():
             written.wait(CACHE_WRITE_WAIT_S)
 
 

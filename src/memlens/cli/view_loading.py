@@ -71,4 +71,5 @@ def start_loading(
         loading.future.set_result(data)
         then(data, cache_writes)
 
+    loading.future.set_running_or_notify_cancel()  # (the command waits for a running one)
     threading.Thread(target=load, name="memlens-load", daemon=True).start()
