@@ -70,6 +70,7 @@ def command(
     url = url_for(host, sock.getsockname()[1], device)
     written = threading.Event()
     stopping = threading.Event()  # the server has stopped (Ctrl+C, or a failed load)
+    go = threading.Event()  # the load may start
 
     def warm(data: ViewerData, cache_writes: list[Callable[[], None]]) -> None:
         def write_cache() -> None:
@@ -99,8 +100,11 @@ def command(
             )
         if not no_browser:
             open_browser(url)
-        # the page's API requests wait for the load (loading.py), then answer as always
-        start_loading(loading, paths, no_cache, annotation_files, device, then=warm)
+        # the page's API requests wait for the load (loading.py), then answer as always;
+        # it starts once the server is ready to serve (the compiled reader holds the GIL
+        # for most of a load: the web stack's imports would wait for it), or at a Ctrl+C
+        # (its cache is then written, as for a Ctrl+C just after the URL before)
+        start_loading(loading, paths, no_cache, annotation_files, device, go, then=warm)
         import uvicorn
 
         from memlens.views.web.server import create_app, import_request_modules
@@ -118,6 +122,7 @@ def command(
                 server.should_exit = True
 
         loading.future.add_done_callback(stop_if_failed)
+        go.set()
         server.run(sockets=[sock])
         failed = loading.future.exception() if loading.future.done() else None
         if failed is not None:  # one `memlens: error:` line and exit 2, as before serving
@@ -125,6 +130,7 @@ def command(
     finally:
         sock.close()
         stopping.set()
+        go.set()
         # a Ctrl+C during the load lets it end (the compiled reader cannot be interrupted:
         # it holds the GIL) and its cache be written, for a fast next start; a second
         # Ctrl+C stops at once (one before the load started: nothing to wait for)

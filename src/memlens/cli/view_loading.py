@@ -46,17 +46,19 @@ def start_loading(
     no_cache: bool,
     annotation_files: tuple[str, ...],
     device: int | None,
+    go: threading.Event,
     then: Callable[[ViewerData, list[Callable[[], None]]], None],
 ) -> None:
-    """Load the snapshots into `loading` on a daemon thread (a Ctrl+C meanwhile does not
-    wait for it); `then(data, cache_writes)` runs on it once they are loaded (the warm-up).
-    A failed load (a bad file, an unknown --device) fails `loading` with its error."""
+    """Load the snapshots into `loading` on a daemon thread, once `go` is set;
+    `then(data, cache_writes)` runs on it once they are loaded (the warm-up). A failed
+    load (a bad file, an unknown --device) fails `loading` with its error."""
 
     def load() -> None:
         from memlens.views.web.data import ViewerData
 
         # a cold load's column cache is written later, after the first viewport
         cache_writes: list[Callable[[], None]] = []
+        go.wait()
         try:
             opened = open_snapshots(paths, no_cache, annotation_files, device, cache_writes)
             snaps = [s for _, s in opened]
