@@ -54,12 +54,12 @@ def start_loading(
     load (a bad file, an unknown --device) fails `loading` with its error."""
 
     def load() -> None:
-        from memlens.views.web.data import ViewerData
-
         # a cold load's column cache is written later, after the first viewport
         cache_writes: list[Callable[[], None]] = []
         go.wait()
         try:
+            from memlens.views.web.data import ViewerData
+
             opened = open_snapshots(paths, no_cache, annotation_files, device, cache_writes)
             snaps = [s for _, s in opened]
             if device is not None:
