@@ -59,17 +59,17 @@ def start_gated(path: Path, fail: bool = False) -> tuple[subprocess.Popen[str], 
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env=dict(os.environ, FAIL="1" if fail else "0"),
     )  # fmt: skip
-    assert proc.stdout is not None
+    stdout = proc.stdout
+    assert stdout is not None
     lines: list[str] = []  # the URL, printed while the load waits at its gate
-    reader = threading.Thread(target=lambda: lines.append(proc.stdout.readline()), daemon=True)
+    reader = threading.Thread(target=lambda: lines.append(stdout.readline()), daemon=True)
     reader.start()
-    reader.join(60)
+    reader.join(60)  # (a command that prints it after the load never does: a failure)
     if not lines:
         proc.kill()
         pytest.fail("no URL while the load waits")
     assert "memlens view: serving" in lines[0], proc.communicate(timeout=30)
-    line = lines[0]
-    return proc, line.split(" at ", 1)[1].split()[0]
+    return proc, lines[0].split(" at ", 1)[1].split()[0]
 
 
 def release(proc: subprocess.Popen[str]) -> None:
@@ -133,7 +133,7 @@ def test_a_load_that_fails_is_one_error_line_and_exit_2(snapshot_file: Path) -> 
 
 
 def test_a_file_the_load_refuses_is_one_error_line_and_exit_2(tmp_path: Path) -> None:
-    path = tmp_path / "list.pickle"
+    path = tmp_path / "str.pickle"
     path.write_bytes(pickle.dumps("a string"))  # a pickle: past the checks made before the URL
     out = subprocess.run(
         [sys.executable, "-m", "memlens", "view", str(path), "--no-browser", "--port", "0"],
