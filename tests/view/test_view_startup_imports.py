@@ -20,7 +20,7 @@ import uvicorn
 from memlens.cli.main import main
 
 def serve(self, sockets=None):
-    data = self.config.app.state.data
+    data = self.config.app.state.loading.wait()  # loaded beside the server
     snap = data.snapshots[0]
     data.meta()
     data.view(0, snap.default_device, width=1300, height=420)

@@ -4,19 +4,27 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from concurrent import futures
+from typing import TYPE_CHECKING
 
 import click
 
 from memlens.cli.options import (
-    open_snapshots,
     opening_options,
     require_extra,
     snapshots_argument,
     status,
 )
 
+if TYPE_CHECKING:
+    from concurrent.futures import Future
+
+    from memlens.views.web.data import ViewerData
+
 # at Ctrl+C, how long to let the column cache finish writing (4M events: about a second)
 CACHE_WRITE_WAIT_S = 60.0
+# how long the load waits for the browser's launch to return (xdg-open: tens of ms)
+BROWSER_LAUNCH_WAIT_S = 1.0
 
 
 @click.command("view")
@@ -53,32 +61,37 @@ def command(
     its stack, click the time axis strip for what is live at that moment. Press ? for keys.
     """
     require_extra("view", "its web server", ("starlette", "uvicorn"), "web")
+    from memlens.cli.view_loading import check_cheaply, start_loading
     from memlens.views.web.address import bind_socket, url_for
+    from memlens.views.web.loading import Loading
 
-    # a cold load's column cache is written in the background, after the first viewport
-    cache_writes: list[Callable[[], None]] = []
-    opened = open_snapshots(paths, no_cache, annotation_files, device, cache_writes)
-    snapshots, snaps = [p for p, _ in opened], [s for _, s in opened]
-    if device is not None:
-        for s in snaps:
-            s.device(device)  # fails early, with the list of devices
+    check_cheaply(paths)  # a missing or text file: one error line, no URL
     sock = bind_socket(host, port)
     url = url_for(host, sock.getsockname()[1], device)
     written = threading.Event()
-    warming = False
+    stopping = threading.Event()  # the server has stopped (Ctrl+C, or a failed load)
+    go = threading.Event()  # the load may start
 
-    def write_cache() -> None:
-        try:
+    def warm(data: ViewerData, cache_writes: list[Callable[[], None]]) -> None:
+        def write_cache() -> None:
             for write in cache_writes:
                 write()
-        finally:
-            written.set()
 
+        try:
+            if stopping.is_set():  # stopped during the load: no page to wait for
+                write_cache()
+            else:  # the cache is written once the first viewport is out (the CPU is its)
+                data.warm(after_first_view=[write_cache])  # then keeps its indexes beside it
+        finally:
+            written.set()  # (also when warm() failed before writing)
+
+    loading = Loading()  # the snapshots, loaded once the server is ready to serve
     try:  # from here on, a Ctrl+C still lets the cache be written, for a fast next start
-        # the URL as soon as the socket listens (issue 37): the browser starts loading the
-        # page, its connection waiting in the socket's backlog, while the web stack is
-        # imported (0.2-0.3 s of a warm start) instead of after
-        status(f"memlens view: serving {', '.join(snapshots)} at {url}  (Ctrl+C to stop)")
+        # the URL as soon as the socket listens (issue 37): the browser starts, and asks
+        # for the page (its connection waiting in the socket's backlog), while the web
+        # stack is imported and the snapshots load
+        shown = ", ".join(p for p in paths if p is not None)
+        status(f"memlens view: serving {shown} at {url}  (Ctrl+C to stop)")
         if host not in ("127.0.0.1", "localhost", "::1"):
             click.echo(
                 "memlens: warning: listening beyond loopback; anyone who can reach this "
@@ -86,38 +99,61 @@ def command(
                 err=True,
             )
         if not no_browser:
-            import webbrowser  # (not imported before it is needed: start-up time)
-
-            threading.Timer(0.3, lambda: webbrowser.open(url)).start()
+            open_browser(url)
+        # the page's API requests wait for the load (loading.py), then answer as always;
+        # it starts once the server is ready to serve (the compiled reader holds the GIL
+        # for most of a load: the web stack's imports would wait for it), or at a Ctrl+C
+        # (its cache is then written, as for a Ctrl+C just after the URL before)
+        start_loading(loading, paths, no_cache, annotation_files, device, go, then=warm)
         import uvicorn
 
-        from memlens.views.web.data import ViewerData
         from memlens.views.web.server import create_app, import_request_modules
 
-        data = ViewerData(snaps, snapshots)
-        app = create_app(data, host=host)
+        app = create_app(loading, host=host)
         config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off")
         server = uvicorn.Server(config)
-        data.defer_indexes()
-        # what serving imports (uvicorn's protocol, anyio's backend), before the warm-up
-        # thread starts and the first viewport is asked for
+        # what serving imports (uvicorn's protocol, anyio's backend), before the first
+        # request is answered
         config.load()
         import_request_modules()
 
-        def background() -> None:
-            try:  # the cache is written once the first viewport is out (the CPU is its)
-                data.warm(after_first_view=[write_cache])  # then keeps its indexes beside it
-            finally:
-                written.set()  # (also when warm() failed before writing)
+        def stop_if_failed(done: Future[ViewerData]) -> None:
+            if done.exception() is not None:  # said below, once the server has stopped
+                server.should_exit = True
 
-        # (started once the imports are done: beside them, each of its many short GIL
-        # releases waited for the importing thread, docs/benchmarks-view.md)
-        threading.Thread(target=background, name="memlens-warm", daemon=True).start()
-        warming = True
+        loading.future.add_done_callback(stop_if_failed)
+        go.set()
         server.run(sockets=[sock])
+        failed = loading.future.exception() if loading.future.done() else None
+        if failed is not None:  # one `memlens: error:` line and exit 2, as before serving
+            raise failed
     finally:
         sock.close()
-        if warming:
+        stopping.set()
+        go.set()
+        # a Ctrl+C during the load lets it end (the compiled reader cannot be interrupted:
+        # it holds the GIL) and its cache be written, for a fast next start; a second
+        # Ctrl+C stops at once (one before the load started: nothing to wait for)
+        if loading.future.running():
+            futures.wait([loading.future])
+        if loading.loaded():
             written.wait(CACHE_WRITE_WAIT_S)
-        else:  # stopped before serving: the cache is written here
-            write_cache()
+
+
+def open_browser(url: str) -> None:
+    """Launch the browser on `url` (its connection waits in the socket's backlog), before
+    the load starts: the compiled reader holds the GIL for most of a load (1.7 s at 4M
+    events), which a launch on another thread would wait for."""
+    import webbrowser  # (not imported before it is needed: start-up time)
+
+    launched = threading.Event()
+
+    def launch() -> None:
+        try:
+            webbrowser.open(url)
+        finally:
+            launched.set()
+
+    # (a console browser named in $BROWSER runs until it is quit: not waited for)
+    threading.Thread(target=launch, name="memlens-browser", daemon=True).start()
+    launched.wait(BROWSER_LAUNCH_WAIT_S)

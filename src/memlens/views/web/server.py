@@ -39,6 +39,7 @@ from memlens.views.web.answers import (
 from memlens.views.web.assets import PageFiles
 from memlens.views.web.data import PAGE_MIN_PX, ViewerData, Window
 from memlens.views.web.kept_answers import json_bytes
+from memlens.views.web.loading import Loading
 from memlens.views.web.page import served_index
 
 if TYPE_CHECKING:  # the summary's type only: its module is imported when one is asked for
@@ -139,11 +140,14 @@ def _snap(req: Request) -> int:
 
 
 def create_app(
-    data: ViewerData, host: str = "127.0.0.1", frame_ancestors: Sequence[str] = ()
+    data: ViewerData | Loading, host: str = "127.0.0.1", frame_ancestors: Sequence[str] = ()
 ) -> Starlette:
-    """The viewer app for `data`. `host` is the bind address (it decides allowed Hosts).
+    """The viewer app for `data` (or for the data a Loading will have: its API requests
+    wait for it). `host` is the bind address (it decides allowed Hosts).
     `frame_ancestors`: origins that may show the page in a frame (a notebook's iframe,
     memlens.notebook); by default none may."""
+    loading = data if isinstance(data, Loading) else Loading(data)
+    loaded = loading.wait  # every endpoint's data, once loaded (at once when given)
 
     def api(fn: Callable[[Request], Any]) -> Callable[[Request], Awaitable[Response]]:
         async def endpoint(req: Request) -> Response:
@@ -168,11 +172,11 @@ def create_app(
         return int(raw)
 
     def meta(req: Request) -> MetaAnswer:
-        return data.meta()
+        return loaded().meta()
 
-    def view(req: Request) -> bytes:  # ChartAnswer's JSON (data.view_json)
+    def view(req: Request) -> bytes:  # ChartAnswer's JSON (loaded().view_json)
         min_px = _float(req, "min_px", lo=0, hi=MAX_PIXELS)
-        return data.view_json(
+        return loaded().view_json(
             _snap(req),
             device(req),
             **_window(req),
@@ -188,10 +192,10 @@ def create_app(
         row = req.path_params["row"]  # {row:int}: digits only, but any number of them
         if row >= MAX_COUNT:
             raise MemlensError(f"row must be below {MAX_COUNT}")
-        return data.allocation(_snap(req), device(req), row)
+        return loaded().allocation(_snap(req), device(req), row)
 
     def live(req: Request) -> LiveAnswer:
-        return data.live(
+        return loaded().live(
             _snap(req),
             device(req),
             _int(req, "event", -1, lo=-1),
@@ -199,25 +203,27 @@ def create_app(
         )
 
     def segments(req: Request) -> ChartAnswer:
-        return data.segments(_snap(req), device(req), **_window(req))
+        return loaded().segments(_snap(req), device(req), **_window(req))
 
     def allocator(req: Request) -> StateAnswer:
-        return data.state(_snap(req), device(req), _int(req, "event", -1, lo=-1))
+        return loaded().state(_snap(req), device(req), _int(req, "event", -1, lo=-1))
 
     def pools(req: Request) -> PoolsAnswer:
         from memlens.views.web.pools_view import pool_envelopes
 
         width = _int(req, "width", 400, lo=1, hi=MAX_PIXELS)
-        return pool_envelopes(data.dev(_snap(req), device(req)), width)
+        return pool_envelopes(loaded().dev(_snap(req), device(req)), width)
 
     def summary(req: Request) -> DeviceSummary:
-        return data.summary(_snap(req), device(req))
+        return loaded().summary(_snap(req), device(req))
 
     def annotations(req: Request) -> AnnotationsAnswer:
-        return data.annotations(_snap(req), device(req))
+        return loaded().annotations(_snap(req), device(req))
 
     def compare(req: Request) -> CompareAnswer:
-        return data.compare([_int(req, "d0", lo=0, hi=1 << 20), _int(req, "d1", lo=0, hi=1 << 20)])
+        return loaded().compare(
+            [_int(req, "d0", lo=0, hi=1 << 20), _int(req, "d1", lo=0, hi=1 << 20)]
+        )
 
     page = PageFiles(Path(str(STATIC)))
     served: list[bytes] = []  # the page `/` serves, made once /api/meta's answer is known
@@ -225,7 +231,7 @@ def create_app(
     def make_index() -> bytes:
         if not served:
             try:
-                meta = data.meta()
+                meta = loaded().meta()
             except Exception:  # the page asks /api/meta itself, which says what is wrong
                 return served_index(page.text("/index.html"), None).encode()
             served.append(served_index(page.text("/index.html"), meta).encode())
@@ -234,8 +240,15 @@ def create_app(
     async def index(req: Request) -> Response:
         # /api/meta's answer is written in (page.py): made on the event loop once the
         # warm-up thread has it (the usual case: it is the first thing it does), else on a
-        # worker thread, which waits for it without holding up the page's other files
-        body = make_index() if served or data.meta_ready() else await run_in_threadpool(make_index)
+        # worker thread, which waits for it without holding up the page's other files.
+        # While the snapshots load, the page without it (its preload of /api/meta, which
+        # waits for the load): the browser parses the page meanwhile
+        if not (served or loading.loaded()):
+            body = served_index(page.text("/index.html"), None).encode()
+        elif served or loaded().meta_ready():
+            body = make_index()
+        else:
+            body = await run_in_threadpool(make_index)
         return Response(body, media_type="text/html")
 
     routes = [
@@ -260,7 +273,7 @@ def create_app(
             Middleware(TrustedHostMiddleware, allowed_hosts=allowed),
         ],
     )
-    app.state.data = data
+    app.state.loading = loading
     return app
 
 
