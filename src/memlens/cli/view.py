@@ -87,6 +87,9 @@ def command(
 
     loading = Loading()  # the snapshots, loaded once the server is ready to serve
     try:  # from here on, a Ctrl+C still lets the cache be written, for a fast next start
+        # (the loading thread exists before the URL is out: a Ctrl+C at any moment after it
+        # lets the load run and its cache be written, as when the load came first)
+        start_loading(loading, paths, no_cache, annotation_files, device, go, then=warm)
         # the URL as soon as the socket listens (issue 37): the browser starts, and asks
         # for the page (its connection waiting in the socket's backlog), while the web
         # stack is imported and the snapshots load
@@ -104,7 +107,6 @@ def command(
         # it starts once the server is ready to serve (the compiled reader holds the GIL
         # for most of a load: the web stack's imports would wait for it), or at a Ctrl+C
         # (its cache is then written, as for a Ctrl+C just after the URL before)
-        start_loading(loading, paths, no_cache, annotation_files, device, go, then=warm)
         import uvicorn
 
         from memlens.views.web.server import create_app, import_request_modules
