@@ -16,16 +16,12 @@ from memlens.views.web.loading import Loading
 if TYPE_CHECKING:
     from memlens.views.web.data import ViewerData
 
-GZIP_MAGIC = b"\x1f\x8b"
-# what a JSON snapshot starts with (the reader's test; anything else must be a pickle)
-JSON_STARTS = (b"{", b"[", b" ", b"\n", b"\r", b"\t")
-
 
 def check_cheaply(paths: Sequence[str | None]) -> None:
     """Raise the reader's own SnapshotError for a file that is missing, a directory, empty
     or not a pickle, from its first and last bytes (mapped, not read). A gzip stream is
     left to the load: it would have to be inflated."""
-    from memlens.snapshot.read.reader import open_data
+    from memlens.snapshot.read.reader import GZIP_MAGIC, JSON_STARTS, open_data
     from memlens.snapshot.read.sniff import refuse_non_pickle
 
     for path in (p for p in paths if p is not None):

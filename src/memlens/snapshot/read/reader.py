@@ -25,6 +25,8 @@ from memlens.snapshot.read.safe_pickle import load_plain_pickle
 from memlens.snapshot.read.sniff import refuse_non_pickle
 
 GZIP_MAGIC = b"\x1f\x8b"
+# what a JSON snapshot starts with; anything else must be a pickle
+JSON_STARTS = (b"{", b"[", b" ", b"\n", b"\r", b"\t")
 KNOWN_TOP_LEVEL = {
     "segments",
     "device_traces",
@@ -155,7 +157,7 @@ def _inflate(data: Any, name: str, limit: int) -> bytes:
 
 def _parse(data: Any, what: str, memory_limit: int) -> Any:
     first = bytes(data[:1])
-    if first in (b"{", b"[", b" ", b"\n", b"\r", b"\t"):
+    if first in JSON_STARTS:
         return _read_json(data, what)
     refuse_non_pickle(data, what)
     # the unpickler cannot be interrupted: its memory is bounded by a scan first (any
