@@ -253,6 +253,9 @@ def _verify_params(process_group: Any, params: list[torch.Tensor], logger: Any =
     del metadata_dev, gathered, count
 
 
+_DTENSOR_MODULE = "torch.distributed.tensor"
+
+
 def any_dtensor_type(types: Iterable[type]) -> bool:
     """Whether a dispatch mode's `types` (the classes of the tensor subclasses among an
     op's arguments) name DTensor, without flattening the arguments: the tracker then lets
@@ -265,9 +268,6 @@ def any_dtensor_type(types: Iterable[type]) -> bool:
     module = sys.modules.get(_DTENSOR_MODULE)
     dtensor = getattr(module, "DTensor", None)  # None while the module is half imported
     return dtensor is not None and any(issubclass(t, dtensor) for t in types)
-
-
-_DTENSOR_MODULE = "torch.distributed.tensor"
 
 
 def is_factory(func: Any) -> bool:
