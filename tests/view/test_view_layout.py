@@ -161,7 +161,7 @@ def test_offset_runs_encoding(lay):
 
 def test_range_argmax_matches_brute_force():
     rng = np.random.default_rng(1)
-    for n in (1, 2, 3, 7, 64, 1000):
+    for n in (1, 2, 3, 7, 32, 33, 64, 65, 1000, 4099):
         vals = rng.integers(0, 5, n)  # many ties: the leftmost maximum must win
         ra = RangeArgmax(vals)
         lo = rng.integers(0, n + 1, 200)
@@ -169,6 +169,22 @@ def test_range_argmax_matches_brute_force():
         got = ra.query(lo, hi)
         for a, b, g in zip(lo, hi, got):
             assert g == (a + int(np.argmax(vals[a:b])) if b > a else -1)
+
+
+@pytest.mark.parametrize("n", [0, 1, 2, 31, 32, 33, 63, 64, 65, 129, 4099])
+def test_range_argmax_every_level_holds_each_blocks_leftmost_maximum(n):
+    """Stored levels (blocks of 64 values and up) and the levels found per query alike:
+    level k's block i is the first maximum of values[i * 2**k : (i + 1) * 2**k]; as many
+    levels as halvings of n down to one, and level 0."""
+    vals = np.random.default_rng(n).integers(0, 4, n)  # ties everywhere
+    ra = RangeArgmax(vals)
+    assert len(ra.levels) == 1 + max(n - 1, 0).bit_length()
+    for k, level in enumerate(ra.levels):
+        blocks = -(-n >> k)
+        assert len(level) == blocks
+        want = [i * 2**k + int(np.argmax(vals[i * 2**k : (i + 1) * 2**k])) for i in range(blocks)]
+        assert list(level[np.arange(blocks)]) == want, k
+    assert len(ra.stored) == max(len(ra.levels) - 6, 0)
 
 
 @pytest.fixture(scope="module")

@@ -10,6 +10,12 @@ import numpy as np
 
 from memlens.snapshot.model import DeviceTrace
 
+# The pyramid's levels below this one are not stored: a block of at most 2**(BLOCK_LEVELS-1)
+# values has its argmax found when a query asks for it. Building levels 1..5 was nearly
+# all of a pyramid's build (0.1-0.17 s each at 4M events, on the path of a cold first
+# paint) and five sixths of what is kept beside the cache for the next start.
+BLOCK_LEVELS = 6
+
 
 class IdentityLevel:
     """Level 0 of a pyramid (blocks of one value: block k's argmax is k) without an
@@ -26,25 +32,67 @@ class IdentityLevel:
         return np.asarray(index, dtype=np.int64)
 
 
+class BlockLevel:
+    """Level k (1 <= k < BLOCK_LEVELS) of a pyramid, not stored: block i's (leftmost)
+    argmax among values[i * 2**k : (i + 1) * 2**k], found when asked (a query asks for
+    two blocks per range and level: at most 2 x 32 values each)."""
+
+    def __init__(self, values: np.ndarray, k: int) -> None:
+        self.values, self.k = values, k
+        self.n = -(-len(values) >> k)
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, index: np.ndarray) -> np.ndarray:
+        index = np.asarray(index, dtype=np.int64)
+        pos = (index[:, None] << self.k) + np.arange(1 << self.k, dtype=np.int64)
+        # past the end: the last value again, which never changes the leftmost maximum
+        np.minimum(pos, len(self.values) - 1, out=pos)
+        first = np.argmax(self.values[pos], axis=1)  # the first of equal maxima
+        return np.asarray(pos[np.arange(len(index)), first], dtype=np.int64)
+
+
+Level = np.ndarray | IdentityLevel | BlockLevel
+
+
+def unstored_levels(values: np.ndarray) -> list[Level]:
+    """A pyramid's levels that are not stored: the first BLOCK_LEVELS of those it has
+    (a pyramid of n values has one level per halving down to 1, and level 0)."""
+    n = len(values)
+    count = 1 + max(n - 1, 0).bit_length()  # levels 0..ceil(log2 n)
+    return [IdentityLevel(n), *(BlockLevel(values, k) for k in range(1, min(count, BLOCK_LEVELS)))]
+
+
 class RangeArgmax:
     """Leftmost argmax of `values` over many half-open ranges, O(log n) per range.
 
     Level k holds, for each aligned block of 2**k values, the index of its maximum; a range
-    is decomposed bottom-up like a segment-tree query, vectorized over all ranges.
+    is decomposed bottom-up like a segment-tree query, vectorized over all ranges. Levels
+    below BLOCK_LEVELS are computed per query (BlockLevel); the others are stored, built
+    from the blocks of 2**BLOCK_LEVELS values upward.
     """
 
-    def __init__(
-        self, values: np.ndarray, levels: list[np.ndarray | IdentityLevel] | None = None
-    ) -> None:
+    def __init__(self, values: np.ndarray, stored: list[np.ndarray] | None = None) -> None:
         self.values = values
-        self.levels: list[np.ndarray | IdentityLevel]
-        if levels is not None:  # kept from an earlier build (persist.py checked them)
-            self.levels = levels
-            return
-        # carry the block maxima along so each level compares two strided views (no gather)
-        idx = np.arange(len(values), dtype=np.int64)
         vals = np.asarray(values)
-        self.levels = [idx]
+        self.levels: list[Level] = unstored_levels(vals)
+        if stored is not None:  # kept from an earlier build (persist.py checked them)
+            self.levels += stored
+            return
+        n = len(vals)
+        if n <= 1 << (BLOCK_LEVELS - 1):  # no level of blocks of 2**BLOCK_LEVELS
+            return
+        # the first stored level at once: each block's first maximum (padded at the end
+        # with the last value, which never changes the leftmost maximum)
+        w = 1 << BLOCK_LEVELS
+        pad = -n % w
+        blocks = np.concatenate([vals, np.full(pad, vals[-1], dtype=vals.dtype)]) if pad else vals
+        first = np.argmax(blocks.reshape(-1, w), axis=1)
+        idx = np.minimum(np.arange(0, n + pad, w, dtype=np.int64) + first, n - 1)
+        vals = vals[idx]
+        self.levels.append(idx)
+        # carry the block maxima along so each level compares two strided views (no gather)
         while len(idx) > 1:
             if len(idx) % 2:
                 idx = np.concatenate([idx, idx[-1:]])  # a duplicate never changes a max
@@ -53,6 +101,11 @@ class RangeArgmax:
             idx = np.where(right, idx[1::2], idx[0::2])
             vals = np.where(right, vals[1::2], vals[0::2])
             self.levels.append(idx)
+
+    @property
+    def stored(self) -> list[np.ndarray]:
+        """The levels that are stored (kept beside the cache by persist.py)."""
+        return [lv for lv in self.levels[BLOCK_LEVELS:] if isinstance(lv, np.ndarray)]
 
     def query(self, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
         """Index of the (leftmost) maximum of values[lo[i]:hi[i]]; -1 where the range is empty."""

@@ -1,7 +1,7 @@
 """The layout indexes kept beside the column cache, so a second `memlens view` of a file
 paints without rebuilding them (the live-row checkpoints alone take seconds at 4M events).
 
-What is kept: both range-argmax pyramids (levels above the first, which is 0..n-1), the
+What is kept: both range-argmax pyramids (their stored levels: blocks of 64 values and up), the
 live-row checkpoints, the rows in size order (with their -size, alloc and free event in
 that order) and the live count per event. They are
 stored through the cache's derived-array hook (dtype, shape and crc32 checked, tied to
@@ -19,10 +19,10 @@ import numpy as np
 from memlens.errors import CacheError
 from memlens.snapshot.model import DeviceTrace
 from memlens.snapshot.store import cache
-from memlens.views.layout.index import IdentityLevel, LiveIndex, RangeArgmax
+from memlens.views.layout.index import BLOCK_LEVELS, LiveIndex, RangeArgmax
 
 # Bump whenever an index's construction or meaning changes.
-LAYOUT_FORMAT = 2
+LAYOUT_FORMAT = 3
 KEYS = [
     "active_levels",
     "reserved_levels",
@@ -46,12 +46,13 @@ def _narrow(a: np.ndarray, bound: int) -> np.ndarray:
     return a.astype(np.int32) if bound < 1 << 31 else a.astype(np.int64)
 
 
-def _level_sizes(n: int) -> list[int]:
+def _stored_level_sizes(n: int) -> list[int]:
+    """The lengths of a pyramid's stored levels (index.BLOCK_LEVELS and up) over n values."""
     sizes = []
     while n > 1:
         n = (n + 1) // 2
         sizes.append(n)
-    return sizes
+    return sizes[BLOCK_LEVELS - 1 :]
 
 
 def save(dev: DeviceTrace, built: dict[str, Any]) -> bool:
@@ -63,10 +64,10 @@ def save(dev: DeviceTrace, built: dict[str, Any]) -> bool:
     li: LiveIndex = built["live_index"]
     arrays = {
         "active_levels": _narrow(
-            np.concatenate([np.zeros(0, np.int64), *built["active_max"].levels[1:]]), n
+            np.concatenate([np.zeros(0, np.int64), *built["active_max"].stored]), n
         ),
         "reserved_levels": _narrow(
-            np.concatenate([np.zeros(0, np.int64), *built["reserved_max"].levels[1:]]), n
+            np.concatenate([np.zeros(0, np.int64), *built["reserved_max"].stored]), n
         ),
         "live_step": np.array([li.step], dtype=np.int64),
         "live_rows": li.rows,
@@ -89,14 +90,13 @@ def load(dev: DeviceTrace) -> dict[str, Any] | None:
     if got is None:
         return None
     n, n_rows = dev.n_events, dev.n_allocations
-    sizes = _level_sizes(n)
-    first = IdentityLevel(n)  # level 0 of both pyramids
+    sizes = _stored_level_sizes(n)
 
-    def pyramid(flat: np.ndarray) -> list[np.ndarray | IdentityLevel]:
+    def pyramid(flat: np.ndarray) -> list[np.ndarray]:
         if len(flat) != sum(sizes) or not _within(flat, n):
             raise CacheError("a kept range-max pyramid does not fit the trace")
         ends = np.cumsum(sizes)
-        return [first, *(flat[e - s : e] for s, e in zip(sizes, ends))]
+        return [flat[e - s : e] for s, e in zip(sizes, ends)]
 
     step = int(got["live_step"][0]) if len(got["live_step"]) == 1 else 0
     offsets, live_rows = got["live_offsets"], got["live_rows"]

@@ -26,6 +26,8 @@ export const state = {
   /** @type {{pane: Pane, x: number, y: number} | null} */
   mouse: null,
   /** @type {number | null} */
-  firstPaint: null,
+  firstPaint: null, // ms since navigation: the first viewport of every pane drawn
+  /** @type {number | null} */
+  firstFrame: null, // ms since navigation: the frame showing it produced
 };
 /** @type {any} */ (window).memlens = state; // for tests and benchmarks

@@ -434,6 +434,14 @@ export class Pane {
         if (!state.firstPaint && state.panes.every((p) => p.view)) {
           state.firstPaint = performance.now();
           document.body.dataset.ready = "1";
+          // the frame showing it is produced before the second frame callback from here
+          // (the first runs before that frame is painted): for the benchmark, which
+          // reads the page's clock rather than when its polling saw data-ready
+          requestAnimationFrame(() =>
+            requestAnimationFrame(() => {
+              state.firstFrame = performance.now();
+            }),
+          );
         }
         this.section.dataset.requests = String(this.reqCount);
         this.focusPeak(v);

@@ -52,20 +52,24 @@ export function forgetPatterns() {
   tiles.clear();
 }
 
-// The polygon of band k: bottom edge along its runs, then the top edge back.
+// The polygon of band k: bottom edge along its runs, then the top edge back, added to
+// `path` (a Path2D of many bands: one new Path2D per band and its copy into its colour's
+// path took a quarter of the first paint's drawing at 10,000 bands). Closed by a line
+// back to its first point, not closePath(), which takes time in the number of points
+// already in the path (Chromium's Skia): quadratic in the bands of one colour
 /**
+ * @param {Path2D} path
  * @param {import("../types.js").ChartAnswer} v
  * @param {number} k
  * @param {(bytes: number) => number} y
  * @param {(c: number) => number} colX
  */
-export function bandPath(v, k, y, colX) {
+export function traceBand(path, v, k, y, colX) {
   const b = v.bands,
     size = b.size[k],
     r0 = b.run_start[k],
     r1 = b.run_start[k + 1],
     c1 = b.c1[k];
-  const path = new Path2D();
   for (let i = r0; i < r1; i++) {
     const cs = b.run_col[i],
       ce = i + 1 < r1 ? b.run_col[i + 1] : c1,
@@ -81,7 +85,19 @@ export function bandPath(v, k, y, colX) {
     path.lineTo(colX(ce), yy);
     path.lineTo(colX(cs), yy);
   }
-  path.closePath();
+  if (r1 > r0) path.lineTo(colX(b.run_col[r0]), y(b.run_off[r0]));
+}
+
+// band k's polygon alone
+/**
+ * @param {import("../types.js").ChartAnswer} v
+ * @param {number} k
+ * @param {(bytes: number) => number} y
+ * @param {(c: number) => number} colX
+ */
+export function bandPath(v, k, y, colX) {
+  const path = new Path2D();
+  traceBand(path, v, k, y, colX);
   return path;
 }
 
@@ -107,7 +123,7 @@ export function renderOff(p) {
   const ghosts = new Path2D(); // alive before the trace: hatched, apart from traced bands
   for (let k = 0; k < b.row.length; k++) {
     if (b.flags && b.flags[k] & PREEXISTING) {
-      ghosts.addPath(bandPath(v, k, y, colX));
+      traceBand(ghosts, v, k, y, colX);
       continue;
     }
     const c = siteColor(v.group_keys[b.group[k]]);
@@ -116,10 +132,9 @@ export function renderOff(p) {
       path = new Path2D();
       byColor.set(c, path);
     }
-    const band = bandPath(v, k, y, colX);
-    path.addPath(band);
+    traceBand(path, v, k, y, colX);
     // narrow bands get no outline: on short-lived ones it would wash out their colour
-    if (b.size[k] * pxPerByte >= 4 && b.c1[k] - b.c0[k] >= 4) edges.addPath(band);
+    if (b.size[k] * pxPerByte >= 4 && b.c1[k] - b.c0[k] >= 4) traceBand(edges, v, k, y, colX);
   }
   for (const [c, path] of byColor) {
     ctx.fillStyle = c;
@@ -238,7 +253,7 @@ export function drawPane(p) {
       ctx.fillStyle = col("--mark");
       const found = new Path2D();
       for (let k = 0; k < v.bands.row.length; k++)
-        if (v.bands.match[k]) found.addPath(bandPath(v, k, y, colX));
+        if (v.bands.match[k]) traceBand(found, v, k, y, colX);
       ctx.fill(found);
       ctx.globalAlpha = 1;
     }
