@@ -70,6 +70,14 @@ export function traceBand(path, v, k, y, colX) {
     r0 = b.run_start[k],
     r1 = b.run_start[k + 1],
     c1 = b.c1[k];
+  if (r1 === r0 + 1) {
+    // one run (most bands): a rectangle, one call instead of five (the first paint makes
+    // tens of thousands of these calls before the JIT has warmed up)
+    const x0 = colX(b.run_col[r0]),
+      top = y(b.run_off[r0] + size);
+    path.rect(x0, top, colX(c1) - x0, y(b.run_off[r0]) - top);
+    return;
+  }
   for (let i = r0; i < r1; i++) {
     const cs = b.run_col[i],
       ce = i + 1 < r1 ? b.run_col[i + 1] : c1,
