@@ -248,8 +248,16 @@ def test_llama3_pipeline_schedule_state_per_rank_to_the_byte(assets, case):
     schedule, stages, extra, head_extra, _cost = PIPELINES[case]
     out = f"pp2-fsdp2-{case}"
     options = [*PP2, "--parallelism.pipeline_parallel_schedule", schedule, *extra]
-    # every rank at once: a stage waits for its peer's shapes (docs/simulation.md)
-    done = simulate(assets, 4, out, options, ("--ranks", "all", "--workers", "4"))
+    pipeline_state_checked(assets, out, options, stages, head_extra)
+
+
+def pipeline_state_checked(
+    root: Path, out: str, options: list[str], stages: tuple[tuple[int, ...], ...], head_extra: bool
+) -> None:
+    """Simulate the PP 2 x FSDP 2 job, every rank at once (a stage waits for its peer's
+    shapes: docs/simulation.md), and check each rank's state: half of its stages' tensors,
+    and one more lm_head gradient shard on the last stage's ranks when `head_extra`."""
+    done = simulate(root, 4, out, options, ("--ranks", "all", "--workers", "4"))
     assert done.returncode == 0, done.stderr[-4000:]
     assert "ran eagerly" not in done.stderr
     split = STAGES[2 * len(stages[0])]
@@ -259,13 +267,42 @@ def test_llama3_pipeline_schedule_state_per_rank_to_the_byte(assets, case):
         tensors = sum(split[s][1] for s in held)
         last_stage = head_extra and len(split) - 1 in held
         last_stage_extra = LM_HEAD_SHARD_BYTES if last_stage else 0
-        with open(assets / out / f"rank{rank}.pickle", "rb") as f:
+        with open(root / out / f"rank{rank}.pickle", "rb") as f:
             snapshot = pickle.load(f)
         assert alive_at_end(snapshot) == {
             "parameters": 4 * shard,
             "gradients": 4 * shard + last_stage_extra,
             "optimizer": 8 * shard + 4 * tensors,
         }, rank
+
+
+# A schedule read from a CSV file (`--parallelism.pipeline_parallel_schedule_csv`):
+# torchtitan then runs torch's `_PipelineScheduleRuntime` on the file's order, and still
+# places the stages by `--parallelism.pipeline_parallel_schedule` (the debug config's
+# Interleaved1F1B: two looped stages a PP rank). The CSV is a named looped schedule's
+# order, written by torch's own class (pipeline_schedule_csv.py), so the run holds what
+# that schedule holds (PIPELINES): with Interleaved1F1B's order the same events as the
+# named run, one by one (docs/simulation.md); with LoopedBFS's, LoopedBFS's state, not
+# the extra lm_head shard Interleaved1F1B's order leaves, so the file, not the named
+# schedule, decided the order. Cost: about 1.6 minutes each, alone on a 2-core machine.
+CSV_ORDERS = ["Interleaved1F1B", "LoopedBFS"]
+SCHEDULE_CSV = Path(__file__).with_name("pipeline_schedule_csv.py")
+
+
+@pytest.mark.parametrize("order", CSV_ORDERS)
+def test_llama3_pipeline_schedule_from_csv_holds_the_named_schedules_state(assets, order):
+    schedule, stages, _extra, head_extra, _cost = PIPELINES[order]
+    path = assets / f"{order}.csv"
+    # 2 PP ranks, 4 stages, 2 microbatches: the debug config's looped split
+    written = subprocess.run(
+        [sys.executable, str(SCHEDULE_CSV), schedule, "2", "4", "2", str(path)],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert written.returncode == 0, written.stderr[-4000:]
+    # the stages placed as Interleaved1F1B places them, the order the file's
+    options = [*PP2, "--parallelism.pipeline_parallel_schedule", "Interleaved1F1B"]
+    options += ["--parallelism.pipeline_parallel_schedule_csv", str(path)]
+    pipeline_state_checked(assets, f"pp2-fsdp2-csv-{order}", options, stages, head_extra)
 
 
 @pytest.mark.parametrize("schedule", list(ZERO_BUBBLE))
