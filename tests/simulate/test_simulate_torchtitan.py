@@ -476,8 +476,36 @@ EP4 = ["--parallelism.expert_parallel_degree", "4"]
 #   rank 1 4 x 256, ranks 2 and 3 none (no allocation).
 # The combine all-to-all gives each rank its own N = 768 rows back, whatever the routing.
 MOE_ROW = 256 * 2
-DISPATCHED_ROWS = {"uniform": [768] * 4, "worst": [2048, 1024, 0, 0]}
 MOE_LAYERS, STEPS = 5, 2
+# EP 2 x TP 2 on 4 ranks: torchtitan 0.3.0 carves EP out of FSDP x TP (dp_shard 2, tp 2,
+# efsdp = dp_shard x cp x tp / ep = 2; the meshes [fsdp, tp] and [efsdp, ep] put the last
+# axis innermost, so ranks 0-1 and 2-3 are each a TP group and an EP group). The routed
+# experts: EP halves the expert dimension, FSDP2 over efsdp halves it again: a quarter.
+# Under TP the MLA's low-rank wkv_a (576 x 256) and kv_norm (512), the RMSNorm weights
+# (256: two a layer and the final one) and the router gates (8 x 256) stay whole
+# (deepseek_v3/sharding.py, common/moe_sharding.py) and FSDP2 over dp_shard halves them;
+# TP halves every other tensor and FSDP2 halves it again: a quarter.
+TP_REPLICATED = 6 * (576 * 256 + 512 + 2 * 256) + 256 + MOE_LAYERS * 8 * 256  # 901,376
+EP2_TP2 = ["--parallelism.expert_parallel_degree", "2", "--parallelism.tensor_parallel_degree", "2"]
+# With EP on, the MoE layers shard the sequence over the TP axis: each rank routes
+# T = 2 x 64 = 128 tokens to 3 experts (N = 384 choices); EP rank e (ranks e and 2 + e)
+# holds experts 4e to 4e + 3. worst: every token to experts 0, 1, 2, so EP rank 0 (ranks
+# 0 and 2) receives 2 x 384 rows and EP rank 1 none; the combine gives each rank its 384
+# back. (uniform, 48 a expert: 2 x 4 x 48 = 384 rows on every rank; run once,
+# docs/simulation.md.)
+# case -> (torchtitan's options, elements a rank holds, routing, rows each rank's dispatch
+# receives, rows its combine receives); about 1.5 minutes each alone on a 2-core machine
+MOE_CASES = {
+    "ep4-uniform": (EP4, MOE_P // 4, "uniform", [768] * 4, 768),
+    "ep4-worst": (EP4, MOE_P // 4, "worst", [2048, 1024, 0, 0], 768),
+    "ep2-tp2-worst": (
+        EP2_TP2,
+        (MOE_P - TP_REPLICATED) // 4 + TP_REPLICATED // 2,
+        "worst",
+        [768, 0, 768, 0],
+        384,
+    ),
+}
 
 
 def allocations_under(snapshot: dict[str, Any], function: str) -> list[int]:
@@ -490,28 +518,28 @@ def allocations_under(snapshot: dict[str, Any], function: str) -> list[int]:
     ]
 
 
-@pytest.mark.parametrize("routing", list(DISPATCHED_ROWS))
-def test_deepseek_v3_expert_parallel_per_rank_to_the_byte(assets, routing):
-    out = f"ep4-{routing}"
+@pytest.mark.parametrize("case", list(MOE_CASES))
+def test_deepseek_v3_expert_parallel_per_rank_to_the_byte(assets, case):
+    parallelism, shard, routing, dispatched_rows, combined_rows = MOE_CASES[case]
     options = ("--routing", routing, "--ranks", "all", "--workers", "2")
-    done = simulate(assets, 4, out, [*MOE_ARGS, *EP4], options)
+    done = simulate(assets, 4, case, [*MOE_ARGS, *parallelism], options)
     assert done.returncode == 0, done.stderr[-4000:]
     assert f"assume --routing {routing}" in done.stderr  # the assumption is printed
     for rank in range(4):
-        with open(assets / out / f"rank{rank}.pickle", "rb") as f:
+        with open(assets / case / f"rank{rank}.pickle", "rb") as f:
             snapshot = pickle.load(f)
         assert snapshot["memlens_simulation"]["assumptions"]["routing"].startswith(routing)
         assert alive_at_end(snapshot) == {
-            "parameters": MOE_P,
-            "gradients": MOE_P,
-            "optimizer": 2 * MOE_P + 4 * MOE_TENSORS,
+            "parameters": 4 * shard,
+            "gradients": 4 * shard,
+            "optimizer": 8 * shard + 4 * MOE_TENSORS,
         }, rank
         # one dispatch and one combine per MoE layer and step (selective checkpointing
         # saves the all-to-alls' outputs: none is recomputed)
-        rows = DISPATCHED_ROWS[routing][rank]
+        rows = dispatched_rows[rank]
         dispatched = [MOE_ROW * rows] * (MOE_LAYERS * STEPS) if rows else []
         assert allocations_under(snapshot, "_dispatch_token_exchange") == dispatched, rank
-        combined = [MOE_ROW * 768] * (MOE_LAYERS * STEPS)
+        combined = [MOE_ROW * combined_rows] * (MOE_LAYERS * STEPS)
         assert allocations_under(snapshot, "_combine_token_exchange") == combined, rank
 
 
