@@ -278,31 +278,42 @@ def pipeline_state_checked(
 
 # A schedule read from a CSV file (`--parallelism.pipeline_parallel_schedule_csv`):
 # torchtitan then runs torch's `_PipelineScheduleRuntime` on the file's order, and still
-# places the stages by `--parallelism.pipeline_parallel_schedule` (the debug config's
-# Interleaved1F1B: two looped stages a PP rank). The CSV is a named looped schedule's
-# order, written by torch's own class (pipeline_schedule_csv.py), so the run holds what
-# that schedule holds (PIPELINES): with Interleaved1F1B's order the same events as the
-# named run, one by one (docs/simulation.md); with LoopedBFS's, LoopedBFS's state, not
-# the extra lm_head shard Interleaved1F1B's order leaves, so the file, not the named
-# schedule, decided the order. Cost: about 1.6 minutes each, alone on a 2-core machine.
-CSV_ORDERS = ["Interleaved1F1B", "LoopedBFS"]
+# places the stages by `--parallelism.pipeline_parallel_schedule`. The looped orders are
+# a named schedule's, written by torch's own class (pipeline_schedule_csv.py), with the
+# stages placed as the debug config's Interleaved1F1B places them (two a PP rank), so the
+# run holds what that schedule holds (PIPELINES): with Interleaved1F1B's order the same
+# events as the named run, one by one (docs/simulation.md); with LoopedBFS's,
+# LoopedBFS's state, not the extra lm_head shard Interleaved1F1B's order leaves, so the
+# file, not the named schedule, decided the order. torch writes no single-stage order;
+# 1F1B's by hand (one stage a PP rank, placed by 1F1B) holds 1F1B's state.
+# case -> (the named schedule that places the stages, the CSV's rows or None for torch's
+# own order of the case's name, the PIPELINES case whose state it holds). Cost: 1 to 1.6
+# minutes each, alone on a 2-core machine.
+CSV_CASES: dict[str, tuple[str, list[str] | None, str]] = {
+    "Interleaved1F1B": ("Interleaved1F1B", None, "Interleaved1F1B"),
+    "LoopedBFS": ("Interleaved1F1B", None, "LoopedBFS"),
+    "1F1B-by-hand": ("1F1B", ["0F0,0F1,0B0,0B1", "1F0,1B0,1F1,1B1"], "1F1B"),
+}
 SCHEDULE_CSV = Path(__file__).with_name("pipeline_schedule_csv.py")
 
 
-@pytest.mark.parametrize("order", CSV_ORDERS)
-def test_llama3_pipeline_schedule_from_csv_holds_the_named_schedules_state(assets, order):
-    schedule, stages, _extra, head_extra, _cost = PIPELINES[order]
-    path = assets / f"{order}.csv"
-    # 2 PP ranks, 4 stages, 2 microbatches: the debug config's looped split
-    written = subprocess.run(
-        [sys.executable, str(SCHEDULE_CSV), schedule, "2", "4", "2", str(path)],
-        capture_output=True, text=True,
-    )  # fmt: skip
-    assert written.returncode == 0, written.stderr[-4000:]
-    # the stages placed as Interleaved1F1B places them, the order the file's
-    options = [*PP2, "--parallelism.pipeline_parallel_schedule", "Interleaved1F1B"]
+@pytest.mark.parametrize("case", list(CSV_CASES))
+def test_llama3_pipeline_schedule_from_csv_holds_the_named_schedules_state(assets, case):
+    placing, rows, holds = CSV_CASES[case]
+    _schedule, stages, _extra, head_extra, _cost = PIPELINES[holds]
+    path = assets / f"{case}.csv"
+    if rows is None:
+        # 2 PP ranks, 4 stages, 2 microbatches: the debug config's looped split
+        written = subprocess.run(
+            [sys.executable, str(SCHEDULE_CSV), case, "2", "4", "2", str(path)],
+            capture_output=True, text=True,
+        )  # fmt: skip
+        assert written.returncode == 0, written.stderr[-4000:]
+    else:
+        path.write_text("\n".join(rows) + "\n")
+    options = [*PP2, "--parallelism.pipeline_parallel_schedule", placing]
     options += ["--parallelism.pipeline_parallel_schedule_csv", str(path)]
-    pipeline_state_checked(assets, f"pp2-fsdp2-csv-{order}", options, stages, head_extra)
+    pipeline_state_checked(assets, f"pp2-fsdp2-csv-{case}", options, stages, head_extra)
 
 
 @pytest.mark.parametrize("schedule", list(ZERO_BUBBLE))
