@@ -248,8 +248,16 @@ def test_llama3_pipeline_schedule_state_per_rank_to_the_byte(assets, case):
     schedule, stages, extra, head_extra, _cost = PIPELINES[case]
     out = f"pp2-fsdp2-{case}"
     options = [*PP2, "--parallelism.pipeline_parallel_schedule", schedule, *extra]
-    # every rank at once: a stage waits for its peer's shapes (docs/simulation.md)
-    done = simulate(assets, 4, out, options, ("--ranks", "all", "--workers", "4"))
+    pipeline_state_checked(assets, out, options, stages, head_extra)
+
+
+def pipeline_state_checked(
+    root: Path, out: str, options: list[str], stages: tuple[tuple[int, ...], ...], head_extra: bool
+) -> None:
+    """Simulate the PP 2 x FSDP 2 job, every rank at once (a stage waits for its peer's
+    shapes: docs/simulation.md), and check each rank's state: half of its stages' tensors,
+    and one more lm_head gradient shard on the last stage's ranks when `head_extra`."""
+    done = simulate(root, 4, out, options, ("--ranks", "all", "--workers", "4"))
     assert done.returncode == 0, done.stderr[-4000:]
     assert "ran eagerly" not in done.stderr
     split = STAGES[2 * len(stages[0])]
@@ -259,13 +267,53 @@ def test_llama3_pipeline_schedule_state_per_rank_to_the_byte(assets, case):
         tensors = sum(split[s][1] for s in held)
         last_stage = head_extra and len(split) - 1 in held
         last_stage_extra = LM_HEAD_SHARD_BYTES if last_stage else 0
-        with open(assets / out / f"rank{rank}.pickle", "rb") as f:
+        with open(root / out / f"rank{rank}.pickle", "rb") as f:
             snapshot = pickle.load(f)
         assert alive_at_end(snapshot) == {
             "parameters": 4 * shard,
             "gradients": 4 * shard + last_stage_extra,
             "optimizer": 8 * shard + 4 * tensors,
         }, rank
+
+
+# A schedule read from a CSV file (`--parallelism.pipeline_parallel_schedule_csv`):
+# torchtitan then runs torch's `_PipelineScheduleRuntime` on the file's order, and still
+# places the stages by `--parallelism.pipeline_parallel_schedule`. The looped orders are
+# a named schedule's, written by torch's own class (pipeline_schedule_csv.py), with the
+# stages placed as the debug config's Interleaved1F1B places them (two a PP rank), so the
+# run holds what that schedule holds (PIPELINES): with Interleaved1F1B's order the same
+# events as the named run, one by one (docs/simulation.md); with LoopedBFS's,
+# LoopedBFS's state, not the extra lm_head shard Interleaved1F1B's order leaves, so the
+# file, not the named schedule, decided the order. torch writes no single-stage order;
+# 1F1B's by hand (one stage a PP rank, placed by 1F1B) holds 1F1B's state.
+# case -> (the named schedule that places the stages, the CSV's rows or None for torch's
+# own order of the case's name, the PIPELINES case whose state it holds). Cost: 1 to 1.6
+# minutes each, alone on a 2-core machine.
+CSV_CASES: dict[str, tuple[str, list[str] | None, str]] = {
+    "Interleaved1F1B": ("Interleaved1F1B", None, "Interleaved1F1B"),
+    "LoopedBFS": ("Interleaved1F1B", None, "LoopedBFS"),
+    "1F1B-by-hand": ("1F1B", ["0F0,0F1,0B0,0B1", "1F0,1B0,1F1,1B1"], "1F1B"),
+}
+SCHEDULE_CSV = Path(__file__).with_name("pipeline_schedule_csv.py")
+
+
+@pytest.mark.parametrize("case", list(CSV_CASES))
+def test_llama3_pipeline_schedule_from_csv_holds_the_named_schedules_state(assets, case):
+    placing, rows, holds = CSV_CASES[case]
+    _schedule, stages, _extra, head_extra, _cost = PIPELINES[holds]
+    path = assets / f"{case}.csv"
+    if rows is None:
+        # 2 PP ranks, 4 stages, 2 microbatches: the debug config's looped split
+        written = subprocess.run(
+            [sys.executable, str(SCHEDULE_CSV), case, "2", "4", "2", str(path)],
+            capture_output=True, text=True,
+        )  # fmt: skip
+        assert written.returncode == 0, written.stderr[-4000:]
+    else:
+        path.write_text("\n".join(rows) + "\n")
+    options = [*PP2, "--parallelism.pipeline_parallel_schedule", placing]
+    options += ["--parallelism.pipeline_parallel_schedule_csv", str(path)]
+    pipeline_state_checked(assets, f"pp2-fsdp2-csv-{case}", options, stages, head_extra)
 
 
 @pytest.mark.parametrize("schedule", list(ZERO_BUBBLE))
@@ -439,8 +487,36 @@ EP4 = ["--parallelism.expert_parallel_degree", "4"]
 #   rank 1 4 x 256, ranks 2 and 3 none (no allocation).
 # The combine all-to-all gives each rank its own N = 768 rows back, whatever the routing.
 MOE_ROW = 256 * 2
-DISPATCHED_ROWS = {"uniform": [768] * 4, "worst": [2048, 1024, 0, 0]}
 MOE_LAYERS, STEPS = 5, 2
+# EP 2 x TP 2 on 4 ranks: torchtitan 0.3.0 carves EP out of FSDP x TP (dp_shard 2, tp 2,
+# efsdp = dp_shard x cp x tp / ep = 2; the meshes [fsdp, tp] and [efsdp, ep] put the last
+# axis innermost, so ranks 0-1 and 2-3 are each a TP group and an EP group). The routed
+# experts: EP halves the expert dimension, FSDP2 over efsdp halves it again: a quarter.
+# Under TP the MLA's low-rank wkv_a (576 x 256) and kv_norm (512), the RMSNorm weights
+# (256: two a layer and the final one) and the router gates (8 x 256) stay whole
+# (deepseek_v3/sharding.py, common/moe_sharding.py) and FSDP2 over dp_shard halves them;
+# TP halves every other tensor and FSDP2 halves it again: a quarter.
+TP_REPLICATED = 6 * (576 * 256 + 512 + 2 * 256) + 256 + MOE_LAYERS * 8 * 256  # 901,376
+EP2_TP2 = ["--parallelism.expert_parallel_degree", "2", "--parallelism.tensor_parallel_degree", "2"]
+# With EP on, the MoE layers shard the sequence over the TP axis: each rank routes
+# T = 2 x 64 = 128 tokens to 3 experts (N = 384 choices); EP rank e (ranks e and 2 + e)
+# holds experts 4e to 4e + 3. worst: every token to experts 0, 1, 2, so EP rank 0 (ranks
+# 0 and 2) receives 2 x 384 rows and EP rank 1 none; the combine gives each rank its 384
+# back. (uniform, 48 a expert: 2 x 4 x 48 = 384 rows on every rank; run once,
+# docs/simulation.md.)
+# case -> (torchtitan's options, elements a rank holds, routing, rows each rank's dispatch
+# receives, rows its combine receives); about 1.5 minutes each alone on a 2-core machine
+MOE_CASES = {
+    "ep4-uniform": (EP4, MOE_P // 4, "uniform", [768] * 4, 768),
+    "ep4-worst": (EP4, MOE_P // 4, "worst", [2048, 1024, 0, 0], 768),
+    "ep2-tp2-worst": (
+        EP2_TP2,
+        (MOE_P - TP_REPLICATED) // 4 + TP_REPLICATED // 2,
+        "worst",
+        [768, 0, 768, 0],
+        384,
+    ),
+}
 
 
 def allocations_under(snapshot: dict[str, Any], function: str) -> list[int]:
@@ -453,28 +529,28 @@ def allocations_under(snapshot: dict[str, Any], function: str) -> list[int]:
     ]
 
 
-@pytest.mark.parametrize("routing", list(DISPATCHED_ROWS))
-def test_deepseek_v3_expert_parallel_per_rank_to_the_byte(assets, routing):
-    out = f"ep4-{routing}"
+@pytest.mark.parametrize("case", list(MOE_CASES))
+def test_deepseek_v3_expert_parallel_per_rank_to_the_byte(assets, case):
+    parallelism, shard, routing, dispatched_rows, combined_rows = MOE_CASES[case]
     options = ("--routing", routing, "--ranks", "all", "--workers", "2")
-    done = simulate(assets, 4, out, [*MOE_ARGS, *EP4], options)
+    done = simulate(assets, 4, case, [*MOE_ARGS, *parallelism], options)
     assert done.returncode == 0, done.stderr[-4000:]
     assert f"assume --routing {routing}" in done.stderr  # the assumption is printed
     for rank in range(4):
-        with open(assets / out / f"rank{rank}.pickle", "rb") as f:
+        with open(assets / case / f"rank{rank}.pickle", "rb") as f:
             snapshot = pickle.load(f)
         assert snapshot["memlens_simulation"]["assumptions"]["routing"].startswith(routing)
         assert alive_at_end(snapshot) == {
-            "parameters": MOE_P,
-            "gradients": MOE_P,
-            "optimizer": 2 * MOE_P + 4 * MOE_TENSORS,
+            "parameters": 4 * shard,
+            "gradients": 4 * shard,
+            "optimizer": 8 * shard + 4 * MOE_TENSORS,
         }, rank
         # one dispatch and one combine per MoE layer and step (selective checkpointing
         # saves the all-to-alls' outputs: none is recomputed)
-        rows = DISPATCHED_ROWS[routing][rank]
+        rows = dispatched_rows[rank]
         dispatched = [MOE_ROW * rows] * (MOE_LAYERS * STEPS) if rows else []
         assert allocations_under(snapshot, "_dispatch_token_exchange") == dispatched, rank
-        combined = [MOE_ROW * 768] * (MOE_LAYERS * STEPS)
+        combined = [MOE_ROW * combined_rows] * (MOE_LAYERS * STEPS)
         assert allocations_under(snapshot, "_combine_token_exchange") == combined, rank
 
 

@@ -206,8 +206,10 @@ def _split_factor(gpu: Gpu, row: int, outputs: int, inner: bool) -> int:
     from torch._inductor.runtime.hints import DeviceProperties
 
     props = device_properties(gpu)
+    # on an instance: a staticmethod in torch 2.13, a method in 2.14 (its inner-reduction
+    # threshold became `self._inner_reduction_no_split_threshold`)
     with mock.patch.object(DeviceProperties, "create", lambda device: props):
-        split = InductorChoices.reduction_split_factor(
+        split = InductorChoices().reduction_split_factor(
             torch.device("cuda"), row, outputs, inner_reduction=inner
         )
     return int(split)
