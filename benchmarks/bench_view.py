@@ -3,7 +3,7 @@
 Measures, per size:
 * command -> first complete paint, cold (empty column cache) and warm (cache filled):
   `memlens view FILE --no-browser` is started, a running headless Chromium opens the URL
-  and the clock stops when the frame showing the page's first viewport is produced, read
+  and the clock stops when the frame showing the page's first viewport is rendered, read
   on the page's own clock (performance.timeOrigin + state.firstFrame, against the epoch
   time the command started); when Playwright's polling saw it (body[data-ready]) is kept
   beside it (cold_seen_s, warm_seen_s: 0.05-0.25 s later on a loaded 2-core box);
@@ -97,15 +97,17 @@ def cpu_s(pid: int) -> float:
 
 # Where a paint's time went after the URL, from the page's own timings (ms since the page's
 # navigation began): the first viewport's request sent, its answer's first and last byte,
-# and the page's first complete paint (state.firstPaint).
+# the page's first complete paint (state.firstPaint) and the frame showing it rendered
+# (state.firstFrame).
 PAGE_PHASES = """() => {
   const v = performance.getEntriesByType('resource').find(r => r.name.includes('/view?'));
   return v ? {view_sent: v.requestStart, view_first_byte: v.responseStart,
-              view_end: v.responseEnd, painted: window.memlens.firstPaint} : {};
+              view_end: v.responseEnd, painted: window.memlens.firstPaint,
+              rendered: window.memlens.firstFrame ?? window.memlens.firstPaint} : {};
 }"""
 
 
-# Epoch ms when the frame showing the page's first viewport was produced (state.firstFrame,
+# Epoch ms when the frame showing the page's first viewport was rendered (state.firstFrame,
 # on the page's own clock); a page without it: when it was drawn (state.firstPaint).
 PAINTED_AT = """() => performance.timeOrigin +
   (window.memlens.firstFrame ?? window.memlens.firstPaint)"""
@@ -116,7 +118,7 @@ def first_paint(
     browser, path: Path, cache_dir: str
 ) -> tuple[float, float, float, float, dict[str, float]]:
     """(seconds from command to first complete paint, by the page's clock: the frame
-    showing it produced; seconds until Playwright saw it (its polling of body[data-ready]
+    showing it rendered; seconds until Playwright saw it (its polling of body[data-ready]
     came 0.05-0.25 s later on a loaded 2-core box); seconds until the URL was printed;
     CPU seconds the server had used when the page was drawn: on a loaded box the wall
     times wait for a core, this does not; where the time after the URL went: ms to open a

@@ -203,6 +203,12 @@ def test_the_page_asks_for_one_script_and_no_meta_before_its_viewport(browser, g
         assert "/api/meta" not in got and not [p for p in got if p.startswith("/static/js/")]
         twice = {p for p in got if got.count(p) > 1} - {"/api/d/0/view"}
         assert twice == set()  # nothing asked for twice (the view: two sizes)
+        # the benchmark's clock: the first paint, then the frame showing it rendered
+        pg.page.wait_for_function("() => window.memlens.firstFrame !== null")
+        painted, rendered = pg.page.evaluate(
+            "() => [window.memlens.firstPaint, window.memlens.firstFrame]"
+        )
+        assert 0 < painted <= rendered
 
 
 @pytest.mark.browser

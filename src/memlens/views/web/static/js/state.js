@@ -28,6 +28,6 @@ export const state = {
   /** @type {number | null} */
   firstPaint: null, // ms since navigation: the first viewport of every pane drawn
   /** @type {number | null} */
-  firstFrame: null, // ms since navigation: the frame showing it produced
+  firstFrame: null, // ms since navigation: the frame showing it rendered
 };
 /** @type {any} */ (window).memlens = state; // for tests and benchmarks
