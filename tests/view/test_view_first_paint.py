@@ -190,8 +190,9 @@ def test_the_page_preloads_every_module_it_imports() -> None:
 
 @pytest.mark.browser
 @BROWSER_MARKS[1]
-def test_the_page_asks_for_one_script_and_no_meta_before_its_viewport(browser, generated) -> None:
-    # `/` has the modules as one script and /api/meta's answer written in (issue 37)
+def test_the_page_asks_for_nothing_before_its_viewport(browser, generated) -> None:
+    # `/` has the modules as one script, the stylesheet and /api/meta's answer written in
+    # (issue 37)
     with serving(ViewerData([memlens.load(generated, warn=False)])) as url:
         pg = Page(browser, url)
         got = pg.page.evaluate(
@@ -199,8 +200,8 @@ def test_the_page_asks_for_one_script_and_no_meta_before_its_viewport(browser, g
         )
         assert pg.errors == [] and pg.foreign == []
         first_view = got.index("/api/d/0/view")
-        assert sorted(got[:first_view]) == ["/static/app.css", "/static/bundle.js"]
-        assert "/api/meta" not in got and not [p for p in got if p.startswith("/static/js/")]
+        assert got[:first_view] == []
+        assert not [p for p in got if p == "/api/meta" or p.startswith("/static/")]
         twice = {p for p in got if got.count(p) > 1} - {"/api/d/0/view"}
         assert twice == set()  # nothing asked for twice (the view: two sizes)
         # the benchmark's clock: the first paint, then the frame showing it rendered

@@ -1,9 +1,12 @@
 """The page as `/` serves it (issue 37): its ES modules joined into one script
-(views/web/bundle.py) and /api/meta's answer written in (views/web/page.py), escaped so
-that nothing from a snapshot can end the element or be read as markup."""
+(views/web/bundle.py), that script, the stylesheet and /api/meta's answer written in
+(views/web/page.py), the answer escaped so that nothing from a snapshot can end the
+element or be read as markup, the script and the stylesheet allowed by their hash."""
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 import re
 import shutil
@@ -18,15 +21,19 @@ from view_fixtures import EVIL, serving, small_snapshot
 import memlens
 from chromium import BROWSER_MARKS
 from memlens.views.web.answers import MetaAnswer
+from memlens.views.web.assets import PageFiles
 from memlens.views.web.bundle import BundleError, bundle
 from memlens.views.web.data import ViewerData
-from memlens.views.web.page import script_json, served_index
-from memlens.views.web.server import STATIC, create_app
+from memlens.views.web.page import BUNDLE_URL, inline_assets, script_json, served_index
+from memlens.views.web.server import CSP, STATIC, create_app
 
 BASE = "http://127.0.0.1"
 # what a snapshot may hold that would end a script element or open markup in one
 HOSTILE = '</script><script>alert(1)</script><!--<script>&amp;\u2028"'
 DATA_BLOCK = re.compile(r'<script type="application/json" id="meta">(.*?)</script>', re.S)
+FILES = PageFiles(Path(str(STATIC)))
+# what the server writes into the page (the bundle and the stylesheet)
+INLINE = inline_assets(FILES.text(BUNDLE_URL.removeprefix("/static")), FILES.text("/app.css"))
 
 A = """// @ts-check
 export const X = 1,
@@ -144,8 +151,8 @@ def test_the_served_page_holds_the_meta_answer_and_nothing_else_from_the_snapsho
     assert page.count("<script") == template.count("<script") - 1 + 2
     assert page.count("<!--") == template.count("<!--") - 2  # (the block's markers, gone)
     assert "alert" not in page.replace(block, "")
-    assert '<script type="module" src="/static/bundle.js"></script>' in page
-    assert "/static/js/" not in page and 'href="/api/meta"' not in page
+    assert f'<script type="module">{INLINE.script}</script>' in page
+    assert "/static/" not in page and 'href="/api/meta"' not in page
 
 
 def test_without_a_meta_answer_the_page_asks_for_it():
@@ -159,11 +166,42 @@ def test_without_a_meta_answer_the_page_asks_for_it():
     client = TestClient(create_app(data), base_url=BASE)
     page = client.get("/").text
     template = (Path(str(STATIC)) / "index.html").read_text()
-    assert page == served_index(template, None)
+    assert page == served_index(template, None, INLINE)
     assert '<link rel="preload" href="/api/meta" as="fetch" crossorigin="anonymous">' in page
     assert "application/json" not in page
     data.meta = working  # type: ignore[method-assign]
-    assert client.get("/").text == served_index(template, working())  # (not kept)
+    assert client.get("/").text == served_index(template, working(), INLINE)  # (not kept)
+
+
+def sha256_source(text: str) -> str:
+    return "'sha256-" + base64.b64encode(hashlib.sha256(text.encode()).digest()).decode() + "'"
+
+
+def test_the_page_allows_its_written_in_script_and_stylesheet_by_hash_only():
+    client = TestClient(create_app(ViewerData([memlens.load(small_snapshot())])), base_url=BASE)
+    r = client.get("/")
+    (script,) = re.findall(r'<script type="module">(.*?)</script>', r.text, re.S)
+    (style,) = re.findall(r"<style>(.*?)</style>", r.text, re.S)
+    assert script == FILES.text("/bundle.js") and style == FILES.text("/app.css")
+    csp = r.headers["content-security-policy"]
+    assert f"script-src 'self' {sha256_source(script)};" in csp
+    assert f"style-src 'self' {sha256_source(style)};" in csp
+    assert "unsafe-inline" not in csp
+    # the files by URL still exist (the unbundled page, a file that cannot be written in)
+    assert client.get(BUNDLE_URL).text == script
+
+
+@pytest.mark.parametrize("ending", ["</script >", "</SCRIPT", "<!-- x"])
+def test_a_script_or_stylesheet_that_could_end_its_element_is_loaded_by_url(ending):
+    template = (Path(str(STATIC)) / "index.html").read_text()
+    inline = inline_assets(
+        f"const s = '{ending}';", ending.replace("script", "style").replace("SCRIPT", "STYLE")
+    )
+    assert inline.script is None and inline.style is None
+    page = served_index(template, None, inline)
+    assert '<script type="module" src="/static/bundle.js"></script>' in page
+    assert '<link rel="stylesheet" href="/static/app.css">' in page
+    assert inline.csp(CSP) == CSP  # nothing to allow
 
 
 def test_a_template_without_its_scripts_block_is_refused():

@@ -12,8 +12,9 @@ from starlette.testclient import TestClient
 from view_fixtures import small_snapshot
 
 import memlens
+from memlens.views.web.assets import PageFiles
 from memlens.views.web.data import ViewerData
-from memlens.views.web.page import served_index
+from memlens.views.web.page import inline_assets, served_index
 from memlens.views.web.server import STATIC, create_app
 
 ROOT = Path(str(STATIC))
@@ -34,10 +35,13 @@ def test_every_file_byte_for_byte(client):
         # the type StaticFiles gave (mimetypes': text/javascript or application/javascript)
         assert r.headers["content-type"] == f"{guess_type(p.name)[0]}; charset=utf-8", p
         assert r.headers["x-content-type-options"] == "nosniff"
-    # `/`: index.html with the modules as one script and /api/meta written in (page.py)
+    # `/`: index.html with the modules as one script, the stylesheet and /api/meta written
+    # in (page.py)
     page = client.get("/")
     meta = client.get("/api/meta").json()
-    assert page.text == served_index((ROOT / "index.html").read_text(), meta)
+    files = PageFiles(ROOT)
+    inline = inline_assets(files.text("/bundle.js"), files.text("/app.css"))
+    assert page.text == served_index((ROOT / "index.html").read_text(), meta, inline)
     assert page.headers["content-type"] == "text/html; charset=utf-8"
     assert "script-src 'self'" in page.headers["content-security-policy"]
 

@@ -40,7 +40,7 @@ from memlens.views.web.assets import PageFiles
 from memlens.views.web.data import PAGE_MIN_PX, ViewerData, Window
 from memlens.views.web.kept_answers import json_bytes
 from memlens.views.web.loading import Loading
-from memlens.views.web.page import served_index
+from memlens.views.web.page import BUNDLE_URL, InlineAssets, inline_assets, served_index
 
 if TYPE_CHECKING:  # the summary's type only: its module is imported when one is asked for
     from memlens.analysis.results import DeviceSummary
@@ -226,6 +226,8 @@ def create_app(
         )
 
     page = PageFiles(Path(str(STATIC)))
+    # the script and the stylesheet written into the page `/` serves (page.py)
+    inline = inline_assets(page.text(BUNDLE_URL.removeprefix("/static")), page.text("/app.css"))
     served: list[bytes] = []  # the page `/` serves, made once /api/meta's answer is known
 
     def make_index() -> bytes:
@@ -233,8 +235,8 @@ def create_app(
             try:
                 meta = loaded().meta()
             except Exception:  # the page asks /api/meta itself, which says what is wrong
-                return served_index(page.text("/index.html"), None).encode()
-            served.append(served_index(page.text("/index.html"), meta).encode())
+                return served_index(page.text("/index.html"), None, inline).encode()
+            served.append(served_index(page.text("/index.html"), meta, inline).encode())
         return served[0]
 
     async def index(req: Request) -> Response:
@@ -244,7 +246,7 @@ def create_app(
         # While the snapshots load, the page without it (its preload of /api/meta, which
         # waits for the load): the browser parses the page meanwhile
         if not (served or loading.loaded()):
-            body = served_index(page.text("/index.html"), None).encode()
+            body = served_index(page.text("/index.html"), None, inline).encode()
         elif served or loaded().meta_ready():
             body = make_index()
         else:
@@ -269,7 +271,7 @@ def create_app(
     app = Starlette(
         routes=routes,
         middleware=[
-            Middleware(SecurityHeaders, frame_ancestors=tuple(frame_ancestors)),
+            Middleware(SecurityHeaders, frame_ancestors=tuple(frame_ancestors), inline=inline),
             Middleware(TrustedHostMiddleware, allowed_hosts=allowed),
         ],
     )
@@ -287,9 +289,14 @@ def import_request_modules() -> None:
 class SecurityHeaders:
     """Pure ASGI middleware: security headers on every response, CSP on the page."""
 
-    def __init__(self, app: ASGIApp, frame_ancestors: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        frame_ancestors: tuple[str, ...] = (),
+        inline: InlineAssets | None = None,
+    ) -> None:
         self.app = app
-        self.page_headers = _page_headers(frame_ancestors)
+        self.page_headers = _page_headers(frame_ancestors, inline)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -311,9 +318,12 @@ class SecurityHeaders:
         await self.app(scope, receive, send_with_headers)
 
 
-def _page_headers(frame_ancestors: tuple[str, ...] = ()) -> dict[str, str]:
+def _page_headers(
+    frame_ancestors: tuple[str, ...] = (), inline: InlineAssets | None = None
+) -> dict[str, str]:
+    policy = inline.csp(CSP) if inline is not None else CSP  # the page's own, by hash
     if not frame_ancestors:
-        return {"Content-Security-Policy": CSP, "X-Frame-Options": "DENY"}
+        return {"Content-Security-Policy": policy, "X-Frame-Options": "DENY"}
     # X-Frame-Options cannot name origins; CSP frame-ancestors supersedes it where given
-    csp = CSP.replace("frame-ancestors 'none'", "frame-ancestors " + " ".join(frame_ancestors))
+    csp = policy.replace("frame-ancestors 'none'", "frame-ancestors " + " ".join(frame_ancestors))
     return {"Content-Security-Policy": csp}
