@@ -39,8 +39,8 @@ def test_every_file_byte_for_byte(client):
     # in (page.py)
     page = client.get("/")
     meta = client.get("/api/meta").json()
-    files = PageFiles(ROOT)
-    inline = inline_assets(files.text("/bundle.js"), files.text("/app.css"))
+    served = PageFiles(ROOT)
+    inline = inline_assets(served.text("/bundle.js"), served.text("/app.css"))
     assert page.text == served_index((ROOT / "index.html").read_text(), meta, inline)
     assert page.headers["content-type"] == "text/html; charset=utf-8"
     assert "script-src 'self'" in page.headers["content-security-policy"]
