@@ -228,14 +228,17 @@ def create_app(
     page = PageFiles(Path(str(STATIC)))
     # the script and the stylesheet written into the page `/` serves (page.py)
     inline = inline_assets(page.text(BUNDLE_URL.removeprefix("/static")), page.text("/app.css"))
+    # the page without /api/meta's answer (it preloads it): while the snapshots load, or
+    # when the answer fails (the page's own request then says what is wrong)
+    without_meta = served_index(page.text("/index.html"), None, inline).encode()
     served: list[bytes] = []  # the page `/` serves, made once /api/meta's answer is known
 
     def make_index() -> bytes:
         if not served:
             try:
                 meta = loaded().meta()
-            except Exception:  # the page asks /api/meta itself, which says what is wrong
-                return served_index(page.text("/index.html"), None, inline).encode()
+            except Exception:
+                return without_meta
             served.append(served_index(page.text("/index.html"), meta, inline).encode())
         return served[0]
 
@@ -246,7 +249,7 @@ def create_app(
         # While the snapshots load, the page without it (its preload of /api/meta, which
         # waits for the load): the browser parses the page meanwhile
         if not (served or loading.loaded()):
-            body = served_index(page.text("/index.html"), None, inline).encode()
+            body = without_meta
         elif served or loaded().meta_ready():
             body = make_index()
         else:
