@@ -53,14 +53,23 @@ def fingerprint() -> str:
     """What the answers were computed by: memlens's modules (path, size, mtime), numpy's and
     Python's versions. 16 hex digits, part of every kept set's name."""
     h = hashlib.sha256(f"{np.__version__}|{sys.version}".encode())
-    for folder, dirs, files in os.walk(PACKAGE):
-        dirs.sort()
-        for name in sorted(files):
-            if name.endswith((".py", ".so", ".pyd")):
-                st = os.stat(os.path.join(folder, name))
-                rel = os.path.relpath(os.path.join(folder, name), PACKAGE)
-                h.update(f"{rel}|{st.st_size}|{st.st_mtime_ns}\n".encode())
+    _hash_modules(h, str(PACKAGE), "")
     return h.hexdigest()[:16]
+
+
+def _hash_modules(h: hashlib._Hash, folder: str, rel: str) -> None:
+    """Each module's relative path, size and mtime into h: a folder's own files in name
+    order, then its subfolders in name order. With os.scandir and plain string paths: at
+    the first request of a start, os.walk with relpath took 11 ms of its 30 (330 files)."""
+    with os.scandir(folder) as it:
+        entries = sorted(it, key=lambda e: e.name)
+    for e in entries:
+        if e.name.endswith((".py", ".so", ".pyd")) and e.is_file():
+            st = e.stat()
+            h.update(f"{rel}{e.name}|{st.st_size}|{st.st_mtime_ns}\n".encode())
+    for e in entries:
+        if e.is_dir(follow_symlinks=False):  # (as os.walk: not into a linked folder)
+            _hash_modules(h, e.path, f"{rel}{e.name}/")
 
 
 def set_name(key: str) -> str:
