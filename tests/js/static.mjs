@@ -15,3 +15,4 @@ export {
   siteParts,
   uniqueSuffixes,
 } from "../../src/memlens/views/web/static/js/compare.js";
+export { hexRgb, rasterBands } from "../../src/memlens/views/web/static/js/pane/raster.js";

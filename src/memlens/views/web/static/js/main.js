@@ -9,9 +9,9 @@
 //   state.js      shared state (window.memlens, for tests and benchmarks)
 //   api.js        the JSON API          format.js   number formatting (pure)
 //   dom.js        element and theme helpers
-//   pane/pane.js  one chart pane: device, range, requests; pane/render.js draws it,
-//                 pane/input.js hit-tests and binds the mouse; pane/geometry.js and
-//                 pane/colour.js are pure
+//   pane/pane.js  one chart pane: device, range, requests; pane/render.js draws it
+//                 (its bands as pixels: pane/raster.js), pane/input.js hit-tests and
+//                 binds the mouse; pane/geometry.js, pane/colour.js and raster.js are pure
 //   tooltip.js, details.js, live_tree.js, allocator.js, compare.js: the tooltip and the
 //                 side cards; cursor.js moves the timeline cursor (the live tree and the
 //                 allocator card follow it)

@@ -6,6 +6,7 @@ import { col, context2d, dpr } from "../dom.js";
 import { fmtBytes, fmtEventCount, fmtTick } from "../format.js";
 import { state } from "../state.js";
 import { siteColor } from "./colour.js";
+import { hexRgb, rasterBands } from "./raster.js";
 
 const PREEXISTING = 1; // a band's flag (snapshot/model.py): allocated before the trace
 import { lowerBound, ML, MR, MT, xTickStep, yTicks } from "./geometry.js";
@@ -13,24 +14,26 @@ import { lowerBound, ML, MR, MT, xTickStep, yTicks } from "./geometry.js";
 // diagonal hatches, one 6x6 tile per colour pair and theme: the aggregate band's ("/", in
 // --small) and the ghosts' ("\\", in --ghost: allocations made before the trace began or
 // whose entries the ring buffer dropped, known only from the final segments or their free)
+const TILE = 6;
 /** @type {Map<string, HTMLCanvasElement>} */
 const tiles = new Map();
+/** @type {Map<string, Uint8ClampedArray>} */
+const tilePixels = new Map();
 /**
- * @param {CanvasRenderingContext2D} ctx
  * @param {string} fill  CSS variable of the ground
  * @param {string} line  CSS variable of the hatch
  * @param {boolean} mirror  "\\" instead of "/"
  */
-function hatch(ctx, fill, line, mirror) {
+function hatchTile(fill, line, mirror) {
   const key = `${fill} ${line} ${mirror}`;
   let tile = tiles.get(key);
   if (!tile) {
     tile = document.createElement("canvas");
-    tile.width = tile.height = 6;
+    tile.width = tile.height = TILE;
     const t = context2d(tile);
     t.fillStyle = col(fill);
-    t.fillRect(0, 0, 6, 6);
-    if (mirror) t.setTransform(-1, 0, 0, 1, 6, 0);
+    t.fillRect(0, 0, TILE, TILE);
+    if (mirror) t.setTransform(-1, 0, 0, 1, TILE, 0);
     t.strokeStyle = col(line);
     t.lineWidth = 1.5;
     t.beginPath();
@@ -43,13 +46,37 @@ function hatch(ctx, fill, line, mirror) {
     t.stroke();
     tiles.set(key, tile);
   }
-  return ctx.createPattern(tile, "repeat") || col(fill); // (null: a 0-size tile)
+  return tile;
+}
+/**
+ * @param {CanvasRenderingContext2D} ctx
+ * @param {string} fill
+ * @param {string} line
+ * @param {boolean} mirror
+ */
+function hatch(ctx, fill, line, mirror) {
+  return ctx.createPattern(hatchTile(fill, line, mirror), "repeat") || col(fill); // (null: a 0-size tile)
+}
+/** A hatch tile's RGBA pixels, for bands drawn as pixels (raster.js)
+ * @param {string} fill
+ * @param {string} line
+ * @param {boolean} mirror
+ */
+function hatchPixels(fill, line, mirror) {
+  const key = `${fill} ${line} ${mirror}`;
+  let px = tilePixels.get(key);
+  if (!px) {
+    px = context2d(hatchTile(fill, line, mirror)).getImageData(0, 0, TILE, TILE).data;
+    tilePixels.set(key, px);
+  }
+  return px;
 }
 /** @param {CanvasRenderingContext2D} ctx */
 const smallPattern = (ctx) => hatch(ctx, "--small", "--small-hatch", false);
 // the theme changed: draw the hatches again in its colours
 export function forgetPatterns() {
   tiles.clear();
+  tilePixels.clear();
 }
 
 // The polygon of band k: bottom edge along its runs, then the top edge back, added to
@@ -123,35 +150,29 @@ export function renderOff(p) {
   ctx.setTransform(r, 0, 0, r, 0, 0);
   const y = (/** @type {number} */ bytes) => H - ((bytes - v.ymin) / (v.ymax - v.ymin)) * H;
   const colX = (/** @type {number} */ c) => c;
-  // one path per colour: a few fills instead of one per band
-  const byColor = new Map();
-  const edges = new Path2D(); // outlines of bands tall enough to show a separating line
   const b = v.bands,
     pxPerByte = H / (v.ymax - v.ymin);
-  const ghosts = new Path2D(); // alive before the trace: hatched, apart from traced bands
-  for (let k = 0; k < b.row.length; k++) {
-    if (b.flags && b.flags[k] & PREEXISTING) {
-      traceBand(ghosts, v, k, y, colX);
-      continue;
-    }
+  // the bands as pixels (raster.js): each call site's flat colour, the ghosts' hatch
+  const rgb = new Map();
+  /** @type {import("./raster.js").BandPaint} */
+  const ghost = { tile: hatchPixels("--ghost", "--ghost-hatch", true), size: TILE, scale: r };
+  const paintOf = (/** @type {number} */ k) => {
+    if (b.flags && b.flags[k] & PREEXISTING) return ghost;
     const c = siteColor(v.group_keys[b.group[k]]);
-    let path = byColor.get(c);
-    if (!path) {
-      path = new Path2D();
-      byColor.set(c, path);
-    }
-    traceBand(path, v, k, y, colX);
-    // narrow bands get no outline: on short-lived ones it would wash out their colour
+    let paint = rgb.get(c);
+    if (!paint) rgb.set(c, (paint = { rgb: hexRgb(c) }));
+    return paint;
+  };
+  const pixels = rasterBands(b, off.width, off.height, r, y, paintOf);
+  ctx.putImageData(new ImageData(pixels, off.width, off.height), 0, 0);
+  const edges = new Path2D(); // outlines of bands tall enough to show a separating line
+  for (let k = 0; k < b.row.length; k++) {
+    // narrow bands get no outline: on short-lived ones it would wash out their colour;
+    // nor do ghosts (their hatch sets them apart)
+    if (b.flags && b.flags[k] & PREEXISTING) continue;
     if (b.size[k] * pxPerByte >= 4 && b.c1[k] - b.c0[k] >= 4) traceBand(edges, v, k, y, colX);
   }
-  for (const [c, path] of byColor) {
-    ctx.fillStyle = c;
-    ctx.fill(path);
-  }
-  ctx.fillStyle = hatch(ctx, "--ghost", "--ghost-hatch", true);
-  ctx.fill(ghosts);
   const stacks = aggregates(v);
-  closeConflationGaps(ctx, v, stacks, y, r);
   // neighbours from one call site share a colour: a thin line keeps them apart
   ctx.strokeStyle = col("--band-edge");
   ctx.lineWidth = 0.5;
@@ -187,38 +208,6 @@ export function renderOff(p) {
     ctx.lineTo(c + 1, t);
   }
   ctx.stroke();
-}
-
-// Thin bands of different colours sharing a pixel row each cover a fraction of it, and
-// canvas antialiasing composites them as if they overlapped: the row ends up partly
-// transparent and the stack looks washed out. Below the top of the drawn bands every
-// pixel is covered, so make it opaque: getImageData gives un-premultiplied colours, so
-// the pixel keeps the mix of the bands painted there. O(pixels), a few ms.
-/**
- * @param {CanvasRenderingContext2D} ctx
- * @param {import("./pane.js").PaneView} v
- * @param {Stack[]} stacks
- * @param {(bytes: number) => number} y
- * @param {number} r device pixels per CSS pixel
- */
-function closeConflationGaps(ctx, v, stacks, y, r) {
-  const w = ctx.canvas.width,
-    h = ctx.canvas.height;
-  if (!w || !h || !v.bands.row.length) return;
-  const img = ctx.getImageData(0, 0, w, h),
-    d = img.data;
-  for (const { base, small } of stacks) {
-    const bottom = Math.min(h, Math.floor(y(base) * r)); // the last whole row inside
-    for (let c = 0; c < v.width; c++) {
-      const top = Math.max(0, Math.ceil(y(small.offset[c]) * r)); // the first one
-      const x0 = Math.round(c * r),
-        x1 = Math.min(w, Math.round((c + 1) * r));
-      for (let row = top; row < bottom; row++) {
-        for (let x = x0, i = (row * w + x0) * 4 + 3; x < x1; x++, i += 4) if (d[i]) d[i] = 255;
-      }
-    }
-  }
-  ctx.putImageData(img, 0, 0);
 }
 
 // The chart's stacks, each from `base` bytes up: one, or a lane per stream.
