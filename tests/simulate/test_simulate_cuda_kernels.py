@@ -10,6 +10,7 @@ the weight and rstd. The CPU build's composite instead kept an fp32 upcast of th
 from __future__ import annotations
 
 import importlib.util
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -24,6 +25,7 @@ from memlens.simulation.patches import cuda_kernels  # noqa: E402
 BF16 = torch.bfloat16
 ROOT = Path(__file__).resolve().parents[2]
 MIB = 2**20
+DOC = Path("docs") / "cuda-kernels.md"
 
 
 def events(sim) -> list[tuple[str, int]]:
@@ -107,7 +109,20 @@ def test_every_composite_on_cpu_op_of_the_installed_torch_is_modelled():
         assert getattr(torch.ops.aten, name).default in cuda_kernels.MODELS
 
 
+def table_torch_version() -> str:
+    """The torch release docs/cuda-kernels.md was generated from (its header says)."""
+    found = re.search(r"from torch (\S+)'s own registrations", (ROOT / DOC).read_text())
+    assert found, "docs/cuda-kernels.md names no torch release"
+    return found.group(1)
+
+
 def test_the_checked_in_table_is_the_generators_output():
+    # the table is the pinned build's; another release registers other ops (2.14.1 and
+    # 2.15.0 each give another table), and under it the check that matters is the one
+    # below: every composite-on-CPU op of the installed torch is modelled
+    made_from, installed = table_torch_version(), torch.__version__.split("+")[0]
+    if installed != made_from:
+        pytest.skip(f"docs/cuda-kernels.md is torch {made_from}'s table; this is {installed}")
     out = subprocess.run(
         [sys.executable, str(ROOT / "scripts" / "gen_cuda_kernels.py"), "--check"],
         capture_output=True,
