@@ -25,6 +25,10 @@ PP 2 x FSDP 2 (4 ranks), with each pipeline schedule torchtitan offers: each ran
 half of its stages' tensors, the stages split as the schedule has torchtitan split them
 (PIPELINES below; the last stage's ranks may keep one more lm_head gradient shard).
 
+PyTorch's FSDPMemTracker on the same model, parallelize function and mesh (the end of
+this file): memlens's peak over the tracked step minus the two cuBLAS workspaces equals
+the tracker's peak plus named bytes, to the byte.
+
 torchtitan and what it imports (tyro, torchdata, datasets, tensorboard, triton, ...) are
 not memlens's dependencies: the test runs where they are importable, or where
 MEMLENS_SIM_TRAINERS_PATH names the directory `scripts/setup_sim_trainers.sh` installed
