@@ -698,6 +698,8 @@ def test_fsdp_mem_tracker_equals_memlens_peak_minus_the_workspaces(assets, case)
     assert done.returncode == 0, done.stderr[-4000:]
     for rank in sorted({0, nproc - 1}):
         marks = json.loads(Path(str(out).format(rank=rank)).read_text())
+        # the tracked step holds the run's peak (step 1 and before peak lower)
+        assert marks["peak_before"] < marks["peak"], rank
         assert marks["peak"] - WORKSPACES - marks["tracker_peak"] == above, rank
         # the tracker sees the state memlens holds: each parameter's shard (FSDP2's dim-0
         # chunk, fp32) and AdamW's two moments and 0-d step per tensor, 512-byte blocks
