@@ -272,10 +272,9 @@ with tracker:
         mark("step")
 marks["peak"] = torch.cuda.max_memory_allocated()
 if opts.tracker:
-    peaks = tracker.get_tracker_snapshot("peak")
-    marks["tracker_peak"] = max(snap["Total"] for snap in peaks.values())
-    marks["tracker_by_kind"] = {
-        f"{dev}:{k}": v for dev, snap in peaks.items() for k, v in snap.items() if v
-    }
+    import mem_tracker_rules  # beside this script
+
+    marks["tracker_peak"] = mem_tracker_rules.tracker_peak(tracker)
+    marks["tracker_by_kind"] = mem_tracker_rules.peak_by_kind(tracker)
 with open(opts.out.format(rank=os.environ.get("RANK", "0")), "w") as f:
     json.dump(marks, f)

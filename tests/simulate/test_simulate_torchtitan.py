@@ -25,6 +25,10 @@ PP 2 x FSDP 2 (4 ranks), with each pipeline schedule torchtitan offers: each ran
 half of its stages' tensors, the stages split as the schedule has torchtitan split them
 (PIPELINES below; the last stage's ranks may keep one more lm_head gradient shard).
 
+PyTorch's FSDPMemTracker on the same model, parallelize function and mesh (the end of
+this file): memlens's peak over the tracked step minus the two cuBLAS workspaces equals
+the tracker's peak plus named bytes, to the byte.
+
 torchtitan and what it imports (tyro, torchdata, datasets, tensorboard, triton, ...) are
 not memlens's dependencies: the test runs where they are importable, or where
 MEMLENS_SIM_TRAINERS_PATH names the directory `scripts/setup_sim_trainers.sh` installed
@@ -36,6 +40,7 @@ ZERO_BUBBLE), every rank simulated.
 
 from __future__ import annotations
 
+import json
 import os
 import pickle
 import subprocess
@@ -176,13 +181,20 @@ def assets(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def simulate(
-    root: Path, nproc: int, out: str, extra: list[str], ranks: tuple[str, ...] = ("--workers", "2")
+    root: Path,
+    nproc: int,
+    out: str,
+    extra: list[str],
+    ranks: tuple[str, ...] = ("--workers", "2"),
+    script: Path = TRAIN,
+    env: dict[str, str] | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(SRC), EXTRA) if p)}
+    path = os.pathsep.join(p for p in (str(SRC), EXTRA) if p)
     return subprocess.run(
         [sys.executable, "-m", "memlens", "simulate", "--nproc-per-node", str(nproc),
-         *ranks, "-o", out, str(TRAIN), *TITAN_ARGS, *extra],
-        capture_output=True, text=True, cwd=root, env=env, timeout=1800,
+         *ranks, "-o", out, str(script), *TITAN_ARGS, *extra],
+        capture_output=True, text=True, cwd=root, timeout=1800,
+        env={**os.environ, "PYTHONPATH": path, **(env or {})},
     )  # fmt: skip
 
 
@@ -618,3 +630,80 @@ def test_llama3_context_parallel_halves_the_sequence_per_rank(assets):
         assert allocations_in(snapshot, "embedding.py", "forward") == {2 * 128 * 256 * 2: 2}
         gathered = allocations_in(snapshot, "api.py", "cp_forward")
         assert gathered[2 * 16 * 256 * 16 * 2] == 2 * 6 * 2, path.name
+
+
+# ------------------------------------------------------------ PyTorch's FSDPMemTracker
+# torchtitan_tracked.py runs torchtitan (unedited, its model, parallelize function and mesh)
+# with its last step inside PyTorch's FSDPMemTracker, in the simulation, and writes the
+# allocator's peak over that step (memlens's max_memory_allocated) and the tracker's.
+# What it takes (docs/simulation.md):
+# - `--loss.num_chunks 1` (torchtitan's own option): its default chunked loss calls lm_head 8
+#   times after the model's forward, which FSDPMemTracker refuses as "multiple iterative
+#   calls";
+# - under a dispatch mode Dynamo compiles nothing, so the tracked step runs eagerly, and
+#   flex_attention (PyTorch's uncompiled switch) runs its dense implementation, through the
+#   rule mem_tracker_rules.py gives the tracker (it has none for higher-order ops).
+# The tracker counts each live tensor storage rounded up to 512 bytes after each op; memlens
+# counts the caching allocator's blocks. Exact relation, the step's peaks:
+#   memlens = FSDPMemTracker + the two cuBLAS workspaces (32 MiB each on an H100: the
+#             forward's thread and autograd's) + GC_HELD + UNSPLIT (1 rank)
+# - GC_HELD: storages from step 1 held by cyclic garbage (Dynamo's tracing state from
+#   compiling flex_attention and create_block_mask): one layer's q, k and v, 2 x 128 x 16
+#   x 16 bf16 = 131,072 bytes each; the BlockMask's eight int32 block counts and indices,
+#   512 each; the document-mask closure's 2 x 128 int32 ids, 1,024. torchtitan turns
+#   automatic collection off (GarbageCollection; its collect(1) every
+#   --training.gc_freq steps does not reach them: with 1, the same bytes), and the
+#   tracker, entered at step 2, does not know them. MEMLENS_TRACKER_COLLECT=1 (a
+#   gc.collect() before the step) frees exactly these.
+# - UNSPLIT (1 rank): at the peak, inside flex_attention's dense backward, a 2,097,152-byte
+#   request takes a cached 2,881,536-byte block whole (the caching allocator splits a
+#   large-pool block only when more than 1 MiB would remain), and the allocator counts the
+#   whole block as allocated.
+TRACKED = Path(__file__).with_name("torchtitan_tracked.py")
+WORKSPACES = 2 * 32 * MIB
+GC_HELD = 3 * 131_072 + 8 * 512 + 1_024
+UNSPLIT = 2_881_536 - 2_097_152
+COLLECT = {"MEMLENS_TRACKER_COLLECT": "1"}
+# one TransformerBlock's tensors' elements (wqkv, wo, w1, w2, w3, two norms), then the root's
+BLOCK_TENSORS = [768 * 256, 256 * 256, 768 * 256, 256 * 768, 768 * 256, 256, 256]
+TENSOR_ELEMENTS = 6 * BLOCK_TENSORS + [2048 * 256, 2048 * 256, 256]
+# case -> (ranks, extra environment, memlens - workspaces - tracker); about 1 minute at 1
+# rank, 2 at 4 (ranks 0 and 3) alone on a 2-core machine
+TRACKER_CASES: dict[str, tuple[int, dict[str, str], int]] = {
+    "tracker1": (1, {}, GC_HELD + UNSPLIT),
+    "tracker1-collected": (1, COLLECT, UNSPLIT),
+    "tracker4": (4, {}, GC_HELD),
+    "tracker4-collected": (4, COLLECT, 0),  # equal to the byte
+}
+
+
+def r512(n: int) -> int:
+    return -(-n // 512) * 512
+
+
+def test_the_tracker_relation_is_named_to_the_byte():
+    assert (GC_HELD, UNSPLIT, sum(TENSOR_ELEMENTS), len(TENSOR_ELEMENTS)) == (
+        398_336, 784_384, P, TENSORS
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("case", list(TRACKER_CASES))
+def test_fsdp_mem_tracker_equals_memlens_peak_minus_the_workspaces(assets, case):
+    nproc, env, above = TRACKER_CASES[case]
+    out = assets / f"{case}-{{rank}}.json"
+    done = simulate(
+        assets, nproc, case, ["--loss.num_chunks", "1"], script=TRACKED,
+        env={"MEMLENS_TRACKER_OUT": str(out), **env},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-4000:]
+    for rank in sorted({0, nproc - 1}):
+        marks = json.loads(Path(str(out).format(rank=rank)).read_text())
+        # the tracked step holds the run's peak (step 1 and before peak lower)
+        assert marks["peak_before"] < marks["peak"], rank
+        assert marks["peak"] - WORKSPACES - marks["tracker_peak"] == above, rank
+        # the tracker sees the state memlens holds: each parameter's shard (FSDP2's dim-0
+        # chunk, fp32) and AdamW's two moments and 0-d step per tensor, 512-byte blocks
+        shards = sum(r512(4 * n // nproc) for n in TENSOR_ELEMENTS)
+        kinds = {k.rsplit(".", 1)[-1]: v for k, v in marks["tracker_by_kind"].items()}
+        assert kinds["SHARDED_PARAM"] == shards, rank
+        assert kinds["OPT"] == 2 * shards + TENSORS * 512, rank
