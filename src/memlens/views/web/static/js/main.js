@@ -144,8 +144,12 @@ async function main() {
     return;
   }
   state.meta = meta;
-  $("#title").textContent = meta.snapshots.map((s) => s.name).join("  vs  ");
-  document.title = `memlens view: ${meta.snapshots.map((s) => s.name.split("/").pop()).join(" vs ")}`;
+  // the files' names in the header (a path there was cut to "/…" by the controls beside
+  // it; each pane's head has the whole path), the whole paths on hover
+  const names = meta.snapshots.map((s) => s.name);
+  $("#title").textContent = names.map((n) => n.split("/").pop()).join("  vs  ");
+  $("#title").title = names.join("  vs  ");
+  document.title = `memlens view: ${names.map((n) => n.split("/").pop()).join(" vs ")}`;
   const params = new URLSearchParams(location.search);
   const want = params.has("device") ? Number(params.get("device")) : null;
   const compact = meta.snapshots.length > 1;
