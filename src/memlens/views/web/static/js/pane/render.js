@@ -163,8 +163,11 @@ export function renderOff(p) {
     if (!paint) rgb.set(c, (paint = { rgb: hexRgb(c) }));
     return paint;
   };
-  const pixels = rasterBands(b, off.width, off.height, r, y, paintOf);
-  ctx.putImageData(new ImageData(pixels, off.width, off.height), 0, 0);
+  if (off.width && off.height) {
+    // (ImageData refuses a 0-pixel side)
+    const pixels = rasterBands(b, off.width, off.height, r, y, paintOf);
+    ctx.putImageData(new ImageData(pixels, off.width, off.height), 0, 0);
+  }
   const edges = new Path2D(); // outlines of bands tall enough to show a separating line
   for (let k = 0; k < b.row.length; k++) {
     // narrow bands get no outline: on short-lived ones it would wash out their colour;
