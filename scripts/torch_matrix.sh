@@ -6,6 +6,7 @@
 #
 #   scripts/torch_matrix.sh 2.14.1                 # every test of tests/simulate
 #   scripts/torch_matrix.sh 2.14.1 -x tests/simulate/test_simulate_cuda_graphs.py
+#   scripts/torch_matrix.sh 2.15.0 tests/simulate -n 2   # pytest-xdist: two workers
 #
 # The venv is $MEMLENS_TORCH_VENV, else .venvs/torch-VERSION (git-ignored); it is made
 # once and reused. pip takes torch==VERSION as configured (a CUDA build from the index
@@ -26,7 +27,7 @@ if ! "$venv/bin/python" -c "import sys, torch; sys.exit(torch.__version__.split(
   "$venv/bin/python" -m pip install -q --disable-pip-version-check "torch==$version" numpy
 fi
 "$venv/bin/python" -m pip install -q --disable-pip-version-check -c constraints-dev.txt \
-  pytest hypothesis pyyaml "click>=8.1" "rich>=13"
+  pytest pytest-xdist hypothesis pyyaml "click>=8.1" "rich>=13"
 
 echo "torch_matrix: $("$venv/bin/python" -c 'import torch; print("torch", torch.__version__)') in $venv"
 args=("$@")

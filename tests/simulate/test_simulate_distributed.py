@@ -217,6 +217,32 @@ def r512(n: int) -> int:
 FSDP_SCRIPT = str(Path(__file__).with_name("fsdp_script.py"))
 
 
+def forward_peak(resident: int, gathered: int, unsharded: int, copied_in: int = 0) -> int:
+    """The FSDP script's forward peak, which comes in the second unit, with x and ReLU's
+    output (8,192 each) alive and the first unit's all-gather output still referenced by
+    FSDP2's comm_ctx.all_gather_state (kept so the next unit's copy-in overlaps with it).
+    `resident`: what stays on the GPU throughout (the shards, the first unit's unsharded
+    parameters when they are kept); `gathered`, `unsharded`: one unit's all-gather output
+    and unsharded parameters; `copied_in`: its all-gather input made on the GPU (the host
+    shard's copy under CPU offload), freed when unshard returns. The largest of:
+    - the all-gather: both units' outputs and the second unit's input;
+    - the copy-out, which makes the unsharded parameters. torch 2.13 and 2.14's
+      `wait_for_unshard` clears `all_gather_state` but holds it in its local
+      `prev_all_gather_state` until it returns, after the copy-out: both outputs are
+      alive. torch 2.15 moved that into
+      `FSDPCommContext.release_all_gather_state_for_comm_reuse`, whose local is gone
+      before the copy-out: only the second unit's output is;
+    - the second Linear's output (8,192), after the first unit's output is freed."""
+    from torch.distributed.fsdp._fully_shard._fsdp_param_group import FSDPCommContext
+
+    both_at_copy_out = not hasattr(FSDPCommContext, "release_all_gather_state_for_comm_reuse")
+    alive = resident + 8_192 + 8_192
+    at_all_gather = alive + gathered + copied_in + gathered
+    at_copy_out = alive + (gathered if both_at_copy_out else 0) + gathered + unsharded
+    at_output = alive + gathered + unsharded + 8_192
+    return max(at_all_gather, at_copy_out, at_output)
+
+
 def run_fsdp(tmp_path, monkeypatch, world: int, *args: str) -> dict[str, Any]:
     """The last rank of `world` (the one whose shard is padded when 256 rows do not
     divide evenly)."""
@@ -245,9 +271,11 @@ def test_fully_shard_holds_a_padded_shard_and_all_gathers_one_unit_ahead(
     unsharded = r512(world * rows * 256 * 4) + r512(world * rows * 4)
     # reshard_after_forward=True: after forward only the shards and the activations remain
     assert marks["forward"] == 2 * shard + ACTS
-    # the forward's peak is in the second unit: the first unit's all-gather output is
-    # kept until the next all-gather (FSDP2's all_gather_state), with x and ReLU's output
-    assert marks["forward_peak"] == 2 * shard + 8_192 + 8_192 + 2 * gathered + unsharded
+    # the forward's peak is in the second unit, where depends on the release (forward_peak):
+    # at the copy-out under torch 2.13 and 2.14 (2 * shard + 16,384 + 2 * gathered +
+    # unsharded: 1,069,056 at world 2), at the second Linear's output under 2.15
+    # (2 * shard + 24,576 + gathered + unsharded: 814,080)
+    assert marks["forward_peak"] == forward_peak(2 * shard, gathered, unsharded)
     # after backward: the reduce-scatter outputs are the sharded gradients (one flat
     # buffer per unit, padded like the parameters)
     grads = 2 * r512(rows * 257 * 4)
@@ -259,10 +287,11 @@ def test_fully_shard_holds_a_padded_shard_and_all_gathers_one_unit_ahead(
 
 def test_reshard_after_forward_false_keeps_the_unsharded_parameters(tmp_path, monkeypatch):
     marks = run_fsdp(tmp_path, monkeypatch, 2, "--keep-unsharded")
-    shard, unsharded = 2 * (128 * 1024 + 512), 2 * (256 * 1024 + 1024)
+    shard, unsharded = 2 * (128 * 1024 + 512), 256 * 1024 + 1024  # both units', one unit's
     gathered = 2 * 128 * 257 * 4
-    assert marks["forward"] == shard + unsharded + ACTS
-    assert marks["forward_peak"] == shard + 8_192 + 8_192 + 2 * gathered + unsharded
+    assert marks["forward"] == shard + 2 * unsharded + ACTS
+    # the first unit's unsharded parameters stay through the second unit's
+    assert marks["forward_peak"] == forward_peak(shard + unsharded, gathered, unsharded)
     # post-backward reshards them all the same
     assert marks["backward"] == 2 * shard + KEPT
 
@@ -278,14 +307,17 @@ def test_cpu_offload_keeps_shards_gradients_and_moments_off_the_gpu(tmp_path, mo
     assert marks["sharded"] == 0
     assert marks["forward"] == ACTS
     assert marks["backward"] == marks["step"] == KEPT
-    # what stays on the GPU: each unit's all-gather output and unsharded parameters,
-    # exactly the forward peak without offload less the two units' shards
+    # what comes to the GPU: each unit's all-gather input (its host shard copied there,
+    # weight and bias in blocks of their own), all-gather output and unsharded parameters.
+    # The peak: at the copy-out under torch 2.13 and 2.14 (16,384 + 3 x 263,168 =
+    # 805,888 at world 2, the peak without offload less the two shards), at the second
+    # unit's all-gather under 2.15 (16,384 + 2 x 263,168 + 131,584 = 674,304)
     rows = -(-256 // world)
     gathered = r512(world * rows * 257 * 4)
     unsharded = r512(world * rows * 256 * 4) + r512(world * rows * 4)
-    assert marks["forward_peak"] == 8_192 + 8_192 + 2 * gathered + unsharded
     shard = r512(rows * 256 * 4) + r512(rows * 4)
-    assert marks["forward_peak"] == plain["forward_peak"] - 2 * shard
+    assert marks["forward_peak"] == forward_peak(0, gathered, unsharded, copied_in=shard)
+    assert plain["forward_peak"] == forward_peak(2 * shard, gathered, unsharded)
 
 
 def test_fsdp2_allocates_on_its_own_streams(tmp_path, monkeypatch):

@@ -654,14 +654,21 @@ def test_llama3_context_parallel_halves_the_sequence_per_rank(assets):
 #   automatic collection off (GarbageCollection; its collect(1) every
 #   --training.gc_freq steps does not reach them: with 1, the same bytes), and the
 #   tracker, entered at step 2, does not know them. MEMLENS_TRACKER_COLLECT=1 (a
-#   gc.collect() before the step) frees exactly these.
+#   gc.collect() before the step) frees exactly these. Which of them the garbage holds
+#   is Dynamo's doing and changes with the release (gc.DEBUG_SAVEALL before step 2, every
+#   CUDA tensor among the unreachable objects, docs/simulation.md): torch 2.13 all of
+#   them (398,336), 2.14.1 the document ids alone (1,024), 2.15.0 none (the garbage is a
+#   quarter smaller and holds no tensor: the uncollected cases equal the collected ones).
 # - UNSPLIT (1 rank): at the peak, inside flex_attention's dense backward, a 2,097,152-byte
 #   request takes a cached 2,881,536-byte block whole (the caching allocator splits a
 #   large-pool block only when more than 1 MiB would remain), and the allocator counts the
 #   whole block as allocated.
 TRACKED = Path(__file__).with_name("torchtitan_tracked.py")
 WORKSPACES = 2 * 32 * MIB
-GC_HELD = 3 * 131_072 + 8 * 512 + 1_024
+DOC_IDS = 2 * 128 * 4  # the document-mask closure's int32 ids
+GC_HELD_BY_RELEASE = {"2.13": 3 * 131_072 + 8 * 512 + DOC_IDS, "2.14": DOC_IDS, "2.15": 0}
+RELEASE = ".".join(torch.__version__.split(".")[:2])
+GC_HELD = GC_HELD_BY_RELEASE.get(RELEASE)  # None: not measured under this release
 UNSPLIT = 2_881_536 - 2_097_152
 COLLECT = {"MEMLENS_TRACKER_COLLECT": "1"}
 # one TransformerBlock's tensors' elements (wqkv, wo, w1, w2, w3, two norms), then the root's
@@ -669,8 +676,8 @@ BLOCK_TENSORS = [768 * 256, 256 * 256, 768 * 256, 256 * 768, 768 * 256, 256, 256
 TENSOR_ELEMENTS = 6 * BLOCK_TENSORS + [2048 * 256, 2048 * 256, 256]
 # case -> (ranks, extra environment, memlens - workspaces - tracker); about 1 minute at 1
 # rank, 2 at 4 (ranks 0 and 3) alone on a 2-core machine
-TRACKER_CASES: dict[str, tuple[int, dict[str, str], int]] = {
-    "tracker1": (1, {}, GC_HELD + UNSPLIT),
+TRACKER_CASES: dict[str, tuple[int, dict[str, str], int | None]] = {
+    "tracker1": (1, {}, None if GC_HELD is None else GC_HELD + UNSPLIT),
     "tracker1-collected": (1, COLLECT, UNSPLIT),
     "tracker4": (4, {}, GC_HELD),
     "tracker4-collected": (4, COLLECT, 0),  # equal to the byte
@@ -682,7 +689,7 @@ def r512(n: int) -> int:
 
 
 def test_the_tracker_relation_is_named_to_the_byte():
-    assert (GC_HELD, UNSPLIT, sum(TENSOR_ELEMENTS), len(TENSOR_ELEMENTS)) == (
+    assert (GC_HELD_BY_RELEASE["2.13"], UNSPLIT, sum(TENSOR_ELEMENTS), len(TENSOR_ELEMENTS)) == (
         398_336, 784_384, P, TENSORS
     )  # fmt: skip
 
@@ -690,6 +697,8 @@ def test_the_tracker_relation_is_named_to_the_byte():
 @pytest.mark.parametrize("case", list(TRACKER_CASES))
 def test_fsdp_mem_tracker_equals_memlens_peak_minus_the_workspaces(assets, case):
     nproc, env, above = TRACKER_CASES[case]
+    if above is None:
+        pytest.skip(f"step 1's garbage was not measured under torch {RELEASE}")
     out = assets / f"{case}-{{rank}}.json"
     done = simulate(
         assets, nproc, case, ["--loss.num_chunks", "1"], script=TRACKED,
