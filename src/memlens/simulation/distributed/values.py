@@ -18,7 +18,12 @@ failed on shapes. Here the router's choices get values from the routing assumpti
 - all-to-all of a tensor with values: every rank routes its tokens by the same rule, so
   peer s sends this rank what this rank sends to rank r (its chunk r): the output is
   that chunk once per peer, when the split sizes agree;
-- `.item()` / `.tolist()` of a tensor with values answers them.
+- `.item()` / `.tolist()` of a tensor with values answers them;
+- source: integer random draws on the host (`torch.randint`, `torch.randperm` on the CPU,
+  a data loader's batch offsets and a sampler's order) are drawn for real, from the CPU
+  generator a GPU run draws them from (same seed, same numbers, the generator advanced
+  as there): `data[i : i + block_size]` with `i` from `torch.randint` is a block of
+  block_size tokens, not the empty slice two zeros would give.
 
 Everything else stays without values (zeros, as before). The values live beside the
 fake tensors (weakly keyed), as real host tensors of at most `_MAX_NUMEL` elements.
@@ -55,6 +60,15 @@ _FILLS = {
     _aten.full_like.default: None,
     _aten.new_full.default: None,
 }
+# integer random draws made on the host for real (see the module's text)
+_HOST_DRAWS = {
+    _aten.randint.default,
+    _aten.randint.low,
+    _aten.randint.generator,
+    _aten.randint.low_generator,
+    _aten.randperm.default,
+    _aten.randperm.generator,
+}
 _functional = torch.ops._c10d_functional
 _ALL_TO_ALL = _functional.all_to_all_single.default
 _WAIT = _functional.wait_tensor.default  # answers its argument
@@ -88,7 +102,7 @@ class Values:
     def after(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> None:
         """Give `out` the values `func` computes from its arguments', when they have some.
         Host work runs with the fake mode off (its tensors are real ones)."""
-        if func is not _aten.topk.default and not self._real:
+        if func is not _aten.topk.default and func not in _HOST_DRAWS and not self._real:
             return  # no values yet: nothing to follow (the common case, at no cost)
         with unset_fake_temporarily():
             self._after(func, args, kwargs, out)
@@ -96,6 +110,9 @@ class Values:
     def _after(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> None:
         if func is _aten.topk.default:
             self._route(args, kwargs, out)
+            return
+        if func in _HOST_DRAWS:
+            self._draw(func, args, kwargs, out)
             return
         if func in _FILLS:
             self._constant(func, args, kwargs, out)
@@ -206,6 +223,16 @@ class Values:
         fakes, reals = tree_flatten(out)[0], tree_flatten(real)[0]
         for fake, value in zip(fakes, reals, strict=False):
             self._keep(fake, value)
+
+    def _draw(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> None:
+        """An integer random draw on the host: drawn for real, from the generator the
+        script's own run would use (a CUDA draw has no generator here: it stays without
+        values)."""
+        if not isinstance(out, FakeTensor) or out.device.type != "cpu":
+            return
+        if out.numel() > _MAX_NUMEL:
+            return
+        self._keep(out, func(*args, **{**kwargs, "device": torch.device("cpu")}))
 
     def _constant(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> None:
         value = _FILLS[func]

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from torch._subclasses.functional_tensor import FunctionalTensor
 
 # (op, overload); "" is the default overload.
 LOWER_PRECISION_FP: tuple[tuple[str, str], ...] = (
@@ -171,14 +172,26 @@ def _qualified(op: str, overload: str) -> str:
     return f"{op}.{overload}" if overload else op
 
 
+def device_type(t: torch.Tensor) -> str:
+    """The device type a GPU run would see for `t`. A fake's Python `.device` is its fake
+    device (`cuda`), whatever its dispatch keys say; while AOTAutograd traces a compiled
+    graph, its arguments are FunctionalTensors around such fakes, whose own device is the
+    C++ one (`cpu`, see fake_cuda): on a GPU that trace dispatches on CUDA, so what counts
+    is the device of the fake inside."""
+    if isinstance(t, FunctionalTensor):
+        t = torch._from_functional_tensor(t.elem)
+    return t.device.type
+
+
 def _eligible(arg: Any) -> bool:
-    # at::autocast::is_eligible for CUDA: a floating CUDA tensor that is not double.
-    # Python's `.device` is the fake device (`cuda`), whatever the dispatch keys say.
+    # at::autocast::is_eligible for CUDA: a floating CUDA tensor that is not double. Also
+    # while AOTAutograd traces a graph called under autocast, so that the compiled graph
+    # casts as a GPU's does (its matmuls in the low dtype, not fp32)
     return (
         isinstance(arg, torch.Tensor)
-        and arg.device.type == "cuda"
         and arg.is_floating_point()
         and arg.dtype != torch.float64
+        and device_type(arg) == "cuda"
     )
 
 

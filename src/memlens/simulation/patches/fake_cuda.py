@@ -215,6 +215,20 @@ def make_numpy(
     return numpy
 
 
+def make_format(original_format: Callable[..., Any]) -> Callable[..., Any]:
+    """`f"{loss:.4f}"` of a one-element fake: formatted as its `.item()` (its value where
+    the simulation knows it, else 0 with a note), as a real tensor formats; Tensor's own
+    `__format__` does that only for exactly `torch.Tensor`, so a FakeTensor raised
+    "unsupported format string" (nanoGPT's evaluation print)."""
+
+    def format_(self: torch.Tensor, format_spec: str) -> str:
+        if isinstance(self, FakeTensor) and self.dim() == 0:
+            return format(self.item(), format_spec)
+        return str(original_format(self, format_spec))
+
+    return format_
+
+
 def install(
     patches: Patches, cuda_api: dict[str, Callable[..., Any]], note: Callable[[str], None]
 ) -> CudaAutocast:
@@ -267,6 +281,7 @@ def install(
     )
     patches.set(torch.Tensor, "numpy", make_numpy(torch.Tensor.numpy, note))
     patches.set(torch.Tensor, "type_as", make_type_as(to))
+    patches.set(torch.Tensor, "__format__", make_format(torch.Tensor.__format__))
     # Pinned host memory and cross-stream bookkeeping have no meaning without a device.
     patches.set(torch.Tensor, "pin_memory", lambda self, device=None: self)
     patches.set(torch.Tensor, "is_pinned", lambda self, device=None: False)

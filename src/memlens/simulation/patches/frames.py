@@ -50,10 +50,15 @@ class FrameCollector:
     def __init__(self, enabled: bool = True, max_depth: int = 64):
         self.enabled = enabled
         self.max_depth = max_depth
-        self._frames: dict[tuple[Any, int], dict[str, Any]] = {}
+        # keyed by the code object's id, not the object: a code object hashes its
+        # constants, and code that PyTorch generates at run time can hold a dict among
+        # them (AOTAutograd's runtime wrapper), which cannot be hashed. `_codes` keeps
+        # every code object seen alive, so that no id is reused.
+        self._frames: dict[tuple[int, int], dict[str, Any]] = {}
+        self._codes: dict[int, Any] = {}
         self._stacks: dict[tuple[int, ...], list[dict[str, Any]]] = {}
         self._hidden: dict[str, bool] = {}
-        self._hidden_code: dict[Any, bool] = {}  # code object -> _is_hidden(its file)
+        self._hidden_code: dict[int, bool] = {}  # id(code) -> _is_hidden(its file)
         self._node_stacks: dict[str, list[dict[str, Any]]] = {}
         # `memlens simulate`: stacks stop at runpy's `_run_code` frame (see _RUN_CODE),
         # and end with `tail`, what a real run has there instead.
@@ -84,11 +89,12 @@ class FrameCollector:
             if code is cut:
                 out.extend(self.tail[: max_depth - len(out)])
                 break
-            skip = hidden.get(code)
+            skip = hidden.get(id(code))
             if skip is None:
-                skip = hidden[code] = self._is_hidden(code.co_filename)
+                self._codes[id(code)] = code
+                skip = hidden[id(code)] = self._is_hidden(code.co_filename)
             if not skip:
-                key = (code, frame.f_lineno)
+                key = (id(code), frame.f_lineno)
                 entry = frames.get(key)
                 if entry is None:
                     entry = {

@@ -21,6 +21,7 @@ kernels.
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass, field
 
 import torch
@@ -172,10 +173,23 @@ def _kernel_local(plan: Plan, groups: dict[Node, list[Node]]) -> set[Node]:
             readers.setdefault(b, set()).add(r)
     local = set()
     for group in groups.values():
+        members = set(group)
         for m in group[:-1]:
             if op_name(m) not in REDUCTIONS or m in plan.outputs:
                 continue
-            if readers.get(m) and readers[m] <= set(group):
+            if readers.get(m) and readers[m] <= members:
+                local.add(m)
+        for m in group:
+            # a reduction with several results (var_mean: a layer norm's variance and
+            # mean): each result only its own kernel reads is kept in registers too, and
+            # the reduction allocates nothing when all of them are
+            results = [g for g in m.users if g.target is operator.getitem]
+            if op_name(m) not in REDUCTIONS or not results:
+                continue
+            for g in results:
+                if g not in plan.outputs and readers.get(g) and readers[g] <= members:
+                    local.add(g)
+            if all(g in local for g in results):
                 local.add(m)
     return local
 
@@ -266,14 +280,18 @@ def _release(
 ) -> dict[Node, list[Node]]:
     at = {n: i for i, n in enumerate(order)}
     launch = {m: group[-1] for group in groups.values() for m in group}
-    moved = {m for group in groups.values() if len(group) > 1 for m in group}
+    readers: dict[Node, list[Node]] = {}
+    for r, reads in plan.access.items():
+        for buf in reads:
+            readers.setdefault(buf, []).append(r)
     out: dict[Node, list[Node]] = {}
     for node, bufs in plan.release.items():
         for buf in bufs:
-            last = node
-            if node in moved:  # its kernel runs elsewhere now: the buffer's last reader
-                readers = [r for r, reads in plan.access.items() if buf in reads]
-                last = max(readers or [node], key=at.__getitem__)
+            # the buffer's last reader in this order, not the graph's: a fused kernel's
+            # nodes move, and so do the values they pull along (a layer norm's
+            # `getitem(var_mean, 0)` after `getitem(var_mean, 1)` when the kernel that
+            # reads both is the reduction's own)
+            last = max([node, *readers.get(buf, ())], key=at.__getitem__)
             out.setdefault(launch.get(last, last), []).append(buf)
     for bufs in out.values():  # each kernel's in the order of their names
         bufs.sort(key=names.__getitem__)

@@ -21,7 +21,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch
-from torch._subclasses.functional_tensor import FunctionalTensor
+
+from memlens.simulation.patches.autocast import device_type
 
 if TYPE_CHECKING:
     from memlens.simulation.gpus import Gpu
@@ -57,11 +58,8 @@ def _dense_common(q: Any, k: Any, v: Any, gqa: bool, ignore_singleton: bool) -> 
 
 def on_cuda(t: Any) -> bool:
     """A CUDA tensor; also, while AOTAutograd traces a compiled graph, a FunctionalTensor
-    around a fake CUDA tensor, whose own device is the C++ one (`cpu`, see fake_cuda):
-    on a GPU that trace dispatches to the CUDA backends as well."""
-    if isinstance(t, FunctionalTensor):
-        t = torch._from_functional_tensor(t.elem)
-    return bool(getattr(t, "is_cuda", False))
+    around a fake CUDA tensor (autocast.device_type)."""
+    return isinstance(t, torch.Tensor) and device_type(t) == "cuda"
 
 
 def _common(q: Any, k: Any, v: Any) -> bool:

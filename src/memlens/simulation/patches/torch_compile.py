@@ -83,6 +83,12 @@ def install(patches: fake_cuda.Patches, sim: SimulationHost) -> None:
             reset.append(True)
             patches.on_restore(_reset_dynamo)
             _hide_autocast_patches(patches)
+            # The simulation's SDPA (sdpa.py) is a Python function in place of torch's:
+            # Dynamo would inline it and break the graph at its backend choice (a C
+            # function it cannot trace), splitting each attention layer's graph in two
+            # where a GPU has one. In the graph, as torch's own is, AOTAutograd traces
+            # it, and the kernel it picks is the graph's node.
+            torch._dynamo.allow_in_graph(torch.nn.functional.scaled_dot_product_attention)
         return original(model, backend=backend, **kwargs)
 
     compile_.__wrapped__ = original  # type: ignore[attr-defined]
@@ -122,8 +128,11 @@ class InductorModel:
 
     def __call__(self, gm: GraphModule, example_inputs: list[Any]) -> Any:
         from torch._dynamo.backends.common import aot_autograd
+        from torch._dynamo.exc import RestartAnalysis
+        from torch._guards import detect_fake_mode
         from torch._inductor.compile_fx import partition_fn
         from torch._inductor.decomposition import select_decomp_table
+        from torch._inductor.virtualized import V
 
         self.sim.note(NOTE)
 
@@ -155,9 +164,18 @@ class InductorModel:
         # of torch, 2.14.1's) it would launch real kernels; without Triton (the CPU build)
         # it never pads, and the simulation keeps to that.
         patched = config.patch(joint_graph_constant_folding=False, shape_padding=False)
-        with _backward_devices(), patched, _no_constant_propagation():
+        # Inductor's passes read the graph's fake mode from its virtualized `V` (the
+        # random-number pass that turns dropout into Inductor's seeded kernels needs it),
+        # which compile_fx sets around AOTAutograd as here
+        fake_mode = detect_fake_mode(example_inputs) or FakeTensorMode(allow_non_fake_inputs=True)
+        with _backward_devices(), patched, _no_constant_propagation(), V.set_fake_mode(fake_mode):
             try:
                 return backend(gm, example_inputs)
+            except RestartAnalysis:
+                # Dynamo's control flow, not a failure: it traces the frame again
+                # (TensorifyScalarRestartAnalysis: a float input specialised, nanoGPT's
+                # learning rate)
+                raise
             except Exception as exc:  # a graph the model cannot take: run it as traced
                 self.sim.note(f"torch.compile: a graph ran eagerly ({type(exc).__name__})")
                 return gm.forward
@@ -488,6 +506,8 @@ class GraphRunner:
         outputs = self.getitems.get(n)
         for i, item in enumerate(value if outputs is not None else [value]):
             owner = n if outputs is None else outputs.get(i)
+            if owner in self.schedule.local:
+                continue  # a result its kernel keeps in registers (inductor_schedule)
             for t in tree_flatten(item)[0]:
                 if not is_cuda(t) or sdpa.on_host(t):
                     continue

@@ -1,0 +1,176 @@
+"""What stopped or skewed a real third-party compiled training script (nanoGPT's train.py,
+compile on by default, bf16 autocast, dropout; tests/simulate/test_simulate_nanogpt.py),
+each on a small case with exact figures:
+
+- a compiled graph called under `torch.autocast("cuda")` ran its matmuls in fp32: while
+  AOTAutograd traces, the graph's arguments are FunctionalTensors, which autocast's
+  policy did not count as CUDA tensors;
+- `F.scaled_dot_product_attention` broke every attention layer's graph in two (Dynamo
+  inlined the simulation's Python SDPA and stopped at its backend choice);
+- `nn.Dropout` in a compiled training graph made the graph run eagerly (Inductor's
+  random-number pass reads the fake mode from `V`, which was not set);
+- a float argument Dynamo turns into a tensor (`TensorifyScalarRestartAnalysis`, its
+  signal to trace again) made the graph run eagerly;
+- a compiled LayerNorm without bias under `no_grad` failed (a value freed before its
+  last reader: the fused kernel's order put `getitem(var_mean, 0)` after the release);
+- the stack of an allocation under AOTAutograd's generated wrapper failed to hash its
+  code object (a dict among its constants);
+- a data loader's `torch.randint` offsets answered 0, so `data[i : i + block]` was empty;
+- `f"{loss:.4f}"` of a host scalar raised.
+"""
+
+from __future__ import annotations
+
+import types
+from typing import Any
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from torch import nn  # noqa: E402
+from torch.nn import functional as F  # noqa: E402
+
+import memlens  # noqa: E402
+from memlens.simulation.patches.frames import FrameCollector  # noqa: E402
+from memlens.simulation.patches.triton_autotune import made_by_autotuning  # noqa: E402
+
+pytestmark = pytest.mark.torch
+
+
+def events(sim: Any) -> list[tuple[str, int]]:
+    snapshot = sim.snapshot or sim.build_snapshot()
+    return [
+        ("+" if e["action"] == "alloc" else "-", e["size"])
+        for e in snapshot["device_traces"][0]
+        if e["action"] in ("alloc", "free_completed") and not made_by_autotuning(e)
+    ]
+
+
+def eager_fallbacks(sim: Any) -> list[str]:
+    return [n for n in sim.notes if "ran eagerly" in n]
+
+
+def test_a_compiled_graph_under_autocast_casts_as_cuda_autocast_does():
+    with memlens.simulate(cublas_workspace=0) as sim, torch.no_grad():
+        lin = nn.Linear(64, 32, bias=False, device="cuda")
+        x = torch.randn(16, 64, device="cuda")
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            before = len(events(sim))
+            y = torch.compile(lambda t: lin(t))(x)
+            got = events(sim)[before:]
+    assert y.dtype == torch.bfloat16
+    # the bf16 copies of the input (16 x 64) and the weight (32 x 64), the mm's bf16
+    # output (16 x 32, 1,024 bytes; 2,048 in fp32), then the copies die
+    assert got == [("+", 2048), ("+", 4096), ("+", 1024), ("-", 2048), ("-", 4096)]
+    assert not eager_fallbacks(sim)
+
+
+def test_compiled_attention_is_one_graph_with_the_cuda_kernel():
+    from torch._dynamo.utils import counters
+
+    counters.clear()
+    with memlens.simulate(cublas_workspace=0) as sim:
+        lin = nn.Linear(64, 192, device="cuda")
+
+        def attention(x: Any) -> Any:
+            q, k, v = lin(x).split(64, dim=2)
+            q, k, v = (t.view(2, 16, 4, 16).transpose(1, 2) for t in (q, k, v))
+            return F.scaled_dot_product_attention(q, k, v, dropout_p=0.1, is_causal=True)
+
+        x = torch.randn(2, 16, 64, device="cuda")
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            out = torch.compile(attention)(x)
+        out.float().sum().backward()
+    assert dict(counters["graph_break"]) == {}  # one graph, as on a GPU
+    assert "flash" in sim.sdpa_backends  # bf16 with dropout on an H100
+    assert out.dtype == torch.bfloat16 and not eager_fallbacks(sim)
+
+
+def test_compiled_dropout_in_training_compiles():
+    with memlens.simulate(cublas_workspace=0) as sim:
+        model = nn.Sequential(nn.Linear(64, 64, device="cuda"), nn.Dropout(0.2))
+        x = torch.randn(8, 64, device="cuda")
+        torch.compile(model)(x).sum().backward()
+    assert not eager_fallbacks(sim)
+    assert any("torch.compile" in n for n in sim.notes)
+
+
+def test_a_float_argument_traced_again_is_not_an_eager_fallback():
+    from torch._dynamo.utils import counters
+
+    counters.clear()
+    with memlens.simulate(cublas_workspace=0) as sim:
+        w = torch.randn(64, device="cuda", requires_grad=True)
+        step = torch.compile(lambda x, p: F.dropout(x * 2, p).sum())
+        # a dropout probability that changes: Dynamo makes it a dynamic float, which
+        # the graph cannot take as a tensor, and traces again with it specialised
+        for p in (0.1, 0.2, 0.3):
+            step(w, p).backward()
+    assert counters["stats"]["unique_graphs"] >= 2
+    assert not eager_fallbacks(sim)
+
+
+def test_a_compiled_layer_norm_without_bias_under_no_grad():
+    with memlens.simulate(cublas_workspace=0) as sim, torch.no_grad():
+        weight = torch.ones(64, device="cuda")
+        x = torch.randn(32, 64, device="cuda")
+        before = len(events(sim))
+        y = torch.compile(lambda t: F.layer_norm(t, (64,), weight, None))(x)
+        got = events(sim)[before:]
+    # one persistent-reduction kernel: mean and variance stay in registers, the output
+    # (32 x 64 fp32) is the graph's only buffer
+    assert got == [("+", 32 * 64 * 4)]
+    assert tuple(y.shape) == (32, 64) and not eager_fallbacks(sim)
+
+
+def test_stacks_through_code_whose_constants_cannot_be_hashed():
+    frames = FrameCollector()
+
+    def collect() -> Any:
+        return frames.collect()
+
+    # code made at run time with a dict among its constants, as AOTAutograd's generated
+    # runtime wrapper has: such a code object cannot be hashed
+    source = compile("def wrapper(f):\n    return f()\n", "<generated>", "exec")
+    code = next(c for c in source.co_consts if isinstance(c, types.CodeType))
+    code = code.replace(co_consts=(*code.co_consts, {"a": 1}))
+    with pytest.raises(TypeError):
+        hash(code)
+    wrapper = types.FunctionType(code, {})
+    stack = wrapper(collect)
+    assert [f["name"] for f in stack[:2]] == ["collect", "wrapper"]
+    assert stack[1]["filename"] == "<generated>" and stack[1]["line"] == 2
+
+
+def test_host_random_draws_are_the_real_ones():
+    torch.manual_seed(1337)
+    expected = torch.randint(1000, (4,)).tolist()
+    expected_order = torch.randperm(6).tolist()
+    data = np.arange(2000)
+    with memlens.simulate():
+        torch.manual_seed(1337)
+        ix = torch.randint(1000, (4,))
+        order = torch.randperm(6)
+        blocks = [data[i : i + 8] for i in ix]  # nanoGPT's get_batch
+        starts = [int(i) for i in ix]
+        on_device = torch.randint(1000, (4,), device="cuda")  # no CUDA generator: no values
+        device_value = int(on_device[0])
+        assert order.tolist() == expected_order
+    assert starts == expected
+    assert [b.tolist() for b in blocks] == [list(range(i, i + 8)) for i in expected]
+    assert device_value == 0
+
+
+def test_a_host_scalar_formats_as_its_value():
+    with memlens.simulate():
+        torch.manual_seed(0)
+        drawn = torch.randint(10, 100, (1,))[0]
+        unknown = torch.zeros(3).mean()  # no value known: formatted as 0.0, with a note
+        text = f"{drawn:d} {unknown:.4f}"
+        plain = f"{drawn}"
+    torch.manual_seed(0)
+    value = int(torch.randint(10, 100, (1,))[0])
+    assert text == f"{value:d} 0.0000"
+    assert plain == str(value)  # as a real one-element tensor formats
