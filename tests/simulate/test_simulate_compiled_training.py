@@ -29,23 +29,14 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from test_simulate_compiled_gpu_rules import events  # noqa: E402
 from torch import nn  # noqa: E402
 from torch.nn import functional as F  # noqa: E402
 
 import memlens  # noqa: E402
 from memlens.simulation.patches.frames import FrameCollector  # noqa: E402
-from memlens.simulation.patches.triton_autotune import made_by_autotuning  # noqa: E402
 
 pytestmark = pytest.mark.torch
-
-
-def events(sim: Any) -> list[tuple[str, int]]:
-    snapshot = sim.snapshot or sim.build_snapshot()
-    return [
-        ("+" if e["action"] == "alloc" else "-", e["size"])
-        for e in snapshot["device_traces"][0]
-        if e["action"] in ("alloc", "free_completed") and not made_by_autotuning(e)
-    ]
 
 
 def eager_fallbacks(sim: Any) -> list[str]:

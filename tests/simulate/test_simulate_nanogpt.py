@@ -26,6 +26,7 @@ import pickle
 import shutil
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -37,7 +38,7 @@ from memlens.simulation.api import run_script  # noqa: E402
 
 pytestmark = [pytest.mark.torch, pytest.mark.slow]
 
-SOURCE = os.environ.get("MEMLENS_NANOGPT_DIR")
+SOURCE = os.environ.get("MEMLENS_NANOGPT_DIR", "")
 if not SOURCE:
     pytest.skip(
         "set MEMLENS_NANOGPT_DIR to a nanoGPT checkout (scripts/fetch_nanogpt.sh)",
@@ -70,7 +71,7 @@ def nanogpt(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-def _live_by_line(snapshot: dict) -> Counter[str]:
+def _live_by_line(snapshot: dict[str, Any]) -> Counter[str]:
     """The requested bytes of the blocks live at the end, by their innermost nanoGPT frame."""
     out: Counter[str] = Counter()
     for segment in snapshot["segments"]:
