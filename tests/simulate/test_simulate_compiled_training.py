@@ -165,3 +165,35 @@ def test_a_host_scalar_formats_as_its_value():
     value = int(torch.randint(10, 100, (1,))[0])
     assert text == f"{value:d} 0.0000"
     assert plain == str(value)  # as a real one-element tensor formats
+
+
+def test_a_compiled_graph_with_data_dependent_sizes_and_an_input_mutation(monkeypatch):
+    """The shape of torchtitan's compiled mixture-of-experts block (EP 2 x TP 2 with
+    `--compile.enable`, tests/simulate/test_simulate_torchtitan.py): `.item()` of token
+    counts under `capture_scalar_outputs`, a buffer sliced to that many rows (a size
+    only known at run time), the checks Dynamo adds on it (`_assert_scalar`), and a
+    counter updated in place (written back by `copy_` at the graph's end)."""
+    import torch._dynamo
+
+    monkeypatch.setattr(torch._dynamo.config, "capture_scalar_outputs", True)
+    with memlens.simulate(cublas_workspace=0) as sim:
+        torch.manual_seed(0)
+        counts = torch.randint(1, 8, (4,)).to("cuda")  # drawn on the host: values
+        seen = torch.zeros(4, device="cuda")
+        x = torch.randn(64, 16, device="cuda")
+
+        def step(x: Any, counts: Any) -> Any:
+            n = counts.sum().item()
+            seen.add_(counts)
+            return (x[:n] * 2).sum(0), x[:n] * 3
+
+        before = len(events(sim))
+        total, rows = torch.compile(step, fullgraph=True)(x, counts)
+        got = events(sim)[before:]
+    torch.manual_seed(0)
+    n = int(torch.randint(1, 8, (4,)).sum())
+    assert tuple(rows.shape) == (n, 16) and not eager_fallbacks(sim)
+    # the count's sum (int64) read by `.item()` and freed; the column sums (16 fp32,
+    # the slice and the product fused into the reduction); the (n, 16) product. The
+    # counter's update is computed straight into its buffer: no temporary.
+    assert got == [("+", 8), ("-", 8), ("+", 64), ("+", n * 16 * 4)]

@@ -515,7 +515,8 @@ EP2_TP2 = ["--parallelism.expert_parallel_degree", "2", "--parallelism.tensor_pa
 # holds experts 4e to 4e + 3. worst: every token to experts 0, 1, 2, so EP rank 0 (ranks
 # 0 and 2) receives 2 x 384 rows and EP rank 1 none; the combine gives each rank its 384
 # back. (uniform, 48 a expert: 2 x 4 x 48 = 384 rows on every rank; run once,
-# docs/simulation.md.)
+# docs/simulation.md.) Compiled (`--compile.enable`: each block with fullgraph=True, the
+# MoE's token counts as data-dependent sizes): the same state and the same rows.
 # case -> (torchtitan's options, elements a rank holds, routing, rows each rank's dispatch
 # receives, rows its combine receives); about 1.5 minutes each alone on a 2-core machine
 MOE_CASES = {
@@ -523,6 +524,13 @@ MOE_CASES = {
     "ep4-worst": (EP4, MOE_P // 4, "worst", [2048, 1024, 0, 0], 768),
     "ep2-tp2-worst": (
         EP2_TP2,
+        (MOE_P - TP_REPLICATED) // 4 + TP_REPLICATED // 2,
+        "worst",
+        [768, 0, 768, 0],
+        384,
+    ),
+    "ep2-tp2-worst-compiled": (
+        [*EP2_TP2, "--compile.enable"],
         (MOE_P - TP_REPLICATED) // 4 + TP_REPLICATED // 2,
         "worst",
         [768, 0, 768, 0],

@@ -203,6 +203,11 @@ def _on_host(fn: Callable[..., Any]) -> Callable[..., Any]:
     from torch._subclasses.fake_tensor import unset_fake_temporarily
 
     def host(*args: Any, **kwargs: Any) -> Any:
+        if torch.compiler.is_compiling():
+            # Dynamo tracing compiled code that asks the mesh (torchtitan's expert-parallel
+            # dispatch, `ep_mesh.get_group()`): it traces the method itself, as on a GPU,
+            # and cannot trace the fake mode's switch
+            return fn(*args, **kwargs)
         with unset_fake_temporarily():
             return fn(*args, **kwargs)
 

@@ -142,16 +142,59 @@ def _tensor_inputs(node: Node) -> list[Node]:
     for arg in node.all_input_nodes:
         val = arg.meta.get("val")
         # tuples: a kernel's several outputs, read through getitem
-        if isinstance(val, (torch.Tensor, tuple, list)) or arg.op == "placeholder":
+        if isinstance(val, (torch.Tensor, tuple, list)) or (
+            arg.op == "placeholder" and not _scalar(arg)
+        ):
             out.append(arg)
     return out
 
 
-def _nbytes(node: Node) -> int:
+def _storage_bytes(node: Node) -> Any:
+    """The bytes of `node`'s buffer: an int, or for a data-dependent size (a mixture of
+    experts' token counts, unbacked symbols under `capture_scalar_outputs`) the symbolic
+    expression, which no int can be taken from while the graph is traced."""
     val = node.meta.get("val")
     if not isinstance(val, torch.Tensor):
         return 0
-    return int(val.untyped_storage().nbytes())
+    nbytes = val.untyped_storage().nbytes()
+    return nbytes.node.expr if isinstance(nbytes, torch.SymInt) else int(nbytes)
+
+
+def _stored_into(node: Node, arg: Node) -> bool:
+    """`arg` is the pointwise value an input mutation (`copy_(input, value)` at the end of
+    the graph) writes back, read by nothing else: Inductor computes it straight into the
+    input's buffer (no buffer of its own)."""
+    return (
+        node.target is torch.ops.aten.copy_.default
+        and len(node.args) > 1
+        and arg is node.args[1]
+        and isinstance(node.args[0], Node)
+        and node.args[0].op == "placeholder"
+        and arg.op == "call_function"
+        and op_kind(arg.target) == "pointwise"
+        and len(arg.users) == 1
+    )
+
+
+def _scalar(node: Node) -> bool:
+    """A node whose value is a host scalar, not a buffer: `.item()` of a tensor in the graph
+    (a mixture of experts' token counts under `capture_scalar_outputs`) and the checks on
+    it (`ge`, read by `_assert_scalar`). No buffer holds it; it lives to its last reader."""
+    val = node.meta.get("val")
+    return isinstance(val, (int, float, bool, torch.SymInt, torch.SymFloat, torch.SymBool))
+
+
+def _nbytes(node: Node) -> int:
+    """The bytes of `node`'s buffer for the estimate of the graph's planned peak: a
+    symbolic size counts as its hint where it has one, else 0."""
+    val = node.meta.get("val")
+    if not isinstance(val, torch.Tensor):
+        return 0
+    nbytes = val.untyped_storage().nbytes()
+    if isinstance(nbytes, torch.SymInt):
+        hint = nbytes.node.hint
+        return int(hint) if hint is not None else 0
+    return int(nbytes)
 
 
 def _shape(node: Node) -> tuple[int, ...] | None:
@@ -192,9 +235,11 @@ def _access(node: Node, shape: tuple[int, ...] | None) -> Access:
     return tuple(dims), int(val.storage_offset())
 
 
-def _key(node: Node) -> tuple[Any, int]:
+def _key(node: Node) -> tuple[Any, Any]:
+    # Inductor reuses a freed buffer of the same dtype and a size it can prove equal
+    # (the same expression, for symbolic sizes)
     val = node.meta.get("val")
-    return (getattr(val, "dtype", None), _nbytes(node))
+    return (getattr(val, "dtype", None), _storage_bytes(node))
 
 
 def unfuse_bias_adds(graph: Graph) -> None:
@@ -252,7 +297,9 @@ def plan(graph: Graph) -> Plan:
     for n in nodes:
         kind = kinds[n]
         inputs = _tensor_inputs(n)
-        if kind == "view" and inputs:
+        if _scalar(n):
+            owner[n] = n  # a host scalar: no buffer to share
+        elif kind == "view" and inputs:
             owner[n] = owner.get(inputs[0], inputs[0])
         elif kind == "extern" and _mutates(n):
             # an in-place op writes into its first argument's buffer
@@ -263,10 +310,10 @@ def plan(graph: Graph) -> Plan:
     output_node = nodes[-1]
     outputs = {owner[a] for a in output_node.all_input_nodes if a in owner}
     for n in nodes:
-        if kinds[n] in ("extern", "reduction", "getitem") and owner[n] is n:
+        if kinds[n] in ("extern", "reduction", "getitem") and owner[n] is n and not _scalar(n):
             realized.add(n)
         if kinds[n] == "extern":
-            realized.update(owner[a] for a in _tensor_inputs(n))
+            realized.update(owner[a] for a in _tensor_inputs(n) if not _stored_into(n, a))
     realized.update(o for o in outputs if kinds[o] != "placeholder")
     # fusion decisions in graph order: what a pointwise value reads through fused ops
     reads: dict[Node, frozenset[Node]] = {}
@@ -308,7 +355,11 @@ def plan(graph: Graph) -> Plan:
     # a realized node's kernel reads what its fused inputs read; buffers die after it
     last: dict[Node, Node] = {}
     for n in nodes:
-        if n not in realized and n is not output_node:
+        # an in-place extern kernel (the `copy_` of an input mutation, which AOTAutograd
+        # keeps in the graph: a mixture of experts' token counter) and a host scalar read
+        # from a buffer (`.item()`) have no buffer of their own but read their arguments'
+        writes = kinds[n] == "extern" and _mutates(n)
+        if n not in realized and n is not output_node and not writes and not _scalar(n):
             continue
         for a in _tensor_inputs(n):
             base = owner[a]
@@ -339,7 +390,7 @@ def _plan_reuse(p: Plan, kinds: dict[Node, str]) -> None:
         for i in range(steps[b], end + 1):
             live[i] += _nbytes(b)
     peak = max(live, default=0)
-    pool: dict[tuple[Any, int], list[tuple[int, Node]]] = {}
+    pool: dict[tuple[Any, Any], list[tuple[int, Node]]] = {}
     claimed: set[Node] = set()
     for i, n in enumerate(p.realized):
         taken = _take(p, n, i, kinds, claimed, pool, live, peak)
@@ -357,12 +408,13 @@ def _take(
     i: int,
     kinds: dict[Node, str],
     claimed: set[Node],
-    pool: dict[tuple[Any, int], list[tuple[int, Node]]],
+    pool: dict[tuple[Any, Any], list[tuple[int, Node]]],
     live: list[int],
     peak: int,
 ) -> Node | None:
     """The freed buffer that step `i` (node `n`) takes over, if any."""
     key = _key(n)
+    size = _nbytes(n)  # the key's bytes as a number (a symbolic size: its estimate)
     if kinds[n] == "getitem" or key[1] == 0:
         return None  # several outputs of one kernel: allocated together, never reused
     if kinds[n] == "pointwise":
@@ -379,14 +431,14 @@ def _take(
                 and None not in writes
                 and reads.get(b) == writes
             ):
-                live[i] -= key[1]  # one block where there were two
+                live[i] -= size  # one block where there were two
                 p.inplace.add(n)
                 return b
     if pool.get(key):
         freed, old = pool[key][-1]
-        if freed + 1 == i or max(live[freed + 1 : i], default=0) + key[1] <= peak:
+        if freed + 1 == i or max(live[freed + 1 : i], default=0) + size <= peak:
             pool[key].pop()
             for j in range(freed + 1, i):
-                live[j] += key[1]  # the block is held until it is taken over
+                live[j] += size  # the block is held until it is taken over
             return old
     return None
