@@ -10,7 +10,8 @@ each on a small case with exact figures:
 - `nn.Dropout` in a compiled training graph made the graph run eagerly (Inductor's
   random-number pass reads the fake mode from `V`, which was not set);
 - a float argument Dynamo turns into a tensor (`TensorifyScalarRestartAnalysis`, its
-  signal to trace again) made the graph run eagerly;
+  signal to trace again) made the graph run eagerly, and Dynamo tried to compile the
+  simulation's dispatch (a graph break and a warning);
 - a compiled LayerNorm without bias under `no_grad` failed (a value freed before its
   last reader: the fused kernel's order put `getitem(var_mean, 0)` after the release);
 - the stack of an allocation under AOTAutograd's generated wrapper failed to hash its
@@ -101,6 +102,21 @@ def test_a_float_argument_traced_again_is_not_an_eager_fallback():
             step(w, p).backward()
     assert counters["stats"]["unique_graphs"] >= 2
     assert not eager_fallbacks(sim)
+
+
+def test_a_float_made_a_tensor_breaks_no_graph_in_the_simulation():
+    from torch._dynamo.utils import counters
+
+    counters.clear()
+    with memlens.simulate(cublas_workspace=0):
+        w = torch.randn(64, device="cuda", requires_grad=True)
+        step = torch.compile(lambda x, s: (x.softmax(0) * s).pow(s).sum())
+        # a float that changes and is used as a tensor: Dynamo makes it one, outside the
+        # graph, and the simulation's dispatch of that is not a frame Dynamo may compile
+        for s in (0.5, 1.5, 2.5):
+            step(w, s).backward()
+    assert counters["stats"]["unique_graphs"] >= 2
+    assert dict(counters["graph_break"]) == {}
 
 
 def test_a_compiled_layer_norm_without_bias_under_no_grad():

@@ -89,6 +89,12 @@ def install(patches: fake_cuda.Patches, sim: SimulationHost) -> None:
             # where a GPU has one. In the graph, as torch's own is, AOTAutograd traces
             # it, and the kernel it picks is the graph's node.
             torch._dynamo.allow_in_graph(torch.nn.functional.scaled_dot_product_attention)
+            # The tracker's dispatch runs eagerly under compiled code's eager parts too
+            # (Dynamo making a changing float argument a tensor): never a frame to compile
+            # (Dynamo tried, broke the "graph" at its first line and warned)
+            from torch._dynamo.eval_frame import skip_code
+
+            skip_code(Tracker.__torch_dispatch__.__code__)
         return original(model, backend=backend, **kwargs)
 
     compile_.__wrapped__ = original  # type: ignore[attr-defined]
