@@ -574,6 +574,42 @@ def test_deepseek_v3_expert_parallel_per_rank_to_the_byte(assets, case):
         assert allocations_under(snapshot, "_combine_token_exchange") == combined, rank
 
 
+# EP 2 x PP 2 (4 ranks: PP rank p is ranks 2p and 2p + 1, and EP 2 over them): the
+# debug model's layers split in two stages as torchtitan splits them for 1F1B. EP halves
+# each MoE layer's experts and FSDP2 over what is left (dp_shard / EP = 1) keeps them
+# whole; FSDP2 halves every dense tensor: each rank of a stage holds half of the stage's
+# elements. So the two stages' halves add up to P/2 elements, the two ranks of a stage
+# hold the same, AdamW keeps two moments and a step per tensor of the stage (83 tensors
+# in all), and the last stage keeps one more lm_head gradient shard (1F1B's order,
+# LM_HEAD_SHARD_BYTES). Eager and with `--compile.enable`; about a minute each, every
+# rank at once (a stage waits for its peer's shapes).
+EP_PP_CASES = {"ep2-pp2-1F1B": [], "ep2-pp2-1F1B-compiled": ["--compile.enable"]}
+
+
+@pytest.mark.parametrize("case", list(EP_PP_CASES))
+def test_deepseek_v3_expert_and_pipeline_parallel_state_per_rank(assets, case):
+    options = [
+        *MOE_ARGS, "--parallelism.expert_parallel_degree", "2", *PP2,
+        "--parallelism.pipeline_parallel_schedule", "1F1B", *EP_PP_CASES[case],
+    ]  # fmt: skip
+    ranks = ("--routing", "uniform", "--ranks", "all", "--workers", "4")
+    done = simulate(assets, 4, case, options, ranks)
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert "ran eagerly" not in done.stderr
+    held = []
+    for rank in range(4):
+        with open(assets / case / f"rank{rank}.pickle", "rb") as f:
+            held.append(alive_at_end(pickle.load(f)))
+    assert held[0] == held[1] and held[2] == held[3]  # the two ranks of each stage
+    first, last = held[0], held[2]
+    assert first["parameters"] + last["parameters"] == 4 * MOE_P // 2
+    steps = [h["optimizer"] - 2 * h["parameters"] for h in (first, last)]
+    assert all(n % 4 == 0 and n > 0 for n in steps)
+    assert sum(steps) == 4 * MOE_TENSORS  # one 4-byte step per tensor of each stage
+    assert first["gradients"] == first["parameters"]
+    assert last["gradients"] == last["parameters"] + LM_HEAD_SHARD_BYTES
+
+
 # ------------------------------------------------------------ float8 (torchao)
 def _torchao_importable() -> bool:
     code = "import importlib.util, sys; sys.exit(importlib.util.find_spec('torchao') is None)"
