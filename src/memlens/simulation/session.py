@@ -175,11 +175,22 @@ class Simulation:
                 self.write(self.output)
 
     # ------------------------------------------------------------ tracking
+    def holds(self, t: Any) -> bool:
+        """`t` is a CUDA tensor of the simulated program: a fake of this simulation's fake
+        mode. Dynamo's and AOTAutograd's own fakes (made while compiling, some kept for the
+        whole run: DDP's graph splitter keeps a fake copy of each bucket's parameters) are
+        no memory of the program, as on a GPU."""
+        return (
+            isinstance(t, FakeTensor)
+            and t.fake_device.type == "cuda"
+            and t.fake_mode is self._fake_mode
+        )
+
     def _track_outputs(self, out: Any) -> None:
         if self.in_compiled_graph:
             return  # a compiled graph's runner decides its buffers (simulation/patches/torch_compile.py)
         for t in _leaves(out):
-            if not isinstance(t, FakeTensor) or t.fake_device.type != "cuda":
+            if not self.holds(t):
                 continue
             storage = t.untyped_storage()
             key = storage._cdata

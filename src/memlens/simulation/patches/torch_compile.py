@@ -40,7 +40,7 @@ from memlens.simulation.patches import (
     triton_autotune,
 )
 from memlens.simulation.patches.inductor_plan import Plan, plan, unfuse_bias_adds
-from memlens.simulation.patches.tracker import Tracker, is_cuda
+from memlens.simulation.patches.tracker import Tracker
 
 if TYPE_CHECKING:
     from memlens.simulation.host import SimulationHost
@@ -515,7 +515,7 @@ class GraphRunner:
             if owner in self.schedule.local:
                 continue  # a result its kernel keeps in registers (inductor_schedule)
             for t in tree_flatten(item)[0]:
-                if not is_cuda(t) or sdpa.on_host(t):
+                if not sim.holds(t) or sdpa.on_host(t):
                     continue
                 storage = t.untyped_storage()
                 key = storage._cdata
