@@ -149,14 +149,17 @@ def _tensor_inputs(node: Node) -> list[Node]:
     return out
 
 
-def _storage_bytes(node: Node) -> Any:
-    """The bytes of `node`'s buffer: an int, or for a data-dependent size (a mixture of
-    experts' token counts, unbacked symbols under `capture_scalar_outputs`) the symbolic
-    expression, which no int can be taken from while the graph is traced."""
+def _storage_nbytes(node: Node) -> int | torch.SymInt:
+    """The bytes of `node`'s buffer, symbolic for a data-dependent size (a mixture of
+    experts' token counts, unbacked symbols under `capture_scalar_outputs`)."""
     val = node.meta.get("val")
-    if not isinstance(val, torch.Tensor):
-        return 0
-    nbytes = val.untyped_storage().nbytes()
+    return val.untyped_storage().nbytes() if isinstance(val, torch.Tensor) else 0
+
+
+def _storage_bytes(node: Node) -> Any:
+    """The bytes of `node`'s buffer: an int, or for a symbolic size the expression, which
+    no int can be taken from while the graph is traced."""
+    nbytes = _storage_nbytes(node)
     return nbytes.node.expr if isinstance(nbytes, torch.SymInt) else int(nbytes)
 
 
@@ -187,10 +190,7 @@ def _scalar(node: Node) -> bool:
 def _nbytes(node: Node) -> int:
     """The bytes of `node`'s buffer for the estimate of the graph's planned peak: a
     symbolic size counts as its hint where it has one, else 0."""
-    val = node.meta.get("val")
-    if not isinstance(val, torch.Tensor):
-        return 0
-    nbytes = val.untyped_storage().nbytes()
+    nbytes = _storage_nbytes(node)
     if isinstance(nbytes, torch.SymInt):
         hint = nbytes.node.hint
         return int(hint) if hint is not None else 0

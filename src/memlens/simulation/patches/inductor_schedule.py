@@ -135,8 +135,9 @@ def schedule(
     order = _order(nodes, groups)
     kernels = {group[-1]: group for group in groups.values()}
     names = _names(plan)
-    out = Schedule(order, kernels, _release(plan, order, groups, names))
-    out.local = _kernel_local(plan, groups)
+    readers = _readers(plan)
+    out = Schedule(order, kernels, _release(plan, order, groups, names, readers))
+    out.local = _kernel_local(plan, groups, readers)
     _fuse_first_stages(plan, out, splits, names)
     _keep_possible_reuse(plan, out, groups)
     return out
@@ -162,15 +163,22 @@ def _siblings(plan: Plan, lowered: dict[Node, Reduction], group: list[Node], n: 
     return bool(reads & theirs) and not reads & set(group)
 
 
-def _kernel_local(plan: Plan, groups: dict[Node, list[Node]]) -> set[Node]:
-    """Reductions whose results only their own kernel reads, in its epilogue (Inductor's
-    `remove_kernel_local_buffers`; a layer norm backward's row sums): kept in registers,
-    never allocated. A pointwise buffer read only by the reductions fused with it is
-    kept (not checked against a GPU)."""
+def _readers(plan: Plan) -> dict[Node, set[Node]]:
+    """Each buffer (or graph input) -> the realized nodes whose kernels read it."""
     readers: dict[Node, set[Node]] = {}
     for r, reads in plan.access.items():
         for b in reads:
             readers.setdefault(b, set()).add(r)
+    return readers
+
+
+def _kernel_local(
+    plan: Plan, groups: dict[Node, list[Node]], readers: dict[Node, set[Node]]
+) -> set[Node]:
+    """Reductions whose results only their own kernel reads, in its epilogue (Inductor's
+    `remove_kernel_local_buffers`; a layer norm backward's row sums): kept in registers,
+    never allocated. A pointwise buffer read only by the reductions fused with it is
+    kept (not checked against a GPU)."""
     local = set()
     for group in groups.values():
         members = set(group)
@@ -276,14 +284,14 @@ def _order(nodes: list[Node], groups: dict[Node, list[Node]]) -> list[Node]:
 
 
 def _release(
-    plan: Plan, order: list[Node], groups: dict[Node, list[Node]], names: dict[Node, str]
+    plan: Plan,
+    order: list[Node],
+    groups: dict[Node, list[Node]],
+    names: dict[Node, str],
+    readers: dict[Node, set[Node]],
 ) -> dict[Node, list[Node]]:
     at = {n: i for i, n in enumerate(order)}
     launch = {m: group[-1] for group in groups.values() for m in group}
-    readers: dict[Node, list[Node]] = {}
-    for r, reads in plan.access.items():
-        for buf in reads:
-            readers.setdefault(buf, []).append(r)
     out: dict[Node, list[Node]] = {}
     for node, bufs in plan.release.items():
         for buf in bufs:

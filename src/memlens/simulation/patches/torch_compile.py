@@ -179,8 +179,8 @@ class InductorModel:
                 return backend(gm, example_inputs)
             except RestartAnalysis:
                 # Dynamo's control flow, not a failure: it traces the frame again
-                # (TensorifyScalarRestartAnalysis: a float input specialised, nanoGPT's
-                # learning rate)
+                # (TensorifyScalarRestartAnalysis: a changing float argument the graph
+                # cannot take as a tensor, traced again specialised)
                 raise
             except Exception as exc:  # a graph the model cannot take: run it as traced
                 self.sim.note(f"torch.compile: a graph ran eagerly ({type(exc).__name__})")
