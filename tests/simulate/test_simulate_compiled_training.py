@@ -19,7 +19,8 @@ each on a small case with exact figures:
 - a data loader's `torch.randint` offsets answered 0, so `data[i : i + block]` was empty;
 - `f"{loss:.4f}"` of a host scalar raised;
 - compiled then wrapped in DDP (nanoGPT on several GPUs), Dynamo's own fake tensors were
-  counted as the program's memory.
+  counted as the program's memory; wrapped then compiled, Dynamo compiled the
+  simulation's own free callback (a second graph).
 """
 
 from __future__ import annotations
@@ -218,38 +219,52 @@ def test_a_compiled_graph_with_data_dependent_sizes_and_an_input_mutation(monkey
 
 
 DDP_SCRIPT = """
-import sys, torch, torch.distributed as dist
+import json, sys, torch, torch.distributed as dist
+from torch._dynamo.utils import counters
 from torch.nn.parallel import DistributedDataParallel as DDP
+
+class MLP(torch.nn.Module):  # a user's class: Dynamo compiles its forward (not torch's
+    def __init__(self):      # nn.Sequential, whose frames it skips when not inlined)
+        super().__init__()
+        self.up, self.down = torch.nn.Linear(256, 1024), torch.nn.Linear(1024, 256)
+
+    def forward(self, x):
+        return self.down(torch.nn.functional.gelu(self.up(x)))
 
 dist.init_process_group("nccl")
 torch.cuda.set_device(dist.get_rank())
-model = torch.nn.Sequential(
-    torch.nn.Linear(256, 1024), torch.nn.GELU(), torch.nn.Linear(1024, 256)
-).cuda()
-if sys.argv[1] == "compiled":
-    model = torch.compile(model)  # nanoGPT's order: compile, then wrap in DDP
+model = MLP().cuda()
+if sys.argv[1] == "compile-then-ddp":
+    model = torch.compile(model)  # nanoGPT's order
 model = DDP(model, bucket_cap_mb=1)  # two buckets: DDP's graph splitter makes two graphs
+if sys.argv[1] == "ddp-then-compile":
+    model = torch.compile(model)  # the order PyTorch's DDP documentation shows
 optimizer = torch.optim.AdamW(model.parameters())
 x = torch.randn(64, 256, device="cuda")
 for _ in range(2):
     model(x).square().mean().backward()
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
+print("DYNAMO", json.dumps(dict(counters["stats"])))
 dist.destroy_process_group()
 """
 
 
 def test_compiled_ddp_holds_what_eager_ddp_holds(tmp_path):
-    """nanoGPT's multi-GPU run (DDP, then torch.compile): DDP's graph splitter compiles
-    each bucket's graph at its first call, with the simulation's modes on, and keeps fake
+    """nanoGPT's multi-GPU run (compile, then DDP): DDP's graph splitter compiles each
+    bucket's graph at its first call, with the simulation's modes on, and keeps fake
     copies of each bucket's parameters; those fakes of Dynamo's own were counted as the
-    program's memory (nanoGPT's DDP run: 6.7 GiB on rank 0 instead of 1.7)."""
+    program's memory (nanoGPT's DDP run: 6.7 GiB on rank 0 instead of 1.7). The other
+    order (DDP, then compile) made Dynamo compile the simulation's own free callback, a
+    second graph a GPU run does not have; each order now compiles the one forward graph
+    of three ops, as torch does on the host."""
+    import json
     import subprocess
     import sys
 
     (tmp_path / "job.py").write_text(DDP_SCRIPT)
     end = {}
-    for kind in ("eager", "compiled"):
+    for kind in ("eager", "compile-then-ddp", "ddp-then-compile"):
         done = subprocess.run(
             [sys.executable, "-m", "memlens", "simulate", "--nproc-per-node", "2",
              "--ranks", "all", "--workers", "1", "--cublas-workspace", "0",
@@ -258,9 +273,14 @@ def test_compiled_ddp_holds_what_eager_ddp_holds(tmp_path):
         )  # fmt: skip
         assert done.returncode == 0, done.stderr[-3000:]
         assert "ran eagerly" not in done.stderr
+        dynamo = [
+            json.loads(line[7:]) for line in done.stdout.splitlines() if line[:7] == "DYNAMO "
+        ]
+        compiled = {} if kind == "eager" else {"calls_captured": 3, "unique_graphs": 1}
+        assert dynamo == [compiled, compiled]  # one line per rank
         end[kind] = [
             memlens.load(tmp_path / kind / f"rank{r}.pickle").device(0).end_active_bytes
             for r in (0, 1)
         ]
     # parameters, AdamW's moments and steps, DDP's two buckets, the input: the same
-    assert end["compiled"] == end["eager"]
+    assert end["compile-then-ddp"] == end["ddp-then-compile"] == end["eager"]

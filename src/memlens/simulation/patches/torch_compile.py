@@ -19,6 +19,7 @@ modelled without its code generation (Triton is absent from CPU builds).
 from __future__ import annotations
 
 import contextlib
+import functools
 import operator
 import re
 import weakref
@@ -89,16 +90,35 @@ def install(patches: fake_cuda.Patches, sim: SimulationHost) -> None:
             # where a GPU has one. In the graph, as torch's own is, AOTAutograd traces
             # it, and the kernel it picks is the graph's node.
             torch._dynamo.allow_in_graph(torch.nn.functional.scaled_dot_product_attention)
-            # The tracker's dispatch runs eagerly under compiled code's eager parts too
-            # (Dynamo making a changing float argument a tensor): never a frame to compile
-            # (Dynamo tried, broke the "graph" at its first line and warned)
-            from torch._dynamo.eval_frame import skip_code
-
-            skip_code(Tracker.__torch_dispatch__.__code__)
+            _skip_bookkeeping()
         return original(model, backend=backend, **kwargs)
 
     compile_.__wrapped__ = original  # type: ignore[attr-defined]
     patches.set(torch, "compile", compile_)
+
+
+# The simulation's bookkeeping, Python that runs inside the program: the tracker's
+# dispatch (under compiled code's eager parts too, e.g. Dynamo making a changing float
+# argument a tensor), a storage's free callback (fired by whichever line drops the last
+# reference, compiled code's included: DDP's forward rebuilding its buckets), the stacks
+# it records and the allocator model under both. Dynamo takes each for user code to
+# compile: it broke the "graph" at sys._getframe, or made a graph of the one autograd-node
+# query (an extra graph torch.compile(DDP(model)) does not have on a GPU).
+_BOOKKEEPING = (
+    "memlens.simulation.session",
+    "memlens.simulation.request_log",
+    "memlens.simulation.patches.tracker",
+    "memlens.simulation.patches.frames",
+    "memlens.analysis.allocator_model",
+)
+
+
+@functools.cache  # once per process: each call appends to Dynamo's skip list
+def _skip_bookkeeping() -> None:
+    from torch._dynamo import trace_rules
+
+    for module in _BOOKKEEPING:
+        trace_rules.add(module)
 
 
 def _hide_autocast_patches(patches: fake_cuda.Patches) -> None:
