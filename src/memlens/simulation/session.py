@@ -27,6 +27,7 @@ from memlens.analysis.allocator_model import SimulatedOOM
 from memlens.errors import MemlensError
 from memlens.simulation.config import SimulateConfig
 from memlens.simulation.distributed import process_group
+from memlens.simulation.distributed.values import host_numpy
 from memlens.simulation.gpus import cublas_workspace_from_config
 from memlens.simulation.patches import (
     cublas_lt,
@@ -130,12 +131,17 @@ class Simulation:
         sdpa.install(self._patches, self)
         cuda_kernels.install(self._patches, self)
         process_group.install(self._patches, self)
-        self.own.install(self._patches)
+        self.own.install(self._patches, self.note)
         self._patch_record_function()
         self._patch_private_api()
         self._patch_cuda_extras()
         self._fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
         self._tracker = Tracker(self, self._fake_mode)
+        self._patches.set(
+            torch.Tensor,
+            "numpy",
+            host_numpy(torch.Tensor.numpy, self._tracker.values),
+        )
         # torch.tensor(data, device="cuda") must build on CPU and move inside the fake
         # mode (FakeTensorMode does this itself only when CUDA reports unavailable).
         self._lift_cpu_only = torch._C._only_lift_cpu_tensors()

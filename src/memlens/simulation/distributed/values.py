@@ -25,6 +25,12 @@ failed on shapes. Here the router's choices get values from the routing assumpti
   as there): `data[i : i + block_size]` with `i` from `torch.randint` is a block of
   block_size tokens, not the empty slice two zeros would give.
 
+- source: host data. A real host tensor an op reads (`torch.from_numpy` of a data file,
+  `torch.tensor([...])`, one made before the simulation) becomes a fake in the fake mode,
+  which keeps no values: its fake gets the real one's. `torch.from_file` reads the file
+  for real; `.numpy()` of a host fake answers a real array that is then its values
+  (a data loader's `f.readinto(tokens.numpy())` fills them).
+
 Everything else stays without values (zeros, as before). The values live beside the
 fake tensors (weakly keyed), as real host tensors of at most `_MAX_NUMEL` elements.
 """
@@ -35,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 from torch._subclasses.fake_tensor import FakeTensor, unset_fake_temporarily
+from torch.utils._python_dispatch import _disable_current_modes
 from torch.utils._pytree import tree_flatten, tree_map
 from torch.utils.weak import WeakIdKeyDictionary
 
@@ -74,6 +81,42 @@ _ALL_TO_ALL = _functional.all_to_all_single.default
 _WAIT = _functional.wait_tensor.default  # answers its argument
 
 
+def host_numpy(original: Any, values: Values) -> Any:
+    """`Tensor.numpy` in a simulation: a fake answers a real array (`Values.host_array`:
+    its values when known, else zeros), a fake CUDA tensor is refused as torch refuses
+    it, and a dtype numpy lacks (bfloat16) raises as torch's does. A real tensor's is
+    its own (with the modes on, the fake mode would see it and answer garbage)."""
+
+    def numpy_(self: torch.Tensor, *, force: bool = False) -> Any:
+        real = self
+        if isinstance(self, FakeTensor):
+            if self.fake_device.type == "cuda" and not force:
+                raise TypeError(
+                    f"can't convert {self.fake_device} device type tensor to numpy. "
+                    "Use Tensor.cpu() to copy the tensor to host memory first."
+                )
+            real = values.host_array(self)
+        with _disable_current_modes():  # else its detach() would make it a fake again
+            return original(real, force=force)
+
+    return numpy_
+
+
+def _is_real(a: Any) -> bool:
+    return type(a) is torch.Tensor or type(a) is torch.nn.Parameter
+
+
+def _real_or_list(a: Any) -> bool:
+    if isinstance(a, (list, tuple)):
+        return any(_is_real(b) for b in a)
+    return _is_real(a)
+
+
+def _too_large(out: Any) -> bool:
+    # an output past the size values are kept for is not computed on the host at all
+    return any(isinstance(t, torch.Tensor) and t.numel() > _MAX_NUMEL for t in tree_flatten(out)[0])
+
+
 def _routing_note(routing: Routing) -> str:
     return (
         f"expert routing: the router's top-k choices assume --routing {routing.describe()}; "
@@ -90,6 +133,54 @@ class Values:
         self._real: WeakIdKeyDictionary = WeakIdKeyDictionary()  # fake -> host tensor
         self._fill: WeakIdKeyDictionary = WeakIdKeyDictionary()  # fake -> its constant
         self._writes: dict[Any, list[int]] = {}
+
+    def lift(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any], fake_mode: Any
+    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        """The arguments with each real host tensor (one level into lists) replaced by
+        the fake the fake mode would make of it (memoized per real tensor), holding the
+        real one's values; the same objects when there is none (the common case)."""
+        if not any(_real_or_list(a) for a in args) and not any(
+            _real_or_list(a) for a in kwargs.values()
+        ):
+            return args, kwargs
+        if torch._C._get_dispatch_mode(torch._C._TorchDispatchModeKey.FAKE) is not fake_mode:
+            return args, kwargs  # compiling: Dynamo's or AOTAutograd's fake mode makes its own
+        return (
+            tuple(self._lifted(a, fake_mode) for a in args),
+            {k: self._lifted(a, fake_mode) for k, a in kwargs.items()},
+        )
+
+    def _lifted(self, a: Any, fake_mode: Any) -> Any:
+        if isinstance(a, (list, tuple)):
+            return type(a)(self._lifted(b, fake_mode) for b in a)
+        if not _is_real(a) or a.device.type != "cpu" or a.numel() > _MAX_NUMEL:
+            return a
+        fake = fake_mode.from_tensor(a)
+        if fake not in self._real:
+            self._keep(fake, a)
+        return fake
+
+    def read_file(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """`torch.from_file`: read for real (the host reads it on a GPU run too); a host
+        fake of its size, holding what was read."""
+        with unset_fake_temporarily():
+            real = func(*args, **{**kwargs, "device": torch.device("cpu")})
+        out = torch.empty_strided(real.shape, real.stride(), dtype=real.dtype, device="cpu")
+        self._keep(out, real)
+        return out
+
+    def host_array(self, fake: Any) -> Any:
+        """The real host tensor behind `.numpy()` of a fake: its values when known, else
+        zeros, which are then its values (a data loader's `f.readinto(t.numpy())` fills
+        them) unless it is too large to keep."""
+        with _disable_current_modes():  # called from the script: both modes are on
+            real = self._host(fake)
+            if real is fake:
+                real = torch.zeros(tuple(fake.shape), dtype=fake.dtype)
+                self._keep(fake, real)
+                self.sim.note("tensor values are fake: .numpy() answered zeros")
+            return real
 
     def scalar(self, t: Any) -> Any:
         """The value of a one-element tensor, or None when it has none."""
@@ -125,7 +216,7 @@ class Values:
         if func is _WAIT and args[0] in self._real:
             self._keep(out, self._real[args[0]])
             return
-        if known and all(known):
+        if known and all(known) and not _too_large(out):
             try:
                 self._run(func, args, kwargs, out)
                 return

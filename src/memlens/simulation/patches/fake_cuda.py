@@ -21,7 +21,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
 import torch
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 
@@ -182,39 +181,6 @@ def make_type_as(to: Callable[..., Any]) -> Callable[..., Any]:
     return type_as
 
 
-# torch dtypes numpy has (bfloat16 and the float8s have none: torch's `.numpy()` refuses them)
-_NUMPY_DTYPES = {
-    torch.float64: "float64", torch.float32: "float32", torch.float16: "float16",
-    torch.int64: "int64", torch.int32: "int32", torch.int16: "int16", torch.int8: "int8",
-    torch.uint8: "uint8", torch.bool: "bool", torch.complex64: "complex64",
-    torch.complex128: "complex128",
-}  # fmt: skip
-
-
-def make_numpy(
-    original_numpy: Callable[..., Any], note: Callable[[str], None]
-) -> Callable[..., Any]:
-    """`.numpy()` of a fake host tensor: zeros of its shape and dtype (its values are fake;
-    Hugging Face's evaluation loop gathers losses and logits this way). A fake CUDA tensor
-    is refused as on a GPU."""
-
-    def numpy(self: torch.Tensor, *, force: bool = False) -> Any:
-        if not isinstance(self, FakeTensor):
-            return original_numpy(self, force=force)
-        if self.fake_device.type == "cuda" and not force:
-            raise TypeError(
-                f"can't convert {self.fake_device} device type tensor to numpy. "
-                "Use Tensor.cpu() to copy the tensor to host memory first."
-            )
-        name = _NUMPY_DTYPES.get(self.dtype)
-        if name is None:
-            raise TypeError(f"Got unsupported ScalarType {str(self.dtype).split('.')[-1]}")
-        note("tensor values are fake: .numpy() answered zeros")
-        return np.zeros(tuple(self.shape), dtype=name)
-
-    return numpy
-
-
 def make_format(original_format: Callable[..., Any]) -> Callable[..., Any]:
     """`f"{loss:.4f}"` of a one-element fake: formatted as its `.item()` (its value where
     the simulation knows it, else 0 with a note), as a real tensor formats; Tensor's own
@@ -279,7 +245,6 @@ def install(
             self, CPU, memory_format=memory_format
         ),
     )
-    patches.set(torch.Tensor, "numpy", make_numpy(torch.Tensor.numpy, note))
     patches.set(torch.Tensor, "type_as", make_type_as(to))
     patches.set(torch.Tensor, "__format__", make_format(torch.Tensor.__format__))
     # Pinned host memory and cross-stream bookkeeping have no meaning without a device.

@@ -59,6 +59,7 @@ _GEMM_OPS = {
 
 
 _SCALAR_TENSOR = _aten.scalar_tensor.default
+_FROM_FILE = _aten.from_file.default  # no fake kernel: read for real (values.py)
 
 
 def scalar_on_asked_device(
@@ -168,6 +169,7 @@ class Tracker(TorchDispatchMode):
         self._asked: torch.device | None = None
         # values for expert parallelism's routing counts (--routing): values.py
         self.values = Values(sim, sim.routing)
+        self._fake_mode = fake_mode
 
     @classmethod
     def _should_skip_dynamo(cls) -> bool:
@@ -280,6 +282,10 @@ class Tracker(TorchDispatchMode):
                 out = func.decompose(*args, **kwargs)
             if out is not NotImplemented:
                 return out
+        if func is _FROM_FILE:
+            return self.values.read_file(func, args, kwargs)
+        if self._fake_mode is not None:
+            args, kwargs = self.values.lift(args, kwargs, self._fake_mode)
         if op.seeded and self._touches_cuda(args, kwargs):
             out = self._random(func, args, kwargs)
         else:

@@ -18,6 +18,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
+from torch._subclasses.fake_tensor import FakeTensor
+from torch.utils._python_dispatch import _disable_current_modes
+from torch.utils._pytree import tree_flatten, tree_unflatten
 
 if TYPE_CHECKING:
     from memlens.simulation.patches.fake_cuda import Patches
@@ -90,9 +93,10 @@ class OwnSnapshots:
             if os.path.abspath(own.path) == os.path.abspath(src):
                 self.written[i] = replace(own, path=Path(dst))
 
-    def install(self, patches: Patches) -> None:
+    def install(self, patches: Patches, note: Callable[[str], None]) -> None:
         """Wrap pickle.dump and torch.save to notice `_snapshot()` dicts being written,
-        and os.replace / os.rename to follow a temporary file to its final name."""
+        and os.replace / os.rename to follow a temporary file to its final name. A
+        checkpoint's fake tensors are saved as meta tensors (`_shapes_only`)."""
         dump, save, os_replace, os_rename = pickle.dump, torch.save, os.replace, os.rename
 
         def renamed(move: Callable[..., None]) -> Callable[..., None]:
@@ -111,8 +115,28 @@ class OwnSnapshots:
             self._saved(obj, file, "pickle.dump(torch.cuda.memory._snapshot())")
 
         def torch_save(obj: Any, f: Any, *args: Any, **kwargs: Any) -> None:
-            save(obj, f, *args, **kwargs)
+            save(_shapes_only(obj, note), f, *args, **kwargs)
             self._saved(obj, f, "torch.save(torch.cuda.memory._snapshot())")
 
         patches.set(pickle, "dump", pickle_dump)
         patches.set(torch, "save", torch_save)
+
+
+def _shapes_only(obj: Any, note: Callable[[str], None]) -> Any:
+    """A checkpoint (`torch.save` of state dicts) with each fake tensor in its dicts,
+    lists and tuples as a meta tensor of the same shape, strides and dtype: a fake has
+    no values to write and does not pickle (its fake mode's weak references). On a GPU
+    the save copies each tensor to the host: no device memory either way. The file is
+    small and `torch.load` reads it back as meta tensors."""
+    leaves, spec = tree_flatten(obj)
+    if not any(isinstance(leaf, FakeTensor) for leaf in leaves):
+        return obj
+    note("torch.save wrote the fake tensors' shapes and dtypes (meta tensors), not values")
+    with _disable_current_modes():
+        metas = [
+            torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="meta")
+            if isinstance(t, FakeTensor)
+            else t
+            for t in leaves
+        ]
+    return tree_unflatten(metas, spec)
