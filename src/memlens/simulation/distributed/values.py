@@ -20,7 +20,8 @@ failed on shapes. Here the router's choices get values from the routing assumpti
   that chunk once per peer, when the split sizes agree;
 - `.item()` / `.tolist()` of a tensor with values answers them;
 - source: integer random draws on the host (`torch.randint`, `torch.randperm` on the CPU,
-  a data loader's batch offsets and a sampler's order) are drawn for real, from the CPU
+  `random_()` into a host tensor: a data loader's batch offsets, a sampler's order, the
+  DataLoader's seed) are drawn for real, from the CPU
   generator a GPU run draws them from (same seed, same numbers, the generator advanced
   as there): `data[i : i + block_size]` with `i` from `torch.randint` is a block of
   block_size tokens, not the empty slice two zeros would give.
@@ -75,6 +76,10 @@ _HOST_DRAWS = {
     _aten.randint.low_generator,
     _aten.randperm.default,
     _aten.randperm.generator,
+    # in place into a host tensor: DataLoader's `torch.empty((), dtype=torch.int64).random_()`
+    _aten.random_.default,
+    getattr(_aten.random_, "from"),  # a Python keyword
+    _aten.random_.to,
 }
 _functional = torch.ops._c10d_functional
 _ALL_TO_ALL = _functional.all_to_all_single.default
@@ -322,6 +327,13 @@ class Values:
         if not isinstance(out, FakeTensor) or out.device.type != "cpu":
             return
         if out.numel() > _MAX_NUMEL:
+            return
+        if func._schema.arguments[0].alias_info is not None:  # random_: into its argument
+            real = self._host(args[0])
+            if real is args[0]:  # no values yet: what it held does not matter
+                real = torch.zeros(tuple(out.shape), dtype=out.dtype)
+            func(real, *args[1:], **kwargs)
+            self._keep(out, real)
             return
         self._keep(out, func(*args, **{**kwargs, "device": torch.device("cpu")}))
 
