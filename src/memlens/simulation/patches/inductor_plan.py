@@ -18,8 +18,10 @@ without its code generation:
   when the free was one kernel before, or when holding it meanwhile does not raise the
   graph's planned peak; a fused pointwise kernel writes in place into an input buffer of
   the same dtype and size whose last reader it is, when it reads that buffer at one index
-  only, the index it writes (scheduler.py `decide_inplace_update`, `can_inplace`): not
-  through a transpose, a broadcast or an offset view.
+  only, the index it writes (scheduler.py `decide_inplace_update`, `can_inplace`): the
+  same linear index, so also through a contiguous reshape, not through a transpose, a
+  broadcast or an offset view. In a backward graph, the inputs AOTAutograd donates
+  (saved tensors only the backward holds) are such buffers too.
 
 Not modelled: the scheduler's reordering (but for a kernel fused into the one it reads,
 and the kernel-local results of fused reductions: inductor_schedule.py), layout padding. Triton autotuning's benchmark allocations:
@@ -232,7 +234,36 @@ def _access(node: Node, shape: tuple[int, ...] | None) -> Access:
             dims.append((size, 0))
         else:
             return None
-    return tuple(dims), int(val.storage_offset())
+    return _coalesced(dims), int(val.storage_offset())
+
+
+def _same_linear_index(view: Node, base: Node) -> bool:
+    """`view` is `base` reshaped: element i of one is element i of the other."""
+    v, b = view.meta.get("val"), base.meta.get("val")
+    return (
+        isinstance(v, torch.Tensor)
+        and isinstance(b, torch.Tensor)
+        and all(isinstance(x, int) for x in (*v.shape, *b.shape))  # no symbolic sizes
+        and v.numel() == b.numel()
+        and v.storage_offset() == b.storage_offset() == 0
+        and v.is_contiguous()
+        and b.is_contiguous()
+    )
+
+
+def _coalesced(dims: list[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
+    """(size, stride) dims with each dim merged into the one outside it where together
+    they step through memory as one (outer stride = inner size x inner stride): the
+    linear index Inductor compares, so a contiguous reshape (the logits' `view(-1, V)`)
+    reads at the index its kernel writes."""
+    out: list[tuple[int, int]] = []
+    for size, stride in reversed(dims):  # innermost first
+        if out and stride == out[-1][0] * out[-1][1]:
+            inner_size, inner_stride = out.pop()
+            out.append((size * inner_size, inner_stride))
+        else:
+            out.append((size, stride))
+    return tuple(reversed(out))
 
 
 def _key(node: Node) -> tuple[Any, Any]:
@@ -290,7 +321,9 @@ class Plan:
     inplace: set[Node] = field(default_factory=set)
 
 
-def plan(graph: Graph) -> Plan:
+def plan(graph: Graph, donated: frozenset[Node] = frozenset()) -> Plan:
+    """The plan of `graph`; `donated`: the backward graph's inputs AOTAutograd donates
+    (saved tensors nothing else holds), whose buffers a kernel may write in place."""
     nodes = list(graph.nodes)
     kinds = {n: (op_kind(n.target) if n.op == "call_function" else n.op) for n in nodes}
     owner: dict[Node, Node] = {}
@@ -338,9 +371,14 @@ def plan(graph: Graph) -> Plan:
             else:
                 got |= reads.get(base, frozenset())
                 ops += opcount.get(base, 0)
-                # a fused value read elementwise keeps its reads' indices; through a
-                # view (or a broadcast) the composed index is not modelled
-                same = a is base and shape is not None and _shape(a) == shape
+                # a fused value read elementwise keeps its reads' indices, also through
+                # a contiguous reshape (the same linear index); through another view (or
+                # a broadcast) the composed index is not modelled
+                same = (
+                    shape is not None
+                    and _shape(a) == shape
+                    and (a is base or _same_linear_index(a, base))
+                )
                 for buf, seen in accesses.get(base, {}).items():
                     access.setdefault(buf, set()).update(seen if same else {None})
         reads[n], opcount[n] = frozenset(got), ops
@@ -375,11 +413,11 @@ def plan(graph: Graph) -> Plan:
             release.setdefault(at, []).append(buf)
     out = Plan(owner, order, release, outputs=outputs, access=kernel_access)
     out.fused = sum(1 for n in nodes if kinds[n] == "pointwise" and n not in realized)
-    _plan_reuse(out, kinds)
+    _plan_reuse(out, kinds, donated)
     return out
 
 
-def _plan_reuse(p: Plan, kinds: dict[Node, str]) -> None:
+def _plan_reuse(p: Plan, kinds: dict[Node, str], donated: frozenset[Node]) -> None:
     """Inductor's memory planning (codegen/wrapper.py): in-place updates and the pool."""
     steps = {n: i for i, n in enumerate(p.realized)}
     freed_at = {b: steps[at] for at, bufs in p.release.items() if at in steps for b in bufs}
@@ -393,7 +431,7 @@ def _plan_reuse(p: Plan, kinds: dict[Node, str]) -> None:
     pool: dict[tuple[Any, Any], list[tuple[int, Node]]] = {}
     claimed: set[Node] = set()
     for i, n in enumerate(p.realized):
-        taken = _take(p, n, i, kinds, claimed, pool, live, peak)
+        taken = _take(p, n, i, kinds, claimed, pool, live, peak, donated)
         if taken is not None:
             p.reuse[n] = taken
             claimed.add(taken)
@@ -411,8 +449,11 @@ def _take(
     pool: dict[tuple[Any, Any], list[tuple[int, Node]]],
     live: list[int],
     peak: int,
+    donated: frozenset[Node],
 ) -> Node | None:
-    """The freed buffer that step `i` (node `n`) takes over, if any."""
+    """The freed buffer that step `i` (node `n`) takes over, if any. In place, a donated
+    graph input too (scheduler.py `decide_inplace_update` with its donated buffers: the
+    backward's first kernel writes the logits' gradient over the saved logits)."""
     key = _key(n)
     size = _nbytes(n)  # the key's bytes as a number (a symbolic size: its estimate)
     if kinds[n] == "getitem" or key[1] == 0:
@@ -426,12 +467,13 @@ def _take(
             if (
                 b is not n
                 and b not in claimed
-                and kinds[b] != "placeholder"
+                and (kinds[b] != "placeholder" or b in donated)
                 and _key(b) == key
                 and None not in writes
                 and reads.get(b) == writes
             ):
-                live[i] -= size  # one block where there were two
+                if b not in donated:  # (a graph input's bytes are not in `live`)
+                    live[i] -= size  # one block where there were two
                 p.inplace.add(n)
                 return b
     if pool.get(key):

@@ -21,7 +21,9 @@ from __future__ import annotations
 import contextlib
 import functools
 import operator
+import os
 import re
+import traceback
 import weakref
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
@@ -166,9 +168,9 @@ class InductorModel:
             def compile_graph(g: GraphModule, inputs: list[Any]) -> Any:
                 # Triton's autotuning keeps its clones' memory low in a backward or an
                 # inference graph (`optimize_mem`), not in a training forward
-                runner = GraphRunner(self.sim, g, optimize_mem=mode != cudagraph_trees.FORWARD)
                 if self.tree is None:
-                    return runner
+                    return GraphRunner(self.sim, g, mode != cudagraph_trees.FORWARD, _donated(mode))
+                runner = GraphRunner(self.sim, g, optimize_mem=mode != cudagraph_trees.FORWARD)
                 self.sim.note(cudagraph_trees.NOTE)
                 return cudagraph_trees.TreeFunction(self.tree, runner, mode, _static(mode, g))
 
@@ -203,6 +205,8 @@ class InductorModel:
                 # cannot take as a tensor, traced again specialised)
                 raise
             except Exception as exc:  # a graph the model cannot take: run it as traced
+                if os.environ.get("MEMLENS_DEBUG_COMPILE"):
+                    traceback.print_exc()  # why, for whoever is finding out
                 self.sim.note(f"torch.compile: a graph ran eagerly ({type(exc).__name__})")
                 return gm.forward
 
@@ -349,10 +353,26 @@ def _is_cpu(device: Any) -> bool:
     return device is not None and torch.device(device).type == "cpu"
 
 
+def _donated(mode: str) -> frozenset[int]:
+    """The positions of the backward graph's inputs AOTAutograd donates (saved tensors
+    only the backward holds: functorch's `donated_buffer`), as Inductor reads them."""
+    if mode != cudagraph_trees.BACKWARD:
+        return frozenset()
+    from torch._inductor.utils import get_donated_idxs
+
+    return frozenset(get_donated_idxs() or ())
+
+
 class GraphRunner:
     """One compiled graph: runs its nodes on the fakes, allocating as `plan` says."""
 
-    def __init__(self, sim: SimulationHost, gm: GraphModule, optimize_mem: bool = False):
+    def __init__(
+        self,
+        sim: SimulationHost,
+        gm: GraphModule,
+        optimize_mem: bool = False,
+        donated: frozenset[int] = frozenset(),
+    ):
         # AOTAutograd hands over its argument list, so inputs die at their last use; an
         # instance attribute, which the wrappers AOTAutograd puts around it copy
         self._boxed_call = True
@@ -361,7 +381,9 @@ class GraphRunner:
         _devices_as_traced(gm)
         unfuse_bias_adds(gm.graph)
         self.nodes = list(gm.graph.nodes)
-        self.plan: Plan = plan(gm.graph)
+        inputs = [n for n in self.nodes if n.op == "placeholder"]
+        self.donated = frozenset(inputs[i] for i in donated if i < len(inputs))
+        self.plan: Plan = plan(gm.graph, self.donated)
         # how Inductor lowers each reduction: split in two kernels or not
         lowered = inductor_split.lower_all(self.plan, sim.gpu)
         self.splits = {n: r for n, r in lowered.items() if r.split > 1}
@@ -417,6 +439,8 @@ class GraphRunner:
             for n in self.schedule.order:
                 if n.op == "placeholder":
                     env[n] = self._on_device(n, inputs.pop())
+                    if n in self.donated:
+                        self._donate(n, env[n], blocks)
                 elif n.op == "get_attr":
                     env[n] = getattr(self.gm, str(n.target))
                 elif n.op == "output":
@@ -428,6 +452,14 @@ class GraphRunner:
             for address in held.values():  # planned for a reuse that did not come
                 self.sim.allocator.free(address, self.sim.frames.collect())
             env.clear()
+
+    def _donate(self, n: Node, value: Any, blocks: dict[Node, int]) -> None:
+        """A donated input a kernel takes over in place: its block is the graph's to
+        hand on (`_address`), no longer its storage's to free."""
+        if n in self.plan.reuse.values() and self.sim.holds(value):
+            key = value.untyped_storage()._cdata
+            if key in self.sim._live:
+                blocks[n] = key
 
     def _on_device(self, n: Node, value: Any) -> Any:
         """A gradient that eager autograd built as a CPU fake (its formula took the device
