@@ -9,6 +9,8 @@ kernel) and `.numpy()` of a uint16 buffer raised. Its checkpoint at the last ste
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -23,7 +25,7 @@ pytestmark = pytest.mark.torch
 MAGIC = 20240520
 
 
-def write_shard(path, tokens):
+def write_shard(path: Path, tokens: list[int]) -> None:
     header = np.zeros(256, dtype=np.int32)
     header[:3] = (MAGIC, 1, len(tokens))
     path.write_bytes(header.tobytes() + np.asarray(tokens, dtype=np.uint16).tobytes())
