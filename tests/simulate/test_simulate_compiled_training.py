@@ -385,3 +385,41 @@ def test_compiled_flex_attention_with_a_document_mask_under_ddp(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     assert "ran eagerly" not in done.stderr
     assert "note: torch.compile" in done.stderr
+
+
+SPLIT_DDP_SCRIPT = """
+import torch, torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+class Model(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed = torch.nn.Embedding(100, 16)
+
+    def forward(self, inputs):
+        return self.embed(inputs[None]).sum() * len(inputs)
+
+dist.init_process_group("nccl")
+model = DDP(torch.compile(Model().cuda()), device_ids=[0])
+inputs = torch.randint(0, 100, (4096,), device="cuda")
+for micro_batch in inputs.split(2048):  # views: modded-nanogpt's 2025-01-04 record
+    model(micro_batch).backward()
+"""
+
+
+def test_a_view_into_a_compiled_model_under_ddp(tmp_path):
+    """Dynamo hands a frame to DDP's graph splitter without turning the dispatch modes off
+    (it does for every other frame); a view argument's fake was then made through the
+    simulation's modes and Dynamo stopped ("needs to be a FakeTensor wrapped by this
+    instance of Dynamo")."""
+    import subprocess
+    import sys
+
+    (tmp_path / "job.py").write_text(SPLIT_DDP_SCRIPT)
+    done = subprocess.run(
+        [sys.executable, "-m", "memlens", "simulate", "--nproc-per-node", "1",
+         "--cublas-workspace", "0", "-o", "out", "job.py"],
+        capture_output=True, text=True, cwd=tmp_path, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "ran eagerly" not in done.stderr

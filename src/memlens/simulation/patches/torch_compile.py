@@ -93,6 +93,7 @@ def install(patches: fake_cuda.Patches, sim: SimulationHost) -> None:
             # it, and the kernel it picks is the graph's node.
             torch._dynamo.allow_in_graph(torch.nn.functional.scaled_dot_product_attention)
             _skip_bookkeeping()
+            _ddp_frames_without_modes(patches)
         return original(model, backend=backend, **kwargs)
 
     compile_.__wrapped__ = original  # type: ignore[attr-defined]
@@ -121,6 +122,37 @@ def _skip_bookkeeping() -> None:
 
     for module in _BOOKKEEPING:
         trace_rules.add(module)
+
+
+def _ddp_frames_without_modes(patches: fake_cuda.Patches) -> None:
+    """Dynamo converts a frame with the dispatch modes off (convert_frame.py:
+    `_disable_current_modes()` around its backend), except a frame it hands to DDP's
+    graph splitter (`_clone_with_backend(ddp_optimizer.compile_fn)`), which it calls
+    before that block; on a GPU no mode is on. Here the simulation's are, so making a
+    fake of a view argument (a micro-batch from `inputs.split(n)`) replayed the view
+    through them and gave the simulation's fake, not Dynamo's: "`tensor` needs to be a
+    FakeTensor wrapped by this instance of Dynamo" (modded-nanogpt's 2025-01-04 record).
+    That callback now runs with the modes off too."""
+    from torch._dynamo import convert_frame
+    from torch.utils._python_dispatch import _disable_current_modes
+
+    def modes_off(callback: Callable[..., Any]) -> Callable[..., Any]:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            with _disable_current_modes():
+                return callback(*args, **kwargs)
+
+        return call
+
+    for cls in (convert_frame.ConvertFrame, convert_frame.ConvertFrameAssert):
+        clone = vars(cls).get("_clone_with_backend")
+        if not isinstance(clone, property) or clone.fget is None:
+            continue  # another torch: left as it is
+        getter = clone.fget
+        patches.set(
+            cls,
+            "_clone_with_backend",
+            property(lambda self, getter=getter: lambda b: modes_off(getter(self)(b))),
+        )
 
 
 def _hide_autocast_patches(patches: fake_cuda.Patches) -> None:
