@@ -143,16 +143,17 @@ def _ddp_frames_without_modes(patches: fake_cuda.Patches) -> None:
 
         return call
 
+    def cloned(getter: Callable[[Any], Callable[[Any], Any]]) -> property:
+        def clone_with_backend(self: Any) -> Callable[[Any], Any]:
+            return lambda backend: modes_off(getter(self)(backend))
+
+        return property(clone_with_backend)
+
     for cls in (convert_frame.ConvertFrame, convert_frame.ConvertFrameAssert):
         clone = vars(cls).get("_clone_with_backend")
         if not isinstance(clone, property) or clone.fget is None:
             continue  # another torch: left as it is
-        getter = clone.fget
-        patches.set(
-            cls,
-            "_clone_with_backend",
-            property(lambda self, getter=getter: lambda b: modes_off(getter(self)(b))),
-        )
+        patches.set(cls, "_clone_with_backend", cloned(clone.fget))
 
 
 def _hide_autocast_patches(patches: fake_cuda.Patches) -> None:
