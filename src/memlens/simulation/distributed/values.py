@@ -158,6 +158,8 @@ class Values:
 
     def _lifted(self, a: Any, fake_mode: Any) -> Any:
         if isinstance(a, (list, tuple)):
+            if not _real_or_list(a):
+                return a  # sizes, options: as given
             return type(a)(self._lifted(b, fake_mode) for b in a)
         if not _is_real(a) or a.device.type != "cpu" or a.numel() > _MAX_NUMEL:
             return a

@@ -115,7 +115,8 @@ class OwnSnapshots:
             self._saved(obj, file, "pickle.dump(torch.cuda.memory._snapshot())")
 
         def torch_save(obj: Any, f: Any, *args: Any, **kwargs: Any) -> None:
-            save(_shapes_only(obj, note), f, *args, **kwargs)
+            # a `_snapshot()` dict holds no tensors: saved as it is, not walked
+            save(obj if id(obj) in self._taken else _shapes_only(obj, note), f, *args, **kwargs)
             self._saved(obj, f, "torch.save(torch.cuda.memory._snapshot())")
 
         patches.set(pickle, "dump", pickle_dump)
