@@ -223,6 +223,21 @@ def test_a_compiled_graph_with_data_dependent_sizes_and_an_input_mutation(monkey
     assert got == [("+", 8), ("-", 8), ("+", 64), ("+", n * 16 * 4)]
 
 
+def simulate_job(tmp_path: Any, *options: str) -> Any:
+    """`memlens simulate OPTIONS job.py` in a fresh process, as a user runs it: it
+    succeeds and no compiled graph falls back to eager."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-m", "memlens", "simulate", "--cublas-workspace", "0", *options],
+        capture_output=True, text=True, cwd=tmp_path, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "ran eagerly" not in done.stderr
+    return done
+
+
 DDP_SCRIPT = """
 import json, sys, torch, torch.distributed as dist
 from torch._dynamo.utils import counters
@@ -264,20 +279,12 @@ def test_compiled_ddp_holds_what_eager_ddp_holds(tmp_path):
     second graph a GPU run does not have; each order now compiles the one forward graph
     of three ops, as torch does on the host."""
     import json
-    import subprocess
-    import sys
 
     (tmp_path / "job.py").write_text(DDP_SCRIPT)
     end = {}
     for kind in ("eager", "compile-then-ddp", "ddp-then-compile"):
-        done = subprocess.run(
-            [sys.executable, "-m", "memlens", "simulate", "--nproc-per-node", "2",
-             "--ranks", "all", "--workers", "1", "--cublas-workspace", "0",
-             "-o", kind, "job.py", kind],
-            capture_output=True, text=True, cwd=tmp_path, timeout=600,
-        )  # fmt: skip
-        assert done.returncode == 0, done.stderr[-3000:]
-        assert "ran eagerly" not in done.stderr
+        options = ("--nproc-per-node", "2", "--ranks", "all", "--workers", "1", "-o", kind)
+        done = simulate_job(tmp_path, *options, "job.py", kind)
         dynamo = [
             json.loads(line[7:]) for line in done.stdout.splitlines() if line[:7] == "DYNAMO "
         ]
@@ -373,17 +380,8 @@ def test_compiled_flex_attention_with_a_document_mask_under_ddp(tmp_path):
     `cpu`: the index tensors landed on the host, the mask mixed devices and the whole
     graph ran eagerly (a 65,536-token score matrix per layer in modded-nanogpt: 651 GiB
     predicted against 34 GiB on its GPUs). The HOP now takes its own rules there."""
-    import subprocess
-    import sys
-
     (tmp_path / "job.py").write_text(FLEX_DDP_SCRIPT)
-    done = subprocess.run(
-        [sys.executable, "-m", "memlens", "simulate", "--nproc-per-node", "1",
-         "--cublas-workspace", "0", "-o", "out", "job.py"],
-        capture_output=True, text=True, cwd=tmp_path, timeout=600,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert "ran eagerly" not in done.stderr
+    done = simulate_job(tmp_path, "--nproc-per-node", "1", "-o", "out", "job.py")
     assert "note: torch.compile" in done.stderr
 
 
@@ -412,14 +410,5 @@ def test_a_view_into_a_compiled_model_under_ddp(tmp_path):
     (it does for every other frame); a view argument's fake was then made through the
     simulation's modes and Dynamo stopped ("needs to be a FakeTensor wrapped by this
     instance of Dynamo")."""
-    import subprocess
-    import sys
-
     (tmp_path / "job.py").write_text(SPLIT_DDP_SCRIPT)
-    done = subprocess.run(
-        [sys.executable, "-m", "memlens", "simulate", "--nproc-per-node", "1",
-         "--cublas-workspace", "0", "-o", "out", "job.py"],
-        capture_output=True, text=True, cwd=tmp_path, timeout=600,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert "ran eagerly" not in done.stderr
+    simulate_job(tmp_path, "--nproc-per-node", "1", "-o", "out", "job.py")

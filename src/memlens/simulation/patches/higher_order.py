@@ -58,14 +58,14 @@ def run(tracker: Tracking, func: HigherOrderOperator, args: Any, kwargs: dict[st
         with tracker:
             return op(*op_args, **kwargs)
     dense = func.py_kernels.get(DispatchKey.CompositeExplicitAutograd)
-    if func.name() in TEMPLATES and not tracker.sim.holds(args[0]):
-        # AOTAutograd tracing a compiled graph (its FunctionalTensors): the HOP's own
-        # functionalization and fake rules, as on a GPU. The dense math there made its
-        # index tensors on the FunctionalTensor's C++ device, `cpu` here (see fake_cuda),
-        # and a mask_mod reading a CUDA buffer mixed devices (modded-nanogpt's document
-        # mask): the whole graph ran eagerly, with a score matrix per layer.
-        dense = None
-    if dense is not None and not (tracker.sim.in_compiled_graph and func.name() in TEMPLATES):
+    # A template HOP never runs its dense math inside a compiled graph, nor while
+    # AOTAutograd traces one (its FunctionalTensors, not the simulation's fakes): there
+    # its own functionalization and fake rules run, as on a GPU. The dense math made its
+    # index tensors on the FunctionalTensor's C++ device, `cpu` here (see fake_cuda), and
+    # a mask_mod reading a CUDA buffer mixed devices (modded-nanogpt's document mask):
+    # the whole graph ran eagerly, with a score matrix per layer.
+    compiled = tracker.sim.in_compiled_graph or not tracker.sim.holds(args[0])
+    if dense is not None and not (compiled and func.name() in TEMPLATES):
         with tracker, torch._C._AutoDispatchBelowAutograd():
             return dense(*args, **kwargs)
     out = func(*args, **kwargs)
