@@ -153,6 +153,7 @@ def run_target(
     """
     import torch
 
+    from memlens.simulation.patches import device_index
     from memlens.simulation.patches.frames import module_main_frames
 
     run, argv0, path0, name = _prepare(target.script, target.module)
@@ -182,7 +183,8 @@ def run_target(
     except ScriptFailed as exited:
         raise exited.wrote(_write_partial(sim, output)) from None
     except Exception as exc:
-        raised = ScriptFailed(name, f"{type(exc).__name__}: {exc}", script_traceback(exc))
+        reason = f"{type(exc).__name__}: {exc}{device_index.hint(exc)}"
+        raised = ScriptFailed(name, reason, script_traceback(exc))
         raise raised.wrote(_write_partial(sim, output)) from None
     finally:
         sys.argv, sys.path[:] = saved_argv, saved_path

@@ -36,6 +36,7 @@ from memlens.simulation.patches import (
     cuda_stubs,
     cuda_surface,
     deferred_dynamo,
+    device_index,
     fake_cuda,
     sdpa,
 )
@@ -127,6 +128,7 @@ class Simulation:
         cuda_stubs.reset_streams()
         self.autocast_policy = fake_cuda.install(self._patches, self._cuda_api(), self.note)
         cuda_surface.install(self._patches, self)
+        device_index.install(self._patches)
         cuda_graphs.install(self._patches, self)
         sdpa.install(self._patches, self)
         cuda_kernels.install(self._patches, self)

@@ -18,6 +18,7 @@ Every patch is undone by `Patches.restore()`.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -113,12 +114,28 @@ def _cpu_prim_device(original: Callable[..., Any], *, is_class: bool) -> Any:
     return classmethod(dispatch) if is_class else dispatch
 
 
+def as_cuda(device: Any) -> Any:
+    """`device`, with a bare index (not a bool) read as that CUDA device: a CPU-only build
+    reads it as its accelerator's, and has none (simulation/patches/device_index.py)."""
+    if isinstance(device, int) and not isinstance(device, bool):
+        return torch.device("cuda", device)
+    return device
+
+
+def cuda_indices(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
+    """`.to(...)`'s arguments with a bare index read as a CUDA device: the first positional
+    one (`to(0)`, `to(0, torch.bfloat16)`) or `device=`. `kwargs` is changed in place."""
+    if "device" in kwargs:
+        kwargs["device"] = as_cuda(kwargs["device"])
+    if args:
+        return (as_cuda(args[0]), *args[1:])
+    return args
+
+
 def _target_device(device: Any) -> torch.device:
     if device is None:
         return current_cuda()
-    if isinstance(device, int):
-        return torch.device("cuda", device)
-    return torch.device(device)
+    return torch.device(as_cuda(device))
 
 
 class _Named:
@@ -138,6 +155,7 @@ def device_was_named() -> bool:
 def make_to(original_to: Callable[..., Any]) -> Callable[..., Any]:
     def to(self: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
         copy = kwargs.pop("copy", False)
+        args = cuda_indices(args, kwargs)  # `.to(local_rank)` on a CPU-only build
         device, dtype, non_blocking, memory_format = torch._C._nn._parse_to(*args, **kwargs)
         if (device is None or device.type != "cuda") and self.device.type != "cuda":
             return original_to(self, *args, copy=copy, **kwargs)
@@ -193,6 +211,53 @@ def make_format(original_format: Callable[..., Any]) -> Callable[..., Any]:
         return str(original_format(self, format_spec))
 
     return format_
+
+
+_MODULE_APPLY = torch.nn.Module._apply.__code__
+
+
+def _gpu_assigns_data(caller: Any) -> bool:
+    """Whether `Module._apply` (`caller`) swaps only because its tensors are fakes: with
+    real tensors of any device and neither `torch.__future__` flag set, it assigns
+    `param.data = param_applied` (compute_should_use_set_data), which frees the old
+    storage at once. A swap leaves it in `param_applied` until the next parameter's copy
+    is made: `model.cuda().half()` held two parameters' old copies at a time, one
+    parameter's worth above the GPU's peak."""
+    return (
+        caller.f_code is _MODULE_APPLY
+        and not torch.__future__.get_swap_module_params_on_conversion()
+        and not torch.__future__.get_overwrite_module_params_on_conversion()
+    )
+
+
+def make_swap_tensors(original_swap: Callable[[Any, Any], None]) -> Callable[[Any, Any], None]:
+    """`torch.utils.swap_tensors` for fakes, which `Module._apply` (`.to`, `.half()`, ...)
+    swaps where a GPU run assigns `.data`."""
+
+    def assign_data(t1: Any, t2: Any) -> None:
+        with torch.no_grad():
+            t1.data = t2
+        t1.fake_device = t2.fake_device
+
+    def swap_tensors(t1: Any, t2: Any) -> None:
+        fakes = isinstance(t1, FakeTensor) and isinstance(t2, FakeTensor)
+        for t in (t1, t2):
+            if isinstance(t, FakeTensor):
+                memo = t.fake_mode.fake_tensor_converter.tensor_memo
+                for key in [k for k, v in list(memo.items()) if v is t]:
+                    del memo[key]
+        if fakes and _gpu_assigns_data(sys._getframe(1)):
+            return assign_data(t1, t2)
+        try:
+            return original_swap(t1, t2)
+        except RuntimeError:
+            if not fakes:
+                raise
+        # Other references to t1 (a failed step's autograd graph, held by its traceback,
+        # when Lightning moves the model to CPU after an OOM): assign `.data` instead.
+        return assign_data(t1, t2)
+
+    return swap_tensors
 
 
 def install(
@@ -251,27 +316,7 @@ def install(
     patches.set(torch.Tensor, "pin_memory", lambda self, device=None: self)
     patches.set(torch.Tensor, "is_pinned", lambda self, device=None: False)
     patches.set(torch.Tensor, "record_stream", lambda self, stream: None)
-    original_swap: Callable[[Any, Any], None] = torch.utils.swap_tensors
-
-    def swap_tensors(t1: Any, t2: Any) -> None:
-        for t in (t1, t2):
-            if isinstance(t, FakeTensor):
-                memo = t.fake_mode.fake_tensor_converter.tensor_memo
-                for key in [k for k, v in list(memo.items()) if v is t]:
-                    del memo[key]
-        try:
-            return original_swap(t1, t2)
-        except RuntimeError:
-            if not (isinstance(t1, FakeTensor) and isinstance(t2, FakeTensor)):
-                raise
-        # Other references to t1 (a failed step's autograd graph, held by its traceback,
-        # when Lightning moves the model to CPU after an OOM): `Module._apply` swaps only
-        # because these are fakes; a GPU build would assign `.data`, so do that instead.
-        with torch.no_grad():
-            t1.data = t2
-        t1.fake_device = t2.fake_device
-        return None
-
+    swap_tensors = make_swap_tensors(torch.utils.swap_tensors)
     patches.set(torch.utils, "swap_tensors", swap_tensors)
     # Rejection sampling asks `mask.any()`, a value fake tensors do not have; values do
     # not matter here, so truncated-normal init leaves the tensor as it is.

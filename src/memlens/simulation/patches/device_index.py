@@ -1,0 +1,65 @@
+"""A bare device index (`model.to(rank)`, `x.to(local_rank)`) means the simulated CUDA
+device, also on a CPU-only build of PyTorch.
+
+PyTorch reads an integer device as "this index of the build's accelerator". A CPU-only
+build has none, so `Tensor.to(0)` and `nn.Module.to(rank)` (PyTorch's own DDP tutorial)
+raise "Cannot access accelerator device when none is available" there, before any
+simulated kernel runs; a CUDA build answers `cuda:0`, with or without a GPU. The check is
+in C++ (`at::accelerator::getAccelerator` asks whether CUDA's hooks are built), so the
+simulation reads the index where a script's call passes through Python first:
+`Tensor.to` (simulation/patches/fake_cuda.py) and `nn.Module.to` (here).
+
+`torch.device(i)` and a factory's `device=i` (`torch.zeros(n, device=rank)`) are parsed in
+C++ with no Python step in between. Standing in for the `torch.device` class itself was
+tried and left out: Dynamo, imported during a simulation, keeps `torch.device` in tables
+it fills once (the constant types, its guards' globals) and would keep a stand-in after
+the simulation ends. `torch._C._nn._parse_to`, behind both `.to`s, is left alone for the
+same reason (Dynamo registers a polyfill for that very function). `hint` adds what to
+write instead to the error a bare index raises.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from memlens.simulation.patches.fake_cuda import Patches, cuda_indices
+
+NO_ACCELERATOR = "Cannot access accelerator device when none is available"
+
+
+def build_reads_indices() -> bool:
+    """Whether this build of PyTorch turns a bare index into a device by itself."""
+    try:
+        torch.device(0)
+    except RuntimeError:
+        return False
+    return True
+
+
+def _module_to(original: Callable[..., Any]) -> Callable[..., Any]:
+    def to(self: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
+        return original(self, *cuda_indices(args, kwargs), **kwargs)
+
+    return to
+
+
+def install(patches: Patches) -> None:
+    """On a build without an accelerator, `nn.Module.to(i)` moves to the simulated CUDA
+    device i. A build that reads indices itself is left alone: there, Dynamo keeps
+    tracing `Module.to` inside a compiled function as torch's own code."""
+    if not build_reads_indices():
+        patches.set(torch.nn.Module, "to", _module_to(torch.nn.Module.to))
+
+
+def hint(exc: BaseException) -> str:
+    """What to add to a script's error where a bare device index failed on this build."""
+    if not isinstance(exc, RuntimeError) or NO_ACCELERATOR not in str(exc):
+        return ""
+    return (
+        " [a CPU-only PyTorch has no accelerator for a bare device index; memlens reads"
+        ' .to(i) itself, not torch.device(i) or device=i: write torch.device("cuda", i),'
+        " or run memlens under a CUDA build of torch, no GPU needed]"
+    )

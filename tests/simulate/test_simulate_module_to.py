@@ -1,0 +1,99 @@
+"""`Module.to` and `Tensor.to` as a GPU run does them (issue 36: scripts as people write
+them).
+
+A bare device index names the simulated CUDA device on a CPU-only build of PyTorch.
+PyTorch's DDP tutorial moves its model with `model.to(rank)` and its data with
+`x.to(rank)`; a CPU-only build reads an integer device as its accelerator's, has none, and
+raised "Cannot access accelerator device when none is available" before any kernel ran.
+`torch.device(i)` and a factory's `device=i` are parsed in C++ and still raise there: the
+script's error then says what to write instead.
+
+A model converted on the device (`model.cuda().half()`) frees each parameter's old copy
+as soon as its new one is made, as `Module._apply` does with real tensors (`.data =`).
+Fakes made it swap instead, which kept the old copy until the next parameter's new one
+was made: one parameter above the GPU's peak."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from test_simulate_compiled_gpu_rules import events  # noqa: E402
+
+import memlens  # noqa: E402
+from memlens.simulation.api import run_script  # noqa: E402
+from memlens.simulation.patches.device_index import build_reads_indices  # noqa: E402
+from memlens.simulation.script import ScriptFailed  # noqa: E402
+
+pytestmark = pytest.mark.torch
+
+
+def test_module_and_tensor_to_a_bare_index_land_on_that_cuda_device():
+    module_to = torch.nn.Module.to
+    with memlens.simulate(cublas_workspace=0):
+        model = torch.nn.Linear(8, 4).to(0)  # (8 x 4 + 4) fp32: 128 + 16 bytes, 512 each
+        assert model.weight.device == torch.device("cuda", 0)
+        x = torch.ones(16, 8).to(0, torch.bfloat16)  # 256 bytes
+        y = torch.ones(16).to(device=0, non_blocking=True)  # 64 bytes
+        half = model.to(0, dtype=torch.float16)  # new fp16 copies: 64 and 8 bytes
+        assert (x.device, x.dtype, y.device) == (
+            torch.device("cuda", 0), torch.bfloat16, torch.device("cuda", 0)
+        )  # fmt: skip
+        assert half.weight.dtype == torch.float16 and half.weight.is_cuda
+        assert torch.cuda.memory_allocated() == 4 * 512
+        # each fp32 parameter is freed once its fp16 copy is made: one copy at a time
+        assert torch.cuda.max_memory_allocated() == 5 * 512
+    assert torch.nn.Module.to is module_to
+
+
+def test_a_bare_index_in_torch_device_says_what_to_write(tmp_path):
+    script = tmp_path / "rank.py"
+    script.write_text(
+        "import torch\nx = torch.zeros(256, device='cuda')\ndevice = torch.device(0)\n"
+        "y = torch.zeros(256, device=device)\n"
+    )
+    if build_reads_indices():  # a CUDA build reads it itself: both tensors are made
+        run = run_script(script, [], tmp_path / "o.pickle", cublas_workspace=0)
+        assert run.sim.peak_allocated == 2 * 1024
+        return
+    with pytest.raises(ScriptFailed) as failed:
+        run_script(script, [], tmp_path / "o.pickle", cublas_workspace=0)
+    assert failed.value.reason == (
+        "RuntimeError: Cannot access accelerator device when none is available. [a CPU-only"
+        " PyTorch has no accelerator for a bare device index; memlens reads .to(i) itself,"
+        ' not torch.device(i) or device=i: write torch.device("cuda", i), or run memlens'
+        " under a CUDA build of torch, no GPU needed]"
+    )
+    # the first tensor was made: the run up to the failure is written
+    assert failed.value.written == tmp_path / "o.pickle"
+
+
+class TwoWeights(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = torch.nn.Parameter(torch.zeros(256, 1024))  # 1 MiB in fp32
+        self.b = torch.nn.Parameter(torch.zeros(256, 1024))
+
+
+MIB = 1 << 20
+
+
+@pytest.mark.parametrize("with_grads", [False, True])
+def test_a_model_converted_on_the_device_frees_each_old_copy_at_once(with_grads):
+    with memlens.simulate(cublas_workspace=0) as sim:
+        model = TwoWeights().cuda()
+        if with_grads:
+            (model.a.sum() + model.b.sum()).backward()
+        torch.cuda.reset_peak_memory_stats()
+        start = len(events(sim))
+        model.half()
+        assert (model.a.dtype, model.a.is_cuda) == (torch.float16, True)
+        if with_grads:
+            assert model.a.grad.dtype == torch.float16  # type: ignore[union-attr]
+        # each new copy, then the old one it replaces (a swap kept the old `a` until the
+        # new `b` was made: 3 MiB)
+        one = [("+", MIB // 2), ("-", MIB)]
+        assert events(sim)[start:] == one * (4 if with_grads else 2)
+        assert torch.cuda.max_memory_allocated() == (4 if with_grads else 2) * MIB + MIB // 2
+        assert torch.cuda.memory_allocated() == (2 if with_grads else 1) * MIB
