@@ -6,7 +6,11 @@ PyTorch's DDP tutorial moves its model with `model.to(rank)` and its data with
 `x.to(rank)`; a CPU-only build reads an integer device as its accelerator's, has none, and
 raised "Cannot access accelerator device when none is available" before any kernel ran.
 `torch.device(i)` and a factory's `device=i` are parsed in C++ and still raise there: the
-script's error then says what to write instead.
+script's error then says what to write instead. FSDP1 reads its `device_id` with
+`torch.device(device_id)`: PyTorch's FSDP tutorial passes `torch.cuda.current_device()`.
+
+`param.data = other` gives the parameter `other`'s device, as on a GPU (a fake kept its
+own: FSDP1, moving a host model to the GPU so, then found its parameters on the host).
 
 A model converted on the device (`model.cuda().half()`) frees each parameter's old copy
 as soon as its new one is made, as `Module._apply` does with real tensors (`.data =`).
@@ -98,3 +102,52 @@ def test_a_model_converted_on_the_device_frees_each_old_copy_at_once(with_grads)
         assert events(sim)[start:] == one * (4 if with_grads else 2)
         assert torch.cuda.max_memory_allocated() == (4 if with_grads else 2) * MIB + MIB // 2
         assert torch.cuda.memory_allocated() == (2 if with_grads else 1) * MIB
+
+
+def test_assigning_data_moves_a_tensor_to_the_datas_device():
+    with memlens.simulate(cublas_workspace=0):
+        param = nn.Parameter(torch.zeros(256))
+        param.data = param.to("cuda")
+        assert (param.device, param.is_cuda, param.data.device) == (
+            torch.device("cuda", 0), True, torch.device("cuda", 0)
+        )  # fmt: skip
+        assert isinstance(param, nn.Parameter) and param.requires_grad
+        assert torch.cuda.memory_allocated() == 1024
+        param.data = torch.zeros(512, dtype=torch.float16)  # back to the host
+        assert param.device == torch.device("cpu") and torch.cuda.memory_allocated() == 0
+
+
+TUTORIALS = """
+import torch, torch.distributed as dist
+from torch import nn
+from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+dist.init_process_group("nccl")
+rank = dist.get_rank()
+torch.cuda.set_device(rank)
+ddp = DDP(nn.Linear(256, 256).to(rank), device_ids=[rank])  # as PyTorch's DDP tutorial
+fsdp = FSDP(nn.Linear(512, 512), device_id=torch.cuda.current_device())  # its FSDP one
+assert ddp.module.weight.device == fsdp.compute_device == torch.device("cuda", rank)
+x = torch.randn(8, 512).to(rank)
+fsdp(x).sum().backward()
+print("allocated", torch.cuda.memory_allocated())
+dist.destroy_process_group()
+"""
+
+
+def test_the_ddp_and_fsdp_tutorials_bare_indices_at_two_ranks(tmp_path):
+    import subprocess
+    import sys
+
+    (tmp_path / "job.py").write_text(TUTORIALS)
+    done = subprocess.run(
+        [sys.executable, "-m", "memlens", "simulate", "--cublas-workspace", "0",
+         "--nproc-per-node", "2", "-o", "out", "job.py"],
+        capture_output=True, text=True, cwd=tmp_path, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    # DDP: weight 262,144 + bias 1,024 + its gradient bucket 263,168; FSDP1 (world 2): the
+    # flat parameter's shard, (512 x 512 + 512) / 2 x 4 = 525,312, and its gradient; x 16,384
+    expected = 262_144 + 1_024 + 263_168 + 2 * 525_312 + 16_384
+    assert done.stdout.count(f"allocated {expected}\n") == 2, done.stdout

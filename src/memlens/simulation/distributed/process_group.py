@@ -138,6 +138,7 @@ def _install_sharding(patches: Patches) -> None:
 
     patches.set(DTensor, "device", property(lambda self: self._local_tensor.device))
     patches.set(DTensor, "is_cuda", property(lambda self: self._local_tensor.device.type == "cuda"))
+    _install_fsdp_device_id(patches)
     # init_device_mesh where modules imported it by name before the simulation began
     # (FSDP2's default mesh): its arange of the ranks must be real before DeviceMesh
     # sees it
@@ -152,6 +153,24 @@ def _install_sharding(patches: Patches) -> None:
             and getattr(module, "init_device_mesh", None) is original
         ):
             patches.set(module, "init_device_mesh", host)
+
+
+def _install_fsdp_device_id(patches: Patches) -> None:
+    """FSDP's `device_id=torch.cuda.current_device()` (PyTorch's FSDP tutorial) is read as
+    `torch.device(device_id)`, which a CPU-only build refuses for a bare index (it has no
+    accelerator; simulation/patches/device_index.py): it is the CUDA device of that index,
+    as a CUDA build reads it."""
+    from torch.distributed.fsdp import FullyShardedDataParallel
+
+    original = FullyShardedDataParallel.__init__
+
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        index = kwargs.get("device_id")
+        if isinstance(index, int) and not isinstance(index, bool):
+            kwargs["device_id"] = torch.device("cuda", index)
+        original(self, *args, **kwargs)
+
+    patches.set(FullyShardedDataParallel, "__init__", __init__)
 
 
 def _install_meta_propagation(patches: Patches, sim: SimulationHost) -> None:

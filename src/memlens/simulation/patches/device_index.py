@@ -7,7 +7,8 @@ raise "Cannot access accelerator device when none is available" there, before an
 simulated kernel runs; a CUDA build answers `cuda:0`, with or without a GPU. The check is
 in C++ (`at::accelerator::getAccelerator` asks whether CUDA's hooks are built), so the
 simulation reads the index where a script's call passes through Python first:
-`Tensor.to` (simulation/patches/fake_cuda.py) and `nn.Module.to` (here).
+`Tensor.to` (simulation/patches/fake_cuda.py), `nn.Module.to` (here) and FSDP's
+`device_id` (simulation/distributed/process_group.py).
 
 `torch.device(i)` and a factory's `device=i` (`torch.zeros(n, device=rank)`) are parsed in
 C++ with no Python step in between. Standing in for the `torch.device` class itself was

@@ -213,6 +213,22 @@ def make_format(original_format: Callable[..., Any]) -> Callable[..., Any]:
     return format_
 
 
+_DATA = torch._C.TensorBase.data
+
+
+def _data(self: torch.Tensor) -> torch.Tensor:
+    return _DATA.__get__(self)  # type: ignore[attr-defined,no-any-return]
+
+
+def _set_data(self: torch.Tensor, value: torch.Tensor) -> None:
+    """`param.data = other` takes `other`'s device too, as on a GPU: a fake's device is
+    its Python `fake_device`, which the C++ setter leaves as it was (FSDP1 moves a host
+    model's parameters to the GPU so, then reads `param.device` for its compute device)."""
+    _DATA.__set__(self, value)  # type: ignore[attr-defined]
+    if isinstance(self, FakeTensor) and isinstance(value, FakeTensor):
+        self.fake_device = value.fake_device
+
+
 _MODULE_APPLY = torch.nn.Module._apply.__code__
 
 
@@ -236,8 +252,7 @@ def make_swap_tensors(original_swap: Callable[[Any, Any], None]) -> Callable[[An
 
     def assign_data(t1: Any, t2: Any) -> None:
         with torch.no_grad():
-            t1.data = t2
-        t1.fake_device = t2.fake_device
+            t1.data = t2  # and its fake device (_set_data)
 
     def swap_tensors(t1: Any, t2: Any) -> None:
         fakes = isinstance(t1, FakeTensor) and isinstance(t2, FakeTensor)
@@ -287,6 +302,7 @@ def install(
     patches.set(FakeTensorMode, "avoid_device_init", property(lambda self: True))
     # `.is_cuda` reads the C++ keys, which are CPU ones here; answer from the fake device.
     patches.set(FakeTensor, "is_cuda", property(lambda self: self.fake_device.type == "cuda"))
+    patches.set(FakeTensor, "data", property(_data, _set_data))
     to = make_to(torch.Tensor.to)
     patches.set(torch.Tensor, "to", to)
 
