@@ -4,6 +4,8 @@
 `torch.tensor(0, device="cuda")`, and make_fx computed that one-element constant for real,
 on a device a simulation does not have: the trace failed, left its vmap levels on
 functorch's stack and Dynamo stopped on "Guard failed on the same frame it was created".
+The host values the simulation keeps (simulation/distributed/values.py) are computed with
+every device argument read as the host's.
 """
 
 from __future__ import annotations
@@ -29,5 +31,9 @@ def test_a_compiled_block_mask_over_a_captured_index_tensor_runs_compiled():
         block_mask = compiled(mask, 2, None, 128, 256, device="cuda", BLOCK_SIZE=(128, 128))
         assert block_mask.shape == (2, 1, 128, 256)
         assert torch._C._functorch.peek_interpreter_stack() is None
+        # the trace's `device_put` to the GPU ran on the host's values for real, on a real
+        # CUDA device: C++ then took CUDA as initialised for the rest of the process, and
+        # this (and every later simulation's) failed: "not linked with support for cuda"
+        assert torch.tensor([3, 4], device="cuda").is_cuda
     assert not any("ran eagerly" in note for note in sim.notes)
     assert any(note.startswith("torch.compile: Dynamo's graphs") for note in sim.notes)

@@ -52,6 +52,7 @@ if TYPE_CHECKING:
     from memlens.simulation.host import SimulationHost
 
 _aten = torch.ops.aten
+_CPU = torch.device("cpu")
 _MAX_NUMEL = 1 << 22  # values beyond this size are not kept (4M elements)
 # ops that make a tensor of one constant whatever their tensor argument holds
 _FILLS = {
@@ -301,7 +302,14 @@ class Values:
             self._forget(fake)
 
     def _host(self, x: Any) -> Any:
-        """A fake tensor's values on the host (a constant fill made now); others as given."""
+        """A fake tensor's values on the host (a constant fill made now); a device
+        argument (`prims.device_put(x, cuda)`, `_to_copy(device=cuda)`) the host's: a
+        real CUDA tensor made here would mark CUDA initialised in C++ for the rest of the
+        process, after which `torch.tensor(data, device="cuda")` no longer builds on the
+        host first and fails (a compiled block mask did, for every later simulation);
+        others as given."""
+        if isinstance(x, torch.device):
+            return _CPU
         if not isinstance(x, torch.Tensor):
             return x
         real = self._real.get(x)
@@ -315,8 +323,6 @@ class Values:
         return x  # a real host tensor (a constant the script made)
 
     def _run(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> None:
-        if "device" in kwargs:
-            kwargs = {**kwargs, "device": torch.device("cpu")}
         real = func(*tree_map(self._host, args), **tree_map(self._host, kwargs))
         fakes, reals = tree_flatten(out)[0], tree_flatten(real)[0]
         for fake, value in zip(fakes, reals, strict=False):
