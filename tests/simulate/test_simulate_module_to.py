@@ -5,8 +5,10 @@ A bare device index names the simulated CUDA device on a CPU-only build of PyTor
 PyTorch's DDP tutorial moves its model with `model.to(rank)` and its data with
 `x.to(rank)`; a CPU-only build reads an integer device as its accelerator's, has none, and
 raised "Cannot access accelerator device when none is available" before any kernel ran.
-`torch.device(i)` and a factory's `device=i` are parsed in C++ and still raise there: the
-script's error then says what to write instead. FSDP1 reads its `device_id` with
+So does the script's own `torch.device(i)` (memlens compiles the script it runs with each
+such call reading an int as `cuda:i`, as a CUDA build does). A factory's `device=i`, and
+`torch.device(i)` in modules the script imports, are parsed in C++ and still raise there:
+the script's error then says what to write instead. FSDP1 reads its `device_id` with
 `torch.device(device_id)`: PyTorch's FSDP tutorial passes `torch.cuda.current_device()`.
 
 `param.data = other` gives the parameter `other`'s device, as on a GPU (a fake kept its
@@ -19,6 +21,8 @@ was made: one parameter above the GPU's peak."""
 
 from __future__ import annotations
 
+import pickle
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -29,6 +33,7 @@ from torch import nn  # noqa: E402
 import memlens  # noqa: E402
 from memlens.simulation.api import run_script  # noqa: E402
 from memlens.simulation.patches.device_index import build_reads_indices  # noqa: E402
+from memlens.simulation.patches.triton_autotune import made_by_autotuning  # noqa: E402
 from memlens.simulation.script import ScriptFailed  # noqa: E402
 
 pytestmark = pytest.mark.torch
@@ -52,26 +57,52 @@ def test_module_and_tensor_to_a_bare_index_land_on_that_cuda_device():
     assert nn.Module.to is module_to
 
 
-def test_a_bare_index_in_torch_device_says_what_to_write(tmp_path):
+SCRIPTS_DEVICES = """
+import torch
+ranks = []
+def local_rank():
+    ranks.append(1)
+    return 1
+class Args:
+    rank = 0
+first = torch.device(Args.rank)
+second = torch.device(local_rank())  # evaluated once
+assert (first, second, ranks) == (torch.device("cuda", 0), torch.device("cuda", 1), [1])
+assert torch.device("cpu").type == "cpu" and torch.device(first) == first
+
+@torch.compile
+def double(x):
+    return x.to(torch.device(0)) * 2
+
+x = torch.zeros(256, device=first)
+y = double(x)
+assert y.device == first
+z = torch.zeros(256, device=0)  # line 21: a factory's index reaches C++ directly
+"""
+
+
+def test_the_scripts_own_torch_device_index_is_cuda(tmp_path):
     script = tmp_path / "rank.py"
-    script.write_text(
-        "import torch\nx = torch.zeros(256, device='cuda')\ndevice = torch.device(0)\n"
-        "y = torch.zeros(256, device=device)\n"
-    )
-    if build_reads_indices():  # a CUDA build reads it itself: both tensors are made
+    script.write_text(SCRIPTS_DEVICES)
+    if build_reads_indices():  # a CUDA build reads every index itself
         run = run_script(script, [], tmp_path / "o.pickle", cublas_workspace=0)
-        assert events(run.sim) == [("+", 1024), ("+", 1024)]
+        assert events(run.sim)[-1] == ("+", 1024)
         return
     with pytest.raises(ScriptFailed) as failed:
         run_script(script, [], tmp_path / "o.pickle", cublas_workspace=0)
     assert failed.value.reason == (
         "RuntimeError: Cannot access accelerator device when none is available. [a CPU-only"
-        " PyTorch has no accelerator for a bare device index; memlens reads .to(i) itself,"
-        ' not torch.device(i) or device=i: write torch.device("cuda", i), or run memlens'
-        " under a CUDA build of torch, no GPU needed]"
+        " PyTorch has no accelerator for a bare device index; memlens reads .to(i) and the"
+        " script's own torch.device(i) itself, not a factory's device=i or an imported"
+        ' module\'s torch.device(i): write torch.device("cuda", i), or run memlens under a'
+        " CUDA build of torch, no GPU needed]"
     )
-    # the first tensor was made: the run up to the failure is written
+    assert 'rank.py", line 21, in <module>' in failed.value.traceback
+    # everything before the factory ran, compiled (x and 2x): the run up to it is written
     assert failed.value.written == tmp_path / "o.pickle"
+    trace = pickle.loads(failed.value.written.read_bytes())["device_traces"][0]
+    made = [e["size"] for e in trace if e["action"] == "alloc" and not made_by_autotuning(e)]
+    assert made == [1024, 1024]
 
 
 class TwoWeights(nn.Module):

@@ -105,8 +105,10 @@ def _run_main(path: str) -> dict[str, Any]:
     import io
     import types
 
+    from memlens.simulation.patches.device_index import script_code
+
     with io.open_code(path) as f:
-        code = compile(f.read(), path, "exec", dont_inherit=True)
+        code = script_code(f.read(), path)
     main = types.ModuleType("__main__")
     saved = sys.modules.get("__main__")
     sys.modules["__main__"] = main

@@ -21,6 +21,7 @@ write instead to the error a bare index raises.
 
 from __future__ import annotations
 
+import ast
 from collections.abc import Callable
 from typing import Any
 
@@ -55,12 +56,52 @@ def install(patches: Patches) -> None:
         patches.set(torch.nn.Module, "to", _module_to(torch.nn.Module.to))
 
 
+# `torch.device(*READ(X))`: X evaluated once, an int (not a bool) read as CUDA's index
+_READ = "(lambda d: ('cuda', d) if isinstance(d, int) and not isinstance(d, bool) else (d,))"
+
+
+class _DeviceCalls(ast.NodeTransformer):
+    """`torch.device(X)` -> `torch.device(*READ(X))`: what a CUDA build answers, in plain
+    Python that Dynamo traces as the script's own code (a lambda in the script's file)."""
+
+    def visit_Call(self, node: ast.Call) -> ast.AST:  # noqa: N802 (ast's visitor names)
+        self.generic_visit(node)
+        func = node.func
+        if not (
+            isinstance(func, ast.Attribute)
+            and func.attr == "device"
+            and isinstance(func.value, ast.Name)
+            and func.value.id == "torch"
+            and len(node.args) == 1
+            and not node.keywords
+            and not isinstance(node.args[0], ast.Starred)
+        ):
+            return node
+        read = ast.parse(_READ, mode="eval").body
+        node.args = [ast.Starred(ast.Call(read, [node.args[0]], []), ast.Load())]
+        for part in ast.walk(read):  # the line the call is on, for tracebacks
+            ast.copy_location(part, node)
+        return node
+
+
+def script_code(source: bytes, path: str) -> Any:
+    """The script's code object, as `compile` makes it; on a build that cannot read a bare
+    device index, with the script's own `torch.device(i)` calls read as `cuda:i`
+    (`dist.init_process_group(device_id=torch.device(local_rank))` in modded-nanogpt's
+    2025 records). Line numbers and names are the source's."""
+    if build_reads_indices():
+        return compile(source, path, "exec", dont_inherit=True)
+    tree = ast.fix_missing_locations(_DeviceCalls().visit(ast.parse(source, path)))
+    return compile(tree, path, "exec", dont_inherit=True)
+
+
 def hint(exc: BaseException) -> str:
     """What to add to a script's error where a bare device index failed on this build."""
     if not isinstance(exc, RuntimeError) or NO_ACCELERATOR not in str(exc):
         return ""
     return (
         " [a CPU-only PyTorch has no accelerator for a bare device index; memlens reads"
-        ' .to(i) itself, not torch.device(i) or device=i: write torch.device("cuda", i),'
-        " or run memlens under a CUDA build of torch, no GPU needed]"
+        " .to(i) and the script's own torch.device(i) itself, not a factory's device=i or"
+        ' an imported module\'s torch.device(i): write torch.device("cuda", i), or run'
+        " memlens under a CUDA build of torch, no GPU needed]"
     )
