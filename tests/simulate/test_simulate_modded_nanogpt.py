@@ -1,4 +1,4 @@
-"""Two of modded-nanogpt's records (github.com/KellerJordan/modded-nanogpt, MIT), third-party
+"""Three of modded-nanogpt's records (github.com/KellerJordan/modded-nanogpt, MIT), third-party
 compiled training scripts, simulated unedited against the peaks their own runs printed on
 their GPUs (issue 36).
 
@@ -6,11 +6,11 @@ Opt-in and long (about 40 minutes of one CPU each: about 1,500 steps and twelve
 evaluations of a 65,536-token sequence through a compiled 12-layer GPT with
 FlexAttention): point MEMLENS_MODDED_NANOGPT_DIR at the directory
 scripts/fetch_modded_nanogpt.sh makes, which holds each record's script (train_gpt.py,
-extracted from its log) and the log itself (record.txt). Both ran on 8 H100s (torch
-2.6.0.dev20241203 and dev20241223). The 2024-12-10 log's last line is rank 0's
+extracted from its log) and the log itself (record.txt). All ran on 8 H100s (torch
+2.6.0.dev20241203, dev20241223, dev20241231). The 2024-12-10 log's last line is rank 0's
 `torch.cuda.max_memory_allocated()`, 34,239 MiB; the 2024-12-17 one's also gives
 `max_memory_reserved()` (31,361 and 36,734 MiB), under the `expandable_segments:True` the
-script sets for itself.
+script sets for itself; 2025-01-04's is 31,563 MiB.
 
 The script runs as written (`torchrun --nproc_per_node=8 train_gpt.py`): compiled model
 wrapped in DDP, FlexAttention with a document-causal sliding-window block mask, Muon
@@ -64,6 +64,8 @@ RECORDS = {
     "2024-12-10_MFUTweaks": Record("", 1480, None),
     # sparse embedding gradients, and `expandable_segments:True` set by the script
     "2024-12-17_SparsifyEmbeds": Record("2024-12-17_SparsifyEmbeds", 1490, RESERVED_TOLERANCE),
+    # `device_id=torch.device(local_rank)`: a bare index, on the CPU build too
+    "2025-01-04_SoftCap": Record("2025-01-04_SoftCap", 1390, None),
 }
 
 
