@@ -99,8 +99,9 @@ def test_the_scripts_own_torch_device_index_is_cuda(tmp_path):
     )
     assert 'rank.py", line 21, in <module>' in failed.value.traceback
     # everything before the factory ran, compiled (x and 2x): the run up to it is written
-    assert failed.value.written == tmp_path / "o.pickle"
-    trace = pickle.loads(failed.value.written.read_bytes())["device_traces"][0]
+    written = failed.value.written
+    assert written is not None and written == tmp_path / "o.pickle"
+    trace = pickle.loads(written.read_bytes())["device_traces"][0]
     made = [e["size"] for e in trace if e["action"] == "alloc" and not made_by_autotuning(e)]
     assert made == [1024, 1024]
 
