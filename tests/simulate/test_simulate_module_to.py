@@ -5,10 +5,11 @@ A bare device index names the simulated CUDA device on a CPU-only build of PyTor
 PyTorch's DDP tutorial moves its model with `model.to(rank)` and its data with
 `x.to(rank)`; a CPU-only build reads an integer device as its accelerator's, has none, and
 raised "Cannot access accelerator device when none is available" before any kernel ran.
-So does the script's own `torch.device(i)` (memlens compiles the script it runs with each
-such call reading an int as `cuda:i`, as a CUDA build does). A factory's `device=i`, and
-`torch.device(i)` in modules the script imports, are parsed in C++ and still raise there:
-the script's error then says what to write instead. FSDP1 reads its `device_id` with
+So do the script's own `torch.device(i)` and `torch.zeros(n, device=i)` (memlens
+compiles the script it runs with each such call reading an int as `cuda:i`, as a CUDA
+build does). Other calls' `device=i` (`x.new_zeros(n, device=i)`), and those in modules
+the script imports, are parsed in C++ and still raise there: the script's error then says
+what to write instead. FSDP1 reads its `device_id` with
 `torch.device(device_id)`: PyTorch's FSDP tutorial passes `torch.cuda.current_device()`.
 
 `param.data = other` gives the parameter `other`'s device, as on a GPU (a fake kept its
@@ -74,10 +75,10 @@ assert torch.device("cpu").type == "cpu" and torch.device(first) == first
 def double(x):
     return x.to(torch.device(0)) * 2
 
-x = torch.zeros(256, device=first)
+x = torch.zeros(256, device=Args.rank)  # torch.X(device=i) too
 y = double(x)
 assert y.device == first
-z = torch.zeros(256, device=0)  # line 21: a factory's index reaches C++ directly
+z = x.new_zeros(256, device=0)  # line 21: a method's index reaches C++ directly
 """
 
 
@@ -93,9 +94,9 @@ def test_the_scripts_own_torch_device_index_is_cuda(tmp_path):
     assert failed.value.reason == (
         "RuntimeError: Cannot access accelerator device when none is available. [a CPU-only"
         " PyTorch has no accelerator for a bare device index; memlens reads .to(i) and the"
-        " script's own torch.device(i) itself, not a factory's device=i or an imported"
-        ' module\'s torch.device(i): write torch.device("cuda", i), or run memlens under a'
-        " CUDA build of torch, no GPU needed]"
+        " script's own torch.device(i) and torch.X(device=i) itself, not other calls' or"
+        ' imported modules\': write torch.device("cuda", i), or run memlens under a CUDA'
+        " build of torch, no GPU needed]"
     )
     assert 'rank.py", line 21, in <module>' in failed.value.traceback
     # everything before the factory ran, compiled (x and 2x): the run up to it is written

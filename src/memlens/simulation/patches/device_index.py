@@ -11,10 +11,11 @@ simulation reads the index where a script's call passes through Python first:
 `device_id` (simulation/distributed/process_group.py).
 
 `torch.device(i)` and a factory's `device=i` (`torch.zeros(n, device=rank)`) are parsed in
-C++ with no Python step in between. Standing in for the `torch.device` class itself was
-tried and left out: Dynamo, imported during a simulation, keeps `torch.device` in tables
-it fills once (the constant types, its guards' globals) and would keep a stand-in after
-the simulation ends. `torch._C._nn._parse_to`, behind both `.to`s, is left alone for the
+C++ with no Python step in between: in the script memlens runs they are rewritten when it
+is compiled (`script_code`); in the modules it imports they still raise. Standing in for
+the `torch.device` class itself was tried and left out: Dynamo, imported during a
+simulation, keeps `torch.device` in tables it fills once (the constant types, its guards'
+globals) and would keep a stand-in after the simulation ends. `torch._C._nn._parse_to`, behind both `.to`s, is left alone for the
 same reason (Dynamo registers a polyfill for that very function). `hint` adds what to
 write instead to the error a bare index raises.
 """
@@ -56,39 +57,55 @@ def install(patches: Patches) -> None:
         patches.set(torch.nn.Module, "to", _module_to(torch.nn.Module.to))
 
 
-# `torch.device(*READ(X))`: X evaluated once, an int (not a bool) read as CUDA's index
-_READ = "(lambda d: ('cuda', d) if isinstance(d, int) and not isinstance(d, bool) else (d,))"
+# `torch.device(*ARGS(X))`: X evaluated once, an int (not a bool) read as CUDA's index
+_ARGS = "(lambda d: ('cuda', d) if isinstance(d, int) and not isinstance(d, bool) else (d,))"
+# `torch.zeros(n, device=NAMED(X))`: the same, as a device string for a `device=` keyword
+_NAMED = "(lambda d: f'cuda:{d}' if isinstance(d, int) and not isinstance(d, bool) else d)"
+
+
+def _call_of(template: str, arg: ast.expr, at: ast.AST) -> ast.Call:
+    """`template(arg)`, placed on `at`'s line (for tracebacks)."""
+    read = ast.parse(template, mode="eval").body
+    for part in ast.walk(read):
+        ast.copy_location(part, at)
+    return ast.copy_location(ast.Call(read, [arg], []), at)
 
 
 class _DeviceCalls(ast.NodeTransformer):
-    """`torch.device(X)` -> `torch.device(*READ(X))`: what a CUDA build answers, in plain
-    Python that Dynamo traces as the script's own code (a lambda in the script's file)."""
+    """In calls of `torch.X`: `torch.device(X)` -> `torch.device(*ARGS(X))` and
+    `device=X` -> `device=NAMED(X)`: what a CUDA build answers, in plain Python that
+    Dynamo traces as the script's own code (lambdas in the script's file). Only `torch.X`
+    itself: its `device=` takes a device wherever it takes an index (a script's own
+    function may not, and `torch.cuda.X` reads indices itself)."""
 
     def visit_Call(self, node: ast.Call) -> ast.AST:  # noqa: N802 (ast's visitor names)
         self.generic_visit(node)
         func = node.func
         if not (
             isinstance(func, ast.Attribute)
-            and func.attr == "device"
             and isinstance(func.value, ast.Name)
             and func.value.id == "torch"
+        ):
+            return node
+        for keyword in node.keywords:
+            if keyword.arg == "device":
+                keyword.value = _call_of(_NAMED, keyword.value, keyword.value)
+        if (
+            func.attr == "device"
             and len(node.args) == 1
             and not node.keywords
             and not isinstance(node.args[0], ast.Starred)
         ):
-            return node
-        read = ast.parse(_READ, mode="eval").body
-        node.args = [ast.Starred(ast.Call(read, [node.args[0]], []), ast.Load())]
-        for part in ast.walk(read):  # the line the call is on, for tracebacks
-            ast.copy_location(part, node)
+            node.args = [ast.Starred(_call_of(_ARGS, node.args[0], node), ast.Load())]
         return node
 
 
 def script_code(source: bytes, path: str) -> Any:
     """The script's code object, as `compile` makes it; on a build that cannot read a bare
-    device index, with the script's own `torch.device(i)` calls read as `cuda:i`
-    (`dist.init_process_group(device_id=torch.device(local_rank))` in modded-nanogpt's
-    2025 records). Line numbers and names are the source's."""
+    device index, with the script's own `torch.device(i)` and `torch.X(..., device=i)`
+    read as `cuda:i` (`dist.init_process_group(device_id=torch.device(local_rank))` in
+    modded-nanogpt's 2025 records, `torch.zeros(n, device=rank)`). Line numbers and names
+    are the source's."""
     if build_reads_indices():
         return compile(source, path, "exec", dont_inherit=True)
     tree = ast.fix_missing_locations(_DeviceCalls().visit(ast.parse(source, path)))
@@ -101,7 +118,7 @@ def hint(exc: BaseException) -> str:
         return ""
     return (
         " [a CPU-only PyTorch has no accelerator for a bare device index; memlens reads"
-        " .to(i) and the script's own torch.device(i) itself, not a factory's device=i or"
-        ' an imported module\'s torch.device(i): write torch.device("cuda", i), or run'
+        " .to(i) and the script's own torch.device(i) and torch.X(device=i) itself, not"
+        " other calls' or imported modules': write torch.device(\"cuda\", i), or run"
         " memlens under a CUDA build of torch, no GPU needed]"
     )
