@@ -15,9 +15,9 @@ C++ with no Python step in between: in the script memlens runs they are rewritte
 is compiled (`script_code`); in the modules it imports they still raise. Standing in for
 the `torch.device` class itself was tried and left out: Dynamo, imported during a
 simulation, keeps `torch.device` in tables it fills once (the constant types, its guards'
-globals) and would keep a stand-in after the simulation ends. `torch._C._nn._parse_to`, behind both `.to`s, is left alone for the
-same reason (Dynamo registers a polyfill for that very function). `hint` adds what to
-write instead to the error a bare index raises.
+globals) and would keep a stand-in after the simulation ends. `torch._C._nn._parse_to`,
+behind both `.to`s, is left alone for the same reason (Dynamo registers a polyfill for
+that very function). `hint` adds what to write instead to the error a bare index raises.
 """
 
 from __future__ import annotations
