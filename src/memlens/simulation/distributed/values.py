@@ -173,7 +173,7 @@ class Values:
         """`torch.from_file`: read for real (the host reads it on a GPU run too); a host
         fake of its size, holding what was read."""
         with unset_fake_temporarily():
-            real = func(*args, **{**kwargs, "device": torch.device("cpu")})
+            real = func(*args, **{**kwargs, "device": _CPU})
         out = torch.empty_strided(real.shape, real.stride(), dtype=real.dtype, device="cpu")
         self._keep(out, real)
         return out
@@ -343,7 +343,7 @@ class Values:
             func(real, *args[1:], **kwargs)
             self._keep(out, real)
             return
-        self._keep(out, func(*args, **{**kwargs, "device": torch.device("cpu")}))
+        self._keep(out, func(*args, **{**kwargs, "device": _CPU}))
 
     def _constant(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> None:
         value = _FILLS[func]

@@ -23,6 +23,7 @@ that very function). `hint` adds what to write instead to the error a bare index
 from __future__ import annotations
 
 import ast
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -33,6 +34,7 @@ from memlens.simulation.patches.fake_cuda import Patches, cuda_indices
 NO_ACCELERATOR = "Cannot access accelerator device when none is available"
 
 
+@functools.cache  # a property of the build: asked at each simulation and script
 def build_reads_indices() -> bool:
     """Whether this build of PyTorch turns a bare index into a device by itself."""
     try:

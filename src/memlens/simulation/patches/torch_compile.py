@@ -201,9 +201,10 @@ class InductorModel:
             def compile_graph(g: GraphModule, inputs: list[Any]) -> Any:
                 # Triton's autotuning keeps its clones' memory low in a backward or an
                 # inference graph (`optimize_mem`), not in a training forward
+                optimize_mem = mode != cudagraph_trees.FORWARD
                 if self.tree is None:
-                    return GraphRunner(self.sim, g, mode != cudagraph_trees.FORWARD, _donated(mode))
-                runner = GraphRunner(self.sim, g, optimize_mem=mode != cudagraph_trees.FORWARD)
+                    return GraphRunner(self.sim, g, optimize_mem, _donated(mode))
+                runner = GraphRunner(self.sim, g, optimize_mem)
                 self.sim.note(cudagraph_trees.NOTE)
                 return cudagraph_trees.TreeFunction(self.tree, runner, mode, _static(mode, g))
 
